@@ -1,0 +1,86 @@
+package secret
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+)
+
+// ErrInvalidRef is returned for a credentials reference that is malformed or
+// uses an unknown scheme.
+var ErrInvalidRef = errors.New("invalid credentials reference")
+
+// Ref is a parsed credentials reference: env:NAME, file:/abs/path or
+// vault:<path>#<field>. A Ref names a secret; it never holds one.
+type Ref struct {
+	Scheme string // env, file or vault
+	Name   string // variable name, file path or vault path
+	Field  string // vault field
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ParseRef parses and validates a credentials reference. The error wraps
+// ErrInvalidRef and says what is wrong in words a user can act on.
+func ParseRef(s string) (Ref, error) {
+	scheme, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return Ref{}, fmt.Errorf("%w: %q has no scheme; use env:NAME, file:/path or vault:<path>#<field>", ErrInvalidRef, s)
+	}
+	switch scheme {
+	case "env":
+		if !envName.MatchString(rest) {
+			return Ref{}, fmt.Errorf("%w: env:%s is not a valid environment variable name", ErrInvalidRef, rest)
+		}
+		return Ref{Scheme: scheme, Name: rest}, nil
+	case "file":
+		if !filepath.IsAbs(rest) || filepath.Clean(rest) != rest {
+			return Ref{}, fmt.Errorf("%w: file:%s must be an absolute, clean path", ErrInvalidRef, rest)
+		}
+		return Ref{Scheme: scheme, Name: rest}, nil
+	case "vault":
+		path, field, ok := strings.Cut(rest, "#")
+		if !ok || path == "" || field == "" || strings.ContainsAny(path, " \t\n") {
+			return Ref{}, fmt.Errorf("%w: vault:%s must look like vault:<path>#<field>", ErrInvalidRef, rest)
+		}
+		return Ref{Scheme: scheme, Name: path, Field: field}, nil
+	default:
+		return Ref{}, fmt.Errorf("%w: unknown scheme %q; use env:, file: or vault:", ErrInvalidRef, scheme)
+	}
+}
+
+// String returns the reference in its canonical text form.
+func (r Ref) String() string {
+	if r.Scheme == "vault" {
+		return "vault:" + r.Name + "#" + r.Field
+	}
+	return r.Scheme + ":" + r.Name
+}
+
+// Resolve reads the secret a local reference names (env: and file:) and
+// registers its text with Register so that it is masked everywhere. vault:
+// references need a Vault client and are resolved by the keeper's resolver.
+func (r Ref) Resolve() (string, error) {
+	var v string
+	switch r.Scheme {
+	case "env":
+		val, ok := os.LookupEnv(r.Name)
+		if !ok {
+			return "", fmt.Errorf("resolve %s: environment variable is not set", r)
+		}
+		v = val
+	case "file":
+		b, err := os.ReadFile(r.Name)
+		if err != nil {
+			return "", fmt.Errorf("resolve %s: %w", r, err)
+		}
+		v = strings.TrimRight(string(b), "\r\n")
+	default:
+		return "", fmt.Errorf("resolve %s: scheme %q is not resolvable here", r, r.Scheme)
+	}
+	Register(v)
+	return v, nil
+}

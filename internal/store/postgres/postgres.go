@@ -1,0 +1,83 @@
+// Package postgres is the production registry backend: PostgreSQL through
+// jackc/pgx v5 (its database/sql adapter), with its own embedded migrations.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/pressly/goose/v3"
+
+	"github.com/soulstack/soulstack/internal/store/sqlstore"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Dialect is PostgreSQL's part of the shared SQL store.
+var Dialect = sqlstore.Dialect{
+	Numbered:          true,
+	LockHead:          `SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE`,
+	Classify:          classify,
+	SnapshotIsolation: sql.LevelRepeatableRead,
+}
+
+func classify(err error) sqlstore.Violation {
+	var e *pgconn.PgError
+	if !errors.As(err, &e) {
+		return sqlstore.NoViolation
+	}
+	switch e.Code {
+	case "23505": // unique_violation
+		return sqlstore.UniqueViolation
+	case "23503": // foreign_key_violation
+		return sqlstore.ForeignKeyViolation
+	}
+	return sqlstore.NoViolation
+}
+
+// Open connects to the database at url and migrates it.
+func Open(ctx context.Context, url string, opts ...sqlstore.Option) (*sqlstore.Store, error) {
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	db.SetMaxOpenConns(20)
+	db.SetMaxIdleConns(20)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	if _, err := Migrate(ctx, db); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return sqlstore.New(db, Dialect, opts...), nil
+}
+
+// Migrate applies every pending migration and returns the versions applied.
+func Migrate(ctx context.Context, db *sql.DB) ([]int64, error) {
+	sub, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
+	if err != nil {
+		return nil, fmt.Errorf("postgres migrations: %w", err)
+	}
+	results, err := p.Up(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("apply postgres migrations: %w", err)
+	}
+	var applied []int64
+	for _, r := range results {
+		applied = append(applied, r.Source.Version)
+	}
+	return applied, nil
+}

@@ -1,0 +1,65 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/soulstack/soulstack/internal/audit"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+const auditCols = `seq, at, actor_aid, action, object, payload, prev_hash, hash`
+
+func scanEvent(row interface{ Scan(...any) error }) (audit.Event, error) {
+	var e audit.Event
+	err := row.Scan(&e.Seq, &e.At, &e.ActorAID, &e.Action, &e.Object, &e.Payload, &e.PrevHash, &e.Hash)
+	e.At = e.At.UTC()
+	return e, err
+}
+
+// AuditList returns audit events after AfterSeq in sequence order.
+func (s *Store) AuditList(ctx context.Context, params store.AuditListParams) ([]audit.Event, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+auditCols+` FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`), params.AfterSeq, limitOf(params.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list audit events: %w", err)
+	}
+	defer rows.Close()
+	out := []audit.Event{}
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list audit events: %w", err)
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// AuditScan reads the head and every event in one read-only snapshot.
+func (s *Store) AuditScan(ctx context.Context, fn func(audit.Event) error) (audit.Head, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: s.dialect.SnapshotIsolation})
+	if err != nil {
+		return audit.Head{}, fmt.Errorf("begin audit scan: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // read-only
+	var head audit.Head
+	if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit_head WHERE id = 1`).Scan(&head.Seq, &head.Hash); err != nil {
+		return head, fmt.Errorf("read audit head: %w", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+auditCols+` FROM audit_events ORDER BY seq`)
+	if err != nil {
+		return head, fmt.Errorf("scan audit events: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return head, fmt.Errorf("scan audit events: %w", err)
+		}
+		if err := fn(e); err != nil {
+			return head, err
+		}
+	}
+	return head, rows.Err()
+}

@@ -1,0 +1,303 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+const providerCols = `name, driver, region, credentials_ref, fqdn_suffix, config, created_at, created_by`
+
+func scanProvider(row interface{ Scan(...any) error }) (store.Provider, error) {
+	var p store.Provider
+	var config string
+	err := row.Scan(&p.Name, &p.Driver, &p.Region, &p.CredentialsRef, &p.FQDNSuffix, &config, &p.CreatedAt, &p.CreatedBy)
+	p.Config = json.RawMessage(config)
+	p.CreatedAt = p.CreatedAt.UTC()
+	return p, err
+}
+
+// ProviderCreate inserts a provider; a taken name is ErrExists.
+func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateParams) (store.Provider, error) {
+	p := params.Provider
+	p.CreatedAt = s.now().UTC()
+	p.CreatedBy = string(params.Actor)
+	p.Config = json.RawMessage(jsonText(p.Config))
+	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+			p.Name, p.Driver, p.Region, p.CredentialsRef, p.FQDNSuffix, string(p.Config), p.CreatedAt, p.CreatedBy)
+		if err != nil {
+			if s.dialect.Classify(err) == UniqueViolation {
+				return record{}, &store.Error{Err: store.ErrExists, Kind: "provider", Key: p.Name}
+			}
+			return record{}, fmt.Errorf("insert provider %q: %w", p.Name, err)
+		}
+		return record{action: "provider.created", object: "provider/" + p.Name, payload: map[string]any{
+			"name": p.Name, "driver": p.Driver, "region": p.Region, "credentials_ref": p.CredentialsRef,
+			"fqdn_suffix": p.FQDNSuffix, "config": p.Config,
+		}}, nil
+	})
+	if err != nil {
+		return store.Provider{}, err
+	}
+	return s.ProviderGet(ctx, p.Name)
+}
+
+// ProviderGet returns the provider called name.
+func (s *Store) ProviderGet(ctx context.Context, name string) (store.Provider, error) {
+	p, err := scanProvider(s.db.QueryRowContext(ctx, s.q(`SELECT `+providerCols+` FROM providers WHERE name = ?`), name))
+	if err != nil {
+		return store.Provider{}, notFound(err, "provider", name)
+	}
+	return p, nil
+}
+
+// ProviderList lists providers by name.
+func (s *Store) ProviderList(ctx context.Context, params store.ListParams) ([]store.Provider, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+providerCols+` FROM providers WHERE name > ? ORDER BY name LIMIT ?`), params.After, limitOf(params.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list providers: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Provider{}
+	for rows.Next() {
+		p, err := scanProvider(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list providers: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ProviderDelete deletes a provider; the database refuses while profiles
+// reference it (ErrInUse).
+func (s *Store) ProviderDelete(ctx context.Context, params store.DeleteParams) error {
+	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM providers WHERE name = ?`), params.Key)
+		if err != nil {
+			if s.dialect.Classify(err) == ForeignKeyViolation {
+				return record{}, s.inUse(ctx, params.Key)
+			}
+			return record{}, fmt.Errorf("delete provider %q: %w", params.Key, err)
+		}
+		if err := deleted(res, "provider", params.Key); err != nil {
+			return record{}, err
+		}
+		return record{action: "provider.deleted", object: "provider/" + params.Key, payload: map[string]any{"name": params.Key}}, nil
+	})
+}
+
+// inUse builds the ErrInUse error, naming up to three dependent profiles.
+// On PostgreSQL the failed statement aborted the transaction, so the names
+// are read outside it.
+func (s *Store) inUse(ctx context.Context, provider string) error {
+	e := &store.Error{Err: store.ErrInUse, Kind: "provider", Key: provider}
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT name FROM profiles WHERE provider = ? ORDER BY name LIMIT 4`), provider)
+	if err != nil {
+		return e
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var n string
+		if rows.Scan(&n) == nil {
+			names = append(names, n)
+		}
+	}
+	if len(names) > 3 {
+		names = append(names[:3], "…")
+	}
+	if len(names) > 0 {
+		e.Ref = "profiles " + fmt.Sprint(names)
+	}
+	return e
+}
+
+const profileCols = `name, provider, spec, created_at, created_by`
+
+func scanProfile(row interface{ Scan(...any) error }) (store.Profile, error) {
+	var p store.Profile
+	var spec string
+	err := row.Scan(&p.Name, &p.Provider, &spec, &p.CreatedAt, &p.CreatedBy)
+	p.Spec = json.RawMessage(spec)
+	p.CreatedAt = p.CreatedAt.UTC()
+	return p, err
+}
+
+// ProfileCreate inserts a profile; the database refuses an unknown provider
+// (ErrReferenceMissing) and a taken name (ErrExists).
+func (s *Store) ProfileCreate(ctx context.Context, params store.ProfileCreateParams) (store.Profile, error) {
+	p := params.Profile
+	p.CreatedAt = s.now().UTC()
+	p.CreatedBy = string(params.Actor)
+	p.Spec = json.RawMessage(jsonText(p.Spec))
+	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO profiles (`+profileCols+`) VALUES (?, ?, ?, ?, ?)`),
+			p.Name, p.Provider, string(p.Spec), p.CreatedAt, p.CreatedBy)
+		switch s.dialect.Classify(err) {
+		case UniqueViolation:
+			return record{}, &store.Error{Err: store.ErrExists, Kind: "profile", Key: p.Name}
+		case ForeignKeyViolation:
+			return record{}, &store.Error{Err: store.ErrReferenceMissing, Kind: "profile", Key: p.Name, Ref: "provider " + p.Provider}
+		}
+		if err != nil {
+			return record{}, fmt.Errorf("insert profile %q: %w", p.Name, err)
+		}
+		return record{action: "profile.created", object: "profile/" + p.Name, payload: map[string]any{
+			"name": p.Name, "provider": p.Provider, "spec": p.Spec,
+		}}, nil
+	})
+	if err != nil {
+		return store.Profile{}, err
+	}
+	return s.ProfileGet(ctx, p.Name)
+}
+
+// ProfileGet returns the profile called name.
+func (s *Store) ProfileGet(ctx context.Context, name string) (store.Profile, error) {
+	p, err := scanProfile(s.db.QueryRowContext(ctx, s.q(`SELECT `+profileCols+` FROM profiles WHERE name = ?`), name))
+	if err != nil {
+		return store.Profile{}, notFound(err, "profile", name)
+	}
+	return p, nil
+}
+
+// ProfileList lists profiles by name.
+func (s *Store) ProfileList(ctx context.Context, params store.ListParams) ([]store.Profile, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+profileCols+` FROM profiles WHERE name > ? ORDER BY name LIMIT ?`), params.After, limitOf(params.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list profiles: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Profile{}
+	for rows.Next() {
+		p, err := scanProfile(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list profiles: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ProfileDelete deletes a profile.
+func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) error {
+	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM profiles WHERE name = ?`), params.Key)
+		if err != nil {
+			return record{}, fmt.Errorf("delete profile %q: %w", params.Key, err)
+		}
+		if err := deleted(res, "profile", params.Key); err != nil {
+			return record{}, err
+		}
+		return record{action: "profile.deleted", object: "profile/" + params.Key, payload: map[string]any{"name": params.Key}}, nil
+	})
+}
+
+const soulCols = `sid, status, address, provider, vm_id, primary_ip, attributes, connection, created_by_aid, created_at, updated_at`
+
+func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
+	var s store.Soul
+	var attrs, conn string
+	var provider, createdBy sql.NullString
+	err := row.Scan(&s.SID, &s.Status, &s.Address, &provider, &s.VMID, &s.PrimaryIP, &attrs, &conn, &createdBy, &s.CreatedAt, &s.UpdatedAt)
+	if err != nil {
+		return s, err
+	}
+	s.Provider = provider.String
+	s.Attributes = json.RawMessage(attrs)
+	if createdBy.Valid {
+		s.CreatedByAID = &createdBy.String
+	}
+	s.CreatedAt, s.UpdatedAt = s.CreatedAt.UTC(), s.UpdatedAt.UTC()
+	if err := json.Unmarshal([]byte(conn), &s.Connection); err != nil {
+		return s, fmt.Errorf("soul %q: decode connection: %w", s.SID, err)
+	}
+	return s, nil
+}
+
+// SoulCreate registers a soul; a taken SID is ErrExists, an unknown
+// provider ErrReferenceMissing.
+func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (store.Soul, error) {
+	so := params.Soul
+	so.CreatedAt = s.now().UTC()
+	so.UpdatedAt = so.CreatedAt
+	if so.Status == "" {
+		so.Status = store.SoulActive
+	}
+	so.Attributes = json.RawMessage(jsonText(so.Attributes))
+	conn, err := json.Marshal(so.Connection)
+	if err != nil {
+		return store.Soul{}, fmt.Errorf("soul %q: encode connection: %w", so.SID, err)
+	}
+	var createdBy sql.NullString
+	if so.CreatedByAID != nil {
+		createdBy = sql.NullString{String: *so.CreatedByAID, Valid: true}
+	}
+	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO souls (`+soulCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			so.SID, so.Status, so.Address, nullString(so.Provider), so.VMID, so.PrimaryIP, string(so.Attributes), string(conn), createdBy, so.CreatedAt, so.UpdatedAt)
+		switch s.dialect.Classify(err) {
+		case UniqueViolation:
+			return record{}, &store.Error{Err: store.ErrExists, Kind: "soul", Key: so.SID}
+		case ForeignKeyViolation:
+			return record{}, &store.Error{Err: store.ErrReferenceMissing, Kind: "soul", Key: so.SID, Ref: "provider " + so.Provider}
+		}
+		if err != nil {
+			return record{}, fmt.Errorf("insert soul %q: %w", so.SID, err)
+		}
+		return record{action: "soul.registered", object: "soul/" + so.SID, payload: map[string]any{
+			"sid": so.SID, "address": so.Address, "status": so.Status, "provider": so.Provider,
+			"connection": map[string]any{"transport": so.Connection.Transport, "user": so.Connection.User, "port": so.Connection.Port, "key_ref": so.Connection.KeyRef},
+		}}, nil
+	})
+	if err != nil {
+		return store.Soul{}, err
+	}
+	return s.SoulGet(ctx, so.SID)
+}
+
+// SoulGet returns the soul with the given SID.
+func (s *Store) SoulGet(ctx context.Context, sid string) (store.Soul, error) {
+	so, err := scanSoul(s.db.QueryRowContext(ctx, s.q(`SELECT `+soulCols+` FROM souls WHERE sid = ?`), sid))
+	if err != nil {
+		return store.Soul{}, notFound(err, "soul", sid)
+	}
+	return so, nil
+}
+
+// SoulList lists souls by SID.
+func (s *Store) SoulList(ctx context.Context, params store.ListParams) ([]store.Soul, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulCols+` FROM souls WHERE sid > ? ORDER BY sid LIMIT ?`), params.After, limitOf(params.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list souls: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Soul{}
+	for rows.Next() {
+		so, err := scanSoul(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list souls: %w", err)
+		}
+		out = append(out, so)
+	}
+	return out, rows.Err()
+}
+
+// SoulDelete removes a soul from the registry (the host itself is untouched).
+func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) error {
+	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM souls WHERE sid = ?`), params.Key)
+		if err != nil {
+			return record{}, fmt.Errorf("delete soul %q: %w", params.Key, err)
+		}
+		if err := deleted(res, "soul", params.Key); err != nil {
+			return record{}, err
+		}
+		return record{action: "soul.deleted", object: "soul/" + params.Key, payload: map[string]any{"sid": params.Key}}, nil
+	})
+}

@@ -1,0 +1,193 @@
+// Package sqlstore implements store.Store once, over database/sql, for both
+// SQL backends. A Dialect supplies what differs: placeholders, the row lock
+// on the audit chain head and the translation of the driver's constraint
+// errors. Packages store/sqlite and store/postgres open the database, run
+// their own migrations and hand a Dialect to New.
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/audit"
+	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// Violation is a driver error classified by the dialect.
+type Violation int
+
+// Violations a dialect recognises.
+const (
+	NoViolation Violation = iota
+	UniqueViolation
+	ForeignKeyViolation
+)
+
+// Dialect is what differs between the SQL backends.
+type Dialect struct {
+	// Numbered reports whether placeholders are $1, $2… (PostgreSQL)
+	// rather than ? (SQLite).
+	Numbered bool
+	// LockHead selects the audit chain head (seq, hash) and locks it until
+	// the transaction ends, so that mutations append to the chain one at a
+	// time.
+	LockHead string
+	// Classify translates a driver error into a Violation.
+	Classify func(error) Violation
+	// SnapshotIsolation is the isolation level under which a read-only
+	// transaction sees one consistent snapshot.
+	SnapshotIsolation sql.IsolationLevel
+}
+
+// Store is the database/sql implementation of store.Store.
+type Store struct {
+	db      *sql.DB
+	dialect Dialect
+	now     func() time.Time
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// New returns a Store over db, whose schema is already migrated.
+func New(db *sql.DB, d Dialect, opts ...Option) *Store {
+	s := &Store{db: db, dialect: d, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// DB returns the underlying database handle.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// q rewrites ? placeholders for the dialect.
+func (s *Store) q(query string) string {
+	if !s.dialect.Numbered {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// record is the audit event a mutation asks to append.
+type record struct {
+	action  string
+	object  string
+	payload any
+}
+
+// mutate runs fn in a transaction that first locks the audit chain head,
+// then appends fn's audit record; the mutation and its audit event commit
+// together or not at all.
+func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.Tx) (record, error)) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+
+	var head audit.Head
+	if err := tx.QueryRowContext(ctx, s.dialect.LockHead).Scan(&head.Seq, &head.Hash); err != nil {
+		return fmt.Errorf("lock audit head: %w", err)
+	}
+	rec, err := fn(tx)
+	if err != nil {
+		return err
+	}
+	payload, err := audit.MarshalPayload(secret.Mask(rec.payload))
+	if err != nil {
+		return err
+	}
+	ev := audit.Event{At: s.now(), ActorAID: string(actor), Action: rec.action, Object: rec.object, Payload: payload}
+	newHead := audit.Seal(&ev, head)
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO audit_events (seq, at, actor_aid, action, object, payload, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+		ev.Seq, ev.At, ev.ActorAID, ev.Action, ev.Object, ev.Payload, ev.PrevHash, ev.Hash); err != nil {
+		return fmt.Errorf("write audit event %s: %w", rec.action, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1`), newHead.Seq, newHead.Hash); err != nil {
+		return fmt.Errorf("advance audit head: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit %s: %w", rec.action, err)
+	}
+	return nil
+}
+
+func limitOf(n int) int {
+	if n <= 0 {
+		return 100
+	}
+	return n
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+func nullTime(t *time.Time) sql.NullTime {
+	if t == nil {
+		return sql.NullTime{}
+	}
+	return sql.NullTime{Time: t.UTC(), Valid: true}
+}
+
+func timePtr(t sql.NullTime) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	u := t.Time.UTC()
+	return &u
+}
+
+func jsonText(b []byte) string {
+	if len(b) == 0 {
+		return "{}"
+	}
+	return string(b)
+}
+
+// notFound wraps sql.ErrNoRows as the store's sentinel.
+func notFound(err error, kind, key string) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return &store.Error{Err: store.ErrNotFound, Kind: kind, Key: key}
+	}
+	return fmt.Errorf("%s %q: %w", kind, key, err)
+}
+
+// deleted turns a zero row count into ErrNotFound.
+func deleted(res sql.Result, kind, key string) error {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("delete %s %q: %w", kind, key, err)
+	}
+	if n == 0 {
+		return &store.Error{Err: store.ErrNotFound, Kind: kind, Key: key}
+	}
+	return nil
+}

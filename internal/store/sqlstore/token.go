@@ -1,0 +1,138 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+const tokenCols = `id, name, role, hash, created_by, created_at, expires_at, revoked_at`
+
+func scanToken(row interface{ Scan(...any) error }) (store.APIToken, error) {
+	var t store.APIToken
+	var expires, revoked sql.NullTime
+	err := row.Scan(&t.ID, &t.Name, &t.Role, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked)
+	t.CreatedAt = t.CreatedAt.UTC()
+	t.ExpiresAt, t.RevokedAt = timePtr(expires), timePtr(revoked)
+	return t, err
+}
+
+func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (record, error) {
+	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+		t.ID, t.Name, t.Role, t.Hash, t.CreatedBy, t.CreatedAt, nullTime(t.ExpiresAt), nullTime(t.RevokedAt))
+	if s.dialect.Classify(err) == UniqueViolation {
+		return record{}, &store.Error{Err: store.ErrExists, Kind: "token", Key: t.ID}
+	}
+	if err != nil {
+		return record{}, fmt.Errorf("insert token %q: %w", t.Name, err)
+	}
+	payload := map[string]any{"id": t.ID, "name": t.Name, "role": t.Role}
+	if t.ExpiresAt != nil {
+		payload["expires_at"] = t.ExpiresAt.UTC()
+	}
+	return record{action: "token.created", object: "token/" + t.ID, payload: payload}, nil
+}
+
+// TokenCreate stores a new API token's hash.
+func (s *Store) TokenCreate(ctx context.Context, params store.TokenCreateParams) (store.APIToken, error) {
+	t := params.Token
+	t.CreatedAt = s.now().UTC()
+	t.CreatedBy = string(params.Actor)
+	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) { return s.insertToken(ctx, tx, t) })
+	if err != nil {
+		return store.APIToken{}, err
+	}
+	return s.tokenGet(ctx, t.ID)
+}
+
+// TokenBootstrap stores the token only if the registry has no API token.
+func (s *Store) TokenBootstrap(ctx context.Context, params store.TokenCreateParams) (bool, error) {
+	t := params.Token
+	t.CreatedAt = s.now().UTC()
+	t.CreatedBy = string(params.Actor)
+	created := false
+	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_tokens`).Scan(&n); err != nil {
+			return record{}, fmt.Errorf("count tokens: %w", err)
+		}
+		if n > 0 {
+			return record{}, errNothingToDo
+		}
+		created = true
+		return s.insertToken(ctx, tx, t)
+	})
+	if err == errNothingToDo {
+		return false, nil
+	}
+	return created && err == nil, err
+}
+
+// errNothingToDo rolls back a mutation that turned out to be unnecessary.
+var errNothingToDo = fmt.Errorf("nothing to do")
+
+func (s *Store) tokenGet(ctx context.Context, id string) (store.APIToken, error) {
+	t, err := scanToken(s.db.QueryRowContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE id = ?`), id))
+	if err != nil {
+		return store.APIToken{}, notFound(err, "token", id)
+	}
+	return t, nil
+}
+
+// TokenGetByHash returns the token whose hash is hash, revoked or not.
+func (s *Store) TokenGetByHash(ctx context.Context, hash string) (store.APIToken, error) {
+	t, err := scanToken(s.db.QueryRowContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE hash = ?`), hash))
+	if err != nil {
+		return store.APIToken{}, notFound(err, "token", "(by hash)")
+	}
+	return t, nil
+}
+
+// TokenList lists tokens by id, which sorts by creation time.
+func (s *Store) TokenList(ctx context.Context, params store.ListParams) ([]store.APIToken, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE id > ? ORDER BY id LIMIT ?`), params.After, limitOf(params.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	defer rows.Close()
+	out := []store.APIToken{}
+	for rows.Next() {
+		t, err := scanToken(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list tokens: %w", err)
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// TokenRevoke marks a token revoked. It refuses to revoke the last active
+// admin token, which would lock every operator out.
+func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) error {
+	now := s.now().UTC()
+	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		t, err := scanToken(tx.QueryRowContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE id = ?`), params.Key))
+		if err != nil {
+			return record{}, notFound(err, "token", params.Key)
+		}
+		if t.RevokedAt != nil {
+			return record{}, &store.Error{Err: store.ErrRevoked, Kind: "token", Key: params.Key}
+		}
+		if t.Role == "admin" {
+			var others int
+			err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM api_tokens WHERE role = 'admin' AND id <> ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), t.ID, now).Scan(&others)
+			if err != nil {
+				return record{}, fmt.Errorf("count admin tokens: %w", err)
+			}
+			if others == 0 {
+				return record{}, &store.Error{Err: store.ErrLastAdmin, Kind: "token", Key: params.Key}
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE api_tokens SET revoked_at = ? WHERE id = ?`), now, t.ID); err != nil {
+			return record{}, fmt.Errorf("revoke token %q: %w", t.ID, err)
+		}
+		return record{action: "token.revoked", object: "token/" + t.ID, payload: map[string]any{"id": t.ID, "name": t.Name, "role": t.Role}}, nil
+	})
+}

@@ -1,0 +1,205 @@
+// Package store defines the keeper's registries: record types, the Store
+// interface both SQL backends implement, and the sentinel errors callers
+// branch on. Every mutation writes its audit event in the same transaction;
+// if the audit write fails, the mutation fails and nothing changes.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/audit"
+)
+
+// Sentinel errors. Store methods wrap them in *Error, which names the kind
+// of object and its key; test with errors.Is.
+var (
+	ErrNotFound         = errors.New("not found")
+	ErrExists           = errors.New("already exists")
+	ErrInUse            = errors.New("in use")
+	ErrReferenceMissing = errors.New("referenced object does not exist")
+	ErrRevoked          = errors.New("already revoked")
+	ErrLastAdmin        = errors.New("last active admin token")
+)
+
+// Error is a store failure about one object: Kind is "provider", "profile",
+// "soul" or "token"; Key is its name or id; Ref is the missing or dependent
+// object where there is one.
+type Error struct {
+	Err  error
+	Kind string
+	Key  string
+	Ref  string
+}
+
+func (e *Error) Error() string {
+	if e.Ref != "" {
+		return fmt.Sprintf("%s %q: %v: %s", e.Kind, e.Key, e.Err, e.Ref)
+	}
+	return fmt.Sprintf("%s %q: %v", e.Kind, e.Key, e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Provider is a cloud account: a driver, a region and a reference to its
+// credentials (never the credentials themselves).
+type Provider struct {
+	Name           string
+	Driver         string
+	Region         string
+	CredentialsRef string
+	FQDNSuffix     string
+	Config         json.RawMessage
+	CreatedAt      time.Time
+	CreatedBy      string
+}
+
+// Profile is a VM spec on top of a provider.
+type Profile struct {
+	Name      string
+	Provider  string
+	Spec      json.RawMessage
+	CreatedAt time.Time
+	CreatedBy string
+}
+
+// Soul statuses.
+const (
+	SoulPending     = "pending"
+	SoulActive      = "active"
+	SoulUnreachable = "unreachable"
+	SoulDestroyed   = "destroyed"
+)
+
+// Connection says how the keeper reaches a soul.
+type Connection struct {
+	Transport string `json:"transport"`
+	User      string `json:"user"`
+	Port      int    `json:"port"`
+	KeyRef    string `json:"key_ref,omitempty"`
+	HostKey   string `json:"host_key,omitempty"` // pinned on first contact
+}
+
+// Soul is a managed host, identified by its SID.
+type Soul struct {
+	SID          string
+	Status       string
+	Address      string
+	Provider     string
+	VMID         string
+	PrimaryIP    string
+	Attributes   json.RawMessage
+	Connection   Connection
+	CreatedByAID *string // nil for keeper-internal actions
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// APIToken is an Operator API token. Only the hash of the token is stored.
+type APIToken struct {
+	ID        string
+	Name      string
+	Role      string
+	Hash      string
+	CreatedBy string
+	CreatedAt time.Time
+	ExpiresAt *time.Time
+	RevokedAt *time.Time
+}
+
+// Active reports whether the token may authenticate at now.
+func (t APIToken) Active(now time.Time) bool {
+	return t.RevokedAt == nil && (t.ExpiresAt == nil || now.Before(*t.ExpiresAt))
+}
+
+// ListParams pages through a list in its stable order: items strictly after
+// the cursor After (a name, an id or a sequence number), at most Limit.
+type ListParams struct {
+	Limit int
+	After string
+}
+
+// Actor is who performs a mutation: an API token id, or "keeper" for
+// keeper-internal actions. It is recorded as the audit event's actor_aid.
+type Actor string
+
+// ActorKeeper is the actor of keeper-internal actions.
+const ActorKeeper Actor = "keeper"
+
+// ProviderCreateParams creates a provider.
+type ProviderCreateParams struct {
+	Provider Provider
+	Actor    Actor
+}
+
+// ProfileCreateParams creates a profile; its provider must exist.
+type ProfileCreateParams struct {
+	Profile Profile
+	Actor   Actor
+}
+
+// SoulCreateParams registers a soul.
+type SoulCreateParams struct {
+	Soul  Soul
+	Actor Actor
+}
+
+// DeleteParams deletes the object named Key.
+type DeleteParams struct {
+	Key   string
+	Actor Actor
+}
+
+// TokenCreateParams stores a new API token (its hash only).
+type TokenCreateParams struct {
+	Token APIToken
+	Actor Actor
+}
+
+// AuditListParams pages through the audit log in sequence order.
+type AuditListParams struct {
+	Limit    int
+	AfterSeq int64
+}
+
+// Store is the registries' persistence. Implementations: store/sqlite and
+// store/postgres; both pass store/storetest.
+type Store interface {
+	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
+	ProviderGet(ctx context.Context, name string) (Provider, error)
+	ProviderList(ctx context.Context, p ListParams) ([]Provider, error)
+	// ProviderDelete fails with ErrInUse while profiles use the provider.
+	ProviderDelete(ctx context.Context, p DeleteParams) error
+
+	// ProfileCreate fails with ErrReferenceMissing if the provider does not exist.
+	ProfileCreate(ctx context.Context, p ProfileCreateParams) (Profile, error)
+	ProfileGet(ctx context.Context, name string) (Profile, error)
+	ProfileList(ctx context.Context, p ListParams) ([]Profile, error)
+	ProfileDelete(ctx context.Context, p DeleteParams) error
+
+	SoulCreate(ctx context.Context, p SoulCreateParams) (Soul, error)
+	SoulGet(ctx context.Context, sid string) (Soul, error)
+	SoulList(ctx context.Context, p ListParams) ([]Soul, error)
+	SoulDelete(ctx context.Context, p DeleteParams) error
+
+	TokenCreate(ctx context.Context, p TokenCreateParams) (APIToken, error)
+	// TokenBootstrap creates the token only if no API token exists yet, and
+	// reports whether it did.
+	TokenBootstrap(ctx context.Context, p TokenCreateParams) (bool, error)
+	TokenGetByHash(ctx context.Context, hash string) (APIToken, error)
+	TokenList(ctx context.Context, p ListParams) ([]APIToken, error)
+	// TokenRevoke fails with ErrRevoked for a revoked token and with
+	// ErrLastAdmin when it would leave no active admin token.
+	TokenRevoke(ctx context.Context, p DeleteParams) error
+
+	AuditList(ctx context.Context, p AuditListParams) ([]audit.Event, error)
+	// AuditScan calls fn for every audit event in sequence order and returns
+	// the chain head recorded at the start of the scan.
+	AuditScan(ctx context.Context, fn func(audit.Event) error) (audit.Head, error)
+
+	Ping(ctx context.Context) error
+	Close() error
+}
