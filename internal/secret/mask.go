@@ -118,8 +118,6 @@ func Mask(v any) any {
 		return Mask(out)
 	case json.RawMessage:
 		return Mask(generic(x))
-	case error:
-		return MaskString(x.Error())
 	default:
 		b, err := json.Marshal(v)
 		if err != nil {

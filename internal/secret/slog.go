@@ -62,6 +62,9 @@ func maskAttr(a slog.Attr) slog.Attr {
 		}
 		return slog.Group(a.Key, masked...)
 	case slog.KindAny:
+		if err, ok := v.Any().(error); ok {
+			return slog.String(a.Key, MaskString(err.Error()))
+		}
 		return slog.Any(a.Key, Mask(v.Any()))
 	default:
 		return slog.Attr{Key: a.Key, Value: v}

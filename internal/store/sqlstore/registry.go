@@ -23,7 +23,7 @@ func scanProvider(row interface{ Scan(...any) error }) (store.Provider, error) {
 // ProviderCreate inserts a provider; a taken name is ErrExists.
 func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateParams) (store.Provider, error) {
 	p := params.Provider
-	p.CreatedAt = s.now().UTC()
+	p.CreatedAt = s.stamp()
 	p.CreatedBy = string(params.Actor)
 	p.Config = json.RawMessage(jsonText(p.Config))
 	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
@@ -132,7 +132,7 @@ func scanProfile(row interface{ Scan(...any) error }) (store.Profile, error) {
 // (ErrReferenceMissing) and a taken name (ErrExists).
 func (s *Store) ProfileCreate(ctx context.Context, params store.ProfileCreateParams) (store.Profile, error) {
 	p := params.Profile
-	p.CreatedAt = s.now().UTC()
+	p.CreatedAt = s.stamp()
 	p.CreatedBy = string(params.Actor)
 	p.Spec = json.RawMessage(jsonText(p.Spec))
 	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
@@ -224,7 +224,7 @@ func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
 // provider ErrReferenceMissing.
 func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (store.Soul, error) {
 	so := params.Soul
-	so.CreatedAt = s.now().UTC()
+	so.CreatedAt = s.stamp()
 	so.UpdatedAt = so.CreatedAt
 	if so.Status == "" {
 		so.Status = store.SoulActive

@@ -191,3 +191,7 @@ func deleted(res sql.Result, kind, key string) error {
 	}
 	return nil
 }
+
+// stamp is the current time at the precision both backends store
+// (microseconds, UTC), so that what a create returns equals what a get reads.
+func (s *Store) stamp() time.Time { return s.now().UTC().Truncate(time.Microsecond) }

@@ -38,7 +38,7 @@ func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (
 // TokenCreate stores a new API token's hash.
 func (s *Store) TokenCreate(ctx context.Context, params store.TokenCreateParams) (store.APIToken, error) {
 	t := params.Token
-	t.CreatedAt = s.now().UTC()
+	t.CreatedAt = s.stamp()
 	t.CreatedBy = string(params.Actor)
 	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) { return s.insertToken(ctx, tx, t) })
 	if err != nil {
@@ -50,7 +50,7 @@ func (s *Store) TokenCreate(ctx context.Context, params store.TokenCreateParams)
 // TokenBootstrap stores the token only if the registry has no API token.
 func (s *Store) TokenBootstrap(ctx context.Context, params store.TokenCreateParams) (bool, error) {
 	t := params.Token
-	t.CreatedAt = s.now().UTC()
+	t.CreatedAt = s.stamp()
 	t.CreatedBy = string(params.Actor)
 	created := false
 	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
@@ -111,7 +111,7 @@ func (s *Store) TokenList(ctx context.Context, params store.ListParams) ([]store
 // TokenRevoke marks a token revoked. It refuses to revoke the last active
 // admin token, which would lock every operator out.
 func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) error {
-	now := s.now().UTC()
+	now := s.stamp()
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		t, err := scanToken(tx.QueryRowContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE id = ?`), params.Key))
 		if err != nil {

@@ -1,0 +1,208 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Problem is an RFC 9457 problem document with Soul Stack's stable dotted
+// Code. It is also the error the client returns for every non-2xx answer.
+type Problem struct {
+	Type     string         `json:"type,omitempty" doc:"A URI reference for the problem type (about:blank when none)."`
+	Title    string         `json:"title" doc:"The HTTP status text."`
+	Status   int            `json:"status" doc:"The HTTP status code."`
+	Detail   string         `json:"detail,omitempty" doc:"What went wrong, for a human."`
+	Code     string         `json:"code" doc:"Stable dotted code to branch on, e.g. provider.in_use."`
+	Instance string         `json:"instance,omitempty" doc:"The request path."`
+	Errors   []ProblemError `json:"errors,omitempty" doc:"Where in the input each problem is."`
+}
+
+// ProblemError locates one problem in the request.
+type ProblemError struct {
+	Location string `json:"location" doc:"Where in the request, e.g. body.name or path.name."`
+	Message  string `json:"message"`
+}
+
+func (p *Problem) Error() string {
+	s := fmt.Sprintf("%s (%d): %s", p.Code, p.Status, p.Detail)
+	for _, e := range p.Errors {
+		s += fmt.Sprintf("\n  %s: %s", e.Location, e.Message)
+	}
+	return s
+}
+
+// GetStatus returns the HTTP status.
+func (p *Problem) GetStatus() int { return p.Status }
+
+// ContentType makes the server answer application/problem+json.
+func (p *Problem) ContentType(ct string) string {
+	if ct == "application/json" {
+		return "application/problem+json"
+	}
+	return ct
+}
+
+// Provider is a cloud account: a driver, a region and a reference to its
+// credentials (never the credentials).
+type Provider struct {
+	Name           string          `json:"name" doc:"DNS label: lower-case letters, digits and '-', at most 63 characters."`
+	Driver         string          `json:"driver" doc:"The CloudDriver plugin, soul-cloud-<driver>."`
+	Region         string          `json:"region,omitempty" required:"false"`
+	CredentialsRef string          `json:"credentials_ref,omitempty" required:"false" doc:"Reference to the credentials: env:NAME, file:/path or vault:<path>#<field>. Resolved only at use time."`
+	FQDNSuffix     string          `json:"fqdn_suffix,omitempty" required:"false" doc:"DNS suffix of the VMs' FQDNs."`
+	Config         json.RawMessage `json:"config,omitempty" required:"false" doc:"Driver-specific settings (a JSON object)."`
+	CreatedAt      time.Time       `json:"created_at" readOnly:"true"`
+	CreatedBy      string          `json:"created_by" readOnly:"true" doc:"The actor id (API token id) that created it."`
+}
+
+// ProviderCreate is the body of POST /v1/providers.
+type ProviderCreate struct {
+	Name           string         `json:"name" doc:"DNS label: lower-case letters, digits and '-', at most 63 characters."`
+	Driver         string         `json:"driver" doc:"The CloudDriver plugin, soul-cloud-<driver> (a DNS label)."`
+	Region         string         `json:"region,omitempty" required:"false"`
+	CredentialsRef string         `json:"credentials_ref,omitempty" required:"false" doc:"env:NAME, file:/abs/path or vault:<path>#<field>."`
+	FQDNSuffix     string         `json:"fqdn_suffix,omitempty" required:"false" doc:"DNS suffix of the VMs' FQDNs, e.g. local.test."`
+	Config         map[string]any `json:"config,omitempty" required:"false" doc:"Driver-specific settings."`
+}
+
+// ProviderList is a page of providers.
+type ProviderList struct {
+	Items []Provider `json:"items"`
+	Next  string     `json:"next" doc:"Cursor for the next page (pass as ?after=); empty on the last page."`
+}
+
+// Profile is a VM spec on top of a provider.
+type Profile struct {
+	Name      string          `json:"name"`
+	Provider  string          `json:"provider"`
+	Spec      json.RawMessage `json:"spec"`
+	CreatedAt time.Time       `json:"created_at" readOnly:"true"`
+	CreatedBy string          `json:"created_by" readOnly:"true"`
+}
+
+// ProfileCreate is the body of POST /v1/profiles.
+type ProfileCreate struct {
+	Name     string         `json:"name" doc:"DNS label, at most 63 characters."`
+	Provider string         `json:"provider" doc:"Name of a registered provider."`
+	Spec     map[string]any `json:"spec" doc:"Backend-specific VM parameters (image, size, network…)."`
+}
+
+// ProfileList is a page of profiles.
+type ProfileList struct {
+	Items []Profile `json:"items"`
+	Next  string    `json:"next"`
+}
+
+// Connection says how the keeper reaches a soul.
+type Connection struct {
+	Transport string `json:"transport" enum:"ssh" default:"ssh"`
+	User      string `json:"user" default:"root" doc:"SSH user; sudo -n is used when it is not root."`
+	Port      int    `json:"port" default:"22" minimum:"1" maximum:"65535"`
+	KeyRef    string `json:"key_ref,omitempty" required:"false" doc:"Reference to the SSH private key: env:NAME, file:/path or vault:<path>#<field>."`
+	HostKey   string `json:"host_key,omitempty" required:"false" readOnly:"true" doc:"Host key pinned on first contact."`
+}
+
+// Soul is a managed host.
+type Soul struct {
+	SID          string          `json:"sid"`
+	Status       string          `json:"status" enum:"pending,active,unreachable,destroyed"`
+	Address      string          `json:"address,omitempty"`
+	Provider     string          `json:"provider,omitempty"`
+	VMID         string          `json:"vm_id,omitempty"`
+	PrimaryIP    string          `json:"primary_ip,omitempty"`
+	Attributes   json.RawMessage `json:"attributes"`
+	Connection   Connection      `json:"connection"`
+	CreatedByAID *string         `json:"created_by_aid" doc:"Actor that registered it; null for keeper-internal actions."`
+	CreatedAt    time.Time       `json:"created_at"`
+	UpdatedAt    time.Time       `json:"updated_at"`
+}
+
+// SoulCreate is the body of POST /v1/souls: register an existing host.
+type SoulCreate struct {
+	SID        string         `json:"sid" doc:"The soul's id: a DNS name (the FQDN for cloud-made hosts), each label at most 63 characters."`
+	Address    string         `json:"address" doc:"IP address or host name the keeper connects to."`
+	Connection Connection     `json:"connection"`
+	Attributes map[string]any `json:"attributes,omitempty" required:"false"`
+}
+
+// SoulList is a page of souls.
+type SoulList struct {
+	Items []Soul `json:"items"`
+	Next  string `json:"next"`
+}
+
+// Token is an API token as listed: never the token itself.
+type Token struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role" enum:"admin,operator,viewer"`
+	CreatedBy string     `json:"created_by"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Active    bool       `json:"active"`
+}
+
+// TokenCreate is the body of POST /v1/tokens.
+type TokenCreate struct {
+	Name      string     `json:"name" doc:"DNS label naming the token's holder."`
+	Role      string     `json:"role" doc:"admin, operator or viewer."`
+	ExpiresAt *time.Time `json:"expires_at,omitempty" required:"false" doc:"When the token stops working; never when absent."`
+}
+
+// TokenCreated answers POST /v1/tokens. Token, the plain secret, appears
+// only in this response; the keeper stores its hash.
+type TokenCreated struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Role      string     `json:"role"`
+	CreatedAt time.Time  `json:"created_at"`
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+	Token     string     `json:"token" doc:"The API token. Shown once; store it now."`
+}
+
+// RevealsSecret marks the one response whose secret field is meant for the
+// caller: the server's masking leaves it whole.
+func (TokenCreated) RevealsSecret() {}
+
+// TokenList is a page of tokens.
+type TokenList struct {
+	Items []Token `json:"items"`
+	Next  string  `json:"next"`
+}
+
+// AuditEvent is one row of the hash-chained audit log.
+type AuditEvent struct {
+	Seq      int64           `json:"seq"`
+	At       time.Time       `json:"at"`
+	ActorAID string          `json:"actor_aid"`
+	Action   string          `json:"action"`
+	Object   string          `json:"object"`
+	Payload  json.RawMessage `json:"payload" doc:"Masked JSON of what changed."`
+	PrevHash string          `json:"prev_hash"`
+	Hash     string          `json:"hash"`
+}
+
+// AuditProblem is a finding of the chain verifier, naming the row.
+type AuditProblem struct {
+	Seq     int64  `json:"seq"`
+	Kind    string `json:"kind" enum:"edited,deleted,relinked"`
+	Message string `json:"message"`
+}
+
+// AuditReport is the outcome of verifying the audit chain.
+type AuditReport struct {
+	OK       bool           `json:"ok"`
+	Checked  int64          `json:"checked"`
+	HeadSeq  int64          `json:"head_seq"`
+	Problems []AuditProblem `json:"problems"`
+}
+
+// AuditList is a page of audit events, with the chain verification when
+// asked for (?verify=true).
+type AuditList struct {
+	Items  []AuditEvent `json:"items"`
+	Next   string       `json:"next"`
+	Verify *AuditReport `json:"verify,omitempty"`
+}

@@ -1,0 +1,185 @@
+// Command keeper is the Soul Stack control-plane daemon: it holds the
+// registries and serves the Operator API.
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/soulstack/soulstack/internal/api"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/version"
+)
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "keeper:", err)
+		os.Exit(1)
+	}
+}
+
+// flags are the options every database-using command shares.
+type flags struct {
+	configPath  string
+	listen      string
+	dataDir     string
+	databaseURL string
+	logLevel    string
+}
+
+func (f *flags) bind(cmd *cobra.Command, withListen bool) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.configPath, "config", "", "keeper.yml to read (flags override it)")
+	if withListen {
+		fs.StringVar(&f.listen, "listen", "", "address of the Operator API (default "+config.DefaultListen+")")
+	}
+	fs.StringVar(&f.dataDir, "data-dir", "", "data directory: SQLite database, admin.token (default "+config.DefaultDataDir+")")
+	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://…; empty: embedded SQLite in the data dir (env KEEPER_DATABASE_URL)")
+	fs.StringVar(&f.logLevel, "log-level", "", "debug, info, warn or error (default info)")
+}
+
+// load builds the configuration: file, then environment, then flags.
+func (f *flags) load() (config.Config, error) {
+	var c config.Config
+	if f.configPath != "" {
+		var err error
+		if c, err = config.Load(f.configPath); err != nil {
+			return c, err
+		}
+	}
+	if v := os.Getenv("KEEPER_DATABASE_URL"); v != "" {
+		c.DatabaseURL = v
+	}
+	for dst, v := range map[*string]string{&c.Listen: f.listen, &c.DataDir: f.dataDir, &c.DatabaseURL: f.databaseURL, &c.Log.Level: f.logLevel} {
+		if v != "" {
+			*dst = v
+		}
+	}
+	c = c.WithDefaults()
+	return c, c.Validate()
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "keeper",
+		Short:         "Soul Stack keeper: registries, Operator API, audit log",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newServe(), newMigrate(), newAudit(), newVersion())
+	return root
+}
+
+func newServe() *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the keeper daemon",
+		Long: `Run the keeper daemon. With no options it keeps an embedded SQLite database
+under ./.keeper, applies its migrations, creates an admin API token on first
+start (written to ./.keeper/admin.token, mode 0600) and serves the Operator API
+on http://127.0.0.1:8420. Ctrl-C (SIGINT) or SIGTERM shuts it down gracefully.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.load()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return keeper.Run(ctx, c, keeper.NewLogger(os.Stderr, c), nil)
+		},
+	}
+	f.bind(cmd, true)
+	return cmd
+}
+
+func newMigrate() *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply database migrations and exit",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.load()
+			if err != nil {
+				return err
+			}
+			st, err := keeper.OpenStore(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			fmt.Fprintln(cmd.OutOrStdout(), "database is at the latest schema version")
+			return nil
+		},
+	}
+	f.bind(cmd, false)
+	return cmd
+}
+
+func newAudit() *cobra.Command {
+	audit := &cobra.Command{Use: "audit", Short: "Work with the audit log directly in the database"}
+	var f flags
+	var asJSON bool
+	verify := &cobra.Command{
+		Use:   "verify",
+		Short: "Verify the audit hash chain; exit 1 naming every edited or deleted row",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.load()
+			if err != nil {
+				return err
+			}
+			st, err := keeper.OpenStore(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			r, err := api.Verify(cmd.Context(), st)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				_ = enc.Encode(api.ReportWire(r))
+			} else {
+				for _, p := range r.Problems {
+					fmt.Fprintf(out, "row %d: %s: %s\n", p.Seq, p.Kind, p.Message)
+				}
+				if r.OK {
+					fmt.Fprintf(out, "audit chain OK: %d events, head %d\n", r.Checked, r.HeadSeq)
+				}
+			}
+			if !r.OK {
+				return errors.New("audit chain is broken")
+			}
+			return nil
+		},
+	}
+	f.bind(verify, false)
+	verify.Flags().BoolVarP(&asJSON, "json", "j", false, "print the report as JSON")
+	audit.AddCommand(verify)
+	return audit
+}
+
+func newVersion() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the keeper's version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "keeper", version.String())
+		},
+	}
+}
+

@@ -1,0 +1,250 @@
+// Package api serves the keeper's Operator REST API with huma v2: routes,
+// authentication and RBAC, request validation, masking of every response
+// body, Prometheus metrics and the generated OpenAPI document.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// MaxBodyBytes is the largest request body accepted (1 MiB).
+const MaxBodyBytes = 1 << 20
+
+// Config is what the API needs from the keeper.
+type Config struct {
+	Store   store.Store
+	Logger  *slog.Logger
+	Version string
+	Now     func() time.Time // nil: time.Now
+}
+
+// Server is the Operator API as an http.Handler.
+type Server struct {
+	store   store.Store
+	log     *slog.Logger
+	now     func() time.Time
+	authn   *auth.Authenticator
+	mux     *http.ServeMux
+	api     huma.API
+	metrics *metrics
+}
+
+// New builds the API over cfg.Store.
+func New(cfg Config) *Server {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		store: cfg.Store,
+		log:   cfg.Logger,
+		now:   cfg.Now,
+		authn: auth.NewAuthenticator(cfg.Store, cfg.Now),
+		mux:   http.NewServeMux(),
+	}
+	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
+	hc.CreateHooks = nil // no $schema links in bodies
+	hc.Info.Description = "Registries (providers, profiles, souls, API tokens) and the hash-chained audit log. " +
+		"Errors are RFC 9457 problems with a stable dotted code."
+	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
+		"bearer": {Type: "http", Scheme: "bearer", Description: "An API token: Authorization: Bearer sst_…"},
+	}
+	hc.Transformers = append(hc.Transformers, maskTransformer)
+	s.api = humago.New(s.mux, hc)
+	s.metrics = newMetrics()
+	s.api.UseMiddleware(s.observe)
+
+	s.registerHealth()
+	s.registerProviders()
+	s.registerProfiles()
+	s.registerSouls()
+	s.registerTokens()
+	s.registerAudit()
+	return s
+}
+
+// ServeHTTP serves the API; unknown routes get a problem document.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		writeProblem(w, problem(http.StatusNotFound, "route.not_found", "no route "+r.Method+" "+r.URL.Path))
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// OpenAPI returns the generated OpenAPI document.
+func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
+
+// maskProblem returns a copy of p with registered secret text masked in
+// its messages.
+func maskProblem(p *client.Problem) *client.Problem {
+	out := *p
+	out.Detail = secret.MaskString(p.Detail)
+	out.Errors = make([]client.ProblemError, len(p.Errors))
+	for i, e := range p.Errors {
+		out.Errors[i] = client.ProblemError{Location: e.Location, Message: secret.MaskString(e.Message)}
+	}
+	return &out
+}
+
+func writeProblem(w http.ResponseWriter, p *client.Problem) {
+	b, _ := json.Marshal(maskProblem(p))
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+type principalKey struct{}
+
+// principal returns the authenticated caller of a handler.
+func principal(ctx context.Context) auth.Principal {
+	p, _ := ctx.Value(principalKey{}).(auth.Principal)
+	return p
+}
+
+// register adds an operation that needs perm (auth.Authenticated: any valid
+// token; pass public=true for none). The handler returns domain errors;
+// they become problems here.
+func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, public bool, h func(context.Context, *I) (*O, error)) {
+	op.MaxBodyBytes = MaxBodyBytes
+	if op.Metadata == nil {
+		op.Metadata = map[string]any{}
+	}
+	if !public {
+		op.Security = []map[string][]string{{"bearer": {}}}
+		op.Metadata["permission"] = string(perm)
+		if perm != auth.Authenticated {
+			op.Description += "\n\nPermission: `" + string(perm) + "`."
+		}
+		op.Middlewares = append(op.Middlewares, s.authorize(perm))
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+	}
+	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
+		out, err := h(ctx, in)
+		if err != nil {
+			p, known := problemFor(err)
+			if !known {
+				s.log.Error("request failed", "operation", op.OperationID, "err", err)
+			}
+			return nil, p
+		}
+		return out, nil
+	})
+}
+
+// authorize authenticates the bearer token and checks perm.
+func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Context)) {
+	return func(ctx huma.Context, next func(huma.Context)) {
+		p, err := s.authn.Authenticate(ctx.Context(), ctx.Header("Authorization"))
+		if err != nil {
+			prob, known := problemFor(err)
+			if !known {
+				s.log.Error("authentication failed", "err", err)
+			}
+			s.writeHumaProblem(ctx, prob)
+			return
+		}
+		if !auth.Can(p.Role, perm) {
+			s.writeHumaProblem(ctx, problem(http.StatusForbidden, "auth.forbidden",
+				"token "+p.TokenID+" (role "+p.Role+") lacks permission "+string(perm)))
+			return
+		}
+		next(huma.WithValue(ctx, principalKey{}, p))
+	}
+}
+
+func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {
+	if p.Status == http.StatusUnauthorized {
+		ctx.SetHeader("WWW-Authenticate", `Bearer realm="soulstack"`)
+	}
+	_ = huma.WriteErr(s.api, ctx, p.Status, p.Detail, p)
+}
+
+// maskTransformer passes every response body through secret.Mask, except
+// the one response whose secret is meant for the caller (a new token).
+func maskTransformer(_ huma.Context, _ string, v any) (any, error) {
+	if _, reveal := v.(interface{ RevealsSecret() }); reveal {
+		return v, nil
+	}
+	if p, ok := v.(*client.Problem); ok {
+		return maskProblem(p), nil
+	}
+	if v == nil {
+		return nil, nil
+	}
+	return secret.Mask(v), nil
+}
+
+// page computes the next cursor: a handler fetches limit+1 items; if it got
+// more than limit, the cursor is the key of the last item returned.
+func page[T any](items []T, limit int, key func(T) string) ([]T, string) {
+	if len(items) <= limit {
+		return items, ""
+	}
+	items = items[:limit]
+	return items, key(items[len(items)-1])
+}
+
+// ListInput is the query of every list route.
+type ListInput struct {
+	Limit int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"At most this many items."`
+	After string `query:"after" doc:"Cursor: the next value of the previous page."`
+}
+
+// metrics are the keeper's HTTP metrics.
+type metrics struct {
+	registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		registry: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "soulstack_http_requests_total", Help: "Operator API requests by operation and status.",
+		}, []string{"operation", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "soulstack_http_request_duration_seconds", Help: "Operator API request latency.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"operation", "method"}),
+	}
+	m.registry.MustRegister(m.requests, m.duration, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// observe records metrics and a debug log line for every operation.
+func (s *Server) observe(ctx huma.Context, next func(huma.Context)) {
+	start := time.Now()
+	next(ctx)
+	op := ctx.Operation()
+	status := ctx.Status()
+	if status == 0 {
+		status = http.StatusOK
+	}
+	elapsed := time.Since(start)
+	s.metrics.requests.WithLabelValues(op.OperationID, op.Method, strconv.Itoa(status)).Inc()
+	s.metrics.duration.WithLabelValues(op.OperationID, op.Method).Observe(elapsed.Seconds())
+	level := slog.LevelDebug
+	if status >= 500 {
+		level = slog.LevelError
+	}
+	s.log.Log(ctx.Context(), level, "request", "method", op.Method, "path", ctx.URL().Path, "status", status, "duration", elapsed)
+}

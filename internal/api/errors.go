@@ -1,0 +1,127 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// This file is the one place where errors become HTTP problems: domain and
+// store errors from handlers (problemFor), and the framework's own request
+// errors (huma.NewError, set in init).
+
+func init() {
+	huma.NewError = newFrameworkError
+}
+
+func problem(status int, code, detail string, errs ...client.ProblemError) *client.Problem {
+	return &client.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code, Detail: detail, Errors: errs}
+}
+
+// invalid is a semantic validation failure of one input field.
+func invalid(code, location, format string, args ...any) *client.Problem {
+	msg := fmt.Sprintf(format, args...)
+	return problem(http.StatusUnprocessableEntity, code, msg, client.ProblemError{Location: location, Message: msg})
+}
+
+// newFrameworkError builds the problem for errors huma detects before a
+// handler runs: unreadable JSON, schema violations, oversized bodies. The
+// submitted values are never echoed back: they may hold secrets.
+func newFrameworkError(status int, msg string, errs ...error) huma.StatusError {
+	var details []client.ProblemError
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		var p *client.Problem
+		if errors.As(err, &p) {
+			return p
+		}
+		d := client.ProblemError{Message: err.Error()}
+		var ed huma.ErrorDetailer
+		if errors.As(err, &ed) {
+			det := ed.ErrorDetail()
+			d = client.ProblemError{Location: det.Location, Message: det.Message}
+		}
+		details = append(details, d)
+	}
+	code := "request.invalid"
+	switch status {
+	case http.StatusBadRequest:
+		code = "request.malformed"
+		if len(details) > 0 {
+			msg = "the request body is not valid JSON: " + details[0].Message
+		}
+	case http.StatusRequestEntityTooLarge:
+		code = "request.too_large"
+		msg = "the request body is larger than 1 MiB"
+	case http.StatusUnsupportedMediaType:
+		code = "request.unsupported_media_type"
+	case http.StatusUnprocessableEntity:
+		code = "request.invalid"
+		if len(details) > 0 {
+			var parts []string
+			for _, d := range details {
+				parts = append(parts, d.Location+": "+d.Message)
+			}
+			msg = "the request does not match the API schema: " + strings.Join(parts, "; ")
+		}
+	case http.StatusUnauthorized:
+		code = "auth.unauthenticated"
+	case http.StatusForbidden:
+		code = "auth.forbidden"
+	case http.StatusNotFound:
+		code = "route.not_found"
+	case http.StatusMethodNotAllowed:
+		code = "route.method_not_allowed"
+	case http.StatusInternalServerError:
+		code = "internal.error"
+	}
+	return problem(status, code, msg, details...)
+}
+
+// problemFor maps an error returned by a handler to a problem. Errors it
+// does not know become a 500 whose detail says nothing internal; the caller
+// logs the cause.
+func problemFor(err error) (*client.Problem, bool) {
+	var p *client.Problem
+	if errors.As(err, &p) {
+		return p, true
+	}
+	var se *store.Error
+	if errors.As(err, &se) {
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return problem(http.StatusNotFound, se.Kind+".not_found", fmt.Sprintf("%s %q does not exist", se.Kind, se.Key)), true
+		case errors.Is(err, store.ErrExists):
+			return problem(http.StatusConflict, se.Kind+".exists", fmt.Sprintf("%s %q already exists", se.Kind, se.Key)), true
+		case errors.Is(err, store.ErrInUse):
+			detail := fmt.Sprintf("%s %q is in use", se.Kind, se.Key)
+			if se.Ref != "" {
+				detail += " by " + se.Ref
+			}
+			return problem(http.StatusConflict, se.Kind+".in_use", detail+"; delete those first"), true
+		case errors.Is(err, store.ErrReferenceMissing):
+			ref, name, _ := strings.Cut(se.Ref, " ")
+			return invalid(se.Kind+"."+ref+"_missing", "body."+ref, "%s %q does not exist", ref, name), true
+		case errors.Is(err, store.ErrRevoked):
+			return problem(http.StatusConflict, "token.revoked", fmt.Sprintf("token %q is already revoked", se.Key)), true
+		case errors.Is(err, store.ErrLastAdmin):
+			return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
+		}
+	}
+	switch {
+	case errors.Is(err, auth.ErrNoToken):
+		return problem(http.StatusUnauthorized, "auth.missing_token", "this route needs an API token: send \"Authorization: Bearer <token>\""), true
+	case errors.Is(err, auth.ErrInvalidToken):
+		return problem(http.StatusUnauthorized, "auth.invalid_token", err.Error()), true
+	}
+	return problem(http.StatusInternalServerError, "internal.error", "the keeper failed to handle the request; see its log"), false
+}

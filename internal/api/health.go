@@ -1,0 +1,50 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Health is the body of /healthz and /readyz.
+type Health struct {
+	Status string `json:"status" enum:"ok,unavailable"`
+}
+
+func (s *Server) registerHealth() {
+	tags := []string{"health"}
+	register(s, huma.Operation{
+		OperationID: "healthz", Method: http.MethodGet, Path: "/healthz", Tags: tags,
+		Summary: "Liveness: the process serves requests",
+	}, "", true, func(context.Context, *struct{}) (*struct{ Body Health }, error) {
+		return &struct{ Body Health }{Body: Health{Status: "ok"}}, nil
+	})
+	register(s, huma.Operation{
+		OperationID: "readyz", Method: http.MethodGet, Path: "/readyz", Tags: tags,
+		Summary: "Readiness: the database answers", Errors: []int{http.StatusServiceUnavailable},
+	}, "", true, func(ctx context.Context, _ *struct{}) (*struct{ Body Health }, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if err := s.store.Ping(ctx); err != nil {
+			s.log.Warn("not ready: database does not answer", "err", err)
+			return nil, problem(http.StatusServiceUnavailable, "keeper.not_ready", "the database does not answer")
+		}
+		return &struct{ Body Health }{Body: Health{Status: "ok"}}, nil
+	})
+
+	prom := promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
+	huma.Register(s.api, huma.Operation{
+		OperationID: "metrics", Method: http.MethodGet, Path: "/metrics", Tags: tags,
+		Summary: "Prometheus metrics (text exposition format)",
+		Responses: map[string]*huma.Response{"200": {Description: "Metrics", Content: map[string]*huma.MediaType{"text/plain": {}}}},
+	}, func(context.Context, *struct{}) (*huma.StreamResponse, error) {
+		return &huma.StreamResponse{Body: func(ctx huma.Context) {
+			r, w := humago.Unwrap(ctx)
+			prom.ServeHTTP(w, r)
+		}}, nil
+	})
+}

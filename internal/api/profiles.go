@@ -1,0 +1,86 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+type profileOutput struct {
+	Body client.Profile
+}
+
+func profileWire(p store.Profile) client.Profile {
+	return client.Profile{Name: p.Name, Provider: p.Provider, Spec: p.Spec, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy}
+}
+
+func (s *Server) registerProfiles() {
+	tags := []string{"profiles"}
+	register(s, huma.Operation{
+		OperationID: "profile-create", Method: http.MethodPost, Path: "/v1/profiles", Tags: tags,
+		Summary: "Register a VM profile", Description: "422 profile.provider_missing when the provider does not exist.",
+		DefaultStatus: http.StatusCreated,
+		Errors:        []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+	}, auth.ProfileCreate, false, func(ctx context.Context, in *struct{ Body client.ProfileCreate }) (*profileOutput, error) {
+		b := in.Body
+		if err := first(checkName("body.name", b.Name), checkName("body.provider", b.Provider)); err != nil {
+			if p, ok := err.(*client.Problem); ok && p.Errors[0].Location == "body.provider" {
+				// A malformed provider name cannot name a registered provider.
+				return nil, invalid("profile.provider_missing", "body.provider", "provider %q does not exist: %s", b.Provider, p.Detail)
+			}
+			return nil, err
+		}
+		spec, err := json.Marshal(b.Spec)
+		if err != nil || b.Spec == nil {
+			spec = []byte("{}")
+		}
+		p, err := s.store.ProfileCreate(ctx, store.ProfileCreateParams{
+			Profile: store.Profile{Name: b.Name, Provider: b.Provider, Spec: spec},
+			Actor:   principal(ctx).Actor(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &profileOutput{Body: profileWire(p)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "profile-list", Method: http.MethodGet, Path: "/v1/profiles", Tags: tags,
+		Summary: "List profiles by name",
+	}, auth.ProfileRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.ProfileList }, error) {
+		ps, err := s.store.ProfileList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+		if err != nil {
+			return nil, err
+		}
+		ps, next := page(ps, in.Limit, func(p store.Profile) string { return p.Name })
+		out := &struct{ Body client.ProfileList }{Body: client.ProfileList{Items: make([]client.Profile, 0, len(ps)), Next: next}}
+		for _, p := range ps {
+			out.Body.Items = append(out.Body.Items, profileWire(p))
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "profile-get", Method: http.MethodGet, Path: "/v1/profiles/{name}", Tags: tags,
+		Summary: "Get a profile", Errors: []int{http.StatusNotFound},
+	}, auth.ProfileRead, false, func(ctx context.Context, in *nameInput) (*profileOutput, error) {
+		p, err := s.store.ProfileGet(ctx, in.Name)
+		if err != nil {
+			return nil, err
+		}
+		return &profileOutput{Body: profileWire(p)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "profile-delete", Method: http.MethodDelete, Path: "/v1/profiles/{name}", Tags: tags,
+		Summary: "Delete a profile", DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
+	}, auth.ProfileDelete, false, func(ctx context.Context, in *nameInput) (*struct{}, error) {
+		return nil, s.store.ProfileDelete(ctx, store.DeleteParams{Key: in.Name, Actor: principal(ctx).Actor()})
+	})
+}

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+type nameInput struct {
+	Name string `path:"name" doc:"The object's name."`
+}
+
+type providerOutput struct {
+	Body client.Provider
+}
+
+func providerWire(p store.Provider) client.Provider {
+	return client.Provider{
+		Name: p.Name, Driver: p.Driver, Region: p.Region, CredentialsRef: p.CredentialsRef,
+		FQDNSuffix: p.FQDNSuffix, Config: p.Config, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy,
+	}
+}
+
+func (s *Server) registerProviders() {
+	tags := []string{"providers"}
+	register(s, huma.Operation{
+		OperationID: "provider-create", Method: http.MethodPost, Path: "/v1/providers", Tags: tags,
+		Summary: "Register a cloud provider", DefaultStatus: http.StatusCreated,
+		Errors: []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+	}, auth.ProviderCreate, false, func(ctx context.Context, in *struct{ Body client.ProviderCreate }) (*providerOutput, error) {
+		b := in.Body
+		if err := first(
+			checkName("body.name", b.Name),
+			checkName("body.driver", b.Driver),
+			checkRef("provider.credentials_ref_invalid", "body.credentials_ref", b.CredentialsRef),
+			fqdnSuffix("body.fqdn_suffix", b.FQDNSuffix),
+		); err != nil {
+			return nil, err
+		}
+		config, err := json.Marshal(b.Config)
+		if err != nil || b.Config == nil {
+			config = []byte("{}")
+		}
+		p, err := s.store.ProviderCreate(ctx, store.ProviderCreateParams{
+			Provider: store.Provider{Name: b.Name, Driver: b.Driver, Region: b.Region, CredentialsRef: b.CredentialsRef, FQDNSuffix: b.FQDNSuffix, Config: config},
+			Actor:    principal(ctx).Actor(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &providerOutput{Body: providerWire(p)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "provider-list", Method: http.MethodGet, Path: "/v1/providers", Tags: tags,
+		Summary: "List providers by name",
+	}, auth.ProviderRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.ProviderList }, error) {
+		ps, err := s.store.ProviderList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+		if err != nil {
+			return nil, err
+		}
+		ps, next := page(ps, in.Limit, func(p store.Provider) string { return p.Name })
+		out := &struct{ Body client.ProviderList }{Body: client.ProviderList{Items: make([]client.Provider, 0, len(ps)), Next: next}}
+		for _, p := range ps {
+			out.Body.Items = append(out.Body.Items, providerWire(p))
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "provider-get", Method: http.MethodGet, Path: "/v1/providers/{name}", Tags: tags,
+		Summary: "Get a provider", Errors: []int{http.StatusNotFound},
+	}, auth.ProviderRead, false, func(ctx context.Context, in *nameInput) (*providerOutput, error) {
+		p, err := s.store.ProviderGet(ctx, in.Name)
+		if err != nil {
+			return nil, err
+		}
+		return &providerOutput{Body: providerWire(p)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "provider-delete", Method: http.MethodDelete, Path: "/v1/providers/{name}", Tags: tags,
+		Summary: "Delete a provider", Description: "Refused with 409 provider.in_use while profiles use it.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, auth.ProviderDelete, false, func(ctx context.Context, in *nameInput) (*struct{}, error) {
+		return nil, s.store.ProviderDelete(ctx, store.DeleteParams{Key: in.Name, Actor: principal(ctx).Actor()})
+	})
+}
+
+// fqdnSuffix validates an optional DNS suffix.
+func fqdnSuffix(location, suffix string) *client.Problem {
+	if suffix == "" {
+		return nil
+	}
+	if p := checkSID(location, suffix); p != nil {
+		return invalid("provider.fqdn_suffix_invalid", location, "%q is not a DNS name", suffix)
+	}
+	return nil
+}

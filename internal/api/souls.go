@@ -1,0 +1,118 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+type sidInput struct {
+	SID string `path:"sid" doc:"The soul's id."`
+}
+
+type soulOutput struct {
+	Body client.Soul
+}
+
+func soulWire(so store.Soul) client.Soul {
+	return client.Soul{
+		SID: so.SID, Status: so.Status, Address: so.Address, Provider: so.Provider, VMID: so.VMID, PrimaryIP: so.PrimaryIP,
+		Attributes: so.Attributes, CreatedByAID: so.CreatedByAID, CreatedAt: so.CreatedAt, UpdatedAt: so.UpdatedAt,
+		Connection: client.Connection{Transport: so.Connection.Transport, User: so.Connection.User, Port: so.Connection.Port, KeyRef: so.Connection.KeyRef, HostKey: so.Connection.HostKey},
+	}
+}
+
+func (s *Server) registerSouls() {
+	tags := []string{"souls"}
+	register(s, huma.Operation{
+		OperationID: "soul-create", Method: http.MethodPost, Path: "/v1/souls", Tags: tags,
+		Summary: "Register an existing host as a soul", DefaultStatus: http.StatusCreated,
+		Errors: []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+	}, auth.SoulCreate, false, func(ctx context.Context, in *struct{ Body client.SoulCreate }) (*soulOutput, error) {
+		b := in.Body
+		c := b.Connection
+		if err := first(
+			checkSID("body.sid", b.SID),
+			checkHost("body.address", b.Address),
+			checkRef("soul.key_ref_invalid", "body.connection.key_ref", c.KeyRef),
+			userName("body.connection.user", c.User),
+		); err != nil {
+			return nil, err
+		}
+		if c.HostKey != "" {
+			return nil, invalid("request.invalid", "body.connection.host_key", "is pinned by the keeper on first contact and cannot be set")
+		}
+		attrs, err := json.Marshal(b.Attributes)
+		if err != nil || b.Attributes == nil {
+			attrs = []byte("{}")
+		}
+		actor := principal(ctx).Actor()
+		aid := string(actor)
+		so, err := s.store.SoulCreate(ctx, store.SoulCreateParams{
+			Soul: store.Soul{
+				SID: b.SID, Status: store.SoulActive, Address: b.Address, Attributes: attrs, CreatedByAID: &aid,
+				Connection: store.Connection{Transport: c.Transport, User: c.User, Port: c.Port, KeyRef: c.KeyRef},
+			},
+			Actor: actor,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &soulOutput{Body: soulWire(so)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "soul-list", Method: http.MethodGet, Path: "/v1/souls", Tags: tags,
+		Summary: "List souls by SID",
+	}, auth.SoulRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.SoulList }, error) {
+		ss, err := s.store.SoulList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+		if err != nil {
+			return nil, err
+		}
+		ss, next := page(ss, in.Limit, func(so store.Soul) string { return so.SID })
+		out := &struct{ Body client.SoulList }{Body: client.SoulList{Items: make([]client.Soul, 0, len(ss)), Next: next}}
+		for _, so := range ss {
+			out.Body.Items = append(out.Body.Items, soulWire(so))
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "soul-get", Method: http.MethodGet, Path: "/v1/souls/{sid}", Tags: tags,
+		Summary: "Get a soul", Errors: []int{http.StatusNotFound},
+	}, auth.SoulRead, false, func(ctx context.Context, in *sidInput) (*soulOutput, error) {
+		so, err := s.store.SoulGet(ctx, in.SID)
+		if err != nil {
+			return nil, err
+		}
+		return &soulOutput{Body: soulWire(so)}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "soul-delete", Method: http.MethodDelete, Path: "/v1/souls/{sid}", Tags: tags,
+		Summary: "Remove a soul from the registry", Description: "The host itself is not touched.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
+	}, auth.SoulDelete, false, func(ctx context.Context, in *sidInput) (*struct{}, error) {
+		return nil, s.store.SoulDelete(ctx, store.DeleteParams{Key: in.SID, Actor: principal(ctx).Actor()})
+	})
+}
+
+// userName validates a POSIX user name for SSH.
+func userName(location, user string) *client.Problem {
+	if user == "" || len(user) > 32 {
+		return invalid("soul.user_invalid", location, "must be 1 to 32 characters")
+	}
+	for i, r := range user {
+		ok := r == '_' || (r >= 'a' && r <= 'z') || (i > 0 && (r == '-' || r == '.' || (r >= '0' && r <= '9') || (r >= 'A' && r <= 'Z'))) || (r >= 'A' && r <= 'Z')
+		if !ok {
+			return invalid("soul.user_invalid", location, "%q is not a valid user name", user)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+func tokenWire(t store.APIToken, now func() bool) client.Token {
+	return client.Token{ID: t.ID, Name: t.Name, Role: t.Role, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Active: now()}
+}
+
+func (s *Server) registerTokens() {
+	tags := []string{"tokens"}
+	register(s, huma.Operation{
+		OperationID: "token-create", Method: http.MethodPost, Path: "/v1/tokens", Tags: tags,
+		Summary: "Issue an API token", Description: "The plain token is in this response only; the keeper stores its hash.",
+		DefaultStatus: http.StatusCreated,
+		Errors:        []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+	}, auth.TokenManage, false, func(ctx context.Context, in *struct{ Body client.TokenCreate }) (*struct{ Body client.TokenCreated }, error) {
+		b := in.Body
+		if err := checkName("body.name", b.Name); err != nil {
+			return nil, err
+		}
+		if !auth.ValidRole(b.Role) {
+			return nil, invalid("token.role_unknown", "body.role", "unknown role %q; roles are %s", b.Role, strings.Join(auth.Roles(), ", "))
+		}
+		if b.ExpiresAt != nil && !b.ExpiresAt.After(s.now()) {
+			return nil, invalid("token.expiry_past", "body.expires_at", "is not in the future")
+		}
+		plain, id, hash, err := auth.NewToken()
+		if err != nil {
+			return nil, err
+		}
+		t, err := s.store.TokenCreate(ctx, store.TokenCreateParams{
+			Token: store.APIToken{ID: id, Name: b.Name, Role: b.Role, Hash: hash, ExpiresAt: b.ExpiresAt},
+			Actor: principal(ctx).Actor(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &struct{ Body client.TokenCreated }{Body: client.TokenCreated{
+			ID: t.ID, Name: t.Name, Role: t.Role, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain,
+		}}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "token-list", Method: http.MethodGet, Path: "/v1/tokens", Tags: tags,
+		Summary: "List API tokens (never the tokens themselves)",
+	}, auth.TokenManage, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.TokenList }, error) {
+		ts, err := s.store.TokenList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+		if err != nil {
+			return nil, err
+		}
+		ts, next := page(ts, in.Limit, func(t store.APIToken) string { return t.ID })
+		now := s.now()
+		out := &struct{ Body client.TokenList }{Body: client.TokenList{Items: make([]client.Token, 0, len(ts)), Next: next}}
+		for _, t := range ts {
+			out.Body.Items = append(out.Body.Items, tokenWire(t, func() bool { return t.Active(now) }))
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "token-revoke", Method: http.MethodDelete, Path: "/v1/tokens/{id}", Tags: tags,
+		Summary: "Revoke an API token", Description: "Refused with 409 token.last_admin for the last active admin token.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, auth.TokenManage, false, func(ctx context.Context, in *struct {
+		ID string `path:"id" doc:"The token's id (tok_…)."`
+	}) (*struct{}, error) {
+		if err := s.store.TokenRevoke(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()}); err != nil {
+			return nil, err
+		}
+		s.authn.Forget(in.ID)
+		return nil, nil
+	})
+}

@@ -1,0 +1,100 @@
+// Package config is keeper.yml: Load decodes it strictly (an unknown key is
+// an error with its line), WithDefaults returns a completed copy, and
+// Validate names the first bad field without changing anything.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+)
+
+// Defaults.
+const (
+	DefaultListen  = "127.0.0.1:8420"
+	DefaultDataDir = "./.keeper"
+)
+
+// Config is the keeper's configuration.
+type Config struct {
+	// Listen is the Operator API's address.
+	Listen string `yaml:"listen"`
+	// DataDir holds the SQLite database, admin.token and later the keeper's
+	// keys and plugins.
+	DataDir string `yaml:"data_dir"`
+	// DatabaseURL selects PostgreSQL (postgres://…); empty means the
+	// embedded SQLite file <data_dir>/keeper.db.
+	DatabaseURL string `yaml:"database_url"`
+	Log         Log    `yaml:"log"`
+}
+
+// Log configures the keeper's log on stderr.
+type Log struct {
+	Level  string `yaml:"level"`  // debug, info, warn, error
+	Format string `yaml:"format"` // text or json
+}
+
+// Load reads a keeper.yml. Unknown keys are errors.
+func Load(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("read config: %w", err)
+	}
+	if err := yaml.UnmarshalWithOptions(b, &c, yaml.Strict(), yaml.DisallowUnknownField()); err != nil {
+		return c, fmt.Errorf("config %s:\n%s", path, yaml.FormatError(err, false, true))
+	}
+	return c, nil
+}
+
+// WithDefaults returns a copy of c with every unset field at its default.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir
+	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = "text"
+	}
+	return c
+}
+
+// Validate reports the first invalid field; it changes nothing.
+func (c Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: %q is not host:port: %w", c.Listen, err)
+	}
+	if strings.TrimSpace(c.DataDir) == "" {
+		return errors.New("data_dir: must not be empty")
+	}
+	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		return fmt.Errorf("database_url: want postgres://… (leave it empty for the embedded SQLite)")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log.level: %q is not one of debug, info, warn, error", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log.format: %q is not text or json", c.Log.Format)
+	}
+	return nil
+}
+
+// SQLitePath is the embedded database file.
+func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "keeper.db") }
+
+// AdminTokenPath is where the first admin token is written.
+func (c Config) AdminTokenPath() string { return filepath.Join(c.DataDir, "admin.token") }
