@@ -182,4 +182,3 @@ func newVersion() *cobra.Command {
 		},
 	}
 }
-

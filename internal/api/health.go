@@ -39,7 +39,7 @@ func (s *Server) registerHealth() {
 	prom := promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
 	huma.Register(s.api, huma.Operation{
 		OperationID: "metrics", Method: http.MethodGet, Path: "/metrics", Tags: tags,
-		Summary: "Prometheus metrics (text exposition format)",
+		Summary:   "Prometheus metrics (text exposition format)",
 		Responses: map[string]*huma.Response{"200": {Description: "Metrics", Content: map[string]*huma.MediaType{"text/plain": {}}}},
 	}, func(context.Context, *struct{}) (*huma.StreamResponse, error) {
 		return &huma.StreamResponse{Body: func(ctx huma.Context) {
