@@ -24,7 +24,7 @@ import (
 
 // keeper is a real listening Operator API over a fresh database.
 type keeper struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	store *sqlstore.Store
 	admin string // admin token
@@ -69,7 +69,7 @@ func (c *clock) Set(t time.Time) {
 	c.t = t
 }
 
-func start(t *testing.T, b testdb.Backend) *keeper {
+func start(t testing.TB, b testdb.Backend) *keeper {
 	t.Helper()
 	st := b.Open(t)
 	logs := &syncBuffer{}
