@@ -1,0 +1,253 @@
+package keeper_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/testdb"
+)
+
+var keeperBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "keeper-bin-")
+	if err != nil {
+		panic(err)
+	}
+	keeperBin = filepath.Join(dir, "keeper")
+	out, err := exec.Command("go", "build", "-o", keeperBin, "../../cmd/keeper").CombinedOutput()
+	if err != nil {
+		os.Stderr.Write(out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a keeper process started by a test.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	logs chan string
+	done chan error
+}
+
+var listening = regexp.MustCompile(`msg="keeper listening" addr=(http://[0-9.:]+)`)
+
+// serve starts `keeper serve` with args and waits until it listens.
+func serve(t *testing.T, dir string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(keeperBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Dir = dir
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, logs: make(chan string, 1000), done: make(chan error, 1)}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			if m := listening.FindStringSubmatch(line); m != nil {
+				addr <- m[1]
+			}
+			select {
+			case p.logs <- line:
+			default:
+			}
+		}
+		p.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill() // the process this test started, by PID
+		}
+	})
+	select {
+	case p.addr = <-addr:
+	case err := <-p.done:
+		t.Fatalf("keeper exited before listening: %v\n%s", err, p.drain())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("keeper did not start listening:\n%s", p.drain())
+	}
+	return p
+}
+
+func (p *proc) drain() string {
+	var b strings.Builder
+	for {
+		select {
+		case l := <-p.logs:
+			b.WriteString(l + "\n")
+		default:
+			return b.String()
+		}
+	}
+}
+
+// interrupt sends SIGINT (Ctrl-C) and waits for a clean exit.
+func (p *proc) interrupt(t *testing.T) string {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		logs := p.drain()
+		if err != nil {
+			t.Fatalf("keeper exited with %v after SIGINT:\n%s", err, logs)
+		}
+		return logs
+	case <-time.After(20 * time.Second):
+		t.Fatal("keeper did not stop within 20 s of SIGINT")
+	}
+	return ""
+}
+
+func TestServeSQLiteZeroConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	tokenPath := filepath.Join(dir, ".keeper", "admin.token")
+	fi, err := os.Stat(tokenPath)
+	if err != nil {
+		t.Fatalf("admin.token: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("admin.token mode = %v, want 0600", fi.Mode().Perm())
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".keeper", "keeper.db")); err != nil {
+		t.Fatalf("no embedded database: %v", err)
+	}
+	raw, _ := os.ReadFile(tokenPath)
+	token := strings.TrimSpace(string(raw))
+	c, _ := client.New(k.addr, token)
+	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "local.test"}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(k.addr + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	logs := k.interrupt(t)
+	if strings.Contains(logs, token) {
+		t.Fatal("the log shows the admin token")
+	}
+	if !strings.Contains(logs, "admin.token") || !strings.Contains(logs, "stopped") {
+		t.Fatalf("log lacks the token path or the clean stop:\n%s", logs)
+	}
+
+	// A restart keeps the data and the token, and creates no second admin.
+	k = serve(t, dir)
+	c, _ = client.New(k.addr, token)
+	if _, err := c.ProviderGet(context.Background(), "local"); err != nil {
+		t.Fatalf("provider lost across restart: %v", err)
+	}
+	tokens, err := c.TokenList(context.Background(), client.ListOptions{})
+	if err != nil || len(tokens.Items) != 1 {
+		t.Fatalf("tokens after restart = %+v, %v", tokens, err)
+	}
+	if raw2, _ := os.ReadFile(tokenPath); string(raw2) != string(raw) {
+		t.Fatal("admin.token was rewritten on restart")
+	}
+	k.interrupt(t)
+
+	// keeper audit verify reads the same database.
+	out, err := exec.Command(keeperBin, "audit", "verify", "--data-dir", filepath.Join(dir, ".keeper")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "audit chain OK: 2 events") {
+		t.Fatalf("keeper audit verify: %v\n%s", err, out)
+	}
+}
+
+func TestServePostgres(t *testing.T) {
+	t.Parallel()
+	url := testdb.FreshPostgres(t)
+	dir := t.TempDir()
+	k := serve(t, dir, "--database-url", url, "--data-dir", filepath.Join(dir, "data"))
+	raw, err := os.ReadFile(filepath.Join(dir, "data", "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := client.New(k.addr, strings.TrimSpace(string(raw)))
+	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "pg", Driver: "local"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "keeper.db")); err == nil {
+		t.Fatal("a SQLite file was created although PostgreSQL was configured")
+	}
+	k.interrupt(t)
+
+	out, err := exec.Command(keeperBin, "audit", "verify", "--database-url", url, "--json").CombinedOutput()
+	var r client.AuditReport
+	if err != nil || json.Unmarshal(out, &r) != nil || !r.OK || r.Checked != 2 {
+		t.Fatalf("keeper audit verify on postgres: %v\n%s", err, out)
+	}
+}
+
+func TestCommands(t *testing.T) {
+	t.Parallel()
+	run := func(args ...string) (string, error) {
+		out, err := exec.Command(keeperBin, args...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("version"); err != nil || !strings.HasPrefix(out, "keeper ") {
+		t.Fatalf("keeper version: %v %s", err, out)
+	}
+	out, err := run("serve", "--help")
+	if err != nil || !strings.Contains(out, "--database-url") || !strings.Contains(out, "admin.token") {
+		t.Fatalf("keeper serve --help: %v %s", err, out)
+	}
+	if out, err := run("serve", "--listen", "nonsense"); err == nil || !strings.Contains(out, "listen") {
+		t.Fatalf("bad --listen accepted: %s", out)
+	}
+	cfg := filepath.Join(t.TempDir(), "keeper.yml")
+	_ = os.WriteFile(cfg, []byte("listen: 127.0.0.1:0\nlisten_port: 9\n"), 0o600)
+	if out, err := run("serve", "--config", cfg); err == nil || !strings.Contains(out, "listen_port") {
+		t.Fatalf("unknown config key accepted: %s", out)
+	}
+	dir := t.TempDir()
+	if out, err := run("migrate", "--data-dir", dir); err != nil || !strings.Contains(out, "latest") {
+		t.Fatalf("keeper migrate: %v %s", err, out)
+	}
+}
+
+func TestAuditVerifyDetectsTampering(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	raw, _ := os.ReadFile(filepath.Join(dir, ".keeper", "admin.token"))
+	c, _ := client.New(k.addr, strings.TrimSpace(string(raw)))
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: n, Driver: "local"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.interrupt(t)
+	// Edit a row behind the keeper's back, through the database file.
+	db := filepath.Join(dir, ".keeper", "keeper.db")
+	if err := tamper(db, `UPDATE audit_events SET actor_aid = 'someone-else' WHERE seq = 3`); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(keeperBin, "audit", "verify", "--data-dir", filepath.Join(dir, ".keeper")).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "row 3: edited") {
+		t.Fatalf("keeper audit verify after tampering: %v\n%s", err, out)
+	}
+}
