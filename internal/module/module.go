@@ -1,0 +1,219 @@
+// Package module defines what a Soul Stack module is: its stable ID, the
+// declaration (Info) that scenario validation and the catalog are built
+// from, the Run contract the engine calls, and the process-wide registry
+// that module packages add themselves to at init.
+//
+// A module package declares one Go type per state and registers it:
+//
+//	func init() { module.Register(new(Installed)) }
+//
+// The default set is linked in by blank-importing
+// internal/modules/standard. Lookups by ID return errors; only
+// registration mistakes (an empty, invalid or duplicate ID, a malformed
+// declaration) panic, because they are programming errors found at start.
+//
+// Besides the core Module interface a module may implement optional
+// one-method interfaces, found by type assertion:
+//
+//   - Validator: cross-field checks of params beyond the declared specs.
+//     When absent, only the declared specs (types, required, mutually
+//     exclusive groups) are checked.
+package module
+
+import (
+	"context"
+	"encoding/json"
+)
+
+// Module is one state of a module, for example core.pkg.installed.
+//
+// Implementations must be safe for concurrent use: the engine calls Run for
+// many targets at once on the single registered value.
+type Module interface {
+	// Info returns the module's declaration. It must return the same
+	// value on every call.
+	Info() Info
+
+	// Run brings target into the module's state. params is the JSON
+	// object of the step's params after expressions were evaluated,
+	// defaults applied and the declared specs checked; the module decodes
+	// it strictly into its own struct (see DecodeParams). Run returns what
+	// changed and the output later steps see as steps.<name>.output. A
+	// returned error fails the target; use *Error to give it a stable
+	// code.
+	Run(ctx context.Context, params json.RawMessage, target Target) (Result, error)
+}
+
+// Validator is implemented by modules whose params have rules the
+// declared specs cannot express, such as "name is required when
+// self_onboard is true" or "count must be at least 1".
+//
+// ValidateParams is called twice: by scenario validation, before anything
+// runs, with the params whose values are known then (values that come
+// from expressions are only marked as present, see Values.Dynamic), and by
+// the engine with every value known, just before Run. It returns nil, a
+// *ParamError, or several joined with errors.Join. When a module does not
+// implement Validator, only the declared specs are checked.
+type Validator interface {
+	ValidateParams(v Values) error
+}
+
+// Target is what a module acts on: one soul reached over a transport, or
+// the keeper itself for keeper-side modules.
+type Target interface {
+	// SID returns the soul's ID, or Keeper for keeper-side steps.
+	SID() string
+
+	// Exec runs one command on the target and waits for it. A non-zero
+	// exit status is reported in ExecResult, not as an error; the error
+	// is for a command that could not be run at all (an unreachable host,
+	// a broken connection, a cancelled context). On the keeper target
+	// Exec returns ErrNoExec: keeper-side modules get what they need
+	// (plugin host, registries) when they are wired, not through Target.
+	Exec(ctx context.Context, cmd Command) (ExecResult, error)
+}
+
+// Keeper is the SID of the keeper's own target in run results.
+const Keeper = "keeper"
+
+// Command is one program run by Target.Exec.
+type Command struct {
+	// Argv is the program and its arguments; the transport quotes them.
+	Argv []string
+	// Env holds extra environment variables for the program.
+	Env map[string]string
+	// Dir is the working directory; empty means the login directory.
+	Dir string
+	// Stdin is written to the program's standard input, then closed.
+	Stdin []byte
+}
+
+// ExecResult is the outcome of a command that ran.
+type ExecResult struct {
+	ExitCode int
+	Stdout   []byte
+	Stderr   []byte
+}
+
+// Result is what one Run reports for one target.
+type Result struct {
+	// Changed reports whether the target was modified.
+	Changed bool
+	// Output is a JSON-compatible value (usually map[string]any) that
+	// later steps see as steps.<name>.output.
+	Output any
+}
+
+// Side says where a module runs.
+type Side string
+
+// The sides a module runs on.
+const (
+	// SideKeeper modules run inside the keeper process; their steps must
+	// say `on: keeper`.
+	SideKeeper Side = "keeper"
+	// SideSoul modules run on souls over a transport.
+	SideSoul Side = "soul"
+)
+
+// Valid reports whether s is one of the defined sides.
+func (s Side) Valid() bool { return s == SideKeeper || s == SideSoul }
+
+// Info is a module's declaration. Scenario validation checks params
+// against it, and the catalog (GET /v1/modules, `soulctl modules show`)
+// renders it.
+type Info struct {
+	// ID is the module's stable name.
+	ID ID `json:"id"`
+	// Summary says in one sentence what the state does.
+	Summary string `json:"summary"`
+	// Description is optional longer text, in paragraphs separated by a
+	// blank line.
+	Description string `json:"description,omitempty"`
+	// Side says where the module runs.
+	Side Side `json:"side"`
+	// Idempotent reports whether running the module again with the same
+	// params is safe: the engine resumes idempotent steps after a crash
+	// and never blindly repeats the others.
+	Idempotent bool `json:"idempotent"`
+	// NeedsRoot reports whether the module needs root on the soul (the
+	// transport uses sudo when the connecting user is not root).
+	NeedsRoot bool `json:"needs_root"`
+	// Params are the accepted params, in catalog order.
+	Params []Param `json:"params"`
+	// Exclusive lists groups of params of which at most one (or exactly
+	// one, when the group is Required) may be given.
+	Exclusive []Group `json:"exclusive,omitempty"`
+	// Output lists the fields of the output, in catalog order.
+	Output []Field `json:"output"`
+	// ChangesWhen and UnchangedWhen say when the module reports a change.
+	ChangesWhen   string `json:"changes_when"`
+	UnchangedWhen string `json:"unchanged_when"`
+	// Example is a scenario step (YAML) that uses the module.
+	Example string `json:"example,omitempty"`
+	// Notes are catalog remarks: pitfalls, security, defaults.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// Param returns the spec of the param called name.
+func (i Info) Param(name string) (Param, bool) {
+	for _, p := range i.Params {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Param{}, false
+}
+
+// SecretParams returns the names of the params declared secret, whose
+// values every output channel must mask.
+func (i Info) SecretParams() []string {
+	var names []string
+	for _, p := range i.Params {
+		if p.Secret {
+			names = append(names, p.Name)
+		}
+	}
+	return names
+}
+
+// Param is the spec of one param.
+type Param struct {
+	// Name is the param's key in the step's params.
+	Name string `json:"name"`
+	// Type is the accepted type.
+	Type Type `json:"type"`
+	// Elem is the type of the elements of a list, or of the values of a
+	// map; empty means any.
+	Elem Type `json:"elem,omitempty"`
+	// Required params must be given.
+	Required bool `json:"required,omitempty"`
+	// Default is used when the param is not given (nil: no default).
+	Default any `json:"default,omitempty"`
+	// DefaultDoc describes a default that is computed at run time, such
+	// as "the connecting user"; it is shown in the catalog only.
+	DefaultDoc string `json:"default_doc,omitempty"`
+	// Enum, when not empty, lists the allowed values of a string param.
+	Enum []string `json:"enum,omitempty"`
+	// Secret params are masked on every output channel.
+	Secret bool `json:"secret,omitempty"`
+	// Doc describes the param in one or two sentences.
+	Doc string `json:"doc"`
+}
+
+// Group is a set of mutually exclusive params.
+type Group struct {
+	// Params are the names of the params in the group.
+	Params []string `json:"params"`
+	// Required means exactly one of them must be given; otherwise at most
+	// one may be.
+	Required bool `json:"required,omitempty"`
+}
+
+// Field is one field of a module's output.
+type Field struct {
+	Name string `json:"name"`
+	// Type is descriptive text for the catalog, such as "array<string>".
+	Type string `json:"type"`
+	Doc  string `json:"doc"`
+}
