@@ -1,0 +1,275 @@
+// Package cloud declares core.cloud.created, core.cloud.destroyed and
+// core.cloud.resized: keeper-side states that create, destroy and resize
+// cloud VMs through the provider's CloudDriver plugin (soul-cloud-<driver>)
+// and keep the keeper's registries in step.
+//
+// Run is not implemented in this build: it returns an error with code
+// module.not_implemented. The declarations are registered so that
+// scenarios using the modules validate (including the rule that their
+// steps say `on: keeper`) and the catalog lists them.
+package cloud
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/soulstack/soulstack/internal/module"
+)
+
+// The IDs of the cloud states.
+const (
+	CreatedID   module.ID = "core.cloud.created"
+	DestroyedID module.ID = "core.cloud.destroyed"
+	ResizedID   module.ID = "core.cloud.resized"
+)
+
+func init() {
+	module.Register(new(Created))
+	module.Register(new(Destroyed))
+	module.Register(new(Resized))
+}
+
+// Created is the core.cloud.created state.
+type Created struct{}
+
+// Destroyed is the core.cloud.destroyed state.
+type Destroyed struct{}
+
+// Resized is the core.cloud.resized state.
+type Resized struct{}
+
+var (
+	_ module.Module    = (*Created)(nil)
+	_ module.Validator = (*Created)(nil)
+	_ module.Module    = (*Destroyed)(nil)
+	_ module.Validator = (*Destroyed)(nil)
+	_ module.Module    = (*Resized)(nil)
+	_ module.Validator = (*Resized)(nil)
+)
+
+// CreatedParams are the params of core.cloud.created.
+type CreatedParams struct {
+	Provider         string `json:"provider"`
+	Profile          any    `json:"profile,omitempty"`
+	Count            int    `json:"count"`
+	Userdata         string `json:"userdata,omitempty"`
+	GenerateUserdata bool   `json:"generate_userdata,omitempty"`
+	Name             string `json:"name,omitempty"`
+	SelfOnboard      bool   `json:"self_onboard,omitempty"`
+}
+
+// DestroyedParams are the params of core.cloud.destroyed.
+type DestroyedParams struct {
+	Provider string   `json:"provider"`
+	VMIDs    []string `json:"vm_ids"`
+	SIDs     []string `json:"sids,omitempty"`
+}
+
+// ResizedParams are the params of core.cloud.resized.
+type ResizedParams struct {
+	Provider string   `json:"provider"`
+	VMIDs    []string `json:"vm_ids"`
+	Profile  any      `json:"profile"`
+}
+
+// keeperNote is shared by the three states.
+const keeperNote = "Keeper-side: the step runs inside the keeper (`on: keeper`); its side effects are at the provider " +
+	"(real billing) and in the keeper's registries, never on a host's filesystem, so root does not apply. " +
+	"Running it is governed by the operator's RBAC permission."
+
+const auditNote = "An audit event cloud.provisioned is written for every state; if the audit write fails the step fails. " +
+	"Its payload has the provider, vm_ids, sids and cascade counters, never plain tokens."
+
+var providerParam = module.Param{Name: "provider", Type: module.TypeString, Required: true, Doc: "Name of the Cloud-Provider in the registry (driver, credentials and region)."}
+
+// Info returns the declaration of core.cloud.created.
+func (*Created) Info() module.Info {
+	return module.Info{
+		ID:      CreatedID,
+		Summary: "Ask the provider for `count` VMs: each gets a souls row (status pending) and a bootstrap token.",
+		Description: "Calls the provider's CloudDriver plugin through the PluginHost. The SID of a created host is the FQDN " +
+			"the provider returned; a VM without an FQDN fails the step.",
+		Side:       module.SideKeeper,
+		Idempotent: false,
+		NeedsRoot:  false,
+		Params: []module.Param{
+			providerParam,
+			{Name: "profile", Type: module.TypeAny, Doc: "VM profile: the name of a registered Cloud-Profile, or an inline map of backend-specific settings."},
+			{Name: "count", Type: module.TypeInt, Default: 1, Doc: "How many VMs to create (at least 1)."},
+			{Name: "userdata", Type: module.TypeString, Doc: "Cloud-init userdata."},
+			{Name: "generate_userdata", Type: module.TypeBool, Doc: "Generate userdata from keeper.yml cloud_init."},
+			{Name: "name", Type: module.TypeString, Doc: "Base name of the VM batch: the keeper predicts FQDN = `<name>-<index>.<suffix>`. Required with self_onboard."},
+			{Name: "self_onboard", Type: module.TypeBool, Doc: "The VM onboards itself from cloud-init: the keeper predicts FQDNs and bakes per-VM tokens into userdata. Needs name and the provider's fqdn_suffix."},
+		},
+		Exclusive: []module.Group{{Params: []string{"userdata", "generate_userdata", "self_onboard"}}},
+		Output: []module.Field{
+			{Name: "hosts", Type: "array<object>", Doc: "One entry per VM: {sid, vm_id, primary_ip, attributes?, bootstrap_token}."},
+			{Name: "count", Type: "int", Doc: "Number of VMs created."},
+			{Name: "vm_ids", Type: "array<string>", Doc: "Provider-side IDs of the created VMs."},
+			{Name: "action", Type: "string", Doc: "created"},
+		},
+		ChangesWhen:   "Always: creating VMs is imperative and not idempotent; a repeat creates new VMs.",
+		UnchangedWhen: "Never: the operation always runs.",
+		Example: `- name: provision
+  on: keeper
+  when: has(input.spawn)
+  module: core.cloud.created
+  params:
+    provider: "${ input.spawn.provider }"
+    profile:  "${ input.spawn.profile }"
+    count:    "${ input.spawn.count }"`,
+		Notes: []string{
+			keeperNote,
+			"Not idempotent by construction (always changed): a repeated step creates NEW VMs rather than reconciling. " +
+				"This is a real billing side effect: guard repeats in the scenario (`when:` / `changed_when:`), and never " +
+				"rely on the module. After a keeper crash an interrupted create is never repeated: the run fails with run.interrupted.",
+			"hosts[].bootstrap_token is the plain one-time token, deliberately in the output because cloud-init must hand " +
+				"it to the VM at first boot; the database keeps only its hash. The masking filter hides it on every output " +
+				"channel because its key contains `token`: do not rename it.",
+			"Souls rows created by this step have no creating actor (keeper-internal action).",
+			auditNote,
+		},
+	}
+}
+
+// ValidateParams checks that count is at least 1 and that self_onboard
+// comes with name.
+func (*Created) ValidateParams(v module.Values) error {
+	var errs []error
+	if x, ok := v.Get("count"); ok {
+		if n, ok := toInt(x); ok && n < 1 {
+			errs = append(errs, module.Invalid("count", "param \"count\" must be at least 1, got %d", n))
+		}
+	}
+	if x, ok := v.Get("self_onboard"); ok && x == true && !v.Has("name") {
+		errs = append(errs, module.Invalid("self_onboard", "param \"self_onboard\" needs param \"name\" (the base name the FQDNs are predicted from)"))
+	}
+	return errors.Join(errs...)
+}
+
+// Run is not implemented in this build; it returns a module.not_implemented
+// error.
+func (*Created) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
+	return module.Result{}, module.NotImplemented(CreatedID)
+}
+
+// Info returns the declaration of core.cloud.destroyed.
+func (*Destroyed) Info() module.Info {
+	return module.Info{
+		ID:      DestroyedID,
+		Summary: "Destroy VMs at the provider, then mark their souls destroyed, their soul seeds orphaned and their bootstrap tokens burned.",
+		Description: "A destructive cascade: PluginHost.Destroy(vm_ids) physically destroys the instances; then, when sids " +
+			"is not empty, one database transaction moves the souls to destroyed, their active soul_seeds to orphaned and " +
+			"their bootstrap_tokens to burned. The cascade runs only after a successful destroy.",
+		Side:       module.SideKeeper,
+		Idempotent: true,
+		NeedsRoot:  false,
+		Params: []module.Param{
+			providerParam,
+			{Name: "vm_ids", Type: module.TypeList, Elem: module.TypeString, Required: true, Doc: "Provider-side IDs of the VMs to destroy."},
+			{Name: "sids", Type: module.TypeList, Elem: module.TypeString, Doc: "SIDs of the souls those VMs carry, for the registry cascade."},
+		},
+		Output: []module.Field{
+			{Name: "vm_ids", Type: "array<string>", Doc: "VMs destroyed."},
+			{Name: "sids", Type: "array<string>", Doc: "Souls marked destroyed."},
+			{Name: "souls_destroyed", Type: "int", Doc: "Souls rows moved to destroyed."},
+			{Name: "seeds_orphaned", Type: "int", Doc: "Soul seeds moved to orphaned."},
+			{Name: "tokens_burned", Type: "int", Doc: "Bootstrap tokens burned."},
+			{Name: "action", Type: "string", Doc: "destroyed"},
+		},
+		ChangesWhen:   "At least one VM was destroyed or one registry row changed.",
+		UnchangedWhen: "The VMs were already gone and the registries already final.",
+		Example: `- name: teardown
+  on: keeper
+  module: core.cloud.destroyed
+  params:
+    provider: local
+    vm_ids: "${ steps.provision.output.vm_ids }"
+    sids: "${ steps.provision.output.hosts.map(h, h.sid) }"`,
+		Notes: []string{
+			keeperNote,
+			"If the destroy fails, the registries stay untouched: the host is still alive at the provider.",
+			"The caller holds the sid<->vm_id pairing: a mistake destroys the wrong VM, so the source of vm_ids and sids must be trusted.",
+			auditNote,
+		},
+	}
+}
+
+// ValidateParams checks that vm_ids is not empty.
+func (*Destroyed) ValidateParams(v module.Values) error { return checkVMIDs(v) }
+
+// Run is not implemented in this build; it returns a module.not_implemented
+// error.
+func (*Destroyed) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
+	return module.Result{}, module.NotImplemented(DestroyedID)
+}
+
+// Info returns the declaration of core.cloud.resized.
+func (*Resized) Info() module.Info {
+	return module.Info{
+		ID:          ResizedID,
+		Summary:     "Resize VMs at the provider to a new profile; this may cause downtime.",
+		Description: "The driver decides whether a VM must be stopped and started for the resize; the keeper is agnostic to the sequence.",
+		Side:        module.SideKeeper,
+		Idempotent:  true,
+		NeedsRoot:   false,
+		Params: []module.Param{
+			providerParam,
+			{Name: "vm_ids", Type: module.TypeList, Elem: module.TypeString, Required: true, Doc: "Provider-side IDs of the VMs to resize."},
+			{Name: "profile", Type: module.TypeAny, Required: true, Doc: "Target size: the name of a registered Cloud-Profile, or an inline map of backend-specific settings."},
+		},
+		Output: []module.Field{
+			{Name: "vms", Type: "array<object>", Doc: "One entry per VM: {vm_id, caused_downtime}."},
+			{Name: "action", Type: "string", Doc: "resized"},
+		},
+		ChangesWhen:   "At least one VM was resized.",
+		UnchangedWhen: "Every VM already had the requested size.",
+		Example: `- name: grow
+  on: keeper
+  module: core.cloud.resized
+  params:
+    provider: local
+    vm_ids: [vm-1]
+    profile: {cpus: 2, memory_mb: 1024}`,
+		Notes: []string{
+			keeperNote,
+			"caused_downtime in the output tells, per VM, whether it was restarted.",
+			"The souls registry is not touched: a resize does not change which souls exist.",
+			"A driver without the Resizable capability fails the step with resize.unsupported.",
+			auditNote,
+		},
+	}
+}
+
+// ValidateParams checks that vm_ids is not empty.
+func (*Resized) ValidateParams(v module.Values) error { return checkVMIDs(v) }
+
+// Run is not implemented in this build; it returns a module.not_implemented
+// error.
+func (*Resized) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
+	return module.Result{}, module.NotImplemented(ResizedID)
+}
+
+func checkVMIDs(v module.Values) error {
+	if x, ok := v.Get("vm_ids"); ok {
+		if l, _ := x.([]any); len(l) == 0 {
+			return module.Invalid("vm_ids", "param \"vm_ids\" must name at least one VM")
+		}
+	}
+	return nil
+}
+
+func toInt(x any) (int64, bool) {
+	switch n := x.(type) {
+	case int:
+		return int64(n), true
+	case int64:
+		return n, true
+	case uint64:
+		return int64(n), true
+	case float64:
+		return int64(n), true
+	}
+	return 0, false
+}

@@ -1,0 +1,110 @@
+// Package command declares core.command.ran, which runs one command on
+// souls, with Ansible-like creates/removes guards.
+//
+// Run is not implemented in this build: it returns an error with code
+// module.not_implemented. The declaration is registered so that scenarios
+// using the module validate and the catalog lists it.
+package command
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/soulstack/soulstack/internal/module"
+)
+
+// RanID is the ID of the Ran state.
+const RanID module.ID = "core.command.ran"
+
+func init() { module.Register(new(Ran)) }
+
+// Ran is the core.command.ran state.
+type Ran struct{}
+
+var (
+	_ module.Module    = (*Ran)(nil)
+	_ module.Validator = (*Ran)(nil)
+)
+
+// RanParams are the params of core.command.ran, decoded strictly from the
+// step's params.
+type RanParams struct {
+	Cmd     string            `json:"cmd,omitempty"`
+	Argv    []string          `json:"argv,omitempty"`
+	Creates string            `json:"creates,omitempty"`
+	Removes string            `json:"removes,omitempty"`
+	Chdir   string            `json:"chdir,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+}
+
+// Info returns the declaration of core.command.ran.
+func (*Ran) Info() module.Info {
+	return module.Info{
+		ID:      RanID,
+		Summary: "Run one command on each target soul: a shell string (`cmd`) or a program and its arguments (`argv`).",
+		Description: "The command runs with LC_ALL=C. `creates` and `removes` are guards, as in Ansible: " +
+			"the command is skipped when the `creates` path already exists, or when the `removes` path does not.",
+		Side:       module.SideSoul,
+		Idempotent: false,
+		NeedsRoot:  false,
+		Params: []module.Param{
+			{Name: "cmd", Type: module.TypeString, Doc: "Command line run by /bin/sh -c."},
+			{Name: "argv", Type: module.TypeList, Elem: module.TypeString, Doc: "Program and arguments, run without a shell."},
+			{Name: "creates", Type: module.TypeString, Doc: "Absolute path; when it exists the command is skipped."},
+			{Name: "removes", Type: module.TypeString, Doc: "Absolute path; when it does not exist the command is skipped."},
+			{Name: "chdir", Type: module.TypeString, Doc: "Working directory of the command."},
+			{Name: "env", Type: module.TypeMap, Elem: module.TypeString, Doc: "Extra environment variables."},
+		},
+		Exclusive: []module.Group{{Params: []string{"cmd", "argv"}, Required: true}},
+		Output: []module.Field{
+			{Name: "rc", Type: "int", Doc: "Exit status of the command."},
+			{Name: "stdout", Type: "string", Doc: "Standard output."},
+			{Name: "stderr", Type: "string", Doc: "Standard error."},
+			{Name: "skipped", Type: "bool", Doc: "True when a creates/removes guard skipped the command."},
+		},
+		ChangesWhen:   "The command ran: a command is assumed to change something (override with `changed_when`).",
+		UnchangedWhen: "A `creates` or `removes` guard skipped the command.",
+		Example: `- name: hello
+  on: web-1.local.test
+  module: core.command.ran
+  params:
+    cmd: echo hello > /tmp/hello
+    creates: /tmp/hello`,
+		Notes: []string{
+			"A non-zero exit status fails the target; its stderr is in the error message.",
+			"Not idempotent: after a keeper crash an interrupted command is not repeated. Use `creates`/`removes` guards to make reruns safe.",
+		},
+	}
+}
+
+// ValidateParams checks that argv is not empty and that the guards are
+// absolute paths.
+func (*Ran) ValidateParams(v module.Values) error {
+	var errs []error
+	if argv, ok := v.Get("argv"); ok {
+		if l, _ := argv.([]any); len(l) == 0 {
+			errs = append(errs, module.Invalid("argv", "param \"argv\" must hold at least the program to run"))
+		}
+	}
+	if cmd, ok := v.Get("cmd"); ok {
+		if s, _ := cmd.(string); strings.TrimSpace(s) == "" {
+			errs = append(errs, module.Invalid("cmd", "param \"cmd\" must not be empty"))
+		}
+	}
+	for _, name := range []string{"creates", "removes"} {
+		if p, ok := v.Get(name); ok {
+			if s, _ := p.(string); !strings.HasPrefix(s, "/") {
+				errs = append(errs, module.Invalid(name, "param %q must be an absolute path, got %q", name, s))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run is not implemented in this build; it returns a module.not_implemented
+// error.
+func (*Ran) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
+	return module.Result{}, module.NotImplemented(RanID)
+}

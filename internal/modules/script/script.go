@@ -1,0 +1,98 @@
+// Package script declares core.script.ran: the second seed's one-shot
+// "function". A handler script gets an event as one JSON line on its
+// standard input and env vars; its JSON standard output is the output.
+//
+// Run is not implemented in this build: it returns an error with code
+// module.not_implemented. The declaration is registered so that scenarios
+// using the module validate and the catalog lists it.
+package script
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/soulstack/soulstack/internal/module"
+)
+
+// RanID is the ID of the Ran state.
+const RanID module.ID = "core.script.ran"
+
+func init() { module.Register(new(Ran)) }
+
+// Ran is the core.script.ran state.
+type Ran struct{}
+
+var (
+	_ module.Module    = (*Ran)(nil)
+	_ module.Validator = (*Ran)(nil)
+)
+
+// RanParams are the params of core.script.ran.
+type RanParams struct {
+	Source      string            `json:"source,omitempty"`
+	Path        string            `json:"path,omitempty"`
+	Interpreter string            `json:"interpreter,omitempty"`
+	Event       map[string]any    `json:"event,omitempty"`
+	Env         map[string]string `json:"env,omitempty"`
+}
+
+// Info returns the declaration of core.script.ran.
+func (*Ran) Info() module.Info {
+	return module.Info{
+		ID:      RanID,
+		Summary: "Run a handler script on each target soul with an event on its standard input; its JSON standard output is the output.",
+		Description: "The script comes from `source` (text in the scenario) or `path` (a file on the keeper) and runs under `interpreter`. " +
+			"`event` is written to its standard input as one JSON line. A zero exit with JSON on standard output succeeds " +
+			"with that JSON as the output; a non-zero exit fails the target with the script's standard error as the message.",
+		Side:       module.SideSoul,
+		Idempotent: false,
+		NeedsRoot:  false,
+		Params: []module.Param{
+			{Name: "source", Type: module.TypeString, Doc: "Script text."},
+			{Name: "path", Type: module.TypeString, Doc: "Path of the script on the keeper."},
+			{Name: "interpreter", Type: module.TypeString, Default: "/bin/sh", Doc: "Program that runs the script."},
+			{Name: "event", Type: module.TypeObject, Doc: "Business parameters, sent as one JSON line on standard input."},
+			{Name: "env", Type: module.TypeMap, Elem: module.TypeString, Doc: "Extra environment variables, such as connection settings."},
+		},
+		Exclusive: []module.Group{{Params: []string{"source", "path"}, Required: true}},
+		Output: []module.Field{
+			{Name: "(script)", Type: "any", Doc: "The JSON value the script printed on standard output."},
+		},
+		ChangesWhen:   "The script ran, unless its JSON output is an object with `\"changed\": false`.",
+		UnchangedWhen: "The script's JSON output is an object with `\"changed\": false`.",
+		Example: `- name: install_packages
+  on: web-1.local.test
+  module: core.script.ran
+  params:
+    interpreter: /usr/bin/python3
+    path: handlers/install_packages.py
+    event:
+      packages: [git, curl]`,
+		Notes: []string{
+			"Standard output must be valid JSON (an empty output counts as null); anything else fails the target.",
+			"Secrets belong in `event` or `env` values, never in the script text: every output channel masks secret-looking keys.",
+		},
+	}
+}
+
+// ValidateParams checks that the script text and the interpreter are not
+// empty.
+func (*Ran) ValidateParams(v module.Values) error {
+	var errs []error
+	for _, name := range []string{"source", "path", "interpreter"} {
+		if x, ok := v.Get(name); ok {
+			if s, _ := x.(string); strings.TrimSpace(s) == "" {
+				errs = append(errs, module.Invalid(name, "param %q must not be empty", name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run is not implemented in this build; it returns a module.not_implemented
+// error.
+func (*Ran) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
+	return module.Result{}, module.NotImplemented(RanID)
+}
