@@ -168,6 +168,8 @@ type AuditListParams struct {
 // Store is the registries' persistence. Implementations: store/sqlite and
 // store/postgres; both pass store/storetest.
 type Store interface {
+	RunStore
+
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)
 	ProviderList(ctx context.Context, p ListParams) ([]Provider, error)

@@ -36,6 +36,8 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"AuditTamper", testAuditTamper},
 		{"AuditFailureFailsMutation", testAuditFailure},
 		{"AuditPayloadMasked", testAuditMasked},
+		{"RunCreateKey", testRunCreateKey},
+		{"RunLifecycle", testRunLifecycle},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Run phases.
+const (
+	PhasePending   = "Pending"
+	PhaseRunning   = "Running"
+	PhaseSucceeded = "Succeeded"
+	PhaseFailed    = "Failed"
+	PhaseCancelled = "Cancelled"
+)
+
+// Terminal reports whether phase is final.
+func Terminal(phase string) bool {
+	return phase == PhaseSucceeded || phase == PhaseFailed || phase == PhaseCancelled
+}
+
+// Run errors.
+var (
+	// ErrKeyConflict: a run with the same key but a different scenario or
+	// input exists.
+	ErrKeyConflict = errors.New("re-run key is taken by a different run")
+	// ErrLeaseLost: another keeper owns the run now.
+	ErrLeaseLost = errors.New("run lease lost")
+	// ErrFinished: the run already ended.
+	ErrFinished = errors.New("run already finished")
+)
+
+// Run is one execution of a scenario with an input.
+type Run struct {
+	ID       string
+	Key      string // re-run key; empty when none was given
+	Digest   string // hash of scenario and input, compared for the key
+	Name     string
+	Scenario string
+	// InputSealed is the whole input, encrypted under the data key.
+	InputSealed string
+	// InputMasked is the input as it may be shown.
+	InputMasked json.RawMessage
+	Phase       string
+	ErrorCode   string
+	ErrorMsg    string
+	Timeout     time.Duration
+	CreatedBy   string
+	CreatedAt   time.Time
+	StartedAt   *time.Time
+	FinishedAt  *time.Time
+	// Outputs is the masked JSON of each step's output, by step name.
+	Outputs json.RawMessage
+	// Message is the masked JSON text of the outputs (the job's message).
+	Message string
+	// StateSealed holds the unmasked outputs of finished steps, encrypted,
+	// so that a resumed run sees what the crashed one computed.
+	StateSealed     string
+	Owner           string
+	HeartbeatAt     *time.Time
+	CancelRequested bool
+}
+
+// RunStep is the state of one step of a run.
+type RunStep struct {
+	RunID      string
+	Index      int
+	Name       string
+	Module     string
+	Status     string // pending, running, ok, changed, failed, skipped
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+}
+
+// RunTarget is one target's result in one step.
+type RunTarget struct {
+	RunID      string
+	StepIndex  int
+	SID        string
+	Status     string // ok, changed, failed, skipped, unreachable
+	Changed    bool
+	Output     json.RawMessage // masked
+	ErrorCode  string
+	ErrorMsg   string
+	Attempts   int
+	DurationMS int64
+}
+
+// RunEvent is one entry of a run's event stream.
+type RunEvent struct {
+	RunID string
+	Seq   int64
+	At    time.Time
+	Kind  string // run.phase, step.started, step.finished, target.result, log
+	Step  string
+	SID   string
+	Data  json.RawMessage // masked
+}
+
+// RunCreateParams accepts a run. Enqueue, when set, is called inside the
+// transaction that inserts the run, so that the run and its queue job
+// commit together.
+type RunCreateParams struct {
+	Run     Run
+	Actor   Actor
+	Enqueue func(ctx context.Context, tx *sql.Tx) error
+}
+
+// RunFinishParams ends a run.
+type RunFinishParams struct {
+	ID        string
+	Owner     string
+	Phase     string
+	ErrorCode string
+	ErrorMsg  string
+	Outputs   json.RawMessage
+	Message   string
+}
+
+// RunStore persists runs, their steps, targets and events.
+type RunStore interface {
+	// RunCreate inserts a run. With a key already used by a run with the
+	// same digest it returns that run and created=false; with a different
+	// digest, ErrKeyConflict.
+	RunCreate(ctx context.Context, p RunCreateParams) (run Run, created bool, err error)
+	RunGet(ctx context.Context, id string) (Run, error)
+	// RunList lists runs newest first; After is the id of the last run of
+	// the previous page.
+	RunList(ctx context.Context, p ListParams) ([]Run, error)
+	RunSteps(ctx context.Context, id string) ([]RunStep, []RunTarget, error)
+	// RunClaim makes owner the run's executor if the run is not finished
+	// and has no live owner (none, owner itself, or a heartbeat older than
+	// staleBefore). It sets phase Running and started_at.
+	RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (Run, bool, error)
+	// RunHeartbeat renews owner's lease; ErrLeaseLost if it is gone.
+	RunHeartbeat(ctx context.Context, id, owner string) (cancelRequested bool, err error)
+	RunStepSave(ctx context.Context, s RunStep) error
+	RunTargetSave(ctx context.Context, t RunTarget) error
+	RunStateSave(ctx context.Context, id, owner, sealed string) error
+	// RunFinish ends the run and writes audit run.finished in one
+	// transaction.
+	RunFinish(ctx context.Context, p RunFinishParams) error
+	// RunCancel requests cancellation (audit run.cancelled); a Pending run
+	// is cancelled at once. ErrFinished for a finished run.
+	RunCancel(ctx context.Context, p DeleteParams) (Run, error)
+	RunEventAppend(ctx context.Context, e RunEvent) error
+	RunEvents(ctx context.Context, id string, afterSeq int64, limit int) ([]RunEvent, error)
+	// RunsOrphaned lists Running runs whose owner is owner (pass the
+	// keeper's own id only at start, when none of its runs can be live)
+	// or whose heartbeat is older than staleBefore.
+	RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) ([]string, error)
+}

@@ -1,0 +1,336 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+var _ store.RunStore = (*Store)(nil)
+
+const runCols = `id, key, digest, name, scenario, input_sealed, input_masked, phase, error_code, error_message, timeout_ms,
+	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested`
+
+func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
+	var r store.Run
+	var key, owner sql.NullString
+	var inputMasked, outputs string
+	var timeoutMS int64
+	var started, finished, heartbeat sql.NullTime
+	err := row.Scan(&r.ID, &key, &r.Digest, &r.Name, &r.Scenario, &r.InputSealed, &inputMasked, &r.Phase, &r.ErrorCode, &r.ErrorMsg, &timeoutMS,
+		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested)
+	r.Key, r.Owner = key.String, owner.String
+	r.InputMasked, r.Outputs = json.RawMessage(inputMasked), json.RawMessage(outputs)
+	r.Timeout = time.Duration(timeoutMS) * time.Millisecond
+	r.CreatedAt = r.CreatedAt.UTC()
+	r.StartedAt, r.FinishedAt, r.HeartbeatAt = timePtr(started), timePtr(finished), timePtr(heartbeat)
+	return r, err
+}
+
+func (s *Store) runByKey(ctx context.Context, key string) (store.Run, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE key = ?`), key))
+	if err != nil {
+		return store.Run{}, notFound(err, "run", key)
+	}
+	return r, nil
+}
+
+// existing answers a create whose key is already used.
+func existing(r store.Run, digest string) (store.Run, bool, error) {
+	if r.Digest != digest {
+		return store.Run{}, false, &store.Error{Err: store.ErrKeyConflict, Kind: "run", Key: r.Key, Ref: "run " + r.ID}
+	}
+	return r, false, nil
+}
+
+// RunCreate inserts a run (Pending), writes audit run.started and calls
+// Enqueue, all in one transaction.
+func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.Run, bool, error) {
+	r := p.Run
+	if r.Key != "" {
+		if prev, err := s.runByKey(ctx, r.Key); err == nil {
+			return existing(prev, r.Digest)
+		}
+	}
+	r.Phase = store.PhasePending
+	r.CreatedAt = s.stamp()
+	r.CreatedBy = string(p.Actor)
+	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO runs (id, key, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ID, nullString(r.Key), r.Digest, r.Name, r.Scenario, r.InputSealed, jsonText(r.InputMasked), r.Phase, r.Timeout.Milliseconds(), r.CreatedBy, r.CreatedAt)
+		if s.dialect.Classify(err) == UniqueViolation {
+			return record{}, &store.Error{Err: store.ErrExists, Kind: "run", Key: r.Key}
+		}
+		if err != nil {
+			return record{}, fmt.Errorf("insert run: %w", err)
+		}
+		if p.Enqueue != nil {
+			if err := p.Enqueue(ctx, tx); err != nil {
+				return record{}, fmt.Errorf("enqueue run %s: %w", r.ID, err)
+			}
+		}
+		return record{action: "run.started", object: "run/" + r.ID, payload: map[string]any{
+			"id": r.ID, "key": r.Key, "name": r.Name, "digest": r.Digest, "timeout": r.Timeout.String(), "input": r.InputMasked,
+		}}, nil
+	})
+	if errors.Is(err, store.ErrExists) && r.Key != "" {
+		// A concurrent request with the same key won the insert.
+		prev, gerr := s.runByKey(ctx, r.Key)
+		if gerr != nil {
+			return store.Run{}, false, gerr
+		}
+		return existing(prev, r.Digest)
+	}
+	if err != nil {
+		return store.Run{}, false, err
+	}
+	got, err := s.RunGet(ctx, r.ID)
+	return got, true, err
+}
+
+// RunGet returns one run.
+func (s *Store) RunGet(ctx context.Context, id string) (store.Run, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE id = ?`), id))
+	if err != nil {
+		return store.Run{}, notFound(err, "run", id)
+	}
+	return r, nil
+}
+
+// RunList lists runs newest first.
+func (s *Store) RunList(ctx context.Context, p store.ListParams) ([]store.Run, error) {
+	after := p.After
+	if after == "" {
+		after = "~" // sorts after every id
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE id < ? ORDER BY id DESC LIMIT ?`), after, limitOf(p.Limit))
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	out := []store.Run{}
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list runs: %w", err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// RunSteps returns a run's steps and targets in order.
+func (s *Store) RunSteps(ctx context.Context, id string) ([]store.RunStep, []store.RunTarget, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT run_id, step_index, name, module, status, started_at, finished_at FROM run_steps WHERE run_id = ? ORDER BY step_index`), id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run %s steps: %w", id, err)
+	}
+	defer rows.Close()
+	steps := []store.RunStep{}
+	for rows.Next() {
+		var st store.RunStep
+		var started, finished sql.NullTime
+		if err := rows.Scan(&st.RunID, &st.Index, &st.Name, &st.Module, &st.Status, &started, &finished); err != nil {
+			return nil, nil, fmt.Errorf("run %s steps: %w", id, err)
+		}
+		st.StartedAt, st.FinishedAt = timePtr(started), timePtr(finished)
+		steps = append(steps, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	trows, err := s.db.QueryContext(ctx, s.q(`SELECT run_id, step_index, sid, status, changed, output, error_code, error_message, attempts, duration_ms FROM run_targets WHERE run_id = ? ORDER BY step_index, sid`), id)
+	if err != nil {
+		return nil, nil, fmt.Errorf("run %s targets: %w", id, err)
+	}
+	defer trows.Close()
+	targets := []store.RunTarget{}
+	for trows.Next() {
+		var t store.RunTarget
+		var output string
+		if err := trows.Scan(&t.RunID, &t.StepIndex, &t.SID, &t.Status, &t.Changed, &output, &t.ErrorCode, &t.ErrorMsg, &t.Attempts, &t.DurationMS); err != nil {
+			return nil, nil, fmt.Errorf("run %s targets: %w", id, err)
+		}
+		t.Output = json.RawMessage(output)
+		targets = append(targets, t)
+	}
+	return steps, targets, trows.Err()
+}
+
+// RunClaim takes the run's lease for owner.
+func (s *Store) RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (store.Run, bool, error) {
+	now := s.stamp()
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET owner = ?, heartbeat_at = ?, phase = ?, started_at = COALESCE(started_at, ?)
+		WHERE id = ? AND phase IN (?, ?) AND (owner IS NULL OR owner = ? OR heartbeat_at < ?)`),
+		owner, now, store.PhaseRunning, now, id, store.PhasePending, store.PhaseRunning, owner, staleBefore.UTC())
+	if err != nil {
+		return store.Run{}, false, fmt.Errorf("claim run %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return store.Run{}, false, err
+	}
+	r, err := s.RunGet(ctx, id)
+	return r, n == 1, err
+}
+
+// RunHeartbeat renews the lease and reports a pending cancel request.
+func (s *Store) RunHeartbeat(ctx context.Context, id, owner string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET heartbeat_at = ? WHERE id = ? AND owner = ? AND phase = ?`), s.stamp(), id, owner, store.PhaseRunning)
+	if err != nil {
+		return false, fmt.Errorf("heartbeat run %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return false, &store.Error{Err: store.ErrLeaseLost, Kind: "run", Key: id}
+	}
+	var cancel bool
+	err = s.db.QueryRowContext(ctx, s.q(`SELECT cancel_requested FROM runs WHERE id = ?`), id).Scan(&cancel)
+	return cancel, err
+}
+
+// RunStepSave inserts or updates a step's state.
+func (s *Store) RunStepSave(ctx context.Context, st store.RunStep) error {
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO run_steps (run_id, step_index, name, module, status, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (run_id, step_index) DO UPDATE SET status = excluded.status, started_at = COALESCE(run_steps.started_at, excluded.started_at), finished_at = excluded.finished_at`),
+		st.RunID, st.Index, st.Name, st.Module, st.Status, nullTime(st.StartedAt), nullTime(st.FinishedAt))
+	if err != nil {
+		return fmt.Errorf("save step %d of run %s: %w", st.Index, st.RunID, err)
+	}
+	return nil
+}
+
+// RunTargetSave inserts or replaces one target's result.
+func (s *Store) RunTargetSave(ctx context.Context, t store.RunTarget) error {
+	output := string(t.Output)
+	if output == "" {
+		output = "null"
+	}
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO run_targets (run_id, step_index, sid, status, changed, output, error_code, error_message, attempts, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (run_id, step_index, sid) DO UPDATE SET status = excluded.status, changed = excluded.changed, output = excluded.output,
+		error_code = excluded.error_code, error_message = excluded.error_message, attempts = excluded.attempts, duration_ms = excluded.duration_ms`),
+		t.RunID, t.StepIndex, t.SID, t.Status, t.Changed, output, t.ErrorCode, t.ErrorMsg, t.Attempts, t.DurationMS)
+	if err != nil {
+		return fmt.Errorf("save target %s of run %s: %w", t.SID, t.RunID, err)
+	}
+	return nil
+}
+
+// RunStateSave stores the sealed state of finished steps.
+func (s *Store) RunStateSave(ctx context.Context, id, owner, sealed string) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET state_sealed = ? WHERE id = ? AND owner = ?`), sealed, id, owner)
+	if err != nil {
+		return fmt.Errorf("save state of run %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return &store.Error{Err: store.ErrLeaseLost, Kind: "run", Key: id}
+	}
+	return nil
+}
+
+// RunFinish ends the run with its audit event.
+func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) error {
+	now := s.stamp()
+	return s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+		q := `UPDATE runs SET phase = ?, error_code = ?, error_message = ?, outputs = ?, message = ?, finished_at = ?, started_at = COALESCE(started_at, ?) WHERE id = ? AND phase IN (?, ?)`
+		args := []any{p.Phase, p.ErrorCode, p.ErrorMsg, jsonText(p.Outputs), p.Message, now, now, p.ID, store.PhasePending, store.PhaseRunning}
+		if p.Owner != "" {
+			q += ` AND owner = ?`
+			args = append(args, p.Owner)
+		}
+		res, err := tx.ExecContext(ctx, s.q(q), args...)
+		if err != nil {
+			return record{}, fmt.Errorf("finish run %s: %w", p.ID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return record{}, &store.Error{Err: store.ErrLeaseLost, Kind: "run", Key: p.ID}
+		}
+		payload := map[string]any{"id": p.ID, "phase": p.Phase}
+		if p.ErrorCode != "" {
+			payload["error"] = map[string]any{"code": p.ErrorCode, "message": p.ErrorMsg}
+		}
+		return record{action: "run.finished", object: "run/" + p.ID, payload: payload}, nil
+	})
+}
+
+// RunCancel records a cancel request; a Pending run ends Cancelled at once.
+func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (store.Run, error) {
+	now := s.stamp()
+	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+		var phase string
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT phase FROM runs WHERE id = ?`), p.Key).Scan(&phase); err != nil {
+			return record{}, notFound(err, "run", p.Key)
+		}
+		if store.Terminal(phase) {
+			return record{}, &store.Error{Err: store.ErrFinished, Kind: "run", Key: p.Key, Ref: phase}
+		}
+		if phase == store.PhasePending {
+			_, err := tx.ExecContext(ctx, s.q(`UPDATE runs SET cancel_requested = ?, phase = ?, error_code = ?, error_message = ?, finished_at = ? WHERE id = ?`),
+				true, store.PhaseCancelled, "run.cancelled", "cancelled by "+string(p.Actor)+" before it started", now, p.Key)
+			if err != nil {
+				return record{}, fmt.Errorf("cancel run %s: %w", p.Key, err)
+			}
+		} else if _, err := tx.ExecContext(ctx, s.q(`UPDATE runs SET cancel_requested = ? WHERE id = ?`), true, p.Key); err != nil {
+			return record{}, fmt.Errorf("cancel run %s: %w", p.Key, err)
+		}
+		return record{action: "run.cancelled", object: "run/" + p.Key, payload: map[string]any{"id": p.Key, "phase_at_request": phase}}, nil
+	})
+	if err != nil {
+		return store.Run{}, err
+	}
+	return s.RunGet(ctx, p.Key)
+}
+
+// RunEventAppend stores one event; the caller numbers them.
+func (s *Store) RunEventAppend(ctx context.Context, e store.RunEvent) error {
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO run_events (run_id, seq, at, kind, step, sid, data) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		e.RunID, e.Seq, e.At.UTC().Truncate(time.Microsecond), e.Kind, e.Step, e.SID, jsonText(e.Data))
+	if err != nil {
+		return fmt.Errorf("append event %d of run %s: %w", e.Seq, e.RunID, err)
+	}
+	return nil
+}
+
+// RunEvents returns events after afterSeq in order.
+func (s *Store) RunEvents(ctx context.Context, id string, afterSeq int64, limit int) ([]store.RunEvent, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT run_id, seq, at, kind, step, sid, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`), id, afterSeq, limitOf(limit))
+	if err != nil {
+		return nil, fmt.Errorf("events of run %s: %w", id, err)
+	}
+	defer rows.Close()
+	out := []store.RunEvent{}
+	for rows.Next() {
+		var e store.RunEvent
+		var data string
+		if err := rows.Scan(&e.RunID, &e.Seq, &e.At, &e.Kind, &e.Step, &e.SID, &data); err != nil {
+			return nil, fmt.Errorf("events of run %s: %w", id, err)
+		}
+		e.At = e.At.UTC()
+		e.Data = json.RawMessage(data)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// RunsOrphaned lists Running runs that lost their executor.
+func (s *Store) RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id FROM runs WHERE phase = ? AND (owner = ? OR heartbeat_at < ?) ORDER BY id`), store.PhaseRunning, owner, staleBefore.UTC())
+	if err != nil {
+		return nil, fmt.Errorf("orphaned runs: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

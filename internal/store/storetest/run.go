@@ -1,0 +1,172 @@
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/testdb"
+)
+
+func newRun(id, key, digest string) store.Run {
+	return store.Run{ID: id, Key: key, Digest: digest, Name: "hello", Scenario: "steps: []", InputSealed: "sealed:v1:x", InputMasked: json.RawMessage(`{"a":1}`), Timeout: 15 * time.Minute}
+}
+
+func testRunCreateKey(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	enqueued := 0
+	enqueue := func(context.Context, *sql.Tx) error { enqueued++; return nil }
+	r, created, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_1", "k1", "d1"), Actor: "tok_a", Enqueue: enqueue})
+	if err != nil || !created || r.Phase != store.PhasePending || r.Timeout != 15*time.Minute || r.Key != "k1" || enqueued != 1 {
+		t.Fatalf("create = %+v, %v, %v (enqueued %d)", r, created, err, enqueued)
+	}
+	again, created, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_2", "k1", "d1"), Actor: "tok_a", Enqueue: enqueue})
+	if err != nil || created || again.ID != "run_1" || enqueued != 1 {
+		t.Fatalf("same key, same content: %+v %v %v (enqueued %d)", again.ID, created, err, enqueued)
+	}
+	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_3", "k1", "other"), Actor: "tok_a", Enqueue: enqueue}); !errors.Is(err, store.ErrKeyConflict) {
+		t.Fatalf("same key, other content: %v", err)
+	}
+	// An enqueue failure leaves no run behind.
+	_, _, err = s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_4", "", "d4"), Actor: "tok_a", Enqueue: func(context.Context, *sql.Tx) error { return errors.New("queue down") }})
+	if err == nil {
+		t.Fatal("create succeeded although enqueue failed")
+	}
+	if _, err := s.RunGet(ctx, "run_4"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("run exists after failed enqueue: %v", err)
+	}
+	// Concurrent creates with one key: one run.
+	var wg sync.WaitGroup
+	ids := make([]string, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun(fmt.Sprintf("run_c%d", i), "race", "dr"), Actor: "tok_a"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids[i] = r.ID
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids[1:] {
+		if id != ids[0] {
+			t.Fatalf("concurrent creates with one key made different runs: %v", ids)
+		}
+	}
+	list, err := s.RunList(ctx, store.ListParams{Limit: 10})
+	if err != nil || len(list) != 2 || list[0].ID != "run_c"+ids[0][5:] && list[0].ID < list[1].ID {
+		t.Fatalf("list = %d runs, %v", len(list), err)
+	}
+}
+
+func testRunLifecycle(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_1", "", "d"), Actor: "tok_a"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	r, ok, err := s.RunClaim(ctx, "run_1", "keeper-a", now.Add(-30*time.Second))
+	if err != nil || !ok || r.Phase != store.PhaseRunning || r.Owner != "keeper-a" || r.StartedAt == nil {
+		t.Fatalf("claim = %+v %v %v", r, ok, err)
+	}
+	if _, ok, _ := s.RunClaim(ctx, "run_1", "keeper-b", now.Add(-30*time.Second)); ok {
+		t.Fatal("a second keeper claimed a live run")
+	}
+	if cancel, err := s.RunHeartbeat(ctx, "run_1", "keeper-a"); err != nil || cancel {
+		t.Fatalf("heartbeat: %v %v", cancel, err)
+	}
+	if _, err := s.RunHeartbeat(ctx, "run_1", "keeper-b"); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("heartbeat by non-owner: %v", err)
+	}
+	// The lease can be taken over once the heartbeat is stale.
+	if ids, err := s.RunsOrphaned(ctx, "", time.Now().Add(time.Minute)); err != nil || len(ids) != 1 {
+		t.Fatalf("orphaned (stale) = %v, %v", ids, err)
+	}
+	if ids, _ := s.RunsOrphaned(ctx, "", time.Now().Add(-time.Minute)); len(ids) != 0 {
+		t.Fatalf("a live run is orphaned: %v", ids)
+	}
+	if ids, _ := s.RunsOrphaned(ctx, "keeper-a", time.Now().Add(-time.Minute)); len(ids) != 1 {
+		t.Fatalf("own run after restart not orphaned: %v", ids)
+	}
+	if _, ok, _ := s.RunClaim(ctx, "run_1", "keeper-b", time.Now().Add(time.Minute)); !ok {
+		t.Fatal("stale lease not taken over")
+	}
+	if err := s.RunStateSave(ctx, "run_1", "keeper-a", "sealed:v1:old"); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("old owner saved state: %v", err)
+	}
+	started := time.Now().UTC()
+	if err := s.RunStepSave(ctx, store.RunStep{RunID: "run_1", Index: 0, Name: "hello", Module: "core.command.ran", Status: "running", StartedAt: &started}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunTargetSave(ctx, store.RunTarget{RunID: "run_1", StepIndex: 0, SID: "web-1", Status: "changed", Changed: true, Output: json.RawMessage(`{"rc":0}`), Attempts: 1, DurationMS: 12}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunTargetSave(ctx, store.RunTarget{RunID: "run_1", StepIndex: 0, SID: "web-2", Status: "unreachable", ErrorCode: "ssh.unreachable", ErrorMsg: "no route", Attempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	fin := time.Now().UTC()
+	if err := s.RunStepSave(ctx, store.RunStep{RunID: "run_1", Index: 0, Name: "hello", Module: "core.command.ran", Status: "failed", FinishedAt: &fin}); err != nil {
+		t.Fatal(err)
+	}
+	steps, targets, err := s.RunSteps(ctx, "run_1")
+	if err != nil || len(steps) != 1 || steps[0].Status != "failed" || steps[0].StartedAt == nil || steps[0].FinishedAt == nil || len(targets) != 2 || !targets[0].Changed || targets[1].ErrorCode != "ssh.unreachable" {
+		t.Fatalf("steps = %+v targets = %+v, %v", steps, targets, err)
+	}
+	for i := 1; i <= 3; i++ {
+		if err := s.RunEventAppend(ctx, store.RunEvent{RunID: "run_1", Seq: int64(i), At: time.Now(), Kind: "log", Data: json.RawMessage(`{"line":"x"}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := s.RunEvents(ctx, "run_1", 1, 10)
+	if err != nil || len(evs) != 2 || evs[0].Seq != 2 {
+		t.Fatalf("events after 1 = %+v, %v", evs, err)
+	}
+	if _, err := s.RunCancel(ctx, store.DeleteParams{Key: "run_1", Actor: "tok_b"}); err != nil {
+		t.Fatal(err)
+	}
+	if cancel, err := s.RunHeartbeat(ctx, "run_1", "keeper-b"); err != nil || !cancel {
+		t.Fatalf("cancel request not seen by heartbeat: %v %v", cancel, err)
+	}
+	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_1", Owner: "keeper-a", Phase: store.PhaseSucceeded}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("finish by old owner: %v", err)
+	}
+	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_1", Owner: "keeper-b", Phase: store.PhaseCancelled, ErrorCode: "run.cancelled", ErrorMsg: "cancelled", Outputs: json.RawMessage(`{"hello":{}}`), Message: `{"hello":{}}`}); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = s.RunGet(ctx, "run_1")
+	if r.Phase != store.PhaseCancelled || r.FinishedAt == nil || r.Message != `{"hello":{}}` {
+		t.Fatalf("finished run = %+v", r)
+	}
+	if _, err := s.RunCancel(ctx, store.DeleteParams{Key: "run_1", Actor: "tok_b"}); !errors.Is(err, store.ErrFinished) {
+		t.Fatalf("cancel finished run: %v", err)
+	}
+	events, _ := s.AuditList(ctx, store.AuditListParams{})
+	var actions []string
+	for _, e := range events {
+		actions = append(actions, e.Action)
+	}
+	if fmt.Sprint(actions) != "[run.started run.cancelled run.finished]" {
+		t.Fatalf("audit = %v", actions)
+	}
+	// A Pending run is cancelled at once.
+	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_2", "", "d"), Actor: "tok_a"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = s.RunCancel(ctx, store.DeleteParams{Key: "run_2", Actor: "tok_b"})
+	if err != nil || r.Phase != store.PhaseCancelled || r.FinishedAt == nil {
+		t.Fatalf("cancel pending = %+v, %v", r, err)
+	}
+	if _, ok, _ := s.RunClaim(ctx, "run_2", "keeper-a", time.Now()); ok {
+		t.Fatal("a cancelled run was claimed")
+	}
+	verifyChain(t, s, 5)
+}
