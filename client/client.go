@@ -60,6 +60,12 @@ func (o ListOptions) query() url.Values {
 // do sends a request and decodes a JSON answer into out (if not nil). A
 // non-2xx answer is returned as *Problem.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	_, err := c.doStatus(ctx, method, path, q, in, out)
+	return err
+}
+
+// doStatus is do that also returns the HTTP status of a successful answer.
+func (c *Client) doStatus(ctx context.Context, method, path string, q url.Values, in, out any) (int, error) {
 	u := *c.base
 	u.Path += path
 	u.RawQuery = q.Encode()
@@ -67,13 +73,13 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
+			return 0, fmt.Errorf("encode request: %w", err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -84,12 +90,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("keeper at %s: %w", c.base, err)
+		return 0, fmt.Errorf("keeper at %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("read answer: %w", err)
+		return 0, fmt.Errorf("read answer: %w", err)
 	}
 	if resp.StatusCode >= 300 {
 		p := &Problem{}
@@ -99,15 +105,15 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, 
 		if p.Status == 0 {
 			p.Status = resp.StatusCode
 		}
-		return p
+		return resp.StatusCode, p
 	}
 	if out == nil || len(data) == 0 {
-		return nil
+		return resp.StatusCode, nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
-		return fmt.Errorf("decode answer of %s %s: %w", method, path, err)
+		return resp.StatusCode, fmt.Errorf("decode answer of %s %s: %w", method, path, err)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // call sends a request and decodes the answer into a new T.

@@ -20,13 +20,18 @@ type Problem struct {
 
 // ProblemError locates one problem in the request.
 type ProblemError struct {
-	Location string `json:"location" doc:"Where in the request, e.g. body.name or path.name."`
+	Location string `json:"location" doc:"Where in the request, e.g. body.name, path.name or hello.yaml:3:5."`
+	Code     string `json:"code,omitempty" doc:"Stable dotted code of this problem, when it has its own."`
 	Message  string `json:"message"`
 }
 
 func (p *Problem) Error() string {
 	s := fmt.Sprintf("%s (%d): %s", p.Code, p.Status, p.Detail)
 	for _, e := range p.Errors {
+		if e.Code != "" {
+			s += fmt.Sprintf("\n  %s: %s: %s", e.Location, e.Code, e.Message)
+			continue
+		}
 		s += fmt.Sprintf("\n  %s: %s", e.Location, e.Message)
 	}
 	return s
@@ -205,4 +210,73 @@ type AuditList struct {
 	Items  []AuditEvent `json:"items"`
 	Next   string       `json:"next"`
 	Verify *AuditReport `json:"verify,omitempty"`
+}
+
+// RunCreate is the body of POST /v1/runs.
+type RunCreate struct {
+	Scenario string         `json:"scenario" doc:"The scenario, as YAML text."`
+	Input    map[string]any `json:"input,omitempty" required:"false" doc:"The scenario's input."`
+	Key      string         `json:"key,omitempty" required:"false" maxLength:"200" doc:"Re-run key: the same key with the same scenario and input returns the existing run; with different content, 409 run.key_conflict."`
+	Timeout  string         `json:"timeout,omitempty" required:"false" doc:"Server-side timeout as a Go duration (15m default, 24h at most)."`
+	// File names the scenario in validation messages (file:line:column).
+	File string `json:"file,omitempty" required:"false" doc:"The scenario's file name, used in validation messages."`
+}
+
+// RunError is why a run or a target failed.
+type RunError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// RunTarget is one target's result in one step.
+type RunTarget struct {
+	SID        string          `json:"sid"`
+	Status     string          `json:"status" enum:"ok,changed,failed,skipped,unreachable,running"`
+	Changed    bool            `json:"changed"`
+	Output     json.RawMessage `json:"output"`
+	Error      *RunError       `json:"error,omitempty"`
+	Attempts   int             `json:"attempts"`
+	DurationMS int64           `json:"duration_ms"`
+}
+
+// RunStep is one step of a run.
+type RunStep struct {
+	Name    string      `json:"name"`
+	Module  string      `json:"module"`
+	Status  string      `json:"status"`
+	Targets []RunTarget `json:"targets"`
+}
+
+// Run is one execution of a scenario: the one-shot job.
+type Run struct {
+	ID         string          `json:"id"`
+	Key        string          `json:"key,omitempty"`
+	Name       string          `json:"name"`
+	Phase      string          `json:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled"`
+	CreatedAt  time.Time       `json:"created_at"`
+	CreatedBy  string          `json:"created_by"`
+	StartedAt  *time.Time      `json:"started_at"`
+	FinishedAt *time.Time      `json:"finished_at"`
+	Timeout    string          `json:"timeout"`
+	Error      *RunError       `json:"error,omitempty"`
+	Input      json.RawMessage `json:"input" doc:"The input, masked."`
+	Steps      []RunStep       `json:"steps"`
+	Outputs    json.RawMessage `json:"outputs" doc:"Each step's output by step name, masked."`
+	Message    string          `json:"message" doc:"The JSON text of the outputs."`
+}
+
+// RunList is a page of runs, newest first.
+type RunList struct {
+	Items []Run  `json:"items"`
+	Next  string `json:"next"`
+}
+
+// RunEvent is one event of a run's stream (GET /v1/runs/{id}/events).
+type RunEvent struct {
+	Seq  int64           `json:"seq"`
+	At   time.Time       `json:"at"`
+	Kind string          `json:"kind" doc:"run.phase, step.started, step.finished, target.result, log, run.finished"`
+	Step string          `json:"step,omitempty"`
+	SID  string          `json:"sid,omitempty"`
+	Data json.RawMessage `json:"data"`
 }

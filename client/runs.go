@@ -1,0 +1,151 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// RunCreate starts a run. It returns the run and whether it was created
+// now (false: the key named an existing run with the same content).
+func (c *Client) RunCreate(ctx context.Context, in RunCreate) (*Run, bool, error) {
+	var out Run
+	status, err := c.doStatus(ctx, http.MethodPost, "/v1/runs", nil, in, &out)
+	if err != nil {
+		return nil, false, err
+	}
+	return &out, status == http.StatusCreated, nil
+}
+
+// RunGet returns a run with its steps and outputs.
+func (c *Client) RunGet(ctx context.Context, id string) (*Run, error) {
+	return call[Run](ctx, c, http.MethodGet, "/v1/runs/"+esc(id), nil, nil)
+}
+
+// RunList returns a page of runs, newest first.
+func (c *Client) RunList(ctx context.Context, o ListOptions) (*RunList, error) {
+	return call[RunList](ctx, c, http.MethodGet, "/v1/runs", o.query(), nil)
+}
+
+// RunCancel asks the keeper to cancel a run.
+func (c *Client) RunCancel(ctx context.Context, id string) (*Run, error) {
+	return call[Run](ctx, c, http.MethodPost, "/v1/runs/"+esc(id)+"/cancel", nil, nil)
+}
+
+// Terminal reports whether a phase is final.
+func Terminal(phase string) bool {
+	return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled"
+}
+
+// RunEvents streams a run's events after afterSeq (0: from the start)
+// until the run has finished and every event was delivered, fn returns an
+// error, or ctx ends. A broken stream is resumed with Last-Event-ID.
+func (c *Client) RunEvents(ctx context.Context, id string, afterSeq int64, fn func(RunEvent) error) error {
+	last := afterSeq
+	backoff := 200 * time.Millisecond
+	for {
+		done, err := c.streamOnce(ctx, id, &last, fn)
+		if done || ctx.Err() != nil {
+			if err == nil {
+				err = ctx.Err()
+			}
+			return err
+		}
+		if p, ok := err.(*Problem); ok {
+			return p
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+// streamOnce reads one SSE connection. done is true when the stream ended
+// normally (the run finished) or fn failed.
+func (c *Client) streamOnce(ctx context.Context, id string, last *int64, fn func(RunEvent) error) (bool, error) {
+	u := *c.base
+	u.Path += "/v1/runs/" + esc(id) + "/events"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return true, err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Last-Event-ID", strconv.FormatInt(*last, 10))
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	hc := *c.http
+	hc.Timeout = 0 // a stream lasts as long as the run
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		p := &Problem{}
+		if json.Unmarshal(data, p) != nil || p.Code == "" {
+			p = &Problem{Status: resp.StatusCode, Code: "http." + strconv.Itoa(resp.StatusCode), Detail: string(data)}
+		}
+		return true, p
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	var data strings.Builder
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if data.Len() == 0 {
+				continue
+			}
+			var ev RunEvent
+			if err := json.Unmarshal([]byte(data.String()), &ev); err != nil {
+				return true, fmt.Errorf("decode run event: %w", err)
+			}
+			data.Reset()
+			if ev.Kind == "stream.end" {
+				return true, nil
+			}
+			*last = ev.Seq
+			if err := fn(ev); err != nil {
+				return true, err
+			}
+		case strings.HasPrefix(line, "data:"):
+			data.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "data:"), " "))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, err
+	}
+	return false, io.ErrUnexpectedEOF
+}
+
+// RunWait polls until the run is finished or ctx ends.
+func (c *Client) RunWait(ctx context.Context, id string) (*Run, error) {
+	for {
+		r, err := c.RunGet(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if Terminal(r.Phase) {
+			return r, nil
+		}
+		select {
+		case <-ctx.Done():
+			return r, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}

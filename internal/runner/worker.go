@@ -1,0 +1,218 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// worker executes one run per job.
+type worker struct {
+	river.WorkerDefaults[RunArgs]
+	r *Runner
+}
+
+var (
+	errCancelRequested = errors.New("cancel requested")
+)
+
+// Work claims the run's lease and executes it. A run that is finished, or
+// held by a live keeper, makes the job a no-op.
+func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
+	r := w.r
+	id := job.Args.RunID
+	run, ok, err := r.cfg.Store.RunClaim(ctx, id, r.cfg.Owner, time.Now().Add(-StaleAfter))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return nil
+	}
+	log := r.log.With("run", id)
+	rec, err := newRecorder(ctx, r, run)
+	if err != nil {
+		return err
+	}
+	resumed := false
+	if len(rec.steps) > 0 || run.StateSealed != "" {
+		resumed = true
+	}
+	rec.Event("run.phase", "", "", map[string]any{"phase": store.PhaseRunning, "resumed": resumed})
+
+	deadline := run.CreatedAt.Add(run.Timeout)
+	if run.StartedAt != nil {
+		deadline = run.StartedAt.Add(run.Timeout)
+	}
+	runCtx, cancelTimeout := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancelTimeout()
+	runCtx, cancel := context.WithCancelCause(runCtx)
+	defer cancel(nil)
+	// Stopping the keeper (ctx) abandons the run without finishing it: the
+	// next keeper to start resumes it.
+	stopped := context.AfterFunc(ctx, func() { cancel(errLeaseLost) })
+	defer stopped()
+
+	var hb sync.WaitGroup
+	hb.Add(1)
+	go func() {
+		defer hb.Done()
+		t := time.NewTicker(HeartbeatEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				cancelReq, err := r.cfg.Store.RunHeartbeat(runCtx, id, r.cfg.Owner)
+				switch {
+				case errors.Is(err, store.ErrLeaseLost):
+					cancel(errLeaseLost)
+					return
+				case err != nil:
+					log.Warn("heartbeat failed", "err", err)
+				case cancelReq:
+					cancel(errCancelRequested)
+				}
+			}
+		}
+	}()
+
+	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets}
+	out := Outcome{Phase: store.PhaseFailed}
+	input, err := r.cfg.Sealer.Open(run.InputSealed)
+	if err == nil {
+		err = json.Unmarshal(input, &x.Input)
+	}
+	if err == nil && run.StateSealed != "" {
+		x.Resume, err = r.cfg.Sealer.Open(run.StateSealed)
+	}
+	if err != nil {
+		out.ErrorCode, out.ErrorMsg = "run.state_unreadable", "the run's sealed input or state cannot be opened: "+err.Error()
+	} else if run.CancelRequested {
+		out = Outcome{Phase: store.PhaseCancelled, ErrorCode: "run.cancelled", ErrorMsg: "cancelled before it resumed"}
+	} else {
+		out = r.cfg.Exec.Execute(runCtx, x, rec)
+	}
+	cause := context.Cause(runCtx)
+	cancel(nil)
+	hb.Wait()
+
+	switch {
+	case errors.Is(cause, errLeaseLost):
+		log.Info("run left to be resumed", "reason", "keeper stopping or lease lost")
+		return nil
+	case errors.Is(cause, errCancelRequested):
+		out.Phase, out.ErrorCode, out.ErrorMsg = store.PhaseCancelled, "run.cancelled", "cancelled by request"
+	case errors.Is(cause, context.DeadlineExceeded) && out.Phase != store.PhaseSucceeded:
+		out.Phase, out.ErrorCode, out.ErrorMsg = store.PhaseFailed, "run.timeout", fmt.Sprintf("the run did not finish within its timeout of %s", run.Timeout)
+	}
+	masked, _ := json.Marshal(secret.Mask(orEmpty(out.Outputs)))
+	finish := store.RunFinishParams{ID: id, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: secret.MaskString(out.ErrorMsg), Outputs: masked, Message: string(masked)}
+	// Finishing must not be cut short by the keeper stopping.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer fcancel()
+	if err := r.cfg.Store.RunFinish(fctx, finish); err != nil {
+		if errors.Is(err, store.ErrLeaseLost) {
+			return nil
+		}
+		return fmt.Errorf("finish run %s: %w", id, err)
+	}
+	data := map[string]any{"phase": out.Phase}
+	if out.ErrorCode != "" {
+		data["error"] = map[string]any{"code": out.ErrorCode, "message": finish.ErrorMsg}
+	}
+	rec.eventCtx(fctx, "run.finished", "", "", data)
+	log.Info("run finished", "phase", out.Phase, "code", out.ErrorCode)
+	return nil
+}
+
+func orEmpty(m map[string]any) map[string]any {
+	if m == nil {
+		return map[string]any{}
+	}
+	return m
+}
+
+// recorder is the Recorder of one execution: it numbers events, masks
+// what it stores and wakes SSE readers.
+type recorder struct {
+	r       *Runner
+	ctx     context.Context
+	run     store.Run
+	mu      sync.Mutex
+	seq     int64
+	steps   []store.RunStep
+	targets []store.RunTarget
+}
+
+func newRecorder(ctx context.Context, r *Runner, run store.Run) (*recorder, error) {
+	rec := &recorder{r: r, ctx: ctx, run: run}
+	for {
+		evs, err := r.cfg.Store.RunEvents(ctx, run.ID, rec.seq, 1000)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) == 0 {
+			break
+		}
+		rec.seq = evs[len(evs)-1].Seq
+	}
+	var err error
+	rec.steps, rec.targets, err = r.cfg.Store.RunSteps(ctx, run.ID)
+	return rec, err
+}
+
+func (rec *recorder) Event(kind, step, sid string, data any) {
+	rec.eventCtx(context.WithoutCancel(rec.ctx), kind, step, sid, data)
+}
+
+func (rec *recorder) eventCtx(ctx context.Context, kind, step, sid string, data any) {
+	b, err := json.Marshal(secret.Mask(data))
+	if err != nil {
+		b = []byte(`{}`)
+	}
+	rec.mu.Lock()
+	rec.seq++
+	e := store.RunEvent{RunID: rec.run.ID, Seq: rec.seq, At: time.Now(), Kind: kind, Step: step, SID: sid, Data: b}
+	err = rec.r.cfg.Store.RunEventAppend(ctx, e)
+	rec.mu.Unlock()
+	if err != nil {
+		rec.r.log.Error("store run event", "run", rec.run.ID, "err", err)
+	}
+	rec.r.hub.Notify(rec.run.ID)
+}
+
+func (rec *recorder) Step(s store.RunStep) {
+	s.RunID = rec.run.ID
+	if err := rec.r.cfg.Store.RunStepSave(context.WithoutCancel(rec.ctx), s); err != nil {
+		rec.r.log.Error("store run step", "run", rec.run.ID, "err", err)
+	}
+}
+
+func (rec *recorder) Target(t store.RunTarget, output any) {
+	t.RunID = rec.run.ID
+	b, err := json.Marshal(secret.Mask(output))
+	if err != nil {
+		b = []byte("null")
+	}
+	t.Output = b
+	t.ErrorMsg = secret.MaskString(t.ErrorMsg)
+	if err := rec.r.cfg.Store.RunTargetSave(context.WithoutCancel(rec.ctx), t); err != nil {
+		rec.r.log.Error("store run target", "run", rec.run.ID, "err", err)
+	}
+}
+
+func (rec *recorder) Checkpoint(state []byte) error {
+	return rec.r.cfg.Store.RunStateSave(context.WithoutCancel(rec.ctx), rec.run.ID, rec.r.cfg.Owner, rec.r.cfg.Sealer.Seal(state))
+}
