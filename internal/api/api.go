@@ -31,6 +31,10 @@ type Config struct {
 	Logger  *slog.Logger
 	Version string
 	Now     func() time.Time // nil: time.Now
+	// Runs and Check enable the run routes; without them the keeper
+	// serves the registries only.
+	Runs  RunService
+	Check ScenarioChecker
 }
 
 // Server is the Operator API as an http.Handler.
@@ -42,6 +46,8 @@ type Server struct {
 	mux     *http.ServeMux
 	api     huma.API
 	metrics *metrics
+	runs    RunService
+	check   ScenarioChecker
 }
 
 // New builds the API over cfg.Store.
@@ -58,6 +64,8 @@ func New(cfg Config) *Server {
 		now:   cfg.Now,
 		authn: auth.NewAuthenticator(cfg.Store, cfg.Now),
 		mux:   http.NewServeMux(),
+		runs:  cfg.Runs,
+		check: cfg.Check,
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
@@ -77,6 +85,7 @@ func New(cfg Config) *Server {
 	s.registerSouls()
 	s.registerTokens()
 	s.registerAudit()
+	s.registerRuns()
 	return s
 }
 

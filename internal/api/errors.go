@@ -113,6 +113,10 @@ func problemFor(err error) (*client.Problem, bool) {
 			return invalid(se.Kind+"."+ref+"_missing", "body."+ref, "%s %q does not exist", ref, name), true
 		case errors.Is(err, store.ErrRevoked):
 			return problem(http.StatusConflict, "token.revoked", fmt.Sprintf("token %q is already revoked", se.Key)), true
+		case errors.Is(err, store.ErrKeyConflict):
+			return problem(http.StatusConflict, "run.key_conflict", fmt.Sprintf("key %q is already used by %s with a different scenario or input; use a new key to run again", se.Key, se.Ref)), true
+		case errors.Is(err, store.ErrFinished):
+			return problem(http.StatusConflict, "run.finished", fmt.Sprintf("run %s already finished (%s)", se.Key, se.Ref)), true
 		case errors.Is(err, store.ErrLastAdmin):
 			return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
 		}

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 )
@@ -26,6 +28,7 @@ var Dialect = sqlstore.Dialect{
 	LockHead:          `SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE`,
 	Classify:          classify,
 	SnapshotIsolation: sql.LevelRepeatableRead,
+	Queue:             func(db *sql.DB) riverdriver.Driver[*sql.Tx] { return riverdatabasesql.New(db) },
 }
 
 func classify(err error) sqlstore.Violation {

@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	"github.com/pressly/goose/v3"
+	"github.com/riverqueue/river/riverdriver"
+	"github.com/riverqueue/river/riverdriver/riversqlite"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
@@ -29,6 +31,7 @@ var Dialect = sqlstore.Dialect{
 	LockHead:          `SELECT seq, hash FROM audit_head WHERE id = 1`, // BEGIN IMMEDIATE already holds the write lock
 	Classify:          classify,
 	SnapshotIsolation: sql.LevelDefault,
+	Queue:             func(db *sql.DB) riverdriver.Driver[*sql.Tx] { return riversqlite.New(db) },
 }
 
 func classify(err error) sqlstore.Violation {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/riverqueue/river/riverdriver"
+
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
@@ -43,6 +45,9 @@ type Dialect struct {
 	// SnapshotIsolation is the isolation level under which a read-only
 	// transaction sees one consistent snapshot.
 	SnapshotIsolation sql.IsolationLevel
+	// Queue returns the River driver over the same database, for the
+	// durable run queue.
+	Queue func(*sql.DB) riverdriver.Driver[*sql.Tx]
 }
 
 // Store is the database/sql implementation of store.Store.
@@ -68,6 +73,10 @@ func New(db *sql.DB, d Dialect, opts ...Option) *Store {
 	}
 	return s
 }
+
+// Queue returns the River driver of the run queue, which lives in the same
+// database.
+func (s *Store) Queue() riverdriver.Driver[*sql.Tx] { return s.dialect.Queue(s.db) }
 
 // DB returns the underlying database handle.
 func (s *Store) DB() *sql.DB { return s.db }

@@ -1,0 +1,263 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/danielgtaylor/huma/v2"
+	"github.com/danielgtaylor/huma/v2/adapters/humago"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/runner"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// RunService accepts runs; *runner.Runner implements it.
+type RunService interface {
+	Submit(ctx context.Context, p runner.SubmitParams) (store.Run, bool, error)
+	Hub() *runner.Hub
+}
+
+// CheckedScenario is what checking a scenario tells the API.
+type CheckedScenario struct {
+	Name string
+	// Input is the input with declared defaults applied.
+	Input map[string]any
+	// Secret names inputs declared secret.
+	Secret map[string]bool
+}
+
+// ScenarioChecker parses and validates a scenario with its input before a
+// run is accepted, reporting every problem with file:line:column.
+type ScenarioChecker func(file, text string, input map[string]any) (CheckedScenario, []client.ProblemError)
+
+type runOutput struct {
+	Body client.Run
+}
+
+func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (client.Run, error) {
+	out := client.Run{
+		ID: r.ID, Key: r.Key, Name: r.Name, Phase: r.Phase, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy,
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Timeout: r.Timeout.String(), Input: r.InputMasked,
+		Outputs: r.Outputs, Message: r.Message, Steps: []client.RunStep{},
+	}
+	if r.ErrorCode != "" {
+		out.Error = &client.RunError{Code: r.ErrorCode, Message: r.ErrorMsg}
+	}
+	if !withSteps {
+		return out, nil
+	}
+	steps, targets, err := s.store.RunSteps(ctx, r.ID)
+	if err != nil {
+		return out, err
+	}
+	for _, st := range steps {
+		ws := client.RunStep{Name: st.Name, Module: st.Module, Status: st.Status, Targets: []client.RunTarget{}}
+		for _, t := range targets {
+			if t.StepIndex != st.Index {
+				continue
+			}
+			wt := client.RunTarget{SID: t.SID, Status: t.Status, Changed: t.Changed, Output: t.Output, Attempts: t.Attempts, DurationMS: t.DurationMS}
+			if t.ErrorCode != "" {
+				wt.Error = &client.RunError{Code: t.ErrorCode, Message: t.ErrorMsg}
+			}
+			ws.Targets = append(ws.Targets, wt)
+		}
+		out.Steps = append(out.Steps, ws)
+	}
+	return out, nil
+}
+
+func (s *Server) registerRuns() {
+	if s.runs == nil {
+		return
+	}
+	tags := []string{"runs"}
+	register(s, huma.Operation{
+		OperationID: "run-create", Method: http.MethodPost, Path: "/v1/runs", Tags: tags,
+		Summary: "Start a run of a scenario",
+		Description: "Validates the scenario and input (422 scenario.invalid lists every problem with file:line:column) " +
+			"and queues the run: 201 with the new run, or 200 with the existing run when key was used with the same content; " +
+			"409 run.key_conflict when the key names a run with different content.",
+		DefaultStatus: http.StatusCreated,
+		Errors:        []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+	}, auth.RunCreate, false, func(ctx context.Context, in *struct{ Body client.RunCreate }) (*struct {
+		Status int
+		Body   client.Run
+	}, error) {
+		b := in.Body
+		timeout := runner.DefaultTimeout
+		if b.Timeout != "" {
+			d, err := time.ParseDuration(b.Timeout)
+			if err != nil || d <= 0 || d > runner.MaxTimeout {
+				return nil, invalid("run.timeout_invalid", "body.timeout", "%q is not a duration between 1s and %s (e.g. 15m)", b.Timeout, runner.MaxTimeout)
+			}
+			timeout = d
+		}
+		file := b.File
+		if file == "" {
+			file = "scenario.yaml"
+		}
+		checked, problems := s.check(file, b.Scenario, b.Input)
+		if len(problems) > 0 {
+			detail := fmt.Sprintf("the scenario has %d problem(s); nothing ran", len(problems))
+			if len(problems) == 1 {
+				detail = problems[0].Location + ": " + problems[0].Message
+			}
+			return nil, problem(http.StatusUnprocessableEntity, "scenario.invalid", detail, problems...)
+		}
+		run, created, err := s.runs.Submit(ctx, runner.SubmitParams{
+			Name: checked.Name, Scenario: b.Scenario, Input: checked.Input, Secret: checked.Secret,
+			Key: b.Key, Timeout: timeout, Actor: principal(ctx).Actor(),
+		})
+		if err != nil {
+			return nil, err
+		}
+		wire, err := s.runWire(ctx, run, true)
+		if err != nil {
+			return nil, err
+		}
+		status := http.StatusCreated
+		if !created {
+			status = http.StatusOK
+		}
+		return &struct {
+			Status int
+			Body   client.Run
+		}{Status: status, Body: wire}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "run-list", Method: http.MethodGet, Path: "/v1/runs", Tags: tags, Summary: "List runs, newest first",
+	}, auth.RunRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.RunList }, error) {
+		rs, err := s.store.RunList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+		if err != nil {
+			return nil, err
+		}
+		rs, next := page(rs, in.Limit, func(r store.Run) string { return r.ID })
+		out := &struct{ Body client.RunList }{Body: client.RunList{Items: make([]client.Run, 0, len(rs)), Next: next}}
+		for _, r := range rs {
+			w, _ := s.runWire(ctx, r, false)
+			out.Body.Items = append(out.Body.Items, w)
+		}
+		return out, nil
+	})
+
+	type idInput struct {
+		ID string `path:"id" doc:"The run's id (run_…)."`
+	}
+	register(s, huma.Operation{
+		OperationID: "run-get", Method: http.MethodGet, Path: "/v1/runs/{id}", Tags: tags,
+		Summary: "Get a run with its steps, targets and outputs", Errors: []int{http.StatusNotFound},
+	}, auth.RunRead, false, func(ctx context.Context, in *idInput) (*runOutput, error) {
+		r, err := s.store.RunGet(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		w, err := s.runWire(ctx, r, true)
+		if err != nil {
+			return nil, err
+		}
+		return &runOutput{Body: w}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "run-cancel", Method: http.MethodPost, Path: "/v1/runs/{id}/cancel", Tags: tags,
+		Summary: "Cancel a run", Description: "A Pending run is cancelled at once; a Running one stops at its next check (within seconds). 409 run.finished when it already ended.",
+		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
+	}, auth.RunCancel, false, func(ctx context.Context, in *idInput) (*runOutput, error) {
+		r, err := s.store.RunCancel(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()})
+		if err != nil {
+			return nil, err
+		}
+		s.runs.Hub().Notify(r.ID)
+		w, err := s.runWire(ctx, r, true)
+		if err != nil {
+			return nil, err
+		}
+		return &runOutput{Body: w}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "run-events", Method: http.MethodGet, Path: "/v1/runs/{id}/events", Tags: tags,
+		Summary: "Stream a run's events (Server-Sent Events)",
+		Description: "Each event is `id: <seq>`, `event: <kind>`, `data: <RunEvent JSON>`. Resume with the Last-Event-ID header (or ?after=). " +
+			"The stream ends with an event of kind stream.end once the run has finished and every event was sent.",
+		Errors:    []int{http.StatusNotFound},
+		Responses: map[string]*huma.Response{"200": {Description: "An SSE stream of RunEvent", Content: map[string]*huma.MediaType{"text/event-stream": {}}}},
+	}, auth.RunRead, false, func(ctx context.Context, in *struct {
+		ID          string `path:"id"`
+		LastEventID string `header:"Last-Event-ID" doc:"Resume after this event."`
+		After       int64  `query:"after" doc:"Resume after this event (for clients that cannot set headers)."`
+	}) (*huma.StreamResponse, error) {
+		if _, err := s.store.RunGet(ctx, in.ID); err != nil {
+			return nil, err
+		}
+		after := in.After
+		if in.LastEventID != "" {
+			n, err := strconv.ParseInt(in.LastEventID, 10, 64)
+			if err != nil {
+				return nil, invalid("request.invalid", "header.Last-Event-ID", "must be an event sequence number")
+			}
+			after = n
+		}
+		return &huma.StreamResponse{Body: func(hctx huma.Context) { s.streamEvents(hctx, in.ID, after) }}, nil
+	})
+}
+
+// streamEvents writes a run's events as SSE until the run has finished.
+func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
+	r, w := humago.Unwrap(hctx)
+	ctx := r.Context()
+	flusher, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	keepalive := time.NewTicker(15 * time.Second)
+	defer keepalive.Stop()
+	for {
+		wake := s.runs.Hub().Wait(id)
+		run, err := s.store.RunGet(ctx, id)
+		if err != nil {
+			return
+		}
+		evs, err := s.store.RunEvents(ctx, id, after, 500)
+		if err != nil {
+			s.log.Warn("read run events", "run", id, "err", err)
+			return
+		}
+		for _, e := range evs {
+			b, _ := json.Marshal(client.RunEvent{Seq: e.Seq, At: e.At, Kind: e.Kind, Step: e.Step, SID: e.SID, Data: e.Data})
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, b)
+			after = e.Seq
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		if len(evs) == 500 {
+			continue
+		}
+		if store.Terminal(run.Phase) {
+			fmt.Fprintf(w, "event: stream.end\ndata: {\"kind\":\"stream.end\",\"seq\":%d}\n\n", after)
+			if flusher != nil {
+				flusher.Flush()
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-time.After(time.Second): // another keeper may be executing the run
+		case <-keepalive.C:
+			fmt.Fprint(w, ": keepalive\n\n")
+		}
+	}
+}
+
