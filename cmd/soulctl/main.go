@@ -1,0 +1,14 @@
+// Command soulctl is the operator CLI of Soul Stack: it manages a keeper's
+// providers, profiles, souls, API tokens and audit log over the Operator
+// API. See the cli package for its commands.
+package main
+
+import (
+	"os"
+
+	"github.com/soulstack/soulstack/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Main())
+}

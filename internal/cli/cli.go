@@ -1,0 +1,275 @@
+// Package cli is soulctl, the operator CLI of Soul Stack: one file per
+// command, all of them talking to the keeper through the client package
+// only, and printing through one printer that knows table and JSON.
+//
+// Exit codes: 0 on success, 1 when the keeper refuses a request, cannot be
+// reached or reports a failure (such as a broken audit chain), 2 on a usage
+// error (unknown command or flag, missing or malformed argument).
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/soulstack/soulstack/client"
+)
+
+// Environment variables soulctl reads.
+const (
+	EnvKeeper = "SOULSTACK_KEEPER"
+	EnvToken  = "SOULSTACK_TOKEN"
+)
+
+// AdminTokenFile is the token file soulctl falls back to, relative to the
+// working directory: where `keeper serve` writes its first admin token when
+// started with the default data directory.
+const AdminTokenFile = ".keeper/admin.token"
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitFailure = 1
+	ExitUsage   = 2
+)
+
+// Env is what soulctl takes from its process: standard streams and
+// environment variables.
+type Env struct {
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+	Getenv func(string) string
+}
+
+// Main runs soulctl with the process's arguments, streams and environment,
+// stopping on SIGINT or SIGTERM, and returns the exit code.
+func Main() int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, os.Args[1:], Env{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv})
+}
+
+// Run executes soulctl with args (without the program name) and returns
+// the exit code. Errors are printed to env.Stderr.
+func Run(ctx context.Context, args []string, env Env) int {
+	if env.Getenv == nil {
+		env.Getenv = func(string) string { return "" }
+	}
+	if env.Stdin == nil {
+		env.Stdin = strings.NewReader("")
+	}
+	a := &app{env: env}
+	root := a.rootCommand()
+	root.SetArgs(args)
+	root.SetIn(env.Stdin)
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var ue *usageError
+	if !a.running || errors.As(err, &ue) {
+		fmt.Fprintf(env.Stderr, "error: %v\n", err)
+		if cmd == nil {
+			cmd = root
+		}
+		fmt.Fprintf(env.Stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		return ExitUsage
+	}
+	a.reportError(err)
+	return ExitFailure
+}
+
+// app holds the global options and the streams of one soulctl execution.
+type app struct {
+	env       Env
+	keeperURL string
+	token     string
+	output    string
+
+	// running is set once a command's action starts: errors before that
+	// come from argument parsing and are usage errors.
+	running bool
+	// resolvedURL and tokenSource describe the connection for messages.
+	resolvedURL string
+	tokenSource string
+}
+
+func (a *app) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "soulctl",
+		Short: "Operate a Soul Stack keeper",
+		Long: `soulctl operates a Soul Stack keeper through its Operator API: cloud
+providers, VM profiles, souls (managed hosts), API tokens and the audit log.
+
+The keeper is found with --keeper or ` + EnvKeeper + ` (default ` + client.DefaultURL + `).
+The API token comes from --token or ` + EnvToken + `; when neither is given
+and ./` + AdminTokenFile + ` exists (the keeper was started with "keeper serve" in
+this directory), the token is read from that file.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	asGroup(root)
+	fs := root.PersistentFlags()
+	fs.StringVar(&a.keeperURL, "keeper", "", "keeper URL (env "+EnvKeeper+", default "+client.DefaultURL+")")
+	fs.StringVar(&a.token, "token", "", "API token (env "+EnvToken+", else ./"+AdminTokenFile+" when present)")
+	fs.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	root.AddCommand(
+		a.providerCommand(),
+		a.profileCommand(),
+		a.soulCommand(),
+		a.tokenCommand(),
+		a.auditCommand(),
+		a.versionCommand(),
+	)
+	return root
+}
+
+// action wraps a command's work: it marks the execution as running, checks
+// the output format and passes a printer.
+func (a *app) action(f func(cmd *cobra.Command, args []string, p *printer) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		a.running = true
+		p, err := newPrinter(cmd.OutOrStdout(), a.output)
+		if err != nil {
+			return err
+		}
+		return f(cmd, args, p)
+	}
+}
+
+// client returns a client for the configured keeper and token.
+func (a *app) client() (*client.Client, error) {
+	a.resolvedURL = firstNonEmpty(a.keeperURL, a.env.Getenv(EnvKeeper), client.DefaultURL)
+	token, source, err := a.resolveToken()
+	if err != nil {
+		return nil, err
+	}
+	a.tokenSource = source
+	c, err := client.New(a.resolvedURL, token)
+	if err != nil {
+		return nil, usageErrorf("--keeper: %v", err)
+	}
+	return c, nil
+}
+
+// resolveToken picks the API token: the flag, the environment, then the
+// admin token file of a keeper started in the working directory.
+func (a *app) resolveToken() (token, source string, err error) {
+	if a.token != "" {
+		return a.token, "--token", nil
+	}
+	if t := a.env.Getenv(EnvToken); t != "" {
+		return t, EnvToken, nil
+	}
+	b, err := os.ReadFile(AdminTokenFile)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return "", "", nil
+	case err != nil:
+		return "", "", fmt.Errorf("read API token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), "./" + AdminTokenFile, nil
+}
+
+// reportError prints a command's failure: a problem from the keeper with
+// its code and located errors, an unreachable keeper with its URL, or the
+// error itself.
+func (a *app) reportError(err error) {
+	w := a.env.Stderr
+	var p *client.Problem
+	var ue *url.Error
+	switch {
+	case errors.As(err, &p):
+		detail := p.Detail
+		if detail == "" {
+			detail = p.Title
+		}
+		fmt.Fprintf(w, "error: %s: %s\n", p.Code, detail)
+		for _, e := range p.Errors {
+			fmt.Fprintf(w, "  at %s: %s\n", e.Location, e.Message)
+		}
+		switch p.Code {
+		case "auth.missing_token":
+			fmt.Fprintf(w, "hint: pass --token or set %s; a new keeper writes its first admin token to <data-dir>/admin.token\n", EnvToken)
+		case "auth.invalid_token":
+			if a.tokenSource != "" {
+				fmt.Fprintf(w, "hint: the token came from %s\n", a.tokenSource)
+			}
+		}
+	case errors.Is(err, context.Canceled):
+		fmt.Fprintln(w, "error: interrupted")
+	case errors.As(err, &ue):
+		fmt.Fprintf(w, "error: cannot reach the keeper at %s: %v\n", a.resolvedURL, ue.Err)
+		fmt.Fprintf(w, "hint: is the keeper running? point soulctl at it with --keeper or %s\n", EnvKeeper)
+	default:
+		fmt.Fprintf(w, "error: %v\n", err)
+	}
+}
+
+// usageError is a mistake in how soulctl was called; it exits with
+// ExitUsage.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// group returns a command that only holds subcommands.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short}
+	asGroup(cmd)
+	cmd.AddCommand(subs...)
+	return cmd
+}
+
+// asGroup makes cmd a holder of subcommands: alone it prints its help, and
+// an unknown subcommand is a usage error with suggestions.
+func asGroup(cmd *cobra.Command) {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.SuggestionsMinimumDistance = 2
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return usageErrorf("%s", msg)
+	}
+}
+
+// exactArgs accepts exactly the named positional arguments.
+func exactArgs(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) == len(names) {
+			return nil
+		}
+		if len(args) < len(names) {
+			return fmt.Errorf("%s needs %s", cmd.CommandPath(), strings.Join(names[len(args):], " "))
+		}
+		return fmt.Errorf("%s takes %d argument(s) (%s), got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+	}
+}
+
+func firstNonEmpty(vs ...string) string {
+	for _, v := range vs {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

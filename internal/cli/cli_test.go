@@ -1,0 +1,202 @@
+package cli_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+	_ "modernc.org/sqlite" // the driver the tamper command opens the keeper's database with
+
+	"github.com/soulstack/soulstack/internal/cli"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/keeper"
+)
+
+// TestMain makes the test binary double as soulctl: testscript puts a copy
+// named soulctl on the scripts' PATH, and running it runs cli.Main.
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"soulctl": func() { os.Exit(cli.Main()) },
+	})
+}
+
+// TestScripts drives soulctl end to end against a real keeper: each script
+// in testdata/script gets its own keeper, serving on a loopback port with an
+// SQLite database in $WORK/.keeper. Scripts see:
+//
+//	SOULSTACK_KEEPER  the keeper's URL
+//	ADMIN_TOKEN       the first admin token, also in ./.keeper/admin.token
+//	KEEPER_DB         the keeper's SQLite file
+//
+// and three commands besides the standard ones:
+//
+//	exits N prog args...   run prog and require exit code N (stdout and stderr are kept)
+//	capture VAR REGEXP     set VAR to the first group of REGEXP in the last stdout
+//	audit-tamper SEQ       change audit row SEQ in the database behind the keeper's back
+func TestScripts(t *testing.T) {
+	t.Parallel()
+	testscript.Run(t, testscript.Params{
+		Dir:                 filepath.Join("testdata", "script"),
+		Setup:               startKeeper,
+		RequireExplicitExec: true,
+		RequireUniqueNames:  true,
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"exits":        cmdExits,
+			"capture":      cmdCapture,
+			"audit-tamper": cmdAuditTamper,
+		},
+	})
+}
+
+// startKeeper runs a keeper for one script until the script ends.
+func startKeeper(env *testscript.Env) error {
+	c := config.Config{
+		Listen:  "127.0.0.1:0",
+		DataDir: filepath.Join(env.WorkDir, ".keeper"),
+		Log:     config.Log{Level: "info"},
+	}.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(env.WorkDir, "keeper.log"))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- keeper.Run(ctx, c, keeper.NewLogger(logFile, c), ready) }()
+	env.Defer(func() {
+		cancel()
+		if err := <-done; err != nil {
+			env.T().Log("keeper: ", err)
+		}
+		logFile.Close()
+	})
+
+	var addr net.Addr
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		return fmt.Errorf("start keeper: %w", err)
+	case <-time.After(15 * time.Second):
+		return errors.New("start keeper: not listening after 15s")
+	}
+	token, err := os.ReadFile(c.AdminTokenPath())
+	if err != nil {
+		return fmt.Errorf("read admin token: %w", err)
+	}
+	env.Setenv("SOULSTACK_KEEPER", "http://"+addr.String())
+	env.Setenv("ADMIN_TOKEN", strings.TrimSpace(string(token)))
+	env.Setenv("KEEPER_DB", c.SQLitePath())
+	return nil
+}
+
+// cmdExits runs a program and checks its exit code.
+func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits CODE program [args...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("run %s: %v", args[1], err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("%s exited with %d, want %d", args[1], got, want)
+	}
+}
+
+// cmdCapture sets an environment variable from the last command's stdout.
+func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: capture VAR REGEXP")
+	}
+	re, err := regexp.Compile(`(?m)` + args[1])
+	ts.Check(err)
+	m := re.FindStringSubmatch(ts.ReadFile("stdout"))
+	if len(m) != 2 {
+		ts.Fatalf("capture %s: no match with one group for %q in stdout", args[0], args[1])
+	}
+	ts.Setenv(args[0], m[1])
+}
+
+// cmdAuditTamper edits one audit row directly in the keeper's database, as
+// an attacker with file access would.
+func cmdAuditTamper(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: audit-tamper SEQ")
+	}
+	seq, err := strconv.ParseInt(args[0], 10, 64)
+	ts.Check(err)
+	db, err := sql.Open("sqlite", "file:"+ts.Getenv("KEEPER_DB")+"?_pragma=busy_timeout(10000)")
+	ts.Check(err)
+	defer db.Close()
+	res, err := db.Exec(`UPDATE audit_events SET object = object || '-tampered' WHERE seq = ?`, seq)
+	ts.Check(err)
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		ts.Fatalf("audit-tamper: no row %d (%v)", seq, err)
+	}
+}
+
+// TestRunUsageErrors checks the exit codes and messages of calls that
+// never reach a keeper.
+func TestRunUsageErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"unknown command", []string{"frobnicate"}, cli.ExitUsage, `unknown command "frobnicate"`},
+		{"unknown subcommand", []string{"provider", "lst"}, cli.ExitUsage, `unknown command "lst" for "soulctl provider"; did you mean list`},
+		{"unknown flag", []string{"provider", "list", "--bogus"}, cli.ExitUsage, "unknown flag: --bogus"},
+		{"missing argument", []string{"provider", "get"}, cli.ExitUsage, "soulctl provider get needs NAME"},
+		{"extra argument", []string{"soul", "get", "a", "b"}, cli.ExitUsage, "takes 1 argument(s) (SID), got 2"},
+		{"missing required flag", []string{"provider", "create", "x"}, cli.ExitUsage, `required flag(s) "driver" not set`},
+		{"bad output format", []string{"version", "-o", "yaml"}, cli.ExitUsage, `-o/--output: "yaml" is not table or json`},
+		{"bad config JSON", []string{"provider", "create", "x", "--driver", "d", "--config", "{"}, cli.ExitUsage, "--config: want a JSON object"},
+		{"config not an object", []string{"provider", "create", "x", "--driver", "d", "--config", "[1]"}, cli.ExitUsage, "--config: want a JSON object"},
+		{"trailing config data", []string{"provider", "create", "x", "--driver", "d", "--config", "{} {}"}, cli.ExitUsage, "unexpected data after the JSON object"},
+		{"missing config file", []string{"provider", "create", "x", "--driver", "d", "--config", "@/nonexistent/c.json"}, cli.ExitUsage, "--config: open /nonexistent/c.json"},
+		{"bad attribute", []string{"soul", "add", "h", "--address", "a", "--attr", "role"}, cli.ExitUsage, `--attr: want key=value, got "role"`},
+		{"duplicate attribute", []string{"soul", "add", "h", "--address", "a", "--attr", "k=1", "--attr", "k=2"}, cli.ExitUsage, `--attr: key "k" given twice`},
+		{"bad expiry", []string{"token", "create", "t", "--role", "viewer", "--expires-in", "soon"}, cli.ExitUsage, `--expires-in: "soon" is not a duration`},
+		{"negative expiry", []string{"token", "create", "t", "--role", "viewer", "--expires-in", "-1h"}, cli.ExitUsage, "--expires-in: must be positive"},
+		{"bad keeper URL", []string{"--keeper", "ftp://x", "provider", "list"}, cli.ExitUsage, "--keeper: keeper URL"},
+		{"unreachable keeper", []string{"--keeper", "http://127.0.0.1:1", "--token", "t", "provider", "list"}, cli.ExitFailure, "error: cannot reach the keeper at http://127.0.0.1:1:"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr strings.Builder
+			code := cli.Run(context.Background(), tt.args, cli.Env{Stdout: &stdout, Stderr: &stderr})
+			if code != tt.wantCode {
+				t.Errorf("exit code = %d, want %d; stderr:\n%s", code, tt.wantCode, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tt.wantErr) {
+				t.Errorf("stderr = %q, want it to contain %q", stderr.String(), tt.wantErr)
+			}
+			if tt.wantCode == cli.ExitUsage && stdout.Len() > 0 {
+				t.Errorf("stdout = %q, want nothing on a usage error", stdout.String())
+			}
+		})
+	}
+}

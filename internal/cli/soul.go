@@ -1,0 +1,156 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/soulstack/soulstack/client"
+)
+
+func (a *app) soulCommand() *cobra.Command {
+	return group("soul", "Register and inspect souls (managed hosts)",
+		a.soulAddCommand(),
+		a.soulListCommand(),
+		a.soulGetCommand(),
+		a.soulDeleteCommand(),
+	)
+}
+
+func (a *app) soulAddCommand() *cobra.Command {
+	in := client.SoulCreate{Connection: client.Connection{Transport: "ssh"}}
+	var attrs []string
+	cmd := &cobra.Command{
+		Use:   "add SID --address ADDRESS",
+		Short: "Register an existing host as a soul",
+		Long: `Register an existing host as a soul, reached over SSH. SID is the soul's id,
+a DNS name (usually the host's FQDN). The host key is pinned on first contact.
+Attribute values are strings.`,
+		Example: `  soulctl soul add web1.example.com --address 192.0.2.10 --user deploy --key-ref file:/etc/soulstack/id_ed25519 --attr role=web --attr dc=fsn1`,
+		Args:    exactArgs("SID"),
+		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
+			m, err := keyValues("attr", attrs)
+			if err != nil {
+				return err
+			}
+			in.SID, in.Attributes = args[0], m
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.SoulCreate(cmd.Context(), in)
+			if err != nil {
+				return err
+			}
+			return p.print(s, soulRecord(s))
+		}),
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&in.Address, "address", "", "IP address or host name to connect to (required)")
+	fs.StringVar(&in.Connection.User, "user", "root", "SSH user; sudo is used when it is not root")
+	fs.IntVar(&in.Connection.Port, "port", 22, "SSH port")
+	fs.StringVar(&in.Connection.KeyRef, "key-ref", "", "reference to the SSH private key: env:NAME, file:/path or vault:<path>#<field>")
+	fs.StringArrayVar(&attrs, "attr", nil, "attribute key=value (repeatable)")
+	_ = cmd.MarkFlagRequired("address")
+	return cmd
+}
+
+func (a *app) soulListCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "list",
+		Short: "List souls",
+		Args:  cobra.NoArgs,
+		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			items, err := listAll(cmd.Context(), func(ctx context.Context, o client.ListOptions) ([]client.Soul, string, error) {
+				l, err := c.SoulList(ctx, o)
+				if err != nil {
+					return nil, "", err
+				}
+				return l.Items, l.Next, nil
+			})
+			if err != nil {
+				return err
+			}
+			t := &table{header: []string{"SID", "STATUS", "ADDRESS", "USER", "PORT", "PROVIDER", "CREATED"}}
+			for _, s := range items {
+				t.add(s.SID, s.Status, s.Address, s.Connection.User, port(s.Connection.Port), s.Provider, timestamp(s.CreatedAt))
+			}
+			return p.print(client.SoulList{Items: items}, t)
+		}),
+	}
+}
+
+func (a *app) soulGetCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "get SID",
+		Short: "Show a soul",
+		Args:  exactArgs("SID"),
+		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			s, err := c.SoulGet(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return p.print(s, soulRecord(s))
+		}),
+	}
+}
+
+func (a *app) soulDeleteCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete SID",
+		Short: "Remove a soul from the registry",
+		Long:  "Remove a soul from the registry; the host itself is not touched. With -o json nothing is printed on success.",
+		Args:  exactArgs("SID"),
+		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if err := c.SoulDelete(cmd.Context(), args[0]); err != nil {
+				return err
+			}
+			return p.print(nil, text(fmt.Sprintf("soul %q deleted\n", args[0])))
+		}),
+	}
+}
+
+func soulRecord(s *client.Soul) record {
+	createdBy := "keeper"
+	if s.CreatedByAID != nil {
+		createdBy = *s.CreatedByAID
+	}
+	return record{
+		{"SID", s.SID},
+		{"Status", s.Status},
+		{"Address", s.Address},
+		{"Provider", s.Provider},
+		{"VM id", s.VMID},
+		{"Primary IP", s.PrimaryIP},
+		{"Transport", s.Connection.Transport},
+		{"User", s.Connection.User},
+		{"Port", port(s.Connection.Port)},
+		{"Key ref", s.Connection.KeyRef},
+		{"Host key", s.Connection.HostKey},
+		{"Attributes", compactJSON(s.Attributes)},
+		{"Created", timestamp(s.CreatedAt)},
+		{"Created by", createdBy},
+		{"Updated", timestamp(s.UpdatedAt)},
+	}
+}
+
+func port(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return strconv.Itoa(n)
+}
