@@ -68,13 +68,15 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	}
 	log.Info("registries ready", "database", backend)
 
-	if err := bootstrapAdmin(ctx, st, c, log); err != nil {
-		return err
-	}
-
+	// Listen before anything is written, so that a busy port fails a
+	// fresh keeper before it creates an admin token.
 	ln, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	defer ln.Close()
+	if err := bootstrapAdmin(ctx, st, c, log); err != nil {
+		return err
 	}
 	srv := &http.Server{
 		Handler:           api.New(api.Config{Store: st, Logger: log, Version: version.String()}),
