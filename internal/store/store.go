@@ -186,6 +186,10 @@ type Store interface {
 	SoulGet(ctx context.Context, sid string) (Soul, error)
 	SoulList(ctx context.Context, p ListParams) ([]Soul, error)
 	SoulDelete(ctx context.Context, p DeleteParams) error
+	// SoulPinHostKey records the host key first seen for a soul (audit
+	// soul.host_key_pinned). It never replaces a pinned key: a soul that
+	// already has one gets ErrExists.
+	SoulPinHostKey(ctx context.Context, p SoulHostKeyParams) error
 
 	TokenCreate(ctx context.Context, p TokenCreateParams) (APIToken, error)
 	// TokenBootstrap creates the token only if no API token exists yet, and
@@ -197,6 +201,8 @@ type Store interface {
 	// ErrLastAdmin when it would leave no active admin token.
 	TokenRevoke(ctx context.Context, p DeleteParams) error
 
+	// AuditRecord appends an audit event by itself.
+	AuditRecord(ctx context.Context, p AuditParams) error
 	AuditList(ctx context.Context, p AuditListParams) ([]audit.Event, error)
 	// AuditScan calls fn for every audit event in sequence order and returns
 	// the chain head recorded at the start of the scan.
@@ -204,4 +210,20 @@ type Store interface {
 
 	Ping(ctx context.Context) error
 	Close() error
+}
+
+// SoulHostKeyParams pins a soul's SSH host key on first contact.
+type SoulHostKeyParams struct {
+	SID     string
+	HostKey string // authorized_keys format
+	Actor   Actor
+}
+
+// AuditParams records an event that goes with no registry change, such as
+// a refused host key.
+type AuditParams struct {
+	Actor   Actor
+	Action  string
+	Object  string
+	Payload any
 }

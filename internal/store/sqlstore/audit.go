@@ -63,3 +63,10 @@ func (s *Store) AuditScan(ctx context.Context, fn func(audit.Event) error) (audi
 	}
 	return head, rows.Err()
 }
+
+// AuditRecord appends an event that goes with no registry change.
+func (s *Store) AuditRecord(ctx context.Context, p store.AuditParams) error {
+	return s.mutate(ctx, p.Actor, func(*sql.Tx) (record, error) {
+		return record{action: p.Action, object: p.Object, payload: p.Payload}, nil
+	})
+}

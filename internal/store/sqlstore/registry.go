@@ -301,3 +301,25 @@ func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) error
 		return record{action: "soul.deleted", object: "soul/" + params.Key, payload: map[string]any{"sid": params.Key}}, nil
 	})
 }
+
+// SoulPinHostKey pins the host key of a soul that has none.
+func (s *Store) SoulPinHostKey(ctx context.Context, p store.SoulHostKeyParams) error {
+	return s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulCols+` FROM souls WHERE sid = ?`), p.SID))
+		if err != nil {
+			return record{}, notFound(err, "soul", p.SID)
+		}
+		if so.Connection.HostKey != "" {
+			return record{}, &store.Error{Err: store.ErrExists, Kind: "soul", Key: p.SID, Ref: "host key"}
+		}
+		so.Connection.HostKey = p.HostKey
+		conn, err := json.Marshal(so.Connection)
+		if err != nil {
+			return record{}, err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET connection = ?, updated_at = ? WHERE sid = ?`), string(conn), s.stamp(), p.SID); err != nil {
+			return record{}, fmt.Errorf("pin host key of soul %q: %w", p.SID, err)
+		}
+		return record{action: "soul.host_key_pinned", object: "soul/" + p.SID, payload: map[string]any{"sid": p.SID, "host_key": p.HostKey}}, nil
+	})
+}

@@ -170,3 +170,30 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 	}
 	verifyChain(t, s, 5)
 }
+
+func testSoulHostKey(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	if _, err := s.SoulCreate(ctx, store.SoulCreateParams{Soul: store.Soul{SID: "h1", Address: "127.0.0.1", Connection: store.Connection{Transport: "ssh", User: "root", Port: 22}}, Actor: "tok_a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: "h1", HostKey: "ssh-ed25519 AAAAfirst", Actor: store.ActorKeeper}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: "h1", HostKey: "ssh-ed25519 AAAAsecond", Actor: store.ActorKeeper}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("second pin: %v", err)
+	}
+	if err := s.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: "ghost", HostKey: "k", Actor: store.ActorKeeper}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("pin unknown soul: %v", err)
+	}
+	so, _ := s.SoulGet(ctx, "h1")
+	if so.Connection.HostKey != "ssh-ed25519 AAAAfirst" || so.Connection.User != "root" {
+		t.Fatalf("connection = %+v", so.Connection)
+	}
+	if err := s.AuditRecord(ctx, store.AuditParams{Actor: store.ActorKeeper, Action: "ssh.host_key_mismatch", Object: "soul/h1", Payload: map[string]any{"presented": "ssh-ed25519 AAAAother"}}); err != nil {
+		t.Fatal(err)
+	}
+	events, _ := s.AuditList(ctx, store.AuditListParams{})
+	if len(events) != 3 || events[1].Action != "soul.host_key_pinned" || events[2].Action != "ssh.host_key_mismatch" {
+		t.Fatalf("audit = %+v", events)
+	}
+}

@@ -38,6 +38,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"AuditPayloadMasked", testAuditMasked},
 		{"RunCreateKey", testRunCreateKey},
 		{"RunLifecycle", testRunLifecycle},
+		{"SoulHostKey", testSoulHostKey},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
