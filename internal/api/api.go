@@ -86,6 +86,7 @@ func New(cfg Config) *Server {
 	s.registerTokens()
 	s.registerAudit()
 	s.registerRuns()
+	s.registerModules()
 	return s
 }
 
