@@ -130,6 +130,7 @@ this directory), the token is read from that file.`,
 		a.soulCommand(),
 		a.tokenCommand(),
 		a.auditCommand(),
+		a.modulesCommand(),
 		a.versionCommand(),
 	)
 	return root
