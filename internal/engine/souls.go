@@ -1,0 +1,179 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/transport/ssh"
+)
+
+// Souls reaches souls over SSH for one run: one pooled connection per host
+// for the whole run, keys resolved from their references and held in
+// memory only, host keys pinned on first contact and verified after.
+type Souls struct {
+	store   store.Store
+	pool    *ssh.Pool
+	keeper  []byte // the keeper's own private key, for souls without key_ref
+	resolve func(ctx context.Context, ref string) ([]byte, error)
+
+	mu    sync.Mutex
+	souls map[string]store.Soul
+}
+
+// SoulsConfig configures Souls.
+type SoulsConfig struct {
+	Store store.Store
+	// KeeperKey is the keeper's SSH private key.
+	KeeperKey []byte
+	// Resolve reads the secret a key_ref names; nil resolves env: and
+	// file: references.
+	Resolve func(ctx context.Context, ref string) ([]byte, error)
+	// Options are the transport's options.
+	Options ssh.Options
+}
+
+// NewSouls returns the soul reacher of one run; Close it when the run ends.
+func NewSouls(cfg SoulsConfig) *Souls {
+	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, resolve: cfg.Resolve, souls: map[string]store.Soul{}}
+	if s.resolve == nil {
+		s.resolve = resolveLocal
+	}
+	s.pool = ssh.NewPool(cfg.Options)
+	return s
+}
+
+func resolveLocal(_ context.Context, ref string) ([]byte, error) {
+	r, err := secret.ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	v, err := r.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	return []byte(v + "\n"), nil
+}
+
+// Close closes every connection of the run.
+func (s *Souls) Close() error { return s.pool.Close() }
+
+// Lookup returns the registered soul sid, or an error with code
+// soul.not_found.
+func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
+	s.mu.Lock()
+	so, ok := s.souls[sid]
+	s.mu.Unlock()
+	if ok {
+		return so, nil
+	}
+	so, err := s.store.SoulGet(ctx, sid)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Soul{}, &module.Error{Code: "soul.not_found", Message: fmt.Sprintf("soul %q is not registered", sid)}
+	}
+	if err != nil {
+		return store.Soul{}, err
+	}
+	s.mu.Lock()
+	s.souls[sid] = so
+	s.mu.Unlock()
+	return so, nil
+}
+
+// pin records the host key a soul presented on first contact. A key
+// pinned meanwhile by another run must be the same one.
+func (s *Souls) pin(ctx context.Context, sid string, t ssh.Target, hostKey string) error {
+	err := s.store.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: sid, HostKey: hostKey, Actor: store.ActorKeeper})
+	if errors.Is(err, store.ErrExists) {
+		so, gerr := s.store.SoulGet(ctx, sid)
+		if gerr == nil && sameKey(so.Connection.HostKey, hostKey) {
+			return nil
+		}
+		return &ssh.HostKeyMismatchError{Addr: t.Addr(), Pinned: so.Connection.HostKey, Presented: hostKey}
+	}
+	if err == nil {
+		s.mu.Lock()
+		so := s.souls[sid]
+		so.Connection.HostKey = hostKey
+		s.souls[sid] = so
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func sameKey(a, b string) bool {
+	fa, fb := strings.Fields(a), strings.Fields(b)
+	return len(fa) >= 2 && len(fb) >= 2 && fa[0] == fb[0] && fa[1] == fb[1]
+}
+
+func portOf(so store.Soul) int {
+	if so.Connection.Port == 0 {
+		return 22
+	}
+	return so.Connection.Port
+}
+
+// Target connects to a soul (once per run) and returns it as a module
+// target. sudo wraps commands in sudo -n when the user is not root.
+func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, sudo bool) (module.Target, error) {
+	so, err := s.Lookup(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	if so.Status == store.SoulDestroyed {
+		return nil, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is destroyed", sid)}
+	}
+	key := s.keeper
+	if so.Connection.KeyRef != "" {
+		if key, err = s.resolve(ctx, so.Connection.KeyRef); err != nil {
+			return nil, &module.Error{Code: "soul.key_unavailable", Message: fmt.Sprintf("the SSH key of soul %q (%s) cannot be read: %v", sid, so.Connection.KeyRef, err)}
+		}
+	}
+	addr := so.Address
+	if addr == "" {
+		addr = so.PrimaryIP
+	}
+	t := ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key, HostKey: so.Connection.HostKey, Retry: retry}
+	c, err := s.pool.Get(ctx, t)
+	if err == nil && so.Connection.HostKey == "" {
+		err = s.pin(ctx, sid, t, c.HostKey())
+	}
+	if err != nil {
+		if errors.Is(err, ssh.ErrHostKeyMismatch) {
+			var m *ssh.HostKeyMismatchError
+			payload := map[string]any{"sid": sid, "address": t.Addr()}
+			if errors.As(err, &m) {
+				payload["pinned"], payload["presented"] = m.Pinned, m.Presented
+			}
+			if aerr := s.store.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: store.ActorKeeper, Action: "ssh.host_key_mismatch", Object: "soul/" + sid, Payload: payload}); aerr != nil {
+				return nil, fmt.Errorf("%w (and its audit event failed: %v)", err, aerr)
+			}
+		}
+		return nil, err
+	}
+	return &soulTarget{sid: sid, client: c, sudo: sudo}, nil
+}
+
+// soulTarget is a module.Target over one SSH connection.
+type soulTarget struct {
+	sid    string
+	client *ssh.Client
+	sudo   bool
+}
+
+var _ module.Target = (*soulTarget)(nil)
+
+func (t *soulTarget) SID() string { return t.sid }
+
+func (t *soulTarget) Exec(ctx context.Context, cmd module.Command) (module.ExecResult, error) {
+	res, err := t.client.Exec(ctx, ssh.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo})
+	if err != nil {
+		return module.ExecResult{}, err
+	}
+	return module.ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil
+}
