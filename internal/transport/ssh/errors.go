@@ -1,0 +1,116 @@
+package ssh
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Callers branch on them with errors.Is; Code maps each one
+// to the stable dotted code that runs and the API report.
+var (
+	// ErrUnreachable means no SSH connection could be set up within the
+	// target's retry policy: the host refused or dropped the connection, or
+	// the TCP dial or SSH handshake timed out.
+	ErrUnreachable = errors.New("host unreachable")
+	// ErrAuth means the server rejected the private key. It is never retried.
+	ErrAuth = errors.New("authentication failed")
+	// ErrHostKeyMismatch means the server presented a host key other than
+	// the pinned one. It is never retried and never silently accepted.
+	ErrHostKeyMismatch = errors.New("host key mismatch")
+	// ErrInvalidTarget means the target itself is unusable: no address or
+	// user, an unparsable private key or pinned host key.
+	ErrInvalidTarget = errors.New("invalid target")
+	// ErrInvalidCommand means a command cannot be sent: no argv or script,
+	// an invalid environment variable name, a NUL byte, or a command line
+	// longer than a remote shell accepts.
+	ErrInvalidCommand = errors.New("invalid command")
+	// ErrSudoPassword means sudo asked for a password; commands run with
+	// sudo -n need a NOPASSWD rule for the connecting user.
+	ErrSudoPassword = errors.New("sudo requires a password")
+	// ErrSudoMissing means the command needed sudo and the host has none.
+	ErrSudoMissing = errors.New("sudo is not installed")
+	// ErrDisconnected means the connection failed while a command ran, so
+	// its outcome is unknown.
+	ErrDisconnected = errors.New("connection lost")
+	// ErrClosed means the pool or client was already closed.
+	ErrClosed = errors.New("closed")
+)
+
+// codes maps each sentinel to its stable dotted code.
+var codes = []struct {
+	err  error
+	code string
+}{
+	{ErrHostKeyMismatch, "ssh.host_key_mismatch"},
+	{ErrAuth, "ssh.auth_failed"},
+	{ErrUnreachable, "ssh.unreachable"},
+	{ErrInvalidTarget, "ssh.invalid_target"},
+	{ErrInvalidCommand, "ssh.invalid_command"},
+	{ErrSudoPassword, "ssh.sudo_password_required"},
+	{ErrSudoMissing, "ssh.sudo_missing"},
+	{ErrDisconnected, "ssh.disconnected"},
+	{ErrClosed, "ssh.closed"},
+}
+
+// Code returns the stable dotted code of an error from this package, such
+// as "ssh.host_key_mismatch", or "" when err carries none of its sentinels.
+func Code(err error) string {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
+		}
+	}
+	return ""
+}
+
+// ConnectError reports a failed connection to a target. Kind is one of
+// ErrUnreachable, ErrAuth, ErrHostKeyMismatch or ErrInvalidTarget; Err is the
+// last underlying failure. It never holds key material.
+type ConnectError struct {
+	Addr     string // host:port
+	User     string
+	Attempts int // connection attempts made
+	Kind     error
+	Err      error
+}
+
+func (e *ConnectError) Error() string {
+	msg := fmt.Sprintf("ssh connect %s@%s: %v", e.User, e.Addr, e.Kind)
+	if errors.Is(e.Kind, ErrUnreachable) {
+		msg += fmt.Sprintf(" after %d attempt", e.Attempts)
+		if e.Attempts != 1 {
+			msg += "s"
+		}
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns both the kind and the cause, so errors.Is matches the
+// sentinel and errors.As finds a HostKeyMismatchError.
+func (e *ConnectError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{e.Kind}
+	}
+	return []error{e.Kind, e.Err}
+}
+
+// HostKeyMismatchError carries the fingerprints (SHA256, as ssh-keygen -l
+// prints them) of the pinned key and of the key the server presented.
+type HostKeyMismatchError struct {
+	Addr      string
+	Pinned    string // fingerprint of the pinned key
+	Presented string // fingerprint of the presented key
+	// PresentedKey is the presented key in authorized_keys format, for an
+	// operator who decides to re-pin after checking the host.
+	PresentedKey string
+}
+
+func (e *HostKeyMismatchError) Error() string {
+	return fmt.Sprintf("host key of %s is %s, pinned %s", e.Addr, e.Presented, e.Pinned)
+}
+
+// Is reports whether target is ErrHostKeyMismatch.
+func (e *HostKeyMismatchError) Is(target error) bool { return target == ErrHostKeyMismatch }

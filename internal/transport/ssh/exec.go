@@ -1,0 +1,422 @@
+package ssh
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+)
+
+// Command is what Exec runs: Argv or Script, not both.
+type Command struct {
+	// Argv is a program and its arguments, each quoted for the remote
+	// shell so that the program receives them byte for byte.
+	Argv []string
+	// Script is shell text run by /bin/sh -c.
+	Script string
+	// Stdin is sent to the command's standard input, then end of file.
+	Stdin []byte
+	// Env is set for the command through env(1) on the command line;
+	// sshd's setenv, which most servers refuse, is not used. Names must be
+	// shell identifiers. LC_ALL=C is always set first, so an LC_ALL here
+	// overrides it.
+	Env map[string]string
+	// Dir is the working directory; empty means the login directory.
+	Dir string
+	// Sudo runs the command as root: when the target user is not root the
+	// command is wrapped in "sudo -n --", which fails at once with
+	// ErrSudoPassword instead of prompting.
+	Sudo bool
+}
+
+// Result is how a command ended. A non-zero exit code is a result, not an
+// error.
+type Result struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int
+	// Signal is the name of the signal that killed the command ("KILL"),
+	// if one did; ExitCode is then 128 plus its number.
+	Signal string
+	// StdoutTruncated and StderrTruncated report that the stream went past
+	// Options.MaxOutput: the captured bytes end with a truncation marker.
+	StdoutTruncated bool
+	StderrTruncated bool
+}
+
+// maxCommandLine is the longest command line built: sshd hands it, behind
+// the PID line, to the login shell as one argument, which Linux caps at
+// 128 KiB.
+const maxCommandLine = 128<<10 - 256
+
+// cancelGrace bounds how long Exec waits for a killed session to wind down
+// before returning.
+const cancelGrace = 5 * time.Second
+
+// Exec runs cmd on the client's host with LC_ALL=C. It returns the exit
+// code and the captured output; errors are transport failures (wrapping
+// ErrDisconnected when the connection broke), invalid commands
+// (ErrInvalidCommand), sudo failures (ErrSudoPassword, ErrSudoMissing) and
+// the context's error when ctx ends first, in which case the remote
+// command's process group is sent SIGKILL, its session closed, and the
+// output captured so far returned. Error messages never contain the command
+// line, since it holds environment values.
+func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
+	sudo := cmd.Sudo && c.target.User != "root"
+	line, err := commandLine(cmd, sudo)
+	if err != nil {
+		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, err)
+	}
+	marker, err := newMarker()
+	if err != nil {
+		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, err)
+	}
+	select {
+	case c.slots <- struct{}{}:
+		defer func() { <-c.slots }()
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
+	}
+	res, err := c.run(ctx, marker, line, cmd.Stdin, sudo)
+	if err != nil {
+		return res, fmt.Errorf("ssh exec on %s: %w", c.target, err)
+	}
+	if sudo {
+		if err := sudoFailure(res); err != nil {
+			return res, fmt.Errorf("ssh exec on %s: %w", c.target, err)
+		}
+	}
+	return res, nil
+}
+
+// run starts the command line behind a first statement that reports the
+// login shell's PID on stderr (stripped from the result). The shell then
+// execs the command, so that PID leads the command's process group, which
+// is what a cancelled Exec kills: sshd does not deliver SSH signal requests
+// to root sessions.
+func (c *Client) run(ctx context.Context, marker, line string, stdin []byte, sudo bool) (Result, error) {
+	sess, err := c.conn.NewSession()
+	if err != nil {
+		var oce *gossh.OpenChannelError
+		if errors.As(err, &oce) {
+			return Result{}, fmt.Errorf("open session: %w", err)
+		}
+		return Result{}, fmt.Errorf("open session: %w: %v", ErrDisconnected, err)
+	}
+	defer sess.Close()
+	in, err := sess.StdinPipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("open session: %w", err)
+	}
+	stdout := &capture{max: c.opts.MaxOutput}
+	stderr := &capture{max: c.opts.MaxOutput}
+	pid := newPIDSniffer(marker, stderr)
+	sess.Stdout, sess.Stderr = stdout, pid
+	if err := sess.Start("echo " + marker + " $$ >&2; exec " + line); err != nil {
+		// x/crypto/ssh quotes the command line in this error, and the
+		// line holds environment values: never pass its text on.
+		if errors.Is(err, io.EOF) || !c.alive() {
+			return Result{}, fmt.Errorf("start command: %w", ErrDisconnected)
+		}
+		return Result{}, errors.New("start command: the server refused the exec request")
+	}
+	// The writer ends when stdin is written or when the channel closes,
+	// whichever comes first; a command that never reads its stdin must
+	// not turn into an error.
+	go func() {
+		if len(stdin) > 0 {
+			in.Write(stdin)
+		}
+		in.Close()
+	}()
+	done := make(chan error, 1)
+	go func() { done <- sess.Wait() }()
+
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		sess.Signal(gossh.SIGKILL) // honoured for non-root sessions only
+		finished := false
+		select {
+		case <-pid.found:
+			c.killGroup(ctx, pid.get(), sudo)
+		case <-done:
+			finished = true
+		case <-time.After(cancelGrace):
+		}
+		sess.Close()
+		if !finished {
+			select {
+			case <-done:
+			case <-time.After(cancelGrace):
+			}
+		}
+		pid.flush()
+		return result(stdout, stderr), context.Cause(ctx)
+	}
+	pid.flush()
+	res := result(stdout, stderr)
+	var exitErr *gossh.ExitError
+	switch {
+	case waitErr == nil:
+	case errors.As(waitErr, &exitErr):
+		res.ExitCode = exitErr.ExitStatus()
+		res.Signal = exitErr.Signal()
+	default:
+		return res, fmt.Errorf("%w: %v", ErrDisconnected, waitErr)
+	}
+	return res, nil
+}
+
+// killGroup sends SIGKILL to the process group led by pid, from a session
+// of its own; with sudo when the command ran under sudo. It is best effort
+// and bounded by cancelGrace.
+func (c *Client) killGroup(ctx context.Context, pid int, sudo bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
+	defer cancel()
+	line, err := commandLine(Command{Script: "kill -s KILL -- -" + strconv.Itoa(pid)}, sudo)
+	if err != nil {
+		return
+	}
+	sess, err := c.conn.NewSession()
+	if err != nil {
+		return
+	}
+	defer sess.Close()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	sess.Run(line)
+}
+
+// newMarker returns a word unique to one Exec that tags the PID line.
+func newMarker() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("marker: %w", err)
+	}
+	return "soulstack-pid-" + hex.EncodeToString(b[:]), nil
+}
+
+// pidSniffer passes stderr on to w, except the line "<marker> <pid>" that
+// the command line writes first, whose PID it keeps. It holds output back
+// until that line is found, or until 64 KiB came without it.
+type pidSniffer struct {
+	mu     sync.Mutex
+	marker []byte
+	w      io.Writer
+	found  chan struct{} // closed once pid is known
+	buf    []byte
+	pid    int
+	done   bool
+}
+
+func newPIDSniffer(marker string, w io.Writer) *pidSniffer {
+	return &pidSniffer{marker: []byte(marker + " "), w: w, found: make(chan struct{})}
+}
+
+const sniffLimit = 64 << 10
+
+func (s *pidSniffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return s.w.Write(p)
+	}
+	s.buf = append(s.buf, p...)
+	if i := bytes.Index(s.buf, s.marker); i >= 0 {
+		j := bytes.IndexByte(s.buf[i:], '\n')
+		if j < 0 {
+			return len(p), nil // the rest of the line is on its way
+		}
+		if pid, err := strconv.Atoi(string(s.buf[i+len(s.marker) : i+j])); err == nil && pid > 1 {
+			s.pid = pid
+			close(s.found)
+		}
+		rest := append(s.buf[:i:i], s.buf[i+j+1:]...)
+		s.done, s.buf = true, nil
+		s.w.Write(rest)
+		return len(p), nil
+	}
+	if len(s.buf) > sniffLimit {
+		s.done = true
+		s.w.Write(s.buf)
+		s.buf = nil
+	}
+	return len(p), nil
+}
+
+func (s *pidSniffer) get() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pid
+}
+
+// flush passes on whatever is still held back.
+func (s *pidSniffer) flush() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.done {
+		s.done = true
+		s.w.Write(s.buf)
+		s.buf = nil
+	}
+}
+
+func result(stdout, stderr *capture) Result {
+	out, outCut := stdout.bytes()
+	errb, errCut := stderr.bytes()
+	return Result{Stdout: out, Stderr: errb, StdoutTruncated: outCut, StderrTruncated: errCut}
+}
+
+// sudoFailure recognises sudo refusing to run the command. With -n, sudo
+// prints its refusal and exits 1 before the command starts.
+func sudoFailure(res Result) error {
+	stderr := string(res.Stderr)
+	switch {
+	case res.ExitCode == 1 && strings.HasPrefix(stderr, "sudo: a password is required"):
+		return fmt.Errorf("%w: add a NOPASSWD sudoers rule for the user", ErrSudoPassword)
+	case res.ExitCode == 127 && strings.Contains(stderr, "sudo") &&
+		(strings.Contains(stderr, "No such file or directory") || strings.Contains(stderr, "not found")):
+		// env(1) could not find sudo to exec.
+		return ErrSudoMissing
+	}
+	return nil
+}
+
+// commandLine builds the command the login shell (which must be POSIX)
+// runs: [env LC_ALL=C sudo -n --] env LC_ALL=C [K=V…] program args…
+func commandLine(cmd Command, sudo bool) (string, error) {
+	bad := func(format string, args ...any) (string, error) {
+		return "", fmt.Errorf("%w: %s", ErrInvalidCommand, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case len(cmd.Argv) > 0 && cmd.Script != "":
+		return bad("both argv and script given")
+	case len(cmd.Argv) == 0 && cmd.Script == "":
+		return bad("neither argv nor script given")
+	}
+	var body []string
+	if cmd.Script != "" {
+		if strings.IndexByte(cmd.Script, 0) >= 0 {
+			return bad("script contains a NUL byte")
+		}
+		body = []string{"/bin/sh", "-c", cmd.Script}
+	} else {
+		for i, a := range cmd.Argv {
+			if strings.IndexByte(a, 0) >= 0 {
+				return bad("argv[%d] contains a NUL byte", i)
+			}
+		}
+		if cmd.Argv[0] == "" {
+			return bad("argv[0] is empty")
+		}
+		body = cmd.Argv
+		if strings.IndexByte(body[0], '=') >= 0 {
+			// env(1) would take NAME=VALUE as an assignment.
+			body = append([]string{"/bin/sh", "-c", `exec "$@"`, "sh"}, body...)
+		}
+	}
+	if cmd.Dir != "" {
+		if strings.IndexByte(cmd.Dir, 0) >= 0 {
+			return bad("dir contains a NUL byte")
+		}
+		body = append([]string{"/bin/sh", "-c", `cd -- "$1" || exit; shift; exec "$@"`, "sh", cmd.Dir}, body...)
+	}
+	var words []string
+	names := make([]string, 0, len(cmd.Env))
+	for k := range cmd.Env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !isName(k) {
+			return bad("environment variable name %q is not a shell identifier", k)
+		}
+		if strings.IndexByte(cmd.Env[k], 0) >= 0 {
+			return bad("environment variable %s contains a NUL byte", k)
+		}
+		words = append(words, k+"="+cmd.Env[k])
+	}
+	var b strings.Builder
+	if sudo {
+		b.WriteString("env LC_ALL=C sudo -n -- ")
+	}
+	b.WriteString("env LC_ALL=C ")
+	if len(words) > 0 {
+		b.WriteString(quoteArgs(words))
+		b.WriteByte(' ')
+	}
+	b.WriteString(quoteArgs(body))
+	if b.Len() > maxCommandLine {
+		return bad("command line is %d bytes, over the %d a remote shell accepts", b.Len(), maxCommandLine)
+	}
+	return b.String(), nil
+}
+
+func isName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9' {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// capture keeps the first max bytes written to it and counts the rest.
+type capture struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	max     int
+	dropped int64
+}
+
+var _ io.Writer = (*capture)(nil)
+
+func (c *capture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	room := c.max - c.buf.Len()
+	if room >= len(p) {
+		c.buf.Write(p)
+		return len(p), nil
+	}
+	if room > 0 {
+		c.buf.Write(p[:room])
+	} else {
+		room = 0
+	}
+	c.dropped += int64(len(p) - room)
+	return len(p), nil
+}
+
+// bytes returns a copy of what was kept, followed by a truncation marker
+// when anything was dropped.
+func (c *capture) bytes() ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := bytes.Clone(c.buf.Bytes())
+	if c.dropped == 0 {
+		return out, false
+	}
+	out = fmt.Appendf(out, "\n[output truncated: %d bytes over the %d-byte limit dropped]\n", c.dropped, c.max)
+	return out, true
+}

@@ -1,0 +1,112 @@
+package ssh
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCommandLine(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		cmd  Command
+		sudo bool
+		want string
+	}{
+		{"argv", Command{Argv: []string{"echo", "a b"}}, false, `env LC_ALL=C echo 'a b'`},
+		{"script", Command{Script: "echo $HOME"}, false, `env LC_ALL=C /bin/sh -c 'echo $HOME'`},
+		{"env sorted", Command{Argv: []string{"true"}, Env: map[string]string{"B": "2 2", "A": "it's"}}, false,
+			`env LC_ALL=C 'A=it'\''s' 'B=2 2' true`},
+		{"sudo", Command{Argv: []string{"id"}}, true, `env LC_ALL=C sudo -n -- env LC_ALL=C id`},
+		{"dir", Command{Argv: []string{"ls"}, Dir: "/tmp/x y"}, false,
+			`env LC_ALL=C /bin/sh -c 'cd -- "$1" || exit; shift; exec "$@"' sh '/tmp/x y' ls`},
+		{"argv0 with =", Command{Argv: []string{"a=b"}}, false, `env LC_ALL=C /bin/sh -c 'exec "$@"' sh 'a=b'`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := commandLine(tt.cmd, tt.sudo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("got  %s\nwant %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestCapture(t *testing.T) {
+	t.Parallel()
+	c := &capture{max: 5}
+	c.Write([]byte("abc"))
+	c.Write([]byte("defg"))
+	c.Write([]byte("hij"))
+	out, cut := c.bytes()
+	if !cut || !bytes.HasPrefix(out, []byte("abcde\n[output truncated: 5 bytes")) {
+		t.Errorf("got %q, %v", out, cut)
+	}
+	c = &capture{max: 5}
+	c.Write([]byte("abcde"))
+	if out, cut := c.bytes(); cut || string(out) != "abcde" {
+		t.Errorf("exactly full: got %q, %v", out, cut)
+	}
+}
+
+func TestPIDSniffer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		writes []string
+		pid    int
+		out    string
+	}{
+		{"alone", []string{"M 42\n"}, 42, ""},
+		{"split", []string{"M", " 4", "2\nerr", "or\n"}, 42, "error\n"},
+		{"after sshd notice", []string{"Could not chdir\nM 7\nx"}, 7, "Could not chdir\nx"},
+		{"missing", []string{"no marker here\n"}, 0, "no marker here\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out bytes.Buffer
+			s := newPIDSniffer("M", &out)
+			for _, w := range tt.writes {
+				s.Write([]byte(w))
+			}
+			s.flush()
+			if s.get() != tt.pid || out.String() != tt.out {
+				t.Errorf("pid %d out %q, want %d %q", s.get(), out.String(), tt.pid, tt.out)
+			}
+		})
+	}
+	var out bytes.Buffer
+	s := newPIDSniffer("M", &out)
+	s.Write(bytes.Repeat([]byte("x"), sniffLimit+1))
+	s.Write([]byte("y"))
+	if out.Len() != sniffLimit+2 {
+		t.Errorf("past the limit %d bytes passed, want %d", out.Len(), sniffLimit+2)
+	}
+}
+
+func TestCode(t *testing.T) {
+	t.Parallel()
+	for _, c := range codes {
+		wrapped := &ConnectError{Addr: "h:22", User: "u", Attempts: 3, Kind: c.err, Err: errors.New("cause")}
+		if got := Code(wrapped); got != c.code {
+			t.Errorf("Code(%v) = %q, want %q", wrapped, got, c.code)
+		}
+		if !strings.HasPrefix(c.code, "ssh.") {
+			t.Errorf("code %q outside the ssh namespace", c.code)
+		}
+	}
+	if Code(errors.New("other")) != "" {
+		t.Error("foreign error has a code")
+	}
+	mm := &ConnectError{Kind: ErrHostKeyMismatch, Err: &HostKeyMismatchError{}}
+	if Code(mm) != "ssh.host_key_mismatch" {
+		t.Errorf("mismatch code %q", Code(mm))
+	}
+}

@@ -1,0 +1,191 @@
+package ssh_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/soulstack/soulstack/internal/sshtest"
+	"github.com/soulstack/soulstack/internal/transport/ssh"
+)
+
+func TestPoolReusesOneConnectionPerHost(t *testing.T) {
+	t.Parallel()
+	servers := sshtest.StartN(t, 2, sshtest.Options{})
+	var dials dialCounter
+	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial})
+	defer pool.Close()
+
+	first := make([]*ssh.Client, len(servers))
+	for round := range 3 {
+		for i, s := range servers {
+			c, err := pool.Get(t.Context(), target(s))
+			if err != nil {
+				t.Fatalf("round %d: get %s: %v", round, s.HostPort(), err)
+			}
+			if round == 0 {
+				first[i] = c
+			} else if c != first[i] {
+				t.Errorf("round %d: a second client for %s", round, s.HostPort())
+			}
+			if res := exec(t, c, ssh.Command{Argv: []string{"true"}}); res.ExitCode != 0 {
+				t.Errorf("true exited %d", res.ExitCode)
+			}
+		}
+	}
+	if dials.count() != len(servers) {
+		t.Errorf("%d dials for %d hosts over 3 rounds", dials.count(), len(servers))
+	}
+}
+
+func TestPoolConcurrentGetsDialOnce(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	var dials dialCounter
+	var tofu atomic.Int64
+	pool := ssh.NewPool(ssh.Options{
+		DialContext:  dials.dial,
+		OnNewHostKey: func(context.Context, ssh.Target, string) error { tofu.Add(1); return nil },
+	})
+	defer pool.Close()
+
+	const n = 64
+	clients := make([]*ssh.Client, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			clients[i], errs[i] = pool.Get(t.Context(), target(s))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("get %d: %v", i, errs[i])
+		}
+		if clients[i] != clients[0] {
+			t.Fatalf("get %d returned another client", i)
+		}
+	}
+	if dials.count() != 1 || tofu.Load() != 1 {
+		t.Errorf("%d dials and %d host key reports, want 1 and 1", dials.count(), tofu.Load())
+	}
+	// Many goroutines may run commands on the one connection at once,
+	// more than sshd's MaxSessions.
+	for range 30 {
+		wg.Go(func() {
+			res, err := clients[0].Exec(t.Context(), ssh.Command{Argv: []string{"true"}})
+			if err != nil || res.ExitCode != 0 {
+				t.Errorf("exec: %v (exit %d)", err, res.ExitCode)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func TestPoolRedialsADeadConnectionAndKeepsTheLearnedKey(t *testing.T) {
+	t.Parallel()
+	old := sshtest.Start(t, sshtest.Options{})
+	var dials dialCounter
+	var reported []string
+	pool := ssh.NewPool(ssh.Options{
+		DialContext: dials.dial,
+		OnNewHostKey: func(_ context.Context, _ ssh.Target, key string) error {
+			reported = append(reported, key)
+			return nil
+		},
+	})
+	defer pool.Close()
+
+	c, err := pool.Get(t.Context(), target(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // the connection drops
+	c2, err := pool.Get(t.Context(), target(old))
+	if err != nil {
+		t.Fatalf("get after drop: %v", err)
+	}
+	if c2 == c || dials.count() != 2 {
+		t.Errorf("dead connection reused: %d dials", dials.count())
+	}
+	if len(reported) != 1 {
+		t.Errorf("host key reported %d times, want once", len(reported))
+	}
+
+	// The host comes back with another key: the pool refuses it although
+	// the target pins nothing, since it learned the first one.
+	c2.Close()
+	old.Stop()
+	sshtest.Start(t, sshtest.Options{Port: old.Port, ClientKey: old.ClientKey})
+	_, err = pool.Get(t.Context(), target(old))
+	if !errors.Is(err, ssh.ErrHostKeyMismatch) {
+		t.Fatalf("err = %v, want ErrHostKeyMismatch", err)
+	}
+}
+
+func TestPoolCancelledDialerDoesNotFailWaiters(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	dialing := make(chan struct{})
+	var calls atomic.Int64
+	pool := ssh.NewPool(ssh.Options{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if calls.Add(1) == 1 {
+			close(dialing)
+			<-ctx.Done() // the first dial hangs until its caller gives up
+			return nil, ctx.Err()
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}})
+	defer pool.Close()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	firstErr := make(chan error, 1)
+	go func() {
+		_, err := pool.Get(ctx, target(s))
+		firstErr <- err
+	}()
+	<-dialing
+	second := make(chan error, 1)
+	go func() {
+		_, err := pool.Get(t.Context(), target(s))
+		second <- err
+	}()
+	cancel()
+	if err := <-firstErr; !errors.Is(err, context.Canceled) {
+		t.Errorf("first get: %v, want context.Canceled", err)
+	}
+	if err := <-second; err != nil {
+		t.Errorf("second get: %v", err)
+	}
+}
+
+func TestPoolClose(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	pool := ssh.NewPool(ssh.Options{})
+	c, err := pool.Get(t.Context(), target(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Error("client still open after pool close")
+	}
+	if _, err := pool.Get(t.Context(), target(s)); !errors.Is(err, ssh.ErrClosed) {
+		t.Errorf("get after close: %v, want ErrClosed", err)
+	}
+	if _, err := c.Exec(t.Context(), ssh.Command{Argv: []string{"true"}}); !errors.Is(err, ssh.ErrDisconnected) {
+		t.Errorf("exec after close: %v, want ErrDisconnected", err)
+	}
+}
