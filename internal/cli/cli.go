@@ -4,7 +4,10 @@
 //
 // Exit codes: 0 on success, 1 when the keeper refuses a request, cannot be
 // reached or reports a failure (such as a broken audit chain), 2 on a usage
-// error (unknown command or flag, missing or malformed argument).
+// error (unknown command or flag, missing or malformed argument). The
+// commands that wait for a run (run, runs wait) exit 0 only when the run
+// Succeeded, 2 when it Failed or was Cancelled, 3 when the wait timed out
+// and 4 when the keeper refused the scenario as invalid.
 package cli
 
 import (
@@ -39,6 +42,15 @@ const (
 	ExitOK      = 0
 	ExitFailure = 1
 	ExitUsage   = 2
+	// ExitRunFailed: the run ended Failed or Cancelled. It shares its
+	// value with ExitUsage, as a usage error also means nothing ran.
+	ExitRunFailed = 2
+	// ExitWaitTimeout: the run had not finished when the wait ended; it
+	// goes on in the keeper.
+	ExitWaitTimeout = 3
+	// ExitInvalid: the keeper refused the scenario or its input (422);
+	// nothing ran.
+	ExitInvalid = 4
 )
 
 // Env is what soulctl takes from its process: standard streams and
@@ -77,6 +89,13 @@ func Run(ctx context.Context, args []string, env Env) int {
 	if err == nil {
 		return ExitOK
 	}
+	var xe *exitError
+	if errors.As(err, &xe) {
+		if xe.msg != "" {
+			fmt.Fprintf(env.Stderr, "error: %s\n", xe.msg)
+		}
+		return xe.code
+	}
 	var ue *usageError
 	if !a.running || errors.As(err, &ue) {
 		fmt.Fprintf(env.Stderr, "error: %v\n", err)
@@ -110,7 +129,8 @@ func (a *app) rootCommand() *cobra.Command {
 		Use:   "soulctl",
 		Short: "Operate a Soul Stack keeper",
 		Long: `soulctl operates a Soul Stack keeper through its Operator API: cloud
-providers, VM profiles, souls (managed hosts), API tokens and the audit log.
+providers, VM profiles, souls (managed hosts), API tokens, the audit log, the
+module catalog, and runs of scenarios.
 
 The keeper is found with --keeper or ` + EnvKeeper + ` (default ` + client.DefaultURL + `).
 The API token comes from --token or ` + EnvToken + `; when neither is given
@@ -131,6 +151,8 @@ this directory), the token is read from that file.`,
 		a.tokenCommand(),
 		a.auditCommand(),
 		a.modulesCommand(),
+		a.runCommand(),
+		a.runsCommand(),
 		a.versionCommand(),
 	)
 	return root
@@ -226,6 +248,20 @@ func (e *usageError) Error() string { return e.msg }
 
 func usageErrorf(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// exitError ends soulctl with code once the command has reported what it
+// had to; msg, when not empty, is printed to stderr as "error: msg".
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string {
+	if e.msg == "" {
+		return fmt.Sprintf("exit code %d", e.code)
+	}
+	return e.msg
 }
 
 // group returns a command that only holds subcommands.

@@ -155,6 +155,24 @@ func cmdAuditTamper(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// TestRunScenarioTooLarge: a scenario over 1 MiB is refused before it is
+// sent, as an invalid scenario.
+func TestRunScenarioTooLarge(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(path, []byte("# "+strings.Repeat("x", 1<<20)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	code := cli.Run(context.Background(), []string{"--keeper", "http://127.0.0.1:1", "run", path}, cli.Env{Stdout: &stdout, Stderr: &stderr})
+	if code != cli.ExitInvalid {
+		t.Errorf("exit code = %d, want %d; stderr:\n%s", code, cli.ExitInvalid, stderr.String())
+	}
+	if want := "error: big.yaml: the scenario is larger than 1 MiB; nothing ran\n"; stderr.String() != want {
+		t.Errorf("stderr = %q, want %q", stderr.String(), want)
+	}
+}
+
 // TestRunUsageErrors checks the exit codes and messages of calls that
 // never reach a keeper.
 func TestRunUsageErrors(t *testing.T) {
@@ -182,6 +200,17 @@ func TestRunUsageErrors(t *testing.T) {
 		{"negative expiry", []string{"token", "create", "t", "--role", "viewer", "--expires-in", "-1h"}, cli.ExitUsage, "--expires-in: must be positive"},
 		{"bad keeper URL", []string{"--keeper", "ftp://x", "provider", "list"}, cli.ExitUsage, "--keeper: keeper URL"},
 		{"unreachable keeper", []string{"--keeper", "http://127.0.0.1:1", "--token", "t", "provider", "list"}, cli.ExitFailure, "error: cannot reach the keeper at http://127.0.0.1:1:"},
+		{"run without file", []string{"run"}, cli.ExitUsage, "soulctl run needs FILE"},
+		{"run missing file", []string{"run", "/nonexistent/s.yaml"}, cli.ExitUsage, "read scenario: open /nonexistent/s.yaml"},
+		{"run bad input", []string{"run", "s.yaml", "--input", "flag"}, cli.ExitUsage, `--input: want key=value, got "flag"`},
+		{"run input twice", []string{"run", "s.yaml", "--input", "a=1", "--input", "a=2"}, cli.ExitUsage, `--input: key "a" given twice`},
+		{"run missing input file", []string{"run", "s.yaml", "--input-file", "/nonexistent/in.json"}, cli.ExitUsage, "--input-file: open /nonexistent/in.json"},
+		{"run bad timeout", []string{"run", "s.yaml", "--timeout", "soon"}, cli.ExitUsage, `--timeout: "soon" is not a duration`},
+		{"run bad wait timeout", []string{"run", "s.yaml", "--wait-timeout", "-1s"}, cli.ExitUsage, "--wait-timeout: must be positive"},
+		{"runs wait bad timeout", []string{"runs", "wait", "run_x", "--timeout", "0s"}, cli.ExitUsage, "--timeout: must be positive"},
+		{"runs get without id", []string{"runs", "get"}, cli.ExitUsage, "soulctl runs get needs ID"},
+		{"runs unknown subcommand", []string{"runs", "tail"}, cli.ExitUsage, `unknown command "tail" for "soulctl runs"`},
+		{"modules show without id", []string{"modules", "show"}, cli.ExitUsage, "soulctl modules show needs ID"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,523 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/soulstack/soulstack/client"
+)
+
+// This file turns what the keeper reports about a run into text, with no
+// I/O: a run's events into plain lines (eventLine) or into the live view
+// of a terminal (progress), and a finished run into its recap. The
+// commands only decide where and when to write them.
+
+// Target statuses.
+const (
+	statusOK          = "ok"
+	statusChanged     = "changed"
+	statusFailed      = "failed"
+	statusSkipped     = "skipped"
+	statusUnreachable = "unreachable"
+	statusRunning     = "running"
+)
+
+// eventData is the union of the fields run events carry in data; each
+// kind fills some of them.
+type eventData struct {
+	Phase      string          `json:"phase"`
+	Resumed    bool            `json:"resumed"`
+	Module     string          `json:"module"`
+	Status     string          `json:"status"`
+	Changed    *bool           `json:"changed"`
+	Error      json.RawMessage `json:"error"`
+	Attempts   int             `json:"attempts"`
+	DurationMS int64           `json:"duration_ms"`
+	// Targets is the list of SIDs a step runs on, or their number.
+	Targets json.RawMessage `json:"targets"`
+	// A log line's text, under one of these names.
+	Line    string `json:"line"`
+	Message string `json:"message"`
+	Text    string `json:"text"`
+	Stream  string `json:"stream"`
+}
+
+func decodeEventData(raw json.RawMessage) eventData {
+	var d eventData
+	if len(raw) > 0 {
+		_ = json.Unmarshal(raw, &d)
+	}
+	return d
+}
+
+// runError decodes an error given as {code, message} or as plain text.
+func (d eventData) runError() *client.RunError {
+	if len(d.Error) == 0 || string(d.Error) == "null" {
+		return nil
+	}
+	var e client.RunError
+	if json.Unmarshal(d.Error, &e) == nil && (e.Code != "" || e.Message != "") {
+		return &e
+	}
+	var s string
+	if json.Unmarshal(d.Error, &s) == nil && s != "" {
+		return &client.RunError{Message: s}
+	}
+	return nil
+}
+
+// targetStatus is the status a target.result reports, derived from its
+// error and changed flag when the event does not name it.
+func (d eventData) targetStatus() string {
+	switch {
+	case d.Status != "":
+		return d.Status
+	case d.runError() != nil:
+		return statusFailed
+	case d.Changed != nil && *d.Changed:
+		return statusChanged
+	case d.Changed != nil:
+		return statusOK
+	}
+	return ""
+}
+
+// targetList returns the SIDs and the number of targets a step.started
+// event announces.
+func (d eventData) targetList() ([]string, int) {
+	if len(d.Targets) == 0 {
+		return nil, 0
+	}
+	var sids []string
+	if json.Unmarshal(d.Targets, &sids) == nil {
+		return sids, len(sids)
+	}
+	var n int
+	if json.Unmarshal(d.Targets, &n) == nil {
+		return nil, n
+	}
+	return nil, 0
+}
+
+func (d eventData) logText() string {
+	return firstNonEmpty(d.Line, d.Message, d.Text)
+}
+
+// errorText is "code: message", or whichever of them is set.
+func errorText(e *client.RunError) string {
+	switch {
+	case e == nil:
+		return ""
+	case e.Code == "":
+		return e.Message
+	case e.Message == "":
+		return e.Code
+	}
+	return e.Code + ": " + e.Message
+}
+
+// eventTime formats an event's time for plain lines: UTC, to the
+// millisecond.
+func eventTime(t time.Time) string {
+	return t.UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+// eventLine is one event as a plain line: time, kind, step and SID when
+// the event has them, and what happened.
+func eventLine(ev client.RunEvent) string {
+	d := decodeEventData(ev.Data)
+	var detail string
+	switch ev.Kind {
+	case "run.phase":
+		detail = d.Phase
+		if d.Resumed {
+			detail += " (resumed)"
+		}
+	case "step.started":
+		detail = d.Module
+		if sids, n := d.targetList(); len(sids) > 0 {
+			detail = strings.TrimSpace(detail + " on " + strings.Join(sids, ", "))
+		} else if n > 0 {
+			detail = strings.TrimSpace(fmt.Sprintf("%s on %d target(s)", detail, n))
+		}
+	case "target.result":
+		detail = d.targetStatus()
+		if d.DurationMS > 0 {
+			detail += " " + shortDuration(time.Duration(d.DurationMS)*time.Millisecond)
+		}
+		if d.Attempts > 1 {
+			detail += fmt.Sprintf(" after %d attempts", d.Attempts)
+		}
+		if e := d.runError(); e != nil {
+			detail += " " + errorText(e)
+		}
+	case "step.finished":
+		detail = d.Status
+		if e := d.runError(); e != nil {
+			detail += " " + errorText(e)
+		}
+	case "step.interrupted":
+		detail = strings.TrimSpace(d.Module + " was running when the keeper stopped")
+	case "log":
+		detail = d.logText()
+		if d.Stream != "" {
+			detail = d.Stream + ": " + detail
+		}
+	case "run.finished":
+		detail = d.Phase
+		if e := d.runError(); e != nil {
+			detail += " " + errorText(e)
+		}
+	default:
+		detail = compactJSON(ev.Data)
+	}
+	fields := []string{eventTime(ev.At), fmt.Sprintf("%-13s", ev.Kind)}
+	for _, f := range []string{ev.Step, ev.SID, strings.TrimSpace(detail)} {
+		if f != "" {
+			fields = append(fields, f)
+		}
+	}
+	return strings.TrimRight(strings.Join(fields, " "), " ")
+}
+
+// progress is a run as its events tell it so far: the live view of
+// `soulctl run` on a terminal. Feed it events with apply; render it with
+// lines.
+type progress struct {
+	id, name string
+	phase    string
+	err      *client.RunError
+	start    time.Time // the first event
+	end      time.Time // run.finished
+	steps    []*stepProgress
+}
+
+type stepProgress struct {
+	name, module, status string
+	total                int // announced targets; 0 when unknown
+	started, finished    time.Time
+	targets              []*targetProgress
+}
+
+type targetProgress struct {
+	sid, status string
+	err         *client.RunError
+}
+
+func newProgress(id, name string) *progress {
+	return &progress{id: id, name: name, phase: "Pending"}
+}
+
+// finished reports whether run.finished was seen.
+func (p *progress) finished() bool { return !p.end.IsZero() }
+
+func (p *progress) step(name string, at time.Time) *stepProgress {
+	for _, s := range p.steps {
+		if s.name == name {
+			return s
+		}
+	}
+	s := &stepProgress{name: name, status: statusRunning, started: at}
+	p.steps = append(p.steps, s)
+	return s
+}
+
+func (s *stepProgress) target(sid string) *targetProgress {
+	for _, t := range s.targets {
+		if t.sid == sid {
+			return t
+		}
+	}
+	t := &targetProgress{sid: sid}
+	s.targets = append(s.targets, t)
+	return t
+}
+
+// apply takes one event into the view.
+func (p *progress) apply(ev client.RunEvent) {
+	if p.start.IsZero() {
+		p.start = ev.At
+	}
+	d := decodeEventData(ev.Data)
+	switch ev.Kind {
+	case "run.phase":
+		if d.Phase != "" {
+			p.phase = d.Phase
+		}
+	case "step.started":
+		s := p.step(ev.Step, ev.At)
+		s.started, s.status = ev.At, statusRunning
+		if d.Module != "" {
+			s.module = d.Module
+		}
+		sids, n := d.targetList()
+		for _, sid := range sids {
+			s.target(sid)
+		}
+		if n > 0 {
+			s.total = n
+		}
+	case "target.result":
+		s := p.step(ev.Step, ev.At)
+		t := s.target(firstNonEmpty(ev.SID, "keeper"))
+		t.status, t.err = d.targetStatus(), d.runError()
+	case "step.finished":
+		s := p.step(ev.Step, ev.At)
+		s.finished = ev.At
+		s.status = d.Status
+		if s.status == "" {
+			s.status = s.summaryStatus()
+		}
+	case "step.interrupted":
+		s := p.step(ev.Step, ev.At)
+		s.finished, s.status = ev.At, "interrupted"
+		if d.Module != "" {
+			s.module = d.Module
+		}
+	case "run.finished":
+		p.end = ev.At
+		if d.Phase != "" {
+			p.phase = d.Phase
+		}
+		p.err = d.runError()
+	}
+}
+
+// summaryStatus is the status of a step judged from its targets: failed
+// when one failed, else changed when one changed, else ok.
+func (s *stepProgress) summaryStatus() string {
+	st := statusOK
+	for _, t := range s.targets {
+		switch t.status {
+		case statusFailed, statusUnreachable:
+			return statusFailed
+		case statusChanged:
+			st = statusChanged
+		}
+	}
+	return st
+}
+
+// counts returns how many targets have each status, and how many have
+// reported.
+func (s *stepProgress) counts() (map[string]int, int) {
+	c := map[string]int{}
+	done := 0
+	for _, t := range s.targets {
+		if t.status != "" && t.status != statusRunning {
+			c[t.status]++
+			done++
+		}
+	}
+	return c, done
+}
+
+// maxFailureLines bounds the error lines shown under one step.
+const maxFailureLines = 3
+
+// lines renders the view at now: a header with the run's phase and
+// elapsed time, then one line per step with its status, how many targets
+// reported, the counts by status, the elapsed time and each host's status,
+// and under it the errors of failed hosts. Lines are cut to width
+// characters (no limit when width <= 0).
+func (p *progress) lines(now time.Time, width int) []string {
+	end := now
+	if p.finished() {
+		end = p.end
+	}
+	header := fmt.Sprintf("%s %s  %s", firstNonEmpty(p.name, "run"), p.id, p.phase)
+	if !p.start.IsZero() {
+		header += "  " + shortDuration(end.Sub(p.start))
+	}
+	if p.err != nil {
+		header += "  " + errorText(p.err)
+	}
+	out := []string{fit(header, width)}
+	nameWidth := 0
+	for _, s := range p.steps {
+		nameWidth = max(nameWidth, utf8.RuneCountInString(s.name))
+	}
+	for _, s := range p.steps {
+		c, done := s.counts()
+		total := max(s.total, len(s.targets))
+		var b strings.Builder
+		fmt.Fprintf(&b, "  %-*s  %-11s  %d/%d", nameWidth, s.name, s.status, done, total)
+		var counts []string
+		for _, st := range []string{statusOK, statusChanged, statusFailed, statusSkipped, statusUnreachable} {
+			if c[st] > 0 {
+				counts = append(counts, fmt.Sprintf("%s=%d", st, c[st]))
+			}
+		}
+		if len(counts) > 0 {
+			b.WriteString("  " + strings.Join(counts, " "))
+		}
+		stepEnd := end
+		if !s.finished.IsZero() {
+			stepEnd = s.finished
+		}
+		fmt.Fprintf(&b, "  %s", shortDuration(stepEnd.Sub(s.started)))
+		hosts := make([]string, len(s.targets))
+		for i, t := range s.targets {
+			hosts[i] = t.sid + "=" + firstNonEmpty(t.status, "…")
+		}
+		out = append(out, fitList(b.String(), hosts, width))
+
+		var failed []*targetProgress
+		for _, t := range s.targets {
+			if t.err != nil || t.status == statusFailed || t.status == statusUnreachable {
+				failed = append(failed, t)
+			}
+		}
+		for i, t := range failed {
+			if i == maxFailureLines && len(failed) > maxFailureLines+1 {
+				out = append(out, fit(fmt.Sprintf("    … and %d more", len(failed)-i), width))
+				break
+			}
+			out = append(out, fit(fmt.Sprintf("    %s %s: %s", t.sid, t.status, firstNonEmpty(errorText(t.err), "no error reported")), width))
+		}
+	}
+	return out
+}
+
+// fit cuts s to width characters, ending it with "…" when cut.
+func fit(s string, width int) string {
+	if width <= 0 || utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	if width == 1 {
+		return "…"
+	}
+	r := []rune(s)
+	return string(r[:width-1]) + "…"
+}
+
+// fitList appends to prefix as many items as fit in width, then "+N" for
+// the ones left out.
+func fitList(prefix string, items []string, width int) string {
+	line := prefix
+	for i, it := range items {
+		sep := " "
+		if i == 0 {
+			sep = "  "
+		}
+		more := ""
+		if rest := len(items) - i - 1; rest > 0 {
+			more = fmt.Sprintf(" +%d", rest)
+		}
+		if width > 0 && utf8.RuneCountInString(line+sep+it+more) > width {
+			return fit(fmt.Sprintf("%s%s+%d", line, sep, len(items)-i), width)
+		}
+		line += sep + it
+	}
+	return fit(line, width)
+}
+
+// shortDuration formats d for people: 0.4s, 12s, 3m05s, 2h10m.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		d = 0
+		fallthrough
+	case d < 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Round(time.Second).Seconds()))
+	case d < time.Hour:
+		d = d.Round(time.Second)
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	d = d.Round(time.Minute)
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
+
+// runDuration is how long a run took, or has taken until now.
+func runDuration(r *client.Run, now time.Time) (time.Duration, bool) {
+	if r.StartedAt == nil {
+		if r.FinishedAt != nil {
+			return r.FinishedAt.Sub(r.CreatedAt), true
+		}
+		return 0, false
+	}
+	if r.FinishedAt != nil {
+		return r.FinishedAt.Sub(*r.StartedAt), true
+	}
+	return now.Sub(*r.StartedAt), true
+}
+
+// recap is the end of a run for people, like Ansible's PLAY RECAP: the
+// phase and duration, the error that ended it, one line per SID counting
+// its targets by status, then the run's outputs as indented JSON.
+func recap(r *client.Run) string {
+	var b strings.Builder
+	line := fmt.Sprintf("RECAP %s %s  %s", firstNonEmpty(r.Name, "run"), r.ID, r.Phase)
+	if r.FinishedAt != nil {
+		d, _ := runDuration(r, *r.FinishedAt)
+		line += " in " + shortDuration(d)
+	}
+	b.WriteString(line + "\n")
+	if r.Error != nil {
+		fmt.Fprintf(&b, "error: %s\n", errorText(r.Error))
+	}
+
+	type tally struct{ ok, changed, failed, skipped, unreachable int }
+	bySID := map[string]*tally{}
+	for _, s := range r.Steps {
+		for _, t := range s.Targets {
+			c := bySID[t.SID]
+			if c == nil {
+				c = &tally{}
+				bySID[t.SID] = c
+			}
+			switch t.Status {
+			case statusOK:
+				c.ok++
+			case statusChanged:
+				c.changed++
+			case statusFailed:
+				c.failed++
+			case statusSkipped:
+				c.skipped++
+			case statusUnreachable:
+				c.unreachable++
+			}
+		}
+	}
+	sids := make([]string, 0, len(bySID))
+	width := 0
+	for sid := range bySID {
+		sids = append(sids, sid)
+		width = max(width, utf8.RuneCountInString(sid))
+	}
+	sort.Strings(sids)
+	for _, sid := range sids {
+		c := bySID[sid]
+		fmt.Fprintf(&b, "%-*s : ok=%-4d changed=%-4d failed=%-4d skipped=%-4d unreachable=%d\n",
+			width, sid, c.ok, c.changed, c.failed, c.skipped, c.unreachable)
+	}
+	if out := runOutputs(r); out != "" {
+		fmt.Fprintf(&b, "\nOutputs:\n%s\n", out)
+	}
+	return b.String()
+}
+
+// runOutputs is the run's message (the JSON of its outputs) indented, or
+// "" when there are none.
+func runOutputs(r *client.Run) string {
+	doc := []byte(r.Message)
+	if len(bytes.TrimSpace(doc)) == 0 {
+		doc = r.Outputs
+	}
+	if compactJSON(doc) == "" {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, doc, "", "  "); err != nil {
+		return string(doc)
+	}
+	return b.String()
+}
