@@ -1,15 +1,12 @@
 // Package command declares core.command.ran, which runs one command on
 // souls, with Ansible-like creates/removes guards.
-//
-// Run is not implemented in this build: it returns an error with code
-// module.not_implemented. The declaration is registered so that scenarios
-// using the module validate and the catalog lists it.
 package command
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/soulstack/soulstack/internal/module"
@@ -103,8 +100,64 @@ func (*Ran) ValidateParams(v module.Values) error {
 	return errors.Join(errs...)
 }
 
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Ran) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(RanID)
+// Run runs the command unless a guard skips it. A non-zero exit status
+// fails the target with code command.failed.
+func (*Ran) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p RanParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	skipped := map[string]any{"rc": 0, "stdout": "", "stderr": "", "skipped": true}
+	for _, g := range []struct {
+		path     string
+		skipWhen bool // skip when the path exists (creates) or not (removes)
+	}{{p.Creates, true}, {p.Removes, false}} {
+		if g.path == "" {
+			continue
+		}
+		res, err := t.Exec(ctx, module.Command{Argv: []string{"test", "-e", g.path}})
+		if err != nil {
+			return module.Result{}, err
+		}
+		if (res.ExitCode == 0) == g.skipWhen {
+			return module.Result{Changed: false, Output: skipped}, nil
+		}
+	}
+	argv := p.Argv
+	if p.Cmd != "" {
+		argv = []string{"/bin/sh", "-c", p.Cmd}
+	}
+	res, err := t.Exec(ctx, module.Command{Argv: argv, Env: p.Env, Dir: p.Chdir})
+	if err != nil {
+		return module.Result{}, err
+	}
+	out := map[string]any{"rc": res.ExitCode, "stdout": string(res.Stdout), "stderr": string(res.Stderr), "skipped": false}
+	if res.ExitCode != 0 {
+		return module.Result{Changed: true, Output: out}, &module.Error{
+			Code:    "command.failed",
+			Message: fmt.Sprintf("exit status %d: %s", res.ExitCode, Tail(res.Stderr, res.Stdout)),
+		}
+	}
+	return module.Result{Changed: true, Output: out}, nil
+}
+
+// Tail returns the last lines of the first non-empty stream, for error
+// messages.
+func Tail(streams ...[]byte) string {
+	for _, s := range streams {
+		t := strings.TrimSpace(string(s))
+		if t == "" {
+			continue
+		}
+		lines := strings.Split(t, "\n")
+		if len(lines) > 5 {
+			lines = lines[len(lines)-5:]
+		}
+		t = strings.Join(lines, "\n")
+		if len(t) > 2000 {
+			t = "…" + t[len(t)-2000:]
+		}
+		return t
+	}
+	return "(no output)"
 }

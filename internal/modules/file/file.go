@@ -1,15 +1,14 @@
 // Package file declares core.file.present, which makes sure a file exists
 // on souls with the given content, mode and ownership.
-//
-// Run is not implemented in this build: it returns an error with code
-// module.not_implemented. The declaration is registered so that scenarios
-// using the module validate and the catalog lists it.
 package file
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -100,8 +99,127 @@ func (*Present) ValidateParams(v module.Values) error {
 	return errors.Join(errs...)
 }
 
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Present) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(PresentID)
+// statScript reports a file's mode, owner, group, size and SHA-256 in one
+// round trip, or "absent".
+const statScript = `p=$1
+if [ ! -e "$p" ]; then echo absent; exit 0; fi
+if [ ! -f "$p" ]; then echo "not a regular file"; exit 3; fi
+stat -c '%a %U %G %s' -- "$p" || exit 4
+sha256sum -- "$p" | cut -d' ' -f1`
+
+// writeScript replaces the file atomically when write is 1 (content on
+// stdin, written next to it and renamed over it, keeping the old file's
+// mode and ownership), then sets what was asked.
+const writeScript = `set -e
+p=$1; mode=$2; owner=$3; group=$4; write=$5
+if [ "$write" = 1 ]; then
+  t=$(mktemp "$(dirname -- "$p")/.soulstack.XXXXXX")
+  trap 'rm -f -- "$t"' EXIT
+  cat > "$t"
+  if [ -e "$p" ]; then
+    chmod --reference="$p" -- "$t"
+    chown --reference="$p" -- "$t" 2>/dev/null || true
+  else
+    chmod 0644 -- "$t"
+  fi
+  mv -f -- "$t" "$p"
+  trap - EXIT
+fi
+if [ -n "$mode" ]; then chmod "$mode" -- "$p"; fi
+if [ -n "$owner" ]; then chown "$owner" -- "$p"; fi
+if [ -n "$group" ]; then chgrp "$group" -- "$p"; fi`
+
+// fileState is what statScript reports.
+type fileState struct {
+	exists             bool
+	mode, owner, group string
+	size               int64
+	sha256             string
+}
+
+func stat(ctx context.Context, t module.Target, path string) (fileState, error) {
+	res, err := t.Exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", statScript, "sh", path}})
+	if err != nil {
+		return fileState{}, err
+	}
+	out := strings.TrimSpace(string(res.Stdout))
+	if res.ExitCode != 0 {
+		return fileState{}, &module.Error{Code: "file.stat_failed", Message: fmt.Sprintf("%s: %s", path, strings.TrimSpace(out+" "+string(res.Stderr)))}
+	}
+	if out == "absent" {
+		return fileState{}, nil
+	}
+	lines := strings.Split(out, "\n")
+	f := strings.Fields(lines[0])
+	if len(lines) != 2 || len(f) != 4 {
+		return fileState{}, &module.Error{Code: "file.stat_failed", Message: fmt.Sprintf("%s: unexpected stat output %q", path, out)}
+	}
+	size, _ := strconv.ParseInt(f[3], 10, 64)
+	return fileState{exists: true, mode: f[0], owner: f[1], group: f[2], size: size, sha256: strings.TrimSpace(lines[1])}, nil
+}
+
+// sameMode compares octal permission strings ("0644" and "644").
+func sameMode(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 8, 32)
+	y, errB := strconv.ParseUint(b, 8, 32)
+	return errA == nil && errB == nil && x == y
+}
+
+// Run makes the file match: it reads the file's state in one round trip
+// and writes only what differs, so an unchanged file costs one command.
+func (*Present) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p PresentParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	var content []byte
+	switch {
+	case p.Content != nil:
+		content = []byte(*p.Content)
+	case p.Source != "":
+		b, err := module.ReadKeeperFile(ctx, t, p.Source)
+		if err != nil {
+			return module.Result{}, err
+		}
+		content = b
+	}
+	sum := sha256.Sum256(content)
+	want := hex.EncodeToString(sum[:])
+	before, err := stat(ctx, t, p.Path)
+	if err != nil {
+		return module.Result{}, err
+	}
+	write := !before.exists || ((p.Content != nil || p.Source != "") && before.sha256 != want)
+	mode, owner, group := p.Mode, p.Owner, p.Group
+	if before.exists && mode != "" && sameMode(mode, before.mode) {
+		mode = ""
+	}
+	if before.exists && owner == before.owner {
+		owner = ""
+	}
+	if before.exists && group == before.group {
+		group = ""
+	}
+	output := func(s fileState) map[string]any {
+		return map[string]any{"path": p.Path, "sha256": s.sha256, "size": s.size, "mode": fmt.Sprintf("%04s", s.mode), "owner": s.owner, "group": s.group}
+	}
+	if !write && mode == "" && owner == "" && group == "" {
+		return module.Result{Changed: false, Output: output(before)}, nil
+	}
+	w := "0"
+	if write {
+		w = "1"
+	}
+	res, err := t.Exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", writeScript, "sh", p.Path, mode, owner, group, w}, Stdin: content})
+	if err != nil {
+		return module.Result{}, err
+	}
+	if res.ExitCode != 0 {
+		return module.Result{Changed: write}, &module.Error{Code: "file.write_failed", Message: fmt.Sprintf("%s: %s", p.Path, strings.TrimSpace(string(res.Stderr)))}
+	}
+	after, err := stat(ctx, t, p.Path)
+	if err != nil {
+		return module.Result{Changed: true}, err
+	}
+	return module.Result{Changed: true, Output: output(after)}, nil
 }

@@ -1,16 +1,13 @@
 // Package script declares core.script.ran: the second seed's one-shot
 // "function". A handler script gets an event as one JSON line on its
 // standard input and env vars; its JSON standard output is the output.
-//
-// Run is not implemented in this build: it returns an error with code
-// module.not_implemented. The declaration is registered so that scenarios
-// using the module validate and the catalog lists it.
 package script
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/soulstack/soulstack/internal/module"
@@ -91,8 +88,80 @@ func (*Ran) ValidateParams(v module.Values) error {
 	return errors.Join(errs...)
 }
 
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Ran) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(RanID)
+// runScript writes the script ($1) to a private temporary file and runs it
+// with the interpreter (the other arguments); standard input, which holds
+// the event, passes through to the script.
+const runScript = `t=$(mktemp) || exit 125
+trap 'rm -f -- "$t"' EXIT
+printf '%s' "$1" > "$t"
+shift
+"$@" "$t"`
+
+// Run runs the script with the event as one JSON line on standard input.
+// Its standard output, when it is JSON, is the output (a top-level
+// "changed" boolean, when present, says whether it changed something;
+// otherwise a script that ran counts as a change). A non-zero exit status
+// fails the target with code script.failed and its stderr.
+func (*Ran) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p RanParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	src := p.Source
+	if p.Path != "" {
+		b, err := module.ReadKeeperFile(ctx, t, p.Path)
+		if err != nil {
+			return module.Result{}, err
+		}
+		src = string(b)
+	}
+	interp := strings.Fields(p.Interpreter)
+	if len(interp) == 0 {
+		interp = []string{"/bin/sh"}
+	}
+	event := []byte("{}")
+	if p.Event != nil {
+		b, err := json.Marshal(p.Event)
+		if err != nil {
+			return module.Result{}, &module.Error{Code: "script.bad_event", Message: err.Error()}
+		}
+		event = b
+	}
+	argv := append([]string{"/bin/sh", "-c", runScript, "sh", src}, interp...)
+	res, err := t.Exec(ctx, module.Command{Argv: argv, Env: p.Env, Stdin: append(event, '\n')})
+	if err != nil {
+		return module.Result{}, err
+	}
+	out := strings.TrimSpace(string(res.Stdout))
+	var output any
+	if out != "" {
+		if json.Unmarshal([]byte(out), &output) != nil {
+			output = map[string]any{"stdout": string(res.Stdout)}
+		}
+	}
+	changed := true
+	if m, ok := output.(map[string]any); ok {
+		if c, ok := m["changed"].(bool); ok {
+			changed = c
+		}
+	}
+	if res.ExitCode != 0 {
+		msg := strings.TrimSpace(string(res.Stderr))
+		if msg == "" {
+			msg = "(no stderr)"
+		}
+		return module.Result{Changed: changed, Output: output}, &module.Error{
+			Code:    "script.failed",
+			Message: fmt.Sprintf("exit status %d: %s", res.ExitCode, lastLines(msg)),
+		}
+	}
+	return module.Result{Changed: changed, Output: output}, nil
+}
+
+func lastLines(s string) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > 10 {
+		lines = lines[len(lines)-10:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -84,7 +84,11 @@ func TestDeclarations(t *testing.T) {
 			if !slices.Equal(fields, declared) {
 				t.Errorf("params struct fields %v differ from declared params %v", fields, declared)
 			}
-			// Run is declared only in this build.
+			// Modules without their own implementation yet are declared
+			// only; the implemented ones are tested in their packages.
+			if implemented[info.ID] {
+				return
+			}
 			_, err = m.Run(context.Background(), []byte(`{}`), nil)
 			if !errors.Is(err, module.ErrNotImplemented) || module.Code(err) != module.CodeNotImplemented {
 				t.Errorf("Run = %v; want a module.not_implemented error", err)
@@ -92,6 +96,9 @@ func TestDeclarations(t *testing.T) {
 		})
 	}
 }
+
+// implemented lists the modules whose Run works in this build.
+var implemented = map[module.ID]bool{"core.command.ran": true, "core.file.present": true, "core.script.ran": true}
 
 // TestCatalogPages renders every page; the golden files are the pages
 // `soulctl modules show` prints.

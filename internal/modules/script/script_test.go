@@ -1,0 +1,44 @@
+package script_test
+
+import (
+	"testing"
+
+	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/modules/moduletest"
+	"github.com/soulstack/soulstack/internal/modules/script"
+)
+
+func TestRan(t *testing.T) {
+	t.Parallel()
+	tg := moduletest.New(t)
+	m := &script.Ran{}
+	// The handler reads the event from stdin and the connection from env,
+	// and prints its JSON result: the second seed's "function".
+	src := `read -r event
+printf '{"got":%s,"vm":"%s","changed":false}\n' "$event" "$VM_IP"`
+	res, err := moduletest.Run(t, m, tg, map[string]any{"source": src, "event": map[string]any{"packages": []any{"git"}}, "env": map[string]any{"VM_IP": "10.0.0.7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := res.Output.(map[string]any)
+	if res.Changed || out["vm"] != "10.0.0.7" || out["got"].(map[string]any)["packages"].([]any)[0] != "git" {
+		t.Fatalf("result = %+v", res)
+	}
+	res, err = moduletest.Run(t, m, tg, map[string]any{"source": "import json,sys\nprint(json.dumps({'n': len(sys.stdin.readline())}))", "interpreter": "/usr/bin/env python3"})
+	if err == nil && res.Output.(map[string]any)["n"] == nil {
+		t.Fatalf("python interpreter: %+v", res)
+	}
+	res, err = moduletest.Run(t, m, tg, map[string]any{"source": "echo not json"})
+	if err != nil || !res.Changed || res.Output.(map[string]any)["stdout"] != "not json\n" {
+		t.Fatalf("plain output: %+v, %v", res, err)
+	}
+	_, err = moduletest.Run(t, m, tg, map[string]any{"source": "echo broken >&2; exit 2"})
+	if module.Code(err) != "script.failed" || err.Error() != "exit status 2: broken" {
+		t.Fatalf("failing script: %v", err)
+	}
+	tg.Files = map[string][]byte{"handler.sh": []byte("echo '[1,2]'")}
+	res, err = moduletest.Run(t, m, tg, map[string]any{"path": "handler.sh"})
+	if err != nil || len(res.Output.([]any)) != 2 {
+		t.Fatalf("keeper file: %+v, %v", res, err)
+	}
+}
