@@ -78,6 +78,7 @@ type Executor struct {
 	KeeperKey []byte
 	Resolve   func(ctx context.Context, ref string) ([]byte, error)
 	SSH       ssh.Options
+	FilesDir  string
 	Logger    *slog.Logger
 	// Keeper is the target of keeper-side modules.
 	Keeper module.Target
@@ -123,7 +124,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: e.Resolve, Options: e.SSH})
+	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: e.Resolve, Options: e.SSH, FilesDir: e.FilesDir})
 	defer souls.Close()
 	r := &run{e: e, rec: rec, souls: souls, input: input, st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {

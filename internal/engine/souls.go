@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -20,6 +22,7 @@ type Souls struct {
 	store   store.Store
 	pool    *ssh.Pool
 	keeper  []byte // the keeper's own private key, for souls without key_ref
+	files   string // the keeper's files directory
 	resolve func(ctx context.Context, ref string) ([]byte, error)
 
 	mu    sync.Mutex
@@ -34,13 +37,16 @@ type SoulsConfig struct {
 	// Resolve reads the secret a key_ref names; nil resolves env: and
 	// file: references.
 	Resolve func(ctx context.Context, ref string) ([]byte, error)
+	// FilesDir is the keeper's files directory, which modules may read
+	// from (module.KeeperFiles); empty means none.
+	FilesDir string
 	// Options are the transport's options.
 	Options ssh.Options
 }
 
 // NewSouls returns the soul reacher of one run; Close it when the run ends.
 func NewSouls(cfg SoulsConfig) *Souls {
-	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, resolve: cfg.Resolve, souls: map[string]store.Soul{}}
+	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}}
 	if s.resolve == nil {
 		s.resolve = resolveLocal
 	}
@@ -156,17 +162,40 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 		}
 		return nil, err
 	}
-	return &soulTarget{sid: sid, client: c, sudo: sudo}, nil
+	return &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, client: c, sudo: sudo}, nil
+}
+
+// KeeperFiles reads files from a keeper directory for modules
+// (module.KeeperFiles): names are relative and may not leave it.
+type KeeperFiles string
+
+// ReadKeeperFile reads name under the directory.
+func (d KeeperFiles) ReadKeeperFile(_ context.Context, name string) ([]byte, error) {
+	if d == "" {
+		return nil, &module.Error{Code: "module.keeper_files_unavailable", Message: "the keeper has no files directory", Err: module.ErrNoKeeperFiles}
+	}
+	if !filepath.IsLocal(name) {
+		return nil, &module.Error{Code: "keeper_file.invalid", Message: fmt.Sprintf("%q must be a relative path inside the keeper's files directory", name)}
+	}
+	b, err := os.ReadFile(filepath.Join(string(d), name))
+	if err != nil {
+		return nil, &module.Error{Code: "keeper_file.unreadable", Message: fmt.Sprintf("keeper file %q: %v", name, errors.Unwrap(err))}
+	}
+	return b, nil
 }
 
 // soulTarget is a module.Target over one SSH connection.
 type soulTarget struct {
+	KeeperFiles
 	sid    string
 	client *ssh.Client
 	sudo   bool
 }
 
-var _ module.Target = (*soulTarget)(nil)
+var (
+	_ module.Target      = (*soulTarget)(nil)
+	_ module.KeeperFiles = (*soulTarget)(nil)
+)
 
 func (t *soulTarget) SID() string { return t.sid }
 
