@@ -21,6 +21,7 @@ import (
 	"github.com/soulstack/soulstack/internal/cli"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
 // TestMain makes the test binary double as soulctl: testscript puts a copy
@@ -33,11 +34,16 @@ func TestMain(m *testing.M) {
 
 // TestScripts drives soulctl end to end against a real keeper: each script
 // in testdata/script gets its own keeper, serving on a loopback port with an
-// SQLite database in $WORK/.keeper. Scripts see:
+// SQLite database in $WORK/.keeper. One real OpenSSH server (sshtest) serves
+// as the host the scripts' runs reach. Scripts see:
 //
 //	SOULSTACK_KEEPER  the keeper's URL
 //	ADMIN_TOKEN       the first admin token, also in ./.keeper/admin.token
 //	KEEPER_DB         the keeper's SQLite file
+//	SSH_ADDR          the SSH server's address (127.0.0.1)
+//	SSH_PORT          its port
+//	SSH_USER          the account its key logs in as
+//	SSH_KEY_FILE      that private key, written to $WORK/.ssh (mode 0600)
 //
 // and three commands besides the standard ones:
 //
@@ -46,9 +52,15 @@ func TestMain(m *testing.M) {
 //	audit-tamper SEQ       change audit row SEQ in the database behind the keeper's back
 func TestScripts(t *testing.T) {
 	t.Parallel()
+	sshd := sshtest.Start(t, sshtest.Options{})
 	testscript.Run(t, testscript.Params{
-		Dir:                 filepath.Join("testdata", "script"),
-		Setup:               startKeeper,
+		Dir: filepath.Join("testdata", "script"),
+		Setup: func(env *testscript.Env) error {
+			if err := startKeeper(env); err != nil {
+				return err
+			}
+			return useSSHD(env, sshd)
+		},
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
@@ -100,6 +112,23 @@ func startKeeper(env *testscript.Env) error {
 	env.Setenv("SOULSTACK_KEEPER", "http://"+addr.String())
 	env.Setenv("ADMIN_TOKEN", strings.TrimSpace(string(token)))
 	env.Setenv("KEEPER_DB", c.SQLitePath())
+	return nil
+}
+
+// useSSHD tells a script how to reach the SSH server.
+func useSSHD(env *testscript.Env, s *sshtest.Server) error {
+	dir := filepath.Join(env.WorkDir, ".ssh")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	key := filepath.Join(dir, "id_ed25519")
+	if err := os.WriteFile(key, s.ClientKey, 0o600); err != nil {
+		return err
+	}
+	env.Setenv("SSH_ADDR", s.Addr)
+	env.Setenv("SSH_PORT", strconv.Itoa(s.Port))
+	env.Setenv("SSH_USER", s.User)
+	env.Setenv("SSH_KEY_FILE", key)
 	return nil
 }
 

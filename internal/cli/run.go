@@ -178,11 +178,11 @@ func (a *app) refused(err error, file string) error {
 		return err
 	}
 	w := a.env.Stderr
-	if len(p.Errors) == 0 {
+	if p.Code == "scenario.invalid" && len(p.Errors) > 0 {
+		fmt.Fprintf(w, "error: %s: %s has %d problem(s); nothing ran\n", p.Code, file, len(p.Errors))
+	} else {
 		fmt.Fprintf(w, "error: %s: %s\n", p.Code, firstNonEmpty(p.Detail, p.Title))
-		return &exitError{code: ExitInvalid}
 	}
-	fmt.Fprintf(w, "error: %s: %s has %d problem(s); nothing ran\n", p.Code, file, len(p.Errors))
 	for _, e := range p.Errors {
 		if e.Code != "" {
 			fmt.Fprintf(w, "%s: %s: %s\n", e.Location, e.Code, e.Message)
@@ -218,13 +218,13 @@ func (a *app) waitRun(ctx context.Context, c *client.Client, run *client.Run, p 
 	}
 	switch {
 	case err == nil:
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+	case ctx.Err() != nil:
+		return &exitError{code: ExitFailure, msg: fmt.Sprintf("interrupted; run %s goes on in the keeper (soulctl runs cancel %s stops it)", run.ID, run.ID)}
+	case wctx.Err() != nil:
 		if p.json && final != nil {
 			_ = p.print(final, nil)
 		}
 		return &exitError{code: ExitWaitTimeout, msg: fmt.Sprintf("run %s has not finished after %s (%s); it goes on in the keeper: soulctl runs wait %s", run.ID, wait, flag, run.ID)}
-	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
-		return &exitError{code: ExitFailure, msg: fmt.Sprintf("interrupted; run %s goes on in the keeper (soulctl runs cancel %s stops it)", run.ID, run.ID)}
 	default:
 		return err
 	}
