@@ -12,6 +12,28 @@ import (
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
+// secretDefault is a module whose secret param has a default: the catalog
+// masks that default.
+type secretDefault struct{}
+
+func (secretDefault) Info() module.Info {
+	return module.Info{
+		ID: secretDefaultID, Summary: "A module with a secret default.", Side: module.SideSoul,
+		Params: []module.Param{
+			{Name: "password", Type: module.TypeString, Secret: true, Default: "hunter2-default", Doc: "A secret."},
+			{Name: "count", Type: module.TypeInt, Default: 2, Doc: "Not secret."},
+		},
+	}
+}
+
+func (secretDefault) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
+	return module.Result{}, module.NotImplemented(secretDefaultID)
+}
+
+const secretDefaultID module.ID = "apitest.secret.kept"
+
+func init() { module.Register(secretDefault{}) }
+
 // TestModuleCatalog: the catalog routes serve every registered module to
 // any valid token, exactly as declared, and refuse unknown and malformed
 // IDs with precise problems.
@@ -40,6 +62,9 @@ func TestModuleCatalog(t *testing.T) {
 
 	for i, m := range all {
 		info := m.Info()
+		if info.ID == secretDefaultID {
+			continue
+		}
 		t.Run(string(info.ID), func(t *testing.T) {
 			if list.Items[i].ID != string(info.ID) {
 				t.Fatalf("list item %d is %s, want %s (sorted by ID)", i, list.Items[i].ID, info.ID)
@@ -80,6 +105,12 @@ func TestModuleCatalog(t *testing.T) {
 	}
 	if !sawSecret {
 		t.Errorf("core.postgres.installed: db_password is not a required secret param: %+v", pg.Params)
+	}
+
+	// The default of a secret param never leaves the keeper.
+	b = k.expect("GET", "/v1/modules/"+string(secretDefaultID), viewer, "", 200, "")
+	if strings.Contains(string(b), "hunter2") || !strings.Contains(string(b), `"default":"***"`) || !strings.Contains(string(b), `"default":2`) {
+		t.Errorf("secret default not masked, or other default lost: %s", b)
 	}
 
 	k.expect("GET", "/v1/modules/core.nothing.here", viewer, "", 404, "module.not_found")
