@@ -45,7 +45,11 @@ func (t Type) Valid() bool { return slices.Contains(Types, t) }
 // The error describes the mismatch for a user ("want int, got string").
 func (t Type) Check(v any, elem Type) error {
 	if !t.accepts(v) {
-		return fmt.Errorf("want %s, got %s", t.describe(elem), Describe(v))
+		hint := ""
+		if t == TypeString && (isInt(v) || Describe(v) == "number" || Describe(v) == "bool") {
+			hint = " (quote the value to keep it a string)"
+		}
+		return fmt.Errorf("want %s, got %s%s", t.describe(elem), Describe(v), hint)
 	}
 	if elem == "" || elem == TypeAny {
 		return nil
