@@ -2,13 +2,14 @@ package scenario
 
 import (
 	"fmt"
+	"io"
 	"math"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/lexer"
 	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/scanner"
 	"github.com/goccy/go-yaml/token"
 )
 
@@ -21,7 +22,7 @@ const (
 	// use of a YAML alias in full (the "billion laughs" guard).
 	MaxNodes = 100_000
 	// MaxDepth bounds the nesting of lists and maps.
-	MaxDepth = 64
+	MaxDepth = 32
 	// MaxMapKeys bounds the keys of one block mapping.
 	MaxMapKeys = 1000
 )
@@ -29,6 +30,10 @@ const (
 // maxBlockColumn bounds the column of block structure ("-", "key:"), which
 // bounds block nesting before the parser sees it.
 const maxBlockColumn = 4 * MaxDepth
+
+// maxTokens bounds the YAML tokens of a scenario, checked before parsing:
+// a document within MaxNodes has far fewer.
+const maxTokens = 4 * MaxNodes
 
 type nodeKind uint8
 
@@ -217,7 +222,10 @@ func parseYAML(src *source, ps *problems) (root *node, err error) {
 	if len(src.text) > MaxSize {
 		return nil, &fatal{Problem{Pos{src.file, 1, 1}, CodeTooLarge, fmt.Sprintf("the scenario is %d bytes; at most %d (1 MiB) are accepted", len(src.text), MaxSize)}}
 	}
-	tokens := lexer.Tokenize(src.text)
+	tokens, f := tokenize(src)
+	if f != nil {
+		return nil, f
+	}
 	if f := prescan(src, tokens); f != nil {
 		return nil, f
 	}
@@ -257,6 +265,23 @@ func parseYAML(src *source, ps *problems) (root *node, err error) {
 }
 
 func (f *fatal) Error() string { return f.p.String() }
+
+// tokenize lexes the scenario, stopping at maxTokens.
+func tokenize(src *source) (token.Tokens, *fatal) {
+	var s scanner.Scanner
+	s.Init(src.text)
+	var tokens token.Tokens
+	for {
+		sub, err := s.Scan()
+		if err == io.EOF {
+			return tokens, nil
+		}
+		tokens.Add(sub...)
+		if len(tokens) > maxTokens {
+			return nil, &fatal{Problem{Pos{src.file, 1, 1}, CodeTooComplex, fmt.Sprintf("the scenario has more than %d YAML tokens", maxTokens)}}
+		}
+	}
+}
 
 // prescan rejects token streams the parser would take too long on: deep
 // nesting and block mappings with very many keys (the parser is quadratic
@@ -334,7 +359,7 @@ type builder struct {
 func (b *builder) count(n *node) error {
 	b.total += n.size
 	if b.total > MaxNodes {
-		return &fatal{Problem{n.pos, CodeTooComplex, fmt.Sprintf("the scenario expands to more than %d values (YAML aliases count in full each time they are used)", MaxNodes)}}
+		return &fatal{Problem{n.pos, CodeTooComplex, fmt.Sprintf("the scenario holds more than %d values (each use of a YAML alias counts in full)", MaxNodes)}}
 	}
 	return nil
 }
