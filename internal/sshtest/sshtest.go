@@ -340,6 +340,10 @@ func (s *Server) config() string {
 		"MaxStartups 100:30:200",
 		"MaxSessions 10",
 		"LogLevel INFO",
+		// bash reads ~/.bashrc for commands sshd runs unless it is a
+		// nested shell; root's may be slow (pyenv init on these
+		// machines), and every test command would pay for it.
+		"SetEnv SHLVL=1",
 	)
 	return strings.Join(lines, "\n") + "\n"
 }

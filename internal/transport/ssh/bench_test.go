@@ -29,10 +29,9 @@ import (
 // baseline are reported as metrics. The hosts share this machine's cores,
 // so judge the ratios, not the absolute times.
 //
-// It logs in two ways: as root, whose login shell is bash (bash reads
-// ~/.bashrc for commands run through sshd, so that file's cost lands on
-// every command), and as an unprivileged account whose shell is /bin/sh,
-// which reads nothing.
+// It logs in as root (bash, kept by sshtest from reading ~/.bashrc) and as
+// an unprivileged account whose shell is /bin/sh, for which sshd adds a
+// privilege-separated process per connection.
 func BenchmarkFanout50(b *testing.B) {
 	b.Run("login=root", func(b *testing.B) {
 		if os.Geteuid() != 0 {

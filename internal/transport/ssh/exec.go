@@ -108,13 +108,9 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 // is what a cancelled Exec kills: sshd does not deliver SSH signal requests
 // to root sessions.
 func (c *Client) run(ctx context.Context, marker, line string, stdin []byte, sudo bool) (Result, error) {
-	sess, err := c.conn.NewSession()
+	sess, err := c.newSession(ctx)
 	if err != nil {
-		var oce *gossh.OpenChannelError
-		if errors.As(err, &oce) {
-			return Result{}, fmt.Errorf("open session: %w", err)
-		}
-		return Result{}, fmt.Errorf("open session: %w: %v", ErrDisconnected, err)
+		return Result{}, err
 	}
 	defer sess.Close()
 	in, err := sess.StdinPipe()
@@ -180,6 +176,37 @@ func (c *Client) run(ctx context.Context, marker, line string, stdin []byte, sud
 		return res, fmt.Errorf("%w: %v", ErrDisconnected, waitErr)
 	}
 	return res, nil
+}
+
+// Session opening retries: sshd frees a finished session's slot a moment
+// after it is closed, so a new session opened at once on a busy connection
+// may be refused ("no more sessions").
+const (
+	sessionAttempts = 8
+	sessionBackoff  = 5 * time.Millisecond // doubled after each refusal
+)
+
+// newSession opens a session, retrying while the server refuses it for
+// lack of a free session slot.
+func (c *Client) newSession(ctx context.Context) (*gossh.Session, error) {
+	backoff := sessionBackoff
+	for attempt := 1; ; attempt++ {
+		sess, err := c.conn.NewSession()
+		if err == nil {
+			return sess, nil
+		}
+		var oce *gossh.OpenChannelError
+		if !errors.As(err, &oce) {
+			return nil, fmt.Errorf("open session: %w: %v", ErrDisconnected, err)
+		}
+		if attempt == sessionAttempts || (oce.Reason != gossh.ConnectionFailed && oce.Reason != gossh.ResourceShortage) {
+			return nil, fmt.Errorf("open session: %w", err)
+		}
+		if err := c.opts.Sleep(ctx, backoff); err != nil {
+			return nil, err
+		}
+		backoff *= 2
+	}
 }
 
 // killGroup sends SIGKILL to the process group led by pid, from a session
