@@ -29,7 +29,9 @@ type Command struct {
 	// Env is set for the command through env(1) on the command line;
 	// sshd's setenv, which most servers refuse, is not used. Names must be
 	// shell identifiers. LC_ALL=C is always set first, so an LC_ALL here
-	// overrides it.
+	// overrides it. The values sit in the command line, which other users
+	// of the host can read in its process list until the shell and env(1)
+	// have exec'd the command: send secrets on Stdin instead.
 	Env map[string]string
 	// Dir is the working directory; empty means the login directory.
 	Dir string
