@@ -49,7 +49,8 @@
 //     expressions; a string that is exactly one ${ } keeps the
 //     expression's type. Params are checked against the module's
 //     declaration: unknown, missing, mistyped and conflicting params are
-//     errors. Map keys are never interpolated.
+//     errors, and so is a literal value for a secret param (it belongs in
+//     a secret input). Map keys are never interpolated.
 //   - when: a CEL bool expression (or true/false); false skips the step
 //     (per target for soul-side steps, where soul is visible).
 //   - changed_when, failed_when: CEL bool expressions that override the

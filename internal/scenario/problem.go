@@ -38,6 +38,7 @@ const (
 	CodeParamType             = "scenario.param_type"
 	CodeParamConflict         = "scenario.param_conflict"
 	CodeParamInvalid          = "scenario.param_invalid"
+	CodeSecretLiteral         = "scenario.secret_literal"
 	CodeBadExpression         = "scenario.bad_expression"
 	CodeExpressionType        = "scenario.expression_type"
 	CodeUnknownStepRef        = "scenario.unknown_step_reference"

@@ -346,6 +346,9 @@ func (c *checker) params(st *Step, mod module.Module, scope expr.Scope) *value {
 		}
 		if !pv.dyn {
 			vals.Set(name, pv.lit)
+			if spec, ok := info.Param(name); ok && spec.Secret && pv.lit != nil && pv.lit != "" {
+				c.ps.add(pv.n.pos, CodeSecretLiteral, "%s: param %q is secret: written in the scenario it would be stored and shown in clear; pass it through a secret input, such as \"${ input.%s }\"", label, name, name)
+			}
 			continue
 		}
 		vals.SetDynamic(name)
