@@ -109,7 +109,7 @@ func maskProblem(p *client.Problem) *client.Problem {
 	out.Detail = secret.MaskString(p.Detail)
 	out.Errors = make([]client.ProblemError, len(p.Errors))
 	for i, e := range p.Errors {
-		out.Errors[i] = client.ProblemError{Location: e.Location, Message: secret.MaskString(e.Message)}
+		out.Errors[i] = client.ProblemError{Location: e.Location, Code: e.Code, Message: secret.MaskString(e.Message)}
 	}
 	return &out
 }

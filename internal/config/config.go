@@ -30,7 +30,11 @@ type Config struct {
 	// DatabaseURL selects PostgreSQL (postgres://…); empty means the
 	// embedded SQLite file <data_dir>/keeper.db.
 	DatabaseURL string `yaml:"database_url"`
-	Log         Log    `yaml:"log"`
+	// DataKeyRef names the base64 key that seals secrets at rest (env: or
+	// file:); empty means <data_dir>/data.key, created on first start.
+	// Keepers sharing one PostgreSQL must share the key.
+	DataKeyRef string `yaml:"data_key_ref"`
+	Log        Log    `yaml:"log"`
 }
 
 // Log configures the keeper's log on stderr.
@@ -79,6 +83,9 @@ func (c Config) Validate() error {
 	}
 	if c.DatabaseURL != "" && !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
 		return fmt.Errorf("database_url: want postgres://… (leave it empty for the embedded SQLite)")
+	}
+	if c.DataKeyRef != "" && !strings.HasPrefix(c.DataKeyRef, "env:") && !strings.HasPrefix(c.DataKeyRef, "file:") {
+		return fmt.Errorf("data_key_ref: want env:NAME or file:/path")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/soulstack/soulstack/internal/expr"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/runner"
+	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
@@ -36,40 +36,9 @@ const (
 // DefaultForks bounds how many targets of one step run at once.
 const DefaultForks = 50
 
-// Plan is what the engine executes: a scenario's validated steps.
-type Plan struct {
-	Name  string
-	Steps []Step
-}
-
-// Step is one validated step.
-type Step struct {
-	Name   string
-	Module module.Module
-	// OnKeeper marks a keeper-side step; otherwise On yields the targets:
-	// a SID or a list of SIDs.
-	OnKeeper bool
-	On       *expr.Template
-	// When, if set, must be true for the step (keeper-side) or for each
-	// target (soul-side, where it may use soul) to run.
-	When *expr.Program
-	// Params is the params tree; strings are templates.
-	Params         map[string]any
-	ChangedWhen    *expr.Program
-	FailedWhen     *expr.Program
-	AnyErrorsFatal bool
-	Forks          int
-	// Connect is the SSH connection retry policy of the step's targets.
-	Connect ssh.RetryPolicy
-	// Retries is how many more times a failed module run is tried.
-	Retries int
-	// RetryDelay is the pause between those tries.
-	RetryDelay time.Duration
-}
-
-// Loader turns a run's scenario text and input into a plan and the input
-// with defaults applied.
-type Loader func(scenario string, input map[string]any) (Plan, map[string]any, error)
+// Loader turns a run's scenario text and input into a plan (with the
+// input's defaults applied).
+type Loader func(scenario string, input map[string]any) (*scenario.Plan, error)
 
 // Executor implements runner.Executor.
 type Executor struct {
@@ -104,7 +73,7 @@ type stepState struct {
 
 // Execute runs the plan of x.Run.
 func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.Recorder) runner.Outcome {
-	plan, input, err := e.Load(x.Run.Scenario, x.Input)
+	plan, err := e.Load(x.Run.Scenario, x.Input)
 	if err != nil {
 		return failed("scenario.invalid", "the stored scenario no longer validates: "+err.Error())
 	}
@@ -126,27 +95,27 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	}
 	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: e.Resolve, Options: e.SSH, FilesDir: e.FilesDir})
 	defer souls.Close()
-	r := &run{e: e, rec: rec, souls: souls, input: input, st: &st, log: log.With("run", x.Run.ID)}
+	r := &run{e: e, rec: rec, souls: souls, input: plan.Input, st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
 			s := plan.Steps[i]
-			msg := fmt.Sprintf("the keeper stopped while step %q (%s) was running; it is not idempotent, so it is not repeated — check what it did before running again", s.Name, s.Module.Info().ID)
-			rec.Event("step.interrupted", s.Name, "", map[string]any{"index": i, "module": string(s.Module.Info().ID)})
-			rec.Step(store.RunStep{Index: i, Name: s.Name, Module: string(s.Module.Info().ID), Status: StatusFailed, FinishedAt: now()})
+			msg := fmt.Sprintf("the keeper stopped while step %q (%s) was running; it is not idempotent, so it is not repeated — check what it did before running again", s.Name, s.ID)
+			rec.Event("step.interrupted", s.Name, "", map[string]any{"index": i, "module": string(s.ID)})
+			rec.Step(store.RunStep{Index: i, Name: s.Name, Module: string(s.ID), Status: StatusFailed, FinishedAt: now()})
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.interrupted", ErrorMsg: msg, Outputs: r.outputs()}
 		}
 	}
-	for i, s := range plan.Steps {
+	for _, s := range plan.Steps {
 		if _, done := st.Done[s.Name]; done {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.cancelled", ErrorMsg: err.Error(), Outputs: r.outputs()}
 		}
-		fatal, err := r.step(ctx, i, s)
+		fatal, err := r.step(ctx, s)
 		if err != nil {
-			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: module.Code(err), ErrorMsg: err.Error(), Outputs: r.outputs()}
+			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: codeOf(err), ErrorMsg: err.Error(), Outputs: r.outputs()}
 		}
 		if fatal != "" {
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.fatal_error", ErrorMsg: fatal, Outputs: r.outputs()}
@@ -198,7 +167,7 @@ func (r *run) vars() expr.Vars {
 	defer r.mu.Unlock()
 	steps := make(map[string]any, len(r.st.Done))
 	for name, s := range r.st.Done {
-		steps[name] = map[string]any{"output": s.Output, "changed": s.Changed, "status": s.Status}
+		steps[name] = expr.StepValue(s.Output, s.Changed, s.Status)
 	}
 	return expr.Vars{Input: r.input, Steps: steps}
 }
@@ -225,10 +194,10 @@ type targetResult struct {
 	took     time.Duration
 }
 
-// step runs one step; fatal is non-empty when any_errors_fatal stops the run.
-func (r *run) step(ctx context.Context, idx int, s Step) (fatal string, err error) {
-	info := s.Module.Info()
-	id := string(info.ID)
+// step runs one step; fatal is non-empty when the run must stop: a
+// keeper-side step failed, or any_errors_fatal and a target failed.
+func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err error) {
+	idx, id := s.Index, string(s.ID)
 	r.mu.Lock()
 	r.st.InFlight = &idx
 	r.mu.Unlock()
@@ -238,15 +207,9 @@ func (r *run) step(ctx context.Context, idx int, s Step) (fatal string, err erro
 	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: "running", StartedAt: now()})
 	vars := r.vars()
 
-	var sids []string
-	var results []targetResult
-	if s.OnKeeper {
-		sids = []string{module.Keeper}
-	} else {
-		sids, err = r.targets(ctx, s, vars)
-		if err != nil {
-			return "", err
-		}
+	sids, err := s.Targets(ctx, vars)
+	if err != nil {
+		return "", err
 	}
 	r.rec.Event("step.started", s.Name, "", map[string]any{"index": idx, "module": id, "targets": sids})
 
@@ -255,7 +218,7 @@ func (r *run) step(ctx context.Context, idx int, s Step) (fatal string, err erro
 		forks = DefaultForks
 	}
 	sem := make(chan struct{}, forks)
-	results = make([]targetResult, len(sids))
+	results := make([]targetResult, len(sids))
 	var wg sync.WaitGroup
 	for i, sid := range sids {
 		wg.Add(1)
@@ -265,19 +228,19 @@ func (r *run) step(ctx context.Context, idx int, s Step) (fatal string, err erro
 			case sem <- struct{}{}:
 			case <-ctx.Done():
 				results[i] = targetResult{sid: sid, status: StatusFailed, code: "run.cancelled", msg: "the run stopped before this target started"}
-				r.report(idx, s, results[i])
+				r.report(s, results[i])
 				return
 			}
 			defer func() { <-sem }()
 			results[i] = r.target(ctx, s, sid, vars)
-			r.report(idx, s, results[i])
+			r.report(s, results[i])
 		}()
 	}
 	wg.Wait()
 
 	status, changed := stepStatus(results)
 	output := any(nil)
-	if s.OnKeeper {
+	if s.Keeper {
 		if len(results) == 1 {
 			output = results[0].output
 		}
@@ -309,13 +272,13 @@ func (r *run) step(ctx context.Context, idx int, s Step) (fatal string, err erro
 	}
 	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: status, FinishedAt: now()})
 	r.rec.Event("step.finished", s.Name, "", map[string]any{"index": idx, "status": status, "changed": changed, "counts": counts(results)})
-	if len(failedHere) > 0 && (s.AnyErrorsFatal || s.OnKeeper) {
+	if len(failedHere) > 0 && (s.AnyErrorsFatal || s.Keeper) {
 		return fmt.Sprintf("step %q failed on %s%s", s.Name, strings.Join(failedHere, ", "), fatalNote(s)), nil
 	}
 	return "", nil
 }
 
-func fatalNote(s Step) string {
+func fatalNote(s *scenario.PlanStep) string {
 	if s.AnyErrorsFatal {
 		return " (any_errors_fatal)"
 	}
@@ -358,9 +321,9 @@ func stepStatus(results []targetResult) (string, bool) {
 }
 
 // report records one target's result and its event.
-func (r *run) report(idx int, s Step, t targetResult) {
+func (r *run) report(s *scenario.PlanStep, t targetResult) {
 	r.rec.Target(store.RunTarget{
-		StepIndex: idx, SID: t.sid, Status: t.status, Changed: t.changed, ErrorCode: t.code, ErrorMsg: t.msg,
+		StepIndex: s.Index, SID: t.sid, Status: t.status, Changed: t.changed, ErrorCode: t.code, ErrorMsg: t.msg,
 		Attempts: t.attempts, DurationMS: t.took.Milliseconds(),
 	}, t.output)
 	data := map[string]any{"status": t.status, "changed": t.changed, "attempts": t.attempts, "duration_ms": t.took.Milliseconds()}
@@ -370,107 +333,63 @@ func (r *run) report(idx int, s Step, t targetResult) {
 	r.rec.Event("target.result", s.Name, t.sid, data)
 }
 
-// targets evaluates a soul-side step's on: into SIDs, in order, without
-// duplicates.
-func (r *run) targets(ctx context.Context, s Step, vars expr.Vars) ([]string, error) {
-	v, err := s.On.Eval(ctx, vars)
-	if err != nil {
-		return nil, &module.Error{Code: "step.targets_invalid", Message: fmt.Sprintf("step %q: on: %v", s.Name, err)}
-	}
-	var raw []any
-	switch x := v.(type) {
-	case string:
-		raw = []any{x}
-	case []any:
-		raw = x
-	case []string:
-		for _, s := range x {
-			raw = append(raw, s)
-		}
-	default:
-		return nil, &module.Error{Code: "step.targets_invalid", Message: fmt.Sprintf("step %q: on: must be a SID or a list of SIDs, got %T", s.Name, v)}
-	}
-	seen := map[string]bool{}
-	var sids []string
-	for _, item := range raw {
-		sid, ok := item.(string)
-		if !ok || sid == "" {
-			return nil, &module.Error{Code: "step.targets_invalid", Message: fmt.Sprintf("step %q: on: %v is not a SID", s.Name, item)}
-		}
-		if sid == module.Keeper {
-			return nil, &module.Error{Code: "step.targets_invalid", Message: fmt.Sprintf("step %q: %s runs on souls, not on the keeper", s.Name, s.Module.Info().ID)}
-		}
-		if !seen[sid] {
-			seen[sid] = true
-			sids = append(sids, sid)
-		}
-	}
-	sort.Strings(sids)
-	return sids, nil
-}
-
 // target runs the step on one target.
-func (r *run) target(ctx context.Context, s Step, sid string, vars expr.Vars) (res targetResult) {
+func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars expr.Vars) (res targetResult) {
 	start := time.Now()
 	res = targetResult{sid: sid}
 	defer func() { res.took = time.Since(start) }()
 	info := s.Module.Info()
+	if s.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.Timeout)
+		defer cancel()
+	}
 
 	r.mu.Lock()
 	failedIn, failedBefore := r.st.Failed[sid]
 	r.mu.Unlock()
-	if failedBefore && !s.OnKeeper {
+	if failedBefore && !s.Keeper {
 		res.status, res.code, res.msg = StatusSkipped, "target.failed_earlier", fmt.Sprintf("%s failed in step %q", sid, failedIn)
 		return res
 	}
-	if !s.OnKeeper {
+	if !s.Keeper {
 		so, err := r.souls.Lookup(ctx, sid)
 		if err != nil {
 			return fail(res, err)
 		}
 		vars.Soul = soulVar(so)
 	}
-	if s.When != nil {
-		ok, err := s.When.EvalBool(ctx, vars)
-		if err != nil {
-			return fail(res, &module.Error{Code: "step.when_failed", Message: "when: " + err.Error()})
-		}
-		if !ok {
-			res.status = StatusSkipped
-			return res
-		}
-	}
-	params, err := evalParams(ctx, s.Params, vars)
+	ok, err := s.Enabled(ctx, vars)
 	if err != nil {
-		return fail(res, &module.Error{Code: "step.params_failed", Message: err.Error()})
+		return fail(res, err)
 	}
-	params = module.ApplyDefaults(info, params)
-	for _, name := range info.SecretParams() {
-		if v, ok := params[name].(string); ok {
-			secret.Register(v)
-		}
+	if !ok {
+		res.status = StatusSkipped
+		return res
 	}
-	var values module.Values
-	for k, v := range params {
-		values.Set(k, v)
-	}
-	if problems := module.CheckParams(s.Module, values); len(problems) > 0 {
-		msgs := make([]string, len(problems))
-		for i, p := range problems {
-			msgs[i] = p.Error()
-		}
-		return fail(res, &module.Error{Code: "step.params_invalid", Message: strings.Join(msgs, "; ")})
-	}
-	raw, err := json.Marshal(params)
+	raw, err := s.Params(ctx, vars)
 	if err != nil {
-		return fail(res, &module.Error{Code: "step.params_invalid", Message: err.Error()})
+		return fail(res, err)
+	}
+	if names := s.SecretParams(); len(names) > 0 {
+		var params map[string]any
+		_ = json.Unmarshal(raw, &params)
+		for _, name := range names {
+			if v, ok := params[name].(string); ok {
+				secret.Register(v)
+			}
+		}
 	}
 
 	var target module.Target
-	if s.OnKeeper {
+	if s.Keeper {
 		target = r.e.Keeper
 	} else {
-		target, err = r.souls.Target(ctx, sid, s.Connect, info.NeedsRoot)
+		retry := ssh.RetryPolicy{}
+		if s.Connect != nil {
+			retry = ssh.RetryPolicy{Attempts: s.Connect.Retries + 1, Interval: s.Connect.Delay}
+		}
+		target, err = r.souls.Target(ctx, sid, retry, info.NeedsRoot)
 		if err != nil {
 			res.attempts = 1
 			return fail(res, err)
@@ -484,39 +403,32 @@ func (r *run) target(ctx context.Context, s Step, sid string, vars expr.Vars) (r
 		if err == nil || attempt >= s.Retries || ctx.Err() != nil || errors.Is(err, ssh.ErrDisconnected) {
 			break
 		}
-		r.rec.Event("log", s.Name, sid, map[string]any{"message": fmt.Sprintf("attempt %d of %d failed: %s; retrying", attempt+1, s.Retries+1, module.Code(err))})
+		r.rec.Event("log", s.Name, sid, map[string]any{"message": fmt.Sprintf("attempt %d of %d failed: %s; retrying", attempt+1, s.Retries+1, codeOf(err))})
 		select {
 		case <-ctx.Done():
 		case <-time.After(s.RetryDelay):
 		}
 	}
-	res.output, res.changed = out.Output, out.Changed
-	failedNow := err != nil
-	result := map[string]any{"output": out.Output, "changed": out.Changed, "failed": failedNow, "error": nil}
+	res.output = out.Output
+	errMsg := ""
 	if err != nil {
-		result["error"] = map[string]any{"code": module.Code(err), "message": err.Error()}
+		errMsg = err.Error()
 	}
 	rv := vars
-	rv.Result = result
-	if s.ChangedWhen != nil && err == nil {
-		c, cerr := s.ChangedWhen.EvalBool(ctx, rv)
-		if cerr != nil {
-			return fail(res, &module.Error{Code: "step.changed_when_failed", Message: "changed_when: " + cerr.Error()})
-		}
-		res.changed = c
+	rv.Result = expr.ResultValue(out.Output, out.Changed, err != nil, errMsg)
+	changed, cerr := s.Changed(ctx, rv, out.Changed)
+	if cerr != nil {
+		return fail(res, cerr)
 	}
-	if s.FailedWhen != nil {
-		f, ferr := s.FailedWhen.EvalBool(ctx, rv)
-		if ferr != nil {
-			return fail(res, &module.Error{Code: "step.failed_when_failed", Message: "failed_when: " + ferr.Error()})
-		}
-		if !f && err != nil {
-			err = nil // failed_when decides
-		} else if f && err == nil {
-			err = &module.Error{Code: "step.failed_when", Message: "failed_when is true: " + s.FailedWhen.Source()}
-		}
+	res.changed = changed
+	failedNow, ferr := s.Failed(ctx, rv, err != nil)
+	if ferr != nil {
+		return fail(res, ferr)
 	}
-	if err != nil {
+	switch {
+	case failedNow && err == nil:
+		return fail(res, &module.Error{Code: "step.failed_when", Message: "failed_when is true"})
+	case failedNow:
 		return fail(res, err)
 	}
 	res.status = StatusOK
@@ -526,6 +438,19 @@ func (r *run) target(ctx context.Context, s Step, sid string, vars expr.Vars) (r
 	return res
 }
 
+// codeOf returns the stable code of err: a step evaluation code, a
+// transport code, or the module's.
+func codeOf(err error) string {
+	var se *scenario.StepError
+	if errors.As(err, &se) && se.Code != "" {
+		return se.Code
+	}
+	if c := ssh.Code(err); c != "" {
+		return c
+	}
+	return module.Code(err)
+}
+
 // fail fills res from err: unreachable for connection failures, failed
 // otherwise, with the error's stable code.
 func fail(res targetResult, err error) targetResult {
@@ -533,10 +458,7 @@ func fail(res targetResult, err error) targetResult {
 	if errors.Is(err, ssh.ErrUnreachable) {
 		res.status = StatusUnreachable
 	}
-	res.code = ssh.Code(err)
-	if res.code == "" {
-		res.code = module.Code(err)
-	}
+	res.code = codeOf(err)
 	if errors.Is(err, context.DeadlineExceeded) {
 		res.code = "run.timeout"
 	} else if errors.Is(err, context.Canceled) {
@@ -553,39 +475,5 @@ func soulVar(so store.Soul) map[string]any {
 	return map[string]any{
 		"sid": so.SID, "status": so.Status, "address": so.Address, "provider": so.Provider, "vm_id": so.VMID,
 		"primary_ip": so.PrimaryIP, "attributes": attrs, "user": so.Connection.User, "port": so.Connection.Port,
-	}
-}
-
-// evalParams evaluates every template in the params tree.
-func evalParams(ctx context.Context, params map[string]any, vars expr.Vars) (map[string]any, error) {
-	out := make(map[string]any, len(params))
-	for k, v := range params {
-		ev, err := evalValue(ctx, v, vars)
-		if err != nil {
-			return nil, fmt.Errorf("params.%s: %w", k, err)
-		}
-		out[k] = ev
-	}
-	return out, nil
-}
-
-func evalValue(ctx context.Context, v any, vars expr.Vars) (any, error) {
-	switch x := v.(type) {
-	case *expr.Template:
-		return x.Eval(ctx, vars)
-	case map[string]any:
-		return evalParams(ctx, x, vars)
-	case []any:
-		out := make([]any, len(x))
-		for i, item := range x {
-			ev, err := evalValue(ctx, item, vars)
-			if err != nil {
-				return nil, fmt.Errorf("[%d]: %w", i, err)
-			}
-			out[i] = ev
-		}
-		return out, nil
-	default:
-		return v, nil
 	}
 }

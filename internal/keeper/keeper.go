@@ -23,6 +23,7 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/postgres"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
+	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/version"
 )
 
@@ -40,7 +41,7 @@ func NewLogger(w io.Writer, c config.Config) *slog.Logger {
 
 // OpenStore opens and migrates the configured database, creating the data
 // directory (mode 0700) for SQLite.
-func OpenStore(ctx context.Context, c config.Config) (store.Store, error) {
+func OpenStore(ctx context.Context, c config.Config) (*sqlstore.Store, error) {
 	if c.DatabaseURL != "" {
 		return postgres.Open(ctx, c.DatabaseURL)
 	}
@@ -78,8 +79,22 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	if err := bootstrapAdmin(ctx, st, c, log); err != nil {
 		return err
 	}
+	runs, err := newRunner(ctx, st, c, log)
+	if err != nil {
+		return err
+	}
+	if err := runs.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := runs.Stop(stopCtx); err != nil {
+			log.Warn("stop runner", "err", err)
+		}
+	}()
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Store: st, Logger: log, Version: version.String()}),
+		Handler:           api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: runs, Check: scenarioChecker(st)}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
