@@ -188,7 +188,10 @@ func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {
 }
 
 // maskTransformer passes every response body through secret.Mask, except
-// the one response whose secret is meant for the caller (a new token).
+// the one response whose secret is meant for the caller (a new token). The
+// masked body is returned already encoded (secret.MarshalMasked: the same
+// bytes as encoding secret.Mask's result, in a fraction of the time), and
+// the JSON format writes it as it is.
 func maskTransformer(_ huma.Context, _ string, v any) (any, error) {
 	if _, reveal := v.(interface{ RevealsSecret() }); reveal {
 		return v, nil
@@ -199,7 +202,11 @@ func maskTransformer(_ huma.Context, _ string, v any) (any, error) {
 	if v == nil {
 		return nil, nil
 	}
-	return secret.Mask(v), nil
+	b, err := secret.MarshalMasked(v)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(b), nil
 }
 
 // page computes the next cursor: a handler fetches limit+1 items; if it got
