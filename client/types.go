@@ -101,9 +101,9 @@ type ProfileList struct {
 
 // Connection says how the keeper reaches a soul.
 type Connection struct {
-	Transport string `json:"transport" enum:"ssh" default:"ssh" required:"false"`
-	User      string `json:"user" default:"root" required:"false" doc:"SSH user; sudo -n is used when it is not root."`
-	Port      int    `json:"port" default:"22" minimum:"1" maximum:"65535" required:"false"`
+	Transport string `json:"transport,omitempty" enum:"ssh" default:"ssh" required:"false"`
+	User      string `json:"user,omitempty" default:"root" required:"false" doc:"SSH user; sudo -n is used when it is not root."`
+	Port      int    `json:"port,omitempty" default:"22" minimum:"1" maximum:"65535" required:"false"`
 	KeyRef    string `json:"key_ref,omitempty" required:"false" doc:"Reference to the SSH private key: env:NAME, file:/path or vault:<path>#<field>."`
 	HostKey   string `json:"host_key,omitempty" required:"false" readOnly:"true" doc:"Host key pinned on first contact."`
 }

@@ -260,4 +260,3 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 		}
 	}
 }
-

@@ -77,6 +77,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	if err != nil {
 		return failed("scenario.invalid", "the stored scenario no longer validates: "+err.Error())
 	}
+	registerSecrets(plan)
 	st := state{Done: map[string]stepState{}, Failed: map[string]string{}}
 	if x.Resume != nil {
 		if err := json.Unmarshal(x.Resume, &st); err != nil {
@@ -127,6 +128,36 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		out.ErrorMsg = fmt.Sprintf("%d target(s) failed: %s", len(st.Failed), strings.Join(st.Errors, "; "))
 	}
 	return out
+}
+
+// registerSecrets makes the text of every secret input (declared secret,
+// or under a secret-looking name) masked wherever it appears: in outputs,
+// events and logs, even when a script prints it under another name.
+func registerSecrets(plan *scenario.Plan) {
+	declared := map[string]bool{}
+	for _, name := range plan.SecretInputs {
+		declared[name] = true
+	}
+	var walk func(v any, secretHere bool)
+	walk = func(v any, secretHere bool) {
+		switch x := v.(type) {
+		case string:
+			if secretHere {
+				secret.Register(x)
+			}
+		case map[string]any:
+			for k, val := range x {
+				walk(val, secretHere || secret.IsSensitiveKey(k))
+			}
+		case []any:
+			for _, val := range x {
+				walk(val, secretHere)
+			}
+		}
+	}
+	for k, v := range plan.Input {
+		walk(v, declared[k] || secret.IsSensitiveKey(k))
+	}
 }
 
 func failed(code, msg string) runner.Outcome {

@@ -7,9 +7,7 @@ package runner
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -220,9 +218,12 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 	if err != nil {
 		return store.Run{}, false, fmt.Errorf("encode input: %w", err)
 	}
-	sum := sha256.New()
-	fmt.Fprintf(sum, "%d:%s;", len(p.Scenario), p.Scenario)
-	sum.Write(canonical(p.Input))
+	digest := r.cfg.Sealer.Digest(append([]byte(fmt.Sprintf("%d:%s;", len(p.Scenario), p.Scenario)), canonical(p.Input)...))
+	for name := range p.Secret {
+		if v, ok := p.Input[name].(string); ok {
+			secret.Register(v)
+		}
+	}
 	masked := maskInput(p.Input, p.Secret)
 	maskedJSON, _ := json.Marshal(masked)
 	id, err := auth.NewID("run_")
@@ -231,7 +232,7 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 	}
 	return r.cfg.Store.RunCreate(ctx, store.RunCreateParams{
 		Run: store.Run{
-			ID: id, Key: p.Key, Digest: hex.EncodeToString(sum.Sum(nil)), Name: p.Name, Scenario: p.Scenario,
+			ID: id, Key: p.Key, Digest: digest, Name: p.Name, Scenario: p.Scenario,
 			InputSealed: r.cfg.Sealer.Seal(input), InputMasked: maskedJSON, Timeout: p.Timeout,
 		},
 		Actor: p.Actor,

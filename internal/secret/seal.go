@@ -3,8 +3,11 @@ package secret
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -24,6 +27,7 @@ var ErrSealed = errors.New("sealed data cannot be opened with this keeper's data
 // keeper's data key.
 type Sealer struct {
 	aead cipher.AEAD
+	mac  []byte // HMAC key derived from the data key
 }
 
 // NewSealer returns a sealer for a 32-byte key.
@@ -39,7 +43,18 @@ func NewSealer(key []byte) (*Sealer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sealer{aead: aead}, nil
+	derived := hmac.New(sha256.New, key)
+	derived.Write([]byte("soulstack digest key v1"))
+	return &Sealer{aead: aead, mac: derived.Sum(nil)}, nil
+}
+
+// Digest returns a keyed hash (HMAC-SHA256) of data: equal data gives equal
+// digests, but a digest of a low-entropy secret cannot be guessed without
+// the data key.
+func (s *Sealer) Digest(data []byte) string {
+	m := hmac.New(sha256.New, s.mac)
+	m.Write(data)
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // LoadOrCreateKey reads the base64 data key at path, creating it (mode

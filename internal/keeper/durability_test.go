@@ -1,0 +1,284 @@
+package keeper_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/sshtest"
+)
+
+// waitFor polls the run until cond holds.
+func waitFor(t *testing.T, c *client.Client, id string, what string, cond func(*client.Run) bool) *client.Run {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		r, err := c.RunGet(context.Background(), id)
+		if err == nil && cond(r) {
+			return r
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("run %s: %s did not happen within 60 s", id, what)
+	return nil
+}
+
+func stepRunning(name string) func(*client.Run) bool {
+	return func(r *client.Run) bool {
+		for _, s := range r.Steps {
+			if s.Name == name && s.Status == "running" {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestKill9ResumesIdempotentStep kills the keeper with SIGKILL while an
+// idempotent step waits for a host that is still booting; the restarted
+// keeper resumes the run from its checkpoint: the finished step is not
+// repeated, the interrupted one runs again and the run succeeds.
+func TestKill9ResumesIdempotentStep(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	up := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "up.local.test", up)
+
+	// The second host is "booting": registered, its sshd not started yet.
+	priv, _, err := sshtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	keyPath := filepath.Join(t.TempDir(), "booting.key")
+	_ = os.WriteFile(keyPath, priv, 0o600)
+	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: "booting.local.test", Address: "127.0.0.1", Connection: client.Connection{User: up.User, Port: port, KeyRef: "file:" + keyPath}}); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	counter, managed := filepath.Join(work, "counter"), filepath.Join(work, "managed")
+	sc := `steps:
+  - name: count
+    on: up.local.test
+    module: core.command.ran
+    params: {cmd: "echo once >> ` + counter + `"}
+  - name: place
+    on: booting.local.test
+    module: core.file.present
+    connect: {retries: 100, delay: 500ms}
+    params: {path: ` + managed + `, content: "placed\n"}
+`
+	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, File: "resume.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, run.ID, "step place running", stepRunning("place"))
+	if err := k.cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown at all
+		t.Fatal(err)
+	}
+	<-k.done
+
+	sshtest.Start(t, sshtest.Options{Port: port, ClientKey: priv, User: up.User})
+	k = serve(t, dir)
+	c = adminClient(t, k, data)
+	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	if final.Phase != "Succeeded" {
+		t.Fatalf("resumed run = %s %+v\nsteps %+v", final.Phase, final.Error, final.Steps)
+	}
+	if b, _ := os.ReadFile(counter); string(b) != "once\n" {
+		t.Fatalf("the finished step ran again after the restart: counter = %q", b)
+	}
+	if b, _ := os.ReadFile(managed); string(b) != "placed\n" {
+		t.Fatalf("managed file = %q", b)
+	}
+	var resumed bool
+	_ = c.RunEvents(context.Background(), run.ID, 0, func(e client.RunEvent) error {
+		if e.Kind == "run.phase" && strings.Contains(string(e.Data), `"resumed":true`) {
+			resumed = true
+		}
+		return nil
+	})
+	if !resumed {
+		t.Fatal("no run.phase event says the run was resumed")
+	}
+}
+
+// TestKill9NeverRepeatsNonIdempotentStep: a command in flight when the
+// keeper dies is not run again; the run fails with run.interrupted naming
+// the step.
+func TestKill9NeverRepeatsNonIdempotentStep(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	counter := filepath.Join(t.TempDir(), "counter")
+	sc := "steps:\n  - name: slow\n    on: h.local.test\n    module: core.command.ran\n    params: {cmd: 'echo once >> " + counter + "; sleep 30'}\n"
+	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, run.ID, "step slow running", stepRunning("slow"))
+	for i := 0; i < 50; i++ { // until the command itself has started
+		if b, _ := os.ReadFile(counter); len(b) > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = k.cmd.Process.Kill()
+	<-k.done
+	k = serve(t, dir)
+	c = adminClient(t, k, data)
+	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	if final.Phase != "Failed" || final.Error == nil || final.Error.Code != "run.interrupted" || !strings.Contains(final.Error.Message, `"slow"`) {
+		t.Fatalf("run = %s %+v", final.Phase, final.Error)
+	}
+	if b, _ := os.ReadFile(counter); string(b) != "once\n" {
+		t.Fatalf("the interrupted command ran again: %q", b)
+	}
+}
+
+func TestRunTimeoutAndCancel(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	sc := "steps:\n  - name: slow\n    on: h.local.test\n    module: core.command.ran\n    params: {cmd: 'sleep 30'}\n"
+	ctx := context.Background()
+
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc, Timeout: "2s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := waitFor(t, c, run.ID, "the timeout", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	if final.Phase != "Failed" || final.Error.Code != "run.timeout" || final.Steps[0].Targets[0].Error.Code != "run.timeout" {
+		t.Fatalf("timed out run = %s %+v %+v", final.Phase, final.Error, final.Steps)
+	}
+
+	run, _, err = c.RunCreate(ctx, client.RunCreate{Scenario: sc, Key: "cancel-me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, run.ID, "step slow running", stepRunning("slow"))
+	if _, err := c.RunCancel(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	final = waitFor(t, c, run.ID, "the cancel", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	if final.Phase != "Cancelled" || final.Error.Code != "run.cancelled" {
+		t.Fatalf("cancelled run = %s %+v", final.Phase, final.Error)
+	}
+	_, err = c.RunCancel(ctx, run.ID)
+	if p, ok := err.(*client.Problem); !ok || p.Code != "run.finished" {
+		t.Fatalf("cancel a finished run: %v", err)
+	}
+	if _, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc, Timeout: "forever"}); err == nil {
+		t.Fatal("a bad timeout was accepted")
+	}
+}
+
+// TestSecretCanaryNeverInClear puts a canary in a secret input and has a
+// script print it; the canary appears in no API answer, event, log line or
+// byte of the data directory (database, WAL and all).
+func TestSecretCanaryNeverInClear(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir, "--log-level", "debug")
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "db.local.test", srv)
+	const canary = "canary-s3cr3t-41d7e0"
+	sc := `inputs:
+  db_password: {type: string, secret: true}
+  api_token: {type: string, required: false}
+steps:
+  - name: leak
+    on: db.local.test
+    module: core.script.ran
+    params:
+      source: |
+        read -r event
+        printf '{"note":"%s","event":%s}\n' "$PW" "$event"
+      env: {PW: "${ input.db_password }"}
+      event: {password: "${ input.db_password }", token: "${ input.api_token }"}
+  - name: fail
+    on: db.local.test
+    module: core.command.ran
+    params:
+      cmd: 'echo "bad password $PW" >&2; exit 1'
+      env: {PW: "${ input.db_password }"}
+`
+	ctx := context.Background()
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc, Input: map[string]any{"db_password": canary, "api_token": canary + "-tok"}, Key: "canary"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := waitRun(t, c, run.ID)
+	if final.Phase != "Failed" || final.Steps[0].Status != "changed" || final.Steps[1].Targets[0].Error == nil {
+		t.Fatalf("run = %s %+v", final.Phase, final.Steps)
+	}
+	var seen []string
+	b, _ := json.Marshal(final)
+	seen = append(seen, string(b))
+	_ = c.RunEvents(ctx, run.ID, 0, func(e client.RunEvent) error { b, _ := json.Marshal(e); seen = append(seen, string(b)); return nil })
+	list, _ := c.RunList(ctx, client.ListOptions{})
+	b, _ = json.Marshal(list)
+	seen = append(seen, string(b))
+	audit, _ := c.AuditList(ctx, client.AuditListOptions{})
+	b, _ = json.Marshal(audit)
+	seen = append(seen, string(b))
+	for _, s := range seen {
+		if strings.Contains(s, canary) {
+			t.Fatalf("an API answer shows the secret: %s", s)
+		}
+	}
+	if !strings.Contains(string(final.Steps[0].Targets[0].Output), `"note":"***"`) {
+		t.Fatalf("the script's output lost its shape: %s", final.Steps[0].Targets[0].Output)
+	}
+	logs := k.interrupt(t)
+	if strings.Contains(logs, canary) {
+		t.Fatalf("the keeper log shows the secret:\n%s", logs)
+	}
+	// Every byte the keeper stored: database, WAL, keys, everything.
+	err = filepath.WalkDir(data, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if bytes.Contains(b, []byte(canary)) {
+			t.Errorf("%s holds the secret in clear", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
