@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 //	exits N prog args...   run prog and require exit code N (stdout and stderr are kept)
 //	capture VAR REGEXP     set VAR to the first group of REGEXP in the last stdout
 //	audit-tamper SEQ       change audit row SEQ in the database behind the keeper's back
+//	example NAME           copy examples/NAME into $WORK, its /tmp/ paths moved into $WORK
 func TestScripts(t *testing.T) {
 	t.Parallel()
 	sshd := sshtest.Start(t, sshtest.Options{})
@@ -67,6 +68,7 @@ func TestScripts(t *testing.T) {
 			"exits":        cmdExits,
 			"capture":      cmdCapture,
 			"audit-tamper": cmdAuditTamper,
+			"example":      cmdExample,
 		},
 	})
 }
@@ -164,6 +166,20 @@ func cmdCapture(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("capture %s: no match with one group for %q in stdout", args[0], args[1])
 	}
 	ts.Setenv(args[0], m[1])
+}
+
+// cmdExample copies a scenario of examples/ into the script's directory,
+// pointing the files it leaves on the host into $WORK so that scripts do
+// not share them.
+func cmdExample(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: example NAME")
+	}
+	src, err := os.ReadFile(filepath.Join("..", "..", "examples", args[0]))
+	ts.Check(err)
+	work := ts.Getenv("WORK")
+	text := strings.ReplaceAll(string(src), "/tmp/", work+"/")
+	ts.Check(os.WriteFile(filepath.Join(work, args[0]), []byte(text), 0o644))
 }
 
 // cmdAuditTamper edits one audit row directly in the keeper's database, as

@@ -253,7 +253,7 @@ func phaseExit(r *client.Run, say bool) error {
 
 // followEvents shows a run's events until it has finished: the live view
 // when w is a terminal, plain lines otherwise. A blank line separates them
-// from what follows.
+// from the recap that follows.
 func (a *app) followEvents(ctx context.Context, c *client.Client, run *client.Run, w io.Writer) error {
 	if t := terminalOf(w, a.env.Getenv); t != nil {
 		v := newLiveView(t, newProgress(run.ID, run.Name))
@@ -263,13 +263,17 @@ func (a *app) followEvents(ctx context.Context, c *client.Client, run *client.Ru
 			return nil
 		})
 		stop()
-		fmt.Fprintln(w)
+		if err == nil {
+			fmt.Fprintln(w)
+		}
 		return err
 	}
 	err := c.RunEvents(ctx, run.ID, 0, func(ev client.RunEvent) error {
 		_, err := fmt.Fprintln(w, eventLine(ev))
 		return err
 	})
-	fmt.Fprintln(w)
+	if err == nil {
+		fmt.Fprintln(w)
+	}
 	return err
 }
