@@ -440,6 +440,13 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		case <-time.After(s.RetryDelay):
 		}
 	}
+	if err != nil && ctx.Err() != nil {
+		code := "run.cancelled"
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			code = "run.timeout"
+		}
+		err = &module.Error{Code: code, Message: "stopped: " + context.Cause(ctx).Error(), Err: err}
+	}
 	res.output = out.Output
 	errMsg := ""
 	if err != nil {
@@ -475,6 +482,10 @@ func codeOf(err error) string {
 	var se *scenario.StepError
 	if errors.As(err, &se) && se.Code != "" {
 		return se.Code
+	}
+	var me *module.Error
+	if errors.As(err, &me) && me.Code != "" {
+		return me.Code
 	}
 	if c := ssh.Code(err); c != "" {
 		return c

@@ -189,7 +189,7 @@ func TestRunTimeoutAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	final = waitFor(t, c, run.ID, "the cancel", func(r *client.Run) bool { return client.Terminal(r.Phase) })
-	if final.Phase != "Cancelled" || final.Error.Code != "run.cancelled" {
+	if final.Phase != "Cancelled" || final.Error.Code != "run.cancelled" || final.Steps[0].Targets[0].Error.Code != "run.cancelled" {
 		t.Fatalf("cancelled run = %s %+v", final.Phase, final.Error)
 	}
 	_, err = c.RunCancel(ctx, run.ID)
