@@ -73,6 +73,9 @@ printed as JSON.`,
 			if err != nil {
 				return err
 			}
+			if err := a.checkLocally(runRequestData{file: in.File, data: []byte(in.Scenario), input: in.Input}); err != nil {
+				return err
+			}
 			in.Key = key
 			if serverTimeout > 0 {
 				in.Timeout = serverTimeout.String()
