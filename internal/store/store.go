@@ -169,6 +169,7 @@ type AuditListParams struct {
 // store/postgres; both pass store/storetest.
 type Store interface {
 	RunStore
+	CloudStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)

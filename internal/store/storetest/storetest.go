@@ -39,6 +39,8 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"RunCreateKey", testRunCreateKey},
 		{"RunLifecycle", testRunLifecycle},
 		{"SoulHostKey", testSoulHostKey},
+		{"CloudProvisionAndDestroy", testCloudProvisionAndDestroy},
+		{"CloudAuditFailure", testCloudAuditFailure},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

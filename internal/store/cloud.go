@@ -1,0 +1,84 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Bootstrap token statuses.
+const (
+	BootstrapIssued = "issued"
+	BootstrapUsed   = "used"
+	BootstrapBurned = "burned"
+)
+
+// BootstrapToken is a one-time token a new VM exchanges for its identity.
+// Only its hash is stored.
+type BootstrapToken struct {
+	ID        string
+	SID       string
+	Hash      string
+	ExpiresAt time.Time
+	Status    string
+}
+
+// CloudRequest is a create request recorded before the driver is called.
+type CloudRequest struct {
+	RequestID  string
+	RunID      string
+	Step       string
+	Provider   string
+	Count      int
+	Status     string // requested, created, failed
+	VMIDs      []string
+	Error      string
+	CreatedAt  time.Time
+	FinishedAt *time.Time
+}
+
+// CloudProvisionParams records what a successful create made, in one
+// transaction: the souls (status pending), their bootstrap tokens, the
+// request's outcome and the audit event cloud.provisioned.
+type CloudProvisionParams struct {
+	RequestID string
+	Souls     []Soul
+	Tokens    []BootstrapToken
+	// Audit is the payload of cloud.provisioned (masked before it is
+	// stored; it must never hold a plain token).
+	Audit map[string]any
+}
+
+// CloudDestroyParams records a destroy that the driver completed.
+type CloudDestroyParams struct {
+	Provider string
+	VMIDs    []string
+	SIDs     []string
+	Actor    Actor
+	// Audit is extra payload of cloud.provisioned (the counters are added).
+	Audit map[string]any
+}
+
+// CloudCascade counts what a destroy changed in the registries.
+type CloudCascade struct {
+	SoulsDestroyed int `json:"souls_destroyed"`
+	SeedsOrphaned  int `json:"seeds_orphaned"`
+	TokensBurned   int `json:"tokens_burned"`
+}
+
+// CloudStore keeps the registries in step with the clouds.
+type CloudStore interface {
+	CloudRequestCreate(ctx context.Context, r CloudRequest) error
+	CloudRequestFail(ctx context.Context, requestID, msg string) error
+	CloudRequestGet(ctx context.Context, requestID string) (CloudRequest, error)
+	// CloudProvision stores the outcome of a create (see
+	// CloudProvisionParams); an audit failure fails it and nothing is kept.
+	CloudProvision(ctx context.Context, p CloudProvisionParams) error
+	// CloudDestroy moves souls to destroyed, their active seeds to orphaned
+	// and their bootstrap tokens to burned, and writes cloud.provisioned,
+	// in one transaction.
+	CloudDestroy(ctx context.Context, p CloudDestroyParams) (CloudCascade, error)
+	// SoulsOfProvider lists the souls a provider's VMs back (any status).
+	SoulsOfProvider(ctx context.Context, provider string) ([]Soul, error)
+	// BootstrapTokens lists a soul's bootstrap tokens (hashes only).
+	BootstrapTokens(ctx context.Context, sid string) ([]BootstrapToken, error)
+}

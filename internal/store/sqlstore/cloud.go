@@ -1,0 +1,185 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+var _ store.CloudStore = (*Store)(nil)
+
+// CloudRequestCreate records a create request before the driver is called.
+func (s *Store) CloudRequestCreate(ctx context.Context, r store.CloudRequest) error {
+	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cloud_requests (request_id, run_id, step, provider, count, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		r.RequestID, r.RunID, r.Step, r.Provider, r.Count, "requested", s.stamp())
+	if err != nil {
+		return fmt.Errorf("record cloud request %s: %w", r.RequestID, err)
+	}
+	return nil
+}
+
+// CloudRequestFail records that a create request failed.
+func (s *Store) CloudRequestFail(ctx context.Context, requestID, msg string) error {
+	_, err := s.db.ExecContext(ctx, s.q(`UPDATE cloud_requests SET status = 'failed', error = ?, finished_at = ? WHERE request_id = ?`), msg, s.stamp(), requestID)
+	if err != nil {
+		return fmt.Errorf("record cloud request %s failure: %w", requestID, err)
+	}
+	return nil
+}
+
+// CloudRequestGet returns one request.
+func (s *Store) CloudRequestGet(ctx context.Context, requestID string) (store.CloudRequest, error) {
+	var r store.CloudRequest
+	var ids string
+	var finished sql.NullTime
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT request_id, run_id, step, provider, count, status, vm_ids, error, created_at, finished_at FROM cloud_requests WHERE request_id = ?`), requestID).
+		Scan(&r.RequestID, &r.RunID, &r.Step, &r.Provider, &r.Count, &r.Status, &ids, &r.Error, &r.CreatedAt, &finished)
+	if err != nil {
+		return r, notFound(err, "cloud_request", requestID)
+	}
+	_ = json.Unmarshal([]byte(ids), &r.VMIDs)
+	r.CreatedAt, r.FinishedAt = r.CreatedAt.UTC(), timePtr(finished)
+	return r, nil
+}
+
+// CloudProvision stores the souls and tokens of a create with its audit.
+func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams) error {
+	now := s.stamp()
+	return s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+		var vmIDs, sids []string
+		for _, so := range p.Souls {
+			conn, err := json.Marshal(so.Connection)
+			if err != nil {
+				return record{}, err
+			}
+			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO souls (`+soulCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+				so.SID, store.SoulPending, so.Address, nullString(so.Provider), so.VMID, so.PrimaryIP, jsonText(so.Attributes), string(conn), nil, now, now)
+			if s.dialect.Classify(err) == UniqueViolation {
+				return record{}, &store.Error{Err: store.ErrExists, Kind: "soul", Key: so.SID}
+			}
+			if err != nil {
+				return record{}, fmt.Errorf("insert soul %q: %w", so.SID, err)
+			}
+			vmIDs, sids = append(vmIDs, so.VMID), append(sids, so.SID)
+		}
+		for _, t := range p.Tokens {
+			_, err := tx.ExecContext(ctx, s.q(`INSERT INTO bootstrap_tokens (id, sid, hash, expires_at, status) VALUES (?, ?, ?, ?, ?)`),
+				t.ID, t.SID, t.Hash, t.ExpiresAt.UTC(), store.BootstrapIssued)
+			if err != nil {
+				return record{}, fmt.Errorf("insert bootstrap token of %q: %w", t.SID, err)
+			}
+		}
+		ids, _ := json.Marshal(vmIDs)
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE cloud_requests SET status = 'created', vm_ids = ?, finished_at = ? WHERE request_id = ?`), string(ids), now, p.RequestID); err != nil {
+			return record{}, fmt.Errorf("record cloud request %s: %w", p.RequestID, err)
+		}
+		payload := map[string]any{"action": "created", "request_id": p.RequestID, "vm_ids": vmIDs, "sids": sids, "bootstrap_tokens_issued": len(p.Tokens)}
+		for k, v := range p.Audit {
+			payload[k] = v
+		}
+		return record{action: "cloud.provisioned", object: "provider/" + providerOf(p.Souls), payload: payload}, nil
+	})
+}
+
+func providerOf(souls []store.Soul) string {
+	if len(souls) == 0 {
+		return ""
+	}
+	return souls[0].Provider
+}
+
+// placeholders returns "?, ?, …" for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+// CloudDestroy runs the destroy cascade in one transaction.
+func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error) {
+	var c store.CloudCascade
+	now := s.stamp()
+	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+		c = store.CloudCascade{}
+		if len(p.SIDs) > 0 {
+			args := []any{store.SoulDestroyed, now}
+			for _, sid := range p.SIDs {
+				args = append(args, sid)
+			}
+			args = append(args, store.SoulDestroyed)
+			res, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET status = ?, updated_at = ? WHERE sid IN (`+placeholders(len(p.SIDs))+`) AND status <> ?`), args...)
+			if err != nil {
+				return record{}, fmt.Errorf("destroy souls: %w", err)
+			}
+			n, _ := res.RowsAffected()
+			c.SoulsDestroyed = int(n)
+			args = []any{"orphaned"}
+			for _, sid := range p.SIDs {
+				args = append(args, sid)
+			}
+			res, err = tx.ExecContext(ctx, s.q(`UPDATE soul_seeds SET status = ? WHERE sid IN (`+placeholders(len(p.SIDs))+`) AND status = 'active'`), args...)
+			if err != nil {
+				return record{}, fmt.Errorf("orphan soul seeds: %w", err)
+			}
+			n, _ = res.RowsAffected()
+			c.SeedsOrphaned = int(n)
+			args = []any{store.BootstrapBurned}
+			for _, sid := range p.SIDs {
+				args = append(args, sid)
+			}
+			args = append(args, store.BootstrapBurned)
+			res, err = tx.ExecContext(ctx, s.q(`UPDATE bootstrap_tokens SET status = ? WHERE sid IN (`+placeholders(len(p.SIDs))+`) AND status <> ?`), args...)
+			if err != nil {
+				return record{}, fmt.Errorf("burn bootstrap tokens: %w", err)
+			}
+			n, _ = res.RowsAffected()
+			c.TokensBurned = int(n)
+		}
+		payload := map[string]any{"action": "destroyed", "provider": p.Provider, "vm_ids": p.VMIDs, "sids": p.SIDs,
+			"souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "tokens_burned": c.TokensBurned}
+		for k, v := range p.Audit {
+			payload[k] = v
+		}
+		return record{action: "cloud.provisioned", object: "provider/" + p.Provider, payload: payload}, nil
+	})
+	return c, err
+}
+
+// SoulsOfProvider lists a provider's souls by SID.
+func (s *Store) SoulsOfProvider(ctx context.Context, provider string) ([]store.Soul, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulCols+` FROM souls WHERE provider = ? ORDER BY sid`), provider)
+	if err != nil {
+		return nil, fmt.Errorf("souls of provider %q: %w", provider, err)
+	}
+	defer rows.Close()
+	out := []store.Soul{}
+	for rows.Next() {
+		so, err := scanSoul(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, so)
+	}
+	return out, rows.Err()
+}
+
+// BootstrapTokens lists a soul's bootstrap tokens.
+func (s *Store) BootstrapTokens(ctx context.Context, sid string) ([]store.BootstrapToken, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, hash, expires_at, status FROM bootstrap_tokens WHERE sid = ? ORDER BY id`), sid)
+	if err != nil {
+		return nil, fmt.Errorf("bootstrap tokens of %q: %w", sid, err)
+	}
+	defer rows.Close()
+	var out []store.BootstrapToken
+	for rows.Next() {
+		var t store.BootstrapToken
+		if err := rows.Scan(&t.ID, &t.SID, &t.Hash, &t.ExpiresAt, &t.Status); err != nil {
+			return nil, err
+		}
+		t.ExpiresAt = t.ExpiresAt.UTC()
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}

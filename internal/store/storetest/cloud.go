@@ -1,0 +1,86 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/testdb"
+)
+
+func cloudSouls() ([]store.Soul, []store.BootstrapToken) {
+	var souls []store.Soul
+	var tokens []store.BootstrapToken
+	for i, sid := range []string{"vm-1.local.test", "vm-2.local.test"} {
+		souls = append(souls, store.Soul{SID: sid, Provider: "local", VMID: "vm-" + sid[3:4], Address: "10.213.0.1" + sid[3:4], PrimaryIP: "10.213.0.1" + sid[3:4], Connection: store.Connection{Transport: "ssh", User: "root", Port: 22}})
+		tokens = append(tokens, store.BootstrapToken{ID: "bt_" + sid, SID: sid, Hash: "hash-" + string(rune('a'+i)), ExpiresAt: time.Now().Add(time.Hour)})
+	}
+	return souls, tokens
+}
+
+func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	mustProvider(t, s, "local")
+	if err := s.CloudRequestCreate(ctx, store.CloudRequest{RequestID: "req_1", RunID: "run_1", Step: "provision", Provider: "local", Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	souls, tokens := cloudSouls()
+	if err := s.CloudProvision(ctx, store.CloudProvisionParams{RequestID: "req_1", Souls: souls, Tokens: tokens, Audit: map[string]any{"provider": "local"}}); err != nil {
+		t.Fatal(err)
+	}
+	so, err := s.SoulGet(ctx, "vm-1.local.test")
+	if err != nil || so.Status != store.SoulPending || so.CreatedByAID != nil || so.VMID != "vm-1" || so.Provider != "local" {
+		t.Fatalf("cloud soul = %+v, %v", so, err)
+	}
+	req, err := s.CloudRequestGet(ctx, "req_1")
+	if err != nil || req.Status != "created" || len(req.VMIDs) != 2 || req.FinishedAt == nil {
+		t.Fatalf("request = %+v, %v", req, err)
+	}
+	if _, err := s.DB().Exec(`INSERT INTO soul_seeds (sid, scenario, input, status) VALUES ('vm-1.local.test', 'x', '{}', 'active')`); err != nil {
+		t.Fatal(err)
+	}
+	c, err := s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1", "vm-2"}, SIDs: []string{"vm-1.local.test", "vm-2.local.test"}, Actor: store.ActorKeeper})
+	if err != nil || c != (store.CloudCascade{SoulsDestroyed: 2, SeedsOrphaned: 1, TokensBurned: 2}) {
+		t.Fatalf("cascade = %+v, %v", c, err)
+	}
+	toks, _ := s.BootstrapTokens(ctx, "vm-2.local.test")
+	if len(toks) != 1 || toks[0].Status != store.BootstrapBurned {
+		t.Fatalf("tokens = %+v", toks)
+	}
+	souls2, _ := s.SoulsOfProvider(ctx, "local")
+	if len(souls2) != 2 || souls2[0].Status != store.SoulDestroyed {
+		t.Fatalf("souls = %+v", souls2)
+	}
+	// A second destroy changes nothing but is still recorded.
+	c, err = s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test"}, Actor: store.ActorKeeper})
+	if err != nil || c != (store.CloudCascade{}) {
+		t.Fatalf("second cascade = %+v, %v", c, err)
+	}
+	events, _ := s.AuditList(ctx, store.AuditListParams{})
+	n := 0
+	for _, e := range events {
+		if e.Action == "cloud.provisioned" {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("cloud.provisioned events = %d, want 3", n)
+	}
+}
+
+func testCloudAuditFailure(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	mustProvider(t, s, "local")
+	souls, tokens := cloudSouls()
+	b.BreakAudit(t, s.DB())
+	if err := s.CloudProvision(ctx, store.CloudProvisionParams{RequestID: "req_x", Souls: souls, Tokens: tokens}); err == nil {
+		t.Fatal("provision succeeded although its audit write failed")
+	}
+	if _, err := s.SoulGet(ctx, "vm-1.local.test"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("soul kept after a failed audit: %v", err)
+	}
+	if toks, _ := s.BootstrapTokens(ctx, "vm-1.local.test"); len(toks) != 0 {
+		t.Fatalf("tokens kept after a failed audit: %+v", toks)
+	}
+}
