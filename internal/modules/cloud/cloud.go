@@ -3,15 +3,12 @@
 // cloud VMs through the provider's CloudDriver plugin (soul-cloud-<driver>)
 // and keep the keeper's registries in step.
 //
-// Run is not implemented in this build: it returns an error with code
-// module.not_implemented. The declarations are registered so that
-// scenarios using the modules validate (including the rule that their
-// steps say `on: keeper`) and the catalog lists them.
+// The states run inside the keeper: the keeper's target of keeper-side
+// steps implements Host, which gives them the registries, the PluginHost
+// and the keeper's settings.
 package cloud
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/soulstack/soulstack/internal/module"
@@ -148,11 +145,6 @@ func (*Created) ValidateParams(v module.Values) error {
 	return errors.Join(errs...)
 }
 
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Created) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(CreatedID)
-}
 
 // Info returns the declaration of core.cloud.destroyed.
 func (*Destroyed) Info() module.Info {
@@ -199,11 +191,6 @@ func (*Destroyed) Info() module.Info {
 // ValidateParams checks that vm_ids is not empty.
 func (*Destroyed) ValidateParams(v module.Values) error { return checkVMIDs(v) }
 
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Destroyed) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(DestroyedID)
-}
 
 // Info returns the declaration of core.cloud.resized.
 func (*Resized) Info() module.Info {
@@ -245,11 +232,6 @@ func (*Resized) Info() module.Info {
 // ValidateParams checks that vm_ids is not empty.
 func (*Resized) ValidateParams(v module.Values) error { return checkVMIDs(v) }
 
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Resized) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(ResizedID)
-}
 
 func checkVMIDs(v module.Values) error {
 	if x, ok := v.Get("vm_ids"); ok {

@@ -1,0 +1,347 @@
+package cloud
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// DefaultMaxCount bounds count per create unless the provider's config
+// sets max_count.
+const DefaultMaxCount = 20
+
+// Host is what the cloud states need from the keeper. The keeper's target
+// of keeper-side steps implements it.
+type Host interface {
+	// Registry is the keeper's store.
+	Registry() store.Store
+	// Driver returns the provider's driver, through the PluginHost.
+	Driver(ctx context.Context, name string) (driversdk.Driver, error)
+	// Credentials resolves a provider's credentials_ref for one call.
+	Credentials(ctx context.Context, ref string) ([]byte, error)
+	// AuthorizedKey is the keeper's SSH public key (authorized_keys line).
+	AuthorizedKey() string
+	// Userdata renders keeper.yml's cloud_init template for one VM.
+	Userdata(u UserdataVars) (string, error)
+	// BootstrapTTL is how long a bootstrap token lives once its VM exists.
+	BootstrapTTL() time.Duration
+	// RunID and Step identify the running step, for request tags.
+	RunID() string
+	Step() string
+}
+
+// UserdataVars are the values a cloud_init template sees.
+type UserdataVars struct {
+	SID           string // the predicted FQDN, empty when not known in advance
+	Index         int    // 1-based position in the batch
+	Token         string // the VM's plain bootstrap token
+	AuthorizedKey string
+}
+
+func host(t module.Target) (Host, error) {
+	h, ok := t.(Host)
+	if !ok {
+		return nil, &module.Error{Code: "module.keeper_services_unavailable", Message: "the cloud states run only inside a keeper"}
+	}
+	return h, nil
+}
+
+// driverError turns a driver failure into a module error with its code.
+func driverError(op string, err error) error {
+	var de *driversdk.Error
+	if errors.As(err, &de) {
+		msg := de.Message
+		if de.Field != "" {
+			msg = de.Field + ": " + msg
+		}
+		return &module.Error{Code: de.Code, Message: op + ": " + msg, Err: err}
+	}
+	var me *module.Error
+	if errors.As(err, &me) {
+		return err
+	}
+	return &module.Error{Code: "driver.failed", Message: op + ": " + err.Error(), Err: err}
+}
+
+// provider loads the provider, its driver and its credentials.
+func provider(ctx context.Context, h Host, name string) (store.Provider, driversdk.Driver, driversdk.Provider, error) {
+	p, err := h.Registry().ProviderGet(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return p, nil, driversdk.Provider{}, &module.Error{Code: "provider.not_found", Message: fmt.Sprintf("provider %q is not registered", name)}
+	}
+	if err != nil {
+		return p, nil, driversdk.Provider{}, err
+	}
+	d, err := h.Driver(ctx, p.Driver)
+	if err != nil {
+		return p, nil, driversdk.Provider{}, driverError("start driver "+p.Driver, err)
+	}
+	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: p.Config}
+	if p.CredentialsRef != "" {
+		if dp.Credentials, err = h.Credentials(ctx, p.CredentialsRef); err != nil {
+			return p, nil, dp, &module.Error{Code: "provider.credentials_unavailable", Message: fmt.Sprintf("credentials of provider %q (%s): %v", name, p.CredentialsRef, err)}
+		}
+	}
+	return p, d, dp, nil
+}
+
+// spec resolves a profile param: a registered profile's name (of the same
+// provider) or an inline map.
+func spec(ctx context.Context, h Host, provider string, v any) (json.RawMessage, error) {
+	switch x := v.(type) {
+	case nil:
+		return json.RawMessage(`{}`), nil
+	case string:
+		pr, err := h.Registry().ProfileGet(ctx, x)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, &module.Error{Code: "profile.not_found", Message: fmt.Sprintf("profile %q is not registered", x)}
+		}
+		if err != nil {
+			return nil, err
+		}
+		if pr.Provider != provider {
+			return nil, &module.Error{Code: "profile.provider_mismatch", Message: fmt.Sprintf("profile %q belongs to provider %q, not %q", x, pr.Provider, provider)}
+		}
+		return pr.Spec, nil
+	case map[string]any:
+		b, err := json.Marshal(x)
+		return b, err
+	}
+	return nil, &module.Error{Code: "step.params_invalid", Message: fmt.Sprintf("profile must be a profile name or a map, got %s", module.Describe(v))}
+}
+
+func maxCount(p store.Provider) int {
+	var cfg struct {
+		MaxCount int `json:"max_count"`
+	}
+	if json.Unmarshal(p.Config, &cfg) == nil && cfg.MaxCount > 0 {
+		return cfg.MaxCount
+	}
+	return DefaultMaxCount
+}
+
+func randomID(prefix string, n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// newBootstrapToken returns a plain one-time token and its stored hash.
+func newBootstrapToken() (plain, hash string) {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	plain = "sbt_" + base64.RawURLEncoding.EncodeToString(b)
+	sum := sha256.Sum256([]byte(plain))
+	return plain, hex.EncodeToString(sum[:])
+}
+
+// Run asks the provider for count VMs and registers each as a pending soul
+// with a bootstrap token. It is never idempotent: every run makes new VMs.
+func (*Created) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p CreatedParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	h, err := host(t)
+	if err != nil {
+		return module.Result{}, err
+	}
+	if p.Count < 1 {
+		p.Count = 1
+	}
+	prov, d, dp, err := provider(ctx, h, p.Provider)
+	if err != nil {
+		return module.Result{}, err
+	}
+	if max := maxCount(prov); p.Count > max {
+		return module.Result{}, &module.Error{Code: "cloud.count_exceeded", Message: fmt.Sprintf("count %d is above provider %q's max_count %d", p.Count, prov.Name, max)}
+	}
+	profile, err := spec(ctx, h, prov.Name, p.Profile)
+	if err != nil {
+		return module.Result{}, err
+	}
+	if err := d.ValidateProfile(ctx, dp, profile); err != nil {
+		return module.Result{}, driverError("validate profile", err)
+	}
+
+	// Predicted names and per-VM tokens for userdata, made before Create.
+	var names []string
+	if p.SelfOnboard {
+		if prov.FQDNSuffix == "" {
+			return module.Result{}, &module.Error{Code: "cloud.fqdn_suffix_missing", Message: fmt.Sprintf("self_onboard needs provider %q to have an fqdn_suffix", prov.Name)}
+		}
+		for i := 1; i <= p.Count; i++ {
+			sid := fmt.Sprintf("%s-%d.%s", p.Name, i, prov.FQDNSuffix)
+			if _, err := h.Registry().SoulGet(ctx, sid); err == nil {
+				return module.Result{}, &module.Error{Code: "cloud.name_taken", Message: fmt.Sprintf("soul %q already exists; choose another name for the batch", sid)}
+			}
+			names = append(names, sid)
+		}
+	}
+	plain := make([]string, p.Count)
+	hashes := make([]string, p.Count)
+	for i := range plain {
+		plain[i], hashes[i] = newBootstrapToken()
+	}
+	var userdata []string
+	switch {
+	case p.SelfOnboard || p.GenerateUserdata:
+		for i := 0; i < p.Count; i++ {
+			sid := ""
+			if names != nil {
+				sid = names[i]
+			}
+			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: plain[i], AuthorizedKey: h.AuthorizedKey()})
+			if err != nil {
+				return module.Result{}, &module.Error{Code: "cloud.userdata_invalid", Message: "render cloud_init: " + err.Error()}
+			}
+			userdata = append(userdata, u)
+		}
+	case p.Userdata != "":
+		for i := 0; i < p.Count; i++ {
+			userdata = append(userdata, p.Userdata)
+		}
+	}
+
+	requestID := randomID("req_", 12)
+	if err := h.Registry().CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: h.RunID(), Step: h.Step(), Provider: prov.Name, Count: p.Count}); err != nil {
+		return module.Result{}, err
+	}
+	vms, err := d.Create(ctx, driversdk.CreateRequest{
+		Provider: dp, RequestID: requestID, RunID: h.RunID(), Profile: profile, Count: p.Count,
+		Names: names, Userdata: userdata, AuthorizedKeys: []string{h.AuthorizedKey()},
+	})
+	created := time.Now()
+	if err != nil {
+		_ = h.Registry().CloudRequestFail(context.WithoutCancel(ctx), requestID, err.Error())
+		return module.Result{Changed: true}, driverError("create", err)
+	}
+	fail := func(code, msg string) (module.Result, error) {
+		_ = h.Registry().CloudRequestFail(context.WithoutCancel(ctx), requestID, msg)
+		return module.Result{Changed: true}, &module.Error{Code: code, Message: msg + fmt.Sprintf("; the VMs are tagged with request %s: soulctl cloud orphans --provider %s lists them", requestID, prov.Name)}
+	}
+	if len(vms) != p.Count {
+		return fail("driver.bad_answer", fmt.Sprintf("the driver made %d VMs, %d were asked for", len(vms), p.Count))
+	}
+	var sshUser struct {
+		SSHUser string `json:"ssh_user"`
+	}
+	_ = json.Unmarshal(profile, &sshUser)
+	if sshUser.SSHUser == "" {
+		sshUser.SSHUser = "root"
+	}
+	souls := make([]store.Soul, len(vms))
+	tokens := make([]store.BootstrapToken, len(vms))
+	hosts := make([]any, len(vms))
+	vmIDs := make([]string, len(vms))
+	for i, vm := range vms {
+		sid := strings.TrimSuffix(vm.FQDN, ".")
+		if names != nil && sid != names[i] {
+			return fail("driver.bad_answer", fmt.Sprintf("VM %s is named %q, not the predicted %q", vm.ID, sid, names[i]))
+		}
+		if sid == "" {
+			return fail("cloud.fqdn_missing", fmt.Sprintf("VM %s has no FQDN, so it cannot become a soul", vm.ID))
+		}
+		attrs, _ := json.Marshal(vm.Attributes)
+		souls[i] = store.Soul{
+			SID: sid, Provider: prov.Name, VMID: vm.ID, Address: vm.PrimaryIP, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
+			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22},
+		}
+		tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: hashes[i], ExpiresAt: created.Add(h.BootstrapTTL())}
+		hosts[i] = map[string]any{"sid": sid, "vm_id": vm.ID, "primary_ip": vm.PrimaryIP, "attributes": vm.Attributes, "bootstrap_token": plain[i]}
+		vmIDs[i] = vm.ID
+	}
+	if err := h.Registry().CloudProvision(ctx, store.CloudProvisionParams{
+		RequestID: requestID, Souls: souls, Tokens: tokens,
+		Audit: map[string]any{"provider": prov.Name, "run_id": h.RunID(), "step": h.Step(), "count": len(vms)},
+	}); err != nil {
+		return fail("cloud.registry_failed", "the VMs were created but could not be registered: "+err.Error())
+	}
+	return module.Result{Changed: true, Output: map[string]any{"hosts": hosts, "count": len(vms), "vm_ids": vmIDs, "action": "created"}}, nil
+}
+
+// Run destroys the VMs, then (only after the driver succeeded) runs the
+// registry cascade in one transaction.
+func (*Destroyed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p DestroyedParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	h, err := host(t)
+	if err != nil {
+		return module.Result{}, err
+	}
+	prov, d, dp, err := provider(ctx, h, p.Provider)
+	if err != nil {
+		return module.Result{}, err
+	}
+	if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: p.VMIDs}); err != nil {
+		return module.Result{}, driverError("destroy", err)
+	}
+	sids := p.SIDs
+	if sids == nil {
+		sids = []string{}
+	}
+	c, err := h.Registry().CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.ActorKeeper,
+		Audit: map[string]any{"run_id": h.RunID(), "step": h.Step()}})
+	if err != nil {
+		return module.Result{Changed: true}, &module.Error{Code: "cloud.registry_failed", Message: "the VMs were destroyed but the registry cascade failed: " + err.Error(), Err: err}
+	}
+	return module.Result{Changed: true, Output: map[string]any{
+		"vm_ids": p.VMIDs, "sids": sids, "souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "tokens_burned": c.TokensBurned, "action": "destroyed",
+	}}, nil
+}
+
+// Run resizes VMs; the souls registry is not touched.
+func (*Resized) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p ResizedParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	h, err := host(t)
+	if err != nil {
+		return module.Result{}, err
+	}
+	prov, d, dp, err := provider(ctx, h, p.Provider)
+	if err != nil {
+		return module.Result{}, err
+	}
+	caps, err := d.Capabilities(ctx)
+	if err != nil {
+		return module.Result{}, driverError("capabilities", err)
+	}
+	if !caps.Resizable {
+		return module.Result{}, &module.Error{Code: "resize.unsupported", Message: fmt.Sprintf("driver %q of provider %q cannot resize VMs", prov.Driver, prov.Name)}
+	}
+	sp, err := spec(ctx, h, prov.Name, p.Profile)
+	if err != nil {
+		return module.Result{}, err
+	}
+	if err := d.ValidateProfile(ctx, dp, sp); err != nil {
+		return module.Result{}, driverError("validate profile", err)
+	}
+	res, err := d.Resize(ctx, driversdk.ResizeRequest{Provider: dp, VMIDs: p.VMIDs, Spec: sp})
+	if err != nil {
+		return module.Result{}, driverError("resize", err)
+	}
+	vms := make([]any, len(res))
+	for i, r := range res {
+		vms[i] = map[string]any{"vm_id": r.VMID, "caused_downtime": r.CausedDowntime}
+	}
+	if err := h.Registry().AuditRecord(ctx, store.AuditParams{Actor: store.ActorKeeper, Action: "cloud.provisioned", Object: "provider/" + prov.Name,
+		Payload: map[string]any{"action": "resized", "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": h.RunID(), "step": h.Step()}}); err != nil {
+		return module.Result{Changed: true}, &module.Error{Code: "cloud.audit_failed", Message: "the VMs were resized but the audit event could not be written: " + err.Error(), Err: err}
+	}
+	return module.Result{Changed: true, Output: map[string]any{"vms": vms, "action": "resized"}}, nil
+}
