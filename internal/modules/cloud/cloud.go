@@ -145,7 +145,6 @@ func (*Created) ValidateParams(v module.Values) error {
 	return errors.Join(errs...)
 }
 
-
 // Info returns the declaration of core.cloud.destroyed.
 func (*Destroyed) Info() module.Info {
 	return module.Info{
@@ -191,7 +190,6 @@ func (*Destroyed) Info() module.Info {
 // ValidateParams checks that vm_ids is not empty.
 func (*Destroyed) ValidateParams(v module.Values) error { return checkVMIDs(v) }
 
-
 // Info returns the declaration of core.cloud.resized.
 func (*Resized) Info() module.Info {
 	return module.Info{
@@ -231,7 +229,6 @@ func (*Resized) Info() module.Info {
 
 // ValidateParams checks that vm_ids is not empty.
 func (*Resized) ValidateParams(v module.Values) error { return checkVMIDs(v) }
-
 
 func checkVMIDs(v module.Values) error {
 	if x, ok := v.Get("vm_ids"); ok {

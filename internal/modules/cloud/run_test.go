@@ -85,7 +85,9 @@ func (f *fakeCloud) Resize(_ context.Context, req driversdk.ResizeRequest) ([]dr
 	return out, nil
 }
 
-func (f *fakeCloud) List(context.Context, driversdk.ListRequest) ([]driversdk.VM, error) { return nil, nil }
+func (f *fakeCloud) List(context.Context, driversdk.ListRequest) ([]driversdk.VM, error) {
+	return nil, nil
+}
 
 // keeperHost is the keeper side the states see, over a real store.
 type keeperHost struct {
