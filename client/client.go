@@ -218,3 +218,17 @@ func (c *Client) AuditList(ctx context.Context, o AuditListOptions) (*AuditList,
 	}
 	return call[AuditList](ctx, c, http.MethodGet, "/v1/audit", q, nil)
 }
+
+// CloudOrphans lists orphaned VMs of one provider (all when empty).
+func (c *Client) CloudOrphans(ctx context.Context, provider string) (*OrphanList, error) {
+	q := url.Values{}
+	if provider != "" {
+		q.Set("provider", provider)
+	}
+	return call[OrphanList](ctx, c, http.MethodGet, "/v1/cloud/orphans", q, nil)
+}
+
+// CloudOrphansDestroy destroys orphaned VMs.
+func (c *Client) CloudOrphansDestroy(ctx context.Context, in OrphansDestroy) (*OrphanList, error) {
+	return call[OrphanList](ctx, c, http.MethodPost, "/v1/cloud/orphans/destroy", nil, in)
+}

@@ -280,3 +280,27 @@ type RunEvent struct {
 	SID  string          `json:"sid,omitempty"`
 	Data json.RawMessage `json:"data"`
 }
+
+// Orphan is a VM a driver has, made by a keeper (it carries a request
+// tag), that no live soul row owns: what a crash mid-create leaves behind.
+type Orphan struct {
+	Provider  string `json:"provider"`
+	VMID      string `json:"vm_id"`
+	FQDN      string `json:"fqdn,omitempty"`
+	PrimaryIP string `json:"primary_ip,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	RunID     string `json:"run_id,omitempty"`
+	Step      string `json:"step,omitempty"`
+}
+
+// OrphanList lists orphaned VMs.
+type OrphanList struct {
+	Items []Orphan `json:"items"`
+	Next  string   `json:"next"`
+}
+
+// OrphansDestroy is the body of POST /v1/cloud/orphans/destroy.
+type OrphansDestroy struct {
+	Provider string   `json:"provider"`
+	VMIDs    []string `json:"vm_ids" minItems:"1" doc:"Orphaned VMs to destroy; each must still be an orphan."`
+}

@@ -35,6 +35,8 @@ type Config struct {
 	// serves the registries only.
 	Runs  RunService
 	Check ScenarioChecker
+	// Cloud enables the orphan routes.
+	Cloud CloudService
 }
 
 // Server is the Operator API as an http.Handler.
@@ -48,6 +50,7 @@ type Server struct {
 	metrics *metrics
 	runs    RunService
 	check   ScenarioChecker
+	cloud   CloudService
 }
 
 // New builds the API over cfg.Store.
@@ -66,6 +69,7 @@ func New(cfg Config) *Server {
 		mux:   http.NewServeMux(),
 		runs:  cfg.Runs,
 		check: cfg.Check,
+		cloud: cfg.Cloud,
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
@@ -86,6 +90,7 @@ func New(cfg Config) *Server {
 	s.registerTokens()
 	s.registerAudit()
 	s.registerRuns()
+	s.registerCloud()
 	s.registerModules()
 	return s
 }

@@ -153,6 +153,7 @@ this directory), the token is read from that file.`,
 		a.modulesCommand(),
 		a.runCommand(),
 		a.runsCommand(),
+		a.cloudCommand(),
 		a.versionCommand(),
 	)
 	return root

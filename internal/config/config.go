@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/template"
+	"time"
 
 	"github.com/goccy/go-yaml"
 )
@@ -35,6 +37,28 @@ type Config struct {
 	// Keepers sharing one PostgreSQL must share the key.
 	DataKeyRef string `yaml:"data_key_ref"`
 	Log        Log    `yaml:"log"`
+	// KeeperURL is the address new VMs use to reach the keeper, written
+	// into generated userdata; empty means http://<listen>.
+	KeeperURL string `yaml:"keeper_url"`
+	// CloudInit is the text/template of generated userdata
+	// (generate_userdata, self_onboard); empty means a built-in one that
+	// authorizes the keeper's key and writes /etc/soulstack/bootstrap.json.
+	// It sees .SID, .Hostname, .Index, .Token, .AuthorizedKey, .KeeperURL.
+	CloudInit string `yaml:"cloud_init"`
+	// BootstrapTokenTTL is how long a bootstrap token lives after its VM
+	// is reported created (a Go duration; default 1h).
+	BootstrapTokenTTL string `yaml:"bootstrap_token_ttl"`
+	// PluginDir is searched for soul-cloud-<driver> before $PATH; empty
+	// means <data_dir>/plugins.
+	PluginDir string `yaml:"plugin_dir"`
+	// Vault resolves vault:<path>#<field> credentials references.
+	Vault Vault `yaml:"vault"`
+}
+
+// Vault is a Vault or OpenBao server.
+type Vault struct {
+	Address  string `yaml:"address"`
+	TokenRef string `yaml:"token_ref"` // env:NAME or file:/path
 }
 
 // Log configures the keeper's log on stderr.
@@ -70,6 +94,15 @@ func (c Config) WithDefaults() Config {
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
+	if c.KeeperURL == "" {
+		c.KeeperURL = "http://" + c.Listen
+	}
+	if c.BootstrapTokenTTL == "" {
+		c.BootstrapTokenTTL = "1h"
+	}
+	if c.PluginDir == "" {
+		c.PluginDir = filepath.Join(c.DataDir, "plugins")
+	}
 	return c
 }
 
@@ -86,6 +119,17 @@ func (c Config) Validate() error {
 	}
 	if c.DataKeyRef != "" && !strings.HasPrefix(c.DataKeyRef, "env:") && !strings.HasPrefix(c.DataKeyRef, "file:") {
 		return fmt.Errorf("data_key_ref: want env:NAME or file:/path")
+	}
+	if d, err := time.ParseDuration(c.BootstrapTokenTTL); err != nil || d <= 0 {
+		return fmt.Errorf("bootstrap_token_ttl: %q is not a positive duration such as 1h", c.BootstrapTokenTTL)
+	}
+	if c.CloudInit != "" {
+		if _, err := template.New("cloud_init").Parse(c.CloudInit); err != nil {
+			return fmt.Errorf("cloud_init: %w", err)
+		}
+	}
+	if (c.Vault.Address == "") != (c.Vault.TokenRef == "") {
+		return errors.New("vault: set both address and token_ref, or neither")
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -55,6 +55,13 @@ type Executor struct {
 
 var _ runner.Executor = (*Executor)(nil)
 
+// StepBinder is implemented by a keeper target that needs to know which
+// run and step it serves (the cloud states tag VMs with them). When the
+// Keeper target does not implement it, it is used as it is.
+type StepBinder interface {
+	ForStep(runID, step string) module.Target
+}
+
 // state is the checkpoint of a run: what finished steps produced and which
 // targets failed, so that a resumed run carries on where it stopped.
 type state struct {
@@ -96,7 +103,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	}
 	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: e.Resolve, Options: e.SSH, FilesDir: e.FilesDir})
 	defer souls.Close()
-	r := &run{e: e, rec: rec, souls: souls, input: plan.Input, st: &st, log: log.With("run", x.Run.ID)}
+	r := &run{e: e, id: x.Run.ID, rec: rec, souls: souls, input: plan.Input, st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
@@ -172,6 +179,7 @@ func now() *time.Time {
 // run is the execution state of one run.
 type run struct {
 	e     *Executor
+	id    string
 	rec   runner.Recorder
 	souls *Souls
 	input map[string]any
@@ -415,6 +423,9 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	var target module.Target
 	if s.Keeper {
 		target = r.e.Keeper
+		if b, ok := target.(StepBinder); ok {
+			target = b.ForStep(r.id, s.Name)
+		}
 	} else {
 		retry := ssh.RetryPolicy{}
 		if s.Connect != nil {

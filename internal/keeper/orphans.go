@@ -1,0 +1,160 @@
+package keeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// cloudService finds VMs a driver has, made by a keeper, that no live soul
+// row owns: what a crash in the middle of core.cloud.created leaves.
+type cloudService struct {
+	st      store.Store
+	drivers func(ctx context.Context, name string) (driversdk.Driver, error)
+	resolve func(ctx context.Context, ref string) ([]byte, error)
+}
+
+func problem(status int, code, format string, args ...any) *client.Problem {
+	return &client.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code, Detail: fmt.Sprintf(format, args...)}
+}
+
+// driverProblem reports a driver failure as a 502 with the driver's code.
+func driverProblem(provider string, err error) *client.Problem {
+	code := "driver.failed"
+	var de *driversdk.Error
+	if errors.As(err, &de) {
+		code = de.Code
+	}
+	return problem(http.StatusBadGateway, code, "provider %q: %v", provider, err)
+}
+
+func (c *cloudService) providers(ctx context.Context, name string) ([]store.Provider, error) {
+	if name != "" {
+		p, err := c.st.ProviderGet(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, problem(http.StatusNotFound, "provider.not_found", "provider %q does not exist", name)
+		}
+		return []store.Provider{p}, err
+	}
+	var all []store.Provider
+	after := ""
+	for {
+		page, err := c.st.ProviderList(ctx, store.ListParams{Limit: 500, After: after})
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if len(page) < 500 {
+			return all, nil
+		}
+		after = page[len(page)-1].Name
+	}
+}
+
+// orphansOf lists one provider's orphans; listable reports whether the
+// driver can list at all.
+func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans []client.Orphan, d driversdk.Driver, dp driversdk.Provider, listable bool, err error) {
+	d, err = c.drivers(ctx, p.Driver)
+	if err != nil {
+		return nil, nil, dp, false, driverProblem(p.Name, err)
+	}
+	caps, err := d.Capabilities(ctx)
+	if err != nil {
+		return nil, nil, dp, false, driverProblem(p.Name, err)
+	}
+	if !caps.Listable {
+		return nil, d, dp, false, nil
+	}
+	dp = driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: p.Config}
+	if p.CredentialsRef != "" {
+		if dp.Credentials, err = c.resolve(ctx, p.CredentialsRef); err != nil {
+			return nil, nil, dp, true, problem(http.StatusBadGateway, "provider.credentials_unavailable", "credentials of provider %q (%s): %v", p.Name, p.CredentialsRef, err)
+		}
+	}
+	vms, err := d.List(ctx, driversdk.ListRequest{Provider: dp})
+	if err != nil {
+		return nil, nil, dp, true, driverProblem(p.Name, err)
+	}
+	souls, err := c.st.SoulsOfProvider(ctx, p.Name)
+	if err != nil {
+		return nil, nil, dp, true, err
+	}
+	owned := map[string]bool{}
+	for _, so := range souls {
+		if so.Status != store.SoulDestroyed {
+			owned[so.VMID] = true
+		}
+	}
+	for _, vm := range vms {
+		reqID := vm.Tags[driversdk.TagRequestID]
+		if reqID == "" || owned[vm.ID] {
+			continue
+		}
+		o := client.Orphan{Provider: p.Name, VMID: vm.ID, FQDN: vm.FQDN, PrimaryIP: vm.PrimaryIP, RequestID: reqID, RunID: vm.Tags[driversdk.TagRunID]}
+		if req, err := c.st.CloudRequestGet(ctx, reqID); err == nil {
+			o.RunID, o.Step = req.RunID, req.Step
+		}
+		orphans = append(orphans, o)
+	}
+	return orphans, d, dp, true, nil
+}
+
+// Orphans lists orphaned VMs.
+func (c *cloudService) Orphans(ctx context.Context, provider string) ([]client.Orphan, error) {
+	ps, err := c.providers(ctx, provider)
+	if err != nil {
+		return nil, err
+	}
+	out := []client.Orphan{}
+	for _, p := range ps {
+		found, _, _, listable, err := c.orphansOf(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		if !listable && provider != "" {
+			return nil, problem(http.StatusUnprocessableEntity, "cloud.not_listable", "driver %q of provider %q cannot list its VMs", p.Driver, p.Name)
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+// DestroyOrphans destroys VMs that are still orphans, with an audit event.
+func (c *cloudService) DestroyOrphans(ctx context.Context, provider string, vmIDs []string, actor store.Actor) ([]client.Orphan, error) {
+	ps, err := c.providers(ctx, provider)
+	if err != nil {
+		return nil, err
+	}
+	orphans, d, dp, listable, err := c.orphansOf(ctx, ps[0])
+	if err != nil {
+		return nil, err
+	}
+	if !listable {
+		return nil, problem(http.StatusUnprocessableEntity, "cloud.not_listable", "driver of provider %q cannot list its VMs", provider)
+	}
+	byID := map[string]client.Orphan{}
+	for _, o := range orphans {
+		byID[o.VMID] = o
+	}
+	var doomed []client.Orphan
+	for _, id := range vmIDs {
+		o, ok := byID[id]
+		if !ok {
+			return nil, problem(http.StatusConflict, "cloud.not_orphan", "VM %q of provider %q is not an orphan (a soul owns it, or the driver does not know it); nothing was destroyed", id, provider)
+		}
+		doomed = append(doomed, o)
+	}
+	if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: vmIDs}); err != nil {
+		return nil, driverProblem(provider, err)
+	}
+	if err := c.st.AuditRecord(ctx, store.AuditParams{Actor: actor, Action: "cloud.orphans_destroyed", Object: "provider/" + provider,
+		Payload: map[string]any{"provider": provider, "vm_ids": vmIDs}}); err != nil {
+		return nil, fmt.Errorf("the orphans were destroyed but the audit event failed: %w", err)
+	}
+	return doomed, nil
+}
