@@ -73,15 +73,15 @@ printed as JSON.`,
 			if err != nil {
 				return err
 			}
-			if err := a.checkLocally(runRequestData{file: in.File, data: []byte(in.Scenario), input: in.Input}); err != nil {
-				return err
-			}
 			in.Key = key
 			if serverTimeout > 0 {
 				in.Timeout = serverTimeout.String()
 			}
 			c, err := a.client()
 			if err != nil {
+				return err
+			}
+			if err := a.checkLocally(cmd.Context(), c, in); err != nil {
 				return err
 			}
 			run, created, err := c.RunCreate(cmd.Context(), in)
