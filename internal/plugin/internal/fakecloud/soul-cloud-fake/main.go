@@ -1,0 +1,42 @@
+// Command soul-cloud-fake serves the FAKE cloud of package fakecloud as a
+// CloudDriver plugin, for tests. SOULSTACK_FAKECLOUD_HANDSHAKE makes it a
+// bad plugin instead:
+//
+//	v2       speak only CloudDriver protocol version 2 (which no keeper knows)
+//	garbage  print a line that is not a handshake
+//	exit     exit with status 2 before the handshake
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/hashicorp/go-plugin"
+
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/plugin/internal/fakecloud"
+	pb "github.com/soulstack/soulstack/internal/plugin/proto/clouddriverv1"
+	"github.com/soulstack/soulstack/internal/plugin/wire"
+)
+
+func main() {
+	switch os.Getenv("SOULSTACK_FAKECLOUD_HANDSHAKE") {
+	case "v2":
+		hs := wire.Handshake
+		hs.ProtocolVersion = 2
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig: hs,
+			VersionedPlugins: map[int]plugin.PluginSet{
+				2: {wire.PluginName: &wire.Plugin{Impl: pb.UnimplementedCloudDriverServer{}}},
+			},
+			GRPCServer: plugin.DefaultGRPCServer,
+		})
+	case "garbage":
+		fmt.Println("hello from a program that is not a plugin")
+	case "exit":
+		fmt.Fprintln(os.Stderr, "fake cloud: refusing to start")
+		os.Exit(2)
+	default:
+		driversdk.Serve(fakecloud.New())
+	}
+}
