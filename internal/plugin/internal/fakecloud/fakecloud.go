@@ -17,7 +17,10 @@
 //
 // The method names are those of driversdk.Driver. Its capabilities come from
 // the SOULSTACK_FAKECLOUD_CAPS variable ("resize,list,idempotency" when
-// unset; "none" for none). Its VMs' attributes carry the SHA-256 of the
+// unset; "none" for none). SOULSTACK_FAKECLOUD_BUGS turns it into a driver
+// that breaks the contract, to show that the conformance suite notices:
+// a comma-separated list of ignore-names, no-tags, accept-unknown-keys,
+// destroy-unknown-ok and ignore-deadline. Its VMs' attributes carry the SHA-256 of the
 // credentials the call came with, so a test can see that they arrived.
 package fakecloud
 
@@ -59,6 +62,7 @@ type Spec struct {
 // Driver is the fake cloud. The zero value is not usable; call New.
 type Driver struct {
 	caps driversdk.Capabilities
+	bugs map[string]bool
 
 	mu       sync.Mutex
 	vms      map[string]*vm
@@ -75,7 +79,10 @@ var _ driversdk.Driver = (*Driver)(nil)
 // New returns an empty fake cloud with the capabilities that
 // SOULSTACK_FAKECLOUD_CAPS names.
 func New() *Driver {
-	d := &Driver{vms: make(map[string]*vm), requests: make(map[string][]string)}
+	d := &Driver{vms: make(map[string]*vm), requests: make(map[string][]string), bugs: map[string]bool{}}
+	for _, b := range strings.Split(os.Getenv("SOULSTACK_FAKECLOUD_BUGS"), ",") {
+		d.bugs[b] = true
+	}
 	caps, ok := os.LookupEnv("SOULSTACK_FAKECLOUD_CAPS")
 	if !ok {
 		caps = "resize,list,idempotency"
@@ -176,6 +183,9 @@ func (d *Driver) ValidateProfile(ctx context.Context, p driversdk.Provider, prof
 	if err := behave(ctx, p, "ValidateProfile"); err != nil {
 		return err
 	}
+	if d.bugs["accept-unknown-keys"] {
+		return nil
+	}
 	_, err := spec(profile)
 	return err
 }
@@ -222,6 +232,9 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 	if err := behave(ctx, req.Provider, "Create"); err != nil {
 		return nil, err
 	}
+	if dl, ok := ctx.Deadline(); ok && d.bugs["ignore-deadline"] && time.Until(dl) < time.Second {
+		time.Sleep(time.Minute)
+	}
 	s, err := spec(req.Profile)
 	if err != nil {
 		return nil, err
@@ -250,7 +263,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 	for i := range out {
 		id := "fake-" + randomHex(6)
 		fqdn := id + "." + suffix
-		if len(req.Names) > 0 {
+		if len(req.Names) > 0 && !d.bugs["ignore-names"] {
 			fqdn = req.Names[i]
 		}
 		attrs := map[string]any{
@@ -270,6 +283,9 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 			PrimaryIP:  fmt.Sprintf("192.0.2.%d", 1+len(d.vms)%250), // TEST-NET-1: never routed
 			Attributes: attrs,
 			Tags:       map[string]string{driversdk.TagRunID: req.RunID, driversdk.TagRequestID: req.RequestID},
+		}
+		if d.bugs["no-tags"] {
+			out[i].Tags = nil
 		}
 		d.vms[id] = &vm{info: out[i]}
 		d.requests[req.RequestID] = append(d.requests[req.RequestID], id)
@@ -292,12 +308,14 @@ func (d *Driver) Destroy(ctx context.Context, req driversdk.DestroyRequest) erro
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, id := range req.VMIDs {
-		if _, ok := d.vms[id]; !ok {
+		if _, ok := d.vms[id]; !ok && !d.bugs["destroy-unknown-ok"] {
 			return driversdk.Errorf(driversdk.CodeVMNotFound, "the fake cloud has no VM %q", id)
 		}
 	}
 	for _, id := range req.VMIDs {
-		d.vms[id].destroyed = true
+		if v, ok := d.vms[id]; ok {
+			v.destroyed = true
+		}
 	}
 	return nil
 }
