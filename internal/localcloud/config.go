@@ -1,0 +1,259 @@
+package localcloud
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/netip"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/soulstack/soulstack/driversdk"
+)
+
+// Defaults for the provider config and the profile spec.
+const (
+	DefaultStateDir   = "/var/lib/soulstack-local"
+	DefaultSubnet     = "10.213.0.0/24"
+	DefaultFQDNSuffix = "local.test"
+	DefaultCPUs       = 1.0
+	DefaultMemoryMB   = 1024
+	DefaultSSHUser    = "root"
+
+	// MinMemoryMB is the smallest memory limit a VM may get: its init,
+	// sshd and a login shell need a few megabytes each.
+	MinMemoryMB = 64
+	// MaxCPUs bounds the cpus a VM may ask for.
+	MaxCPUs = 1024
+
+	maxMemoryMB = 1 << 30
+)
+
+// Config is the provider's driver-specific config: {"subnet":
+// "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local"}. Both keys are
+// optional.
+type Config struct {
+	// Subnet is the IPv4 network of the bridge: the driver takes its first
+	// address and gives the VMs the others. Empty means the first of
+	// 10.213.0.0/24, 10.213.1.0/24, … that overlaps no route or address on
+	// the host. A configured subnet that overlaps one is refused.
+	Subnet netip.Prefix
+	// StateDir holds the driver's state and the VMs' upper layers.
+	StateDir string
+}
+
+// Spec is a VM profile: {"cpus": 1, "memory_mb": 512, "ssh_user": "root",
+// "base_root": "/srv/bookworm"}. All keys are optional.
+type Spec struct {
+	// CPUs is the CPU time a VM may use, in CPUs (0.5 is half of one).
+	CPUs float64 `json:"cpus"`
+	// MemoryMB is the VM's memory limit; it has no swap.
+	MemoryMB int `json:"memory_mb"`
+	// SSHUser is the user the AuthorizedKeys log in as; a user other than
+	// root is made at first boot when the root filesystem lacks it, with
+	// password-less sudo when sudo is installed.
+	SSHUser string `json:"ssh_user"`
+	// BaseRoot, when set, is the directory the VMs' root overlay is built
+	// on (a debootstrapped tree, say) instead of the host's live /. The
+	// driver never writes to it.
+	BaseRoot string `json:"base_root,omitempty"`
+}
+
+// lower is the directory the VM's root overlay is built on.
+func (s Spec) lower() string {
+	if s.BaseRoot != "" {
+		return s.BaseRoot
+	}
+	return "/"
+}
+
+var (
+	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$`)
+)
+
+// maxHostname is the longest name sethostname(2) accepts.
+const maxHostname = 64
+
+func invalid(field, format string, args ...any) *driversdk.Error {
+	return &driversdk.Error{Code: codeProfileInvalid, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Error codes this driver returns besides the SDK's.
+const (
+	codeProfileInvalid  = driversdk.CodeProfileInvalid
+	codeUnavailable     = driversdk.CodeDriverUnavailable
+	codeNotFound        = driversdk.CodeVMNotFound
+	codeFailed          = driversdk.CodeDriverFailed
+	codeTimeout         = driversdk.CodeDriverTimeout
+	codeRequestInvalid  = "request.invalid"
+	codeUserdataInvalid = "userdata.invalid"
+	codeQuota           = "quota.exceeded"
+)
+
+// objectKeys decodes raw as a JSON object and refuses keys outside known,
+// naming the first unknown one (in sorted order) with prefix.
+func objectKeys(raw json.RawMessage, known []string, prefix string) (map[string]json.RawMessage, error) {
+	m := map[string]json.RawMessage{}
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return m, nil
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, invalid(strings.TrimSuffix(prefix, "."), "must be a JSON object")
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			return nil, invalid(prefix+k, "unknown key (known: %s)", strings.Join(known, ", "))
+		}
+	}
+	return m, nil
+}
+
+func decodeString(m map[string]json.RawMessage, key, field string) (string, bool, error) {
+	raw, ok := m[key]
+	if !ok {
+		return "", false, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", false, invalid(field, "must be a string")
+	}
+	return s, true, nil
+}
+
+// ParseConfig decodes a provider config strictly and fills in defaults.
+// Problems are *driversdk.Error with code profile.invalid and a Field
+// prefixed "config.".
+func ParseConfig(raw json.RawMessage) (Config, error) {
+	m, err := objectKeys(raw, []string{"state_dir", "subnet"}, "config.")
+	if err != nil {
+		return Config{}, err
+	}
+	c := Config{StateDir: DefaultStateDir}
+	if s, ok, err := decodeString(m, "state_dir", "config.state_dir"); err != nil {
+		return Config{}, err
+	} else if ok {
+		if !filepath.IsAbs(s) {
+			return Config{}, invalid("config.state_dir", "must be an absolute path, not %q", s)
+		}
+		c.StateDir = filepath.Clean(s)
+	}
+	// The upper and work dirs of every VM sit under the state dir and go
+	// into overlay mount options, where these characters separate fields.
+	if strings.ContainsAny(c.StateDir, ",:\\\n") {
+		return Config{}, invalid("config.state_dir", "must not contain ',', ':', '\\' or a newline")
+	}
+	if s, ok, err := decodeString(m, "subnet", "config.subnet"); err != nil {
+		return Config{}, err
+	} else if ok {
+		p, err := parseSubnet(s)
+		if err != nil {
+			return Config{}, invalid("config.subnet", "%v", err)
+		}
+		c.Subnet = p
+	}
+	return c, nil
+}
+
+// parseSubnet accepts an IPv4 network from /8 to /29 written with its
+// network address ("10.213.0.0/24").
+func parseSubnet(s string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR network such as %s", s, DefaultSubnet)
+	}
+	if !p.Addr().Is4() {
+		return netip.Prefix{}, fmt.Errorf("%q: only IPv4 networks are supported", s)
+	}
+	if p.Bits() < 8 || p.Bits() > 29 {
+		return netip.Prefix{}, fmt.Errorf("%q: the prefix length must be between /8 and /29", s)
+	}
+	if p.Masked() != p {
+		return netip.Prefix{}, fmt.Errorf("%q has host bits set; did you mean %s?", s, p.Masked())
+	}
+	return p, nil
+}
+
+var specKeys = []string{"base_root", "cpus", "memory_mb", "ssh_user"}
+
+// ParseSpec decodes a profile spec strictly and fills in defaults. It
+// checks the values' types and ranges; whether base_root holds a usable
+// root filesystem is checked by the driver on the host. Problems are
+// *driversdk.Error with code profile.invalid naming the key.
+func ParseSpec(raw json.RawMessage) (Spec, error) {
+	s := Spec{CPUs: DefaultCPUs, MemoryMB: DefaultMemoryMB, SSHUser: DefaultSSHUser}
+	return s, s.merge(raw)
+}
+
+// merge overwrites the fields of s that raw sets, with the same checks as
+// ParseSpec.
+func (s *Spec) merge(raw json.RawMessage) error {
+	m, err := objectKeys(raw, specKeys, "")
+	if err != nil {
+		return err
+	}
+	if v, ok := m["cpus"]; ok {
+		var f float64
+		if err := json.Unmarshal(v, &f); err != nil {
+			return invalid("cpus", "must be a number of CPUs such as 1 or 0.5")
+		}
+		if math.IsNaN(f) || f < 0.01 || f > MaxCPUs {
+			return invalid("cpus", "must be between 0.01 and %d, not %v", MaxCPUs, f)
+		}
+		s.CPUs = f
+	}
+	if v, ok := m["memory_mb"]; ok {
+		var f float64
+		if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) {
+			return invalid("memory_mb", "must be a whole number of megabytes")
+		}
+		if f < MinMemoryMB || f > maxMemoryMB {
+			return invalid("memory_mb", "must be between %d and %d, not %v", MinMemoryMB, maxMemoryMB, f)
+		}
+		s.MemoryMB = int(f)
+	}
+	if u, ok, err := decodeString(m, "ssh_user", "ssh_user"); err != nil {
+		return err
+	} else if ok {
+		if !userRE.MatchString(u) {
+			return invalid("ssh_user", "%q is not a valid user name", u)
+		}
+		s.SSHUser = u
+	}
+	if b, ok, err := decodeString(m, "base_root", "base_root"); err != nil {
+		return err
+	} else if ok {
+		if !filepath.IsAbs(b) {
+			return invalid("base_root", "must be an absolute path, not %q", b)
+		}
+		if strings.ContainsAny(b, ",:\\\n") {
+			return invalid("base_root", "must not contain ',', ':', '\\' or a newline")
+		}
+		b = filepath.Clean(b)
+		if b == "/" {
+			b = ""
+		}
+		s.BaseRoot = b
+	}
+	return nil
+}
+
+// checkFQDN reports whether name can be a VM's hostname.
+func checkFQDN(name string) error {
+	if len(name) > maxHostname {
+		return fmt.Errorf("%q is longer than %d characters", name, maxHostname)
+	}
+	if !hostnameRE.MatchString(name) {
+		return fmt.Errorf("%q is not a lowercase DNS name", name)
+	}
+	return nil
+}
