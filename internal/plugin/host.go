@@ -177,8 +177,9 @@ func (h *Host) PID(name string) int {
 }
 
 // acquire returns the running process of driver name, starting one if there
-// is none or the last one died.
-func (h *Host) acquire(_ context.Context, name string) (*proc, error) {
+// is none or the last one died. Starting is bounded by StartTimeout rather
+// than by ctx, which is only checked before a start.
+func (h *Host) acquire(ctx context.Context, name string) (*proc, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -206,6 +207,9 @@ func (h *Host) acquire(_ context.Context, name string) (*proc, error) {
 	h.mu.Unlock()
 	if closed {
 		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("start driver %q: %w", name, err)
 	}
 	p, err := h.start(name)
 	if err != nil {

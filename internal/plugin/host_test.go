@@ -484,7 +484,9 @@ func TestPanicInDriver(t *testing.T) {
 	if got := h.PID("fake"); got != pid {
 		t.Fatalf("a recovered panic replaced the process: %d -> %d", pid, got)
 	}
-	waitLog(t, logs, func(r record) bool { return r.msg == "driver panicked" && strings.Contains(r.attrs["stack"], "fakecloud") })
+	waitLog(t, logs, func(r record) bool {
+		return r.msg == "driver panicked" && strings.Contains(r.attrs["stack"], "fakecloud")
+	})
 }
 
 func TestChattyPlugin(t *testing.T) {
@@ -605,5 +607,42 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if _, err := plugin.New(plugin.Config{CallTimeout: -1}); err == nil {
 		t.Fatal("New accepted a negative timeout")
+	}
+}
+
+func TestHandshakeTimeout(t *testing.T) {
+	t.Parallel()
+	h, _ := newHost(t, plugin.Config{StartTimeout: 300 * time.Millisecond, Env: []string{"SOULSTACK_FAKECLOUD_HANDSHAKE=sleep"}})
+	start := time.Now()
+	_, err := h.Driver(context.Background(), "fake")
+	wantCode(t, err, driversdk.CodeDriverTimeout)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("a plugin that never completes its handshake held the keeper for %s", took)
+	}
+}
+
+// TestPluginEnvironment checks that a plugin gets a minimal environment,
+// none of the keeper's other variables (which may hold secrets).
+func TestPluginEnvironment(t *testing.T) {
+	t.Parallel()
+	h, _ := newHost(t, plugin.Config{Env: []string{"SOULSTACK_FAKECLOUD_CAPS=list"}})
+	vms, err := fake(t, h).Create(context.Background(), driversdk.CreateRequest{Provider: provider(`{}`), Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _ := vms[0].Attributes["env"].([]any)
+	allowed := map[string]bool{
+		"PATH": true, "HOME": true, "TMPDIR": true, "LANG": true, "LC_ALL": true, "TZ": true, "USER": true, "LOGNAME": true,
+		"SOULSTACK_FAKECLOUD_CAPS": true, // from Config.Env
+		"SOULSTACK_CLOUD_DRIVER":   true, // the magic cookie
+		"PLUGIN_MIN_PORT":          true, "PLUGIN_MAX_PORT": true, "PLUGIN_PROTOCOL_VERSIONS": true,
+	}
+	if len(names) == 0 {
+		t.Fatalf("no environment reported: %v", vms[0].Attributes)
+	}
+	for _, n := range names {
+		if !allowed[n.(string)] {
+			t.Errorf("the plugin inherited %s", n)
+		}
 	}
 }

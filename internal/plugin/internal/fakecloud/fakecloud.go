@@ -18,10 +18,13 @@
 // The method names are those of driversdk.Driver. Its capabilities come from
 // the SOULSTACK_FAKECLOUD_CAPS variable ("resize,list,idempotency" when
 // unset; "none" for none). SOULSTACK_FAKECLOUD_BUGS turns it into a driver
-// that breaks the contract, to show that the conformance suite notices:
-// a comma-separated list of ignore-names, no-tags, accept-unknown-keys,
-// destroy-unknown-ok and ignore-deadline. Its VMs' attributes carry the SHA-256 of the
-// credentials the call came with, so a test can see that they arrived.
+// that breaks the contract, to show that the conformance suite notices: a
+// comma-separated list of ignore-names, no-tags, accept-unknown-keys,
+// destroy-unknown-ok and ignore-deadline.
+//
+// Its VMs' attributes carry the SHA-256 of the credentials the call came
+// with, so a test can see that they arrived, and the names of the
+// environment variables the process was started with.
 package fakecloud
 
 import (
@@ -272,6 +275,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 			"memory_mb":          s.MemoryMB,
 			"credentials_sha256": hex.EncodeToString(credsSum[:]),
 			"authorized_keys":    len(req.AuthorizedKeys),
+			"env":                envNames(),
 		}
 		if len(req.Userdata) > 0 {
 			sum := sha256.Sum256([]byte(req.Userdata[i]))
@@ -291,6 +295,16 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 		d.requests[req.RequestID] = append(d.requests[req.RequestID], id)
 	}
 	return out, nil
+}
+
+// envNames returns the names of the process's environment variables.
+func envNames() []string {
+	var names []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+	}
+	return names
 }
 
 func randomHex(n int) string {

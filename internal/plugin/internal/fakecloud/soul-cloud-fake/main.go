@@ -5,11 +5,13 @@
 //	v2       speak only CloudDriver protocol version 2 (which no keeper knows)
 //	garbage  print a line that is not a handshake
 //	exit     exit with status 2 before the handshake
+//	sleep    never complete the handshake
 package main
 
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/hashicorp/go-plugin"
 
@@ -33,6 +35,8 @@ func main() {
 		})
 	case "garbage":
 		fmt.Println("hello from a program that is not a plugin")
+	case "sleep":
+		time.Sleep(time.Hour)
 	case "exit":
 		fmt.Fprintln(os.Stderr, "fake cloud: refusing to start")
 		os.Exit(2)
