@@ -5,6 +5,21 @@
 // PluginHost starts it and talks to it over gRPC (hashicorp/go-plugin).
 // The conformance suite in driversdk/drivertest checks a driver against
 // the contract below.
+//
+// A driver process lives by a few rules, because it runs inside the
+// keeper's plugin protocol:
+//   - stdout carries the protocol: never write to it (see Serve);
+//   - log with log/slog: Serve sends slog's default logger to stderr, which
+//     the keeper forwards to its own log, masked;
+//   - every call's context has a deadline: return when it is done, or the
+//     keeper kills the process and reports driver.timeout;
+//   - report failures as *Error with a stable code (the Code constants, or
+//     a dotted code of the driver's own); the keeper hands them on as they
+//     are. Any other error is reported as driver.failed;
+//   - the provider's Credentials arrive with each call: use them in memory,
+//     never log or store them;
+//   - the keeper starts the process with a minimal environment (PATH, HOME,
+//     TMPDIR, locale, TZ), not with its own variables.
 package driversdk
 
 import (

@@ -99,6 +99,10 @@ func callError(p *proc, c call, err error) error {
 	}
 	switch st.Code() {
 	case codes.DeadlineExceeded:
+		if time.Now().Before(c.deadline) {
+			// The plugin's own verdict, before the deadline: not hung.
+			return &driversdk.Error{Code: driversdk.CodeDriverTimeout, Message: fmt.Sprintf("driver %q: %s: %s", c.driver, c.method, st.Message())}
+		}
 		p.stop(true)
 		p.log.Error("driver did not answer after its deadline; killed its plugin process",
 			"method", c.method, "pid", p.pid, "timeout", c.budget)
