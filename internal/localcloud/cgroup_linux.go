@@ -197,25 +197,36 @@ func (h cgroupHost) create(paths []string) error {
 	return nil
 }
 
-// mkdirCgroup makes a cgroup directory. A new v1 cpuset cgroup has no CPUs
-// and no memory nodes, so it gets its parent's.
+// mkdirCgroup makes a cgroup directory, or checks one that exists.
 func mkdirCgroup(p string) error {
-	err := os.Mkdir(p, 0o755)
-	if errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	if err != nil {
+	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("cgroups: %w", err)
 	}
+	return fillCpuset(p)
+}
+
+// fillCpuset gives a v1 cpuset cgroup its parent's CPUs and memory nodes
+// when it has none (a new one has none, and no process can join it then).
+// It fills the parents first: another call may have made a parent a
+// moment ago and not filled it yet.
+func fillCpuset(p string) error {
 	for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-		if _, err := os.Stat(filepath.Join(p, f)); err != nil {
+		v, err := os.ReadFile(filepath.Join(p, f))
+		if err != nil {
+			return nil // not a cpuset hierarchy
+		}
+		if strings.TrimSpace(string(v)) != "" {
 			continue
 		}
-		v, err := os.ReadFile(filepath.Join(filepath.Dir(p), f))
+		parent := filepath.Dir(p)
+		if err := fillCpuset(parent); err != nil {
+			return err
+		}
+		pv, err := os.ReadFile(filepath.Join(parent, f))
 		if err != nil {
 			return fmt.Errorf("cgroups: %w", err)
 		}
-		if err := writeCgroupFile(filepath.Join(p, f), strings.TrimSpace(string(v))); err != nil {
+		if err := writeCgroupFile(filepath.Join(p, f), strings.TrimSpace(string(pv))); err != nil {
 			return err
 		}
 	}

@@ -95,7 +95,13 @@ func lockState(ctx context.Context, st store) (func(), error) {
 	return flock(ctx, filepath.Join(st.dir, lockFile))
 }
 
-func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p createPlan) ([]driversdk.VM, error) {
+func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p createPlan) (_ []driversdk.VM, err error) {
+	defer func() {
+		var de *driversdk.Error
+		if err != nil && ctx.Err() != nil && (!errors.As(err, &de) || de.Code == codeFailed) {
+			err = &driversdk.Error{Code: codeTimeout, Message: "create VMs: the deadline passed: " + err.Error()}
+		}
+	}()
 	if err := d.checkHost(ctx, p.cfg, p.spec); err != nil {
 		return nil, err
 	}
@@ -173,10 +179,9 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 		rec := &vmRecord{ID: id, Index: i, FQDN: fqdn, IP: ip, Spec: p.spec, Tags: tags, CreatedAt: time.Now().UTC()}
 		vms = append(vms, newVM{rec: rec, userdata: p.userdata[i], keys: p.keys})
 	}
-	var mask []string
-	if p.spec.BaseRoot == "" {
-		mask = []string{st.dir}
-	}
+	// The state dir holds every VM's upper layer; a VM must not see it
+	// through its lower layer (the init skips it when the lower lacks it).
+	mask := []string{st.dir}
 
 	start := time.Now()
 	errs := make([]error, len(vms))
@@ -209,9 +214,6 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 			if terr := teardownHost(cctx, st); terr != nil {
 				d.log().Error("create: undo host network", "err", terr)
 			}
-		}
-		if ctx.Err() != nil {
-			return nil, &driversdk.Error{Code: codeTimeout, Message: "create VMs: the deadline passed: " + err.Error()}
 		}
 		return nil, &driversdk.Error{Code: codeFailed, Message: "create VMs: " + err.Error()}
 	}

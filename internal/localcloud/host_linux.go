@@ -89,6 +89,9 @@ func ensureHost(ctx context.Context, st store, cfg Config) (*hostState, error) {
 	}
 	if h.MTU == 0 {
 		h.MTU = uplinkMTU(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err // the MTU may be a default, not the uplink's
+		}
 	}
 	// Recorded first, so that a crash half-way still leaves what to undo.
 	if err := st.saveHost(h); err != nil {

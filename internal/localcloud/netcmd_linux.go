@@ -35,8 +35,8 @@ func run(ctx context.Context, stdin string, name string, args ...string) ([]byte
 		if strings.Contains(msg, "Cannot find device") || strings.Contains(msg, "does not exist") {
 			return nil, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), errNoDevice, msg)
 		}
-		if msg == "" {
-			msg = err.Error()
+		if msg == "" || ctx.Err() != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), errors.Join(err, ctx.Err()))
 		}
 		return nil, fmt.Errorf("%s %s: %s", name, strings.Join(args, " "), msg)
 	}

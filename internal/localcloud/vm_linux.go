@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -246,6 +247,7 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 	}
 	defer stR.Close()
 
+	becomeSubreaper()
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = []string{"soulstack-local-launcher"}
 	cmd.Env = []string{envRole + "=" + roleLauncher, envBoot + "=" + string(bc)}
@@ -315,6 +317,17 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 		return withLog("boot the VM", fmt.Errorf("unexpected %q from the init", line))
 	}
 	return waitSSH(ctx, v.IP, deadline)
+}
+
+var subreaper sync.Once
+
+// becomeSubreaper makes the driver process the parent of the VMs' inits
+// once their launchers exit, so that Destroy reaps a killed init at once
+// instead of leaving a zombie for the host's init to collect. When the
+// driver exits, the inits pass on to the next reaper up: they do not die
+// with it.
+func becomeSubreaper() {
+	subreaper.Do(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) })
 }
 
 // DefaultBootTimeout bounds a VM's boot when the context has no deadline.
@@ -472,6 +485,8 @@ func killInit(pid int, start uint64, deadline time.Time) error {
 			return fmt.Errorf("wait for %d: %w", pid, err)
 		}
 		if n > 0 {
+			// Reap it if it is this process's child (see becomeSubreaper).
+			_ = unix.Waitid(unix.P_PIDFD, fd, nil, unix.WEXITED|unix.WNOHANG, nil)
 			return nil
 		}
 	}

@@ -1,0 +1,431 @@
+package localcloud
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/driversdk"
+	"golang.org/x/sys/unix"
+)
+
+// TestDestroyLeavesNoTrace compares what the driver may leave on the host
+// before Create and after Destroy, with VMs that did all they could to
+// leave something: background processes, a mount, a child cgroup, files.
+// It is not parallel, so that ip_forward is its own to compare.
+func TestDestroyLeavesNoTrace(t *testing.T) {
+	e := newEnv(t, nil)
+	before := snapshot(t, e.dir, nil)
+	fwdBefore, fwdOK := forwarding(t, e.dir)
+	vms := e.create(t, driversdk.CreateRequest{RequestID: "no-trace", Count: 2})
+	ids := vmIDs(vms)
+	memDir := "/sys/fs/cgroup/memory"
+	if isCgroup2() {
+		memDir = "/sys/fs/cgroup"
+	}
+	for _, vm := range vms {
+		e.run(t, vm, "root", `set -e
+setsid sleep 1000 </dev/null >/dev/null 2>&1 &
+setsid sh -c 'while :; do sleep 1; done' </dev/null >/dev/null 2>&1 &
+mkdir -p /mnt/scratch && mount -t tmpfs scratch /mnt/scratch && echo x > /mnt/scratch/f
+mkdir `+memDir+`/inner
+echo data > /var/tmp/left-behind`)
+	}
+	during := snapshot(t, e.dir, ids)
+	for _, want := range []string{"link: ", "nft: ", "process: ", "cgroup: ", "state: vms/" + ids[0]} {
+		if !slices.ContainsFunc(during, func(s string) bool { return strings.HasPrefix(s, want) }) {
+			t.Errorf("the snapshot with VMs up has no %q line; it does not see what it should:\n%s", want, strings.Join(during, "\n"))
+		}
+	}
+
+	ctx := context.Background()
+	start := time.Now()
+	if err := e.d.Destroy(ctx, driversdk.DestroyRequest{Provider: e.prov, VMIDs: ids}); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	t.Logf("Destroy of 2 VMs took %s", time.Since(start).Round(time.Millisecond))
+	after := snapshot(t, e.dir, ids)
+	if !slices.Equal(before, after) {
+		t.Errorf("Destroy left traces.\nbefore:\n%s\nafter:\n%s", strings.Join(before, "\n"), strings.Join(after, "\n"))
+	}
+	if fwdAfter, ok := forwarding(t, e.dir); fwdOK && ok && fwdAfter != fwdBefore {
+		t.Errorf("forwarding before: %s; after: %s", fwdBefore, fwdAfter)
+	} else if !fwdOK || !ok {
+		t.Log("another local driver is up: IPv4 forwarding is not compared")
+	}
+
+	t.Run("destroy again", func(t *testing.T) {
+		if err := e.d.Destroy(ctx, driversdk.DestroyRequest{Provider: e.prov, VMIDs: ids}); err != nil {
+			t.Fatalf("a second Destroy of the same VMs: %v", err)
+		}
+	})
+	t.Run("destroy unknown", func(t *testing.T) {
+		for _, id := range []string{"vm-00000000", "not-an-id", "../../etc"} {
+			err := e.d.Destroy(ctx, driversdk.DestroyRequest{Provider: e.prov, VMIDs: []string{ids[0], id}})
+			wantCode(t, err, driversdk.CodeVMNotFound)
+		}
+	})
+	t.Run("list after", func(t *testing.T) {
+		vms, err := e.d.List(ctx, driversdk.ListRequest{Provider: e.prov})
+		if err != nil || len(vms) != 0 {
+			t.Fatalf("List after Destroy = %v, %v; want none", vmIDs(vms), err)
+		}
+	})
+}
+
+func isCgroup2() bool {
+	var st unix.Statfs_t
+	return unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// TestVMs makes two VMs and checks what a VM is: its own address and
+// hostname, SSH with the given key, a root of its own, the userdata
+// applied, live resize, listing by tag, idempotent Create, and a driver
+// process that did not make them still knowing them.
+func TestVMs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	extra := newTestKey(t)
+	userdata := `#cloud-config
+ssh_authorized_keys:
+  - ` + extra.authorized + `
+write_files:
+  - path: /etc/soulstack-test/hello.txt
+    content: hello from userdata
+    permissions: '0640'
+    owner: nobody:nogroup
+  - path: /opt/soulstack-test/late.txt
+    content: bGF0ZQo=
+    encoding: b64
+    defer: true
+runcmd:
+  - echo "ran on $(hostname)" > /root/runcmd.out
+  - [sh, -c, "echo list form >> /root/runcmd.out"]
+`
+	suffix := fmt.Sprintf("%x", time.Now().UnixNano()&0xffffff)
+	names := []string{"alpha-" + suffix + ".local.test", "beta-" + suffix + ".local.test"}
+	req := driversdk.CreateRequest{
+		RequestID: "req-" + suffix,
+		RunID:     "run-" + suffix,
+		Profile:   json.RawMessage(`{"cpus": 1, "memory_mb": 512}`),
+		Count:     2,
+		Names:     names,
+		Userdata:  []string{userdata, ""},
+	}
+	start := time.Now()
+	vms := e.create(t, req)
+	t.Logf("Create of 2 VMs took %s", time.Since(start).Round(time.Millisecond))
+	alpha, beta := vms[0], vms[1]
+	ctx := context.Background()
+
+	t.Run("addresses and hostnames", func(t *testing.T) {
+		if alpha.PrimaryIP == beta.PrimaryIP {
+			t.Fatalf("both VMs have %s", alpha.PrimaryIP)
+		}
+		for i, vm := range vms {
+			if vm.FQDN != names[i] {
+				t.Errorf("VM %d FQDN %q, want %q", i, vm.FQDN, names[i])
+			}
+			if _, err := netip.ParseAddr(vm.PrimaryIP); err != nil {
+				t.Errorf("VM %d primary IP %q: %v", i, vm.PrimaryIP, err)
+			}
+			if got := e.run(t, vm, "root", "hostname"); got != names[i] {
+				t.Errorf("hostname in VM %d = %q, want %q", i, got, names[i])
+			}
+			if got := e.run(t, vm, "root", "ip -4 -o addr show eth0 | awk '{print $4}'"); !strings.HasPrefix(got, vm.PrimaryIP+"/") {
+				t.Errorf("eth0 in VM %d has %q, want %s", i, got, vm.PrimaryIP)
+			}
+			if got := e.run(t, vm, "root", "cat /sys/class/net/eth0/address"); got != vm.Attributes["mac"] {
+				t.Errorf("eth0 MAC in VM %d = %q, want the reported %v", i, got, vm.Attributes["mac"])
+			}
+		}
+		if h, _ := os.Hostname(); h == names[0] || h == names[1] {
+			t.Errorf("the host's hostname changed to %q", h)
+		}
+	})
+
+	t.Run("a root of its own", func(t *testing.T) {
+		e.run(t, alpha, "root", "echo secret > /root/only-in-alpha && mkdir -p /usr/local/share/alpha && touch /usr/local/share/alpha/x")
+		if _, err := os.Stat("/root/only-in-alpha"); err == nil {
+			t.Error("a file written in a VM shows on the host")
+		}
+		if _, err := os.Stat("/usr/local/share/alpha"); err == nil {
+			t.Error("a directory made in a VM shows on the host")
+		}
+		if got := e.run(t, beta, "root", "test -e /root/only-in-alpha && echo visible || echo absent"); got != "absent" {
+			t.Error("a file written in one VM shows in the other")
+		}
+		// Its own processes, /run, /tmp, and not the driver's state.
+		if got := e.run(t, alpha, "root", "cat /proc/1/cmdline | tr '\\0' ' '"); !strings.HasPrefix(got, "soulstack-local-init") {
+			t.Errorf("PID 1 in the VM is %q", got)
+		}
+		if got := e.run(t, alpha, "root", "ls -A "+shellQuote(e.dir)+" 2>/dev/null | wc -l"); got != "0" {
+			t.Errorf("the VM sees %s entries of the driver's state dir", got)
+		}
+		e.run(t, alpha, "root", "test ! -e /run/soulstack-local && test -d /run/sshd && touch /tmp/in-vm && test \"$(ls /sys/class/net | sort | tr '\\n' ' ')\" = 'eth0 lo '")
+		if _, err := os.Stat("/tmp/in-vm"); err == nil {
+			t.Error("the VM's /tmp is the host's")
+		}
+	})
+
+	t.Run("userdata", func(t *testing.T) {
+		e.waitFile(t, alpha, vmBootFinished)
+		if got := e.run(t, alpha, "root", "cat /etc/soulstack-test/hello.txt; echo; stat -c '%a %U:%G' /etc/soulstack-test/hello.txt"); got != "hello from userdata\n640 nobody:nogroup" {
+			t.Errorf("write_files: got %q", got)
+		}
+		if got := e.run(t, alpha, "root", "cat /opt/soulstack-test/late.txt"); got != "late" {
+			t.Errorf("deferred b64 write_files: got %q", got)
+		}
+		if got := e.run(t, alpha, "root", "cat /root/runcmd.out"); got != "ran on "+names[0]+"\nlist form" {
+			t.Errorf("runcmd: got %q", got)
+		}
+		// The extra key from ssh_authorized_keys logs in as well.
+		c, err := dial(t, alpha, "root", extra)
+		if err != nil {
+			t.Fatalf("ssh with the userdata's key: %v", err)
+		}
+		c.Close()
+		// The other VM had no userdata: no extra key there.
+		if c, err := dial(t, beta, "root", extra); err == nil {
+			c.Close()
+			t.Error("the VM without userdata trusts the other VM's userdata key")
+		}
+		if _, err := os.Stat("/etc/soulstack-test"); err == nil {
+			t.Error("userdata files landed on the host")
+		}
+	})
+
+	t.Run("resize live", func(t *testing.T) {
+		sleeper := e.run(t, alpha, "root", "setsid sleep 1000 </dev/null >/dev/null 2>&1 & echo $!")
+		limitFile := "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+		if isCgroup2() {
+			limitFile = "/sys/fs/cgroup/memory.max"
+		}
+		if got := e.run(t, alpha, "root", "cat "+limitFile); got != strconv.Itoa(512<<20) {
+			t.Fatalf("memory limit in the VM before resize = %s, want %d", got, 512<<20)
+		}
+		res, err := e.d.Resize(ctx, driversdk.ResizeRequest{Provider: e.prov, VMIDs: []string{alpha.ID},
+			Spec: json.RawMessage(`{"memory_mb": 256, "cpus": 0.5}`)})
+		if err != nil {
+			t.Fatalf("Resize: %v", err)
+		}
+		if len(res) != 1 || res[0].VMID != alpha.ID || res[0].CausedDowntime {
+			t.Fatalf("Resize = %+v", res)
+		}
+		if got := e.run(t, alpha, "root", "cat "+limitFile); got != strconv.Itoa(256<<20) {
+			t.Errorf("memory limit in the VM after resize = %s, want %d", got, 256<<20)
+		}
+		rec, err := store{dir: e.dir}.loadVM(alpha.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := memoryLimit(rec.Cgroups); err != nil || got != 256<<20 {
+			t.Errorf("memory limit on the host after resize = %d, %v", got, err)
+		}
+		for _, p := range rec.Cgroups {
+			if q, err := os.ReadFile(filepath.Join(p, "cpu.cfs_quota_us")); err == nil && strings.TrimSpace(string(q)) != "50000" {
+				t.Errorf("CPU quota after resize = %s, want 50000", q)
+			}
+			if q, err := os.ReadFile(filepath.Join(p, "cpu.max")); err == nil && strings.TrimSpace(string(q)) != "50000 100000" {
+				t.Errorf("cpu.max after resize = %s", q)
+			}
+		}
+		// Nothing restarted: the same process is still there.
+		e.run(t, alpha, "root", "kill -0 "+sleeper)
+		listed, err := e.d.List(ctx, driversdk.ListRequest{Provider: e.prov, Tags: map[string]string{driversdk.TagRequestID: req.RequestID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, vm := range listed {
+			if vm.ID == alpha.ID && (vm.Attributes["memory_mb"] != 256 || vm.Attributes["cpus"] != 0.5) {
+				t.Errorf("List after resize reports %v", vm.Attributes)
+			}
+		}
+		t.Run("bad spec", func(t *testing.T) {
+			_, err := e.d.Resize(ctx, driversdk.ResizeRequest{Provider: e.prov, VMIDs: []string{alpha.ID}, Spec: json.RawMessage(`{"disk_gb": 10}`)})
+			if e := wantCode(t, err, driversdk.CodeProfileInvalid); e.Field != "disk_gb" {
+				t.Errorf("Field = %q", e.Field)
+			}
+			_, err = e.d.Resize(ctx, driversdk.ResizeRequest{Provider: e.prov, VMIDs: []string{alpha.ID}, Spec: json.RawMessage(`{"ssh_user": "other"}`)})
+			wantCode(t, err, driversdk.CodeProfileInvalid)
+			_, err = e.d.Resize(ctx, driversdk.ResizeRequest{Provider: e.prov, VMIDs: []string{"vm-00000000"}, Spec: json.RawMessage(`{}`)})
+			wantCode(t, err, driversdk.CodeVMNotFound)
+		})
+	})
+
+	t.Run("list by tag", func(t *testing.T) {
+		for _, tc := range []struct {
+			name string
+			tags map[string]string
+			want []string
+		}{
+			{"request id", map[string]string{driversdk.TagRequestID: req.RequestID}, vmIDs(vms)},
+			{"run id", map[string]string{driversdk.TagRunID: req.RunID}, vmIDs(vms)},
+			{"both", map[string]string{driversdk.TagRunID: req.RunID, driversdk.TagRequestID: req.RequestID}, vmIDs(vms)},
+			{"other request", map[string]string{driversdk.TagRequestID: "someone-else"}, nil},
+			{"all", nil, vmIDs(vms)},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				got, err := e.d.List(ctx, driversdk.ListRequest{Provider: e.prov, Tags: tc.tags})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids := vmIDs(got)
+				slices.Sort(ids)
+				want := slices.Clone(tc.want)
+				slices.Sort(want)
+				if !slices.Equal(ids, want) {
+					t.Fatalf("List(%v) = %v, want %v", tc.tags, ids, want)
+				}
+				for _, vm := range got {
+					if vm.Attributes["state"] != "running" || vm.Tags[driversdk.TagRunID] != req.RunID {
+						t.Errorf("listed %s: state %v tags %v", vm.ID, vm.Attributes["state"], vm.Tags)
+					}
+				}
+			})
+		}
+	})
+
+	t.Run("idempotent create", func(t *testing.T) {
+		again := e.create(t, req)
+		if !slices.Equal(vmIDs(again), vmIDs(vms)) {
+			t.Fatalf("a repeated Create made %v, first %v", vmIDs(again), vmIDs(vms))
+		}
+		ents, err := os.ReadDir(filepath.Join(e.dir, vmsDir))
+		if err != nil || len(ents) != 2 {
+			t.Fatalf("%d VM dirs after a repeated Create (%v)", len(ents), err)
+		}
+	})
+
+	t.Run("another driver process knows them", func(t *testing.T) {
+		// The VMs' inits lead sessions of their own, out of reach of
+		// signals to the driver's; cmd/soul-cloud-local checks that they
+		// outlive the driver process.
+		for _, vm := range vms {
+			rec, err := store{dir: e.dir}.loadVM(vm.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sid, _ := unix.Getsid(rec.PID); sid == mySID() {
+				t.Errorf("VM %s's init is in the driver's session", vm.ID)
+			}
+		}
+		other := New(Options{})
+		got, err := other.List(ctx, driversdk.ListRequest{Provider: e.prov})
+		if err != nil || len(got) != 2 {
+			t.Fatalf("a new driver lists %v, %v", vmIDs(got), err)
+		}
+	})
+
+	t.Run("destroy one", func(t *testing.T) {
+		if err := e.d.Destroy(ctx, driversdk.DestroyRequest{Provider: e.prov, VMIDs: []string{beta.ID}}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.d.List(ctx, driversdk.ListRequest{Provider: e.prov})
+		if err != nil || !slices.Equal(vmIDs(got), []string{alpha.ID}) {
+			t.Fatalf("List after destroying one = %v, %v", vmIDs(got), err)
+		}
+		// The other VM and the host network are still fine.
+		if got := e.run(t, alpha, "root", "hostname"); got != names[0] {
+			t.Errorf("hostname = %q", got)
+		}
+	})
+}
+
+func mySID() int {
+	sid, _ := unix.Getsid(0)
+	return sid
+}
+
+// TestUserAndBaseRoot makes a VM whose root is built on a base_root
+// directory (a read-only bind mount of the host's / here, standing in for
+// a debootstrapped tree) and whose ssh_user is made at first boot.
+func TestUserAndBaseRoot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	// Not in t.TempDir: its RemoveAll must never meet a bind mount of /.
+	base, err := os.MkdirTemp("", "soulstack-base-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("/", base, "", unix.MS_BIND, ""); err != nil {
+		os.Remove(base)
+		t.Fatalf("bind-mount / as a base root: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(base, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", base, err)
+			return
+		}
+		if err := os.Remove(base); err != nil {
+			t.Error(err)
+		}
+	})
+	// Read-only, so that the test proves the driver never writes there.
+	if err := unix.Mount("", base, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		t.Fatalf("make %s read-only: %v", base, err)
+	}
+	profile, _ := json.Marshal(map[string]any{"ssh_user": "soul", "base_root": base, "memory_mb": 256})
+	if err := e.d.ValidateProfile(context.Background(), e.prov, profile); err != nil {
+		t.Fatalf("ValidateProfile: %v", err)
+	}
+	vm := e.create(t, driversdk.CreateRequest{RequestID: "user", Profile: profile})[0]
+	if vm.Attributes["ssh_user"] != "soul" || vm.Attributes["base_root"] != base {
+		t.Errorf("attributes %v", vm.Attributes)
+	}
+	if got := e.run(t, vm, "soul", "id -un; pwd"); got != "soul\n/home/soul" {
+		t.Errorf("as the ssh user: %q", got)
+	}
+	if _, err := os.Stat("/usr/bin/sudo"); err == nil {
+		if got := e.run(t, vm, "soul", "sudo -n id -u"); got != "0" {
+			t.Errorf("sudo -n id -u = %q", got)
+		}
+	}
+	if got := e.run(t, vm, "soul", "grep ' / ' /proc/mounts"); !strings.Contains(got, "lowerdir="+base) {
+		t.Errorf("the VM's root is not built on the base: %q", got)
+	}
+	if c, err := dial(t, vm, "root", e.key); err == nil {
+		c.Close()
+		t.Error("root logs in with the key given for ssh_user soul")
+	}
+	if _, err := os.Stat("/home/soul"); err == nil {
+		t.Error("the ssh user's home shows on the host")
+	}
+}
+
+// TestCreateUnderDeadline cuts Create short at several points: each time
+// it answers driver.timeout (or VMs, if it was quick enough) and a failed
+// Create leaves nothing behind.
+func TestCreateUnderDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	before := snapshot(t, e.dir, nil)
+	for _, d := range []time.Duration{time.Millisecond, 20 * time.Millisecond, 60 * time.Millisecond, 120 * time.Millisecond} {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		start := time.Now()
+		vms, err := e.d.Create(ctx, driversdk.CreateRequest{Provider: e.prov, RequestID: "deadline", Count: 2,
+			AuthorizedKeys: []string{e.key.authorized}})
+		took := time.Since(start)
+		cancel()
+		t.Logf("deadline %s: answered after %s: %d VMs, %v", d, took.Round(time.Millisecond), len(vms), err)
+		if took > d+2*time.Second {
+			t.Errorf("deadline %s: Create took %s", d, took)
+		}
+		if err != nil {
+			wantCode(t, err, driversdk.CodeDriverTimeout)
+			if after := snapshot(t, e.dir, nil); !slices.Equal(before, after) {
+				t.Errorf("deadline %s: a timed-out Create left traces:\n%s", d, strings.Join(after, "\n"))
+			}
+			continue
+		}
+		e.destroyAll(t)
+	}
+}
