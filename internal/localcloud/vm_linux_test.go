@@ -429,3 +429,81 @@ func TestCreateUnderDeadline(t *testing.T) {
 		e.destroyAll(t)
 	}
 }
+
+// TestSubnet checks the choice of the bridge's subnet: a configured one
+// that overlaps a route or address of the host (its own network,
+// loopback, another driver's bridge) is refused before anything is made;
+// without one, a driver picks a free subnet; and a state dir with VMs
+// keeps its subnet.
+func TestSubnet(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	ctx := context.Background()
+	used, err := hostNetworks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := []string{"127.0.0.0/24"}
+	for _, u := range used {
+		if u.Dev != "lo" && u.Prefix.Addr().Is4() && !strings.HasPrefix(u.Dev, bridgePrefix) && u.Prefix.Bits() >= 8 && u.Prefix.Bits() <= 29 {
+			taken = append(taken, u.Prefix.Masked().String())
+			break
+		}
+	}
+	for _, subnet := range taken {
+		t.Run("overlaps "+subnet, func(t *testing.T) {
+			e := newEnv(t, map[string]any{"subnet": subnet})
+			err := e.d.ValidateProfile(ctx, e.prov, nil)
+			if pe := wantCode(t, err, driversdk.CodeProfileInvalid); pe.Field != "config.subnet" {
+				t.Errorf("Field = %q", pe.Field)
+			}
+			t.Log(err)
+			_, err = e.d.Create(ctx, driversdk.CreateRequest{Provider: e.prov, Count: 1})
+			wantCode(t, err, driversdk.CodeProfileInvalid)
+			if after := snapshot(t, e.dir, nil); len(after) != 0 {
+				t.Errorf("a refused Create left:\n%s", strings.Join(after, "\n"))
+			}
+		})
+	}
+
+	a := newEnv(t, nil)
+	a.create(t, driversdk.CreateRequest{RequestID: "a"})
+	ha, err := store{dir: a.dir}.loadHost()
+	if err != nil || ha == nil {
+		t.Fatalf("host state of the first driver: %v, %v", ha, err)
+	}
+	t.Run("another driver's subnet", func(t *testing.T) {
+		b := newEnv(t, map[string]any{"subnet": ha.Subnet.String()})
+		err := b.d.ValidateProfile(ctx, b.prov, nil)
+		if pe := wantCode(t, err, driversdk.CodeProfileInvalid); pe.Field != "config.subnet" || !strings.Contains(pe.Message, ha.Bridge) {
+			t.Errorf("refusal does not name the bridge %s: %v", ha.Bridge, err)
+		}
+	})
+	t.Run("a free one is picked", func(t *testing.T) {
+		c := newEnv(t, nil)
+		vm := c.create(t, driversdk.CreateRequest{RequestID: "c"})[0]
+		hc, err := store{dir: c.dir}.loadHost()
+		if err != nil || hc == nil {
+			t.Fatal(err)
+		}
+		if hc.Subnet.Overlaps(ha.Subnet) {
+			t.Errorf("the second driver picked %s, which overlaps the first's %s", hc.Subnet, ha.Subnet)
+		}
+		if ip := netip.MustParseAddr(vm.PrimaryIP); !hc.Subnet.Contains(ip) {
+			t.Errorf("VM address %s is not in %s", ip, hc.Subnet)
+		}
+		if got := c.run(t, vm, "root", "ip -4 route show default"); !strings.Contains(got, hc.gateway().String()) {
+			t.Errorf("the VM's default route %q is not through %s", got, hc.gateway())
+		}
+	})
+	t.Run("kept while VMs exist", func(t *testing.T) {
+		other := netip.MustParsePrefix("10.223.254.0/24")
+		raw, _ := json.Marshal(map[string]string{"state_dir": a.dir, "subnet": other.String()})
+		prov := a.prov
+		prov.Config = raw
+		_, err := a.d.Create(ctx, driversdk.CreateRequest{Provider: prov, Count: 1})
+		if pe := wantCode(t, err, driversdk.CodeProfileInvalid); pe.Field != "config.subnet" {
+			t.Errorf("Field = %q", pe.Field)
+		}
+	})
+}
