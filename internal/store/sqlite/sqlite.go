@@ -6,12 +6,15 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
+	"reflect"
 	"strings"
+	"sync"
 
 	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver"
@@ -68,11 +71,14 @@ func DSN(path string) string {
 }
 
 // Open opens (creating if needed) and migrates the database file at path.
+// Each connection keeps the statements of its queries prepared (see
+// cachingConn).
 func Open(ctx context.Context, path string, opts ...sqlstore.Option) (*sqlstore.Store, error) {
-	db, err := sql.Open("sqlite", DSN(path))
+	connector, err := sqlite.NewConnector(DSN(path))
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite %s: %w", path, err)
 	}
+	db := sql.OpenDB(cachingConnector{connector})
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	if _, err := Migrate(ctx, db); err != nil {
@@ -102,3 +108,192 @@ func Migrate(ctx context.Context, db *sql.DB) ([]int64, error) {
 	}
 	return applied, nil
 }
+
+// cachingConnector opens connections that keep the statements of their
+// queries prepared: parsing and planning a statement costs about as much
+// CPU as running a small query, and the store runs the same few queries
+// over and over.
+type cachingConnector struct{ driver.Connector }
+
+func (c cachingConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	inner, ok := conn.(sqliteConn)
+	if !ok {
+		return conn, nil // not the connection this wrapper knows: use it as it is
+	}
+	return &cachingConn{sqliteConn: inner, stmts: map[string]*cachedStmt{}}, nil
+}
+
+// sqliteConn is what every modernc.org/sqlite connection implements and a
+// wrapper must forward, lest database/sql fall back to the methods without
+// a context.
+type sqliteConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.Validator
+}
+
+// maxCachedStmts bounds the statements a connection keeps; queries beyond
+// it are prepared for each use, as without the cache.
+const maxCachedStmts = 128
+
+// cachingConn is a connection whose QueryContext runs each query text
+// through a statement prepared once and reset after each use. A statement
+// whose rows are still open is not shared: a second query with the same
+// text meanwhile is prepared for that use alone. Exec and everything else
+// go to the connection unchanged, and so do errors, so that the store's
+// classification of driver errors sees the driver's own.
+type cachingConn struct {
+	sqliteConn
+
+	mu    sync.Mutex // database/sql serializes use of a connection; this guards Rows.Close from other goroutines all the same
+	stmts map[string]*cachedStmt
+}
+
+type cachedStmt struct {
+	stmt driver.Stmt
+	busy bool // its rows are open
+}
+
+// Unwrap returns the driver's connection (modernc.org/sqlite's Limit and
+// other helpers look through wrappers with it).
+func (c *cachingConn) Unwrap() driver.Conn { return c.sqliteConn }
+
+// QueryContext runs query through its cached statement.
+func (c *cachingConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c.mu.Lock()
+	cs := c.stmts[query]
+	if cs == nil && len(c.stmts) < maxCachedStmts {
+		st, err := c.sqliteConn.PrepareContext(ctx, query)
+		if err != nil {
+			c.mu.Unlock()
+			return nil, err
+		}
+		if _, ok := st.(driver.StmtQueryContext); !ok {
+			st.Close()
+			c.mu.Unlock()
+			return c.sqliteConn.QueryContext(ctx, query, args)
+		}
+		cs = &cachedStmt{stmt: st}
+		c.stmts[query] = cs
+	}
+	if cs == nil || cs.busy {
+		c.mu.Unlock()
+		return c.sqliteConn.QueryContext(ctx, query, args)
+	}
+	cs.busy = true
+	c.mu.Unlock()
+	rows, err := cs.stmt.(driver.StmtQueryContext).QueryContext(ctx, args)
+	if err != nil {
+		c.drop(query, cs)
+		return nil, err
+	}
+	return &cachedRows{Rows: rows, conn: c, query: query, stmt: cs}, nil
+}
+
+// release makes cs available again after its rows closed cleanly.
+func (c *cachingConn) release(cs *cachedStmt) {
+	c.mu.Lock()
+	cs.busy = false
+	c.mu.Unlock()
+}
+
+// drop forgets and closes cs after an error, so that the next use of the
+// query prepares it afresh.
+func (c *cachingConn) drop(query string, cs *cachedStmt) {
+	c.mu.Lock()
+	if c.stmts[query] == cs {
+		delete(c.stmts, query)
+	}
+	c.mu.Unlock()
+	cs.stmt.Close()
+}
+
+// Close closes the cached statements, then the connection.
+func (c *cachingConn) Close() error {
+	c.mu.Lock()
+	for q, cs := range c.stmts {
+		cs.stmt.Close()
+		delete(c.stmts, q)
+	}
+	c.mu.Unlock()
+	return c.sqliteConn.Close()
+}
+
+// cachedRows are the rows of a cached statement; closing them resets the
+// statement (the driver does that for rows of a prepared statement) and
+// makes it available again. The column type methods answer what database/sql
+// answers for rows without them when the driver's rows lack them.
+type cachedRows struct {
+	driver.Rows
+	conn  *cachingConn
+	query string
+	stmt  *cachedStmt
+	done  bool
+}
+
+func (r *cachedRows) Close() error {
+	err := r.Rows.Close()
+	if r.done {
+		return err
+	}
+	r.done = true
+	if err != nil {
+		r.conn.drop(r.query, r.stmt)
+	} else {
+		r.conn.release(r.stmt)
+	}
+	return err
+}
+
+func (r *cachedRows) ColumnTypeDatabaseTypeName(i int) string {
+	if x, ok := r.Rows.(driver.RowsColumnTypeDatabaseTypeName); ok {
+		return x.ColumnTypeDatabaseTypeName(i)
+	}
+	return ""
+}
+
+func (r *cachedRows) ColumnTypeLength(i int) (int64, bool) {
+	if x, ok := r.Rows.(driver.RowsColumnTypeLength); ok {
+		return x.ColumnTypeLength(i)
+	}
+	return 0, false
+}
+
+func (r *cachedRows) ColumnTypeNullable(i int) (nullable, ok bool) {
+	if x, ok := r.Rows.(driver.RowsColumnTypeNullable); ok {
+		return x.ColumnTypeNullable(i)
+	}
+	return false, false
+}
+
+func (r *cachedRows) ColumnTypePrecisionScale(i int) (precision, scale int64, ok bool) {
+	if x, ok := r.Rows.(driver.RowsColumnTypePrecisionScale); ok {
+		return x.ColumnTypePrecisionScale(i)
+	}
+	return 0, 0, false
+}
+
+func (r *cachedRows) ColumnTypeScanType(i int) reflect.Type {
+	if x, ok := r.Rows.(driver.RowsColumnTypeScanType); ok {
+		return x.ColumnTypeScanType(i)
+	}
+	return reflect.TypeFor[any]()
+}
+
+var (
+	_ sqliteConn                            = (*cachingConn)(nil)
+	_ driver.RowsColumnTypeScanType         = (*cachedRows)(nil)
+	_ driver.RowsColumnTypeDatabaseTypeName = (*cachedRows)(nil)
+	_ driver.RowsColumnTypeLength           = (*cachedRows)(nil)
+	_ driver.RowsColumnTypeNullable         = (*cachedRows)(nil)
+	_ driver.RowsColumnTypePrecisionScale   = (*cachedRows)(nil)
+)
