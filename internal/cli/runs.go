@@ -23,6 +23,7 @@ func (a *app) runsCommand() *cobra.Command {
 		a.runsLogsCommand(),
 		a.runsWaitCommand(),
 		a.runsCancelCommand(),
+		a.runsOutputCommand(),
 	)
 }
 

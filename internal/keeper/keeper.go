@@ -79,22 +79,23 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	if err := bootstrapAdmin(ctx, st, c, log); err != nil {
 		return err
 	}
-	runs, err := newRunner(ctx, st, c, log)
+	svc, err := newServices(ctx, st, c, log)
 	if err != nil {
 		return err
 	}
-	if err := runs.Start(ctx); err != nil {
+	defer svc.plugins.Close()
+	if err := svc.runs.Start(ctx); err != nil {
 		return err
 	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
-		if err := runs.Stop(stopCtx); err != nil {
+		if err := svc.runs.Stop(stopCtx); err != nil {
 			log.Warn("stop runner", "err", err)
 		}
 	}()
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: runs, Check: scenarioChecker(st)}),
+		Handler:           api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

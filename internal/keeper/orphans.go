@@ -8,6 +8,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/modules/cloud"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -70,7 +71,7 @@ func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans
 	if !caps.Listable {
 		return nil, d, dp, false, nil
 	}
-	dp = driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: p.Config}
+	dp = driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: cloud.DriverConfig(p.Config)}
 	if p.CredentialsRef != "" {
 		if dp.Credentials, err = c.resolve(ctx, p.CredentialsRef); err != nil {
 			return nil, nil, dp, true, problem(http.StatusBadGateway, "provider.credentials_unavailable", "credentials of provider %q (%s): %v", p.Name, p.CredentialsRef, err)

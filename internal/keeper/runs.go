@@ -9,15 +9,25 @@ import (
 
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/engine"
+	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
 
-// newRunner wires the run queue and the engine: the data key that seals
-// secret inputs, this keeper's stable id, its SSH key and files directory.
-func newRunner(ctx context.Context, st *sqlstore.Store, c config.Config, log *slog.Logger) (*runner.Runner, error) {
+// services are what newServices wires beside the store: the run queue
+// with its engine, the PluginHost and the orphan finder.
+type services struct {
+	runs    *runner.Runner
+	plugins *plugin.Host
+	cloud   *cloudService
+}
+
+// newServices wires the run queue and the engine (the data key that seals
+// secret inputs, this keeper's stable id, its SSH key and files
+// directory), the credentials resolver and the PluginHost.
+func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *slog.Logger) (*services, error) {
 	key, err := dataKey(c)
 	if err != nil {
 		return nil, err
@@ -39,18 +49,44 @@ func newRunner(ctx context.Context, st *sqlstore.Store, c config.Config, log *sl
 	if err := os.MkdirAll(files, 0o700); err != nil {
 		return nil, fmt.Errorf("create files dir: %w", err)
 	}
+	resolver, err := secret.NewResolver(secret.ResolverOptions{VaultAddress: c.Vault.Address, VaultTokenRef: c.Vault.TokenRef})
+	if err != nil {
+		return nil, err
+	}
+	resolve := func(ctx context.Context, ref string) ([]byte, error) {
+		v, err := resolver.Resolve(ctx, ref)
+		return []byte(v), err
+	}
+	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, Logger: log.With("component", "plugin")})
+	if err != nil {
+		return nil, err
+	}
+	keeperTarget, err := newKeeperTarget(c, st, files, sshKey, plugins.Driver, resolve)
+	if err != nil {
+		plugins.Close()
+		return nil, err
+	}
 	exec := &engine.Executor{
 		Store:     st,
 		Load:      loadPlan,
 		KeeperKey: sshKey,
-		SSH:       ssh.Options{Logger: log.With("component", "ssh")},
-		FilesDir:  files,
-		Logger:    log,
-		Keeper:    engine.KeeperTarget{KeeperFiles: engine.KeeperFiles(files)},
+		Resolve: func(ctx context.Context, ref string) ([]byte, error) {
+			b, err := resolve(ctx, ref)
+			return append(b, '\n'), err
+		},
+		SSH:      ssh.Options{Logger: log.With("component", "ssh")},
+		FilesDir: files,
+		Logger:   log,
+		Keeper:   keeperTarget,
 	}
-	return runner.New(ctx, runner.Config{
+	runs, err := runner.New(ctx, runner.Config{
 		Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: owner, Logger: log,
 	})
+	if err != nil {
+		plugins.Close()
+		return nil, err
+	}
+	return &services{runs: runs, plugins: plugins, cloud: &cloudService{st: st, drivers: plugins.Driver, resolve: resolve}}, nil
 }
 
 // dataKey returns the key that seals secrets at rest: from data_key_ref

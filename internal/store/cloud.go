@@ -62,7 +62,7 @@ type CloudDestroyParams struct {
 type CloudCascade struct {
 	SoulsDestroyed int `json:"souls_destroyed"`
 	SeedsOrphaned  int `json:"seeds_orphaned"`
-	TokensBurned   int `json:"tokens_burned"`
+	TokensBurned   int `json:"bootstraps_burned"`
 }
 
 // CloudStore keeps the registries in step with the clouds.

@@ -166,7 +166,7 @@ func (*Destroyed) Info() module.Info {
 			{Name: "sids", Type: "array<string>", Doc: "Souls marked destroyed."},
 			{Name: "souls_destroyed", Type: "int", Doc: "Souls rows moved to destroyed."},
 			{Name: "seeds_orphaned", Type: "int", Doc: "Soul seeds moved to orphaned."},
-			{Name: "tokens_burned", Type: "int", Doc: "Bootstrap tokens burned."},
+			{Name: "bootstraps_burned", Type: "int", Doc: "Bootstrap tokens burned (named so that the masking of keys containing \"token\" leaves the count readable)."},
 			{Name: "action", Type: "string", Doc: "destroyed"},
 		},
 		ChangesWhen:   "At least one VM was destroyed or one registry row changed.",

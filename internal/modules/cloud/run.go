@@ -87,7 +87,7 @@ func provider(ctx context.Context, h Host, name string) (store.Provider, drivers
 	if err != nil {
 		return p, nil, driversdk.Provider{}, driverError("start driver "+p.Driver, err)
 	}
-	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: p.Config}
+	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: DriverConfig(p.Config)}
 	if p.CredentialsRef != "" {
 		if dp.Credentials, err = h.Credentials(ctx, p.CredentialsRef); err != nil {
 			return p, nil, dp, &module.Error{Code: "provider.credentials_unavailable", Message: fmt.Sprintf("credentials of provider %q (%s): %v", name, p.CredentialsRef, err)}
@@ -119,6 +119,27 @@ func spec(ctx context.Context, h Host, provider string, v any) (json.RawMessage,
 		return b, err
 	}
 	return nil, &module.Error{Code: "step.params_invalid", Message: fmt.Sprintf("profile must be a profile name or a map, got %s", module.Describe(v))}
+}
+
+// keeperKeys are the provider config keys the keeper itself reads; the
+// driver never sees them.
+var keeperKeys = []string{"max_count"}
+
+// DriverConfig returns a provider's config without the keys the keeper
+// reads itself (max_count), as the driver gets it.
+func DriverConfig(raw json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(raw, &m) != nil || m == nil {
+		return raw
+	}
+	for _, k := range keeperKeys {
+		delete(m, k)
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return raw
+	}
+	return b
 }
 
 func maxCount(p store.Provider) int {
@@ -299,7 +320,7 @@ func (*Destroyed) Run(ctx context.Context, raw json.RawMessage, t module.Target)
 		return module.Result{Changed: true}, &module.Error{Code: "cloud.registry_failed", Message: "the VMs were destroyed but the registry cascade failed: " + err.Error(), Err: err}
 	}
 	return module.Result{Changed: true, Output: map[string]any{
-		"vm_ids": p.VMIDs, "sids": sids, "souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "tokens_burned": c.TokensBurned, "action": "destroyed",
+		"vm_ids": p.VMIDs, "sids": sids, "souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "bootstraps_burned": c.TokensBurned, "action": "destroyed",
 	}}, nil
 }
 

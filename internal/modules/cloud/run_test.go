@@ -242,7 +242,7 @@ func TestDestroyed(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := res.Output.(map[string]any)
-	if o["souls_destroyed"] != 2 || o["tokens_burned"] != 2 || o["action"] != "destroyed" || len(h.cloud.vms) != 0 {
+	if o["souls_destroyed"] != 2 || o["bootstraps_burned"] != 2 || o["action"] != "destroyed" || len(h.cloud.vms) != 0 {
 		t.Fatalf("destroy output = %#v", o)
 	}
 	so, _ = h.st.SoulGet(ctx, sids[1].(string))

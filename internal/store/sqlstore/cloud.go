@@ -77,7 +77,7 @@ func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE cloud_requests SET status = 'created', vm_ids = ?, finished_at = ? WHERE request_id = ?`), string(ids), now, p.RequestID); err != nil {
 			return record{}, fmt.Errorf("record cloud request %s: %w", p.RequestID, err)
 		}
-		payload := map[string]any{"action": "created", "request_id": p.RequestID, "vm_ids": vmIDs, "sids": sids, "bootstrap_tokens_issued": len(p.Tokens)}
+		payload := map[string]any{"action": "created", "request_id": p.RequestID, "vm_ids": vmIDs, "sids": sids, "bootstraps_issued": len(p.Tokens)}
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
@@ -138,7 +138,7 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (s
 			c.TokensBurned = int(n)
 		}
 		payload := map[string]any{"action": "destroyed", "provider": p.Provider, "vm_ids": p.VMIDs, "sids": p.SIDs,
-			"souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "tokens_burned": c.TokensBurned}
+			"souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "bootstraps_burned": c.TokensBurned}
 		for k, v := range p.Audit {
 			payload[k] = v
 		}

@@ -1,0 +1,202 @@
+package keeper_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/plugin"
+)
+
+// requireLocalVMs skips, saying why, where local VMs cannot be made.
+func requireLocalVMs(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		t.Skip("local VMs need root on Linux (scripts/test runs as root in CI)")
+	}
+}
+
+// buildLocalDriver builds soul-cloud-local into dir.
+func buildLocalDriver(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "soul-cloud-local"), "../../cmd/soul-cloud-local").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build soul-cloud-local: %v\n%s", err, out)
+	}
+}
+
+// TestLocalCloudEndToEnd: a keeper with the real soul-cloud-local plugin
+// creates two VMs, reaches both over SSH through the provision step's
+// hosts output, then destroys them with the cascade; VMs a crash left
+// without souls are found and removed as orphans.
+func TestLocalCloudEndToEnd(t *testing.T) {
+	requireLocalVMs(t)
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	buildLocalDriver(t, filepath.Join(data, "plugins"))
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	ctx := context.Background()
+	state := t.TempDir()
+	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "e2e.test", Config: map[string]any{"state_dir": state, "max_count": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ProfileCreate(ctx, client.ProfileCreate{Name: "small", Provider: "local", Spec: map[string]any{"cpus": 1, "memory_mb": 256}}); err != nil {
+		t.Fatal(err)
+	}
+	// Whatever happens, leave no VM behind.
+	t.Cleanup(func() {
+		h, err := plugin.New(plugin.Config{PluginDir: filepath.Join(data, "plugins")})
+		if err != nil {
+			return
+		}
+		defer h.Close()
+		d, err := h.Driver(context.Background(), "local")
+		if err != nil {
+			return
+		}
+		p := driversdk.Provider{Name: "local", FQDNSuffix: "e2e.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
+		vms, _ := d.List(context.Background(), driversdk.ListRequest{Provider: p})
+		var ids []string
+		for _, vm := range vms {
+			ids = append(ids, vm.ID)
+		}
+		if len(ids) > 0 {
+			_ = d.Destroy(context.Background(), driversdk.DestroyRequest{Provider: p, VMIDs: ids})
+		}
+	})
+
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "spawn-local.yaml"), File: "spawn-local.yaml", Input: map[string]any{"count": 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := waitRun(t, c, run.ID)
+	if final.Phase != "Succeeded" {
+		t.Fatalf("spawn run = %s %+v\n%+v", final.Phase, final.Error, final.Steps)
+	}
+	var prov struct {
+		Hosts []struct {
+			SID, VMID, PrimaryIP, BootstrapToken string
+		} `json:"hosts"`
+	}
+	raw, _ := json.Marshal(map[string]any{})
+	var outputs map[string]json.RawMessage
+	_ = json.Unmarshal(final.Outputs, &outputs)
+	raw = outputs["provision"]
+	if err := json.Unmarshal(fixKeys(raw), &prov); err != nil || len(prov.Hosts) != 2 {
+		t.Fatalf("provision output = %s (%v)", raw, err)
+	}
+	for _, h := range prov.Hosts {
+		if !strings.HasSuffix(h.SID, ".e2e.test") || h.PrimaryIP == "" || h.BootstrapToken != "***" {
+			t.Fatalf("host = %+v (the token must be masked in the API)", h)
+		}
+		so, err := c.SoulGet(ctx, h.SID)
+		if err != nil || so.Status != "pending" || so.CreatedByAID != nil || so.VMID != h.VMID || so.Provider != "local" {
+			t.Fatalf("soul %s = %+v, %v", h.SID, so, err)
+		}
+	}
+	hello := final.Steps[1]
+	if hello.Status != "ok" || len(hello.Targets) != 2 {
+		t.Fatalf("hello = %+v", hello)
+	}
+	for _, tg := range hello.Targets {
+		var out struct{ Stdout string }
+		_ = json.Unmarshal(tg.Output, &out)
+		host, _, _ := strings.Cut(tg.SID, ".")
+		if !strings.HasPrefix(out.Stdout, "hello from "+host) {
+			t.Fatalf("%s answered %q", tg.SID, out.Stdout)
+		}
+	}
+
+	// Destroy with the provision step's output as input.
+	run, _, err = c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "destroy-local.yaml"), File: "destroy-local.yaml", Input: map[string]any{"hosts": jsonValue(t, outputs["provision"], "hosts")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final = waitRun(t, c, run.ID)
+	if final.Phase != "Succeeded" {
+		t.Fatalf("destroy run = %s %+v", final.Phase, final.Error)
+	}
+	var cascade map[string]any
+	_ = json.Unmarshal(final.Steps[0].Targets[0].Output, &cascade)
+	if cascade["souls_destroyed"] != 2.0 || cascade["bootstraps_burned"] != 2.0 {
+		t.Fatalf("cascade = %v", cascade)
+	}
+	for _, h := range prov.Hosts {
+		if so, _ := c.SoulGet(ctx, h.SID); so.Status != "destroyed" {
+			t.Fatalf("soul %s = %s after destroy", h.SID, so.Status)
+		}
+	}
+
+	// A VM made with a keeper request tag but never registered (a crash
+	// between Create and the registry write) is an orphan.
+	h, err := plugin.New(plugin.Config{PluginDir: filepath.Join(data, "plugins")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	d, err := h.Driver(ctx, "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := driversdk.Provider{Name: "local", FQDNSuffix: "e2e.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
+	vms, err := d.Create(ctx, driversdk.CreateRequest{Provider: p, RequestID: "req_crashed", RunID: "run_crashed", Profile: json.RawMessage(`{"memory_mb":128}`), Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphans, err := c.CloudOrphans(ctx, "local")
+	if err != nil || len(orphans.Items) != 1 || orphans.Items[0].VMID != vms[0].ID || orphans.Items[0].RequestID != "req_crashed" {
+		t.Fatalf("orphans = %+v, %v", orphans, err)
+	}
+	if _, err := c.CloudOrphansDestroy(ctx, client.OrphansDestroy{Provider: "local", VMIDs: []string{"not-an-orphan"}}); err == nil {
+		t.Fatal("destroying a VM that is not an orphan was accepted")
+	}
+	if _, err := c.CloudOrphansDestroy(ctx, client.OrphansDestroy{Provider: "local", VMIDs: []string{vms[0].ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := d.List(ctx, driversdk.ListRequest{Provider: p}); len(left) != 0 {
+		t.Fatalf("VMs left after the orphan destroy: %+v", left)
+	}
+	audit, _ := c.AuditList(ctx, client.AuditListOptions{Verify: true})
+	var provisioned, orphaned int
+	for _, e := range audit.Items {
+		switch e.Action {
+		case "cloud.provisioned":
+			provisioned++
+			if strings.Contains(string(e.Payload), "sbt_") {
+				t.Fatalf("audit holds a bootstrap token: %s", e.Payload)
+			}
+		case "cloud.orphans_destroyed":
+			orphaned++
+		}
+	}
+	if provisioned != 2 || orphaned != 1 || !audit.Verify.OK {
+		t.Fatalf("audit: %d cloud.provisioned, %d cloud.orphans_destroyed, verify %+v", provisioned, orphaned, audit.Verify)
+	}
+}
+
+// fixKeys maps the output's snake_case keys onto the test struct's fields.
+func fixKeys(raw json.RawMessage) []byte {
+	s := strings.NewReplacer(`"vm_id"`, `"VMID"`, `"primary_ip"`, `"PrimaryIP"`, `"bootstrap_token"`, `"BootstrapToken"`, `"sid"`, `"SID"`).Replace(string(raw))
+	return []byte(s)
+}
+
+func jsonValue(t *testing.T, raw json.RawMessage, key string) any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m[key]
+}
