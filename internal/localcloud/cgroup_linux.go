@@ -182,7 +182,7 @@ func (h cgroupHost) create(paths []string) error {
 				return err
 			}
 		}
-		if err := mkdirCgroup(parent); err != nil {
+		if err := h.mkdir(parent); err != nil {
 			return err
 		}
 		if h.v2 {
@@ -190,17 +190,20 @@ func (h cgroupHost) create(paths []string) error {
 				return err
 			}
 		}
-		if err := mkdirCgroup(p); err != nil {
+		if err := h.mkdir(p); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// mkdirCgroup makes a cgroup directory, or checks one that exists.
-func mkdirCgroup(p string) error {
+// mkdir makes a cgroup directory, or checks one that exists.
+func (h cgroupHost) mkdir(p string) error {
 	if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("cgroups: %w", err)
+	}
+	if h.v2 {
+		return nil // an empty v2 cpuset means the parent's
 	}
 	return fillCpuset(p)
 }

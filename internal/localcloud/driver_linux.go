@@ -211,6 +211,7 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 			}
 		}
 		if left, _ := st.vms(); len(left) == 0 {
+			removeCgroupParents(cg.parents)
 			if terr := teardownHost(cctx, st); terr != nil {
 				d.log().Error("create: undo host network", "err", terr)
 			}
