@@ -102,7 +102,7 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 			t.Fatalf("host = %+v (the token must be masked in the API)", h)
 		}
 		so, err := c.SoulGet(ctx, h.SID)
-		if err != nil || so.Status != "pending" || so.CreatedByAID != nil || so.VMID != h.VMID || so.Provider != "local" {
+		if err != nil || so.Status != "pending" || so.CreatedByAID != nil || so.VMID != h.VMID || so.Provider != "local" || !strings.HasPrefix(so.Connection.HostKey, "ssh-ed25519 ") {
 			t.Fatalf("soul %s = %+v, %v", h.SID, so, err)
 		}
 	}

@@ -275,9 +275,13 @@ func (*Created) Run(ctx context.Context, raw json.RawMessage, t module.Target) (
 			return fail("cloud.fqdn_missing", fmt.Sprintf("VM %s has no FQDN, so it cannot become a soul", vm.ID))
 		}
 		attrs, _ := json.Marshal(vm.Attributes)
+		// A driver that reports the VM's SSH host key (attribute
+		// ssh_host_key) lets the keeper pin it now instead of trusting
+		// the first contact.
+		hostKey, _ := vm.Attributes["ssh_host_key"].(string)
 		souls[i] = store.Soul{
 			SID: sid, Provider: prov.Name, VMID: vm.ID, Address: vm.PrimaryIP, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
-			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22},
+			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey},
 		}
 		tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: hashes[i], ExpiresAt: created.Add(h.BootstrapTTL())}
 		hosts[i] = map[string]any{"sid": sid, "vm_id": vm.ID, "primary_ip": vm.PrimaryIP, "attributes": vm.Attributes, "bootstrap_token": plain[i]}
