@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/soulstack/soulstack/driversdk"
 	"golang.org/x/sys/unix"
 )
@@ -45,6 +48,8 @@ echo data > /var/tmp/left-behind`)
 			t.Errorf("the snapshot with VMs up has no %q line; it does not see what it should:\n%s", want, strings.Join(during, "\n"))
 		}
 	}
+
+	checkRules(t, e.dir)
 
 	ctx := context.Background()
 	start := time.Now()
@@ -79,6 +84,37 @@ echo data > /var/tmp/left-behind`)
 			t.Fatalf("List after Destroy = %v, %v; want none", vmIDs(vms), err)
 		}
 	})
+}
+
+// checkRules checks the nft table's chains: NAT for the subnet, and the
+// forward rules (the guard only when forwarding was off before).
+func checkRules(t *testing.T, stateDir string) {
+	t.Helper()
+	h, err := store{dir: stateDir}.loadHost()
+	if err != nil || h == nil {
+		t.Fatalf("host state: %v, %v", h, err)
+	}
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: h.Table}
+	post, err := c.GetRules(table, &nftables.Chain{Name: "postrouting", Table: table})
+	if err != nil || len(post) != 1 {
+		t.Errorf("postrouting rules: %d, %v; want the masquerade rule", len(post), err)
+	}
+	fwd, err := c.GetRules(table, &nftables.Chain{Name: "forward", Table: table})
+	orig, _ := os.ReadFile(filepath.Join(runDir, "ip_forward.orig"))
+	want := 3
+	if strings.TrimSpace(string(orig)) == "0" {
+		want = 4
+	}
+	if err != nil || len(fwd) != want {
+		t.Errorf("forward rules: %d, %v; want %d", len(fwd), err, want)
+	}
+	if b, _ := os.ReadFile(ipForwardPath); strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("ip_forward is %q with VMs up", b)
+	}
 }
 
 func isCgroup2() bool {
@@ -149,6 +185,43 @@ runcmd:
 		}
 		if h, _ := os.Hostname(); h == names[0] || h == names[1] {
 			t.Errorf("the host's hostname changed to %q", h)
+		}
+	})
+
+	t.Run("network", func(t *testing.T) {
+		// VM to VM across the bridge (through the forward hook, with
+		// br_netfilter), and VM to host on the gateway address. Only this
+		// driver's own addresses are used.
+		if got := e.run(t, alpha, "root", "timeout 5 bash -c 'exec 3<>/dev/tcp/"+beta.PrimaryIP+"/22 && head -c 4 <&3'"); got != "SSH-" {
+			t.Errorf("alpha reading beta's sshd: %q", got)
+		}
+		h, err := store{dir: e.dir}.loadHost()
+		if err != nil || h == nil {
+			t.Fatalf("host state: %v %v", h, err)
+		}
+		ln, err := net.Listen("tcp", netip.AddrPortFrom(h.gateway(), 0).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		got := make(chan string, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				got <- err.Error()
+				return
+			}
+			defer c.Close()
+			b, _ := io.ReadAll(io.LimitReader(c, 64))
+			got <- strings.TrimSpace(string(b))
+		}()
+		e.run(t, alpha, "root", fmt.Sprintf("timeout 5 bash -c 'echo hello-host >/dev/tcp/%s'",
+			strings.Replace(ln.Addr().String(), ":", "/", 1)))
+		if msg := <-got; msg != "hello-host" {
+			t.Errorf("the host got %q from the VM", msg)
+		}
+		if mtu := e.run(t, alpha, "root", "cat /sys/class/net/eth0/mtu"); mtu != strconv.Itoa(h.MTU) {
+			t.Errorf("eth0 MTU %s, want the uplink's %d", mtu, h.MTU)
 		}
 	})
 
