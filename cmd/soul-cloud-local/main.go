@@ -1,7 +1,20 @@
-// Command soul-cloud-local is the zero-config CloudDriver plugin: it makes
-// lightweight "VMs" out of Linux namespaces on the host it runs on (see
-// package localcloud). The keeper starts it; run by hand it prints a hint.
-// It must run as root on Linux.
+// Command soul-cloud-local is the zero-config CloudDriver plugin: its VMs
+// are sets of Linux namespaces on the host it runs on, each with its own
+// address on a bridge, hostname, overlay root, cgroup limits and sshd.
+// The keeper starts it from its plugin dir or $PATH for providers with
+// driver "local":
+//
+//	{"name": "local", "driver": "local", "fqdn_suffix": "local.test",
+//	 "config": {"subnet": "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local"}}
+//
+// with profiles such as {"cpus": 1, "memory_mb": 512, "ssh_user": "root"}.
+// It needs root on Linux and the host's iproute2, util-linux and
+// openssh-server. VM root is host root: this is a convenience for demos,
+// tests and laptops, not a security boundary. Package localcloud
+// documents the config and profile keys, the userdata it honours, what it
+// leaves on the host, and its limits.
+//
+// Run by hand, without a keeper, it prints a hint and exits.
 package main
 
 import (
@@ -10,7 +23,8 @@ import (
 )
 
 func main() {
-	// The driver starts VMs by re-executing this binary.
+	// VMs are started by re-executing this binary; in one of those, this
+	// call never returns.
 	localcloud.RunIfChild()
 	driversdk.Serve(localcloud.New(localcloud.Options{}))
 }

@@ -1,0 +1,144 @@
+// Package localcloud is the zero-config cloud behind soul-cloud-local: a
+// driversdk.Driver whose "VMs" are sets of Linux namespaces on the host
+// the driver runs on. They boot in a fraction of a second, cost a few
+// megabytes each, answer SSH with the keeper's key and run apt, which
+// makes them right for demos, tests and laptops.
+//
+// It is a convenience, not a security boundary. Root in a VM is root on
+// the host: it keeps every capability, can write the host's /proc/sys, make
+// device nodes and read the host's files through the lower layer of its
+// root (the host's /root, /etc/shadow and SSH host keys are readable in a
+// VM built on the live /). Run only what you would run on the host itself.
+//
+// # What a VM is
+//
+//   - Network: its own network namespace whose eth0 (a veth pair, the host
+//     end on the driver's bridge) has the next free address of the
+//     subnet, a MAC derived from that address (so an address used again
+//     never meets a stale neighbour entry) and the MTU of the host's uplink;
+//     the default route is the bridge's address, the subnet's first one.
+//     Outbound traffic is masqueraded (nftables), so apt works inside;
+//     nothing from outside the host reaches a VM.
+//   - Hostname: the FQDN the keeper asked for (CreateRequest.Names), or
+//     <vm-id>.<fqdn_suffix> (default suffix local.test), in its own UTS
+//     namespace and in its /etc/hostname and /etc/hosts.
+//   - Root: an overlayfs in its own mount namespace, whose lower layer is
+//     the host's live / (only the root filesystem, not the mounts on it)
+//     or the profile's base_root, and whose upper layer, under the state
+//     dir, takes every change: packages installed in a VM are in that VM
+//     only. Fresh /proc (its own PID namespace), /sys (its own links;
+//     /sys/fs/cgroup rooted at its own cgroup), /dev (null, zero, full,
+//     random, urandom, tty, a private devpts, /dev/shm, /dev/mqueue), /run
+//     and /tmp; the driver's state dir is hidden under an empty read-only
+//     tmpfs.
+//   - Limits: a cgroup with the profile's cpus (CFS quota) and memory_mb
+//     (memory limit, no swap), on cgroup v2 hosts and on v1 or hybrid ones;
+//     Resize rewrites them while the VM runs.
+//   - sshd: the root's own /usr/sbin/sshd with a config, an ed25519 host
+//     key (reported as the attribute ssh_host_key, for pinning) and
+//     authorized keys of the VM's own under /etc/soulstack-local. It
+//     trusts the request's AuthorizedKeys and the userdata's
+//     ssh_authorized_keys for ssh_user only (root by default), keys only,
+//     no passwords; ~/.ssh/authorized_keys files are not read.
+//   - PID 1: an init (this same binary, re-executed) that applies the
+//     userdata, runs sshd, reaps orphans and on SIGTERM stops every process
+//     of the VM. There is no systemd: package scripts start no services
+//     (/usr/sbin/policy-rc.d exits 101), start them yourself.
+//
+// # Provider config and profile
+//
+// The provider config (driversdk.Provider.Config) takes two optional keys:
+//
+//	{"subnet": "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local"}
+//
+// subnet is the bridge's IPv4 network (/8 to /29). When set, a subnet that
+// overlaps any route (in every routing table) or address on the host is
+// refused with profile.invalid, field config.subnet; when not set, the
+// driver takes the first of 10.213.0.0/24, 10.213.1.0/24, … that overlaps
+// nothing. The subnet stays while the state dir has VMs. state_dir holds
+// the driver's state and the VMs' upper layers; put it on a filesystem
+// overlayfs accepts as an upper layer (not on overlayfs itself). Several
+// drivers with different state dirs can share a host: each has its own
+// bridge and table.
+//
+// The profile spec takes four optional keys; any other is profile.invalid
+// naming the key:
+//
+//	{"cpus": 1, "memory_mb": 512, "ssh_user": "root", "base_root": "/srv/soulstack/bookworm"}
+//
+//   - cpus: a number of CPUs, fractions allowed (default 1).
+//   - memory_mb: a whole number of megabytes, at least 64 (default 1024).
+//   - ssh_user: the user the keys log in as (default root). A user the
+//     root filesystem lacks is made at first boot, with a home, no
+//     password and, when sudo is installed, password-less sudo.
+//   - base_root: build the VMs' root on this directory instead of the
+//     host's live /. The driver never writes to it; it needs /bin/sh,
+//     /usr/sbin/sshd, and useradd for an ssh_user it lacks. The live /
+//     changes under running VMs (a host upgrade leaves a VM's copied-up
+//     dpkg status out of step with the files it sees), so for VMs that live
+//     long or install packages, make an immutable base once, for example
+//     debootstrap --include=openssh-server,iproute2,sudo bookworm /srv/soulstack/bookworm,
+//     and point base_root at it.
+//
+// Resize takes the same keys; cpus and memory_mb change live (no downtime),
+// the ones it leaves out stay, and ssh_user and base_root cannot change.
+//
+// # Userdata
+//
+// A VM's cloud-init userdata is honoured at its first boot, as cloud-init
+// would: a #cloud-config document's write_files (path, content, encoding
+// b64/gzip/gz+b64, permissions, owner, append, defer) and
+// ssh_authorized_keys before sshd starts, then deferred files and runcmd
+// (strings as shell lines, lists as argv) or a #! script after, with their
+// output in /var/log/cloud-init-output.log, and last
+// /var/lib/cloud/instance/boot-finished. Create returns when sshd answers,
+// so wait for that file before relying on runcmd's work. Other
+// cloud-config keys and userdata formats are refused (userdata.invalid)
+// rather than silently skipped.
+//
+// # State and what stays on the host
+//
+// Everything the driver knows is in the state dir (vms/<id>/vm.json with
+// the VM's tags soulstack.run_id and soulstack.request_id, address, spec,
+// cgroups and init PID), under a flock(2), so a new driver process (the
+// keeper restarts crashed plugins) knows the VMs of the old one, and List
+// reports each running or stopped. VMs do not die with the driver: their
+// inits lead sessions of their own and are nobody's children but the
+// driver's while it lives (it is their subreaper, to reap them at once on
+// Destroy). A repeated Create with the same RequestID returns the VMs the
+// first one made.
+//
+// With VMs up, the host has the bridge soulbr<id> and the table
+// inet soulstack_local_<id> (<id> derived from the state dir), IPv4
+// forwarding on, and cgroups named soulstack-local/<vm-id> (on v1 below the
+// driver's own cgroup in every hierarchy, on v2 at the root). Destroy kills
+// a VM's init (its PID namespace, and with it every process and mount of
+// the VM, goes too), removes its link, neighbour entry, cgroups and
+// directory, and remembers the ID so that destroying it again succeeds;
+// when the state dir's last VM goes, so do the bridge, the table and the
+// cgroup parents, and forwarding is set back to what it was before any
+// local driver changed it. What remains is the state dir itself, with the
+// list of destroyed IDs, and /run/soulstack-local/host.lock.
+//
+// # Requirements
+//
+// Linux 5.3 or later, root, ip (iproute2), nsenter (util-linux), sshd
+// (openssh-server) in the VMs' root, and kernel support for overlayfs,
+// nf_tables with NAT, veth and bridges. A host that lacks one answers
+// ValidateProfile and Create with driver.unavailable, saying what is
+// missing, before anything is made; other systems than Linux always do.
+//
+// # Limits
+//
+// IPv4 only. A VM does not restart: after a host reboot its state is
+// stopped and it can only be destroyed. Software that needs systemd as PID 1
+// does not run. Docker inside a VM falls back to its vfs storage driver
+// (overlay2 cannot stack on the VM's overlay root). A host firewall whose
+// forward chain drops by default (Docker's iptables rules, for one) also
+// drops the VMs' outbound traffic. On cgroup v2 the driver enables the cpu,
+// memory and pids controllers in the root cgroup and leaves them on.
+//
+// Drivers re-execute their own binary to start VMs, so a program that
+// serves this driver calls RunIfChild first thing in main (and tests that
+// make VMs, in TestMain).
+package localcloud
