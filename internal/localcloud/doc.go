@@ -66,6 +66,8 @@
 //
 //	{"cpus": 1, "memory_mb": 512, "ssh_user": "root", "base_root": "/srv/soulstack/bookworm"}
 //
+// They are:
+//
 //   - cpus: a number of CPUs, fractions allowed (default 1).
 //   - memory_mb: a whole number of megabytes, at least 64 (default 1024).
 //   - ssh_user: the user the keys log in as (default root). A user the

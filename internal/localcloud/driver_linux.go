@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"iter"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -34,7 +33,7 @@ func (d *Driver) checkHost(ctx context.Context, cfg Config, spec Spec) error {
 		return unavailable("the local driver must run as root: it makes network namespaces, a bridge, mounts and cgroups (running as uid %d)", uid)
 	}
 	for tool, pkg := range map[string]string{"ip": "iproute2", "nsenter": "util-linux"} {
-		if _, err := exec.LookPath(tool); err != nil {
+		if _, err := toolPath(tool); err != nil {
 			return unavailable("%s is not installed (apt-get install %s)", tool, pkg)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -20,10 +21,29 @@ import (
 // errNoDevice is what deleting a link that is already gone reports.
 var errNoDevice = errors.New("no such device")
 
+// toolPath finds a host tool in $PATH or, since the keeper may start the
+// driver with a PATH that lacks them, in the usual system directories.
+func toolPath(name string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: not found in $PATH or the system directories", name)
+}
+
 // run runs a host tool and returns its standard output; a failure carries
 // the tool's standard error.
 func run(ctx context.Context, stdin string, name string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
+	path, err := toolPath(name)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
