@@ -221,7 +221,11 @@ func addVMLink(ctx context.Context, h *hostState, v *vmRecord, pid int) error {
 	}
 	batch := fmt.Sprintf("link set lo up\naddr add %s dev eth0\nlink set eth0 up\nroute add default via %s\n",
 		netip.PrefixFrom(v.IP, h.Subnet.Bits()), h.gateway())
-	_, err := run(ctx, batch, "nsenter", "--net=/proc/"+strconv.Itoa(pid)+"/ns/net", "--", "ip", "-batch", "-")
+	ip, err := toolPath("ip") // nsenter's own PATH lookup may not find it
+	if err != nil {
+		return err
+	}
+	_, err = run(ctx, batch, "nsenter", "--net=/proc/"+strconv.Itoa(pid)+"/ns/net", "--", ip, "-batch", "-")
 	return err
 }
 
