@@ -71,6 +71,9 @@ func detectCgroups() (cgroupHost, error) {
 			if m.root != "/" {
 				own = strings.TrimPrefix(own, m.root)
 			}
+			if m.tracking() {
+				own = "/"
+			}
 			h.parents = append(h.parents, filepath.Join(m.point, own, cgroupParent))
 			if slices.Contains(m.controllers, "memory") {
 				memory = true
@@ -93,6 +96,23 @@ type cgroupMount struct {
 	root        string
 	v2          bool
 	controllers []string // v1: cpu, memory, name=systemd…
+}
+
+// tracking reports whether m is a hierarchy without controllers
+// (name=systemd, or the unified one of a hybrid host), which an init
+// system uses to track and kill a service's processes: VM cgroups there
+// go at the root, so that stopping the service that runs the driver does
+// not take its VMs down.
+func (m cgroupMount) tracking() bool {
+	if m.v2 {
+		return true
+	}
+	for _, c := range m.controllers {
+		if !strings.HasPrefix(c, "name=") && c != "xattr" && c != "none" {
+			return false
+		}
+	}
+	return true
 }
 
 // serves reports whether m is the hierarchy of a /proc/self/cgroup line
