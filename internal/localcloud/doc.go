@@ -112,8 +112,10 @@
 //
 // With VMs up, the host has the bridge soulbr<id> and the table
 // inet soulstack_local_<id> (<id> derived from the state dir), IPv4
-// forwarding on, and cgroups named soulstack-local/<vm-id> (on v1 below the
-// driver's own cgroup in every hierarchy, on v2 at the root). Destroy kills
+// forwarding on, and cgroups named soulstack-local/<vm-id> (on v1 in every
+// hierarchy, below the driver's own cgroup in those with controllers and
+// at the root of the others, which init systems use to track services; on
+// v2 at the root). Destroy kills
 // a VM's init (its PID namespace, and with it every process and mount of
 // the VM, goes too), removes its link, neighbour entry, cgroups and
 // directory, and remembers the ID so that destroying it again succeeds;
