@@ -127,15 +127,21 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 		return infos(have), nil
 	}
 
-	h, err := ensureHost(ctx, st, p.cfg)
-	if err != nil {
+	// undoHost removes the host network again when this call set it up
+	// and then failed before making a VM.
+	undoHost := func() {
 		if len(all) == 0 {
 			_ = teardownHost(context.WithoutCancel(ctx), st)
 		}
+	}
+	h, err := ensureHost(ctx, st, p.cfg)
+	if err != nil {
+		undoHost()
 		return nil, err
 	}
 	cg, err := detectCgroups()
 	if err != nil {
+		undoHost()
 		return nil, unavailable("%v", err)
 	}
 	used := map[string]bool{}
@@ -156,9 +162,7 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 			ip, ok = next()
 		}
 		if !ok {
-			if len(all) == 0 {
-				_ = teardownHost(context.WithoutCancel(ctx), st)
-			}
+			undoHost()
 			return nil, &driversdk.Error{Code: codeQuota, Message: fmt.Sprintf("subnet %s has no free address for %d more VMs", h.Subnet, req.Count-len(have))}
 		}
 		id := newVMID()

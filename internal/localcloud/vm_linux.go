@@ -275,7 +275,7 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 
 	deadline, ok := ctx.Deadline()
 	if !ok {
-		deadline = time.Now().Add(DefaultBootTimeout)
+		deadline = time.Now().Add(bootTimeout)
 	}
 	_ = stR.SetReadDeadline(deadline)
 	status := bufio.NewReader(stR)
@@ -330,8 +330,8 @@ func becomeSubreaper() {
 	subreaper.Do(func() { _ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) })
 }
 
-// DefaultBootTimeout bounds a VM's boot when the context has no deadline.
-const DefaultBootTimeout = 60 * time.Second
+// bootTimeout bounds a VM's boot when the context has no deadline.
+const bootTimeout = 60 * time.Second
 
 // waitSSH waits until the VM's sshd sends its banner to the host.
 func waitSSH(ctx context.Context, ip netip.Addr, deadline time.Time) error {
