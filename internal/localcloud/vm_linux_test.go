@@ -580,3 +580,29 @@ func TestSubnet(t *testing.T) {
 		}
 	})
 }
+
+// TestSubnetFull asks for more VMs than a /29 holds: quota.exceeded,
+// before anything is made.
+func TestSubnetFull(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	used, err := hostNetworks(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subnet netip.Prefix
+	for third := 255; third > 0 && !subnet.IsValid(); third-- {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 223, byte(third), 0}), 29)
+		if len(conflicts(p, used, "")) == 0 {
+			subnet = p
+		}
+	}
+	e := newEnv(t, map[string]any{"subnet": subnet.String()})
+	_, err = e.d.Create(context.Background(), driversdk.CreateRequest{Provider: e.prov, Count: 6,
+		AuthorizedKeys: []string{e.key.authorized}})
+	wantCode(t, err, "quota.exceeded")
+	t.Log(err)
+	if after := snapshot(t, e.dir, nil); len(after) != 0 {
+		t.Errorf("a refused Create left:\n%s", strings.Join(after, "\n"))
+	}
+}
