@@ -208,7 +208,7 @@ func (w testWriter) Write(b []byte) (int, error) {
 // time): its bridge and its VMs' links, routes and neighbours on the
 // bridge, its nft table, mounts under the state dir, its cgroups, the
 // processes of its VMs (zombies included), its VM directories and host
-// record, and named network namespaces.
+// record, and named network namespaces with its names.
 func snapshot(t testing.TB, stateDir string, vmIDs []string) []string {
 	t.Helper()
 	inst := instanceID(stateDir)
@@ -254,7 +254,13 @@ func snapshot(t testing.TB, stateDir string, vmIDs []string) []string {
 			add("neigh", l)
 		}
 	}
-	add("netns", cmd("ip", "netns", "list")...)
+	// The VMs' network namespaces are anonymous (they live and die with
+	// their init); a named one of this driver's would be a leak.
+	for _, l := range cmd("ip", "netns", "list") {
+		if mine(l) {
+			add("netns", l)
+		}
+	}
 	if ok, err := tableExists(tablePrefix + inst); err != nil {
 		t.Fatal(err)
 	} else if ok {

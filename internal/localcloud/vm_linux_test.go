@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -605,4 +606,119 @@ func TestSubnetFull(t *testing.T) {
 	if after := snapshot(t, e.dir, nil); len(after) != 0 {
 		t.Errorf("a refused Create left:\n%s", strings.Join(after, "\n"))
 	}
+}
+
+// TestNAT stands up an "outside" network namespace behind a veth of the
+// host's, as the Internet would be behind its uplink, and checks that a
+// VM reaches it masqueraded behind the host's address (what apt needs),
+// while the outside cannot open connections to the VM. Only namespaces
+// the test makes are involved.
+func TestNAT(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	ctx := context.Background()
+	used, err := hostNetworks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var link netip.Prefix
+	for third := 255; third > 0 && !link.IsValid(); third-- {
+		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 222, byte(third), 0}), 30)
+		if len(conflicts(p, used, "")) == 0 {
+			link = p
+		}
+	}
+	hostIP, outsideIP := link.Addr().Next(), link.Addr().Next().Next()
+	tag := fmt.Sprintf("%04x", os.Getpid()&0xffff)
+	ns, hostEnd := "soulnat-test-"+tag, "snath"+tag
+	mustRun := func(args ...string) {
+		t.Helper()
+		if _, err := run(ctx, "", args[0], args[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRun("ip", "netns", "add", ns)
+	t.Cleanup(func() {
+		if _, err := run(ctx, "", "ip", "netns", "del", ns); err != nil {
+			t.Error(err)
+		}
+	})
+	mustRun("ip", "link", "add", hostEnd, "type", "veth", "peer", "name", "eth0", "netns", ns)
+	t.Cleanup(func() { _ = delLink(ctx, hostEnd) })
+	mustRun("ip", "addr", "add", netip.PrefixFrom(hostIP, 30).String(), "dev", hostEnd)
+	mustRun("ip", "link", "set", hostEnd, "up")
+	mustRun("ip", "-n", ns, "addr", "add", netip.PrefixFrom(outsideIP, 30).String(), "dev", "eth0")
+	mustRun("ip", "-n", ns, "link", "set", "eth0", "up")
+	mustRun("ip", "-n", ns, "link", "set", "lo", "up")
+
+	e := newEnv(t, nil)
+	vm := e.create(t, driversdk.CreateRequest{RequestID: "nat"})[0]
+
+	// Outbound: the outside sees the host's address, not the VM's.
+	ln, err := inNetns(ns, func() (net.Listener, error) { return net.Listen("tcp", netip.AddrPortFrom(outsideIP, 0).String()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type conn struct {
+		from, msg string
+	}
+	got := make(chan conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- conn{msg: err.Error()}
+			return
+		}
+		defer c.Close()
+		b, _ := io.ReadAll(io.LimitReader(c, 64))
+		got <- conn{from: c.RemoteAddr().(*net.TCPAddr).IP.String(), msg: strings.TrimSpace(string(b))}
+	}()
+	e.run(t, vm, "root", fmt.Sprintf("timeout 5 bash -c 'echo via-nat >/dev/tcp/%s/%d'", outsideIP, ln.Addr().(*net.TCPAddr).Port))
+	c := <-got
+	if c.msg != "via-nat" || c.from != hostIP.String() {
+		t.Errorf("the outside got %q from %s; want via-nat from the host's %s (masqueraded)", c.msg, c.from, hostIP)
+	}
+
+	// Inbound: even with a route to the VMs, the outside cannot connect.
+	h, err := store{dir: e.dir}.loadHost()
+	if err != nil || h == nil {
+		t.Fatal(err)
+	}
+	mustRun("ip", "-n", ns, "route", "add", h.Subnet.String(), "via", hostIP.String())
+	_, err = inNetns(ns, func() (net.Conn, error) {
+		return net.DialTimeout("tcp", netip.AddrPortFrom(netip.MustParseAddr(vm.PrimaryIP), 22).String(), time.Second)
+	})
+	if err == nil {
+		t.Error("a connection from outside the host reached the VM's sshd")
+	}
+}
+
+// inNetns runs f on an OS thread that has entered the named network
+// namespace; sockets it makes stay in that namespace. The thread is
+// thrown away afterwards.
+func inNetns[T any](name string, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		var zero T
+		fd, err := unix.Open("/run/netns/"+name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- result{zero, err}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			ch <- result{zero, err}
+			return
+		}
+		v, err := f()
+		ch <- result{v, err}
+	}()
+	r := <-ch
+	return r.v, r.err
 }
