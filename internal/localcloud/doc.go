@@ -104,7 +104,9 @@
 // the VM's tags soulstack.run_id and soulstack.request_id, address, spec,
 // cgroups and init PID), under a flock(2), so a new driver process (the
 // keeper restarts crashed plugins) knows the VMs of the old one, and List
-// reports each running or stopped. VMs do not die with the driver: their
+// reports each running or stopped. A VM's init logs to vms/<id>/init.log
+// there; inside the VM, sshd logs to /var/log/soulstack-local-sshd.log.
+// VMs do not die with the driver: their
 // inits lead sessions of their own and are nobody's children but the
 // driver's while it lives (it is their subreaper, to reap them at once on
 // Destroy). A repeated Create with the same RequestID returns the VMs the
