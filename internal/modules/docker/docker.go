@@ -1,14 +1,21 @@
 // Package docker declares core.docker.installed, which installs Docker
 // Engine on Debian and Ubuntu souls.
 //
-// Run is not implemented in this build: it returns an error with code
-// module.not_implemented. The declaration is registered so that scenarios
-// using the module validate and the catalog lists it.
+// Run does its work in one SSH round trip: a shell script (installed.sh)
+// installs the engine when `docker --version` fails, adds the users to the
+// docker group, starts and verifies the engine as asked, and reports what
+// it did as JSON.
 package docker
 
 import (
+	"bytes"
 	"context"
+	_ "embed"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
 
 	"github.com/soulstack/soulstack/internal/module"
 )
@@ -21,7 +28,27 @@ func init() { module.Register(new(Installed)) }
 // Installed is the core.docker.installed state.
 type Installed struct{}
 
-var _ module.Module = (*Installed)(nil)
+var (
+	_ module.Module    = (*Installed)(nil)
+	_ module.Validator = (*Installed)(nil)
+)
+
+// Error codes of core.docker.installed.
+const (
+	// CodeInstallFailed means installing the Docker packages failed.
+	CodeInstallFailed = "docker.install_failed"
+	// CodeVerifyFailed means the engine did not answer docker info, or
+	// docker run hello-world failed.
+	CodeVerifyFailed = "docker.verify_failed"
+	// CodeUserNotFound means a user to add to the docker group does not
+	// exist on the soul.
+	CodeUserNotFound = "docker.user_not_found"
+	// CodeFailed is any other failure on the soul.
+	CodeFailed = "docker.failed"
+)
+
+// userRE matches a Linux user name as useradd accepts it by default.
+var userRE = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,30}[$]?$`)
 
 // InstalledParams are the params of core.docker.installed.
 type InstalledParams struct {
@@ -47,15 +74,16 @@ func (*Installed) Info() module.Info {
 			{Name: "compose", Type: module.TypeBool, Default: true, Doc: "Also install the Compose plugin."},
 			{Name: "source", Type: module.TypeString, Default: "docker", Enum: []string{"docker", "distro"}, Doc: "Where the packages come from."},
 			{Name: "users", Type: module.TypeList, Elem: module.TypeString, DefaultDoc: "the connecting user", Doc: "Users to add to the docker group."},
-			{Name: "verify", Type: module.TypeString, Default: "hello-world", Enum: []string{"hello-world", "daemon"}, Doc: "How to check the result: run the hello-world image (needs a registry), or only ask the daemon for its version."},
+			{Name: "verify", Type: module.TypeString, Default: "hello-world", Enum: []string{"hello-world", "daemon"}, Doc: "How to check the result: run the hello-world image after an install (needs a registry), or make sure the engine answers `docker info`, starting it when it does not (also when Docker was already installed)."},
 		},
 		Output: []module.Field{
 			{Name: "status", Type: "string", Doc: "ok, or already_installed."},
 			{Name: "docker_version", Type: "string", Doc: "Output of docker --version."},
-			{Name: "compose", Type: "bool", Doc: "Whether the Compose plugin is installed."},
+			{Name: "compose", Type: "bool", Doc: "Whether Compose works (`docker compose` or `docker-compose`)."},
+			{Name: "users_added", Type: "array<string>", Doc: "Users this run added to the docker group."},
 		},
-		ChangesWhen:   "Docker was installed, or a user was added to the docker group.",
-		UnchangedWhen: "`docker --version` already worked and every user was in the docker group.",
+		ChangesWhen:   "Docker was installed, the docker group was created, a user was added to it, or the engine was started.",
+		UnchangedWhen: "`docker --version` already worked, every user was in the docker group and, with `verify: daemon`, the engine answered.",
 		Example: `- name: docker
   on: web-1.local.test
   module: core.docker.installed
@@ -65,12 +93,120 @@ func (*Installed) Info() module.Info {
 		Notes: []string{
 			"Drift is not tracked: if Docker is removed later, nothing notices until the scenario runs again.",
 			"Group membership takes effect at the user's next login.",
+			"When Docker is already installed nothing is installed, not even Compose: `compose` in the output says whether it works.",
+			"`source: docker` needs download.docker.com; `source: distro` works with the distribution's mirror (docker.io, and docker-compose-v2 or docker-compose).",
+			"Without systemd (containers, local VMs) the engine is started with its init script or as a detached dockerd; nothing starts it again at boot.",
 		},
 	}
 }
 
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Installed) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(InstalledID)
+// ValidateParams checks the user names.
+func (*Installed) ValidateParams(v module.Values) error {
+	x, ok := v.Get("users")
+	if !ok {
+		return nil
+	}
+	list, _ := x.([]any)
+	var errs []error
+	for i, u := range list {
+		if s, _ := u.(string); !userRE.MatchString(s) {
+			errs = append(errs, module.Invalid("users", "param \"users\": element %d is %q, not a user name", i, s))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// installScript is the shell script Run sends to the soul.
+//
+//go:embed installed.sh
+var installScript string
+
+// report is the JSON line installed.sh prints when it succeeds.
+type report struct {
+	Changed       bool     `json:"changed"`
+	Installed     bool     `json:"installed"`
+	DaemonStarted bool     `json:"daemon_started"`
+	Compose       bool     `json:"compose"`
+	UsersAdded    []string `json:"users_added"`
+	DockerVersion string   `json:"docker_version"`
+}
+
+// command returns the command Run sends to the soul for p.
+func command(p InstalledParams) module.Command {
+	source, verify := p.Source, p.Verify
+	if source == "" {
+		source = "docker"
+	}
+	if verify == "" {
+		verify = "hello-world"
+	}
+	argv := []string{"/bin/sh", "-c", installScript, "sh", fmt.Sprint(p.Compose), source, verify}
+	return module.Command{Argv: append(argv, p.Users...)}
+}
+
+// Run makes sure Docker is installed on the soul, in one command. It fails
+// with docker.install_failed, docker.verify_failed, docker.user_not_found
+// or docker.failed.
+func (m *Installed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p InstalledParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	var v module.Values
+	users := make([]any, len(p.Users))
+	for i, u := range p.Users {
+		users[i] = u
+	}
+	v.Set("users", users)
+	if err := m.ValidateParams(v); err != nil {
+		return module.Result{}, err
+	}
+	switch {
+	case p.Source != "" && p.Source != "docker" && p.Source != "distro":
+		return module.Result{}, module.Invalid("source", "param \"source\" is %q; want docker or distro", p.Source)
+	case p.Verify != "" && p.Verify != "hello-world" && p.Verify != "daemon":
+		return module.Result{}, module.Invalid("verify", "param \"verify\" is %q; want hello-world or daemon", p.Verify)
+	}
+	res, err := t.Exec(ctx, command(p))
+	if err != nil {
+		return module.Result{}, err
+	}
+	if res.ExitCode != 0 {
+		code := CodeFailed
+		switch res.ExitCode {
+		case 10:
+			code = CodeInstallFailed
+		case 11:
+			code = CodeVerifyFailed
+		case 12:
+			code = CodeUserNotFound
+		}
+		msg := strings.TrimSpace(string(res.Stderr))
+		if msg == "" {
+			msg = fmt.Sprintf("exit status %d", res.ExitCode)
+		}
+		return module.Result{}, &module.Error{Code: code, Message: msg}
+	}
+	out := bytes.TrimSpace(res.Stdout)
+	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
+		out = out[i+1:]
+	}
+	var r report
+	if err := json.Unmarshal(out, &r); err != nil {
+		return module.Result{}, &module.Error{Code: CodeFailed, Message: fmt.Sprintf("unreadable report from the soul: %q", out), Err: err}
+	}
+	status := "already_installed"
+	if r.Installed {
+		status = "ok"
+	}
+	added := r.UsersAdded
+	if added == nil {
+		added = []string{}
+	}
+	return module.Result{Changed: r.Changed, Output: map[string]any{
+		"status":         status,
+		"docker_version": r.DockerVersion,
+		"compose":        r.Compose,
+		"users_added":    added,
+	}}, nil
 }

@@ -1,0 +1,148 @@
+# core.docker.installed, run as root with /bin/sh on the soul in one round
+# trip. Arguments: compose (true|false), source (docker|distro), verify
+# (hello-world|daemon), then the users to add to the docker group (none:
+# the connecting user, SUDO_USER under sudo, unless it is root). The last
+# line of standard output is a JSON report; errors go to standard error
+# with exit status 10 (install failed), 11 (verify failed), 12 (a user
+# does not exist) or 1 (anything else).
+set -u
+umask 022
+cd /
+compose=$1 source=$2 verify=$3
+shift 3
+export DEBIAN_FRONTEND=noninteractive
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf -- "$tmp"' EXIT
+
+changed=false installed=false daemon_started=false users_added=
+
+fail() {
+	code=$1
+	shift
+	printf '%s\n' "$*" >&2
+	exit "$code"
+}
+
+apt_get() {
+	apt-get -q -y -o DPkg::Lock::Timeout=300 "$@" >>"$tmp/apt.log" 2>&1
+}
+
+apt_install() {
+	apt_get install "$@" || fail 10 "apt-get install $*: $(tail -n 5 "$tmp/apt.log")"
+}
+
+# has_candidate PACKAGE reports whether apt can install PACKAGE.
+has_candidate() {
+	c=$(apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ {print $2}')
+	[ -n "$c" ] && [ "$c" != "(none)" ]
+}
+
+compose_ok() {
+	docker compose version >/dev/null 2>&1 || docker-compose --version >/dev/null 2>&1
+}
+
+daemon_ok() {
+	timeout 30 docker info >/dev/null 2>"$tmp/info"
+}
+
+# start_daemon starts the engine through systemd, the init script or, with
+# neither, dockerd in its own session; it fails when there is no engine.
+start_daemon() {
+	if [ -d /run/systemd/system ] && systemctl cat docker.service >/dev/null 2>&1; then
+		systemctl enable --now docker.service >"$tmp/start" 2>&1 || return 1
+	elif [ -x /etc/init.d/docker ]; then
+		/etc/init.d/docker start >"$tmp/start" 2>&1 || return 1
+	elif command -v dockerd >/dev/null 2>&1; then
+		setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+	else
+		printf 'no Docker engine (dockerd) is installed\n' >"$tmp/start"
+		return 1
+	fi
+	i=0
+	while [ "$i" -lt 60 ]; do
+		daemon_ok && return 0
+		sleep 0.5
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# install_docker installs the engine from Docker's apt repository or the
+# distribution's packages.
+install_docker() {
+	apt_get update || true
+	if [ "$source" = distro ]; then
+		pkgs=docker.io
+		if [ "$compose" = true ]; then
+			if has_candidate docker-compose-v2; then pkgs="$pkgs docker-compose-v2"; else pkgs="$pkgs docker-compose"; fi
+		fi
+	else
+		# shellcheck disable=SC1091
+		. /etc/os-release
+		case "$ID ${ID_LIKE:-}" in
+		ubuntu* | *" ubuntu"*) dist=ubuntu codename=${UBUNTU_CODENAME:-${VERSION_CODENAME:-}} ;;
+		debian* | *" debian"*) dist=debian codename=${VERSION_CODENAME:-} ;;
+		*) fail 10 "source docker supports Debian and Ubuntu, not $ID; use source distro" ;;
+		esac
+		[ -n "$codename" ] || fail 10 "no release codename in /etc/os-release"
+		command -v curl >/dev/null 2>&1 || apt_install ca-certificates curl
+		install -d -m 0755 /etc/apt/keyrings
+		curl -fsSL -o /etc/apt/keyrings/docker.asc.new "https://download.docker.com/linux/$dist/gpg" ||
+			fail 10 "download Docker's apt repository key from download.docker.com failed"
+		chmod 0644 /etc/apt/keyrings/docker.asc.new && mv /etc/apt/keyrings/docker.asc.new /etc/apt/keyrings/docker.asc
+		printf 'deb [arch=%s signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/%s %s stable\n' \
+			"$(dpkg --print-architecture)" "$dist" "$codename" >/etc/apt/sources.list.d/docker.list
+		apt_get update || fail 10 "apt-get update with Docker's repository: $(tail -n 5 "$tmp/apt.log")"
+		pkgs="docker-ce docker-ce-cli containerd.io"
+		[ "$compose" = true ] && pkgs="$pkgs docker-compose-plugin"
+	fi
+	# shellcheck disable=SC2086
+	apt_install $pkgs
+}
+
+if [ $# -eq 0 ]; then
+	u=${SUDO_USER:-$(id -un)}
+	[ "$u" = root ] || set -- "$u"
+fi
+for u in "$@"; do
+	id -u "$u" >/dev/null 2>&1 || fail 12 "user $u does not exist"
+done
+
+if ! docker --version >/dev/null 2>&1; then
+	install_docker
+	installed=true changed=true
+	docker --version >/dev/null 2>&1 || fail 10 "docker --version fails after the install"
+fi
+
+if [ $# -gt 0 ]; then
+	if ! getent group docker >/dev/null; then
+		groupadd --system docker || fail 1 "groupadd docker failed"
+		changed=true
+	fi
+	for u in "$@"; do
+		if ! id -nG "$u" | tr ' ' '\n' | grep -qx docker; then
+			usermod -aG docker "$u" || fail 1 "usermod -aG docker $u failed"
+			users_added="$users_added${users_added:+,}\"$u\""
+			changed=true
+		fi
+	done
+fi
+
+# A fresh install is verified as asked; an existing one only when verify
+# is daemon (the engine must answer docker info).
+if [ "$installed" = true ] || [ "$verify" = daemon ]; then
+	if ! daemon_ok; then
+		start_daemon || fail 11 "the Docker daemon does not answer docker info: $(tail -n 3 "$tmp/info")$(tail -n 3 "$tmp/start" 2>/dev/null | sed 's/^/; start: /')"
+		daemon_started=true changed=true
+	fi
+	if [ "$installed" = true ] && [ "$verify" = hello-world ]; then
+		timeout 300 docker run --rm hello-world >"$tmp/hello" 2>&1 ||
+			fail 11 "docker run --rm hello-world failed: $(tail -n 5 "$tmp/hello")"
+	fi
+fi
+
+version=$(docker --version 2>/dev/null | tr -d '"\\')
+has_compose=false
+compose_ok && has_compose=true
+printf '{"changed":%s,"installed":%s,"daemon_started":%s,"compose":%s,"users_added":[%s],"docker_version":"%s"}\n' \
+	"$changed" "$installed" "$daemon_started" "$has_compose" "$users_added" "$version"
