@@ -1,16 +1,23 @@
-// Package pkg declares core.pkg.installed and core.pkg.removed, which
-// manage apt packages on Debian and Ubuntu souls.
+// Package pkg declares and runs core.pkg.installed and core.pkg.removed,
+// which manage apt packages on Debian and Ubuntu souls.
 //
-// Run is not implemented in this build: it returns an error with code
-// module.not_implemented. The declarations are registered so that
-// scenarios using the modules validate and the catalog lists them.
+// Each run first asks the soul, in one round trip, which of the packages
+// are installed (dpkg-query for all of them at once) and how old the
+// package lists are; when nothing has to change, that is the only round
+// trip. Otherwise a second round trip updates the lists when they are
+// stale, drops packages apt has no candidate for, and installs or removes
+// the rest. A dpkg or apt lock held by another process (unattended-upgrades
+// on a fresh VM, say) is waited for, never broken.
+//
+// The package manager sits behind a small interface (manager) so that dnf
+// can follow apt.
 package pkg
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
+	"regexp"
 	"time"
 
 	"github.com/soulstack/soulstack/internal/module"
@@ -44,6 +51,7 @@ var (
 type InstalledParams struct {
 	Packages       []string `json:"packages"`
 	Update         bool     `json:"update"`
+	CacheValidTime string   `json:"cache_valid_time"`
 	LockRetries    int      `json:"lock_retries"`
 	LockRetryDelay string   `json:"lock_retry_delay"`
 }
@@ -58,31 +66,43 @@ type RemovedParams struct {
 
 // lockParams are the dpkg lock retry params both states share.
 var lockParams = []module.Param{
-	{Name: "lock_retries", Type: module.TypeInt, Default: 5, Doc: "How many times to retry while the dpkg lock is held (by unattended-upgrades, say)."},
-	{Name: "lock_retry_delay", Type: module.TypeString, Default: "15s", Doc: "Wait between dpkg lock retries, as a duration such as \"15s\"."},
+	{Name: "lock_retries", Type: module.TypeInt, Default: DefaultLockRetries, Doc: "How many times to retry while the dpkg or apt lock is held (by unattended-upgrades, say) before failing with `apt.locked`."},
+	{Name: "lock_retry_delay", Type: module.TypeString, Default: DefaultLockRetryDelay, Doc: "Wait between lock retries, as a duration such as \"15s\"."},
 }
 
-var packagesDoc = "apt package names, optionally with a version (`name=version`)."
+// Defaults of the params.
+const (
+	DefaultLockRetries    = 5
+	DefaultLockRetryDelay = "15s"
+	DefaultCacheValidTime = "1h"
+)
+
+var packagesDoc = "Debian package names, optionally with an architecture (`name:arch`) and a version (`name=version`)."
 
 // Info returns the declaration of core.pkg.installed.
 func (*Installed) Info() module.Info {
 	return module.Info{
 		ID:      InstalledID,
 		Summary: "Make sure apt packages are installed on each target soul.",
-		Description: "Runs `apt-get update` first when `update` is true, then " +
-			"`DEBIAN_FRONTEND=noninteractive apt-get install -y` for the missing packages, and checks each with dpkg.",
+		Description: "Asks dpkg which of the packages are installed, all at once; when none is missing nothing else runs. " +
+			"Otherwise it runs `apt-get update` when `update` is true and the package lists are older than `cache_valid_time`, " +
+			"leaves out the packages apt has no installation candidate for, and runs " +
+			"`DEBIAN_FRONTEND=noninteractive apt-get install -y` (keeping existing configuration files) for the rest.",
 		Side:       module.SideSoul,
 		Idempotent: true,
 		NeedsRoot:  true,
 		Params: append([]module.Param{
 			{Name: "packages", Type: module.TypeList, Elem: module.TypeString, Required: true, Doc: packagesDoc},
-			{Name: "update", Type: module.TypeBool, Default: true, Doc: "Run apt-get update before installing."},
+			{Name: "update", Type: module.TypeBool, Default: true, Doc: "Run apt-get update before installing, unless the package lists are younger than `cache_valid_time`. Nothing is updated when no package is missing."},
+			{Name: "cache_valid_time", Type: module.TypeString, DefaultDoc: DefaultCacheValidTime, Doc: "How old the package lists may be before `update` refreshes them, as a duration such as \"1h\"; \"0s\" always updates."},
 		}, lockParams...),
 		Output: []module.Field{
 			{Name: "status", Type: "string", Doc: "ok, or partial when some packages could not be installed."},
 			{Name: "installed", Type: "array<string>", Doc: "Packages this run installed."},
 			{Name: "already_installed", Type: "array<string>", Doc: "Packages that were already installed."},
 			{Name: "failed", Type: "array<string>", Doc: "Packages that could not be installed (not found, say)."},
+			{Name: "reasons", Type: "map<string,string>", Doc: "Why each package in `failed` failed."},
+			{Name: "cache_updated", Type: "bool", Doc: "Whether this run ran apt-get update."},
 		},
 		ChangesWhen:   "At least one package was installed.",
 		UnchangedWhen: "Every package was already installed.",
@@ -92,19 +112,22 @@ func (*Installed) Info() module.Info {
   params:
     packages: [git, curl]`,
 		Notes: []string{
-			"Some packages not found gives `status: partial` with them in `failed`; nothing installed at all fails the target with a readable message.",
+			"Some packages not found gives `status: partial` with them in `failed`; nothing installed at all fails the target with a readable message (code `apt.package_not_found` when apt knows none of them).",
+			"A dpkg or apt lock held by another process, or a running unattended-upgrade, is waited for (`lock_retries` x `lock_retry_delay`); the lock files are never deleted. A lock still held after the last try fails with `apt.locked`, naming the process that holds it.",
+			"The package lists are fresh when /var/lib/apt/periodic/update-success-stamp or /var/lib/apt/lists is younger than `cache_valid_time`; a successful update touches the stamp.",
 			"A host still booting is retried by the transport (3 tries, 10 s apart by default; see the step's `connect`).",
 		},
 	}
 }
 
-// ValidateParams checks the package names and the lock retry settings.
-func (*Installed) ValidateParams(v module.Values) error { return checkCommon(v) }
-
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Installed) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(InstalledID)
+// Run installs the missing packages. See the package doc for the round
+// trips.
+func (*Installed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p InstalledParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	return install(ctx, apt{}, t, p)
 }
 
 // Info returns the declaration of core.pkg.removed.
@@ -124,6 +147,7 @@ func (*Removed) Info() module.Info {
 			{Name: "removed", Type: "array<string>", Doc: "Packages this run removed."},
 			{Name: "already_absent", Type: "array<string>", Doc: "Packages that were not installed."},
 			{Name: "failed", Type: "array<string>", Doc: "Packages that could not be removed."},
+			{Name: "reasons", Type: "map<string,string>", Doc: "Why each package in `failed` failed."},
 		},
 		ChangesWhen:   "At least one package was removed.",
 		UnchangedWhen: "None of the packages was installed.",
@@ -132,17 +156,42 @@ func (*Removed) Info() module.Info {
   module: core.pkg.removed
   params:
     packages: [telnet]`,
+		Notes: []string{
+			"Packages apt does not know are reported in `already_absent`, not as failures.",
+			"Locks are waited for as in core.pkg.installed; a lock still held after the last try fails with `apt.locked`.",
+		},
 	}
+}
+
+// Run removes the installed packages among the given ones.
+func (*Removed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p RemovedParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	return remove(ctx, apt{}, t, p)
+}
+
+// packageRE is a Debian package name (policy 5.6.1), optionally with an
+// architecture qualifier and a version (policy 5.6.12). Glob characters,
+// which dpkg-query and apt would expand, are not allowed.
+var packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?(=[0-9][A-Za-z0-9.+~:-]*)?$`)
+
+// ValidateParams checks the package names, the lock retry settings and
+// cache_valid_time.
+func (*Installed) ValidateParams(v module.Values) error {
+	err := checkCommon(v)
+	if x, ok := v.Get("cache_valid_time"); ok {
+		s, _ := x.(string)
+		if d, perr := time.ParseDuration(s); perr != nil || d < 0 {
+			err = errors.Join(err, module.Invalid("cache_valid_time", "param \"cache_valid_time\" must be a duration such as \"1h\", got %q", s))
+		}
+	}
+	return err
 }
 
 // ValidateParams checks the package names and the lock retry settings.
 func (*Removed) ValidateParams(v module.Values) error { return checkCommon(v) }
-
-// Run is not implemented in this build; it returns a module.not_implemented
-// error.
-func (*Removed) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
-	return module.Result{}, module.NotImplemented(RemovedID)
-}
 
 func checkCommon(v module.Values) error {
 	var errs []error
@@ -153,8 +202,8 @@ func checkCommon(v module.Values) error {
 		}
 		for _, p := range list {
 			s, _ := p.(string)
-			if s == "" || strings.HasPrefix(s, "-") || strings.ContainsAny(s, " \t\n'\"") {
-				errs = append(errs, module.Invalid("packages", "param \"packages\": %q is not an apt package name", s))
+			if !packageRE.MatchString(s) {
+				errs = append(errs, module.Invalid("packages", "param \"packages\": %q is not a Debian package name", s))
 			}
 		}
 	}

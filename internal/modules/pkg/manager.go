@@ -1,0 +1,429 @@
+package pkg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/module"
+)
+
+// Codes of the errors the pkg states return.
+const (
+	// CodeLocked means a dpkg or apt lock was still held after the last
+	// retry; the message names the process holding it.
+	CodeLocked = "apt.locked"
+	// CodePackageNotFound means apt has no installation candidate for any
+	// of the missing packages.
+	CodePackageNotFound = "apt.package_not_found"
+	// CodeInstallFailed means no missing package could be installed, for
+	// another reason than not being found.
+	CodeInstallFailed = "apt.install_failed"
+	// CodeRemoveFailed means no installed package could be removed.
+	CodeRemoveFailed = "apt.remove_failed"
+	// CodeUpdateFailed means apt-get update failed.
+	CodeUpdateFailed = "apt.update_failed"
+	// CodeUnsupported means the soul has no package manager this build
+	// knows.
+	CodeUnsupported = "pkg.unsupported"
+	// CodeProtocol means the soul answered something the module could not
+	// read.
+	CodeProtocol = "pkg.protocol"
+)
+
+// manager is a package manager on a soul: apt today, dnf next. Each method
+// is one round trip to the soul.
+type manager interface {
+	// query reports the state of every package and the age of the
+	// package lists.
+	query(ctx context.Context, t module.Target, pkgs []spec) (snapshot, error)
+	// install installs pkgs, refreshing the package lists first when
+	// refresh is set. It returns a *lockedError, having changed nothing
+	// since the lists were refreshed, when another process holds the
+	// package manager's lock.
+	install(ctx context.Context, t module.Target, pkgs []spec, refresh bool) (outcome, error)
+	// remove removes pkgs (and their configuration files when purge is
+	// set), or returns a *lockedError like install.
+	remove(ctx context.Context, t module.Target, pkgs []spec, purge bool) (outcome, error)
+}
+
+// spec is one entry of the packages param: name[:arch][=version].
+type spec struct {
+	raw     string
+	name    string
+	arch    string
+	version string
+}
+
+func parseSpec(s string) spec {
+	p := spec{raw: s, name: s}
+	if i := strings.IndexByte(p.name, '='); i >= 0 {
+		p.name, p.version = p.name[:i], p.name[i+1:]
+	}
+	if i := strings.IndexByte(p.name, ':'); i >= 0 {
+		p.name, p.arch = p.name[:i], p.name[i+1:]
+	}
+	return p
+}
+
+// query returns the name the package manager knows the package by,
+// without the version.
+func (s spec) query() string {
+	if s.arch != "" {
+		return s.name + ":" + s.arch
+	}
+	return s.name
+}
+
+// record is the package database's entry for one package (one
+// architecture of it).
+type record struct {
+	name    string
+	arch    string
+	status  string // dpkg's, such as "install ok installed"
+	version string
+}
+
+func (r record) installed() bool { return strings.HasSuffix(r.status, " installed") }
+
+// configFiles reports a removed package whose configuration files remain.
+func (r record) configFiles() bool { return strings.HasSuffix(r.status, " config-files") }
+
+// states are the package database's records.
+type states []record
+
+// installed reports whether s is installed, in the version it asks for.
+func (st states) installed(s spec) bool {
+	return slices.ContainsFunc(st, func(r record) bool {
+		return s.matches(r) && r.installed() && (s.version == "" || s.version == r.version)
+	})
+}
+
+// present reports whether s is installed in any version, or, with
+// purge, has configuration files left.
+func (st states) present(s spec, purge bool) bool {
+	return slices.ContainsFunc(st, func(r record) bool {
+		return s.matches(r) && (r.installed() || purge && r.configFiles())
+	})
+}
+
+func (s spec) matches(r record) bool {
+	return r.name == s.name && (s.arch == "" || r.arch == s.arch || r.arch == "all")
+}
+
+// snapshot is what query found.
+type snapshot struct {
+	states states
+	// listsAge is the age of the package lists; hasLists is false when
+	// there are none (a fresh image), which always needs an update.
+	listsAge time.Duration
+	hasLists bool
+}
+
+// outcome is what install or remove did.
+type outcome struct {
+	// updated reports that the package lists were refreshed.
+	updated bool
+	// states are the records of the packages afterwards.
+	states states
+	// failed maps the packages that failed (by their spec) to why.
+	failed map[string]string
+	// notFound are the packages the package manager has no candidate for.
+	notFound []string
+}
+
+// lockedError means another process holds the package manager's lock.
+type lockedError struct {
+	holders []holder
+}
+
+// holder is a process holding a lock, or running unattended-upgrade.
+type holder struct {
+	pid     string
+	comm    string
+	file    string // the lock file; empty for a running unattended-upgrade
+	cmdline string
+}
+
+func (h holder) String() string {
+	var b strings.Builder
+	if h.pid != "" {
+		fmt.Fprintf(&b, "process %s", h.pid)
+		if h.comm != "" {
+			fmt.Fprintf(&b, " (%s)", h.comm)
+		}
+	} else {
+		b.WriteString("another process")
+	}
+	if h.file != "" {
+		fmt.Fprintf(&b, " holds %s", h.file)
+	} else if h.pid != "" {
+		b.WriteString(" is running unattended-upgrade")
+	}
+	if c := strings.TrimSpace(h.cmdline); c != "" {
+		fmt.Fprintf(&b, ": %s", c)
+	}
+	return b.String()
+}
+
+func (e *lockedError) Error() string {
+	if len(e.holders) == 0 {
+		return "the package manager's lock is held by another process"
+	}
+	var parts []string
+	for _, h := range e.holders {
+		if s := h.String(); !slices.Contains(parts, s) {
+			parts = append(parts, s)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// lockPolicy is how long to wait for a held lock.
+type lockPolicy struct {
+	retries int
+	delay   time.Duration
+}
+
+func newLockPolicy(retries int, delay string) (lockPolicy, error) {
+	d, err := time.ParseDuration(delay)
+	if err != nil || d < 0 || retries < 0 {
+		return lockPolicy{}, &module.Error{Code: "module.bad_params", Message: fmt.Sprintf("lock_retries %d, lock_retry_delay %q: want a count >= 0 and a duration", retries, delay)}
+	}
+	return lockPolicy{retries: retries, delay: d}, nil
+}
+
+// sleep waits d or until ctx is done; tests replace it.
+var sleep = func(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// whileLocked calls f until it does not return a *lockedError, at most
+// 1+retries times, delay apart. A lock still held after the last try is a
+// CodeLocked error naming the holder.
+func (p lockPolicy) whileLocked(ctx context.Context, f func() error) error {
+	for try := 0; ; try++ {
+		err := f()
+		var le *lockedError
+		if !errors.As(err, &le) {
+			return err
+		}
+		if try >= p.retries {
+			return &module.Error{
+				Code:    CodeLocked,
+				Message: fmt.Sprintf("the package manager is locked: %v (still held after %d tries, %s apart; the lock files were left alone)", le, try+1, p.delay),
+				Err:     le,
+			}
+		}
+		if err := sleep(ctx, p.delay); err != nil {
+			return fmt.Errorf("wait for the package manager's lock (%v): %w", le, err)
+		}
+	}
+}
+
+// install is core.pkg.installed on any manager.
+func install(ctx context.Context, m manager, t module.Target, p InstalledParams) (module.Result, error) {
+	lock, err := newLockPolicy(p.LockRetries, p.LockRetryDelay)
+	if err != nil {
+		return module.Result{}, err
+	}
+	if p.CacheValidTime == "" {
+		// cache_valid_time declares its default as DefaultDoc: the
+		// planned params do not carry it.
+		p.CacheValidTime = DefaultCacheValidTime
+	}
+	cacheValid, err := time.ParseDuration(p.CacheValidTime)
+	if err != nil {
+		return module.Result{}, &module.Error{Code: "module.bad_params", Message: fmt.Sprintf("cache_valid_time %q is not a duration", p.CacheValidTime)}
+	}
+	specs := specsOf(p.Packages)
+	snap, err := m.query(ctx, t, specs)
+	if err != nil {
+		return module.Result{}, err
+	}
+	out := installOutput{Status: "ok", Installed: []string{}, AlreadyInstalled: []string{}, Failed: []string{}, Reasons: map[string]string{}}
+	var missing []spec
+	for _, s := range specs {
+		if snap.states.installed(s) {
+			out.AlreadyInstalled = append(out.AlreadyInstalled, s.raw)
+		} else {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) == 0 {
+		return module.Result{Output: out.value()}, nil
+	}
+
+	refresh := p.Update && (!snap.hasLists || snap.listsAge >= cacheValid)
+	var res outcome
+	err = lock.whileLocked(ctx, func() error {
+		var err error
+		res, err = m.install(ctx, t, missing, refresh)
+		if res.updated {
+			out.CacheUpdated = true
+			refresh = false
+		}
+		return err
+	})
+	if err != nil {
+		return module.Result{Output: out.value()}, err
+	}
+	for _, s := range missing {
+		switch {
+		case res.states.installed(s):
+			out.Installed = append(out.Installed, s.raw)
+		case slices.Contains(res.notFound, s.raw):
+			out.Failed = append(out.Failed, s.raw)
+			out.Reasons[s.raw] = "not found: apt has no installation candidate for it (check the name and the configured repositories)"
+		default:
+			reason := res.failed[s.raw]
+			if reason == "" {
+				reason = "not installed after apt-get install"
+			}
+			out.Failed = append(out.Failed, s.raw)
+			out.Reasons[s.raw] = reason
+		}
+	}
+	changed := len(out.Installed) > 0
+	if len(out.Failed) > 0 {
+		out.Status = "partial"
+	}
+	if !changed && len(out.Failed) > 0 {
+		code, what := CodeInstallFailed, "could not be installed"
+		if len(res.notFound) == len(out.Failed) {
+			code, what = CodePackageNotFound, "not found: apt has no installation candidate for them (check the names and the configured repositories)"
+		}
+		return module.Result{Output: out.value()}, &module.Error{
+			Code:    code,
+			Message: fmt.Sprintf("nothing installed: %s %s%s", strings.Join(out.Failed, ", "), what, reasonSummary(out.Failed, out.Reasons, code)),
+		}
+	}
+	return module.Result{Changed: changed, Output: out.value()}, nil
+}
+
+// reasonSummary adds the first distinct reason to an install failure
+// message that does not already say it.
+func reasonSummary(failed []string, reasons map[string]string, code string) string {
+	if code == CodePackageNotFound || len(failed) == 0 {
+		return ""
+	}
+	return ": " + reasons[failed[0]]
+}
+
+// remove is core.pkg.removed on any manager.
+func remove(ctx context.Context, m manager, t module.Target, p RemovedParams) (module.Result, error) {
+	lock, err := newLockPolicy(p.LockRetries, p.LockRetryDelay)
+	if err != nil {
+		return module.Result{}, err
+	}
+	specs := specsOf(p.Packages)
+	snap, err := m.query(ctx, t, specs)
+	if err != nil {
+		return module.Result{}, err
+	}
+	out := removeOutput{Status: "ok", Removed: []string{}, AlreadyAbsent: []string{}, Failed: []string{}, Reasons: map[string]string{}}
+	var present []spec
+	for _, s := range specs {
+		if snap.states.present(s, p.Purge) {
+			present = append(present, s)
+		} else {
+			out.AlreadyAbsent = append(out.AlreadyAbsent, s.raw)
+		}
+	}
+	if len(present) == 0 {
+		return module.Result{Output: out.value()}, nil
+	}
+	var res outcome
+	err = lock.whileLocked(ctx, func() error {
+		var err error
+		res, err = m.remove(ctx, t, present, p.Purge)
+		return err
+	})
+	if err != nil {
+		return module.Result{Output: out.value()}, err
+	}
+	for _, s := range present {
+		if res.states.present(s, p.Purge) {
+			reason := res.failed[s.raw]
+			if reason == "" {
+				reason = "still installed after apt-get remove"
+			}
+			out.Failed = append(out.Failed, s.raw)
+			out.Reasons[s.raw] = reason
+		} else {
+			out.Removed = append(out.Removed, s.raw)
+		}
+	}
+	changed := len(out.Removed) > 0
+	if len(out.Failed) > 0 {
+		out.Status = "partial"
+		if !changed {
+			return module.Result{Output: out.value()}, &module.Error{
+				Code:    CodeRemoveFailed,
+				Message: fmt.Sprintf("nothing removed: %s could not be removed: %s", strings.Join(out.Failed, ", "), out.Reasons[out.Failed[0]]),
+			}
+		}
+	}
+	return module.Result{Changed: changed, Output: out.value()}, nil
+}
+
+func specsOf(pkgs []string) []spec {
+	var out []spec
+	for _, p := range pkgs {
+		s := parseSpec(p)
+		if !slices.ContainsFunc(out, func(o spec) bool { return o.raw == s.raw }) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// installOutput is the output of core.pkg.installed.
+type installOutput struct {
+	Status           string
+	Installed        []string
+	AlreadyInstalled []string
+	Failed           []string
+	Reasons          map[string]string
+	CacheUpdated     bool
+}
+
+func (o installOutput) value() map[string]any {
+	return map[string]any{
+		"status":            o.Status,
+		"installed":         o.Installed,
+		"already_installed": o.AlreadyInstalled,
+		"failed":            o.Failed,
+		"reasons":           o.Reasons,
+		"cache_updated":     o.CacheUpdated,
+	}
+}
+
+// removeOutput is the output of core.pkg.removed.
+type removeOutput struct {
+	Status        string
+	Removed       []string
+	AlreadyAbsent []string
+	Failed        []string
+	Reasons       map[string]string
+}
+
+func (o removeOutput) value() map[string]any {
+	return map[string]any{
+		"status":         o.Status,
+		"removed":        o.Removed,
+		"already_absent": o.AlreadyAbsent,
+		"failed":         o.Failed,
+		"reasons":        o.Reasons,
+	}
+}

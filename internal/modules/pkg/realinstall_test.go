@@ -1,0 +1,257 @@
+package pkg_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/modules/pkg"
+)
+
+// The TestRealInstall tests install and remove real packages, from a local
+// repository built by the test, in local VMs (whose root is an overlay
+// over the host's, so nothing leaks into the host). They reach no network.
+
+func list(out map[string]any, key string) []string {
+	l, _ := out[key].([]string)
+	return l
+}
+
+func wantList(t *testing.T, out map[string]any, key string, want ...string) {
+	t.Helper()
+	got := list(out, key)
+	if want == nil {
+		want = []string{}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("output %s = %q, want %q (output %v)", key, got, want, out)
+	}
+}
+
+// TestRealInstall runs core.pkg.installed and core.pkg.removed through
+// their cases on one VM, in order.
+func TestRealInstall(t *testing.T) {
+	t.Parallel()
+	r := newRepo(t)
+	v := newVM(t, r)
+	installed, removed := &pkg.Installed{}, &pkg.Removed{}
+
+	t.Run("install two", func(t *testing.T) {
+		res, out, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-b"}})
+		if err != nil || !res.Changed {
+			t.Fatalf("Run = %+v, %v", res, err)
+		}
+		wantList(t, out, "installed", "soulstack-test-a", "soulstack-test-b")
+		wantList(t, out, "already_installed")
+		wantList(t, out, "failed")
+		if out["status"] != "ok" || out["cache_updated"] != true {
+			t.Errorf("output = %v; want status ok and cache_updated (the VM started with no lists)", out)
+		}
+		if n != 2 {
+			t.Errorf("%d round trips; want 2 (query, install)", n)
+		}
+		v.sh(t, "test -f /usr/share/soulstack-test/soulstack-test-a && test -f /usr/share/soulstack-test/soulstack-test-b")
+	})
+
+	t.Run("again unchanged", func(t *testing.T) {
+		res, out, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-b", "soulstack-test-b=1.0"}})
+		if err != nil || res.Changed {
+			t.Fatalf("Run = %+v, %v", res, err)
+		}
+		wantList(t, out, "installed")
+		wantList(t, out, "already_installed", "soulstack-test-a", "soulstack-test-b", "soulstack-test-b=1.0")
+		if out["status"] != "ok" || out["cache_updated"] != false {
+			t.Errorf("output = %v", out)
+		}
+		if n > 2 {
+			t.Errorf("%d round trips for an unchanged run; want at most 2", n)
+		}
+		t.Logf("idempotent run: %d SSH round trip(s)", n)
+	})
+
+	t.Run("unknown package partial", func(t *testing.T) {
+		res, out, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-c", "soulstack-test-nope", "soulstack-test-a"}})
+		if err != nil || !res.Changed {
+			t.Fatalf("Run = %+v, %v", res, err)
+		}
+		wantList(t, out, "installed", "soulstack-test-c")
+		wantList(t, out, "already_installed", "soulstack-test-a")
+		wantList(t, out, "failed", "soulstack-test-nope")
+		reasons, _ := out["reasons"].(map[string]string)
+		if out["status"] != "partial" || !strings.Contains(reasons["soulstack-test-nope"], "not found") {
+			t.Errorf("output = %v; want status partial with a not-found reason", out)
+		}
+		if out["cache_updated"] != false {
+			t.Errorf("the lists were refreshed moments ago, yet cache_updated = %v", out["cache_updated"])
+		}
+		if n != 2 {
+			t.Errorf("%d round trips; want 2", n)
+		}
+	})
+
+	t.Run("only unknown packages", func(t *testing.T) {
+		res, out, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-nope", "soulstack-test-b=9.9"}})
+		if module.Code(err) != pkg.CodePackageNotFound || res.Changed {
+			t.Fatalf("Run = %+v, %v (%s); want %s", res, err, module.Code(err), pkg.CodePackageNotFound)
+		}
+		if !strings.Contains(err.Error(), "soulstack-test-nope, soulstack-test-b=9.9") {
+			t.Errorf("message %q does not name the packages", err)
+		}
+		wantList(t, out, "failed", "soulstack-test-nope", "soulstack-test-b=9.9")
+	})
+
+	t.Run("removed", func(t *testing.T) {
+		res, out, _, err := v.run(t, removed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-nope"}})
+		if err != nil || !res.Changed {
+			t.Fatalf("Run = %+v, %v", res, err)
+		}
+		wantList(t, out, "removed", "soulstack-test-a")
+		wantList(t, out, "already_absent", "soulstack-test-nope")
+		v.sh(t, "! test -e /usr/share/soulstack-test/soulstack-test-a")
+
+		res, out, n, err := v.run(t, removed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-nope"}})
+		if err != nil || res.Changed {
+			t.Fatalf("second Run = %+v, %v", res, err)
+		}
+		wantList(t, out, "removed")
+		wantList(t, out, "already_absent", "soulstack-test-a", "soulstack-test-nope")
+		if n > 2 {
+			t.Errorf("%d round trips for an unchanged removal; want at most 2", n)
+		}
+	})
+
+	t.Run("stale lists updated", func(t *testing.T) {
+		v.sh(t, "touch -d '2 hours ago' /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists")
+		res, out, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a"}})
+		if err != nil || !res.Changed || out["cache_updated"] != true {
+			t.Fatalf("Run = %+v, %v; want installed with cache_updated", res, err)
+		}
+		v.sh(t, "touch -d '2 hours ago' /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists")
+		res, out, _, err = v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-d"}, "cache_valid_time": "3h"})
+		if err != nil || !res.Changed || out["cache_updated"] != false {
+			t.Fatalf("Run with cache_valid_time 3h = %+v, %v; want installed without an update", res, err)
+		}
+		res, out, _, err = v.run(t, removed, map[string]any{"packages": []any{"soulstack-test-d"}, "purge": true})
+		if err != nil || !res.Changed {
+			t.Fatalf("purge = %+v, %v", res, err)
+		}
+		wantList(t, out, "removed", "soulstack-test-d")
+		if got := v.sh(t, "dpkg-query -W -f='${Status}' soulstack-test-d 2>/dev/null || true"); strings.Contains(got, "installed") || strings.Contains(got, "config-files") {
+			t.Errorf("after purge the package's status is %q", got)
+		}
+	})
+
+	// Last: a package that fails to configure stays half-configured.
+	t.Run("broken package partial", func(t *testing.T) {
+		res, out, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-broken", "soulstack-test-d"}})
+		if err != nil || !res.Changed {
+			t.Fatalf("Run = %+v, %v", res, err)
+		}
+		wantList(t, out, "installed", "soulstack-test-d")
+		wantList(t, out, "failed", "soulstack-test-broken")
+		reasons, _ := out["reasons"].(map[string]string)
+		if out["status"] != "partial" || reasons["soulstack-test-broken"] == "" {
+			t.Errorf("output = %v; want partial with a reason", out)
+		}
+		t.Logf("reason: %s", reasons["soulstack-test-broken"])
+	})
+}
+
+// TestRealInstallLock holds dpkg's locks in a VM the way a real holder
+// does: dpkg -i of a package whose preinst waits for a file.
+func TestRealInstallLock(t *testing.T) {
+	t.Parallel()
+	r := newRepo(t)
+	v := newVM(t, r)
+	installed := &pkg.Installed{}
+
+	hold := func(t *testing.T) {
+		t.Helper()
+		v.sh(t, fmt.Sprintf(`rm -f %[1]s %[2]s
+setsid dpkg -i %[3]s </dev/null >/root/slow.log 2>&1 &
+for i in $(seq 600); do test -e %[1]s && exit 0; sleep 0.05; done
+cat /root/slow.log; exit 1`, slowHolding, slowRelease, r.deb("soulstack-test-slow")))
+	}
+	release := func(t testing.TB) {
+		t.Helper()
+		v.sh(t, fmt.Sprintf(`touch %s
+for i in $(seq 600); do pgrep -x dpkg >/dev/null || exit 0; sleep 0.05; done
+echo dpkg is still running; exit 1`, slowRelease))
+	}
+
+	t.Run("never released", func(t *testing.T) {
+		hold(t)
+		defer release(t)
+		pid := v.sh(t, "pgrep -x dpkg")
+		res, _, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a"}, "lock_retries": 2, "lock_retry_delay": "100ms"})
+		if module.Code(err) != pkg.CodeLocked || res.Changed {
+			t.Fatalf("Run = %+v, %v (%s); want %s", res, err, module.Code(err), pkg.CodeLocked)
+		}
+		msg := err.Error()
+		for _, want := range []string{"process " + pid + " (dpkg)", "/var/lib/dpkg/lock", "3 tries"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("message %q does not say %q", msg, want)
+			}
+		}
+		if n != 1+3 {
+			t.Errorf("%d round trips; want 4 (query, 3 tries)", n)
+		}
+		v.sh(t, "test -e /var/lib/dpkg/lock-frontend && test -e /var/lib/dpkg/lock")
+	})
+
+	t.Run("released", func(t *testing.T) {
+		hold(t)
+		var once sync.Once
+		var waited bool
+		v.mu.Lock()
+		v.onResult = func(res module.ExecResult) {
+			if res.ExitCode == 75 { // the module saw the lock held
+				waited = true
+				// Release from another goroutine: this one is inside
+				// the module's Exec.
+				once.Do(func() {
+					go v.exec(context.Background(), module.Command{Argv: []string{"touch", slowRelease}})
+				})
+			}
+		}
+		v.mu.Unlock()
+		defer func() {
+			v.mu.Lock()
+			v.onResult = nil
+			v.mu.Unlock()
+			release(t)
+		}()
+		res, out, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a"}, "lock_retries": 200, "lock_retry_delay": "100ms"})
+		if err != nil || !res.Changed {
+			t.Fatalf("Run = %+v, %v", res, err)
+		}
+		if !waited {
+			t.Error("the module never saw the lock held")
+		}
+		wantList(t, out, "installed", "soulstack-test-a")
+	})
+
+	t.Run("unattended-upgrade running", func(t *testing.T) {
+		// A process that looks like unattended-upgrade counts as a holder
+		// even when it holds no lock; its shutdown helper does not.
+		v.sh(t, `mkdir -p /root/uu && cp /bin/sleep /root/uu/unattended-upgrade && cp /bin/sleep /root/uu/unattended-upgrade-shutdown
+/root/uu/unattended-upgrade-shutdown 600 </dev/null >/dev/null 2>&1 &
+echo $! > /root/uu/pids
+/root/uu/unattended-upgrade 600 </dev/null >/dev/null 2>&1 &
+echo $! >> /root/uu/pids`)
+		_, _, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-b"}, "lock_retries": 1, "lock_retry_delay": "10ms"})
+		if module.Code(err) != pkg.CodeLocked || !strings.Contains(err.Error(), "is running unattended-upgrade") ||
+			strings.Contains(err.Error(), "unattended-upgrade-shutdown") {
+			t.Errorf("with unattended-upgrade running: %v (%s)", err, module.Code(err))
+		}
+		v.sh(t, "kill $(cat /root/uu/pids); sleep 0.1")
+		res, _, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-b"}, "lock_retries": 1, "lock_retry_delay": "10ms"})
+		if err != nil || !res.Changed {
+			t.Errorf("after it stopped: %+v, %v", res, err)
+		}
+	})
+}
