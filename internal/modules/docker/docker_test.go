@@ -66,7 +66,8 @@ func run(t *testing.T, tg *vmTarget, params map[string]any) (module.Result, int,
 // installed, the docker group is made and the connecting user added once,
 // named users are added, an unknown user fails, and verify: daemon fails
 // while no engine answers docker info and passes when one does (a stub
-// docker command stands in for the engine).
+// docker command stands in for the engine). Offline installs fail with
+// docker.install_failed on the path each source takes.
 func TestAlreadyInstalledInVM(t *testing.T) {
 	t.Parallel()
 	cli, err := exec.LookPath("docker")
@@ -157,5 +158,26 @@ func TestAlreadyInstalledInVM(t *testing.T) {
 	wantOutput(res, false)
 	if n != 1 {
 		t.Errorf("verify daemon took %d round trips, want 1", n)
+	}
+
+	// Not installed, offline: stubs earlier in sudo's PATH make docker
+	// missing and apt-get and curl fail the way they do without network
+	// access. Each source takes its own way and fails with install_failed.
+	tg.sh(t, `printf '#!/bin/sh\nexit 127\n' >/usr/local/sbin/docker &&
+printf '#!/bin/sh\necho "E: offline (test stub): $*" >&2\nexit 100\n' >/usr/local/sbin/apt-get &&
+printf '#!/bin/sh\necho "curl: (6) offline (test stub)" >&2\nexit 6\n' >/usr/local/sbin/curl &&
+chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
+	for _, tc := range []struct {
+		params map[string]any
+		want   string
+	}{
+		{map[string]any{"source": "docker"}, "download.docker.com"},
+		{map[string]any{"source": "distro"}, "apt-get install docker.io docker-compose"},
+		{map[string]any{"source": "distro", "compose": false}, "apt-get install docker.io:"},
+	} {
+		_, _, err = run(t, tg, tc.params)
+		if module.Code(err) != docker.CodeInstallFailed || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("install %v offline: %v (code %s), want %q", tc.params, err, module.Code(err), tc.want)
+		}
 	}
 }

@@ -138,7 +138,8 @@ begin='# BEGIN soulstack core.postgres.installed'
 end='# END soulstack core.postgres.installed'
 want_block=
 if [ "$remote" = true ]; then
-	want_block=$(printf '%s\nhost\t%s\t%s\t%s\tscram-sha-256\n%s' "$begin" "$db" "$user" "$cidr" "$end")
+	# Quoted names are literal: a database called "all" means only itself.
+	want_block=$(printf '%s\nhost\t"%s"\t"%s"\t%s\tscram-sha-256\n%s' "$begin" "$db" "$user" "$cidr" "$end")
 fi
 cur_block=$(awk -v b="$begin" -v e="$end" '$0 == b {f = 1} f {print} $0 == e {f = 0}' "$hba")
 hba_changed=false

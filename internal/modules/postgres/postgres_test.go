@@ -152,7 +152,7 @@ func TestInstalledInVM(t *testing.T) {
 	if p := postmaster(); p == pid {
 		t.Fatal("allow_remote changed listen_addresses but the server did not restart")
 	}
-	if hba := tg.sh(t, "grep -c '^host	appdb	app	0.0.0.0/0	scram-sha-256$' /etc/postgresql/*/main/pg_hba.conf"); hba != "1" {
+	if hba := tg.sh(t, "grep -c '^host	\"appdb\"	\"app\"	0.0.0.0/0	scram-sha-256$' /etc/postgresql/*/main/pg_hba.conf"); hba != "1" {
 		t.Fatalf("pg_hba.conf has %s managed entries", hba)
 	}
 	loginFromHost(t, tg.vm.PrimaryIP, pass2)
@@ -183,6 +183,19 @@ func TestInstalledInVM(t *testing.T) {
 	_, _, err = run(t, tg, params(pass2, false))
 	if module.Code(err) != postgres.CodeVerifyFailed || !strings.Contains(err.Error(), "rejects connection") {
 		t.Fatalf("login rejected by pg_hba.conf: %v (code %s)", err, module.Code(err))
+	}
+
+	// A version the distribution lacks goes to the PostgreSQL project's
+	// repository. Offline, stubs of apt-get and curl (earlier in sudo's
+	// PATH) make that fail the way a host without network access does.
+	tg.sh(t, `printf '#!/bin/sh\necho "E: offline (test stub)" >&2\nexit 100\n' >/usr/local/sbin/apt-get &&
+printf '#!/bin/sh\necho "curl: (6) offline (test stub)" >&2\nexit 6\n' >/usr/local/sbin/curl &&
+chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
+	p := params(pass2, false)
+	p["pg_version"] = "17"
+	_, _, err = run(t, tg, p)
+	if module.Code(err) != postgres.CodeInstallFailed || !strings.Contains(err.Error(), "PostgreSQL apt repository key") {
+		t.Fatalf("pg_version 17 offline: %v (code %s)", err, module.Code(err))
 	}
 
 	for i, c := range tg.commands() {
