@@ -22,10 +22,6 @@ import (
 // authorizes the keeper's key and leaves the soul's identity and one-time
 // bootstrap token for the agent.
 const defaultCloudInit = `#cloud-config
-{{- if .SID }}
-hostname: {{ .Hostname }}
-fqdn: {{ .SID }}
-{{- end }}
 ssh_authorized_keys:
   - {{ .AuthorizedKey }}
 write_files:

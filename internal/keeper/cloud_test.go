@@ -139,6 +139,37 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 		}
 	}
 
+	// self_onboard: predicted names, and the keeper's cloud_init with the
+	// VM's own bootstrap token reaches the VM.
+	onboard := `steps:
+  - name: provision
+    on: keeper
+    module: core.cloud.created
+    params: {provider: local, profile: small, count: 1, self_onboard: true, name: web}
+  - name: check
+    on: "${ steps.provision.output.hosts.map(h, h.sid) }"
+    module: core.command.ran
+    connect: {retries: 20, delay: 500ms}
+    params: {cmd: "hostname; cat /etc/soulstack/bootstrap.json"}
+`
+	run, _, err = c.RunCreate(ctx, client.RunCreate{Scenario: onboard, File: "onboard.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final = waitRun(t, c, run.ID)
+	if final.Phase != "Succeeded" || final.Steps[1].Targets[0].SID != "web-1.e2e.test" {
+		t.Fatalf("self_onboard run = %s %+v %+v", final.Phase, final.Error, final.Steps)
+	}
+	var check struct{ Stdout string }
+	_ = json.Unmarshal(final.Steps[1].Targets[0].Output, &check)
+	if !strings.HasPrefix(check.Stdout, "web-1.e2e.test\n") || !strings.Contains(check.Stdout, `"sid": "web-1.e2e.test"`) || !strings.Contains(check.Stdout, `"token": "***"`) {
+		t.Fatalf("the VM's bootstrap file (token masked in the output) = %q", check.Stdout)
+	}
+	toks, _ := c.SoulGet(ctx, "web-1.e2e.test")
+	if toks.Status != "pending" {
+		t.Fatalf("self-onboarded soul = %+v", toks)
+	}
+
 	// A VM made with a keeper request tag but never registered (a crash
 	// between Create and the registry write) is an orphan.
 	h, err := plugin.New(plugin.Config{PluginDir: filepath.Join(data, "plugins")})
@@ -165,8 +196,14 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 	if _, err := c.CloudOrphansDestroy(ctx, client.OrphansDestroy{Provider: "local", VMIDs: []string{vms[0].ID}}); err != nil {
 		t.Fatal(err)
 	}
-	if left, _ := d.List(ctx, driversdk.ListRequest{Provider: p}); len(left) != 0 {
-		t.Fatalf("VMs left after the orphan destroy: %+v", left)
+	left, _ := d.List(ctx, driversdk.ListRequest{Provider: p})
+	for _, vm := range left {
+		if vm.ID == vms[0].ID {
+			t.Fatalf("the orphan %s is still there", vm.ID)
+		}
+	}
+	if len(left) != 1 || left[0].FQDN != "web-1.e2e.test" {
+		t.Fatalf("VMs left = %+v, want only the self-onboarded one", left)
 	}
 	audit, _ := c.AuditList(ctx, client.AuditListOptions{Verify: true})
 	var provisioned, orphaned int
@@ -181,7 +218,7 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 			orphaned++
 		}
 	}
-	if provisioned != 2 || orphaned != 1 || !audit.Verify.OK {
+	if provisioned != 3 || orphaned != 1 || !audit.Verify.OK {
 		t.Fatalf("audit: %d cloud.provisioned, %d cloud.orphans_destroyed, verify %+v", provisioned, orphaned, audit.Verify)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -214,6 +215,10 @@ func (*Created) Run(ctx context.Context, raw json.RawMessage, t module.Target) (
 	hashes := make([]string, p.Count)
 	for i := range plain {
 		plain[i], hashes[i] = newBootstrapToken()
+		// The plain token is in the step output by design (cloud-init
+		// hands it to the VM); wherever else its text shows up, it is
+		// masked.
+		secret.Register(plain[i])
 	}
 	var userdata []string
 	switch {
