@@ -398,13 +398,14 @@ type installOutput struct {
 	CacheUpdated     bool
 }
 
+// value returns the output as the JSON-compatible value expressions see.
 func (o installOutput) value() map[string]any {
 	return map[string]any{
 		"status":            o.Status,
-		"installed":         o.Installed,
-		"already_installed": o.AlreadyInstalled,
-		"failed":            o.Failed,
-		"reasons":           o.Reasons,
+		"installed":         anyList(o.Installed),
+		"already_installed": anyList(o.AlreadyInstalled),
+		"failed":            anyList(o.Failed),
+		"reasons":           anyMap(o.Reasons),
 		"cache_updated":     o.CacheUpdated,
 	}
 }
@@ -418,12 +419,29 @@ type removeOutput struct {
 	Reasons       map[string]string
 }
 
+// value returns the output as the JSON-compatible value expressions see.
 func (o removeOutput) value() map[string]any {
 	return map[string]any{
 		"status":         o.Status,
-		"removed":        o.Removed,
-		"already_absent": o.AlreadyAbsent,
-		"failed":         o.Failed,
-		"reasons":        o.Reasons,
+		"removed":        anyList(o.Removed),
+		"already_absent": anyList(o.AlreadyAbsent),
+		"failed":         anyList(o.Failed),
+		"reasons":        anyMap(o.Reasons),
 	}
+}
+
+func anyList(l []string) []any {
+	out := make([]any, len(l))
+	for i, s := range l {
+		out[i] = s
+	}
+	return out
+}
+
+func anyMap(m map[string]string) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
 }
