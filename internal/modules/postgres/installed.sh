@@ -1,9 +1,11 @@
 # core.postgres.installed, run as root with /bin/sh on the soul in one round
 # trip. Arguments: pg_version (empty: the distribution's), db_name, db_user,
 # listen_addresses, allow_remote (true|false), remote_cidr. Standard input
-# is the password; it only ever goes to files in a private temporary
-# directory (mode 0700, removed on exit) and to psql's standard input,
-# never to an argument or an environment variable. The last line of
+# is two lines: the password, then its SCRAM-SHA-256 verifier (empty when
+# the keeper could not make one). The password only ever goes to files in
+# a private temporary directory (mode 0700, removed on exit) and to psql's
+# standard input, never to an argument or an environment variable; role
+# statements carry the verifier when there is one. The last line of
 # standard output is a JSON report; errors go to standard error with exit
 # status 10 (install failed), 11 (verify failed) or 1 (anything else).
 set -u
@@ -13,7 +15,10 @@ want_ver=$1 db=$2 user=$3 listen=$4 remote=$5 cidr=$6
 export DEBIAN_FRONTEND=noninteractive
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
-cat >"$tmp/pw"
+IFS= read -r pw || true
+IFS= read -r verifier || true
+printf '%s' "$pw" >"$tmp/pw"
+unset pw
 
 changed=false installed=false config_changed=false restarted=false
 role_created=false db_created=false password_changed=false
@@ -106,9 +111,13 @@ pgsql() {
 	runuser -u postgres -- psql --cluster "$ver/main" -X -q -A -t -v ON_ERROR_STOP=1 -v VERBOSITY=terse -d postgres "$@"
 }
 
-# password_sql prints the password as an SQL string literal
-# (standard_conforming_strings is on since PostgreSQL 9.1).
+# password_sql prints the verifier, or else the password, as an SQL string
+# literal (standard_conforming_strings is on since PostgreSQL 9.1).
 password_sql() {
+	if [ -n "$verifier" ]; then
+		printf "'%s'" "$verifier"
+		return
+	fi
 	printf "'"
 	sed "s/'/''/g" "$tmp/pw" | tr -d '\n'
 	printf "'"

@@ -68,9 +68,9 @@ var sqlName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // addresses, or *, separated by commas.
 var listenRE = regexp.MustCompile(`^[A-Za-z0-9.:*%_-]+(,[A-Za-z0-9.:*%_-]+)*$`)
 
-// versionRE matches a major version as Debian packages name it: "10" and
-// later, or "9.x".
-var versionRE = regexp.MustCompile(`^([1-9][0-9]|9\.[0-6])$`)
+// versionRE matches a major version from 10 on, as Debian packages name
+// it; older servers cannot take SCRAM verifiers.
+var versionRE = regexp.MustCompile(`^[1-9][0-9]$`)
 
 // Info returns the declaration of core.postgres.installed.
 func (*Installed) Info() module.Info {
@@ -115,6 +115,7 @@ func (*Installed) Info() module.Info {
 			"The pg_hba.conf entry sits in a block marked `# BEGIN/END soulstack core.postgres.installed`, rewritten only when it differs, so reruns do not duplicate it.",
 			"An existing user's password is set again only when a login with db_password fails, so an unchanged password reports no change.",
 			"db_password is secret: it is masked on every output channel and sent on standard input, never in a command line or environment; the login check reads it from a private .pgpass file removed afterwards. It may not contain line breaks.",
+			"For a printable-ASCII password the role gets a SCRAM-SHA-256 verifier made on the keeper, so the password itself is in no SQL statement the server could log; other passwords are sent as a quoted literal.",
 			"Without systemd (containers, local VMs) the cluster is started with pg_ctlcluster; nothing starts it again at boot.",
 		},
 	}
@@ -182,8 +183,9 @@ type report struct {
 
 // command returns the command Run sends to the soul for p (which
 // ValidateParams accepted): the script and the non-secret params as
-// arguments, the password as standard input.
-func command(p InstalledParams) module.Command {
+// arguments; the password and its SCRAM verifier (empty when verifier is
+// empty) as standard input.
+func command(p InstalledParams, verifier string) module.Command {
 	listen := strings.ReplaceAll(p.ListenAddresses, " ", "")
 	if listen == "" {
 		listen = "localhost"
@@ -197,7 +199,7 @@ func command(p InstalledParams) module.Command {
 	}
 	return module.Command{
 		Argv:  []string{"/bin/sh", "-c", installScript, "sh", p.PGVersion, p.DBName, p.DBUser, listen, fmt.Sprint(p.AllowRemote), cidr},
-		Stdin: []byte(p.DBPassword),
+		Stdin: []byte(p.DBPassword + "\n" + verifier + "\n"),
 	}
 }
 
@@ -227,7 +229,11 @@ func (m *Installed) Run(ctx context.Context, raw json.RawMessage, t module.Targe
 	if err := m.ValidateParams(paramValues(p)); err != nil {
 		return module.Result{}, err
 	}
-	res, err := t.Exec(ctx, command(p))
+	verifier, _, err := scramVerifier(p.DBPassword)
+	if err != nil {
+		return module.Result{}, &module.Error{Code: CodeFailed, Message: "make the password's SCRAM verifier", Err: err}
+	}
+	res, err := t.Exec(ctx, command(p, verifier))
 	if err != nil {
 		return module.Result{}, err
 	}

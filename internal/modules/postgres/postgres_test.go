@@ -73,14 +73,14 @@ func run(t *testing.T, tg *vmTarget, params map[string]any) (module.Result, int,
 	before := tg.calls()
 	start := time.Now()
 	res, err := m.Run(ctx, raw, tg)
-	t.Logf("run %v: %d round trip(s), %v, changed=%v output=%v err=%v", params["allow_remote"], tg.calls()-before, time.Since(start).Round(time.Millisecond), res.Changed, res.Output, err)
+	t.Logf("run (allow_remote=%v): %d round trip(s), %v, changed=%v output=%v err=%v", params["allow_remote"], tg.calls()-before, time.Since(start).Round(time.Millisecond), res.Changed, res.Output, err)
 	return res, tg.calls() - before, err
 }
 
 // TestInstalledInVM runs the module over SSH in a local VM, as a
 // non-root user with sudo: the first run creates the role and database, a
 // second run changes nothing in one round trip, a new password is set and
-// verified, allow_remote edits pg_hba.conf and listen_addresses and
+// verified (also one that is not ASCII), allow_remote edits pg_hba.conf and listen_addresses and
 // restarts the server (a client on the host then logs in over the
 // bridge), and a login pg_hba.conf rejects fails verification. The
 // passwords never appear in a command's arguments or environment.
@@ -90,7 +90,9 @@ func TestInstalledInVM(t *testing.T) {
 	const (
 		pass1 = "canary-Pw1:'with\\quotes$x"
 		pass2 = "canary-Pw2 second"
+		pass3 = "canary-pässwörd"
 	)
+	sawPass3 := false
 	params := func(pass string, remote bool) map[string]any {
 		return map[string]any{"db_name": "appdb", "db_user": "app", "db_password": pass, "allow_remote": remote}
 	}
@@ -141,6 +143,17 @@ func TestInstalledInVM(t *testing.T) {
 	}
 	if p := postmaster(); p != pid {
 		t.Fatalf("the server restarted (pid %s -> %s) with no config change", pid, p)
+	}
+
+	// A password that is not ASCII goes as a quoted literal instead of a
+	// verifier made on the keeper; then back to pass2.
+	for _, pass := range []string{pass3, pass3, pass2} {
+		res, _, err = run(t, tg, params(pass, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOutput(res, pass != pass3 || !sawPass3, false)
+		sawPass3 = sawPass3 || pass == pass3
 	}
 
 	// Remote access: listen on *, a pg_hba.conf entry, a restart.
@@ -199,7 +212,7 @@ chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
 	}
 
 	for i, c := range tg.commands() {
-		for _, pass := range []string{pass1, pass2} {
+		for _, pass := range []string{pass1, pass2, pass3} {
 			if strings.Contains(strings.Join(c.Argv, "\x00"), pass) {
 				t.Errorf("command %d has the password in its arguments", i)
 			}
