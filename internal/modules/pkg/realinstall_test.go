@@ -3,12 +3,15 @@ package pkg_test
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/modules/moduletest"
 	"github.com/soulstack/soulstack/internal/modules/pkg"
 )
 
@@ -260,4 +263,65 @@ echo $! >> /root/uu/pids`)
 			t.Errorf("after it stopped: %+v, %v", res, err)
 		}
 	})
+}
+
+// TestHostAlreadyInstalled runs core.pkg.installed and core.pkg.removed on
+// this machine through a real sshd, with packages every Debian system
+// has and one that no system has: nothing is missing, so nothing but the
+// one dpkg-query round trip runs, and the host is not changed. It needs no
+// root.
+func TestHostAlreadyInstalled(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("dpkg-query"); err != nil {
+		t.Skip("the host has no dpkg-query: not a Debian system")
+	}
+	tg := &countingTarget{Target: moduletest.New(t)}
+	res, err := moduletest.Run(t, &pkg.Installed{}, tg, map[string]any{"packages": []any{"dpkg", "base-files"}})
+	out, _ := res.Output.(map[string]any)
+	if err != nil || res.Changed || out["status"] != "ok" {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	wantList(t, out, "already_installed", "dpkg", "base-files")
+	wantList(t, out, "installed")
+	res, err = moduletest.Run(t, &pkg.Removed{}, tg, map[string]any{"packages": []any{"soulstack-test-never-installed"}})
+	out, _ = res.Output.(map[string]any)
+	if err != nil || res.Changed {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	wantList(t, out, "already_absent", "soulstack-test-never-installed")
+	if n := tg.execs.Load(); n != 2 {
+		t.Errorf("%d round trips for two unchanged runs; want 2", n)
+	}
+}
+
+// countingTarget counts the commands run through a target.
+type countingTarget struct {
+	module.Target
+	execs atomic.Int32
+}
+
+func (c *countingTarget) Exec(ctx context.Context, cmd module.Command) (module.ExecResult, error) {
+	c.execs.Add(1)
+	return c.Target.Exec(ctx, cmd)
+}
+
+// TestRealInstallSudo installs as a login user that is not root, through
+// sudo -n as the engine runs modules that need root.
+func TestRealInstallSudo(t *testing.T) {
+	t.Parallel()
+	r := newRepo(t)
+	v := newVMAs(t, r, "soul")
+	if got := v.sh(t, "echo $SUDO_USER"); got != "soul" {
+		t.Fatalf("commands do not run through sudo: SUDO_USER=%q", got)
+	}
+	res, out, _, err := v.run(t, &pkg.Installed{}, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-nope"}})
+	if err != nil || !res.Changed {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	wantList(t, out, "installed", "soulstack-test-a")
+	wantList(t, out, "failed", "soulstack-test-nope")
+	res, _, n, err := v.run(t, &pkg.Installed{}, map[string]any{"packages": []any{"soulstack-test-a"}})
+	if err != nil || res.Changed || n != 1 {
+		t.Fatalf("second Run = %+v, %v in %d round trips", res, err, n)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -140,7 +141,10 @@ func (r repo) deb(name string) string {
 // counts the commands run through it.
 type vm struct {
 	client *sshx.Client
-	execs  atomic.Int32
+	// sudo runs the commands through sudo, as the engine does for modules
+	// that need root when the login user is not root.
+	sudo  bool
+	execs atomic.Int32
 	// onResult, when set, sees the result of every counted command.
 	onResult func(module.ExecResult)
 	mu       sync.Mutex
@@ -148,16 +152,24 @@ type vm struct {
 
 var _ module.Target = (*vm)(nil)
 
-// newVM creates a local VM on a driver and state dir of its own, points
+// newVM creates a local VM with login user root; see newVMAs.
+func newVM(t *testing.T, r repo) *vm { return newVMAs(t, r, "root") }
+
+// newVMAs creates a local VM on a driver and state dir of its own, with
+// login user user (password-less sudo when not root), points
 // its apt at r (and only at r: the VM reaches no network repository) with
 // empty package lists, and destroys everything when the test ends. It
 // skips the test where local VMs cannot run.
-func newVM(t *testing.T, r repo) *vm {
+func newVMAs(t *testing.T, r repo, user string) *vm {
 	t.Helper()
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Skipf("real installs run in local VMs, which need Linux and root (running as uid %d on %s)", os.Geteuid(), runtime.GOOS)
 	}
-	for _, f := range []string{"/usr/sbin/sshd", "/usr/bin/apt-get", "/usr/bin/dpkg"} {
+	need := []string{"/usr/sbin/sshd", "/usr/bin/apt-get", "/usr/bin/dpkg"}
+	if user != "root" {
+		need = append(need, "/usr/bin/sudo")
+	}
+	for _, f := range need {
 		if _, err := os.Stat(f); err != nil {
 			t.Skipf("real installs need %s on the host", f)
 		}
@@ -173,7 +185,7 @@ func newVM(t *testing.T, r repo) *vm {
 	})
 	cfg, _ := json.Marshal(map[string]any{"state_dir": state})
 	prov := driversdk.Provider{Name: "local", FQDNSuffix: "local.test", Config: cfg}
-	d := localcloud.New(localcloud.Options{})
+	d := localcloud.New(localcloud.Options{Logger: slog.New(slog.NewTextHandler(testLog{t}, nil))})
 
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -193,7 +205,7 @@ func newVM(t *testing.T, r repo) *vm {
 	vms, err := d.Create(ctx, driversdk.CreateRequest{
 		Provider:       prov,
 		RequestID:      fmt.Sprintf("pkg-test-%d", time.Now().UnixNano()),
-		Profile:        json.RawMessage(`{"memory_mb": 1024}`),
+		Profile:        json.RawMessage(fmt.Sprintf(`{"memory_mb": 1024, "ssh_user": %q}`, user)),
 		Count:          1,
 		AuthorizedKeys: []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))},
 	})
@@ -218,11 +230,11 @@ func newVM(t *testing.T, r repo) *vm {
 	hostKey, _ := vms[0].Attributes["ssh_host_key"].(string)
 	pool := sshx.NewPool(sshx.Options{})
 	t.Cleanup(func() { pool.Close() })
-	c, err := pool.Get(ctx, sshx.Target{Address: vms[0].PrimaryIP, User: "root", PrivateKey: pem.EncodeToMemory(blk), HostKey: hostKey})
+	c, err := pool.Get(ctx, sshx.Target{Address: vms[0].PrimaryIP, User: user, PrivateKey: pem.EncodeToMemory(blk), HostKey: hostKey})
 	if err != nil {
 		t.Fatalf("ssh to the VM: %v", err)
 	}
-	v := &vm{client: c}
+	v := &vm{client: c, sudo: user != "root"}
 	v.sh(t, `set -e
 rm -f /etc/apt/sources.list.d/* /var/lib/apt/periodic/*
 echo 'deb [trusted=yes] file:`+r.dir+` ./' > /etc/apt/sources.list
@@ -249,7 +261,7 @@ func (v *vm) Exec(ctx context.Context, cmd module.Command) (module.ExecResult, e
 }
 
 func (v *vm) exec(ctx context.Context, cmd module.Command) (module.ExecResult, error) {
-	res, err := v.client.Exec(ctx, sshx.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin})
+	res, err := v.client.Exec(ctx, sshx.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: v.sudo})
 	return module.ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, err
 }
 
@@ -280,4 +292,12 @@ func (v *vm) run(t testing.TB, m module.Module, params map[string]any) (module.R
 	res, err := m.Run(ctx, raw, v)
 	out, _ := res.Output.(map[string]any)
 	return res, out, int(v.execs.Load() - before), err
+}
+
+// testLog sends the driver's log to the test's.
+type testLog struct{ t testing.TB }
+
+func (w testLog) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
 }
