@@ -65,7 +65,7 @@ func (*Installed) Info() module.Info {
 		Summary: "Make sure Docker Engine is installed and running on each target soul.",
 		Description: "With `source: docker` it adds Docker's apt repository (GPG key and sources list) and installs " +
 			"docker-ce, docker-ce-cli and containerd.io, plus docker-compose-plugin when `compose` is true. " +
-			"With `source: distro` it installs the distribution's own packages (docker.io, docker-compose), " +
+			"With `source: distro` it installs the distribution's own packages (docker.io, and docker-compose-v2 or docker-compose), " +
 			"for mirrors and offline sites.",
 		Side:       module.SideSoul,
 		Idempotent: true,
@@ -92,7 +92,7 @@ func (*Installed) Info() module.Info {
     verify: daemon`,
 		Notes: []string{
 			"Drift is not tracked: if Docker is removed later, nothing notices until the scenario runs again.",
-			"Group membership takes effect at the user's next login.",
+			"Group membership takes effect at the user's next login. By default the connecting user is added (the user sudo ran for); root never is.",
 			"When Docker is already installed nothing is installed, not even Compose: `compose` in the output says whether it works.",
 			"`source: docker` needs download.docker.com; `source: distro` works with the distribution's mirror (docker.io, and docker-compose-v2 or docker-compose).",
 			"Without systemd (containers, local VMs) the engine is started with its init script or as a detached dockerd; nothing starts it again at boot.",

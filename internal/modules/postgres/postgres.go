@@ -86,7 +86,7 @@ func (*Installed) Info() module.Info {
 		Idempotent: true,
 		NeedsRoot:  true,
 		Params: []module.Param{
-			{Name: "pg_version", Type: module.TypeString, DefaultDoc: "the distribution's", Doc: "Major version to install, such as \"16\"."},
+			{Name: "pg_version", Type: module.TypeString, DefaultDoc: "the distribution's", Doc: "Major version to use, 10 or later, such as \"16\"; installed when missing."},
 			{Name: "db_name", Type: module.TypeString, Required: true, Doc: "Database to create."},
 			{Name: "db_user", Type: module.TypeString, Required: true, Doc: "User to create; it owns the database."},
 			{Name: "db_password", Type: module.TypeString, Required: true, Secret: true, Doc: "Password of the user."},
@@ -99,7 +99,7 @@ func (*Installed) Info() module.Info {
 			{Name: "pg_version", Type: "string", Doc: "Installed server version, such as \"16.4\"."},
 			{Name: "db_name", Type: "string", Doc: "The database."},
 			{Name: "db_user", Type: "string", Doc: "The user."},
-			{Name: "config_changed", Type: "bool", Doc: "Whether postgresql.conf or pg_hba.conf changed (and the server restarted)."},
+			{Name: "config_changed", Type: "bool", Doc: "Whether listen_addresses (the server restarted) or the pg_hba.conf entry (the server reloaded) changed."},
 		},
 		ChangesWhen:   "PostgreSQL was installed, the cluster was created or started, the user or database was created, the password was set, or the configuration changed.",
 		UnchangedWhen: "Everything already existed with the requested configuration and the user logged in with the password.",
