@@ -148,7 +148,11 @@ type holder struct {
 	cmdline string
 }
 
-func (h holder) String() string {
+func (h holder) String() string { return h.describe([]string{h.file}) }
+
+// describe says what the holder's process does, with the lock files it
+// holds (none for a running unattended-upgrade).
+func (h holder) describe(files []string) string {
 	var b strings.Builder
 	if h.pid != "" {
 		fmt.Fprintf(&b, "process %s", h.pid)
@@ -158,8 +162,9 @@ func (h holder) String() string {
 	} else {
 		b.WriteString("another process")
 	}
-	if h.file != "" {
-		fmt.Fprintf(&b, " holds %s", h.file)
+	files = slices.DeleteFunc(slices.Clone(files), func(f string) bool { return f == "" })
+	if len(files) > 0 {
+		fmt.Fprintf(&b, " holds %s", strings.Join(files, " and "))
 	} else if h.pid != "" {
 		b.WriteString(" is running unattended-upgrade")
 	}
@@ -169,15 +174,26 @@ func (h holder) String() string {
 	return b.String()
 }
 
+// Error names each holding process once, with the lock files it holds.
 func (e *lockedError) Error() string {
 	if len(e.holders) == 0 {
 		return "the package manager's lock is held by another process"
 	}
-	var parts []string
+	var order []holder
+	files := map[holder][]string{}
 	for _, h := range e.holders {
-		if s := h.String(); !slices.Contains(parts, s) {
-			parts = append(parts, s)
+		key := h
+		key.file = ""
+		if _, seen := files[key]; !seen {
+			order = append(order, key)
 		}
+		if !slices.Contains(files[key], h.file) {
+			files[key] = append(files[key], h.file)
+		}
+	}
+	parts := make([]string, len(order))
+	for i, h := range order {
+		parts[i] = h.describe(files[h])
 	}
 	return strings.Join(parts, "; ")
 }
@@ -191,7 +207,7 @@ type lockPolicy struct {
 func newLockPolicy(retries int, delay string) (lockPolicy, error) {
 	d, err := time.ParseDuration(delay)
 	if err != nil || d < 0 || retries < 0 {
-		return lockPolicy{}, &module.Error{Code: "module.bad_params", Message: fmt.Sprintf("lock_retries %d, lock_retry_delay %q: want a count >= 0 and a duration", retries, delay)}
+		return lockPolicy{}, module.Invalid("lock_retry_delay", "params lock_retries %d, lock_retry_delay %q: want a count >= 0 and a duration", retries, delay)
 	}
 	return lockPolicy{retries: retries, delay: d}, nil
 }
@@ -244,7 +260,7 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 	}
 	cacheValid, err := time.ParseDuration(p.CacheValidTime)
 	if err != nil {
-		return module.Result{}, &module.Error{Code: "module.bad_params", Message: fmt.Sprintf("cache_valid_time %q is not a duration", p.CacheValidTime)}
+		return module.Result{}, module.Invalid("cache_valid_time", "param \"cache_valid_time\" must be a duration such as \"1h\", got %q", p.CacheValidTime)
 	}
 	specs := specsOf(p.Packages)
 	snap, err := m.query(ctx, t, specs)
@@ -299,25 +315,14 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 		out.Status = "partial"
 	}
 	if !changed && len(out.Failed) > 0 {
-		code, what := CodeInstallFailed, "could not be installed"
+		names := strings.Join(out.Failed, ", ")
+		e := &module.Error{Code: CodeInstallFailed, Message: fmt.Sprintf("nothing installed: %s could not be installed: %s", names, out.Reasons[out.Failed[0]])}
 		if len(res.notFound) == len(out.Failed) {
-			code, what = CodePackageNotFound, "not found: apt has no installation candidate for them (check the names and the configured repositories)"
+			e = &module.Error{Code: CodePackageNotFound, Message: fmt.Sprintf("nothing installed: apt has no installation candidate for %s (check the names and the configured repositories)", names)}
 		}
-		return module.Result{Output: out.value()}, &module.Error{
-			Code:    code,
-			Message: fmt.Sprintf("nothing installed: %s %s%s", strings.Join(out.Failed, ", "), what, reasonSummary(out.Failed, out.Reasons, code)),
-		}
+		return module.Result{Output: out.value()}, e
 	}
 	return module.Result{Changed: changed, Output: out.value()}, nil
-}
-
-// reasonSummary adds the first distinct reason to an install failure
-// message that does not already say it.
-func reasonSummary(failed []string, reasons map[string]string, code string) string {
-	if code == CodePackageNotFound || len(failed) == 0 {
-		return ""
-	}
-	return ": " + reasons[failed[0]]
 }
 
 // remove is core.pkg.removed on any manager.

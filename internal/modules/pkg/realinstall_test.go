@@ -108,6 +108,7 @@ func TestRealInstall(t *testing.T) {
 		if module.Code(err) != pkg.CodePackageNotFound || res.Changed {
 			t.Fatalf("Run = %+v, %v (%s); want %s", res, err, module.Code(err), pkg.CodePackageNotFound)
 		}
+		t.Logf("message: %v", err)
 		if !strings.Contains(err.Error(), "soulstack-test-nope, soulstack-test-b=9.9") {
 			t.Errorf("message %q does not name the packages", err)
 		}
@@ -201,6 +202,7 @@ echo dpkg is still running; exit 1`, slowRelease))
 			t.Fatalf("Run = %+v, %v (%s); want %s", res, err, module.Code(err), pkg.CodeLocked)
 		}
 		msg := err.Error()
+		t.Logf("message: %s", msg)
 		for _, want := range []string{"process " + pid + " (dpkg)", "/var/lib/dpkg/lock", "3 tries"} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("message %q does not say %q", msg, want)
