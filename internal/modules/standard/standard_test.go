@@ -98,7 +98,7 @@ func TestDeclarations(t *testing.T) {
 }
 
 // implemented lists the modules whose Run works in this build.
-var implemented = map[module.ID]bool{"core.command.ran": true, "core.file.present": true, "core.script.ran": true, "core.cloud.created": true, "core.cloud.destroyed": true, "core.cloud.resized": true}
+var implemented = map[module.ID]bool{"core.command.ran": true, "core.file.present": true, "core.script.ran": true, "core.cloud.created": true, "core.cloud.destroyed": true, "core.cloud.resized": true, "core.postgres.installed": true, "core.docker.installed": true, "core.pkg.installed": true, "core.pkg.removed": true}
 
 // TestCatalogPages renders every page; the golden files are the pages
 // `soulctl modules show` prints.
