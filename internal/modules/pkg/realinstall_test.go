@@ -246,6 +246,19 @@ echo dpkg is still running; exit 1`, slowRelease))
 		wantList(t, out, "installed", "soulstack-test-a")
 	})
 
+	t.Run("flock holder", func(t *testing.T) {
+		// flock(1) takes a BSD lock, which apt's fcntl locks do not see;
+		// the module still waits, because the process has the file open.
+		pid := v.sh(t, `flock /var/lib/dpkg/lock-frontend sleep 600 </dev/null >/dev/null 2>&1 &
+echo $!
+for i in $(seq 200); do [ -n "$(pgrep -P $! -x sleep)" ] && exit 0; sleep 0.05; done; exit 1`)
+		defer v.sh(t, "kill "+pid+" $(pgrep -P "+pid+" -x sleep); true")
+		_, _, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-c"}, "lock_retries": 0})
+		if module.Code(err) != pkg.CodeLocked || !strings.Contains(err.Error(), "process "+pid+" (flock) holds /var/lib/dpkg/lock-frontend") {
+			t.Errorf("with flock holding the frontend lock: %v (%s)", err, module.Code(err))
+		}
+	})
+
 	t.Run("unattended-upgrade running", func(t *testing.T) {
 		// A process that looks like unattended-upgrade counts as a holder
 		// even when it holds no lock; its shutdown helper does not.
