@@ -1,0 +1,494 @@
+package tfprovider
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/scenario"
+	"github.com/soulstack/soulstack/internal/secret"
+)
+
+// DefaultWaitTimeout is how long a soulstack_run waits for its run unless
+// wait_timeout_sec says otherwise.
+const DefaultWaitTimeout = 900
+
+// pollInterval is the pause between two looks at a running run.
+var pollInterval = 300 * time.Millisecond
+
+// inlineFile names an inline scenario in the keeper's file:line messages.
+const inlineFile = "inline.yaml"
+
+type runResource struct{ base }
+
+var (
+	_ resource.ResourceWithConfigure  = (*runResource)(nil)
+	_ resource.ResourceWithModifyPlan = (*runResource)(nil)
+)
+
+type runModel struct {
+	ID                types.String `tfsdk:"id"`
+	Scenario          types.String `tfsdk:"scenario"`
+	Input             types.String `tfsdk:"input"`
+	SensitiveInput    types.String `tfsdk:"sensitive_input"`
+	Key               types.String `tfsdk:"key"`
+	RunID             types.String `tfsdk:"run_id"`
+	WaitTimeoutSec    types.Int64  `tfsdk:"wait_timeout_sec"`
+	OnDestroyScenario types.String `tfsdk:"on_destroy_scenario"`
+	ScenarioDigest    types.String `tfsdk:"scenario_digest"`
+	Phase             types.String `tfsdk:"phase"`
+	Message           types.String `tfsdk:"message"`
+	Outputs           types.String `tfsdk:"outputs"`
+	Steps             types.Map    `tfsdk:"steps"`
+}
+
+func (r *runResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_run"
+}
+
+func (r *runResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	replaceOnly := []planmodifier.String{stringplanmodifier.RequiresReplace()}
+	resp.Schema = schema.Schema{
+		Description: "A one-shot run of a scenario on the keeper. Create starts the run and waits for it to finish; " +
+			"a changed scenario (text or file content), input, sensitive_input, key or run_id plans a new run; nothing else re-runs. " +
+			"Destroy runs on_destroy_scenario, when set, with the create run's outputs as input; runs themselves stay in the keeper's history.",
+		Attributes: map[string]schema.Attribute{
+			"id": computedString("The run's id (run_…)."),
+			"scenario": schema.StringAttribute{Required: true, PlanModifiers: replaceOnly,
+				Description: "The scenario: a path to a YAML file (relative to the working directory) or the YAML text itself (anything with a newline)."},
+			"input": schema.StringAttribute{Optional: true, PlanModifiers: replaceOnly, Validators: []validator.String{jsonObject{}},
+				Description: "The scenario's input as a JSON object (jsonencode({...}))."},
+			"sensitive_input": schema.StringAttribute{Optional: true, Sensitive: true, PlanModifiers: replaceOnly, Validators: []validator.String{jsonObject{}},
+				Description: "More input as a JSON object, merged into input, hidden in plans and logs. Each key must be declared `secret: true` in the scenario's inputs " +
+					"or have a secret-looking name (password, token, secret, private_key, credentials), so that the keeper seals it at rest and masks it in every answer. " +
+					"Terraform keeps it in its state, marked sensitive: protect the state."},
+			"key": schema.StringAttribute{Optional: true, PlanModifiers: replaceOnly,
+				Description: "The keeper's re-run key, used as given: the same key with the same content returns the existing run; change it to run again."},
+			"run_id": schema.StringAttribute{Optional: true, PlanModifiers: replaceOnly,
+				Description: "Bump to run again (the seed's run_id). The keeper key becomes tf-<run_id>-<digest of scenario and input>, so an interrupted apply finds its run instead of starting a second one."},
+			"wait_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(DefaultWaitTimeout),
+				Description: "Seconds to wait for the run to finish (default 900). When it passes, apply fails and the run goes on in the keeper. Longer than 900 also raises the keeper-side timeout."},
+			"on_destroy_scenario": schema.StringAttribute{Optional: true,
+				Description: "A scenario (file path or YAML) run on destroy, after a Succeeded create run, with that run's outputs (one key per step) as input, e.g. core.cloud.destroyed."},
+			"scenario_digest": computedString("SHA-256 of the scenario text, so that an edited scenario file plans a new run."),
+			"phase":           computedString("Pending, Running, Succeeded, Failed or Cancelled."),
+			"message":         computedString("The JSON text of the run's outputs, masked by the keeper."),
+			"outputs":         computedString("The run's outputs as JSON: each step's output by step name (masked)."),
+			"steps": schema.MapAttribute{Computed: true, ElementType: types.StringType,
+				PlanModifiers: []planmodifier.Map{mapplanmodifier.UseStateForUnknown()},
+				Description:   "Each step's status by step name: ok, changed, failed, skipped or unreachable."},
+		},
+	}
+}
+
+// resolveScenario returns a scenario's text and the file name the keeper
+// uses in its messages: a single line naming a file reads the file.
+func resolveScenario(s string) (text, file string, err error) {
+	if strings.ContainsAny(s, "\n") {
+		return s, inlineFile, nil
+	}
+	p := strings.TrimSpace(s)
+	data, err := os.ReadFile(p)
+	if err == nil {
+		return string(data), p, nil
+	}
+	if ext := filepath.Ext(p); ext == ".yaml" || ext == ".yml" || strings.Contains(p, "/") {
+		return "", "", fmt.Errorf("read scenario file: %w", err)
+	}
+	return s, inlineFile, nil
+}
+
+func digest(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s;", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// checkSensitive refuses sensitive_input keys the keeper would not treat
+// as secret, and keys given in both inputs.
+func checkSensitive(text, file string, input, sensitive map[string]any) error {
+	declared := map[string]bool{}
+	if sc, _ := scenario.Parse(file, []byte(text)); sc != nil {
+		for _, d := range sc.Inputs {
+			declared[d.Name] = d.Secret
+		}
+	}
+	var bad []string
+	for k := range sensitive {
+		if _, dup := input[k]; dup {
+			return fmt.Errorf("key %q is in both input and sensitive_input", k)
+		}
+		if !declared[k] && !secret.IsSensitiveKey(k) {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) > 0 {
+		sort.Strings(bad)
+		return fmt.Errorf("key(s) %s would be shown by the keeper: declare them `secret: true` in the scenario's inputs, or use a secret-looking name (password, token, secret, private_key, credentials)",
+			strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+func (r *runResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return // destroy
+	}
+	var plan runModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	if resp.Diagnostics.HasError() || plan.Scenario.IsUnknown() {
+		return
+	}
+	text, file, err := resolveScenario(plan.Scenario.ValueString())
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("scenario"), "Cannot read the scenario", err.Error())
+		return
+	}
+	if !plan.OnDestroyScenario.IsNull() && !plan.OnDestroyScenario.IsUnknown() {
+		if _, _, err := resolveScenario(plan.OnDestroyScenario.ValueString()); err != nil {
+			resp.Diagnostics.AddAttributeError(path.Root("on_destroy_scenario"), "Cannot read the scenario", err.Error())
+			return
+		}
+	}
+	if !plan.Input.IsUnknown() && !plan.SensitiveInput.IsUnknown() {
+		in, err1 := decodeObject(plan.Input.ValueString())
+		sens, err2 := decodeObject(plan.SensitiveInput.ValueString())
+		if err1 == nil && err2 == nil {
+			if err := checkSensitive(text, file, in, sens); err != nil {
+				resp.Diagnostics.AddAttributeError(path.Root("sensitive_input"), "sensitive_input would not stay secret", err.Error())
+				return
+			}
+		}
+	}
+	d := types.StringValue(digest(text))
+	resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("scenario_digest"), d)...)
+	if req.State.Raw.IsNull() {
+		return
+	}
+	var state runModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if !state.ScenarioDigest.IsNull() && state.ScenarioDigest.ValueString() != d.ValueString() {
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("scenario_digest"))
+		for _, a := range []string{"id", "phase", "message", "outputs"} {
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(a), types.StringUnknown())...)
+		}
+		resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root("steps"), types.MapUnknown(types.StringType))...)
+	}
+}
+
+// runRequest builds the keeper request of a plan, and the sensitive
+// strings to mask out of what comes back.
+func runRequest(m *runModel) (client.RunCreate, []string, *path.Path, error) {
+	text, file, err := resolveScenario(m.Scenario.ValueString())
+	if err != nil {
+		p := path.Root("scenario")
+		return client.RunCreate{}, nil, &p, err
+	}
+	in, err := decodeObject(m.Input.ValueString())
+	if err != nil {
+		p := path.Root("input")
+		return client.RunCreate{}, nil, &p, err
+	}
+	sens, err := decodeObject(m.SensitiveInput.ValueString())
+	if err != nil {
+		p := path.Root("sensitive_input")
+		return client.RunCreate{}, nil, &p, errors.New("not a JSON object") // never the value
+	}
+	if err := checkSensitive(text, file, in, sens); err != nil {
+		p := path.Root("sensitive_input")
+		return client.RunCreate{}, nil, &p, err
+	}
+	merged := make(map[string]any, len(in)+len(sens))
+	for k, v := range in {
+		merged[k] = v
+	}
+	var secrets []string
+	for k, v := range sens {
+		merged[k] = v
+		secrets = collectStrings(v, secrets)
+	}
+	key := m.Key.ValueString()
+	switch {
+	case key != "":
+	case m.RunID.ValueString() != "":
+		key = "tf-" + m.RunID.ValueString() + "-" + digest(text, m.Input.ValueString())[:16]
+	default:
+		b := make([]byte, 12)
+		_, _ = rand.Read(b)
+		key = "tf-" + hex.EncodeToString(b)
+	}
+	req := client.RunCreate{Scenario: text, File: file, Input: merged, Key: key}
+	if w := m.WaitTimeoutSec.ValueInt64(); w > DefaultWaitTimeout {
+		req.Timeout = fmt.Sprintf("%ds", w)
+	}
+	return req, secrets, nil, nil
+}
+
+func collectStrings(v any, out []string) []string {
+	switch v := v.(type) {
+	case string:
+		if v != "" {
+			out = append(out, v)
+		}
+	case json.Number:
+		out = append(out, v.String())
+	case []any:
+		for _, e := range v {
+			out = collectStrings(e, out)
+		}
+	case map[string]any:
+		for _, e := range v {
+			out = collectStrings(e, out)
+		}
+	}
+	return out
+}
+
+// scrub replaces the text of each sensitive value, should the keeper's
+// masking have missed one.
+func scrub(s string, secrets []string) string {
+	for _, v := range secrets {
+		if len(v) >= 3 {
+			s = strings.ReplaceAll(s, v, secret.Masked)
+		}
+	}
+	return s
+}
+
+// wait polls a run until it is terminal or ctx ends; it returns the last
+// run seen.
+func (k *keeper) wait(ctx context.Context, id string) (*client.Run, error) {
+	var last *client.Run
+	for {
+		r, err := do(ctx, k, func(c context.Context) (*client.Run, error) { return k.c.RunGet(c, id) })
+		if err != nil {
+			if ctx.Err() != nil && last != nil {
+				return last, ctx.Err()
+			}
+			return last, err
+		}
+		last = r
+		if client.Terminal(r.Phase) {
+			return r, nil
+		}
+		select {
+		case <-ctx.Done():
+			return last, ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// setRun copies a run into the model, masking sensitive text.
+func setRun(ctx context.Context, m *runModel, r *client.Run, secrets []string) diag.Diagnostics {
+	m.ID = types.StringValue(r.ID)
+	m.Phase = types.StringValue(r.Phase)
+	m.Message = types.StringValue(scrub(r.Message, secrets))
+	out := strings.TrimSpace(string(r.Outputs))
+	if out == "" || out == "null" {
+		out = "{}"
+	}
+	m.Outputs = types.StringValue(scrub(out, secrets))
+	steps := map[string]string{}
+	for _, s := range r.Steps {
+		steps[s.Name] = s.Status
+	}
+	v, diags := types.MapValueFrom(ctx, types.StringType, steps)
+	m.Steps = v
+	return diags
+}
+
+// failure describes a finished run that did not succeed: each failed
+// step with its host and error code.
+func failure(r *client.Run, secrets []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Run %s (%s) ended %s", r.ID, r.Name, r.Phase)
+	if r.Error != nil {
+		fmt.Fprintf(&b, ": %s: %s", r.Error.Code, r.Error.Message)
+	}
+	b.WriteString(".")
+	for _, s := range r.Steps {
+		for _, t := range s.Targets {
+			if t.Status != "failed" && t.Status != "unreachable" {
+				continue
+			}
+			fmt.Fprintf(&b, "\nstep %q (%s) on %s: %s", s.Name, s.Module, t.SID, t.Status)
+			if t.Error != nil {
+				fmt.Fprintf(&b, ": %s: %s", t.Error.Code, t.Error.Message)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "\nDetails: soulctl runs get %s. Bump run_id (or key) to run again.", r.ID)
+	return scrub(b.String(), secrets)
+}
+
+func (r *runResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var m runModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	in, secrets, at, err := runRequest(&m)
+	if err != nil {
+		if at != nil {
+			resp.Diagnostics.AddAttributeError(*at, "Invalid run", err.Error())
+		} else {
+			resp.Diagnostics.AddError("Invalid run", err.Error())
+		}
+		return
+	}
+	tflog.Info(ctx, "starting run", map[string]any{"file": in.File, "key": in.Key})
+	run, err := do(ctx, r.k, func(c context.Context) (*client.Run, error) {
+		run, _, err := r.k.c.RunCreate(c, in)
+		return run, err
+	})
+	if err != nil {
+		var at *path.Path
+		if problemCode(err) == "scenario.invalid" {
+			p := path.Root("scenario")
+			at = &p
+		}
+		addError(&resp.Diagnostics, at, "Cannot start the run", err)
+		return
+	}
+	r.finish(ctx, &m, run, secrets, &resp.Diagnostics)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// finish waits for a run within the model's wait timeout and records it:
+// a run that failed or did not finish in time is an error, and stays in
+// the state (tainted) so that it remains visible.
+func (r *runResource) finish(ctx context.Context, m *runModel, run *client.Run, secrets []string, diags *diag.Diagnostics) {
+	wait := time.Duration(m.WaitTimeoutSec.ValueInt64()) * time.Second
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	tflog.Info(ctx, "waiting for run", map[string]any{"run_id": run.ID})
+	last, err := r.k.wait(wctx, run.ID)
+	if last == nil {
+		last = run
+	}
+	diags.Append(setRun(ctx, m, last, secrets)...)
+	switch {
+	case err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		diags.AddError("Run did not finish in time",
+			fmt.Sprintf("Run %s is still %s after wait_timeout_sec=%d; it goes on in the keeper (soulctl runs get %s). "+
+				"Apply again to look at it again, or raise wait_timeout_sec.", last.ID, last.Phase, m.WaitTimeoutSec.ValueInt64(), last.ID))
+	case err != nil:
+		addError(diags, nil, "Cannot follow run "+run.ID, err)
+	case last.Phase != "Succeeded":
+		diags.AddError(fmt.Sprintf("Run %s %s", last.ID, strings.ToLower(last.Phase)), failure(last, secrets))
+	}
+}
+
+func (r *runResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var m runModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	id := m.ID.ValueString()
+	run, err := do(ctx, r.k, func(c context.Context) (*client.Run, error) { return r.k.c.RunGet(c, id) })
+	if isNotFound(err) {
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		addError(&resp.Diagnostics, nil, "Cannot read run "+id, err)
+		return
+	}
+	sens, _ := decodeObject(m.SensitiveInput.ValueString())
+	var secrets []string
+	for _, v := range sens {
+		secrets = collectStrings(v, secrets)
+	}
+	resp.Diagnostics.Append(setRun(ctx, &m, run, secrets)...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// Update changes only what needs no run: wait_timeout_sec and
+// on_destroy_scenario.
+func (r *runResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var plan, state runModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &plan)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	state.WaitTimeoutSec, state.OnDestroyScenario = plan.WaitTimeoutSec, plan.OnDestroyScenario
+	resp.Diagnostics.Append(resp.State.Set(ctx, &state)...)
+}
+
+func (r *runResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var m runModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() || m.OnDestroyScenario.IsNull() || m.OnDestroyScenario.ValueString() == "" {
+		return
+	}
+	if m.Phase.ValueString() != "Succeeded" {
+		resp.Diagnostics.AddWarning("on_destroy_scenario skipped",
+			fmt.Sprintf("Run %s ended %s, so there are no outputs to undo; on_destroy_scenario did not run.", m.ID.ValueString(), m.Phase.ValueString()))
+		return
+	}
+	text, file, err := resolveScenario(m.OnDestroyScenario.ValueString())
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(path.Root("on_destroy_scenario"), "Cannot read the scenario", err.Error())
+		return
+	}
+	id := m.ID.ValueString()
+	// The outputs as the keeper has them: masked values would be useless.
+	created, err := do(ctx, r.k, func(c context.Context) (*client.Run, error) { return r.k.c.RunGet(c, id) })
+	if err != nil && !isNotFound(err) {
+		addError(&resp.Diagnostics, nil, "Cannot read run "+id, err)
+		return
+	}
+	outputs := m.Outputs.ValueString()
+	if created != nil && len(created.Outputs) > 0 {
+		outputs = string(created.Outputs)
+	}
+	input, err := decodeObject(outputs)
+	if err != nil {
+		resp.Diagnostics.AddError("Cannot use the run's outputs as input", err.Error())
+		return
+	}
+	in := client.RunCreate{Scenario: text, File: file, Input: input, Key: "tf-destroy-" + id}
+	tflog.Info(ctx, "starting on_destroy run", map[string]any{"file": file, "for": id})
+	run, err := do(ctx, r.k, func(c context.Context) (*client.Run, error) {
+		run, _, err := r.k.c.RunCreate(c, in)
+		return run, err
+	})
+	if err != nil {
+		var at *path.Path
+		if problemCode(err) == "scenario.invalid" {
+			p := path.Root("on_destroy_scenario")
+			at = &p
+		}
+		addError(&resp.Diagnostics, at, "Cannot start the on_destroy run", err)
+		return
+	}
+	dm := m
+	r.finish(ctx, &dm, run, nil, &resp.Diagnostics)
+}
