@@ -266,7 +266,7 @@ func addError(diags *diag.Diagnostics, at *path.Path, what string, err error) {
 	case errors.As(err, &p):
 		var b strings.Builder
 		fmt.Fprintf(&b, "The keeper answered %d %s", p.Status, p.Code)
-		if p.Detail != "" {
+		if p.Detail != "" && (len(p.Errors) == 0 || !strings.Contains(p.Detail, p.Errors[0].Message)) {
 			fmt.Fprintf(&b, ": %s", p.Detail)
 		}
 		for _, e := range p.Errors {
