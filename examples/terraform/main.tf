@@ -1,0 +1,82 @@
+terraform {
+  required_providers {
+    soulstack = {
+      source = "soulstack/soulstack"
+    }
+  }
+}
+
+provider "soulstack" {
+  endpoint = var.keeper_endpoint
+  token    = var.keeper_token
+}
+
+locals {
+  create_vms = var.existing_host == null
+}
+
+# Local VMs: a provider, a profile and a run of spawn-vms.yaml, undone on
+# destroy by destroy-vms.yaml.
+resource "soulstack_provider" "local" {
+  count       = local.create_vms ? 1 : 0
+  name        = "tf-local"
+  driver      = "local"
+  fqdn_suffix = "local.test"
+}
+
+resource "soulstack_profile" "small" {
+  count         = local.create_vms ? 1 : 0
+  name          = "tf-small"
+  provider_name = soulstack_provider.local[0].name
+  spec          = jsonencode({ cpus = 1, memory_mb = 512 })
+}
+
+resource "soulstack_run" "vms" {
+  count               = local.create_vms ? 1 : 0
+  scenario            = "${path.module}/scenarios/spawn-vms.yaml"
+  input               = jsonencode({ provider_name = soulstack_provider.local[0].name, profile = soulstack_profile.small[0].name, count = var.vm_count })
+  on_destroy_scenario = replace(file("${path.module}/scenarios/destroy-vms.yaml"), "provider: local", "provider: ${soulstack_provider.local[0].name}")
+  wait_timeout_sec    = 300
+}
+
+# Or an existing VM, registered as a soul.
+resource "soulstack_soul" "existing" {
+  count   = local.create_vms ? 0 : 1
+  sid     = var.existing_host.sid
+  address = var.existing_host.address
+  user    = var.existing_host.user
+  port    = var.existing_host.port
+  key_ref = var.existing_host.key_ref
+}
+
+locals {
+  hosts = local.create_vms ? [for h in jsondecode(soulstack_run.vms[0].outputs).provision.hosts : h.sid] : [soulstack_soul.existing[0].sid]
+}
+
+# One run per install, packages first.
+resource "soulstack_run" "packages" {
+  count            = var.install_packages ? 1 : 0
+  scenario         = "${path.module}/scenarios/install-packages.yaml"
+  input            = jsonencode({ hosts = local.hosts, packages = var.base_packages })
+  run_id           = var.install_run_id
+  wait_timeout_sec = 600
+}
+
+resource "soulstack_run" "docker" {
+  count            = var.install_docker ? 1 : 0
+  scenario         = "${path.module}/scenarios/install-docker.yaml"
+  input            = jsonencode({ hosts = local.hosts })
+  run_id           = var.install_run_id
+  wait_timeout_sec = 900
+  depends_on       = [soulstack_run.packages]
+}
+
+resource "soulstack_run" "postgres" {
+  count            = var.install_postgres ? 1 : 0
+  scenario         = "${path.module}/scenarios/install-postgres.yaml"
+  input            = jsonencode({ hosts = local.hosts, db_name = var.pg_db_name, db_user = var.pg_db_user })
+  sensitive_input  = jsonencode({ db_password = var.pg_db_password })
+  run_id           = var.install_run_id
+  wait_timeout_sec = 900
+  depends_on       = [soulstack_run.packages, soulstack_run.docker]
+}

@@ -1,0 +1,77 @@
+variable "keeper_endpoint" {
+  description = "The keeper's URL; null uses SOULSTACK_KEEPER (or http://127.0.0.1:8420)."
+  type        = string
+  default     = null
+}
+
+variable "keeper_token" {
+  description = "A keeper API token; null uses SOULSTACK_TOKEN."
+  type        = string
+  default     = null
+  sensitive   = true
+}
+
+variable "vm_count" {
+  description = "How many local VMs to create when no existing host is given."
+  type        = number
+  default     = 1
+}
+
+variable "existing_host" {
+  description = "An existing VM to install on instead of creating local VMs (e.g. one a cloud's own provider made)."
+  type = object({
+    sid     = string
+    address = string
+    user    = optional(string, "root")
+    port    = optional(number, 22)
+    key_ref = string
+  })
+  default = null
+}
+
+variable "install_packages" {
+  description = "Install base_packages with apt."
+  type        = bool
+  default     = true
+}
+
+variable "install_docker" {
+  description = "Install Docker Engine (and Compose)."
+  type        = bool
+  default     = false
+}
+
+variable "install_postgres" {
+  description = "Install PostgreSQL with a database and a user."
+  type        = bool
+  default     = false
+}
+
+variable "base_packages" {
+  description = "Packages to install when install_packages is set."
+  type        = list(string)
+  default     = ["git", "curl"]
+}
+
+variable "pg_db_name" {
+  type    = string
+  default = "app"
+}
+
+variable "pg_db_user" {
+  type    = string
+  default = "app"
+}
+
+variable "pg_db_password" {
+  description = "Password of the PostgreSQL user; passed as sensitive_input."
+  type        = string
+  default     = ""
+  sensitive   = true
+}
+
+variable "install_run_id" {
+  description = "Bump to run the installs again."
+  type        = string
+  default     = "1"
+}
