@@ -237,15 +237,19 @@ func runRequest(m *runModel) (client.RunCreate, []string, *path.Path, error) {
 	case m.RunID.ValueString() != "":
 		key = "tf-" + m.RunID.ValueString() + "-" + digest(text, m.Input.ValueString())[:16]
 	default:
-		b := make([]byte, 12)
-		_, _ = rand.Read(b)
-		key = "tf-" + hex.EncodeToString(b)
+		key = "tf-" + randomHex(12)
 	}
 	req := client.RunCreate{Scenario: text, File: file, Input: merged, Key: key}
 	if w := m.WaitTimeoutSec.ValueInt64(); w > DefaultWaitTimeout {
 		req.Timeout = fmt.Sprintf("%ds", w)
 	}
 	return req, secrets, nil, nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func collectStrings(v any, out []string) []string {
@@ -362,10 +366,18 @@ func (r *runResource) Create(ctx context.Context, req resource.CreateRequest, re
 		return
 	}
 	tflog.Info(ctx, "starting run", map[string]any{"file": in.File, "key": in.Key})
-	run, err := do(ctx, r.k, func(c context.Context) (*client.Run, error) {
+	create := func(c context.Context) (*client.Run, error) {
 		run, _, err := r.k.c.RunCreate(c, in)
 		return run, err
-	})
+	}
+	run, err := do(ctx, r.k, create)
+	if problemCode(err) == "run.key_conflict" && m.Key.ValueString() == "" && m.RunID.ValueString() != "" {
+		// The derived key leaves sensitive_input out (a digest of a secret
+		// would leak it); a changed secret under the same run_id gets a
+		// key of its own.
+		in.Key += "-" + randomHex(6)
+		run, err = do(ctx, r.k, create)
+	}
 	if err != nil {
 		var at *path.Path
 		if problemCode(err) == "scenario.invalid" {

@@ -251,6 +251,20 @@ func TestRuns(t *testing.T) {
 		writeScenario(t, dir, "marker.yaml", marker)
 	})
 
+	t.Run("sensitive_input_changed", func(t *testing.T) {
+		c2 := clone(bumped)
+		c2["sensitive_input"] = `{"db_password": "another-pw-771", "api_token": "` + secretTok + `"}`
+		p := h.plan("soulstack_run", run2, c2)
+		if len(p.replace) == 0 {
+			t.Fatalf("changed sensitive_input: no replacement")
+		}
+		// Same run_id, other secret: the keeper gets a new key, not a 409.
+		run3, d := h.apply("soulstack_run", nil, c2)
+		if d != "" || run3.str("phase") != "Succeeded" || run3.str("id") == run2.str("id") {
+			t.Fatalf("run with a changed secret: %v %s", run3.attrs(), d)
+		}
+	})
+
 	t.Run("input_changed", func(t *testing.T) {
 		c2 := clone(bumped)
 		c2["input"] = `{"host": "` + hst.sid + `", "dir": "` + dir + `/"}`
