@@ -73,6 +73,31 @@ func TestExampleWithTerraform(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, "test.auto.tfvars.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A run that echoes a sensitive_input value: the plan hides it, the
+	// keeper masks it in the outputs, no log has it.
+	extra := `resource "soulstack_run" "secret_echo" {
+  scenario = <<-EOT
+    name: secret-echo
+    inputs:
+      host: {type: string}
+      db_password: {type: string, secret: true}
+    steps:
+      - name: echo
+        on: "$${ input.host }"
+        module: core.command.ran
+        params: {argv: [echo, "$${ input.db_password }"]}
+  EOT
+  input           = jsonencode({ host = local.hosts[0] })
+  sensitive_input = jsonencode({ db_password = var.pg_db_password })
+}
+
+output "secret_echo" {
+  value = jsondecode(soulstack_run.secret_echo.outputs).echo
+}
+`
+	if err := os.WriteFile(filepath.Join(work, "secret_echo.tf"), []byte(extra), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tfLog := filepath.Join(tmp, "terraform.log")
 	env := []string{"TF_CLI_CONFIG_FILE=" + cliConfig, "TF_IN_AUTOMATION=1", "TF_LOG=trace", "TF_LOG_PATH=" + tfLog,
 		"TF_VAR_keeper_token=" + k.Token, "CHECKPOINT_DISABLE=1", "HOME=" + tmp}
@@ -99,14 +124,14 @@ func TestExampleWithTerraform(t *testing.T) {
 	}
 
 	out := run(0, "apply", "-auto-approve")
-	for _, want := range []string{`packages_status = "ok"`, `docker_status = "skipped"`, `postgres_status = "skipped"`, "vm-1.example.test"} {
+	for _, want := range []string{"***", "(sensitive value)", `packages_status = "ok"`, `docker_status = "skipped"`, `postgres_status = "skipped"`, "vm-1.example.test"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("apply output lacks %q:\n%s", want, out)
 		}
 	}
 	runs := k.runCount(t)
-	if runs != 1 {
-		t.Errorf("runs after apply: %d, want 1", runs)
+	if runs != 2 {
+		t.Errorf("runs after apply: %d, want 2", runs)
 	}
 	// Nothing changed: plan says so (exit 0 with -detailed-exitcode).
 	out += run(0, "plan", "-detailed-exitcode")
