@@ -15,27 +15,13 @@ locals {
   create_vms = var.existing_host == null
 }
 
-# Local VMs: a provider, a profile and a run of spawn-vms.yaml, undone on
-# destroy by destroy-vms.yaml.
-resource "soulstack_provider" "local" {
-  count       = local.create_vms ? 1 : 0
-  name        = "tf-local"
-  driver      = "local"
-  fqdn_suffix = "local.test"
-}
-
-resource "soulstack_profile" "small" {
-  count         = local.create_vms ? 1 : 0
-  name          = "tf-small"
-  provider_name = soulstack_provider.local[0].name
-  spec          = jsonencode({ cpus = 1, memory_mb = 512 })
-}
-
+# Local VMs: a run of spawn-vms.yaml on a registered provider and profile,
+# undone on destroy by destroy-vms.yaml.
 resource "soulstack_run" "vms" {
   count               = local.create_vms ? 1 : 0
   scenario            = "${path.module}/scenarios/spawn-vms.yaml"
-  input               = jsonencode({ provider_name = soulstack_provider.local[0].name, profile = soulstack_profile.small[0].name, count = var.vm_count })
-  on_destroy_scenario = replace(file("${path.module}/scenarios/destroy-vms.yaml"), "provider: local", "provider: ${soulstack_provider.local[0].name}")
+  input               = jsonencode({ provider = var.cloud_provider, profile = var.cloud_profile, count = var.vm_count })
+  on_destroy_scenario = replace(file("${path.module}/scenarios/destroy-vms.yaml"), "provider: local", "provider: ${var.cloud_provider}")
   wait_timeout_sec    = 300
 }
 

@@ -11,6 +11,18 @@ variable "keeper_token" {
   sensitive   = true
 }
 
+variable "cloud_provider" {
+  description = "A registered provider (soulstack_provider, or soulctl provider create) to make the VMs with."
+  type        = string
+  default     = "local"
+}
+
+variable "cloud_profile" {
+  description = "A registered profile of that provider."
+  type        = string
+  default     = "small"
+}
+
 variable "vm_count" {
   description = "How many local VMs to create when no existing host is given."
   type        = number

@@ -284,8 +284,9 @@ func addError(diags *diag.Diagnostics, at *path.Path, what string, err error) {
 			summary = what + ": the API token lacks a permission"
 		}
 		if p.Code == "provider.in_use" {
-			summary = what + ": the provider is still used by profiles"
-			b.WriteString("\nDelete the profiles that use it first (in Terraform: make them depend on this provider resource).")
+			summary = what + ": the provider is still in use"
+			b.WriteString("\nDelete the profiles that use it first (in Terraform: refer to this resource's name from them, so that they are destroyed before it). " +
+				"Souls the provider made keep it in use too, destroyed ones included, until they are deleted (soulctl soul delete SID).")
 		}
 		if p.Code == "scenario.invalid" {
 			summary = what + ": the scenario is invalid; nothing ran"

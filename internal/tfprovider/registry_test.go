@@ -71,7 +71,7 @@ func TestProviderAndProfile(t *testing.T) {
 
 	t.Run("in_use", func(t *testing.T) {
 		d := h.destroy(prov)
-		if !strings.Contains(d, "provider.in_use") || !strings.Contains(d, "still used by profiles") || !strings.Contains(d, "409") {
+		if !strings.Contains(d, "provider.in_use") || !strings.Contains(d, "still in use") || !strings.Contains(d, "409") {
 			t.Fatalf("want a provider.in_use diagnostic, got %q", d)
 		}
 	})
