@@ -86,7 +86,7 @@ func (p *soulstackProvider) Schema(_ context.Context, _ provider.SchemaRequest, 
 				Optional:    true,
 				Description: "How long one request may take, and how long an unreachable keeper is retried (with backoff) before giving up.",
 				Attributes: map[string]schema.Attribute{
-					"request_sec": schema.Int64Attribute{Optional: true, Description: "Seconds one API request may take (default 60)."},
+					"request_sec": schema.Int64Attribute{Optional: true, Description: "Seconds one API request may take (default 60, which is also the most)."},
 					"retry_sec":   schema.Int64Attribute{Optional: true, Description: "Seconds to keep retrying a keeper that cannot be reached (default 30; 0 tries once)."},
 				},
 			},

@@ -168,6 +168,9 @@ func TestRuns(t *testing.T) {
 				t.Errorf("a secret is in the keeper's answer: %s", b)
 			}
 		}
+		if strings.Contains(h.providerLog(), k.Token) {
+			t.Errorf("the API token is in the provider log")
+		}
 		if !strings.Contains(a["outputs"].(string), "***") {
 			t.Errorf("outputs are not masked: %s", a["outputs"])
 		}
