@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -153,5 +154,28 @@ output "secret_echo" {
 	}
 	if !strings.Contains(string(logData), "starting run") {
 		t.Errorf("the trace log has no provider lines (looked for %q); size %s", "starting run", strconv.Itoa(len(logData)))
+	}
+}
+
+// TestExampleScenarios validates the example's scenarios as the keeper
+// would (every module of the standard set is linked through the keeper),
+// so that they stay right where no terraform binary runs them.
+func TestExampleScenarios(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../examples/terraform/scenarios/*.yaml")
+	if err != nil || len(files) < 5 {
+		t.Fatalf("scenarios: %v %v", files, err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := scenario.Check(filepath.Base(f), src); err != nil {
+				t.Fatalf("%s does not validate:\n%v", f, err)
+			}
+		})
 	}
 }

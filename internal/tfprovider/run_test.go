@@ -38,6 +38,13 @@ func registerHost(t *testing.T, k *testKeeper, h *tf, sid string) host {
 	if p := h.plan("soulstack_soul", soul, cfg); p.errs != "" || len(p.replace) != 0 {
 		t.Fatalf("no-change soul plan: %v %s", p.replace, p.errs)
 	}
+	imp, d := h.importState("soulstack_soul", sid)
+	if d != "" {
+		t.Fatal(d)
+	}
+	if p := h.plan("soulstack_soul", imp, cfg); p.errs != "" || len(p.replace) != 0 {
+		t.Fatalf("plan after importing the soul: %v %s", p.replace, p.errs)
+	}
 	return host{sid: sid, soul: soul}
 }
 
