@@ -1,24 +1,36 @@
 # core.postgres.installed, run as root with /bin/sh on the soul in one round
 # trip. Arguments: pg_version (empty: the distribution's), db_name, db_user,
-# listen_addresses, allow_remote (true|false), remote_cidr. Standard input
-# is two lines: the password, then its SCRAM-SHA-256 verifier (empty when
-# the keeper could not make one). The password only ever goes to files in
-# a private temporary directory (mode 0700, removed on exit) and to psql's
-# standard input, never to an argument or an environment variable; role
-# statements carry the verifier when there is one. The last line of
-# standard output is a JSON report; errors go to standard error with exit
-# status 10 (install failed), 11 (verify failed) or 1 (anything else).
+# listen_addresses, allow_remote (true|false), remote_cidr, the extra
+# users' names separated by spaces, and the extra databases as name:owner
+# pairs separated by spaces (every name a lower-case SQL identifier, checked
+# on the keeper). Standard input is two lines per user, db_user first and
+# then the extra users in order: the password, then its SCRAM-SHA-256
+# verifier (empty when the keeper could not make one). The passwords only
+# ever go to files in a private temporary directory (mode 0700, removed on
+# exit) and to psql's standard input, never to an argument or an
+# environment variable; role statements carry the verifier when there is
+# one. The last line of standard output is a JSON report; errors go to
+# standard error with exit status 10 (install failed), 11 (verify failed)
+# or 1 (anything else).
 set -u
 umask 077
 cd /
 want_ver=$1 db=$2 user=$3 listen=$4 remote=$5 cidr=$6
+users="$user${7:+ $7}"
+dbs="$db:$user${8:+ $8}"
 export DEBIAN_FRONTEND=noninteractive
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
-IFS= read -r pw || true
-IFS= read -r verifier || true
-printf '%s' "$pw" >"$tmp/pw"
-unset pw
+# The lists are split on spaces below; no name holds a glob character, and
+# globbing stays off anyway.
+set -f
+for u in $users; do
+	IFS= read -r pw || true
+	IFS= read -r verifier || true
+	printf '%s' "$pw" >"$tmp/pw.$u"
+	printf '%s' "$verifier" >"$tmp/verifier.$u"
+done
+unset pw verifier
 
 changed=false installed=false config_changed=false restarted=false
 role_created=false db_created=false password_changed=false
@@ -61,11 +73,15 @@ add_pgdg() {
 	apt_get update || fail 10 "apt-get update with the PostgreSQL repository: $(tail -n 5 "$tmp/apt.log")"
 }
 
-# newest_server prints the newest major version whose server is installed.
+# newest_server prints the newest major version whose server is installed
+# (globbing on for this one pattern).
 newest_server() {
-	for b in /usr/lib/postgresql/*/bin/postgres; do
-		[ -x "$b" ] && basename "$(dirname "$(dirname "$b")")"
-	done | sort -n | tail -n 1
+	(
+		set +f
+		for b in /usr/lib/postgresql/*/bin/postgres; do
+			[ -x "$b" ] && basename "$(dirname "$(dirname "$b")")"
+		done
+	) | sort -n | tail -n 1
 }
 
 ver=$want_ver
@@ -111,44 +127,80 @@ pgsql() {
 	runuser -u postgres -- psql --cluster "$ver/main" -X -q -A -t -v ON_ERROR_STOP=1 -v VERBOSITY=terse -d postgres "$@"
 }
 
-# password_sql prints the verifier, or else the password, as an SQL string
-# literal (standard_conforming_strings is on since PostgreSQL 9.1).
+# password_sql USER prints USER's verifier, or else password, as an SQL
+# string literal (standard_conforming_strings is on since PostgreSQL 9.1).
 password_sql() {
-	if [ -n "$verifier" ]; then
-		printf "'%s'" "$verifier"
+	if [ -s "$tmp/verifier.$1" ]; then
+		printf "'%s'" "$(cat "$tmp/verifier.$1")"
 		return
 	fi
 	printf "'"
-	sed "s/'/''/g" "$tmp/pw" | tr -d '\n'
+	sed "s/'/''/g" "$tmp/pw.$1" | tr -d '\n'
 	printf "'"
 }
 
-state=$(pgsql -F '|' -c "SELECT (SELECT count(*) FROM pg_roles WHERE rolname = '$user'), (SELECT count(*) FROM pg_database WHERE datname = '$db'), current_setting('listen_addresses'), current_setting('hba_file'), split_part(current_setting('server_version'), ' ', 1)" 2>"$tmp/log") ||
+# sql_list prints its arguments as a comma-separated list of SQL string
+# literals.
+sql_list() {
+	sep=
+	for a in "$@"; do
+		printf "%s'%s'" "$sep" "$a"
+		sep=,
+	done
+}
+
+# has WORD LIST reports whether WORD is one of the space-separated LIST.
+has() {
+	case " $2 " in
+	*" $1 "*) return 0 ;;
+	esac
+	return 1
+}
+
+db_names=
+for d in $dbs; do
+	db_names="$db_names ${d%%:*}"
+done
+# shellcheck disable=SC2086 # the names are SQL identifiers, split on purpose
+state=$(pgsql -F '|' -c "SELECT (SELECT coalesce(string_agg(rolname, ' '), '') FROM pg_roles WHERE rolname IN ($(sql_list $users))), (SELECT coalesce(string_agg(datname, ' '), '') FROM pg_database WHERE datname IN ($(sql_list $db_names))), current_setting('listen_addresses'), current_setting('hba_file'), split_part(current_setting('server_version'), ' ', 1)" 2>"$tmp/log") ||
 	fail 1 "query the cluster's state: $(cat "$tmp/log")"
-IFS='|' read -r has_role has_db cur_listen hba pg_version <<EOF
+IFS='|' read -r have_roles have_dbs cur_listen hba pg_version <<EOF
 $state
 EOF
 
-if [ "$has_role" = 0 ]; then
+# Roles first: every database's owner must exist.
+created_roles=
+for u in $users; do
+	has "$u" "$have_roles" && continue
 	{
-		printf 'CREATE ROLE "%s" LOGIN PASSWORD ' "$user"
-		password_sql
+		printf 'CREATE ROLE "%s" LOGIN PASSWORD ' "$u"
+		password_sql "$u"
 		printf ';\n'
-	} | pgsql 2>"$tmp/log" || fail 1 "create role $user: $(cat "$tmp/log")"
+	} | pgsql 2>"$tmp/log" || fail 1 "create role $u: $(cat "$tmp/log")"
+	created_roles="$created_roles $u"
 	changed=true role_created=true
-fi
-if [ "$has_db" = 0 ]; then
-	pgsql -c "CREATE DATABASE \"$db\" OWNER \"$user\"" 2>"$tmp/log" || fail 1 "create database $db: $(cat "$tmp/log")"
+done
+for d in $dbs; do
+	name=${d%%:*} owner=${d#*:}
+	has "$name" "$have_dbs" && continue
+	pgsql -c "CREATE DATABASE \"$name\" OWNER \"$owner\"" 2>"$tmp/log" || fail 1 "create database $name: $(cat "$tmp/log")"
 	changed=true db_created=true
-fi
+done
 
 # pg_hba.conf: one managed block, present only when remote access is asked.
 begin='# BEGIN soulstack core.postgres.installed'
 end='# END soulstack core.postgres.installed'
 want_block=
 if [ "$remote" = true ]; then
-	# Quoted names are literal: a database called "all" means only itself.
-	want_block=$(printf '%s\nhost\t"%s"\t"%s"\t%s\tscram-sha-256\n%s' "$begin" "$db" "$user" "$cidr" "$end")
+	# One entry per database, for its owner. Quoted names are literal: a
+	# database called "all" means only itself.
+	want_block=$(
+		printf '%s\n' "$begin"
+		for d in $dbs; do
+			printf 'host\t"%s"\t"%s"\t%s\tscram-sha-256\n' "${d%%:*}" "${d#*:}" "$cidr"
+		done
+		printf '%s' "$end"
+	)
 fi
 cur_block=$(awk -v b="$begin" -v e="$end" '$0 == b {f = 1} f {print} $0 == e {f = 0}' "$hba")
 hba_changed=false
@@ -173,9 +225,9 @@ elif [ "$hba_changed" = true ]; then
 	pg_ctlcluster "$ver" main reload >"$tmp/log" 2>&1 || fail 1 "pg_ctlcluster $ver main reload: $(tail -n 5 "$tmp/log")"
 fi
 
-# Verify over TCP as the user, with the password in a private .pgpass.
+# Verify over TCP as every user, with its password in a private .pgpass,
+# on the first database it owns or else on postgres.
 vhost=
-set -f
 for a in $(printf '%s' "$listen" | tr ',' ' '); do
 	case $a in
 	'*' | localhost | 127.0.0.1 | 0.0.0.0) vhost=127.0.0.1 && break ;;
@@ -183,25 +235,33 @@ for a in $(printf '%s' "$listen" | tr ',' ' '); do
 	*) [ -n "$vhost" ] || vhost=$a ;;
 	esac
 done
-set +f
-printf '*:*:*:*:' >"$tmp/pgpass"
-sed 's/[\\:]/\\&/g' "$tmp/pw" | tr -d '\n' >>"$tmp/pgpass"
 verify() {
 	PGPASSFILE="$tmp/pgpass" PGCONNECT_TIMEOUT=10 psql -X -A -t -w -v VERBOSITY=terse \
-		-h "$vhost" -p "$port" -U "$user" -d "$db" -c 'SELECT 1' 2>"$tmp/verify" </dev/null
+		-h "$vhost" -p "$port" -U "$1" -d "$2" -c 'SELECT 1' 2>"$tmp/verify" </dev/null
 }
-ok=$(verify)
-if [ "$ok" != 1 ] && [ "$role_created" = false ] &&
-	grep -q -e 'password authentication failed' -e 'is not permitted to log in' "$tmp/verify"; then
-	{
-		printf 'ALTER ROLE "%s" WITH LOGIN PASSWORD ' "$user"
-		password_sql
-		printf ';\n'
-	} | pgsql 2>"$tmp/log" || fail 1 "set the password of role $user: $(cat "$tmp/log")"
-	changed=true password_changed=true
-	ok=$(verify)
-fi
-[ "$ok" = 1 ] || fail 11 "SELECT 1 as $user on $vhost:$port/$db failed: $(cat "$tmp/verify")"
+for u in $users; do
+	vdb=postgres
+	for d in $dbs; do
+		if [ "${d#*:}" = "$u" ]; then
+			vdb=${d%%:*}
+			break
+		fi
+	done
+	printf '*:*:*:*:' >"$tmp/pgpass"
+	sed 's/[\\:]/\\&/g' "$tmp/pw.$u" | tr -d '\n' >>"$tmp/pgpass"
+	ok=$(verify "$u" "$vdb")
+	if [ "$ok" != 1 ] && ! has "$u" "$created_roles" &&
+		grep -q -e 'password authentication failed' -e 'is not permitted to log in' "$tmp/verify"; then
+		{
+			printf 'ALTER ROLE "%s" WITH LOGIN PASSWORD ' "$u"
+			password_sql "$u"
+			printf ';\n'
+		} | pgsql 2>"$tmp/log" || fail 1 "set the password of role $u: $(cat "$tmp/log")"
+		changed=true password_changed=true
+		ok=$(verify "$u" "$vdb")
+	fi
+	[ "$ok" = 1 ] || fail 11 "SELECT 1 as $u on $vhost:$port/$vdb failed: $(cat "$tmp/verify")"
+done
 
 printf '{"changed":%s,"installed":%s,"config_changed":%s,"restarted":%s,"role_created":%s,"db_created":%s,"password_changed":%s,"pg_version":"%s"}\n' \
 	"$changed" "$installed" "$config_changed" "$restarted" "$role_created" "$db_created" "$password_changed" "$pg_version"

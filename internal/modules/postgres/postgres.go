@@ -1,11 +1,12 @@
 // Package postgres declares core.postgres.installed, which installs
-// PostgreSQL on Debian and Ubuntu souls with one database and user.
+// PostgreSQL on Debian and Ubuntu souls with a database and its user, and
+// optionally more databases and users.
 //
 // Run does all its work in one SSH round trip: a shell script (installed.sh)
-// installs what is missing, starts the cluster, creates the role and the
-// database, edits the configuration only when it differs, and verifies a
-// password login over TCP, then reports what it did as JSON. The password
-// travels on the command's standard input only.
+// installs what is missing, starts the cluster, creates the roles and the
+// databases, edits the configuration only when it differs, and verifies a
+// password login over TCP for every user, then reports what it did as
+// JSON. The passwords travel on the command's standard input only.
 package postgres
 
 import (
@@ -20,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/secret"
 )
 
 // InstalledID is the ID of the Installed state.
@@ -44,6 +46,23 @@ type InstalledParams struct {
 	ListenAddresses string `json:"listen_addresses,omitempty"`
 	AllowRemote     bool   `json:"allow_remote"`
 	RemoteCIDR      string `json:"remote_cidr,omitempty"`
+	// Users are the extra roles, besides DBUser.
+	Users []User `json:"users,omitempty"`
+	// Databases are the extra databases, besides DBName.
+	Databases []Database `json:"databases,omitempty"`
+}
+
+// User is one element of the users param: an extra login role.
+type User struct {
+	Name     string `json:"name"`
+	Password string `json:"password"`
+}
+
+// Database is one element of the databases param: an extra database and
+// the user (db_user or one of users) that owns it.
+type Database struct {
+	Name  string `json:"name"`
+	Owner string `json:"owner"`
 }
 
 // Error codes of core.postgres.installed.
@@ -76,12 +95,13 @@ var versionRE = regexp.MustCompile(`^[1-9][0-9]$`)
 func (*Installed) Info() module.Info {
 	return module.Info{
 		ID:      InstalledID,
-		Summary: "Make sure PostgreSQL is installed and running on each target soul, with a database and a user that owns it.",
+		Summary: "Make sure PostgreSQL is installed and running on each target soul, with a database and a user that owns it (and optionally more of both).",
 		Description: "Installs postgresql, postgresql-contrib and postgresql-client when psql is missing (postgresql-<pg_version> " +
 			"when a version is asked, from the PostgreSQL project's apt repository when the distribution lacks it), makes sure " +
-			"the cluster <version>/main is running, creates the user and the database if they do not exist, sets the user's " +
-			"password when it no longer logs in, and verifies `SELECT 1` over TCP as the new user with its password.\n\n" +
-			"Everything happens in one SSH round trip; the password is sent on the command's standard input only.",
+			"the cluster <version>/main is running, creates the users (db_user and `users`) and the databases (db_name and `databases`) " +
+			"if they do not exist, sets a user's password when it no longer logs in, and verifies `SELECT 1` over TCP as every user " +
+			"with its password.\n\n" +
+			"Everything happens in one SSH round trip; the passwords are sent on the command's standard input only.",
 		Side:       module.SideSoul,
 		Idempotent: true,
 		NeedsRoot:  true,
@@ -91,39 +111,56 @@ func (*Installed) Info() module.Info {
 			{Name: "db_user", Type: module.TypeString, Required: true, Doc: "User to create; it owns the database."},
 			{Name: "db_password", Type: module.TypeString, Required: true, Secret: true, Doc: "Password of the user."},
 			{Name: "listen_addresses", Type: module.TypeString, DefaultDoc: "localhost, or * when allow_remote is true", Doc: "Server listen_addresses, set with ALTER SYSTEM; a change restarts the server."},
-			{Name: "allow_remote", Type: module.TypeBool, Default: false, Doc: "Add a pg_hba.conf entry that lets the user connect to the database from remote_cidr with a password (scram-sha-256); false removes it."},
-			{Name: "remote_cidr", Type: module.TypeString, Default: defaultRemoteCIDR, Doc: "Network the pg_hba.conf entry admits when allow_remote is true."},
+			{Name: "allow_remote", Type: module.TypeBool, Default: false, Doc: "Add pg_hba.conf entries that let the owner of each database (db_name and `databases`) connect to it from remote_cidr with a password (scram-sha-256); false removes them."},
+			{Name: "remote_cidr", Type: module.TypeString, Default: defaultRemoteCIDR, Doc: "Network the pg_hba.conf entries admit when allow_remote is true."},
+			{Name: "users", Type: module.TypeList, Elem: module.TypeObject, Secret: true, Doc: "More users to create, besides db_user: each a map {name, password}; names follow the rules of db_user, passwords those of db_password."},
+			{Name: "databases", Type: module.TypeList, Elem: module.TypeObject, Doc: "More databases to create, besides db_name: each a map {name, owner}, the owner being db_user or one of `users`."},
 		},
 		Output: []module.Field{
 			{Name: "status", Type: "string", Doc: "ok."},
 			{Name: "pg_version", Type: "string", Doc: "Installed server version, such as \"16.4\"."},
 			{Name: "db_name", Type: "string", Doc: "The database."},
 			{Name: "db_user", Type: "string", Doc: "The user."},
-			{Name: "config_changed", Type: "bool", Doc: "Whether listen_addresses (the server restarted) or the pg_hba.conf entry (the server reloaded) changed."},
+			{Name: "databases", Type: "array<string>", Doc: "Names of the extra databases (the `databases` param), empty when none."},
+			{Name: "users", Type: "array<string>", Doc: "Names of the extra users (the `users` param), empty when none."},
+			{Name: "config_changed", Type: "bool", Doc: "Whether listen_addresses (the server restarted) or the pg_hba.conf entries (the server reloaded) changed."},
 		},
-		ChangesWhen:   "PostgreSQL was installed, the cluster was created or started, the user or database was created, the password was set, or the configuration changed.",
-		UnchangedWhen: "Everything already existed with the requested configuration and the user logged in with the password.",
+		ChangesWhen:   "PostgreSQL was installed, the cluster was created or started, a user or database was created, a password was set, or the configuration changed.",
+		UnchangedWhen: "Everything already existed with the requested configuration and every user logged in with its password.",
 		Example: `- name: database
   on: db-1.local.test
   module: core.postgres.installed
   params:
     db_name: app
     db_user: app
-    db_password: "${ input.db_password }"`,
+    db_password: "${ input.db_password }"
+    users:
+      - name: report
+        password: "${ input.report_password }"
+    databases:
+      - name: app_audit
+        owner: app
+      - name: reports
+        owner: report`,
 		Notes: []string{
 			"The server restarts only when listen_addresses changed; a pg_hba.conf change alone reloads it.",
-			"The pg_hba.conf entry sits in a block marked `# BEGIN/END soulstack core.postgres.installed`, rewritten only when it differs, so reruns do not duplicate it.",
-			"An existing user's password is set again only when a login with db_password fails, so an unchanged password reports no change.",
-			"db_password is secret: it is masked on every output channel and sent on standard input, never in a command line or environment; the login check reads it from a private .pgpass file removed afterwards. It may not contain line breaks.",
+			"With allow_remote, pg_hba.conf gets one entry per database (db_name and each of `databases`) for its owner, in a block marked `# BEGIN/END soulstack core.postgres.installed`, rewritten only when it differs, so reruns do not duplicate it. A user that owns no database gets no entry.",
+			"An existing user's password is set again only when a login with its password fails, so an unchanged password reports no change. An existing database keeps its owner.",
+			"Each user is verified against the first database it owns, or against `postgres` when it owns none.",
+			"db_password and every password in `users` are secret: they are masked on every output channel and sent on standard input, never in a command line or environment; the login check reads each from a private .pgpass file removed afterwards. They may not contain line breaks.",
 			"For a printable-ASCII password the role gets a SCRAM-SHA-256 verifier made on the keeper, so the password itself is in no SQL statement the server could log; other passwords are sent as a quoted literal.",
+			"User names (db_user and `users`) and database names (db_name and `databases`) must each be unique.",
 			"Without systemd (containers, local VMs) the cluster is started with pg_ctlcluster; nothing starts it again at boot.",
 		},
 	}
 }
 
 // ValidateParams checks that db_name and db_user are plain SQL
-// identifiers, that the password is not empty and has no line breaks, and
-// the forms of pg_version, listen_addresses and remote_cidr.
+// identifiers, that the password is not empty and has no line breaks, the
+// forms of pg_version, listen_addresses and remote_cidr, and the elements
+// of users and databases: the same rules for their names and passwords, no
+// name given twice, and every database owned by db_user or one of users.
+// A message never quotes a password.
 func (*Installed) ValidateParams(v module.Values) error {
 	var errs []error
 	for _, name := range []string{"db_name", "db_user"} {
@@ -135,7 +172,7 @@ func (*Installed) ValidateParams(v module.Values) error {
 	}
 	if x, ok := v.Get("db_password"); ok {
 		// The value is secret: the message never quotes it.
-		if s, _ := x.(string); s == "" || strings.ContainsAny(s, "\n\r\x00") {
+		if s, _ := x.(string); !validPassword(s) {
 			errs = append(errs, module.Invalid("db_password", `param "db_password" must be non-empty and contain no line breaks or NUL bytes`))
 		}
 	}
@@ -154,7 +191,95 @@ func (*Installed) ValidateParams(v module.Values) error {
 			errs = append(errs, module.Invalid("remote_cidr", `param "remote_cidr" must be a network such as 10.0.0.0/8, got %q`, s))
 		}
 	}
+
+	// Users: names unique with db_user; owners is nil while a name is
+	// not known yet (an expression), which skips the owner check.
+	owners := map[string]bool{}
+	if x, ok := v.Get("db_user"); ok {
+		s, _ := x.(string)
+		owners[s] = true
+	} else if v.Dynamic("db_user") {
+		owners = nil
+	}
+	if x, ok := v.Get("users"); ok {
+		list, _ := x.([]any)
+		for i, e := range list {
+			m, err := element("users", i, e, "name", "password")
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			name, _ := m["name"].(string)
+			if !sqlName.MatchString(name) {
+				errs = append(errs, module.Invalid("users", "param \"users\": element %d: name must be a lower-case SQL identifier ([a-z_][a-z0-9_]*), got %q", i, name))
+			} else if owners != nil && owners[name] {
+				errs = append(errs, module.Invalid("users", "param \"users\": element %d: user %q is given twice (db_user and users must all differ)", i, name))
+			}
+			if owners != nil {
+				owners[name] = true
+			}
+			if pw, _ := m["password"].(string); !validPassword(pw) {
+				errs = append(errs, module.Invalid("users", "param \"users\": element %d: password must be non-empty and contain no line breaks or NUL bytes", i))
+			}
+		}
+	} else if v.Dynamic("users") {
+		owners = nil
+	}
+
+	// Databases: names unique with db_name, owners among the users.
+	dbs := map[string]bool{}
+	if x, ok := v.Get("db_name"); ok {
+		s, _ := x.(string)
+		dbs[s] = true
+	} else if v.Dynamic("db_name") {
+		dbs = nil
+	}
+	if x, ok := v.Get("databases"); ok {
+		list, _ := x.([]any)
+		for i, e := range list {
+			m, err := element("databases", i, e, "name", "owner")
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			name, _ := m["name"].(string)
+			if !sqlName.MatchString(name) {
+				errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: name must be a lower-case SQL identifier ([a-z_][a-z0-9_]*), got %q", i, name))
+			} else if dbs != nil && dbs[name] {
+				errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: database %q is given twice (db_name and databases must all differ)", i, name))
+			}
+			if dbs != nil {
+				dbs[name] = true
+			}
+			if owner, _ := m["owner"].(string); owners != nil && !owners[owner] {
+				errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: owner %q must be db_user or the name of one of users", i, owner))
+			}
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// element checks that e, element i of the list param, is a map with
+// exactly the string fields keys, and returns it. The message names the
+// keys, never a value: an element of users holds a password.
+func element(param string, i int, e any, keys ...string) (map[string]any, error) {
+	m, ok := e.(map[string]any)
+	bad := !ok || len(m) != len(keys)
+	for _, k := range keys {
+		if _, isString := m[k].(string); !isString {
+			bad = true
+		}
+	}
+	if bad {
+		return nil, module.Invalid(param, "param %q: element %d must be a map with exactly the string fields %s", param, i, strings.Join(keys, " and "))
+	}
+	return m, nil
+}
+
+// validPassword reports whether s can be a password: not empty, with no
+// line break or NUL byte (the script reads each from one line of input).
+func validPassword(s string) bool {
+	return s != "" && !strings.ContainsAny(s, "\n\r\x00")
 }
 
 // validCIDR reports whether s is a network address with its prefix
@@ -182,10 +307,14 @@ type report struct {
 }
 
 // command returns the command Run sends to the soul for p (which
-// ValidateParams accepted): the script and the non-secret params as
-// arguments; the password and its SCRAM verifier (empty when verifier is
-// empty) as standard input.
-func command(p InstalledParams, verifier string) module.Command {
+// ValidateParams accepted). The arguments are the script and the
+// non-secret params: pg_version, db_name, db_user, listen_addresses,
+// allow_remote, remote_cidr, the extra users' names separated by spaces,
+// and the extra databases as name:owner pairs separated by spaces.
+// Standard input holds two lines per user, db_user first and then users
+// in order: the password, then its SCRAM verifier from verifiers (the
+// same order; an empty line when there is none).
+func command(p InstalledParams, verifiers []string) module.Command {
 	listen := strings.ReplaceAll(p.ListenAddresses, " ", "")
 	if listen == "" {
 		listen = "localhost"
@@ -197,10 +326,37 @@ func command(p InstalledParams, verifier string) module.Command {
 	if cidr == "" {
 		cidr = defaultRemoteCIDR
 	}
-	return module.Command{
-		Argv:  []string{"/bin/sh", "-c", installScript, "sh", p.PGVersion, p.DBName, p.DBUser, listen, fmt.Sprint(p.AllowRemote), cidr},
-		Stdin: []byte(p.DBPassword + "\n" + verifier + "\n"),
+	users := make([]string, len(p.Users))
+	for i, u := range p.Users {
+		users[i] = u.Name
 	}
+	dbs := make([]string, len(p.Databases))
+	for i, d := range p.Databases {
+		dbs[i] = d.Name + ":" + d.Owner
+	}
+	var stdin strings.Builder
+	for i, pw := range passwords(p) {
+		v := ""
+		if i < len(verifiers) {
+			v = verifiers[i]
+		}
+		stdin.WriteString(pw + "\n" + v + "\n")
+	}
+	return module.Command{
+		Argv: []string{"/bin/sh", "-c", installScript, "sh", p.PGVersion, p.DBName, p.DBUser, listen, fmt.Sprint(p.AllowRemote), cidr,
+			strings.Join(users, " "), strings.Join(dbs, " ")},
+		Stdin: []byte(stdin.String()),
+	}
+}
+
+// passwords returns the passwords of db_user and of every extra user, in
+// that order.
+func passwords(p InstalledParams) []string {
+	pws := []string{p.DBPassword}
+	for _, u := range p.Users {
+		pws = append(pws, u.Password)
+	}
+	return pws
 }
 
 // paramValues returns p as Values, for ValidateParams.
@@ -214,26 +370,51 @@ func paramValues(p InstalledParams) module.Values {
 			v.Set(name, x)
 		}
 	}
+	if len(p.Users) > 0 {
+		users := make([]any, len(p.Users))
+		for i, u := range p.Users {
+			users[i] = map[string]any{"name": u.Name, "password": u.Password}
+		}
+		v.Set("users", users)
+	}
+	if len(p.Databases) > 0 {
+		dbs := make([]any, len(p.Databases))
+		for i, d := range p.Databases {
+			dbs[i] = map[string]any{"name": d.Name, "owner": d.Owner}
+		}
+		v.Set("databases", dbs)
+	}
 	return v
 }
 
-// Run makes sure PostgreSQL runs on the soul with the database and user,
+// Run makes sure PostgreSQL runs on the soul with the databases and users,
 // in one command. It fails with postgres.install_failed when packages
-// could not be installed, postgres.verify_failed when the user cannot run
+// could not be installed, postgres.verify_failed when a user cannot run
 // SELECT 1 over TCP with its password, and postgres.failed otherwise.
 func (m *Installed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p InstalledParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
 	}
+	// The engine masks the string value of a secret param; the passwords
+	// inside the users list are registered here, before anything can echo
+	// them.
+	for _, u := range p.Users {
+		secret.Register(u.Password)
+	}
 	if err := m.ValidateParams(paramValues(p)); err != nil {
 		return module.Result{}, err
 	}
-	verifier, _, err := scramVerifier(p.DBPassword)
-	if err != nil {
-		return module.Result{}, &module.Error{Code: CodeFailed, Message: "make the password's SCRAM verifier", Err: err}
+	pws := passwords(p)
+	verifiers := make([]string, len(pws))
+	for i, pw := range pws {
+		v, _, err := scramVerifier(pw)
+		if err != nil {
+			return module.Result{}, &module.Error{Code: CodeFailed, Message: "make a password's SCRAM verifier", Err: err}
+		}
+		verifiers[i] = v
 	}
-	res, err := t.Exec(ctx, command(p, verifier))
+	res, err := t.Exec(ctx, command(p, verifiers))
 	if err != nil {
 		return module.Result{}, err
 	}
@@ -249,9 +430,13 @@ func (m *Installed) Run(ctx context.Context, raw json.RawMessage, t module.Targe
 		if msg == "" {
 			msg = fmt.Sprintf("exit status %d", res.ExitCode)
 		}
-		// The script never prints the password; mask it anyway in case a
-		// tool on the soul echoed it.
-		msg = strings.ReplaceAll(msg, p.DBPassword, "***")
+		// The script never prints a password; mask them anyway in case a
+		// tool on the soul echoed one.
+		for _, s := range append(pws, verifiers...) {
+			if s != "" {
+				msg = strings.ReplaceAll(msg, s, "***")
+			}
+		}
 		return module.Result{}, &module.Error{Code: code, Message: msg}
 	}
 	out := bytes.TrimSpace(res.Stdout)
@@ -262,11 +447,22 @@ func (m *Installed) Run(ctx context.Context, raw json.RawMessage, t module.Targe
 	if err := json.Unmarshal(out, &r); err != nil {
 		return module.Result{}, &module.Error{Code: CodeFailed, Message: fmt.Sprintf("unreadable report from the soul: %q", out), Err: err}
 	}
+	// Outputs are JSON-like values: lists are []any.
+	users := make([]any, len(p.Users))
+	for i, u := range p.Users {
+		users[i] = u.Name
+	}
+	dbs := make([]any, len(p.Databases))
+	for i, d := range p.Databases {
+		dbs[i] = d.Name
+	}
 	return module.Result{Changed: r.Changed, Output: map[string]any{
 		"status":         "ok",
 		"pg_version":     r.PGVersion,
 		"db_name":        p.DBName,
 		"db_user":        p.DBUser,
+		"databases":      dbs,
+		"users":          users,
 		"config_changed": r.ConfigChanged,
 	}}, nil
 }

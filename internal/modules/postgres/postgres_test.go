@@ -31,6 +31,23 @@ func TestValidateParams(t *testing.T) {
 		{name: "version with a patch level", set: map[string]any{"pg_version": "16.4"}, param: "pg_version"},
 		{name: "listen with a quote", set: map[string]any{"listen_addresses": "localhost'"}, param: "listen_addresses"},
 		{name: "cidr with host bits", set: map[string]any{"remote_cidr": "10.0.0.1/8"}, param: "remote_cidr"},
+		{name: "extra users and databases", set: map[string]any{
+			"users":     []any{user("report", "canary-pw2"), user("audit", "canary pw3")},
+			"databases": []any{database("reports", "report"), database("app_audit", "app"), database("misc", "app")},
+		}},
+		{name: "extra user with an upper-case name", set: map[string]any{"users": []any{user("Report", "canary-pw2")}}, param: "users"},
+		{name: "extra user without a password", set: map[string]any{"users": []any{map[string]any{"name": "report"}}}, param: "users"},
+		{name: "extra user with an unknown field", set: map[string]any{"users": []any{map[string]any{"name": "report", "password": "a\nb", "superuser": true}}}, param: "users"},
+		{name: "extra user that is a string", set: map[string]any{"users": []any{"report"}}, param: "users"},
+		{name: "extra user with an empty password", set: map[string]any{"users": []any{user("report", "")}}, param: "users"},
+		{name: "extra user with a newline in the password", set: map[string]any{"users": []any{user("report", "a\nb")}}, param: "users"},
+		{name: "extra user named like db_user", set: map[string]any{"users": []any{user("app", "canary-pw2")}}, param: "users"},
+		{name: "extra user given twice", set: map[string]any{"users": []any{user("report", "canary-pw2"), user("report", "canary-pw3")}}, param: "users"},
+		{name: "extra database named like db_name", set: map[string]any{"db_name": "appdb", "databases": []any{database("appdb", "app")}}, param: "databases"},
+		{name: "extra database given twice", set: map[string]any{"databases": []any{database("x", "app"), database("x", "app")}}, param: "databases"},
+		{name: "extra database of an unknown owner", set: map[string]any{"databases": []any{database("reports", "report")}}, param: "databases"},
+		{name: "extra database with a quote", set: map[string]any{"databases": []any{database(`r"s`, "app")}}, param: "databases"},
+		{name: "extra database without an owner", set: map[string]any{"databases": []any{map[string]any{"name": "reports"}}}, param: "databases"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,11 +69,38 @@ func TestValidateParams(t *testing.T) {
 			if len(errs) != 1 || errs[0].Param != tt.param {
 				t.Fatalf("errors = %v, want one about %q", errs, tt.param)
 			}
-			if strings.Contains(errs[0].Message, "a\nb") {
-				t.Fatalf("the message quotes the password: %q", errs[0].Message)
+			if strings.Contains(errs[0].Message, "a\nb") || strings.Contains(errs[0].Message, "canary") {
+				t.Fatalf("the message quotes a password: %q", errs[0].Message)
 			}
 		})
 	}
+}
+
+// TestValidateParamsDynamic checks that an owner is not refused while
+// the users it could be among are known only at run time.
+func TestValidateParamsDynamic(t *testing.T) {
+	t.Parallel()
+	for _, dyn := range []string{"db_user", "users"} {
+		var v module.Values
+		v.Set("db_name", "app")
+		v.Set("db_password", "s3cret")
+		v.Set("databases", []any{database("reports", "report")})
+		if dyn != "db_user" {
+			v.Set("db_user", "app")
+		}
+		v.SetDynamic(dyn)
+		if errs := module.CheckParams(&postgres.Installed{}, v); len(errs) != 0 {
+			t.Errorf("%s dynamic: errors = %v", dyn, errs)
+		}
+	}
+}
+
+func user(name, password string) map[string]any {
+	return map[string]any{"name": name, "password": password}
+}
+
+func database(name, owner string) map[string]any {
+	return map[string]any{"name": name, "owner": owner}
 }
 
 // run runs core.postgres.installed on tg and returns the result and how
@@ -168,7 +212,7 @@ func TestInstalledInVM(t *testing.T) {
 	if hba := tg.sh(t, "grep -c '^host	\"appdb\"	\"app\"	0.0.0.0/0	scram-sha-256$' /etc/postgresql/*/main/pg_hba.conf"); hba != "1" {
 		t.Fatalf("pg_hba.conf has %s managed entries", hba)
 	}
-	loginFromHost(t, tg.vm.PrimaryIP, pass2)
+	loginFromHost(t, tg.vm.PrimaryIP, "app", "appdb", pass2)
 	if res, _, err = run(t, tg, params(pass2, true)); err != nil || res.Changed || res.Output.(map[string]any)["config_changed"] != false {
 		t.Fatalf("rerun with allow_remote: %+v, %v", res, err)
 	}
@@ -228,19 +272,19 @@ chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
 	}
 }
 
-// loginFromHost runs SELECT 1 as app on the VM's address from the host,
-// with the password in a private .pgpass file.
-func loginFromHost(t *testing.T, addr, pass string) {
+// loginFromHost runs SELECT 1 as user on database db at the VM's address
+// from the host, with the password in a private .pgpass file.
+func loginFromHost(t *testing.T, addr, user, db, pass string) {
 	t.Helper()
 	pgpass := filepath.Join(t.TempDir(), "pgpass")
 	line := "*:*:*:*:" + strings.NewReplacer(`\`, `\\`, ":", `\:`).Replace(pass) + "\n"
 	if err := os.WriteFile(pgpass, []byte(line), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("psql", "-XAtw", "-h", addr, "-U", "app", "-d", "appdb", "-c", "SELECT 1")
+	cmd := exec.Command("psql", "-XAtw", "-h", addr, "-U", user, "-d", db, "-c", "SELECT 1")
 	cmd.Env = append(os.Environ(), "PGPASSFILE="+pgpass, "PGCONNECT_TIMEOUT=10")
 	out, err := cmd.CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "1" {
-		t.Fatalf("psql from the host to %s: %v: %s", addr, err, out)
+		t.Fatalf("psql from the host to %s/%s as %s: %v: %s", addr, db, user, err, out)
 	}
 }
