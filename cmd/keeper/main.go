@@ -15,6 +15,7 @@ import (
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/version"
 )
 
@@ -117,7 +118,10 @@ func newMigrate() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			fmt.Fprintln(cmd.OutOrStdout(), "database is at the latest schema version")
+			if err := runner.Migrate(cmd.Context(), st.Queue()); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "database is at the latest schema version (registries and run queue)")
 			return nil
 		},
 	}

@@ -114,16 +114,13 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	m, err := rivermigrate.New(cfg.Queue, nil)
-	if err != nil {
-		return nil, fmt.Errorf("queue migrations: %w", err)
-	}
-	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return nil, fmt.Errorf("apply queue migrations: %w", err)
+	if err := Migrate(ctx, cfg.Queue); err != nil {
+		return nil, err
 	}
 	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub()}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
+	var err error
 	r.river, err = river.NewClient(cfg.Queue, &river.Config{
 		ID:                cfg.Owner,
 		Logger:            cfg.Logger.With("component", "queue"),
@@ -137,6 +134,18 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		return nil, fmt.Errorf("queue client: %w", err)
 	}
 	return r, nil
+}
+
+// Migrate applies the run queue's own migrations (River's tables).
+func Migrate(ctx context.Context, queue riverdriver.Driver[*sql.Tx]) error {
+	m, err := rivermigrate.New(queue, nil)
+	if err != nil {
+		return fmt.Errorf("queue migrations: %w", err)
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return fmt.Errorf("apply queue migrations: %w", err)
+	}
+	return nil
 }
 
 // Hub returns the notifier of new run events.
