@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -77,6 +78,11 @@ func (s *Store) ProviderList(ctx context.Context, params store.ListParams) ([]st
 // reference it (ErrInUse).
 func (s *Store) ProviderDelete(ctx context.Context, params store.DeleteParams) error {
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		// Destroyed souls no longer hold their provider: they let go of it
+		// here; live souls and profiles still block the delete (FK RESTRICT).
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET provider = NULL WHERE provider = ? AND status = ?`), params.Key, store.SoulDestroyed); err != nil {
+			return record{}, fmt.Errorf("release destroyed souls of provider %q: %w", params.Key, err)
+		}
 		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM providers WHERE name = ?`), params.Key)
 		if err != nil {
 			if s.dialect.Classify(err) == ForeignKeyViolation {
@@ -91,12 +97,13 @@ func (s *Store) ProviderDelete(ctx context.Context, params store.DeleteParams) e
 	})
 }
 
-// inUse builds the ErrInUse error, naming up to three dependent profiles.
-// On PostgreSQL the failed statement aborted the transaction, so the names
-// are read outside it.
+// inUse builds the ErrInUse error, naming up to three dependent profiles
+// or live souls. On PostgreSQL the failed statement aborted the
+// transaction, so the names are read outside it.
 func (s *Store) inUse(ctx context.Context, provider string) error {
 	e := &store.Error{Err: store.ErrInUse, Kind: "provider", Key: provider}
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT name FROM profiles WHERE provider = ? ORDER BY name LIMIT 4`), provider)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT 'profile ' || name FROM profiles WHERE provider = ?
+		UNION ALL SELECT 'soul ' || sid FROM souls WHERE provider = ? AND status <> ? ORDER BY 1 LIMIT 4`), provider, provider, store.SoulDestroyed)
 	if err != nil {
 		return e
 	}
@@ -112,7 +119,7 @@ func (s *Store) inUse(ctx context.Context, provider string) error {
 		names = append(names[:3], "…")
 	}
 	if len(names) > 0 {
-		e.Ref = "profiles " + fmt.Sprint(names)
+		e.Ref = strings.Join(names, ", ")
 	}
 	return e
 }

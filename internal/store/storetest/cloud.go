@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,22 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 	c, err = s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test"}, Actor: store.ActorKeeper})
 	if err != nil || c != (store.CloudCascade{}) {
 		t.Fatalf("second cascade = %+v, %v", c, err)
+	}
+	// Destroyed souls do not keep their provider in use; a live one does.
+	if _, err := s.SoulCreate(ctx, store.SoulCreateParams{Soul: store.Soul{SID: "live.local.test", Provider: "local", Connection: store.Connection{Transport: "ssh", User: "root", Port: 22}}, Actor: "tok_t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ProviderDelete(ctx, store.DeleteParams{Key: "local", Actor: "tok_t"}); !errors.Is(err, store.ErrInUse) || !strings.Contains(err.Error(), "soul live.local.test") {
+		t.Fatalf("delete provider with a live soul: %v", err)
+	}
+	if err := s.SoulDelete(ctx, store.DeleteParams{Key: "live.local.test", Actor: "tok_t"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ProviderDelete(ctx, store.DeleteParams{Key: "local", Actor: "tok_t"}); err != nil {
+		t.Fatalf("delete provider whose souls are all destroyed: %v", err)
+	}
+	if so, err := s.SoulGet(ctx, "vm-1.local.test"); err != nil || so.Status != store.SoulDestroyed || so.Provider != "" {
+		t.Fatalf("destroyed soul after its provider went = %+v, %v", so, err)
 	}
 	events, _ := s.AuditList(ctx, store.AuditListParams{})
 	n := 0
