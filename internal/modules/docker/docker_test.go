@@ -11,6 +11,7 @@ import (
 
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/docker"
+	"github.com/soulstack/soulstack/internal/modules/moduletest"
 )
 
 func TestValidateParams(t *testing.T) {
@@ -43,7 +44,7 @@ func TestValidateParams(t *testing.T) {
 
 // run runs core.docker.installed on tg and returns the result and how
 // many commands it ran.
-func run(t *testing.T, tg *vmTarget, params map[string]any) (module.Result, int, error) {
+func run(t *testing.T, tg *moduletest.VM, params map[string]any) (module.Result, int, error) {
 	t.Helper()
 	m := &docker.Installed{}
 	raw, err := json.Marshal(module.ApplyDefaults(m.Info(), params))
@@ -52,10 +53,10 @@ func run(t *testing.T, tg *vmTarget, params map[string]any) (module.Result, int,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before := tg.calls()
+	before := tg.Calls()
 	start := time.Now()
 	res, err := m.Run(ctx, raw, tg)
-	n := tg.calls() - before
+	n := tg.Calls() - before
 	t.Logf("run %v: %d round trip(s), %v, changed=%v output=%v err=%v", params, n, time.Since(start).Round(time.Millisecond), res.Changed, res.Output, err)
 	return res, n, err
 }
@@ -75,7 +76,7 @@ func TestAlreadyInstalledInVM(t *testing.T) {
 		t.Skip("the test needs the docker CLI on the host (the VM shares the host's /usr)")
 	}
 	tg := newVM(t, "deploy")
-	if tg.sh(t, "getent group docker || true") != "" {
+	if tg.Sh(t, "getent group docker || true") != "" {
 		t.Skip("the host already has a docker group; the test wants to see it made")
 	}
 	wantOutput := func(res module.Result, changed bool, added ...string) map[string]any {
@@ -92,7 +93,7 @@ func TestAlreadyInstalledInVM(t *testing.T) {
 		return out
 	}
 	inGroup := func(user string) bool {
-		return slices.Contains(strings.Fields(tg.sh(t, "id -nG "+user)), "docker")
+		return slices.Contains(strings.Fields(tg.Sh(t, "id -nG "+user)), "docker")
 	}
 
 	// Defaults: compose, source docker, verify hello-world, the
@@ -124,7 +125,7 @@ func TestAlreadyInstalledInVM(t *testing.T) {
 	}
 	t.Logf("idempotent second run: %d round trip, %v", n, time.Since(start).Round(time.Millisecond))
 
-	tg.sh(t, "useradd -m alice")
+	tg.Sh(t, "useradd -m alice")
 	res, _, err = run(t, tg, map[string]any{"users": []any{"alice", "deploy"}})
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +151,7 @@ func TestAlreadyInstalledInVM(t *testing.T) {
 
 	// An engine that answers: a docker command earlier in sudo's PATH
 	// passes info and hands everything else to the real CLI.
-	tg.sh(t, "printf '#!/bin/sh\\n[ \"$1\" = info ] && exit 0\\nexec "+cli+" \"$@\"\\n' >/usr/local/sbin/docker && chmod 0755 /usr/local/sbin/docker")
+	tg.Sh(t, "printf '#!/bin/sh\\n[ \"$1\" = info ] && exit 0\\nexec "+cli+" \"$@\"\\n' >/usr/local/sbin/docker && chmod 0755 /usr/local/sbin/docker")
 	res, n, err = run(t, tg, map[string]any{"verify": "daemon"})
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +164,7 @@ func TestAlreadyInstalledInVM(t *testing.T) {
 	// Not installed, offline: stubs earlier in sudo's PATH make docker
 	// missing and apt-get and curl fail the way they do without network
 	// access. Each source takes its own way and fails with install_failed.
-	tg.sh(t, `printf '#!/bin/sh\nexit 127\n' >/usr/local/sbin/docker &&
+	tg.Sh(t, `printf '#!/bin/sh\nexit 127\n' >/usr/local/sbin/docker &&
 printf '#!/bin/sh\necho "E: offline (test stub): $*" >&2\nexit 100\n' >/usr/local/sbin/apt-get &&
 printf '#!/bin/sh\necho "curl: (6) offline (test stub)" >&2\nexit 6\n' >/usr/local/sbin/curl &&
 chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)

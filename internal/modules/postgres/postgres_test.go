@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/modules/moduletest"
 	"github.com/soulstack/soulstack/internal/modules/postgres"
 )
 
@@ -105,7 +106,7 @@ func database(name, owner string) map[string]any {
 
 // run runs core.postgres.installed on tg and returns the result and how
 // many commands it ran.
-func run(t *testing.T, tg *vmTarget, params map[string]any) (module.Result, int, error) {
+func run(t *testing.T, tg *moduletest.VM, params map[string]any) (module.Result, int, error) {
 	t.Helper()
 	m := &postgres.Installed{}
 	raw, err := json.Marshal(module.ApplyDefaults(m.Info(), params))
@@ -114,11 +115,11 @@ func run(t *testing.T, tg *vmTarget, params map[string]any) (module.Result, int,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before := tg.calls()
+	before := tg.Calls()
 	start := time.Now()
 	res, err := m.Run(ctx, raw, tg)
-	t.Logf("run (allow_remote=%v): %d round trip(s), %v, changed=%v output=%v err=%v", params["allow_remote"], tg.calls()-before, time.Since(start).Round(time.Millisecond), res.Changed, res.Output, err)
-	return res, tg.calls() - before, err
+	t.Logf("run (allow_remote=%v): %d round trip(s), %v, changed=%v output=%v err=%v", params["allow_remote"], tg.Calls()-before, time.Since(start).Round(time.Millisecond), res.Changed, res.Output, err)
+	return res, tg.Calls() - before, err
 }
 
 // TestInstalledInVM runs the module over SSH in a local VM, as a
@@ -141,7 +142,7 @@ func TestInstalledInVM(t *testing.T) {
 		return map[string]any{"db_name": "appdb", "db_user": "app", "db_password": pass, "allow_remote": remote}
 	}
 	postmaster := func() string {
-		return tg.sh(t, "head -n 1 /var/lib/postgresql/*/main/postmaster.pid")
+		return tg.Sh(t, "head -n 1 /var/lib/postgresql/*/main/postmaster.pid")
 	}
 	wantOutput := func(res module.Result, changed, configChanged bool) {
 		t.Helper()
@@ -160,7 +161,7 @@ func TestInstalledInVM(t *testing.T) {
 	if n != 1 {
 		t.Errorf("first run took %d round trips, want 1", n)
 	}
-	if got := tg.sh(t, `runuser -u postgres -- psql -XAtc "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'appdb'"`); got != "app" {
+	if got := tg.Sh(t, `runuser -u postgres -- psql -XAtc "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'appdb'"`); got != "app" {
 		t.Fatalf("owner of appdb = %q", got)
 	}
 	pid := postmaster()
@@ -209,14 +210,14 @@ func TestInstalledInVM(t *testing.T) {
 	if p := postmaster(); p == pid {
 		t.Fatal("allow_remote changed listen_addresses but the server did not restart")
 	}
-	if hba := tg.sh(t, "grep -c '^host	\"appdb\"	\"app\"	0.0.0.0/0	scram-sha-256$' /etc/postgresql/*/main/pg_hba.conf"); hba != "1" {
+	if hba := tg.Sh(t, "grep -c '^host	\"appdb\"	\"app\"	0.0.0.0/0	scram-sha-256$' /etc/postgresql/*/main/pg_hba.conf"); hba != "1" {
 		t.Fatalf("pg_hba.conf has %s managed entries", hba)
 	}
-	loginFromHost(t, tg.vm.PrimaryIP, "app", "appdb", pass2)
+	loginFromHost(t, tg.PrimaryIP, "app", "appdb", pass2)
 	if res, _, err = run(t, tg, params(pass2, true)); err != nil || res.Changed || res.Output.(map[string]any)["config_changed"] != false {
 		t.Fatalf("rerun with allow_remote: %+v, %v", res, err)
 	}
-	if hba := tg.sh(t, "grep -c 'soulstack' /etc/postgresql/*/main/pg_hba.conf"); hba != "2" {
+	if hba := tg.Sh(t, "grep -c 'soulstack' /etc/postgresql/*/main/pg_hba.conf"); hba != "2" {
 		t.Fatalf("pg_hba.conf has %s marker lines after a rerun, want 2", hba)
 	}
 
@@ -230,13 +231,13 @@ func TestInstalledInVM(t *testing.T) {
 	if p := postmaster(); p == pid {
 		t.Fatal("listen_addresses went back to localhost without a restart")
 	}
-	if hba := tg.sh(t, "grep -c 'soulstack' /etc/postgresql/*/main/pg_hba.conf || true"); hba != "0" {
+	if hba := tg.Sh(t, "grep -c 'soulstack' /etc/postgresql/*/main/pg_hba.conf || true"); hba != "0" {
 		t.Fatalf("pg_hba.conf keeps %s marker lines", hba)
 	}
 
 	// A login pg_hba.conf rejects fails verification, and the module does
 	// not touch the password for it.
-	tg.sh(t, `f=$(ls /etc/postgresql/*/main/pg_hba.conf) && sed -i '1i host all app 127.0.0.1/32 reject' "$f" && pg_ctlcluster $(pg_lsclusters -h | awk '{print $1}' | head -n 1) main reload`)
+	tg.Sh(t, `f=$(ls /etc/postgresql/*/main/pg_hba.conf) && sed -i '1i host all app 127.0.0.1/32 reject' "$f" && pg_ctlcluster $(pg_lsclusters -h | awk '{print $1}' | head -n 1) main reload`)
 	_, _, err = run(t, tg, params(pass2, false))
 	if module.Code(err) != postgres.CodeVerifyFailed || !strings.Contains(err.Error(), "rejects connection") {
 		t.Fatalf("login rejected by pg_hba.conf: %v (code %s)", err, module.Code(err))
@@ -245,7 +246,7 @@ func TestInstalledInVM(t *testing.T) {
 	// A version the distribution lacks goes to the PostgreSQL project's
 	// repository. Offline, stubs of apt-get and curl (earlier in sudo's
 	// PATH) make that fail the way a host without network access does.
-	tg.sh(t, `printf '#!/bin/sh\necho "E: offline (test stub)" >&2\nexit 100\n' >/usr/local/sbin/apt-get &&
+	tg.Sh(t, `printf '#!/bin/sh\necho "E: offline (test stub)" >&2\nexit 100\n' >/usr/local/sbin/apt-get &&
 printf '#!/bin/sh\necho "curl: (6) offline (test stub)" >&2\nexit 6\n' >/usr/local/sbin/curl &&
 chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
 	p := params(pass2, false)
@@ -255,7 +256,7 @@ chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
 		t.Fatalf("pg_version 17 offline: %v (code %s)", err, module.Code(err))
 	}
 
-	for i, c := range tg.commands() {
+	for i, c := range tg.Commands() {
 		for _, pass := range []string{pass1, pass2, pass3} {
 			if strings.Contains(strings.Join(c.Argv, "\x00"), pass) {
 				t.Errorf("command %d has the password in its arguments", i)

@@ -1,0 +1,151 @@
+package moduletest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/localcloud"
+	"github.com/soulstack/soulstack/internal/module"
+	sshx "github.com/soulstack/soulstack/internal/transport/ssh"
+)
+
+// VM is a module.Target on a local VM (internal/localcloud: an overlay
+// over this host's /, so it has the host's programs and packages) that
+// records every command it runs, so tests can count round trips and look
+// for secrets. Commands run through sudo when the login user is not root,
+// as the engine does for modules that need root. A test package that uses
+// it must call localcloud.RunIfChild first in its TestMain: VMs are
+// started by re-executing the test binary.
+type VM struct {
+	driversdk.VM
+	client *sshx.Client
+
+	mu   sync.Mutex
+	cmds []module.Command
+}
+
+var _ module.Target = (*VM)(nil)
+
+// NewVM starts one local VM logged into as sshUser, named under suffix,
+// and destroys it when the test ends. It skips the test where local VMs
+// cannot run, or when a file in needs is missing on the host.
+func NewVM(t *testing.T, sshUser, suffix string, needs ...string) *VM {
+	t.Helper()
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
+		t.Skipf("local VMs need root on Linux (running as uid %d on %s)", os.Geteuid(), runtime.GOOS)
+	}
+	for _, f := range append([]string{"/usr/sbin/sshd"}, needs...) {
+		if _, err := os.Stat(f); err != nil {
+			t.Skipf("the VM test needs %s on the host", f)
+		}
+	}
+	dir, err := os.MkdirTemp("/var/tmp", "soulstack-vm-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Error(err)
+		}
+	})
+	d := localcloud.New(localcloud.Options{})
+	prov := driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: json.RawMessage(`{"state_dir":"` + dir + `"}`)}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	vms, err := d.Create(ctx, driversdk.CreateRequest{
+		Provider: prov, RequestID: "moduletest", Count: 1,
+		Profile:        json.RawMessage(`{"cpus": 1, "memory_mb": 1024, "ssh_user": "` + sshUser + `"}`),
+		AuthorizedKeys: []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))},
+	})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		list, err := d.List(ctx, driversdk.ListRequest{Provider: prov})
+		if err != nil {
+			t.Errorf("cleanup: list VMs: %v", err)
+		}
+		var ids []string
+		for _, vm := range list {
+			ids = append(ids, vm.ID)
+		}
+		if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: prov, VMIDs: ids}); err != nil {
+			t.Errorf("cleanup: destroy %v: %v", ids, err)
+		}
+	})
+	if err != nil || len(vms) != 1 {
+		t.Fatalf("create a VM: %v (%d VMs)", err, len(vms))
+	}
+	hostKey, _ := vms[0].Attributes["ssh_host_key"].(string)
+	c, err := sshx.Dial(ctx, sshx.Target{
+		Address: vms[0].PrimaryIP, User: sshUser, PrivateKey: pem.EncodeToMemory(blk), HostKey: hostKey,
+		ConnectTimeout: 10 * time.Second,
+	}, sshx.Options{})
+	if err != nil {
+		t.Fatalf("ssh to the VM: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &VM{VM: vms[0], client: c}
+}
+
+// SID returns the VM's FQDN.
+func (v *VM) SID() string { return v.FQDN }
+
+// Exec records cmd and runs it on the VM as root.
+func (v *VM) Exec(ctx context.Context, cmd module.Command) (module.ExecResult, error) {
+	v.mu.Lock()
+	v.cmds = append(v.cmds, cmd)
+	v.mu.Unlock()
+	res, err := v.client.Exec(ctx, sshx.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: true})
+	return module.ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, err
+}
+
+// Calls returns how many commands ran so far.
+func (v *VM) Calls() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.cmds)
+}
+
+// Commands returns the commands run so far.
+func (v *VM) Commands() []module.Command {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]module.Command(nil), v.cmds...)
+}
+
+// Sh runs a shell script on the VM as root, outside the record, and
+// returns its trimmed standard output; a failure fails the test.
+func (v *VM) Sh(tb testing.TB, script string) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := v.client.Exec(ctx, sshx.Command{Script: script, Sudo: true})
+	if err != nil || res.ExitCode != 0 {
+		tb.Fatalf("%s: %v (exit %d) %s", script, err, res.ExitCode, res.Stderr)
+	}
+	return strings.TrimSpace(string(res.Stdout))
+}
