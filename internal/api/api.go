@@ -224,6 +224,21 @@ func page[T any](items []T, limit int, key func(T) string) ([]T, string) {
 	return items, key(items[len(items)-1])
 }
 
+// listPage runs a list route: it fetches one item more than asked to know
+// whether a next page exists, and converts the page to its wire form.
+func listPage[R, W any](ctx context.Context, in *ListInput, list func(context.Context, store.ListParams) ([]R, error), key func(R) string, wire func(R) W) ([]W, string, error) {
+	rs, err := list(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+	if err != nil {
+		return nil, "", err
+	}
+	rs, next := page(rs, in.Limit, key)
+	out := make([]W, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, wire(r))
+	}
+	return out, next, nil
+}
+
 // ListInput is the query of every list route.
 type ListInput struct {
 	Limit int    `query:"limit" minimum:"1" maximum:"1000" default:"100" doc:"At most this many items."`

@@ -54,16 +54,8 @@ func (s *Server) registerProfiles() {
 		OperationID: "profile-list", Method: http.MethodGet, Path: "/v1/profiles", Tags: tags,
 		Summary: "List profiles by name",
 	}, auth.ProfileRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.ProfileList }, error) {
-		ps, err := s.store.ProfileList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
-		if err != nil {
-			return nil, err
-		}
-		ps, next := page(ps, in.Limit, func(p store.Profile) string { return p.Name })
-		out := &struct{ Body client.ProfileList }{Body: client.ProfileList{Items: make([]client.Profile, 0, len(ps)), Next: next}}
-		for _, p := range ps {
-			out.Body.Items = append(out.Body.Items, profileWire(p))
-		}
-		return out, nil
+		items, next, err := listPage(ctx, in, s.store.ProfileList, func(p store.Profile) string { return p.Name }, profileWire)
+		return &struct{ Body client.ProfileList }{Body: client.ProfileList{Items: items, Next: next}}, err
 	})
 
 	register(s, huma.Operation{

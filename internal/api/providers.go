@@ -61,16 +61,8 @@ func (s *Server) registerProviders() {
 		OperationID: "provider-list", Method: http.MethodGet, Path: "/v1/providers", Tags: tags,
 		Summary: "List providers by name",
 	}, auth.ProviderRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.ProviderList }, error) {
-		ps, err := s.store.ProviderList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
-		if err != nil {
-			return nil, err
-		}
-		ps, next := page(ps, in.Limit, func(p store.Provider) string { return p.Name })
-		out := &struct{ Body client.ProviderList }{Body: client.ProviderList{Items: make([]client.Provider, 0, len(ps)), Next: next}}
-		for _, p := range ps {
-			out.Body.Items = append(out.Body.Items, providerWire(p))
-		}
-		return out, nil
+		items, next, err := listPage(ctx, in, s.store.ProviderList, func(p store.Provider) string { return p.Name }, providerWire)
+		return &struct{ Body client.ProviderList }{Body: client.ProviderList{Items: items, Next: next}}, err
 	})
 
 	register(s, huma.Operation{

@@ -71,16 +71,8 @@ func (s *Server) registerSouls() {
 		OperationID: "soul-list", Method: http.MethodGet, Path: "/v1/souls", Tags: tags,
 		Summary: "List souls by SID",
 	}, auth.SoulRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.SoulList }, error) {
-		ss, err := s.store.SoulList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
-		if err != nil {
-			return nil, err
-		}
-		ss, next := page(ss, in.Limit, func(so store.Soul) string { return so.SID })
-		out := &struct{ Body client.SoulList }{Body: client.SoulList{Items: make([]client.Soul, 0, len(ss)), Next: next}}
-		for _, so := range ss {
-			out.Body.Items = append(out.Body.Items, soulWire(so))
-		}
-		return out, nil
+		items, next, err := listPage(ctx, in, s.store.SoulList, func(so store.Soul) string { return so.SID }, soulWire)
+		return &struct{ Body client.SoulList }{Body: client.SoulList{Items: items, Next: next}}, err
 	})
 
 	register(s, huma.Operation{
