@@ -35,9 +35,13 @@
 // other than the operation's success status, or a transport error, with the
 // first few messages), the latency percentiles p50, p90, p99, p99.9 and the
 // maximum over every recorded request, and the CPU time this process used.
+// With -rate it also prints how many requests were due and how many were
+// handed to workers; the rest were never sent and have no latency, so a
+// shortfall means the keeper (or apiload) could not keep up.
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -126,6 +130,8 @@ type loader struct {
 	client *http.Client
 	seq    atomic.Int64 // names of created providers
 
+	scheduled atomic.Int64 // open loop: due times handed out
+
 	mu       sync.Mutex
 	errs     int
 	statuses map[int]int
@@ -168,6 +174,7 @@ func run() error {
 	if o.warmup > 0 {
 		l.phase(o.warmup, false)
 		l.errs, l.statuses, l.samples = 0, map[int]int{}, nil
+		l.scheduled.Store(0)
 	}
 	cpu0 := cpuTime()
 	began := time.Now()
@@ -182,7 +189,9 @@ func run() error {
 	fmt.Printf("target      %s  mix %s  %s, %d workers, %s\n", o.url, o.mix, mode, o.concurrency, o.duration)
 	fmt.Printf("requests    %d in %s (with a response)\n", len(lat), elapsed.Round(time.Millisecond))
 	if o.rate > 0 {
-		fmt.Printf("scheduled   %.0f\n", o.rate*o.duration.Seconds())
+		interval := time.Duration(float64(time.Second) / o.rate)
+		due := (o.duration + interval - 1) / interval
+		fmt.Printf("scheduled   %d due, %d handed to workers (the rest were never sent)\n", due, l.scheduled.Load())
 	}
 	fmt.Printf("rate        %.0f req/s\n", float64(len(lat))/elapsed.Seconds())
 	fmt.Printf("errors      %d\n", l.errs)
@@ -206,7 +215,7 @@ func run() error {
 		fmt.Printf("latency     p50 %s  p90 %s  p99 %s  p99.9 %s  max %s\n",
 			pct(lat, 50), pct(lat, 90), pct(lat, 99), pct(lat, 99.9), lat[len(lat)-1].Round(time.Microsecond))
 	}
-	fmt.Printf("client cpu  %s (%.2f cores)\n", cpu.Round(time.Millisecond), cpu.Seconds()/elapsed.Seconds())
+	fmt.Printf("client cpu  %.3fs (%.2f cores)\n", cpu.Seconds(), cpu.Seconds()/elapsed.Seconds())
 	return nil
 }
 
@@ -219,7 +228,7 @@ func (l *loader) phase(d time.Duration, record bool) []time.Duration {
 	var due chan time.Time // open loop: when each request was due
 	if l.o.rate > 0 {
 		due = make(chan time.Time, 4096)
-		go schedule(done, l.o.rate, due)
+		go schedule(done, d, l.o.rate, due, &l.scheduled)
 	}
 	per := make([][]time.Duration, l.o.concurrency)
 	var wg sync.WaitGroup
@@ -260,18 +269,21 @@ func (l *loader) phase(d time.Duration, record bool) []time.Duration {
 	return all
 }
 
-// schedule sends the due time of each request at rate per second until done
-// is closed. When the workers fall behind it blocks, then hands out the
-// overdue times at once: due times follow the schedule, never the server.
-func schedule(done <-chan struct{}, rate float64, due chan<- time.Time) {
+// schedule sends the due time of each request at rate per second, for d or
+// until done is closed, counting them in n. When the workers fall behind it
+// blocks, then hands out the overdue times at once: due times follow the
+// schedule, never the server.
+func schedule(done <-chan struct{}, d time.Duration, rate float64, due chan<- time.Time, n *atomic.Int64) {
 	interval := time.Duration(float64(time.Second) / rate)
 	next := time.Now()
+	deadline := next.Add(d)
 	t := time.NewTimer(0)
 	defer t.Stop()
-	for {
-		for now := time.Now(); !next.After(now); next = next.Add(interval) {
+	for next.Before(deadline) {
+		for now := time.Now(); !next.After(now) && next.Before(deadline); next = next.Add(interval) {
 			select {
 			case due <- next:
+				n.Add(1)
 			case <-done:
 				return
 			}
@@ -335,7 +347,7 @@ func (l *loader) send(p op) bool {
 	case err != nil:
 		l.fail(0, "read body: "+err.Error())
 	case resp.StatusCode != p.want:
-		l.fail(resp.StatusCode, fmt.Sprintf("%s: status %d: %.200s", p.name, resp.StatusCode, body))
+		l.fail(resp.StatusCode, fmt.Sprintf("%s: status %d: %.200s", p.name, resp.StatusCode, bytes.TrimSpace(body)))
 	}
 	return true
 }
@@ -347,7 +359,7 @@ func (l *loader) fail(status int, msg string) {
 	if status == 0 {
 		l.statuses[0]++ // transport errors
 	}
-	if len(l.samples) < 5 {
+	if len(l.samples) < 5 && !slices.Contains(l.samples, msg) {
 		l.samples = append(l.samples, msg)
 	}
 }

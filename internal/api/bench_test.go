@@ -111,12 +111,17 @@ func (m cpuMeter) report(b *testing.B) {
 // listSize is how many providers the list benchmark reads: one default page.
 const listSize = 100
 
+// parallelism is get-parallel's goroutines per GOMAXPROCS: with one, the two
+// requests in flight on two CPUs leave them idle while each waits for the
+// other side of its connection; 32 keeps them busy.
+const parallelism = 32
+
 // BenchmarkProviders measures the provider routes end to end, through a
 // listening server and real HTTP requests over keep-alive connections, on
 // each backend: create (POST, one audited transaction), get (GET by name),
-// list (GET a page of listSize providers) and get-parallel (GET by name from
-// GOMAXPROCS goroutines at once, with b.RunParallel). cpu-ns/op is the CPU
-// time of client and server together per request.
+// list (GET a page of listSize providers) and get-parallel (GET by name with
+// b.RunParallel, parallelism×GOMAXPROCS requests in flight). cpu-ns/op is
+// the CPU time of client and server together per request.
 //
 //	SOULSTACK_TEST_POSTGRES=postgres://… go test ./internal/api -run '^$' -bench BenchmarkProviders -benchmem
 func BenchmarkProviders(b *testing.B) {
@@ -159,6 +164,7 @@ func BenchmarkProviders(b *testing.B) {
 				k := startBench(b, backend)
 				must(b, k.do(http.MethodPost, "/v1/providers", providerBody("local"), http.StatusCreated))
 				b.ReportAllocs()
+				b.SetParallelism(parallelism)
 				b.ResetTimer()
 				cpu := startCPU()
 				b.RunParallel(func(pb *testing.PB) {
