@@ -2,6 +2,7 @@ package keeper_test
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -83,7 +84,7 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 	}
 	final := waitRun(t, c, run.ID)
 	if final.Phase != "Succeeded" {
-		t.Fatalf("spawn run = %s %+v\n%+v", final.Phase, final.Error, final.Steps)
+		t.Fatalf("spawn run = %s %+v\n%s", final.Phase, final.Error, describeSteps(final.Steps))
 	}
 	var prov struct {
 		Hosts []struct {
@@ -236,4 +237,20 @@ func jsonValue(t *testing.T, raw json.RawMessage, key string) any {
 		t.Fatal(err)
 	}
 	return m[key]
+}
+
+// describeSteps renders steps with their targets' errors, for failures.
+func describeSteps(steps []client.RunStep) string {
+	var b strings.Builder
+	for _, s := range steps {
+		fmt.Fprintf(&b, "step %s (%s): %s\n", s.Name, s.Module, s.Status)
+		for _, tg := range s.Targets {
+			fmt.Fprintf(&b, "  %s: %s", tg.SID, tg.Status)
+			if tg.Error != nil {
+				fmt.Fprintf(&b, " %s: %s", tg.Error.Code, tg.Error.Message)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
 }

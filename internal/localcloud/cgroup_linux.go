@@ -193,8 +193,20 @@ func (h cgroupHost) paths(id string) []string {
 	return out
 }
 
-// createCgroups makes the cgroup directories of a VM and their parents.
+// create makes the cgroup directories of a VM and their parents. Another
+// driver (another state dir) may remove an empty parent between our mkdir
+// of it and of the VM's directory (removeCgroupParents); that shows as a
+// missing directory, and the whole path is made again.
 func (h cgroupHost) create(paths []string) error {
+	for attempt := 0; ; attempt++ {
+		err := h.createOnce(paths)
+		if err == nil || attempt == 4 || !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+}
+
+func (h cgroupHost) createOnce(paths []string) error {
 	for _, p := range paths {
 		parent := filepath.Dir(p)
 		if h.v2 {
