@@ -101,6 +101,23 @@ func (t Type) accepts(v any) bool {
 	return false
 }
 
+// Int returns the value of an integer param as int64: params decoded from
+// JSON or YAML hold integers as int, int64, uint64 or float64. ok is false
+// for any other value.
+func Int(v any) (n int64, ok bool) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), true
+	case int64:
+		return x, true
+	case uint64:
+		return int64(x), true
+	case float64:
+		return int64(x), true
+	}
+	return 0, false
+}
+
 func isInt(v any) bool {
 	switch n := v.(type) {
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:

@@ -135,7 +135,7 @@ func (*Created) Info() module.Info {
 func (*Created) ValidateParams(v module.Values) error {
 	var errs []error
 	if x, ok := v.Get("count"); ok {
-		if n, ok := toInt(x); ok && n < 1 {
+		if n, ok := module.Int(x); ok && n < 1 {
 			errs = append(errs, module.Invalid("count", "param \"count\" must be at least 1, got %d", n))
 		}
 	}
@@ -237,18 +237,4 @@ func checkVMIDs(v module.Values) error {
 		}
 	}
 	return nil
-}
-
-func toInt(x any) (int64, bool) {
-	switch n := x.(type) {
-	case int:
-		return int64(n), true
-	case int64:
-		return n, true
-	case uint64:
-		return int64(n), true
-	case float64:
-		return int64(n), true
-	}
-	return 0, false
 }

@@ -208,7 +208,7 @@ func checkCommon(v module.Values) error {
 		}
 	}
 	if x, ok := v.Get("lock_retries"); ok {
-		if n, _ := toInt(x); n < 0 {
+		if n, _ := module.Int(x); n < 0 {
 			errs = append(errs, module.Invalid("lock_retries", "param \"lock_retries\" must not be negative"))
 		}
 	}
@@ -219,18 +219,4 @@ func checkCommon(v module.Values) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func toInt(x any) (int64, bool) {
-	switch n := x.(type) {
-	case int:
-		return int64(n), true
-	case int64:
-		return n, true
-	case uint64:
-		return int64(n), true
-	case float64:
-		return int64(n), true
-	}
-	return 0, false
 }
