@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -36,10 +35,7 @@ func (s *Server) registerProfiles() {
 			}
 			return nil, err
 		}
-		spec, err := json.Marshal(b.Spec)
-		if err != nil || b.Spec == nil {
-			spec = []byte("{}")
-		}
+		spec := objectJSON(b.Spec)
 		p, err := s.store.ProfileCreate(ctx, store.ProfileCreateParams{
 			Profile: store.Profile{Name: b.Name, Provider: b.Provider, Spec: spec},
 			Actor:   principal(ctx).Actor(),

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -43,10 +42,7 @@ func (s *Server) registerProviders() {
 		); err != nil {
 			return nil, err
 		}
-		config, err := json.Marshal(b.Config)
-		if err != nil || b.Config == nil {
-			config = []byte("{}")
-		}
+		config := objectJSON(b.Config)
 		p, err := s.store.ProviderCreate(ctx, store.ProviderCreateParams{
 			Provider: store.Provider{Name: b.Name, Driver: b.Driver, Region: b.Region, CredentialsRef: b.CredentialsRef, FQDNSuffix: b.FQDNSuffix, Config: config},
 			Actor:    principal(ctx).Actor(),

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -48,10 +47,7 @@ func (s *Server) registerSouls() {
 		if c.HostKey != "" {
 			return nil, invalid("request.invalid", "body.connection.host_key", "is pinned by the keeper on first contact and cannot be set")
 		}
-		attrs, err := json.Marshal(b.Attributes)
-		if err != nil || b.Attributes == nil {
-			attrs = []byte("{}")
-		}
+		attrs := objectJSON(b.Attributes)
 		actor := principal(ctx).Actor()
 		aid := string(actor)
 		so, err := s.store.SoulCreate(ctx, store.SoulCreateParams{

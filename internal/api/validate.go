@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"regexp"
 	"strings"
 
@@ -72,4 +73,13 @@ func first(ps ...*client.Problem) error {
 		}
 	}
 	return nil
+}
+
+// objectJSON encodes a request's free-form object, or {} when it is absent.
+func objectJSON(m map[string]any) json.RawMessage {
+	b, err := json.Marshal(m)
+	if err != nil || m == nil {
+		return json.RawMessage(`{}`)
+	}
+	return b
 }
