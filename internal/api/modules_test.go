@@ -26,7 +26,7 @@ func (secretDefault) Info() module.Info {
 	}
 }
 
-func (secretDefault) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
+func (secretDefault) Run(context.Context, module.RunInfo, json.RawMessage, module.Target) (module.Result, error) {
 	return module.Result{}, module.NotImplemented(secretDefaultID)
 }
 

@@ -65,6 +65,6 @@ type declared struct{ info module.Info }
 
 func (d declared) Info() module.Info { return d.info }
 
-func (d declared) Run(context.Context, json.RawMessage, module.Target) (module.Result, error) {
+func (d declared) Run(context.Context, module.RunInfo, json.RawMessage, module.Target) (module.Result, error) {
 	return module.Result{}, module.NotImplemented(d.info.ID)
 }

@@ -103,7 +103,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	}
 	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: e.Resolve, Options: e.SSH, FilesDir: e.FilesDir})
 	defer souls.Close()
-	r := &run{e: e, id: x.Run.ID, rec: rec, souls: souls, input: plan.Input, st: &st, log: log.With("run", x.Run.ID)}
+	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
@@ -178,16 +178,27 @@ func now() *time.Time {
 
 // run is the execution state of one run.
 type run struct {
-	e     *Executor
-	id    string
-	rec   runner.Recorder
-	souls *Souls
-	input map[string]any
-	log   *slog.Logger
+	e       *Executor
+	id      string
+	creator string // API token id of the run's creator
+	rec     runner.Recorder
+	souls   *Souls
+	input   map[string]any
+	log     *slog.Logger
 
 	mu sync.Mutex
 	st *state
 }
+
+// info is what a module learns of the run it executes in.
+func (r *run) info(s *scenario.PlanStep) module.RunInfo {
+	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: processSecrets{}}
+}
+
+// processSecrets registers a run's secrets with the process-wide masker.
+type processSecrets struct{}
+
+func (processSecrets) Add(v string) { secret.Register(v) }
 
 // outputs are the step outputs by step name.
 func (r *run) outputs() map[string]any {
@@ -441,7 +452,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	var out module.Result
 	for attempt := 0; ; attempt++ {
 		res.attempts = attempt + 1
-		out, err = s.Module.Run(ctx, raw, target)
+		out, err = s.Module.Run(ctx, r.info(s), raw, target)
 		if err == nil || attempt >= s.Retries || ctx.Err() != nil || errors.Is(err, ssh.ErrDisconnected) {
 			break
 		}

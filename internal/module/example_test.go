@@ -29,7 +29,7 @@ func (*Greeted) Info() module.Info {
 	}
 }
 
-func (*Greeted) Run(ctx context.Context, params json.RawMessage, target module.Target) (module.Result, error) {
+func (*Greeted) Run(ctx context.Context, run module.RunInfo, params json.RawMessage, target module.Target) (module.Result, error) {
 	var p struct {
 		Name string `json:"name"`
 	}

@@ -13,7 +13,7 @@ type fake struct {
 
 func (f *fake) Info() Info { return f.info }
 
-func (f *fake) Run(context.Context, json.RawMessage, Target) (Result, error) {
+func (f *fake) Run(context.Context, RunInfo, json.RawMessage, Target) (Result, error) {
 	return Result{}, NotImplemented(f.info.ID)
 }
 

@@ -40,8 +40,38 @@ type Module interface {
 	// it strictly into its own struct (see DecodeParams). Run returns what
 	// changed and the output later steps see as steps.<name>.output. A
 	// returned error fails the target; use *Error to give it a stable
-	// code.
-	Run(ctx context.Context, params json.RawMessage, target Target) (Result, error)
+	// code. run says which run and step the call belongs to and who
+	// created the run.
+	Run(ctx context.Context, run RunInfo, params json.RawMessage, target Target) (Result, error)
+}
+
+// RunInfo is the run a step executes in, passed to every Run as a typed
+// argument: who asked for the work and where the secrets it touches must be
+// masked.
+type RunInfo struct {
+	// ID is the run's id; empty outside a run (tests, tools).
+	ID string
+	// Step is the step's name.
+	Step string
+	// Creator is the id of the API token that created the run: the actor
+	// of every audit event the step writes.
+	Creator string
+	// Secrets masks the text of secrets the module resolves or mints in
+	// this run's events, outputs and logs. Nil outside a run.
+	Secrets Secrets
+}
+
+// Secrets collects the text of secrets a run has seen.
+type Secrets interface {
+	// Add registers value so that it is masked wherever it appears.
+	Add(value string)
+}
+
+// AddSecret registers value with the run's Secrets, if it has any.
+func (r RunInfo) AddSecret(value string) {
+	if r.Secrets != nil {
+		r.Secrets.Add(value)
+	}
 }
 
 // Validator is implemented by modules whose params have rules the

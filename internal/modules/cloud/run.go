@@ -14,7 +14,6 @@ import (
 
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/module"
-	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -170,7 +169,7 @@ func newBootstrapToken() (plain, hash string) {
 
 // Run asks the provider for count VMs and registers each as a pending soul
 // with a bootstrap token. It is never idempotent: every run makes new VMs.
-func (*Created) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p CreatedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
@@ -218,7 +217,7 @@ func (*Created) Run(ctx context.Context, raw json.RawMessage, t module.Target) (
 		// The plain token is in the step output by design (cloud-init
 		// hands it to the VM); wherever else its text shows up, it is
 		// masked.
-		secret.Register(plain[i])
+		run.AddSecret(plain[i])
 	}
 	var userdata []string
 	switch {
@@ -303,7 +302,7 @@ func (*Created) Run(ctx context.Context, raw json.RawMessage, t module.Target) (
 
 // Run destroys the VMs, then (only after the driver succeeded) runs the
 // registry cascade in one transaction.
-func (*Destroyed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p DestroyedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
@@ -334,7 +333,7 @@ func (*Destroyed) Run(ctx context.Context, raw json.RawMessage, t module.Target)
 }
 
 // Run resizes VMs; the souls registry is not touched.
-func (*Resized) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p ResizedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err

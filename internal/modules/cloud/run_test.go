@@ -133,7 +133,7 @@ func setup(t *testing.T) (*keeperHost, context.Context) {
 func run(t *testing.T, m module.Module, h *keeperHost, params map[string]any) (module.Result, error) {
 	t.Helper()
 	raw, _ := json.Marshal(module.ApplyDefaults(m.Info(), params))
-	return m.Run(context.Background(), raw, h)
+	return m.Run(context.Background(), module.RunInfo{}, raw, h)
 }
 
 func TestCreated(t *testing.T) {

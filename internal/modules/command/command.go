@@ -102,7 +102,7 @@ func (*Ran) ValidateParams(v module.Values) error {
 
 // Run runs the command unless a guard skips it. A non-zero exit status
 // fails the target with code command.failed.
-func (*Ran) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p RanParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err

@@ -147,7 +147,7 @@ func command(p InstalledParams) module.Command {
 // Run makes sure Docker is installed on the soul, in one command. It fails
 // with docker.install_failed, docker.verify_failed, docker.user_not_found
 // or docker.failed.
-func (m *Installed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p InstalledParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err

@@ -55,7 +55,7 @@ func run(t *testing.T, tg *moduletest.VM, params map[string]any) (module.Result,
 	defer cancel()
 	before := tg.Calls()
 	start := time.Now()
-	res, err := m.Run(ctx, raw, tg)
+	res, err := m.Run(ctx, module.RunInfo{}, raw, tg)
 	n := tg.Calls() - before
 	t.Logf("run %v: %d round trip(s), %v, changed=%v output=%v err=%v", params, n, time.Since(start).Round(time.Millisecond), res.Changed, res.Output, err)
 	return res, n, err

@@ -167,7 +167,7 @@ func sameMode(a, b string) bool {
 
 // Run makes the file match: it reads the file's state in one round trip
 // and writes only what differs, so an unchanged file costs one command.
-func (*Present) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (*Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p PresentParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err

@@ -59,7 +59,7 @@ func Run(t testing.TB, m module.Module, target module.Target, params map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.Run(context.Background(), raw, target)
+	return m.Run(context.Background(), module.RunInfo{}, raw, target)
 }
 
 // Sh runs a shell command on the target and returns its stdout.

@@ -122,7 +122,7 @@ func (*Installed) Info() module.Info {
 
 // Run installs the missing packages. See the package doc for the round
 // trips.
-func (*Installed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (*Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p InstalledParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
@@ -164,7 +164,7 @@ func (*Removed) Info() module.Info {
 }
 
 // Run removes the installed packages among the given ones.
-func (*Removed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (*Removed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p RemovedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err

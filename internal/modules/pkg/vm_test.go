@@ -289,7 +289,7 @@ func (v *vm) run(t testing.TB, m module.Module, params map[string]any) (module.R
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	before := v.execs.Load()
-	res, err := m.Run(ctx, raw, v)
+	res, err := m.Run(ctx, module.RunInfo{}, raw, v)
 	out, _ := res.Output.(map[string]any)
 	return res, out, int(v.execs.Load() - before), err
 }

@@ -21,7 +21,6 @@ import (
 	"strings"
 
 	"github.com/soulstack/soulstack/internal/module"
-	"github.com/soulstack/soulstack/internal/secret"
 )
 
 // InstalledID is the ID of the Installed state.
@@ -391,7 +390,7 @@ func paramValues(p InstalledParams) module.Values {
 // in one command. It fails with postgres.install_failed when packages
 // could not be installed, postgres.verify_failed when a user cannot run
 // SELECT 1 over TCP with its password, and postgres.failed otherwise.
-func (m *Installed) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p InstalledParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
@@ -400,7 +399,7 @@ func (m *Installed) Run(ctx context.Context, raw json.RawMessage, t module.Targe
 	// inside the users list are registered here, before anything can echo
 	// them.
 	for _, u := range p.Users {
-		secret.Register(u.Password)
+		run.AddSecret(u.Password)
 	}
 	if err := m.ValidateParams(paramValues(p)); err != nil {
 		return module.Result{}, err

@@ -117,7 +117,7 @@ func run(t *testing.T, tg *moduletest.VM, params map[string]any) (module.Result,
 	defer cancel()
 	before := tg.Calls()
 	start := time.Now()
-	res, err := m.Run(ctx, raw, tg)
+	res, err := m.Run(ctx, module.RunInfo{}, raw, tg)
 	t.Logf("run (allow_remote=%v): %d round trip(s), %v, changed=%v output=%v err=%v", params["allow_remote"], tg.Calls()-before, time.Since(start).Round(time.Millisecond), res.Changed, res.Output, err)
 	return res, tg.Calls() - before, err
 }

@@ -102,7 +102,7 @@ shift
 // "changed" boolean, when present, says whether it changed something;
 // otherwise a script that ran counts as a change). A non-zero exit status
 // fails the target with code script.failed and its stderr.
-func (*Ran) Run(ctx context.Context, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p RanParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err

@@ -89,7 +89,7 @@ func TestDeclarations(t *testing.T) {
 			if implemented[info.ID] {
 				return
 			}
-			_, err = m.Run(context.Background(), []byte(`{}`), nil)
+			_, err = m.Run(context.Background(), module.RunInfo{}, []byte(`{}`), nil)
 			if !errors.Is(err, module.ErrNotImplemented) || module.Code(err) != module.CodeNotImplemented {
 				t.Errorf("Run = %v; want a module.not_implemented error", err)
 			}
