@@ -100,10 +100,14 @@ type Soul struct {
 
 // APIToken is an Operator API token. Only the hash of the token is stored.
 type APIToken struct {
-	ID        string
-	Name      string
-	Role      string
-	Hash      string
+	ID   string
+	Name string
+	// Role is a built-in role, or "custom" with Permissions.
+	Role string
+	// Permissions is the explicit permission list of a custom token
+	// (empty for built-in roles).
+	Permissions []string
+	Hash        string
 	CreatedBy string
 	CreatedAt time.Time
 	ExpiresAt *time.Time
@@ -197,6 +201,8 @@ type Store interface {
 	// reports whether it did.
 	TokenBootstrap(ctx context.Context, p TokenCreateParams) (bool, error)
 	TokenGetByHash(ctx context.Context, hash string) (APIToken, error)
+	// TokenGet returns a token by id, revoked or not.
+	TokenGet(ctx context.Context, id string) (APIToken, error)
 	TokenList(ctx context.Context, p ListParams) ([]APIToken, error)
 	// TokenRevoke fails with ErrRevoked for a revoked token and with
 	// ErrLastAdmin when it would leave no active admin token.

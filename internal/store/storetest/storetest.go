@@ -302,9 +302,29 @@ func testTokens(t *testing.T, b testdb.Backend) {
 	if got.RevokedAt == nil || got.Active(time.Now()) {
 		t.Fatalf("revoked token still active: %+v", got)
 	}
+	// A custom token keeps its explicit permission list (migration 00004).
+	custom, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_004", Name: "cloud-ci", Role: "custom", Permissions: []string{"run.create", "cloud.create"}, Hash: "h4"}, Actor: "tok_001"})
+	if err != nil || custom.Role != "custom" || fmt.Sprint(custom.Permissions) != "[run.create cloud.create]" {
+		t.Fatalf("custom token = %+v, %v", custom, err)
+	}
+	byID, err := s.TokenGet(ctx, "tok_004")
+	if err != nil || byID.Hash != "h4" || fmt.Sprint(byID.Permissions) != "[run.create cloud.create]" {
+		t.Fatalf("by id = %+v, %v", byID, err)
+	}
+	if byID, err := s.TokenGet(ctx, "tok_003"); err != nil || byID.RevokedAt == nil || byID.Permissions != nil {
+		t.Fatalf("revoked built-in token by id = %+v, %v", byID, err)
+	}
+	if _, err := s.TokenGet(ctx, "tok_999"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
 	list, err := s.TokenList(ctx, store.ListParams{})
-	if err != nil || len(list) != 2 || list[0].ID != "tok_001" || list[1].ID != "tok_003" {
+	if err != nil || len(list) != 3 || list[0].ID != "tok_001" || list[1].ID != "tok_003" || fmt.Sprint(list[2].Permissions) != "[run.create cloud.create]" {
 		t.Fatalf("list = %+v, %v", list, err)
+	}
+	events, _ := s.AuditList(ctx, store.AuditListParams{})
+	last := events[len(events)-1]
+	if last.Action != "token.created" || !strings.Contains(last.Payload, `"permissions":["run.create","cloud.create"]`) {
+		t.Fatalf("audit of the custom token = %s %s", last.Action, last.Payload)
 	}
 }
 
