@@ -108,10 +108,10 @@ type APIToken struct {
 	// (empty for built-in roles).
 	Permissions []string
 	Hash        string
-	CreatedBy string
-	CreatedAt time.Time
-	ExpiresAt *time.Time
-	RevokedAt *time.Time
+	CreatedBy   string
+	CreatedAt   time.Time
+	ExpiresAt   *time.Time
+	RevokedAt   *time.Time
 }
 
 // Active reports whether the token may authenticate at now.
