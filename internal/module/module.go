@@ -169,6 +169,13 @@ type Info struct {
 	// NeedsRoot reports whether the module needs root on the soul (the
 	// transport uses sudo when the connecting user is not root).
 	NeedsRoot bool `json:"needs_root"`
+	// Permission is the API permission (such as cloud.create) a run's
+	// creator must hold, besides run.create, for a step of this module:
+	// POST /v1/runs refuses a scenario with the step when the token lacks
+	// it, and the engine checks the creator again when the step executes.
+	// Every keeper-side module must declare one; Register panics
+	// otherwise.
+	Permission string `json:"permission,omitempty"`
 	// Params are the accepted params, in catalog order.
 	Params []Param `json:"params"`
 	// Exclusive lists groups of params of which at most one (or exactly

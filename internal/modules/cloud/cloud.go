@@ -73,7 +73,9 @@ type ResizedParams struct {
 // keeperNote is shared by the three states.
 const keeperNote = "Keeper-side: the step runs inside the keeper (`on: keeper`); its side effects are at the provider " +
 	"(real billing) and in the keeper's registries, never on a host's filesystem, so root does not apply. " +
-	"Running it is governed by the operator's RBAC permission."
+	"Running it needs the permission named under Requirements (cloud.create, cloud.destroy or cloud.resize) besides run.create: " +
+	"admin tokens have them, operator and viewer tokens do not. POST /v1/runs refuses a scenario with the step (403 auth.forbidden) " +
+	"when the token lacks it, and the step fails with auth.forbidden when the run's creator was revoked, expired or lost it meanwhile."
 
 const auditNote = "An audit event cloud.provisioned is written for every state; if the audit write fails the step fails. " +
 	"Its payload has the provider, vm_ids, sids and cascade counters, never plain tokens."
@@ -83,8 +85,9 @@ var providerParam = module.Param{Name: "provider", Type: module.TypeString, Requ
 // Info returns the declaration of core.cloud.created.
 func (*Created) Info() module.Info {
 	return module.Info{
-		ID:      CreatedID,
-		Summary: "Ask the provider for `count` VMs: each gets a souls row (status pending) and a bootstrap token.",
+		ID:         CreatedID,
+		Permission: "cloud.create",
+		Summary:    "Ask the provider for `count` VMs: each gets a souls row (status pending) and a bootstrap token.",
 		Description: "Calls the provider's CloudDriver plugin through the PluginHost. The SID of a created host is the FQDN " +
 			"the provider returned; a VM without an FQDN fails the step.",
 		Side:       module.SideKeeper,
@@ -148,8 +151,9 @@ func (*Created) ValidateParams(v module.Values) error {
 // Info returns the declaration of core.cloud.destroyed.
 func (*Destroyed) Info() module.Info {
 	return module.Info{
-		ID:      DestroyedID,
-		Summary: "Destroy VMs at the provider, then mark their souls destroyed, their soul seeds orphaned and their bootstrap tokens burned.",
+		ID:         DestroyedID,
+		Permission: "cloud.destroy",
+		Summary:    "Destroy VMs at the provider, then mark their souls destroyed, their soul seeds orphaned and their bootstrap tokens burned.",
 		Description: "A destructive cascade: PluginHost.Destroy(vm_ids) physically destroys the instances; then, when sids " +
 			"is not empty, one database transaction moves the souls to destroyed, their active soul_seeds to orphaned and " +
 			"their bootstrap_tokens to burned. The cascade runs only after a successful destroy.",
@@ -194,6 +198,7 @@ func (*Destroyed) ValidateParams(v module.Values) error { return checkVMIDs(v) }
 func (*Resized) Info() module.Info {
 	return module.Info{
 		ID:          ResizedID,
+		Permission:  "cloud.resize",
 		Summary:     "Resize VMs at the provider to a new profile; this may cause downtime.",
 		Description: "The driver decides whether a VM must be stopped and started for the resize; the keeper is agnostic to the sequence.",
 		Side:        module.SideKeeper,
