@@ -176,9 +176,9 @@ func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Co
 			s.writeHumaProblem(ctx, prob)
 			return
 		}
-		if !auth.Can(p.Role, perm) {
-			s.writeHumaProblem(ctx, problem(http.StatusForbidden, "auth.forbidden",
-				"token "+p.TokenID+" (role "+p.Role+") lacks permission "+string(perm)))
+		if err := p.Require(perm); err != nil {
+			prob, _ := problemFor(err)
+			s.writeHumaProblem(ctx, prob)
 			return
 		}
 		next(huma.WithValue(ctx, principalKey{}, p))

@@ -127,5 +127,22 @@ func problemFor(err error) (*client.Problem, bool) {
 	case errors.Is(err, auth.ErrInvalidToken):
 		return problem(http.StatusUnauthorized, "auth.invalid_token", err.Error()), true
 	}
+	var fe *auth.ForbiddenError
+	if errors.As(err, &fe) {
+		return problem(http.StatusForbidden, "auth.forbidden", err.Error()), true
+	}
+	var up *auth.UnknownPermissionError
+	if errors.As(err, &up) {
+		return invalid("token.permission_unknown", fmt.Sprintf("body.permissions[%d]", up.Index),
+			"unknown permission %q; permissions are %s", up.Name, strings.Join(permissionNames(auth.All()), ", ")), true
+	}
 	return problem(http.StatusInternalServerError, "internal.error", "the keeper failed to handle the request; see its log"), false
+}
+
+func permissionNames(ps []auth.Permission) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = string(p)
+	}
+	return out
 }

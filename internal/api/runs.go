@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -30,6 +31,33 @@ type CheckedScenario struct {
 	Input map[string]any
 	// Secret names inputs declared secret.
 	Secret map[string]bool
+	// Needs lists the steps whose module declares a permission the run's
+	// creator must hold besides run.create (the keeper-side cloud states).
+	Needs []StepPermission
+}
+
+// StepPermission is one step's need for a permission.
+type StepPermission struct {
+	Step       string
+	Module     string
+	Permission auth.Permission
+}
+
+// requireStepPermissions refuses a run whose creator lacks a permission
+// one of its steps needs; the engine checks again when the step runs.
+func requireStepPermissions(p auth.Principal, needs []StepPermission) error {
+	for _, n := range needs {
+		err := p.Require(n.Permission)
+		var fe *auth.ForbiddenError
+		if errors.As(err, &fe) {
+			fe.Reason += fmt.Sprintf(", which step %q (%s) needs; nothing ran", n.Step, n.Module)
+			return fe
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ScenarioChecker parses and validates a scenario with its input before a
@@ -82,6 +110,8 @@ func (s *Server) registerRuns() {
 		OperationID: "run-create", Method: http.MethodPost, Path: "/v1/runs", Tags: tags,
 		Summary: "Start a run of a scenario",
 		Description: "Validates the scenario and input (422 scenario.invalid lists every problem with file:line:column) " +
+			"and checks that the token holds the permission each keeper-side step's module declares (403 auth.forbidden names it, " +
+			"e.g. cloud.create for core.cloud.created), " +
 			"and queues the run: 201 with the new run, or 200 with the existing run when key was used with the same content; " +
 			"409 run.key_conflict when the key names a run with different content.",
 		DefaultStatus: http.StatusCreated,
@@ -110,6 +140,9 @@ func (s *Server) registerRuns() {
 				detail = problems[0].Location + ": " + problems[0].Message
 			}
 			return nil, problem(http.StatusUnprocessableEntity, "scenario.invalid", detail, problems...)
+		}
+		if err := requireStepPermissions(principal(ctx), checked.Needs); err != nil {
+			return nil, err
 		}
 		run, created, err := s.runs.Submit(ctx, runner.SubmitParams{
 			Name: checked.Name, Scenario: b.Scenario, Input: checked.Input, Secret: checked.Secret,
