@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/expr"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/runner"
@@ -51,6 +52,18 @@ type Executor struct {
 	Logger    *slog.Logger
 	// Keeper is the target of keeper-side modules.
 	Keeper module.Target
+	// Authorizer re-checks the run's creator when a step whose module
+	// declares a permission executes. When nil, every such step fails with
+	// auth.forbidden: a keeper that cannot check does not run them.
+	Authorizer Authorizer
+}
+
+// Authorizer decides whether the API token tokenID may, now, do what perm
+// allows; auth.Checker implements it. It returns an error wrapping
+// auth.ErrForbidden when the token is unknown, revoked, expired or lacks
+// perm, and another error when it cannot tell.
+type Authorizer interface {
+	Authorize(ctx context.Context, tokenID string, perm auth.Permission) error
 }
 
 var _ runner.Executor = (*Executor)(nil)
@@ -417,6 +430,9 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		res.status = StatusSkipped
 		return res
 	}
+	if err := r.authorize(ctx, info); err != nil {
+		return fail(res, err)
+	}
 	raw, err := s.Params(ctx, vars)
 	if err != nil {
 		return fail(res, err)
@@ -496,6 +512,28 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		res.status = StatusChanged
 	}
 	return res
+}
+
+// authorize checks, before a step of a module that declares a permission
+// does anything, that the run's creator still holds it: a token revoked,
+// expired or stripped of the permission since the run was accepted fails
+// the step with auth.forbidden.
+func (r *run) authorize(ctx context.Context, info module.Info) error {
+	if info.Permission == "" {
+		return nil
+	}
+	perm := auth.Permission(info.Permission)
+	if r.e.Authorizer == nil {
+		return &module.Error{Code: "auth.forbidden", Message: fmt.Sprintf("%s needs %s and this keeper has no way to check the run's creator", info.ID, perm)}
+	}
+	err := r.e.Authorizer.Authorize(ctx, r.creator, perm)
+	switch {
+	case errors.Is(err, auth.ErrForbidden):
+		return &module.Error{Code: "auth.forbidden", Message: fmt.Sprintf("the run's creator may no longer run %s: %v; nothing was done", info.ID, err), Err: err}
+	case err != nil:
+		return &module.Error{Code: "auth.check_failed", Message: fmt.Sprintf("cannot check that the run's creator may run %s: %v; nothing was done", info.ID, err), Err: err}
+	}
+	return nil
 }
 
 // codeOf returns the stable code of err: a step evaluation code, a

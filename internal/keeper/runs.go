@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/plugin"
@@ -74,10 +75,11 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 			b, err := resolve(ctx, ref)
 			return append(b, '\n'), err
 		},
-		SSH:      ssh.Options{Logger: log.With("component", "ssh")},
-		FilesDir: files,
-		Logger:   log,
-		Keeper:   keeperTarget,
+		SSH:        ssh.Options{Logger: log.With("component", "ssh")},
+		FilesDir:   files,
+		Logger:     log,
+		Keeper:     keeperTarget,
+		Authorizer: auth.Checker{Tokens: st},
 	}
 	runs, err := runner.New(ctx, runner.Config{
 		Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: owner, Logger: log,

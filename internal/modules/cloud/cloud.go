@@ -185,7 +185,10 @@ func (*Destroyed) Info() module.Info {
 		Notes: []string{
 			keeperNote,
 			"If the destroy fails, the registries stay untouched: the host is still alive at the provider.",
-			"The caller holds the sid<->vm_id pairing: a mistake destroys the wrong VM, so the source of vm_ids and sids must be trusted.",
+			"Every VM in vm_ids must have been created by this keeper at that provider (a completed core.cloud.created request recorded it), " +
+				"and every soul in sids must be one of those VMs of that provider: a hand-registered soul, a soul of another VM or provider, " +
+				"or a VM this keeper did not create fails the step with cloud.pairing_mismatch before the driver is called. " +
+				"The registry cascade is filtered the same way, by provider and vm_id.",
 			auditNote,
 		},
 	}
@@ -226,6 +229,7 @@ func (*Resized) Info() module.Info {
 			keeperNote,
 			"caused_downtime in the output tells, per VM, whether it was restarted.",
 			"The souls registry is not touched: a resize does not change which souls exist.",
+			"Every VM in vm_ids must have been created by this keeper at that provider; another fails the step with cloud.pairing_mismatch before the driver is called.",
 			"A driver without the Resizable capability fails the step with resize.unsupported.",
 			auditNote,
 		},

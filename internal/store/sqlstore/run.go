@@ -236,7 +236,15 @@ func (s *Store) RunStateSave(ctx context.Context, id, owner, sealed string) erro
 // RunFinish ends the run with its audit event.
 func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) error {
 	now := s.stamp()
-	return s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+	// The run's creator is the actor of run.finished: the keeper only
+	// carries out what that token asked for. created_by never changes, so
+	// reading it before the transaction is safe.
+	actor := store.ActorKeeper
+	var creator string
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT created_by FROM runs WHERE id = ?`), p.ID).Scan(&creator); err == nil && creator != "" {
+		actor = store.Actor(creator)
+	}
+	return s.mutate(ctx, actor, func(tx *sql.Tx) (record, error) {
 		q := `UPDATE runs SET phase = ?, error_code = ?, error_message = ?, outputs = ?, message = ?, finished_at = ?, started_at = COALESCE(started_at, ?) WHERE id = ? AND phase IN (?, ?)`
 		args := []any{p.Phase, p.ErrorCode, p.ErrorMsg, jsonText(p.Outputs), p.Message, now, now, p.ID, store.PhasePending, store.PhaseRunning}
 		if p.Owner != "" {
@@ -262,8 +270,8 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) error {
 func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (store.Run, error) {
 	now := s.stamp()
 	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
-		var phase string
-		if err := tx.QueryRowContext(ctx, s.q(`SELECT phase FROM runs WHERE id = ?`), p.Key).Scan(&phase); err != nil {
+		var phase, createdBy string
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT phase, created_by FROM runs WHERE id = ?`), p.Key).Scan(&phase, &createdBy); err != nil {
 			return record{}, notFound(err, "run", p.Key)
 		}
 		if store.Terminal(phase) {
@@ -278,7 +286,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (store.Run,
 		} else if _, err := tx.ExecContext(ctx, s.q(`UPDATE runs SET cancel_requested = ? WHERE id = ?`), true, p.Key); err != nil {
 			return record{}, fmt.Errorf("cancel run %s: %w", p.Key, err)
 		}
-		return record{action: "run.cancelled", object: "run/" + p.Key, payload: map[string]any{"id": p.Key, "phase_at_request": phase}}, nil
+		return record{action: "run.cancelled", object: "run/" + p.Key, payload: map[string]any{"id": p.Key, "phase_at_request": phase, "created_by": createdBy}}, nil
 	})
 	if err != nil {
 		return store.Run{}, err

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,10 +153,15 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 	events, _ := s.AuditList(ctx, store.AuditListParams{})
 	var actions []string
 	for _, e := range events {
-		actions = append(actions, e.Action)
+		actions = append(actions, e.Action+" by "+e.ActorAID)
 	}
-	if fmt.Sprint(actions) != "[run.started run.cancelled run.finished]" {
+	// run.started and run.finished carry the run's creator, never the
+	// keeper; run.cancelled carries who cancelled it.
+	if fmt.Sprint(actions) != "[run.started by tok_a run.cancelled by tok_b run.finished by tok_a]" {
 		t.Fatalf("audit = %v", actions)
+	}
+	if !strings.Contains(events[1].Payload, `"created_by":"tok_a"`) {
+		t.Fatalf("run.cancelled payload = %s", events[1].Payload)
 	}
 	// A Pending run is cancelled at once.
 	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_2", "", "d"), Actor: "tok_a"}); err != nil {

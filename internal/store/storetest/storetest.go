@@ -41,6 +41,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"SoulHostKey", testSoulHostKey},
 		{"CloudProvisionAndDestroy", testCloudProvisionAndDestroy},
 		{"CloudAuditFailure", testCloudAuditFailure},
+		{"CloudDestroyFiltered", testCloudDestroyFiltered},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
