@@ -68,13 +68,6 @@ type Authorizer interface {
 
 var _ runner.Executor = (*Executor)(nil)
 
-// StepBinder is implemented by a keeper target that needs to know which
-// run and step it serves (the cloud states tag VMs with them). When the
-// Keeper target does not implement it, it is used as it is.
-type StepBinder interface {
-	ForStep(runID, step string) module.Target
-}
-
 // state is the checkpoint of a run: what finished steps produced and which
 // targets failed, so that a resumed run carries on where it stopped.
 type state struct {
@@ -450,9 +443,6 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	var target module.Target
 	if s.Keeper {
 		target = r.e.Keeper
-		if b, ok := target.(StepBinder); ok {
-			target = b.ForStep(r.id, s.Name)
-		}
 	} else {
 		retry := ssh.RetryPolicy{}
 		if s.Connect != nil {

@@ -324,6 +324,11 @@ func TestDestroyPairingMismatch(t *testing.T) {
 		t.Fatalf("provision output = %s", final.Steps[0].Targets[0].Output)
 	}
 	real := out.VMIDs[0]
+	// The VM carries the run's tag (the run id comes with the step's call).
+	tagged, err := ck.driver.List(ctx, driversdk.ListRequest{Provider: ck.prov, Tags: map[string]string{driversdk.TagRunID: run.ID}})
+	if err != nil || len(tagged) != 1 || tagged[0].ID != real {
+		t.Fatalf("VMs tagged with run %s = %+v, %v", run.ID, tagged, err)
+	}
 	// A VM made at the provider behind the keeper's back.
 	foreign, err := ck.driver.Create(ctx, driversdk.CreateRequest{Provider: ck.prov, RequestID: "req_foreign", RunID: "run_foreign", Profile: json.RawMessage(`{"memory_mb":128}`), Count: 1})
 	if err != nil {

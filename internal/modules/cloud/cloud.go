@@ -4,8 +4,9 @@
 // and keep the keeper's registries in step.
 //
 // The states run inside the keeper: the keeper's target of keeper-side
-// steps implements Host, which gives them the registries, the PluginHost
-// and the keeper's settings.
+// steps implements Host, which gives them the few registry methods they use
+// (Registry), the PluginHost and the keeper's settings; the run, step and
+// creator a call serves come with the call (module.RunInfo).
 package cloud
 
 import (

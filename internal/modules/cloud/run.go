@@ -21,11 +21,27 @@ import (
 // sets max_count.
 const DefaultMaxCount = 20
 
+// Registry is the part of the keeper's store the cloud states use.
+type Registry interface {
+	ProviderGet(ctx context.Context, name string) (store.Provider, error)
+	ProfileGet(ctx context.Context, name string) (store.Profile, error)
+	SoulGet(ctx context.Context, sid string) (store.Soul, error)
+	CloudRequestCreate(ctx context.Context, r store.CloudRequest) error
+	CloudRequestFail(ctx context.Context, requestID, msg string) error
+	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]bool, error)
+	CloudProvision(ctx context.Context, p store.CloudProvisionParams) error
+	CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error)
+	AuditRecord(ctx context.Context, p store.AuditParams) error
+}
+
+var _ Registry = store.Store(nil)
+
 // Host is what the cloud states need from the keeper. The keeper's target
-// of keeper-side steps implements it.
+// of keeper-side steps implements it; which run and step a call serves
+// comes with the call (module.RunInfo).
 type Host interface {
-	// Registry is the keeper's store.
-	Registry() store.Store
+	// Registry is the keeper's store, as far as the states use it.
+	Registry() Registry
 	// Driver returns the provider's driver, through the PluginHost.
 	Driver(ctx context.Context, name string) (driversdk.Driver, error)
 	// Credentials resolves a provider's credentials_ref for one call.
@@ -36,9 +52,6 @@ type Host interface {
 	Userdata(u UserdataVars) (string, error)
 	// BootstrapTTL is how long a bootstrap token lives once its VM exists.
 	BootstrapTTL() time.Duration
-	// RunID and Step identify the running step, for request tags.
-	RunID() string
-	Step() string
 }
 
 // UserdataVars are the values a cloud_init template sees.
@@ -240,11 +253,11 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	}
 
 	requestID := randomID("req_", 12)
-	if err := h.Registry().CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: h.RunID(), Step: h.Step(), Provider: prov.Name, Count: p.Count}); err != nil {
+	if err := h.Registry().CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: prov.Name, Count: p.Count}); err != nil {
 		return module.Result{}, err
 	}
 	vms, err := d.Create(ctx, driversdk.CreateRequest{
-		Provider: dp, RequestID: requestID, RunID: h.RunID(), Profile: profile, Count: p.Count,
+		Provider: dp, RequestID: requestID, RunID: run.ID, Profile: profile, Count: p.Count,
 		Names: names, Userdata: userdata, AuthorizedKeys: []string{h.AuthorizedKey()},
 	})
 	created := time.Now()
@@ -293,7 +306,7 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	}
 	if err := h.Registry().CloudProvision(ctx, store.CloudProvisionParams{
 		RequestID: requestID, Souls: souls, Tokens: tokens, Actor: store.Actor(run.Creator),
-		Audit: map[string]any{"provider": prov.Name, "run_id": h.RunID(), "step": h.Step(), "count": len(vms)},
+		Audit: map[string]any{"provider": prov.Name, "run_id": run.ID, "step": run.Step, "count": len(vms)},
 	}); err != nil {
 		return fail("cloud.registry_failed", "the VMs were created but could not be registered: "+err.Error())
 	}
@@ -326,7 +339,7 @@ func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 		sids = []string{}
 	}
 	c, err := h.Registry().CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.Actor(run.Creator),
-		Audit: map[string]any{"run_id": h.RunID(), "step": h.Step()}})
+		Audit: map[string]any{"run_id": run.ID, "step": run.Step}})
 	if err != nil {
 		return module.Result{Changed: true}, &module.Error{Code: "cloud.registry_failed", Message: "the VMs were destroyed but the registry cascade failed: " + err.Error(), Err: err}
 	}
@@ -375,16 +388,10 @@ func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 		vms[i] = map[string]any{"vm_id": r.VMID, "caused_downtime": r.CausedDowntime}
 	}
 	if err := h.Registry().AuditRecord(ctx, store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned", Object: "provider/" + prov.Name,
-		Payload: map[string]any{"action": "resized", "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": h.RunID(), "step": h.Step()}}); err != nil {
+		Payload: map[string]any{"action": "resized", "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": run.ID, "step": run.Step}}); err != nil {
 		return module.Result{Changed: true}, &module.Error{Code: "cloud.audit_failed", Message: "the VMs were resized but the audit event could not be written: " + err.Error(), Err: err}
 	}
 	return module.Result{Changed: true, Output: map[string]any{"vms": vms, "action": "resized"}}, nil
-}
-
-// pairingStore is what checkPairing reads.
-type pairingStore interface {
-	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]bool, error)
-	SoulGet(ctx context.Context, sid string) (store.Soul, error)
 }
 
 // checkPairing refuses, before the driver is called, VMs this keeper did
@@ -392,7 +399,7 @@ type pairingStore interface {
 // recorded them) and souls that are not the given VMs of that provider:
 // a hand-registered soul, a soul of another VM or another provider. Each
 // refusal is a cloud.pairing_mismatch naming what did not match.
-func checkPairing(ctx context.Context, st pairingStore, provider string, vmIDs, sids []string) error {
+func checkPairing(ctx context.Context, st Registry, provider string, vmIDs, sids []string) error {
 	mismatch := func(format string, args ...any) error {
 		return &module.Error{Code: "cloud.pairing_mismatch", Message: fmt.Sprintf(format, args...) + "; nothing was changed"}
 	}

@@ -99,7 +99,7 @@ func (h *keeperHost) SID() string { return module.Keeper }
 func (h *keeperHost) Exec(context.Context, module.Command) (module.ExecResult, error) {
 	return module.ExecResult{}, module.ErrNoExec
 }
-func (h *keeperHost) Registry() store.Store { return h.st }
+func (h *keeperHost) Registry() cloud.Registry { return h.st }
 func (h *keeperHost) Driver(_ context.Context, name string) (driversdk.Driver, error) {
 	if name != "fake" {
 		return nil, driversdk.Errorf("driver.not_found", "no plugin soul-cloud-%s", name)
@@ -114,8 +114,6 @@ func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 	return fmt.Sprintf("#cloud-config\n# sid=%s index=%d token=%s\n", u.SID, u.Index, u.Token), nil
 }
 func (h *keeperHost) BootstrapTTL() time.Duration { return time.Hour }
-func (h *keeperHost) RunID() string               { return "run_test" }
-func (h *keeperHost) Step() string                { return "provision" }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {
 	t.Helper()
@@ -133,7 +131,7 @@ func setup(t *testing.T) (*keeperHost, context.Context) {
 func run(t *testing.T, m module.Module, h *keeperHost, params map[string]any) (module.Result, error) {
 	t.Helper()
 	raw, _ := json.Marshal(module.ApplyDefaults(m.Info(), params))
-	return m.Run(context.Background(), module.RunInfo{ID: "run_test", Step: "s", Creator: "tok_creator"}, raw, h)
+	return m.Run(context.Background(), module.RunInfo{ID: "run_test", Step: "provision", Creator: "tok_creator"}, raw, h)
 }
 
 func TestCreated(t *testing.T) {
