@@ -49,7 +49,8 @@ const (
 
 var reads = []Permission{ProviderRead, ProfileRead, SoulRead, RunRead, AuditRead}
 
-// all lists every permission, in the order they are documented.
+// all lists every permission, in the order they are documented; admin
+// holds all of them, so a new permission is added here.
 var all = append(append([]Permission{}, reads...),
 	ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete,
 	RunCreate, RunCancel, TokenManage, CloudCreate, CloudDestroy, CloudResize)
@@ -90,22 +91,6 @@ func All() []Permission { return append([]Permission(nil), all...) }
 
 // ValidPermission reports whether p is a permission the keeper checks.
 func ValidPermission(p Permission) bool { return roles["admin"][p] }
-
-// RolePermissions returns the permissions of a built-in role, in
-// documented order; nil for an unknown role.
-func RolePermissions(role string) []Permission {
-	perms, ok := roles[role]
-	if !ok {
-		return nil
-	}
-	var out []Permission
-	for _, p := range all {
-		if perms[p] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
 
 // Grant is what a token may do: a built-in role, or (role RoleCustom) an
 // explicit list of permissions.
