@@ -37,6 +37,7 @@ const (
 	RunCancel      Permission = "run.cancel"
 	AuditRead      Permission = "audit.read"
 	TokenManage    Permission = "token.manage"
+	MetricsRead    Permission = "metrics.read"
 	// Authenticated needs nothing but a valid token.
 	Authenticated Permission = ""
 )
@@ -45,7 +46,7 @@ var reads = []Permission{ProviderRead, ProfileRead, SoulRead, RunRead, AuditRead
 
 // roles maps each built-in role to what it may do.
 var roles = map[string]map[Permission]bool{
-	"admin":    set(append(reads, ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete, RunCreate, RunCancel, TokenManage)...),
+	"admin":    set(append(reads, ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete, RunCreate, RunCancel, TokenManage, MetricsRead)...),
 	"operator": set(append(reads, RunCreate, RunCancel)...),
 	"viewer":   set(reads...),
 }
@@ -191,4 +192,27 @@ func (a *Authenticator) Forget(id string) {
 			delete(a.cache, h)
 		}
 	}
+}
+
+// ErrUnknownToken: AuthenticateKnown was given a token this authenticator
+// has not verified before.
+var ErrUnknownToken = errors.New("token not verified on this keeper before")
+
+// AuthenticateKnown is Authenticate for a token this authenticator has
+// already looked up (it is in its memory, even past CacheTTL); any other
+// token fails with ErrUnknownToken without a registry lookup. It lets a
+// rate-limited client keep using a valid token without giving it a way to
+// test guessed ones.
+func (a *Authenticator) AuthenticateKnown(ctx context.Context, header string) (Principal, error) {
+	scheme, plain, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return Principal{}, ErrUnknownToken
+	}
+	a.mu.Lock()
+	_, known := a.cache[HashToken(strings.TrimSpace(plain))]
+	a.mu.Unlock()
+	if !known {
+		return Principal{}, ErrUnknownToken
+	}
+	return a.Authenticate(ctx, header)
 }
