@@ -217,7 +217,7 @@ func ListenHosts(addr string, extra ...string) (Hosts, error) {
 			return Hosts{}, fmt.Errorf("list this machine's addresses: %w", err)
 		}
 		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLinkLocalUnicast() {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLinkLocalUnicast() && !n.IP.IsUnspecified() {
 				names = append(names, n.IP.String())
 			}
 		}
