@@ -18,6 +18,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/pki"
+	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
 // These tests attack the keeper's network edge through a real `keeper
@@ -423,6 +424,36 @@ func TestAuthRateLimitAndMetricsListen(t *testing.T) {
 	}
 	if st, body := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport), ""); st != 200 || !strings.Contains(body, "soulstack_http_requests_total") {
 		t.Fatalf("metrics_listen: %d %s", st, body)
+	}
+	k.interrupt(t)
+}
+
+// TestEventStreamOutlivesReadTimeout: the read timeout that cuts slow
+// clients does not cut a run's event stream, which lasts as long as the
+// run: one SSE connection delivers every event up to stream.end.
+func TestEventStreamOutlivesReadTimeout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := writeConfig(t, dir, "http:\n  read_timeout: 1s\n  idle_timeout: 1s\n")
+	k := serve(t, dir, "--config", cfg)
+	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "slow-1", srv)
+	scenario := "name: slow\nsteps:\n  - name: wait\n    on: slow-1\n    module: core.command.ran\n    params:\n      cmd: sleep 4; echo done\n"
+	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: scenario})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", k.addr+"/v1/runs/"+run.ID+"/events", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken(t, filepath.Join(dir, ".keeper")))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || !strings.Contains(string(body), "event: stream.end") || !strings.Contains(string(body), "run.finished") {
+		t.Fatalf("the event stream ended early (%v):\n%s", err, body)
 	}
 	k.interrupt(t)
 }
