@@ -457,3 +457,93 @@ func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 	}
 	k.interrupt(t)
 }
+
+// TestOwnCAOnRealNonLoopbackAddress runs the keeper and soulctl in a
+// network namespace of this test, where 198.51.100.7 (a documentation
+// address, on a veth pair that exists only in the namespace) is a
+// real non-loopback address: the keeper serves HTTPS there with a
+// certificate that names it, and soulctl trusts it only with the CA.
+func TestOwnCAOnRealNonLoopbackAddress(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Fatal("this test creates a network namespace and needs root")
+	}
+	ns := fmt.Sprintf("sst-tls-%d", os.Getpid())
+	ipCmd := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	ipCmd("netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	ipCmd("-n", ns, "link", "set", "lo", "up")
+	ipCmd("-n", ns, "link", "add", "edge0", "type", "veth", "peer", "name", "edge1")
+	ipCmd("-n", ns, "addr", "add", "198.51.100.7/24", "dev", "edge0")
+	ipCmd("-n", ns, "link", "set", "edge0", "up")
+	ipCmd("-n", ns, "link", "set", "edge1", "up")
+
+	soulctl := filepath.Join(filepath.Dir(keeperBin), "soulctl")
+	if out, err := exec.Command("go", "build", "-o", soulctl, "../../cmd/soulctl").CombinedOutput(); err != nil {
+		t.Fatalf("build soulctl: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("ip", "netns", "exec", ns, keeperBin, "serve", "--listen", "198.51.100.7:8443")
+	cmd.Dir = dir
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // ip netns exec execs the keeper: this PID is the keeper's
+		_ = cmd.Wait()
+	})
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var fp string
+	var logs strings.Builder
+	deadline := time.After(30 * time.Second)
+	for listening := false; !listening; {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("keeper exited:\n%s", logs.String())
+			}
+			logs.WriteString(l + "\n")
+			if m := fingerprintLog.FindStringSubmatch(l); m != nil {
+				fp = m[1]
+			}
+			listening = strings.Contains(l, `msg="keeper listening" addr=https://198.51.100.7:8443`)
+		case <-deadline:
+			t.Fatalf("keeper not listening on https://198.51.100.7:8443:\n%s", logs.String())
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	caFile := filepath.Join(dir, ".keeper", "tls", pki.CACertFile)
+	token := adminToken(t, filepath.Join(dir, ".keeper"))
+	run := func(args ...string) (string, error) {
+		all := append([]string{"netns", "exec", ns, soulctl, "--keeper", "https://198.51.100.7:8443", "--token", token}, args...)
+		out, err := exec.Command("ip", all...).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("token", "list"); err == nil || !strings.Contains(out, "does not trust") || !strings.Contains(out, "--ca-file") {
+		t.Fatalf("soulctl without the CA: %v\n%s", err, out)
+	}
+	for _, trust := range [][]string{{"--ca-file", caFile}, {"--ca-fingerprint", fp}} {
+		if out, err := run(append(trust, "token", "list")...); err != nil || !strings.Contains(out, "admin") {
+			t.Fatalf("soulctl %s: %v\n%s", trust[0], err, out)
+		}
+	}
+}
