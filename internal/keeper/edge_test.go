@@ -137,42 +137,6 @@ func TestOwnCAOffLoopback(t *testing.T) {
 	k.interrupt(t)
 }
 
-// TestRenewServerCertificate: a server certificate that no longer covers
-// the listen address is replaced by one that does, from the same CA.
-func TestRenewServerCertificate(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	now := time.Now()
-	ca, err := pki.LoadOrCreateCA(dir, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	only := func(addr string) pki.Hosts {
-		h, err := pki.ListenHosts(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
-	if _, st, err := ca.EnsureServer(dir, only("127.0.0.2:1"), now); err != nil || st != pki.Created {
-		t.Fatalf("first server certificate: %v %v", st, err)
-	}
-	if _, st, _ := ca.EnsureServer(dir, only("127.0.0.2:1"), now); st != pki.Reused {
-		t.Fatalf("same hosts: %v, want reused", st)
-	}
-	cert, st, err := ca.EnsureServer(dir, only("127.0.0.3:1"), now)
-	if err != nil || st != pki.Renewed || cert.Leaf.VerifyHostname("127.0.0.3") != nil {
-		t.Fatalf("new address: %v %v", st, err)
-	}
-	if _, st, _ := ca.EnsureServer(dir, only("127.0.0.3:1"), now.Add(pki.ServerValidity-pki.RenewBefore+time.Hour)); st != pki.Renewed {
-		t.Fatalf("near expiry: %v, want renewed", st)
-	}
-	again, err := pki.LoadOrCreateCA(dir, now)
-	if err != nil || again.Fingerprint() != ca.Fingerprint() {
-		t.Fatalf("CA not reloaded: %v", err)
-	}
-}
-
 // TestServeGivenCertificate: with tls.cert_file/key_file the keeper serves
 // HTTPS with them even on loopback; a client trusting their CA works.
 func TestServeGivenCertificate(t *testing.T) {
