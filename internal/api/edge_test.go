@@ -16,9 +16,9 @@ import (
 
 // startLimited is start with a failed-authentication budget of burst per
 // interval and a clock the test moves.
-func startLimited(t *testing.T, burst int, interval time.Duration) *keeper {
+func startLimited(t *testing.T, b testdb.Backend, burst int, interval time.Duration) *keeper {
 	t.Helper()
-	st := testdb.SQLite.Open(t)
+	st := b.Open(t)
 	logs := &syncBuffer{}
 	clk := &clock{}
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -38,7 +38,7 @@ func startLimited(t *testing.T, burst int, interval time.Duration) *keeper {
 func (k *keeper) auditActions(action string) int {
 	k.t.Helper()
 	var n int
-	if err := k.store.DB().QueryRow(`SELECT COUNT(*) FROM audit_events WHERE action = ?`, action).Scan(&n); err != nil {
+	if err := k.store.DB().QueryRow(`SELECT COUNT(*) FROM audit_events WHERE action = '`+action+`'`).Scan(&n); err != nil {
 		k.t.Fatal(err)
 	}
 	return n
@@ -51,7 +51,15 @@ func (k *keeper) auditActions(action string) int {
 // Before, every guess was looked up and answered 401, without end.
 func TestAuthFailuresRateLimited(t *testing.T) {
 	t.Parallel()
-	k := startLimited(t, 3, time.Minute)
+	for _, b := range testdb.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			rateLimited(t, startLimited(t, b, 3, time.Minute))
+		})
+	}
+}
+
+func rateLimited(t *testing.T, k *keeper) {
 	k.expect("GET", "/v1/providers", k.admin, "", 200, "")
 	viewer := k.token("viewer")
 	k.expect("GET", "/v1/providers", viewer, "", 200, "")

@@ -511,3 +511,45 @@ func TestOwnCAOnRealNonLoopbackAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestUntrustedPluginRefusedByKeeper: an operator's run that would start
+// a world-writable soul-cloud-<driver> in the keeper's plugin dir fails
+// with driver.untrusted, and the executable never runs. Before, the
+// keeper executed it as its own user.
+func TestUntrustedPluginRefusedByKeeper(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	data := filepath.Join(dir, ".keeper")
+	c := adminClient(t, k, data)
+	plugins := filepath.Join(data, "plugins")
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(t.TempDir(), "executed")
+	bin := filepath.Join(plugins, "soul-cloud-evil")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(bin, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "evil", Driver: "evil", FQDNSuffix: "evil.test"}); err != nil {
+		t.Fatal(err)
+	}
+	scenario := "name: evil\nsteps:\n  - name: provision\n    on: keeper\n    module: core.cloud.created\n    params:\n      provider: evil\n      profile: {cpus: 1}\n      count: 1\n"
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: scenario})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := waitRun(t, c, run.ID)
+	steps := describeSteps(r.Steps)
+	if r.Phase != "Failed" || !strings.Contains(steps, "driver.untrusted") || !strings.Contains(steps, "world-writable") {
+		t.Fatalf("run %s:\n%s", r.Phase, steps)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the keeper executed the world-writable plugin")
+	}
+	k.interrupt(t)
+}

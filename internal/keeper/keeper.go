@@ -214,5 +214,8 @@ func serveMetrics(c config.Config, h *api.Server, log *slog.Logger, errc chan<- 
 		}
 	}()
 	log.Info("metrics listening (no token needed here)", "addr", "http://"+ln.Addr().String()+"/metrics")
+	if !config.IsLoopback(c.MetricsListen) {
+		log.Warn("metrics_listen is not a loopback address: anyone who reaches it reads the metrics without a token", "metrics_listen", c.MetricsListen)
+	}
 	return srv, nil
 }
