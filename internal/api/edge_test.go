@@ -38,7 +38,7 @@ func startLimited(t *testing.T, b testdb.Backend, burst int, interval time.Durat
 func (k *keeper) auditActions(action string) int {
 	k.t.Helper()
 	var n int
-	if err := k.store.DB().QueryRow(`SELECT COUNT(*) FROM audit_events WHERE action = '`+action+`'`).Scan(&n); err != nil {
+	if err := k.store.DB().QueryRow(`SELECT COUNT(*) FROM audit_events WHERE action = '` + action + `'`).Scan(&n); err != nil {
 		k.t.Fatal(err)
 	}
 	return n
