@@ -163,7 +163,7 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 			op.Description += "\n\nPermission: `" + string(perm) + "`."
 		}
 		op.Middlewares = append(op.Middlewares, s.authorize(perm))
-		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
 	}
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := h(ctx, in)

@@ -53,7 +53,7 @@ func (s *Server) registerHealth() {
 		Security:    []map[string][]string{{"bearer": {}}},
 		Metadata:    map[string]any{"permission": string(auth.MetricsRead)},
 		Middlewares: huma.Middlewares{s.authorize(auth.MetricsRead)},
-		Errors:      []int{http.StatusUnauthorized, http.StatusForbidden},
+		Errors:      []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests},
 		Responses:   map[string]*huma.Response{"200": {Description: "Metrics", Content: map[string]*huma.MediaType{"text/plain": {}}}},
 	}, func(context.Context, *struct{}) (*huma.StreamResponse, error) {
 		return &huma.StreamResponse{Body: func(ctx huma.Context) {

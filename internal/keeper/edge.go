@@ -50,7 +50,10 @@ func serverTLS(c config.Config, log *slog.Logger, now time.Time) (*tls.Config, e
 		log.Info("TLS with the keeper's own CA: give clients its certificate (--ca-file) or pin its fingerprint (--ca-fingerprint)",
 			"ca_file", c.TLSDir()+"/"+pki.CACertFile, "ca_fingerprint", ca.Fingerprint(),
 			"server_cert", state, "dns_names", hosts.DNSNames, "ips", fmt.Sprint(hosts.IPs))
-		return tlsConfig(cert), nil
+		cfg := tlsConfig(cert)
+		cfg.Certificates = nil
+		cfg.GetCertificate = ca.NewServerSource(c.TLSDir(), hosts, cert, time.Now).GetCertificate
+		return cfg, nil
 	case !c.LoopbackListen():
 		log.Warn("serving plain HTTP on a non-loopback address (--insecure-plaintext): API tokens travel in clear", "listen", c.Listen)
 	}

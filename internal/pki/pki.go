@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -304,6 +305,46 @@ func (ca *CA) EnsureServer(dir string, hosts Hosts, now time.Time) (tls.Certific
 	}
 	cert.Certificate = append(cert.Certificate[:1:1], ca.Cert.Raw)
 	return cert, state, nil
+}
+
+// ServerSource serves the server certificate of dir to TLS handshakes and
+// renews it (EnsureServer) once it is within RenewBefore of expiry, so that
+// a keeper that runs for months never presents an expired certificate.
+type ServerSource struct {
+	ca    *CA
+	dir   string
+	hosts Hosts
+	now   func() time.Time
+
+	mu   sync.Mutex
+	cert tls.Certificate
+}
+
+// NewServerSource returns a source over dir that starts with cert (as
+// EnsureServer returned it).
+func (ca *CA) NewServerSource(dir string, hosts Hosts, cert tls.Certificate, now func() time.Time) *ServerSource {
+	return &ServerSource{ca: ca, dir: dir, hosts: hosts, now: now, cert: cert}
+}
+
+// GetCertificate is a tls.Config GetCertificate. When renewing fails it
+// keeps serving the current certificate and returns the error only once
+// that has expired.
+func (s *ServerSource) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if s.cert.Leaf != nil && now.Add(RenewBefore).Before(s.cert.Leaf.NotAfter) {
+		return &s.cert, nil
+	}
+	cert, _, err := s.ca.EnsureServer(s.dir, s.hosts, now)
+	if err != nil {
+		if s.cert.Leaf != nil && now.Before(s.cert.Leaf.NotAfter) {
+			return &s.cert, nil
+		}
+		return nil, err
+	}
+	s.cert = cert
+	return &s.cert, nil
 }
 
 // issueServer signs a new server certificate for hosts.

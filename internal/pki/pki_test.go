@@ -94,3 +94,34 @@ func TestCAFiles(t *testing.T) {
 		t.Fatalf("a CA without its key: %v", err)
 	}
 }
+
+// TestServerSourceRenewsWhileServing: a long-running keeper's source
+// hands out a fresh certificate once the one it serves nears expiry.
+func TestServerSourceRenewsWhileServing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := time.Now()
+	ca, err := pki.LoadOrCreateCA(dir, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, _ := pki.ListenHosts("127.0.0.1:1")
+	cert, _, err := ca.EnsureServer(dir, hosts, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := start
+	src := ca.NewServerSource(dir, hosts, cert, func() time.Time { return now })
+	first, err := src.GetCertificate(nil)
+	if err != nil || !first.Leaf.NotAfter.Equal(cert.Leaf.NotAfter) {
+		t.Fatalf("first handshake: %v", err)
+	}
+	now = start.Add(pki.ServerValidity - pki.RenewBefore + time.Hour)
+	renewed, err := src.GetCertificate(nil)
+	if err != nil || !renewed.Leaf.NotAfter.After(cert.Leaf.NotAfter) {
+		t.Fatalf("near expiry: not renewed (%v)", err)
+	}
+	if renewed.Leaf.CheckSignatureFrom(ca.Cert) != nil || len(renewed.Certificate) != 2 {
+		t.Fatal("the renewed certificate is not signed by the CA or lacks the CA in its chain")
+	}
+}
