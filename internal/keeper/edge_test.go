@@ -3,6 +3,8 @@ package keeper_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -394,32 +396,64 @@ func TestAuthRateLimitAndMetricsListen(t *testing.T) {
 
 // TestEventStreamOutlivesReadTimeout: the read timeout that cuts slow
 // clients does not cut a run's event stream, which lasts as long as the
-// run: one SSE connection delivers every event up to stream.end.
+// run: one SSE connection delivers every event up to stream.end, over
+// plain HTTP/1.1 on loopback and over HTTP/2 with the keeper's own CA.
 func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	cfg := writeConfig(t, dir, "http:\n  read_timeout: 1s\n  idle_timeout: 1s\n")
-	k := serve(t, dir, "--config", cfg)
-	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
-	srv := sshtest.Start(t, sshtest.Options{})
-	addSoul(t, c, "slow-1", srv)
-	scenario := "name: slow\nsteps:\n  - name: wait\n    on: slow-1\n    module: core.command.ran\n    params:\n      cmd: sleep 4; echo done\n"
-	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: scenario})
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name, listen string
+		proto        int
+	}{
+		{"http1 loopback", "127.0.0.1:0", 1},
+		{"http2 own CA", "0.0.0.0:0", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			data := filepath.Join(dir, ".keeper")
+			cfg := writeConfig(t, dir, "http:\n  read_timeout: 1s\n  idle_timeout: 1s\n")
+			k := serve(t, dir, "--config", cfg, "--listen", tc.listen)
+			url := loopbackURL(k.addr)
+			hc := http.DefaultClient
+			var opts client.Options
+			if tc.proto == 2 {
+				opts.CAFile = filepath.Join(data, "tls", pki.CACertFile)
+				pem, err := os.ReadFile(opts.CAFile)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pool := x509.NewCertPool()
+				pool.AppendCertsFromPEM(pem)
+				hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+			}
+			c, err := client.NewWithOptions(url, adminToken(t, data), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := sshtest.Start(t, sshtest.Options{})
+			addSoul(t, c, "slow-1", srv)
+			scenario := "name: slow\nsteps:\n  - name: wait\n    on: slow-1\n    module: core.command.ran\n    params:\n      cmd: sleep 4; echo done\n"
+			run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: scenario})
+			if err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequest("GET", url+"/v1/runs/"+run.ID+"/events", nil)
+			req.Header.Set("Authorization", "Bearer "+adminToken(t, data))
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.ProtoMajor != tc.proto {
+				t.Fatalf("stream over %s, want HTTP/%d", resp.Proto, tc.proto)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if err != nil || !strings.Contains(string(body), "event: stream.end") || !strings.Contains(string(body), "run.finished") {
+				t.Fatalf("the event stream ended early (%v):\n%s", err, body)
+			}
+			k.interrupt(t)
+		})
 	}
-	req, _ := http.NewRequest("GET", k.addr+"/v1/runs/"+run.ID+"/events", nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken(t, filepath.Join(dir, ".keeper")))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || !strings.Contains(string(body), "event: stream.end") || !strings.Contains(string(body), "run.finished") {
-		t.Fatalf("the event stream ended early (%v):\n%s", err, body)
-	}
-	k.interrupt(t)
 }
 
 // TestOwnCAOnRealNonLoopbackAddress runs the keeper and soulctl in a
