@@ -236,7 +236,7 @@ func (h *Hosts) add(name string) {
 		return
 	}
 	if ip := net.ParseIP(name); ip != nil {
-		if !slices.ContainsFunc(h.IPs, ip.Equal) {
+		if !ip.IsUnspecified() && !slices.ContainsFunc(h.IPs, ip.Equal) {
 			h.IPs = append(h.IPs, ip)
 		}
 		return
