@@ -89,6 +89,9 @@ func (c *Client) streamOnce(ctx context.Context, id string, last *int64, fn func
 	hc.Timeout = 0 // a stream lasts as long as the run
 	resp, err := hc.Do(req)
 	if err != nil {
+		if ce := c.certificateError(err); ce != err {
+			return true, ce // not a broken stream: retrying cannot help
+		}
 		return false, err
 	}
 	defer resp.Body.Close()

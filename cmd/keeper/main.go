@@ -33,6 +33,7 @@ type flags struct {
 	dataDir     string
 	databaseURL string
 	logLevel    string
+	insecure    bool
 }
 
 func (f *flags) bind(cmd *cobra.Command, withListen bool) {
@@ -40,6 +41,7 @@ func (f *flags) bind(cmd *cobra.Command, withListen bool) {
 	fs.StringVar(&f.configPath, "config", "", "keeper.yml to read (flags override it)")
 	if withListen {
 		fs.StringVar(&f.listen, "listen", "", "address of the Operator API (default "+config.DefaultListen+")")
+		fs.BoolVar(&f.insecure, "insecure-plaintext", false, "serve plain HTTP on a non-loopback --listen address instead of HTTPS (tokens travel in clear)")
 	}
 	fs.StringVar(&f.dataDir, "data-dir", "", "data directory: SQLite database, admin.token (default "+config.DefaultDataDir+")")
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://…; empty: embedded SQLite in the data dir (env KEEPER_DATABASE_URL)")
@@ -62,6 +64,9 @@ func (f *flags) load() (config.Config, error) {
 		if v != "" {
 			*dst = v
 		}
+	}
+	if f.insecure {
+		c.InsecurePlaintext = true
 	}
 	c = c.WithDefaults()
 	return c, c.Validate()
@@ -86,7 +91,13 @@ func newServe() *cobra.Command {
 		Long: `Run the keeper daemon. With no options it keeps an embedded SQLite database
 under ./.keeper, applies its migrations, creates an admin API token on first
 start (written to ./.keeper/admin.token, mode 0600) and serves the Operator API
-on http://127.0.0.1:8420. Ctrl-C (SIGINT) or SIGTERM shuts it down gracefully.`,
+on http://127.0.0.1:8420. Ctrl-C (SIGINT) or SIGTERM shuts it down gracefully.
+
+On a non-loopback --listen address it serves HTTPS: with tls.cert_file and
+tls.key_file from keeper.yml, or else with a server certificate from its own
+CA, made on first start in <data-dir>/tls (ca.crt for clients; keys mode
+0600) and named by the SHA-256 fingerprint it logs. Plain HTTP there needs
+--insecure-plaintext.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.load()

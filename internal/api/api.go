@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -37,6 +38,11 @@ type Config struct {
 	Check ScenarioChecker
 	// Cloud enables the orphan routes.
 	Cloud CloudService
+	// AuthFailureBurst failed authentications in a row from one client
+	// address, then one more per AuthFailureInterval; over that the API
+	// answers 429 auth.rate_limited. Zero: 10 and 1 s.
+	AuthFailureBurst    int
+	AuthFailureInterval time.Duration
 }
 
 // Server is the Operator API as an http.Handler.
@@ -51,6 +57,7 @@ type Server struct {
 	runs    RunService
 	check   ScenarioChecker
 	cloud   CloudService
+	limiter *authLimiter
 }
 
 // New builds the API over cfg.Store.
@@ -61,15 +68,22 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.AuthFailureBurst <= 0 {
+		cfg.AuthFailureBurst = 10
+	}
+	if cfg.AuthFailureInterval <= 0 {
+		cfg.AuthFailureInterval = time.Second
+	}
 	s := &Server{
-		store: cfg.Store,
-		log:   cfg.Logger,
-		now:   cfg.Now,
-		authn: auth.NewAuthenticator(cfg.Store, cfg.Now),
-		mux:   http.NewServeMux(),
-		runs:  cfg.Runs,
-		check: cfg.Check,
-		cloud: cfg.Cloud,
+		store:   cfg.Store,
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		authn:   auth.NewAuthenticator(cfg.Store, cfg.Now),
+		mux:     http.NewServeMux(),
+		runs:    cfg.Runs,
+		check:   cfg.Check,
+		cloud:   cfg.Cloud,
+		limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
@@ -149,7 +163,7 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 			op.Description += "\n\nPermission: `" + string(perm) + "`."
 		}
 		op.Middlewares = append(op.Middlewares, s.authorize(perm))
-		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
 	}
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := h(ctx, in)
@@ -167,7 +181,21 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 // authorize authenticates the bearer token and checks perm.
 func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
-		p, err := s.authn.Authenticate(ctx.Context(), ctx.Header("Authorization"))
+		host := hostOf(ctx.RemoteAddr())
+		authenticate := s.authn.Authenticate
+		limited, first := s.limiter.check(host)
+		if limited {
+			authenticate = s.authn.AuthenticateKnown
+		}
+		p, err := authenticate(ctx.Context(), ctx.Header("Authorization"))
+		if err != nil && limited {
+			if first {
+				s.auditRateLimited(ctx.Context(), host)
+			}
+			err = &rateLimitedError{host: host, retryAfter: s.limiter.interval}
+		} else if errors.Is(err, auth.ErrInvalidToken) {
+			s.limiter.fail(host)
+		}
 		if err != nil {
 			prob, known := problemFor(err)
 			if !known {
@@ -186,8 +214,11 @@ func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Co
 }
 
 func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {
-	if p.Status == http.StatusUnauthorized {
+	switch p.Status {
+	case http.StatusUnauthorized:
 		ctx.SetHeader("WWW-Authenticate", `Bearer realm="soulstack"`)
+	case http.StatusTooManyRequests:
+		ctx.SetHeader("Retry-After", retryAfterSeconds(s.limiter.interval))
 	}
 	_ = huma.WriteErr(s.api, ctx, p.Status, p.Detail, p)
 }

@@ -587,7 +587,7 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 	if _, ok := doc.Paths["/v1/providers"]["post"]["responses"].(map[string]any)["409"]; !ok {
 		t.Errorf("provider-create does not document 409")
 	}
-	_, m := k.call("GET", "/metrics", "", "")
+	_, m := k.call("GET", "/metrics", k.admin, "")
 	if !strings.Contains(string(m), `soulstack_http_requests_total{method="GET",operation="provider-list",status="200"} 1`) {
 		t.Fatalf("metrics lack the request counter:\n%s", m)
 	}

@@ -121,6 +121,10 @@ func problemFor(err error) (*client.Problem, bool) {
 			return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
 		}
 	}
+	var rl *rateLimitedError
+	if errors.As(err, &rl) {
+		return problem(http.StatusTooManyRequests, "auth.rate_limited", rl.Error()), true
+	}
 	switch {
 	case errors.Is(err, auth.ErrNoToken):
 		return problem(http.StatusUnauthorized, "auth.missing_token", "this route needs an API token: send \"Authorization: Bearer <token>\""), true

@@ -248,6 +248,9 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 	r, w := humago.Unwrap(hctx)
 	ctx := r.Context()
 	flusher, _ := w.(http.Flusher)
+	// The stream lasts as long as the run: lift the server's ReadTimeout,
+	// which would otherwise end it (the request itself was read).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")

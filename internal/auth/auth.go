@@ -37,6 +37,7 @@ const (
 	RunCancel      Permission = "run.cancel"
 	AuditRead      Permission = "audit.read"
 	TokenManage    Permission = "token.manage"
+	MetricsRead    Permission = "metrics.read"
 	// The keeper-side cloud states need these besides run.create: a run
 	// whose scenario has such a step is refused without them, and the
 	// step fails when its run's creator no longer holds them.
@@ -53,7 +54,7 @@ var reads = []Permission{ProviderRead, ProfileRead, SoulRead, RunRead, AuditRead
 // holds all of them, so a new permission is added here.
 var all = append(append([]Permission{}, reads...),
 	ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete,
-	RunCreate, RunCancel, TokenManage, CloudCreate, CloudDestroy, CloudResize)
+	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize)
 
 // roles maps each built-in role to what it may do.
 var roles = map[string]map[Permission]bool{
@@ -381,4 +382,27 @@ func (c Checker) Authorize(ctx context.Context, tokenID string, perm Permission)
 		return &ForbiddenError{TokenID: tokenID, Permission: perm, Reason: "(" + g.Describe() + ") lacks permission " + string(perm)}
 	}
 	return nil
+}
+
+// ErrUnknownToken: AuthenticateKnown was given a token this authenticator
+// has not verified before.
+var ErrUnknownToken = errors.New("token not verified on this keeper before")
+
+// AuthenticateKnown is Authenticate for a token this authenticator has
+// already looked up (it is in its memory, even past CacheTTL); any other
+// token fails with ErrUnknownToken without a registry lookup. It lets a
+// rate-limited client keep using a valid token without giving it a way to
+// test guessed ones.
+func (a *Authenticator) AuthenticateKnown(ctx context.Context, header string) (Principal, error) {
+	scheme, plain, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return Principal{}, ErrUnknownToken
+	}
+	a.mu.Lock()
+	_, known := a.cache[HashToken(strings.TrimSpace(plain))]
+	a.mu.Unlock()
+	if !known {
+		return Principal{}, ErrUnknownToken
+	}
+	return a.Authenticate(ctx, header)
 }

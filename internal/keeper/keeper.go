@@ -6,6 +6,7 @@ package keeper
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -71,11 +72,20 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 
 	// Listen before anything is written, so that a busy port fails a
 	// fresh keeper before it creates an admin token.
-	ln, err := net.Listen("tcp", c.Listen)
+	tcp, err := net.Listen("tcp", c.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
-	defer ln.Close()
+	defer tcp.Close()
+	tlsCfg, err := serverTLS(c, log, time.Now())
+	if err != nil {
+		return err
+	}
+	var ln net.Listener = limitConns(tcp, c.HTTP.MaxConnsPerClient, log)
+	scheme := "http://"
+	if tlsCfg != nil {
+		ln, scheme = tls.NewListener(ln, tlsCfg), "https://"
+	}
 	if err := bootstrapAdmin(ctx, st, c, log); err != nil {
 		return err
 	}
@@ -94,14 +104,29 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 			log.Warn("stop runner", "err", err)
 		}
 	}()
+	handler := api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
+		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval)})
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud}),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		Handler:           handler,
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: config.Duration(c.HTTP.ReadHeaderTimeout),
+		ReadTimeout:       config.Duration(c.HTTP.ReadTimeout),
+		IdleTimeout:       config.Duration(c.HTTP.IdleTimeout),
+		// No WriteTimeout: it would cut event streams that last as long
+		// as their run.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("keeper listening", "addr", "http://"+ln.Addr().String(), "version", version.String())
+	if c.MetricsListen != "" {
+		msrv, err := serveMetrics(c, handler, log, errc)
+		if err != nil {
+			_ = srv.Close()
+			return err
+		}
+		defer msrv.Close()
+	}
+	log.Info("keeper listening", "addr", scheme+ln.Addr().String(), "version", version.String())
 	if ready != nil {
 		ready <- ln.Addr()
 	}
@@ -165,4 +190,32 @@ func bootstrapAdmin(ctx context.Context, st store.Store, c config.Config, log *s
 	}
 	log.Info("created the first admin API token", "id", id, "path", path)
 	return nil
+}
+
+// serveMetrics serves the API's /metrics without a token on
+// metrics_listen, plain HTTP; its serve error goes to errc.
+func serveMetrics(c config.Config, h *api.Server, log *slog.Logger, errc chan<- error) (*http.Server, error) {
+	ln, err := net.Listen("tcp", c.MetricsListen)
+	if err != nil {
+		return nil, fmt.Errorf("metrics_listen on %s: %w", c.MetricsListen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", h.MetricsHandler())
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: config.Duration(c.HTTP.ReadHeaderTimeout),
+		ReadTimeout:       config.Duration(c.HTTP.ReadTimeout),
+		IdleTimeout:       config.Duration(c.HTTP.IdleTimeout),
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics: %w", err)
+		}
+	}()
+	log.Info("metrics listening (no token needed here)", "addr", "http://"+ln.Addr().String()+"/metrics")
+	if !config.IsLoopback(c.MetricsListen) {
+		log.Warn("metrics_listen is not a loopback address: anyone who reaches it reads the metrics without a token", "metrics_listen", c.MetricsListen)
+	}
+	return srv, nil
 }

@@ -45,7 +45,7 @@ type proc struct {
 	done chan error
 }
 
-var listening = regexp.MustCompile(`msg="keeper listening" addr=(http://[0-9.:]+)`)
+var listening = regexp.MustCompile(`msg="keeper listening" addr=(https?://[0-9a-f.:\[\]]+)`)
 
 // serve starts `keeper serve` with args and waits until it listens.
 func serve(t *testing.T, dir string, args ...string) *proc {
