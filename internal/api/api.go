@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
@@ -37,6 +38,9 @@ type Config struct {
 	Check ScenarioChecker
 	// Cloud enables the orphan routes.
 	Cloud CloudService
+	// VerifyAudit verifies the audit log with the audit key and the signed
+	// checkpoints (GET /v1/audit?verify=true); nil: verification fails.
+	VerifyAudit func(context.Context) (audit.Report, error)
 }
 
 // Server is the Operator API as an http.Handler.
@@ -51,6 +55,7 @@ type Server struct {
 	runs    RunService
 	check   ScenarioChecker
 	cloud   CloudService
+	verify  func(context.Context) (audit.Report, error)
 }
 
 // New builds the API over cfg.Store.
@@ -62,14 +67,15 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		store: cfg.Store,
-		log:   cfg.Logger,
-		now:   cfg.Now,
-		authn: auth.NewAuthenticator(cfg.Store, cfg.Now),
-		mux:   http.NewServeMux(),
-		runs:  cfg.Runs,
-		check: cfg.Check,
-		cloud: cfg.Cloud,
+		store:  cfg.Store,
+		log:    cfg.Logger,
+		now:    cfg.Now,
+		authn:  auth.NewAuthenticator(cfg.Store, cfg.Now),
+		mux:    http.NewServeMux(),
+		runs:   cfg.Runs,
+		check:  cfg.Check,
+		cloud:  cfg.Cloud,
+		verify: cfg.VerifyAudit,
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
