@@ -144,7 +144,7 @@ Each problem is printed as "row N: <code>: <message>" with a stable code:
 audit.row_tampered, audit.rows_missing, audit.relinked, audit.head_mismatch,
 audit.truncated, audit.emptied, audit.unkeyed, audit.checkpoint_mismatch or
 audit.checkpoint_invalid; the command then exits 1.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.load()
 			if err != nil {
