@@ -118,6 +118,9 @@ type CheckpointFile struct {
 	Path       string
 	Checkpoint Checkpoint
 	Err        error
+	// Live marks the running keeper's in-memory checkpoint (see
+	// Checkpointer.Live), which is checked but not counted as a file.
+	Live bool
 }
 
 // ErrCheckpointInvalid is the Err of a checkpoint file that does not parse
@@ -281,6 +284,21 @@ func (c *Checkpointer) Flush() error {
 		return nil
 	}
 	return c.writeLocked()
+}
+
+// Live returns, as a checkpoint held in memory, the last head this process
+// committed when it is newer than the checkpoint on disk, so that a
+// running keeper's verification notices rows removed since its last
+// checkpoint file. ok is false when there is nothing newer.
+func (c *Checkpointer) Live() (f CheckpointFile, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.started || c.seen.Seq <= c.last.Seq {
+		return CheckpointFile{}, false
+	}
+	ck := Checkpoint{KeeperID: c.cfg.KeeperID, Seq: c.seen.Seq, Hash: c.seen.Hash, KeyedFrom: c.keyedFrom, At: c.cfg.Now()}
+	c.cfg.Key.Sign(&ck)
+	return CheckpointFile{Path: "in memory", Checkpoint: ck, Live: true}, true
 }
 
 func (c *Checkpointer) writeLocked() error {

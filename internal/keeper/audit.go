@@ -102,12 +102,18 @@ func rowHash(ctx context.Context, st *sqlstore.Store, seq int64) (string, error)
 }
 
 // AuditVerifier returns the function that verifies the audit log in st
-// against key and every signed checkpoint in the checkpoint directory.
-func AuditVerifier(st audit.Scanner, key *audit.Key, checkpointDir string) func(context.Context) (audit.Report, error) {
+// against key and every signed checkpoint in the checkpoint directory and,
+// when live is not nil, the last head the running keeper committed.
+func AuditVerifier(st audit.Scanner, key *audit.Key, checkpointDir string, live *audit.Checkpointer) func(context.Context) (audit.Report, error) {
 	return func(ctx context.Context) (audit.Report, error) {
 		cps, err := audit.ReadCheckpoints(checkpointDir, key)
 		if err != nil {
 			return audit.Report{}, err
+		}
+		if live != nil {
+			if f, ok := live.Live(); ok {
+				cps = append(cps, f)
+			}
 		}
 		return audit.Verify(ctx, st, key, cps)
 	}
@@ -121,5 +127,5 @@ func VerifyAudit(ctx context.Context, c config.Config, st *sqlstore.Store) (audi
 	if err != nil {
 		return audit.Report{}, err
 	}
-	return AuditVerifier(st, key, c.AuditCheckpointDir)(ctx)
+	return AuditVerifier(st, key, c.AuditCheckpointDir, nil)(ctx)
 }

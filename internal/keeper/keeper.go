@@ -115,7 +115,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	}()
 	srv := &http.Server{
 		Handler: api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
-			VerifyAudit: AuditVerifier(st, akey, c.AuditCheckpointDir)}),
+			VerifyAudit: AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints)}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
