@@ -362,3 +362,114 @@ func TestAuditCheckpointsOfKeeper(t *testing.T) {
 		})
 	}
 }
+
+// TestAuditKeyRef: with audit_key_ref the audit key comes from the key it
+// names, not from the data key: verifying with the data key alone fails on
+// every row and on the checkpoint.
+func TestAuditKeyRef(t *testing.T) {
+	t.Parallel()
+	k := newAuditKeeper(t, "sqlite")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	if err := os.WriteFile(keyFile, []byte("c291bHN0YWNrIGF1ZGl0IGtleSBmcm9tIGEgcmVmISE=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(k.dir, "keeper.yml")
+	if err := os.WriteFile(cfg, []byte("audit_key_ref: file:"+keyFile+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := k.serve("--config", cfg)
+	if _, err := k.client(p).ProviderCreate(context.Background(), client.ProviderCreate{Name: "a", Driver: "local"}); err != nil {
+		t.Fatal(err)
+	}
+	p.interrupt(t)
+
+	out, err := exec.Command(keeperBin, append([]string{"audit", "verify", "--config", cfg}, k.flags()...)...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "audit chain OK: 2 events, head 2, 1 signed checkpoint(s)") {
+		t.Fatalf("verify with audit_key_ref: %v\n%s", err, out)
+	}
+	r, ok := k.verify() // the data key's audit key
+	if ok || !problemNamed(r, audit.ProblemRowTampered, 1) || !problemNamed(r, audit.ProblemRowTampered, 2) || !problemNamed(r, audit.ProblemCheckpointInvalid, 2) {
+		t.Fatalf("verify with the data key instead of audit_key_ref: %+v", r)
+	}
+}
+
+// TestAuditSeveralKeepers: keepers sharing one PostgreSQL (and the data
+// key) each write their own checkpoint into a shared directory; verify
+// checks the log against each, and a truncation is named per keeper.
+func TestAuditSeveralKeepers(t *testing.T) {
+	t.Parallel()
+	url := testdb.FreshPostgres(t)
+	shared := t.TempDir()
+	keyFile := filepath.Join(shared, "data.key")
+	if err := os.WriteFile(keyFile, []byte("c291bHN0YWNrIGRhdGEga2V5IHNoYXJlZCBieSB0d28="+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(shared, "keeper.yml")
+	if err := os.WriteFile(cfg, []byte("data_key_ref: file:"+keyFile+"\naudit_checkpoint_dir: "+filepath.Join(shared, "checkpoints")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	one, two := newAuditKeeper(t, "postgres"), newAuditKeeper(t, "postgres")
+	one.url, two.url = url, url
+	p1 := one.serve("--config", cfg)
+	c1 := one.client(p1)
+	p2 := two.serve("--config", cfg)
+	token, _ := os.ReadFile(filepath.Join(one.dataDir, "admin.token")) // the second keeper found the admin and made none
+	c2, _ := client.New(p2.addr, strings.TrimSpace(string(token)))
+	for i, c := range []*client.Client{c1, c2, c1, c2} {
+		if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: fmt.Sprint("p", i), Driver: "local"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p1.interrupt(t) // its last event is row 4
+	if _, err := c2.ProviderCreate(context.Background(), client.ProviderCreate{Name: "late", Driver: "local"}); err != nil {
+		t.Fatal(err)
+	}
+	p2.interrupt(t) // row 6
+
+	verify := func() (client.AuditReport, bool) {
+		out, err := exec.Command(keeperBin, append([]string{"audit", "verify", "--json", "--config", cfg}, one.flags()...)...).Output()
+		var r client.AuditReport
+		if jerr := json.Unmarshal(out, &r); jerr != nil {
+			t.Fatalf("keeper audit verify: %v %v\n%s", err, jerr, out)
+		}
+		return r, err == nil
+	}
+	if r, ok := verify(); !ok || !r.OK || r.Checked != 6 || r.Checkpoints != 2 {
+		t.Fatalf("verify of two keepers' log: %+v", r)
+	}
+	db := one.db()
+	one.exec(db, `DELETE FROM audit_events WHERE seq > 3`)
+	one.exec(db, `UPDATE audit_head SET seq = 3, hash = (SELECT hash FROM audit_events WHERE seq = 3) WHERE id = 1`)
+	r, ok := verify()
+	if ok || !problemNamed(r, audit.ProblemTruncated, 4) || !problemNamed(r, audit.ProblemTruncated, 6) {
+		t.Fatalf("truncation below both checkpoints: %+v", r.Problems)
+	}
+}
+
+// TestAuditConfigInvalid: bad audit settings stop the keeper before it
+// starts, naming the field.
+func TestAuditConfigInvalid(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ yml, field string }{
+		{"audit_key_ref: /etc/audit.key\n", "audit_key_ref"},
+		{"audit_checkpoint_every: -5\n", "audit_checkpoint_every"},
+		{"audit_key_ref: env:SOULSTACK_TEST_UNSET_AUDIT_KEY\n", "audit_key_ref"},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "keeper.yml")
+			if err := os.WriteFile(cfg, []byte(tc.yml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(keeperBin, "serve", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--config", cfg)
+			out, err := cmd.CombinedOutput()
+			if err == nil || !strings.Contains(string(out), tc.field) {
+				t.Fatalf("keeper serve with %q: %v\n%s", tc.yml, err, out)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "data", "admin.token")); err == nil {
+				t.Fatal("an admin token was created by a keeper that refused its config")
+			}
+		})
+	}
+}
