@@ -172,7 +172,7 @@ audit.checkpoint_invalid; the command then exits 1.`,
 					fmt.Fprintf(out, "audit chain OK: %d events, head %d, %d signed checkpoint(s)\n", r.Checked, r.HeadSeq, r.Checkpoints)
 				}
 				if r.Legacy > 0 {
-					fmt.Fprintf(out, "rows 1..%d are legacy rows (plain SHA-256, written before the audit key): they show only edits made without recomputing the chain\n", r.Legacy)
+					fmt.Fprintf(out, "rows 1..%d are legacy rows (plain SHA-256, written before the audit key): the keyed rows after them cover them as they were at the upgrade, but changes made before it cannot be detected\n", r.Legacy)
 				}
 				if r.Checkpoints == 0 {
 					fmt.Fprintf(out, "no signed checkpoint in %s: rows removed from the end of the log cannot be noticed\n", c.AuditCheckpointDir)

@@ -67,8 +67,10 @@ func writeFields(h hash.Hash, e Event) {
 
 // LegacyHash returns the plain, unkeyed SHA-256 of the event that keepers
 // wrote before the audit key existed. Anyone with write access to the
-// database can recompute it, so a legacy row proves only that nobody edited
-// it without recomputing the chain after it.
+// database can recompute it. Legacy rows are covered only through the first
+// keyed row, whose HMAC includes the last legacy row's hash: they are shown
+// to be what the database held when the chain was first keyed, and nothing
+// about what happened to them before.
 func LegacyHash(e Event) string {
 	h := sha256.New()
 	writeFields(h, e)

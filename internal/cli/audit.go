@@ -127,7 +127,7 @@ func auditReportText(r *client.AuditReport) text {
 		fmt.Fprintf(&b, "audit chain OK: %d events checked, head at seq %d, %d signed checkpoint(s)\n", r.Checked, r.HeadSeq, r.Checkpoints)
 	}
 	if r.Legacy > 0 {
-		fmt.Fprintf(&b, "rows 1..%d are legacy rows (plain SHA-256, written before the audit key): they show only edits made without recomputing the chain\n", r.Legacy)
+		fmt.Fprintf(&b, "rows 1..%d are legacy rows (plain SHA-256, written before the audit key): the keyed rows after them cover them as they were at the upgrade, but changes made before it cannot be detected\n", r.Legacy)
 	}
 	if r.Checkpoints == 0 {
 		b.WriteString("no signed checkpoint was checked: rows removed from the end of the log cannot be noticed\n")

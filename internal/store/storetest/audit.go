@@ -354,6 +354,32 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 	if r.Legacy != 3 {
 		t.Fatalf("legacy = %d, want 3", r.Legacy)
 	}
+	// The first keyed row's HMAC covers the last legacy row's hash: legacy
+	// rows edited after the upgrade, even with the legacy chain recomputed,
+	// no longer link to it.
+	prev = audit.GenesisHash
+	for _, le := range evs[:3] {
+		if le.Seq == 2 {
+			le.ActorAID = "tok_someone_else"
+		}
+		le.PrevHash = prev
+		le.Hash = audit.LegacyHash(le)
+		if _, err := db.Exec(sqlFor(b, `UPDATE audit_events SET actor_aid = ?, prev_hash = ?, hash = ? WHERE seq = ?`), le.ActorAID, le.PrevHash, le.Hash, le.Seq); err != nil {
+			t.Fatal(err)
+		}
+		prev = le.Hash
+	}
+	r = tamperReport(t, s)
+	if r.OK || !hasProblem(r, audit.ProblemRelinked, 4, "") {
+		t.Fatalf("legacy rows recomputed after the upgrade: %v %+v", kinds(r), r.Problems)
+	}
+	for _, le := range evs[:3] { // put them back
+		if _, err := db.Exec(sqlFor(b, `UPDATE audit_events SET actor_aid = ?, prev_hash = ?, hash = ? WHERE seq = ?`), le.ActorAID, le.PrevHash, le.Hash, le.Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verifyChain(t, s, 4)
+
 	// A keyed row recomputed with SHA-256 does not pass as legacy.
 	e := evs[3]
 	e.Object = "provider/forged"
