@@ -70,6 +70,11 @@ func TestVerifier(t *testing.T) {
 			e[2].Payload = `{"x":1}`
 			return e, h
 		}, "audit.row_tampered@3", 0},
+		{"several edited rows", func(e []audit.Event, h audit.Head) ([]audit.Event, audit.Head) {
+			e[1].Payload = `{"x":1}`
+			e[2].Payload = `{"x":2}`
+			return e, h
+		}, "audit.row_tampered@2", 0},
 		{"missing middle row", func(e []audit.Event, h audit.Head) ([]audit.Event, audit.Head) {
 			return append(e[:1:1], e[2:]...), h
 		}, "audit.rows_missing@3", 0},
@@ -139,6 +144,15 @@ func TestVerifier(t *testing.T) {
 				t.Fatalf("first problem = %s (%+v), want %s", got, r.Problems, tc.want)
 			}
 		})
+	}
+}
+
+func TestVerifierWrongKey(t *testing.T) {
+	t.Parallel()
+	evs, head := chain(testKey(t, "the root of the audit key, 32 by"), 4)
+	r := verify(testKey(t, "not the root the rows were keyed"), evs, head, nil)
+	if r.OK || len(r.Problems) != 1 || r.Problems[0].Kind != audit.ProblemRowTampered || !strings.Contains(r.Problems[0].Message, "rows 1..4, every row of the log") {
+		t.Fatalf("verify with another key = %+v, want one finding naming the key", r)
 	}
 }
 

@@ -89,6 +89,9 @@ type Verifier struct {
 	legacyEnd   int64 // the last row of the unkeyed prefix
 	unkeyedFrom int64 // a run of unkeyed rows after keyed ones
 	unkeyedTo   int64
+	tampered    Event // the first row of a run of rows that match no hash
+	tamperedTo  int64
+	sawGood     bool // some row matched its hash
 
 	report Report
 }
@@ -120,9 +123,12 @@ func (v *Verifier) Add(e Event) {
 	}
 	switch {
 	case hmac.Equal([]byte(v.key.Hash(e)), []byte(e.Hash)):
-		v.sawKeyed = true
+		v.sawKeyed, v.sawGood = true, true
 		v.flushUnkeyed()
+		v.flushTampered()
 	case LegacyHash(e) == e.Hash:
+		v.sawGood = true
+		v.flushTampered()
 		if !v.sawKeyed {
 			v.legacyEnd = e.Seq
 		} else {
@@ -133,7 +139,10 @@ func (v *Verifier) Add(e Event) {
 		}
 	default:
 		v.flushUnkeyed()
-		v.problem(e.Seq, ProblemRowTampered, fmt.Sprintf("row %d (%s %s) was changed after it was written: its hash does not match its content", e.Seq, e.Action, e.Object))
+		if v.tamperedTo == 0 {
+			v.tampered = e
+		}
+		v.tamperedTo = e.Seq
 	}
 	if _, ok := v.atSeq[e.Seq]; ok {
 		v.atSeq[e.Seq] = e.Hash
@@ -149,6 +158,24 @@ func (v *Verifier) flushUnkeyed() {
 	v.unkeyedFrom, v.unkeyedTo = 0, 0
 }
 
+// flushTampered reports a run of rows that match no hash as one problem,
+// so that a log read with the wrong key is one finding, not one per row.
+func (v *Verifier) flushTampered() {
+	if v.tamperedTo == 0 {
+		return
+	}
+	e := v.tampered
+	switch {
+	case v.tamperedTo == e.Seq:
+		v.problem(e.Seq, ProblemRowTampered, fmt.Sprintf("row %d (%s %s) was changed after it was written: its hash does not match its content", e.Seq, e.Action, e.Object))
+	case !v.sawGood && e.Seq == 1 && v.tamperedTo == v.prevSeq:
+		v.problem(e.Seq, ProblemRowTampered, fmt.Sprintf("rows %d..%d, every row of the log, do not match their hashes: the audit key is probably not the one they were written with (check data_key_ref and audit_key_ref), or every row was changed", e.Seq, v.tamperedTo))
+	default:
+		v.problem(e.Seq, ProblemRowTampered, fmt.Sprintf("rows %d..%d were changed after they were written: their hashes do not match their content", e.Seq, v.tamperedTo))
+	}
+	v.tampered, v.tamperedTo = Event{}, 0
+}
+
 func unkeyedMessage(from, to int64) string {
 	return fmt.Sprintf("rows %d..%d carry a plain SHA-256, not an HMAC under the audit key: the chain was recomputed by someone without the key", from, to)
 }
@@ -157,6 +184,7 @@ func unkeyedMessage(from, to int64) string {
 // checkpoints, and returns the report.
 func (v *Verifier) Finish(head Head) Report {
 	v.flushUnkeyed()
+	v.flushTampered()
 	v.report.HeadSeq = head.Seq
 
 	// Rows before the keyed boundary may be legacy ones; the boundary is

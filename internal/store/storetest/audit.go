@@ -179,7 +179,7 @@ func testAuditKeyed(t *testing.T, b testdb.Backend) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.OK || !hasProblem(r, audit.ProblemRowTampered, 1, "") || !hasProblem(r, audit.ProblemRowTampered, 2, "") {
+	if r.OK || len(r.Problems) != 1 || !hasProblem(r, audit.ProblemRowTampered, 1, "audit key is probably not the one") {
 		t.Fatalf("a different key verified the chain: %+v", r)
 	}
 
