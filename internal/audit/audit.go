@@ -43,10 +43,13 @@ type Event struct {
 // KeyedFrom is the first sequence number whose hash is keyed (an HMAC):
 // rows before it were written by a keeper without an audit key and carry a
 // plain SHA-256 (legacy rows). It is fixed when the database is migrated.
+// Missing reports that the database has no head row at all (it was
+// deleted outside the keeper); Seq and Hash are then zero.
 type Head struct {
 	Seq       int64
 	Hash      string
 	KeyedFrom int64
+	Missing   bool
 }
 
 // Normalize truncates t to the precision every backend stores (microseconds)

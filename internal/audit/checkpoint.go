@@ -225,6 +225,10 @@ func (c *Checkpointer) Path() string { return c.path }
 func (c *Checkpointer) Start(head Head, rowHash func(seq int64) (string, error)) (*Problem, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if head.Missing {
+		c.frozen = true
+		return &Problem{Kind: ProblemHeadMismatch, Message: "the chain head row is missing from the database: it was deleted outside the keeper"}, nil
+	}
 	c.keyedFrom = head.KeyedFrom
 	prev, err := ReadCheckpoint(c.path, c.cfg.Key)
 	switch {

@@ -205,6 +205,8 @@ func (v *Verifier) Finish(head Head) Report {
 	}
 
 	switch {
+	case head.Missing:
+		v.problem(0, ProblemHeadMismatch, "the chain head row is missing from the database: it was deleted outside the keeper")
 	case head.Seq > v.prevSeq && v.rows == 0:
 		v.problem(head.Seq, ProblemEmptied, fmt.Sprintf("the log has no rows, but its head records row %d", head.Seq))
 	case head.Seq > v.prevSeq:

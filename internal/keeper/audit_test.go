@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the pgx database/sql driver
 
@@ -469,6 +470,39 @@ func TestAuditConfigInvalid(t *testing.T) {
 			}
 			if _, err := os.Stat(filepath.Join(dir, "data", "admin.token")); err == nil {
 				t.Fatal("an admin token was created by a keeper that refused its config")
+			}
+		})
+	}
+}
+
+// TestAuditHeadRowDeleted: every row and the chain head row itself deleted
+// is named by keeper audit verify, and the keeper refuses to write to a log
+// without its head.
+func TestAuditHeadRowDeleted(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			k := newAuditKeeper(t, backend)
+			p := k.serve()
+			if _, err := k.client(p).ProviderCreate(context.Background(), client.ProviderCreate{Name: "a", Driver: "local"}); err != nil {
+				t.Fatal(err)
+			}
+			p.interrupt(t)
+			db := k.db()
+			k.exec(db, `DELETE FROM audit_events`)
+			k.exec(db, `DELETE FROM audit_head`)
+			r, ok := k.verify()
+			if ok || !problemNamed(r, audit.ProblemHeadMismatch, 0) || !problemNamed(r, audit.ProblemEmptied, 2) {
+				t.Fatalf("keeper audit verify without rows and head: %+v", r)
+			}
+			// Bounded, so that a keeper that wrongly starts serving fails
+			// the test instead of hanging it.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, keeperBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, k.flags()...)...).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "head row is missing") {
+				t.Fatalf("keeper serve on a log without its head: %v\n%s", err, out)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/soulstack/soulstack/internal/audit"
@@ -73,7 +74,11 @@ func readHead(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }) (audit.Head, error) {
 	var head audit.Head
-	if err := q.QueryRowContext(ctx, `SELECT seq, hash, keyed_from FROM audit_head WHERE id = 1`).Scan(&head.Seq, &head.Hash, &head.KeyedFrom); err != nil {
+	err := q.QueryRowContext(ctx, `SELECT seq, hash, keyed_from FROM audit_head WHERE id = 1`).Scan(&head.Seq, &head.Hash, &head.KeyedFrom)
+	if errors.Is(err, sql.ErrNoRows) {
+		return audit.Head{Missing: true}, nil
+	}
+	if err != nil {
 		return head, fmt.Errorf("read audit head: %w", err)
 	}
 	return head, nil

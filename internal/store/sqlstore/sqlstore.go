@@ -144,6 +144,9 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 
 	var head audit.Head
 	if err := tx.QueryRowContext(ctx, s.dialect.LockHead).Scan(&head.Seq, &head.Hash); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return errors.New("lock audit head: the chain head row is missing: the audit log was changed outside the keeper (run keeper audit verify)")
+		}
 		return fmt.Errorf("lock audit head: %w", err)
 	}
 	rec, err := fn(tx)

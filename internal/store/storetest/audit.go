@@ -226,6 +226,16 @@ func testAuditAttacks(t *testing.T, b testdb.Backend) {
 				}
 			}
 		}, [][3]string{{audit.ProblemEmptied, "7", "the log has no rows"}}, true},
+		{"delete every row and the head row", func(t *testing.T, s *sqlstore.Store, _ string) {
+			for _, q := range []string{`DELETE FROM audit_events`, `DELETE FROM audit_head`} {
+				if _, err := s.DB().Exec(q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.ProviderCreate(ctx, store.ProviderCreateParams{Provider: store.Provider{Name: "after", Driver: "local"}, Actor: "tok_test"}); err == nil || !strings.Contains(err.Error(), "head row is missing") {
+				t.Fatalf("mutation without a chain head: %v", err)
+			}
+		}, [][3]string{{audit.ProblemHeadMismatch, "0", "head row is missing"}, {audit.ProblemEmptied, "7", "the log has no rows"}}, false},
 		{"delete every row, head left", func(t *testing.T, s *sqlstore.Store, _ string) {
 			if _, err := s.DB().Exec(`DELETE FROM audit_events`); err != nil {
 				t.Fatal(err)
