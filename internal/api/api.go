@@ -55,7 +55,7 @@ type Server struct {
 	runs    RunService
 	check   ScenarioChecker
 	cloud   CloudService
-	verify  func(context.Context) (audit.Report, error)
+	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
 }
 
 // New builds the API over cfg.Store.
@@ -67,15 +67,15 @@ func New(cfg Config) *Server {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		store:  cfg.Store,
-		log:    cfg.Logger,
-		now:    cfg.Now,
-		authn:  auth.NewAuthenticator(cfg.Store, cfg.Now),
-		mux:    http.NewServeMux(),
-		runs:   cfg.Runs,
-		check:  cfg.Check,
-		cloud:  cfg.Cloud,
-		verify: cfg.VerifyAudit,
+		store: cfg.Store,
+		log:   cfg.Logger,
+		now:   cfg.Now,
+		authn: auth.NewAuthenticator(cfg.Store, cfg.Now),
+		mux:   http.NewServeMux(),
+		runs:  cfg.Runs,
+		check: cfg.Check,
+		cloud: cfg.Cloud,
+		audit: cfg.VerifyAudit,
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies

@@ -58,10 +58,10 @@ func (s *Server) registerAudit() {
 			})
 		}
 		if in.Verify {
-			if s.verify == nil {
+			if s.audit == nil {
 				return nil, errNoAuditVerifier
 			}
-			r, err := s.verify(ctx)
+			r, err := s.audit(ctx)
 			if err != nil {
 				return nil, err
 			}

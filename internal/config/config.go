@@ -36,18 +36,7 @@ type Config struct {
 	// file:); empty means <data_dir>/data.key, created on first start.
 	// Keepers sharing one PostgreSQL must share the key.
 	DataKeyRef string `yaml:"data_key_ref"`
-	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
-	// file: or vault:), resolved at start; empty means the audit key is
-	// derived from the data key. Keepers sharing one PostgreSQL must share it.
-	AuditKeyRef string `yaml:"audit_key_ref"`
-	// AuditCheckpointDir is where the keeper writes its signed audit
-	// checkpoint, outside the database; empty means <data_dir>/audit.
-	AuditCheckpointDir string `yaml:"audit_checkpoint_dir"`
-	// AuditCheckpointEvery is how many audit events the keeper appends
-	// between two checkpoints (it also writes one at start and on
-	// shutdown); 0 means 100.
-	AuditCheckpointEvery int `yaml:"audit_checkpoint_every"`
-	Log                  Log `yaml:"log"`
+	Log        Log    `yaml:"log"`
 	// KeeperURL is the address new VMs use to reach the keeper, written
 	// into generated userdata; empty means http://<listen>.
 	KeeperURL string `yaml:"keeper_url"`
@@ -64,6 +53,18 @@ type Config struct {
 	PluginDir string `yaml:"plugin_dir"`
 	// Vault resolves vault:<path>#<field> credentials references.
 	Vault Vault `yaml:"vault"`
+
+	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
+	// file: or vault:), resolved at start; empty means the audit key is
+	// derived from the data key. Keepers sharing one PostgreSQL must share it.
+	AuditKeyRef string `yaml:"audit_key_ref"`
+	// AuditCheckpointDir is where the keeper writes its signed audit
+	// checkpoint, outside the database; empty means <data_dir>/audit.
+	AuditCheckpointDir string `yaml:"audit_checkpoint_dir"`
+	// AuditCheckpointEvery is how many audit events the keeper appends
+	// between two checkpoints (it also writes one at start and on
+	// shutdown); 0 means 100.
+	AuditCheckpointEvery int `yaml:"audit_checkpoint_every"`
 }
 
 // Vault is a Vault or OpenBao server.

@@ -52,11 +52,11 @@ type Dialect struct {
 
 // Store is the database/sql implementation of store.Store.
 type Store struct {
-	db       *sql.DB
-	dialect  Dialect
-	now      func() time.Time
-	auditKey *audit.Key
-	appended func(audit.Head)
+	db      *sql.DB
+	dialect Dialect
+	now     func() time.Time
+	chain   *audit.Key       // seals every audit event
+	added   func(audit.Head) // told of each committed event
 }
 
 var _ store.Store = (*Store)(nil)
@@ -70,12 +70,12 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 // WithAuditKey sets the key under which every audit event is hashed.
 // Without it the store reads but refuses every mutation, since it could not
 // write their audit events.
-func WithAuditKey(k *audit.Key) Option { return func(s *Store) { s.auditKey = k } }
+func WithAuditKey(k *audit.Key) Option { return func(s *Store) { s.chain = k } }
 
 // WithAuditAppended sets a function called with the new chain head after
 // each committed audit event (the keeper's checkpointer). It runs after the
 // commit, outside the transaction.
-func WithAuditAppended(fn func(audit.Head)) Option { return func(s *Store) { s.appended = fn } }
+func WithAuditAppended(fn func(audit.Head)) Option { return func(s *Store) { s.added = fn } }
 
 // ErrNoAuditKey is returned by every mutation of a store opened without an
 // audit key.
@@ -133,7 +133,7 @@ type record struct {
 // then appends fn's audit record; the mutation and its audit event commit
 // together or not at all.
 func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.Tx) (record, error)) error {
-	if s.auditKey == nil {
+	if s.chain == nil {
 		return ErrNoAuditKey
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -158,7 +158,7 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 		return err
 	}
 	ev := audit.Event{At: s.now(), ActorAID: string(actor), Action: rec.action, Object: rec.object, Payload: payload}
-	newHead := s.auditKey.Seal(&ev, head)
+	newHead := s.chain.Seal(&ev, head)
 	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO audit_events (seq, at, actor_aid, action, object, payload, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
 		ev.Seq, ev.At, ev.ActorAID, ev.Action, ev.Object, ev.Payload, ev.PrevHash, ev.Hash); err != nil {
 		return fmt.Errorf("write audit event %s: %w", rec.action, err)
@@ -169,8 +169,8 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit %s: %w", rec.action, err)
 	}
-	if s.appended != nil {
-		s.appended(newHead)
+	if s.added != nil {
+		s.added(newHead)
 	}
 	return nil
 }
