@@ -40,6 +40,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"AuditAttacks", testAuditAttacks},
 		{"AuditLegacyUpgrade", testAuditLegacyUpgrade},
 		{"AuditCheckpointer", testAuditCheckpointer},
+		{"AuditCheckpointConcurrent", testAuditCheckpointConcurrent},
 		{"RunCreateKey", testRunCreateKey},
 		{"RunLifecycle", testRunLifecycle},
 		{"SoulHostKey", testSoulHostKey},
