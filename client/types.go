@@ -196,19 +196,25 @@ type AuditEvent struct {
 	Hash     string          `json:"hash"`
 }
 
-// AuditProblem is a finding of the chain verifier, naming the row.
+// AuditProblem is a finding of the chain verifier, naming the row (for a
+// checkpoint finding, the checkpoint's sequence number).
 type AuditProblem struct {
 	Seq     int64  `json:"seq"`
-	Kind    string `json:"kind" enum:"edited,deleted,relinked"`
+	Kind    string `json:"kind" enum:"audit.row_tampered,audit.rows_missing,audit.relinked,audit.head_mismatch,audit.truncated,audit.emptied,audit.unkeyed,audit.checkpoint_mismatch,audit.checkpoint_invalid"`
 	Message string `json:"message"`
 }
 
-// AuditReport is the outcome of verifying the audit chain.
+// AuditReport is the outcome of verifying the audit chain. Legacy counts
+// the rows at the start of the log that an older keeper wrote with a plain
+// SHA-256 instead of an HMAC under the audit key; Checkpoints counts the
+// signed checkpoints the log was checked against.
 type AuditReport struct {
-	OK       bool           `json:"ok"`
-	Checked  int64          `json:"checked"`
-	HeadSeq  int64          `json:"head_seq"`
-	Problems []AuditProblem `json:"problems"`
+	OK          bool           `json:"ok"`
+	Checked     int64          `json:"checked"`
+	HeadSeq     int64          `json:"head_seq"`
+	Legacy      int64          `json:"legacy"`
+	Checkpoints int            `json:"checkpoints"`
+	Problems    []AuditProblem `json:"problems"`
 }
 
 // AuditList is a page of audit events, with the chain verification when

@@ -146,8 +146,16 @@ func newAudit() *cobra.Command {
 	var asJSON bool
 	verify := &cobra.Command{
 		Use:   "verify",
-		Short: "Verify the audit hash chain; exit 1 naming every edited or deleted row",
-		Args:  cobra.NoArgs,
+		Short: "Verify the audit chain and checkpoints; exit 1 naming every problem",
+		Long: `Verify the audit log directly in the database: every row's HMAC under the
+audit key (derived from the data key, or audit_key_ref) and its link to the
+row before, the chain head, and the head against every signed checkpoint in
+the checkpoint directory (audit_checkpoint_dir, default <data-dir>/audit).
+Each problem is printed as "row N: <code>: <message>" with a stable code:
+audit.row_tampered, audit.rows_missing, audit.relinked, audit.head_mismatch,
+audit.truncated, audit.emptied, audit.unkeyed, audit.checkpoint_mismatch or
+audit.checkpoint_invalid; the command then exits 1.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.load()
 			if err != nil {
@@ -158,7 +166,7 @@ func newAudit() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			r, err := api.Verify(cmd.Context(), st)
+			r, err := keeper.VerifyAudit(cmd.Context(), c, st)
 			if err != nil {
 				return err
 			}
@@ -172,7 +180,13 @@ func newAudit() *cobra.Command {
 					fmt.Fprintf(out, "row %d: %s: %s\n", p.Seq, p.Kind, p.Message)
 				}
 				if r.OK {
-					fmt.Fprintf(out, "audit chain OK: %d events, head %d\n", r.Checked, r.HeadSeq)
+					fmt.Fprintf(out, "audit chain OK: %d events, head %d, %d signed checkpoint(s)\n", r.Checked, r.HeadSeq, r.Checkpoints)
+				}
+				if r.Legacy > 0 {
+					fmt.Fprintf(out, "rows 1..%d are legacy rows (plain SHA-256, written before the audit key): the keyed rows after them cover them as they were at the upgrade, but changes made before it cannot be detected\n", r.Legacy)
+				}
+				if r.Checkpoints == 0 {
+					fmt.Fprintf(out, "no signed checkpoint in %s: rows removed from the end of the log cannot be noticed\n", c.AuditCheckpointDir)
 				}
 			}
 			if !r.OK {

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
@@ -43,6 +44,9 @@ type Config struct {
 	// answers 429 auth.rate_limited. Zero: 10 and 1 s.
 	AuthFailureBurst    int
 	AuthFailureInterval time.Duration
+	// VerifyAudit verifies the audit log with the audit key and the signed
+	// checkpoints (GET /v1/audit?verify=true); nil: verification fails.
+	VerifyAudit func(context.Context) (audit.Report, error)
 }
 
 // Server is the Operator API as an http.Handler.
@@ -58,6 +62,7 @@ type Server struct {
 	check   ScenarioChecker
 	cloud   CloudService
 	limiter *authLimiter
+	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
 }
 
 // New builds the API over cfg.Store.
@@ -84,6 +89,7 @@ func New(cfg Config) *Server {
 		check:   cfg.Check,
 		cloud:   cfg.Cloud,
 		limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
+		audit:   cfg.VerifyAudit,
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies

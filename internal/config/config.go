@@ -69,6 +69,18 @@ type Config struct {
 	MetricsListen string `yaml:"metrics_listen"`
 	// HTTP bounds what one client can hold of the API listener.
 	HTTP HTTP `yaml:"http"`
+
+	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
+	// file: or vault:), resolved at start; empty means the audit key is
+	// derived from the data key. Keepers sharing one PostgreSQL must share it.
+	AuditKeyRef string `yaml:"audit_key_ref"`
+	// AuditCheckpointDir is where the keeper writes its signed audit
+	// checkpoint, outside the database; empty means <data_dir>/audit.
+	AuditCheckpointDir string `yaml:"audit_checkpoint_dir"`
+	// AuditCheckpointEvery is how many audit events the keeper appends
+	// between two checkpoints (it also writes one at start and on
+	// shutdown); 0 means 100.
+	AuditCheckpointEvery int `yaml:"audit_checkpoint_every"`
 }
 
 // TLS is the API listener's certificate. With cert_file and key_file the
@@ -179,6 +191,12 @@ func (c Config) WithDefaults() Config {
 	if c.PluginDir == "" {
 		c.PluginDir = filepath.Join(c.DataDir, "plugins")
 	}
+	if c.AuditCheckpointDir == "" {
+		c.AuditCheckpointDir = filepath.Join(c.DataDir, "audit")
+	}
+	if c.AuditCheckpointEvery == 0 {
+		c.AuditCheckpointEvery = 100
+	}
 	return c
 }
 
@@ -195,6 +213,12 @@ func (c Config) Validate() error {
 	}
 	if c.DataKeyRef != "" && !strings.HasPrefix(c.DataKeyRef, "env:") && !strings.HasPrefix(c.DataKeyRef, "file:") {
 		return fmt.Errorf("data_key_ref: want env:NAME or file:/path")
+	}
+	if c.AuditKeyRef != "" && !strings.HasPrefix(c.AuditKeyRef, "env:") && !strings.HasPrefix(c.AuditKeyRef, "file:") && !strings.HasPrefix(c.AuditKeyRef, "vault:") {
+		return fmt.Errorf("audit_key_ref: want env:NAME, file:/path or vault:<path>#<field>")
+	}
+	if c.AuditCheckpointEvery < 0 {
+		return fmt.Errorf("audit_checkpoint_every: %d is negative; want a number of events (default 100)", c.AuditCheckpointEvery)
 	}
 	if d, err := time.ParseDuration(c.BootstrapTokenTTL); err != nil || d <= 0 {
 		return fmt.Errorf("bootstrap_token_ttl: %q is not a positive duration such as 1h", c.BootstrapTokenTTL)

@@ -41,15 +41,16 @@ func NewLogger(w io.Writer, c config.Config) *slog.Logger {
 }
 
 // OpenStore opens and migrates the configured database, creating the data
-// directory (mode 0700) for SQLite.
-func OpenStore(ctx context.Context, c config.Config) (*sqlstore.Store, error) {
+// directory (mode 0700) for SQLite. Without sqlstore.WithAuditKey the
+// store reads but refuses mutations.
+func OpenStore(ctx context.Context, c config.Config, opts ...sqlstore.Option) (*sqlstore.Store, error) {
 	if c.DatabaseURL != "" {
-		return postgres.Open(ctx, c.DatabaseURL)
+		return postgres.Open(ctx, c.DatabaseURL, opts...)
 	}
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	return sqlite.Open(ctx, c.SQLitePath())
+	return sqlite.Open(ctx, c.SQLitePath(), opts...)
 }
 
 // Run serves the keeper until ctx is cancelled, then shuts down gracefully.
@@ -59,11 +60,26 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create data dir: %w", err)
 	}
-	st, err := OpenStore(ctx, c)
+	akey, err := auditKey(ctx, c, true)
+	if err != nil {
+		return err
+	}
+	checkpoints, err := newCheckpointer(c, akey, log)
+	if err != nil {
+		return err
+	}
+	st, err := OpenStore(ctx, c, sqlstore.WithAuditKey(akey), sqlstore.WithAuditAppended(checkpoints.Appended))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	// Deferred before the runner's stop, so it runs after it: the last
+	// checkpoint covers the events of runs that stop late.
+	defer func() {
+		if err := checkpoints.Flush(); err != nil {
+			log.Error("write audit checkpoint on shutdown", "path", checkpoints.Path(), "err", err)
+		}
+	}()
 	backend := "sqlite " + c.SQLitePath()
 	if c.DatabaseURL != "" {
 		backend = "postgres"
@@ -89,6 +105,9 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	if err := bootstrapAdmin(ctx, st, c, log); err != nil {
 		return err
 	}
+	if err := startCheckpoints(ctx, st, checkpoints, log); err != nil {
+		return err
+	}
 	svc, err := newServices(ctx, st, c, log)
 	if err != nil {
 		return err
@@ -105,6 +124,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		}
 	}()
 	handler := api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
+		VerifyAudit:      AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval)})
 	srv := &http.Server{
 		Handler:           handler,

@@ -36,6 +36,11 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"AuditTamper", testAuditTamper},
 		{"AuditFailureFailsMutation", testAuditFailure},
 		{"AuditPayloadMasked", testAuditMasked},
+		{"AuditKeyed", testAuditKeyed},
+		{"AuditAttacks", testAuditAttacks},
+		{"AuditLegacyUpgrade", testAuditLegacyUpgrade},
+		{"AuditCheckpointer", testAuditCheckpointer},
+		{"AuditCheckpointConcurrent", testAuditCheckpointConcurrent},
 		{"RunCreateKey", testRunCreateKey},
 		{"RunLifecycle", testRunLifecycle},
 		{"SoulHostKey", testSoulHostKey},
@@ -331,12 +336,11 @@ func testTokens(t *testing.T, b testdb.Backend) {
 
 func verifyChain(t *testing.T, s store.Store, wantEvents int64) audit.Report {
 	t.Helper()
-	var v audit.Verifier
-	head, err := s.AuditScan(ctx, func(e audit.Event) error { v.Add(e); return nil })
+	r, err := audit.Verify(ctx, s, testdb.AuditKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := v.Finish(head)
+	head := audit.Head{Seq: r.HeadSeq}
 	if !r.OK || r.Checked != wantEvents || head.Seq != wantEvents {
 		t.Fatalf("audit verify: %+v (head %d), want ok with %d events", r, head.Seq, wantEvents)
 	}
@@ -388,12 +392,11 @@ func testAuditChain(t *testing.T, b testdb.Backend) {
 
 func tamperReport(t *testing.T, s *sqlstore.Store) audit.Report {
 	t.Helper()
-	var v audit.Verifier
-	head, err := s.AuditScan(ctx, func(e audit.Event) error { v.Add(e); return nil })
+	r, err := audit.Verify(ctx, s, testdb.AuditKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.Finish(head)
+	return r
 }
 
 func testAuditTamper(t *testing.T, b testdb.Backend) {
@@ -403,10 +406,10 @@ func testAuditTamper(t *testing.T, b testdb.Backend) {
 		wantSeq  int64
 		wantKind string
 	}{
-		{"edited payload", `UPDATE audit_events SET payload = '{"name":"evil"}' WHERE seq = 2`, 2, audit.ProblemEdited},
-		{"edited actor", `UPDATE audit_events SET actor_aid = 'tok_someone_else' WHERE seq = 3`, 3, audit.ProblemEdited},
-		{"deleted middle row", `DELETE FROM audit_events WHERE seq = 2`, 3, audit.ProblemDeleted},
-		{"deleted last row", `DELETE FROM audit_events WHERE seq = 4`, 4, audit.ProblemDeleted},
+		{"edited payload", `UPDATE audit_events SET payload = '{"name":"evil"}' WHERE seq = 2`, 2, audit.ProblemRowTampered},
+		{"edited actor", `UPDATE audit_events SET actor_aid = 'tok_someone_else' WHERE seq = 3`, 3, audit.ProblemRowTampered},
+		{"deleted middle row", `DELETE FROM audit_events WHERE seq = 2`, 3, audit.ProblemRowsMissing},
+		{"deleted last row", `DELETE FROM audit_events WHERE seq = 4`, 4, audit.ProblemTruncated},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
