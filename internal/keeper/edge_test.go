@@ -130,11 +130,14 @@ func TestOwnCAOffLoopback(t *testing.T) {
 	}
 	k.interrupt(t)
 
-	// A restart keeps the CA and its server certificate.
+	// A restart keeps the CA. The server certificate is reused, or renewed
+	// under the same CA when the machine's addresses changed meanwhile
+	// (other tests add and remove bridges; 0.0.0.0 covers them all);
+	// package pki tests when each happens.
 	k = serve(t, dir, "--listen", "0.0.0.0:0")
 	logs = k.drain()
-	if m := fingerprintLog.FindStringSubmatch(logs); m == nil || m[1] != fp || !strings.Contains(logs, "server_cert=reused") {
-		t.Fatalf("after restart the CA changed or the server certificate was not reused:\n%s", logs)
+	if m := fingerprintLog.FindStringSubmatch(logs); m == nil || m[1] != fp || !regexp.MustCompile(`server_cert=(reused|renewed)`).MatchString(logs) {
+		t.Fatalf("after restart the CA changed or the server certificate is unaccounted for:\n%s", logs)
 	}
 	k.interrupt(t)
 }
