@@ -51,6 +51,8 @@ type Server struct {
 	runs    RunService
 	check   ScenarioChecker
 	cloud   CloudService
+	// keyConflicts limits re-run key conflicts per token.
+	keyConflicts *keyConflicts
 }
 
 // New builds the API over cfg.Store.
@@ -70,6 +72,8 @@ func New(cfg Config) *Server {
 		runs:  cfg.Runs,
 		check: cfg.Check,
 		cloud: cfg.Cloud,
+
+		keyConflicts: newKeyConflicts(),
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
@@ -157,6 +161,9 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 			p, known := problemFor(err)
 			if !known {
 				s.log.Error("request failed", "operation", op.OperationID, "err", err)
+			}
+			if h := headersFor(err); h != nil {
+				return nil, huma.ErrorWithHeaders(p, h)
 			}
 			return nil, p
 		}

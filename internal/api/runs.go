@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -82,15 +83,23 @@ func (s *Server) registerRuns() {
 		OperationID: "run-create", Method: http.MethodPost, Path: "/v1/runs", Tags: tags,
 		Summary: "Start a run of a scenario",
 		Description: "Validates the scenario and input (422 scenario.invalid lists every problem with file:line:column) " +
-			"and queues the run: 201 with the new run, or 200 with the existing run when key was used with the same content; " +
-			"409 run.key_conflict when the key names a run with different content.",
+			"and queues the run: 201 with the new run, or 200 with the existing run when this token used key with the same content; " +
+			"409 run.key_conflict when this token used key for a run with different content. A key belongs to the token that used it: " +
+			"another token's key names no run, so it starts a new one. Conflicts are audited (run.key_conflict) and limited per token: " +
+			"after a burst, keyed requests get 429 run.key_conflict_rate_limited with Retry-After.",
 		DefaultStatus: http.StatusCreated,
-		Errors:        []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+		Errors:        []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusTooManyRequests},
 	}, auth.RunCreate, false, func(ctx context.Context, in *struct{ Body client.RunCreate }) (*struct {
 		Status int
 		Body   client.Run
 	}, error) {
 		b := in.Body
+		caller := principal(ctx)
+		if b.Key != "" {
+			if err := s.limitKeyConflicts(ctx, caller, b.Key); err != nil {
+				return nil, err
+			}
+		}
 		timeout := runner.DefaultTimeout
 		if b.Timeout != "" {
 			d, err := time.ParseDuration(b.Timeout)
@@ -113,8 +122,11 @@ func (s *Server) registerRuns() {
 		}
 		run, created, err := s.runs.Submit(ctx, runner.SubmitParams{
 			Name: checked.Name, Scenario: b.Scenario, Input: checked.Input, Secret: checked.Secret,
-			Key: b.Key, Timeout: timeout, Actor: principal(ctx).Actor(),
+			Key: b.Key, Timeout: timeout, Actor: caller.Actor(),
 		})
+		if errors.Is(err, store.ErrKeyConflict) {
+			return nil, s.keyConflict(ctx, caller, b.Key, err)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,168 @@
+package keeper_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/api"
+	"github.com/soulstack/soulstack/internal/sshtest"
+)
+
+// tokenClient issues a token with role through admin and returns a client
+// that uses it, with the token's id and the token itself.
+func tokenClient(t *testing.T, k *proc, admin *client.Client, name, role string) (*client.Client, string, string) {
+	t.Helper()
+	tk, err := admin.TokenCreate(context.Background(), client.TokenCreate{Name: name, Role: role})
+	if err != nil {
+		t.Fatalf("create token %s: %v", name, err)
+	}
+	c, err := client.New(k.addr, tk.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, tk.ID, tk.Token
+}
+
+// auditActions returns the audit log's events with action.
+func auditActions(t *testing.T, c *client.Client, action string) []client.AuditEvent {
+	t.Helper()
+	var out []client.AuditEvent
+	after := ""
+	for {
+		l, err := c.AuditList(context.Background(), client.AuditListOptions{ListOptions: client.ListOptions{Limit: 1000, After: after}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range l.Items {
+			if e.Action == action {
+				out = append(out, e)
+			}
+		}
+		if l.Next == "" {
+			return out
+		}
+		after = l.Next
+	}
+}
+
+const pinScenario = `inputs:
+  host: {type: string}
+  pin: {type: string, secret: true}
+steps:
+  - name: use
+    on: "${ input.host }"
+    module: core.command.ran
+    params: {cmd: "true"}
+`
+
+// TestRunKeyScopedToToken performs the re-run key oracle attack: token B
+// reuses token A's key with a right and a wrong guess of A's secret input.
+// Before keys were scoped, the right guess answered 200 with A's run and
+// the wrong one 409; now both answers are the same: a new run of B's own.
+func TestRunKeyScopedToToken(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	admin := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, admin, "web-1.local.test", srv)
+	a, aID, aToken := tokenClient(t, k, admin, "alice", "operator")
+	b, bID, _ := tokenClient(t, k, admin, "bob", "operator")
+	c, cID, _ := tokenClient(t, k, admin, "carol", "operator")
+	ctx := context.Background()
+	create := func(cl *client.Client, pin string) (*client.Run, bool, error) {
+		return cl.RunCreate(ctx, client.RunCreate{Scenario: pinScenario, Input: map[string]any{"host": "web-1.local.test", "pin": pin}, Key: "nightly"})
+	}
+
+	ra, created, err := create(a, "4711")
+	if err != nil || !created || ra.CreatedBy != aID {
+		t.Fatalf("A's run: %+v %v %v", ra, created, err)
+	}
+	waitRun(t, admin, ra.ID)
+
+	// B guesses right, C guesses wrong: the same answer, each its own run.
+	for _, g := range []struct {
+		cl     *client.Client
+		id     string
+		pin    string
+		result string
+	}{{b, bID, "4711", "right"}, {c, cID, "0000", "wrong"}} {
+		r, created, err := create(g.cl, g.pin)
+		if err != nil || !created {
+			t.Fatalf("%s guess: created=%v err=%v; want a new run (201)", g.result, created, err)
+		}
+		if r.ID == ra.ID || r.CreatedBy != g.id || r.Key != "nightly" {
+			t.Fatalf("%s guess answered with run %s by %s; want a new run of %s", g.result, r.ID, r.CreatedBy, g.id)
+		}
+		if final := waitRun(t, admin, r.ID); final.Phase != "Succeeded" {
+			t.Fatalf("%s guess's run: %+v", g.result, final)
+		}
+	}
+
+	// A's own key still works as a re-run id for A.
+	again, created, err := create(a, "4711")
+	if err != nil || created || again.ID != ra.ID {
+		t.Fatalf("A's key, same content: %+v %v %v", again, created, err)
+	}
+	_, _, err = create(a, "1234")
+	var p *client.Problem
+	if !errors.As(err, &p) || p.Status != http.StatusConflict || p.Code != "run.key_conflict" {
+		t.Fatalf("A's key, other content: %v; want 409 run.key_conflict", err)
+	}
+	conflicts := auditActions(t, admin, "run.key_conflict")
+	if len(conflicts) != 1 || conflicts[0].ActorAID != aID || conflicts[0].Object != "run/"+ra.ID || strings.Contains(string(conflicts[0].Payload), "1234") {
+		t.Fatalf("audit of A's conflict = %+v", conflicts)
+	}
+
+	// A burst of conflicts: the budget's conflicts answer 409, then 429
+	// with its own code, for any keyed create of A, audited once.
+	for i := 1; i < api.KeyConflictBurst; i++ {
+		if _, _, err := create(a, "1234"); !errors.As(err, &p) || p.Code != "run.key_conflict" {
+			t.Fatalf("conflict %d of the burst: %v; want 409 run.key_conflict", i+1, err)
+		}
+	}
+	limited := false
+	for i := 0; i < 100 && !limited; i++ {
+		_, _, err := create(a, "1234")
+		if !errors.As(err, &p) {
+			t.Fatalf("conflict after the burst: %v", err)
+		}
+		limited = p.Status == http.StatusTooManyRequests && p.Code == "run.key_conflict_rate_limited"
+	}
+	if !limited {
+		t.Fatal("100 conflicts after the burst were never refused with 429 run.key_conflict_rate_limited")
+	}
+	if _, _, err := create(a, "4711"); !errors.As(err, &p) || p.Code != "run.key_conflict_rate_limited" {
+		t.Fatalf("keyed create while limited: %v; want 429 run.key_conflict_rate_limited", err)
+	}
+	resp := postRun(t, k, aToken, `{"scenario": "steps: []", "key": "nightly"}`)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("limited create: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if ev := auditActions(t, admin, "run.key_conflict_rate_limited"); len(ev) != 1 || ev[0].ActorAID != aID {
+		t.Fatalf("audit of the limit = %+v; want one event by A", ev)
+	}
+	// B is not limited by A's conflicts.
+	if _, created, err := create(b, "4711"); err != nil || created {
+		t.Fatalf("B's own key again: created=%v %v", created, err)
+	}
+}
+
+// postRun sends POST /v1/runs with body and token.
+func postRun(t *testing.T, k *proc, token, body string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, k.addr+"/v1/runs", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
