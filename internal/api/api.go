@@ -174,22 +174,33 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 // authorize authenticates the bearer token and checks perm.
 func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
-		p, err := s.authn.Authenticate(ctx.Context(), ctx.Header("Authorization"))
-		if err != nil {
-			prob, known := problemFor(err)
-			if !known {
-				s.log.Error("authentication failed", "err", err)
-			}
+		p, prob := s.permit(ctx.Context(), ctx.Header("Authorization"), perm)
+		if prob != nil {
 			s.writeHumaProblem(ctx, prob)
-			return
-		}
-		if !auth.Can(p.Role, perm) {
-			s.writeHumaProblem(ctx, problem(http.StatusForbidden, "auth.forbidden",
-				"token "+p.TokenID+" (role "+p.Role+") lacks permission "+string(perm)))
 			return
 		}
 		next(huma.WithValue(ctx, principalKey{}, p))
 	}
+}
+
+// permit authenticates an Authorization header and checks perm: the
+// principal, or the problem (401, 403) that refuses it. Routes check it
+// before their handler; a long answer (an event stream) checks it again
+// while it lasts.
+func (s *Server) permit(ctx context.Context, header string, perm auth.Permission) (auth.Principal, *client.Problem) {
+	p, err := s.authn.Authenticate(ctx, header)
+	if err != nil {
+		prob, known := problemFor(err)
+		if !known {
+			s.log.Error("authentication failed", "err", err)
+		}
+		return p, prob
+	}
+	if !auth.Can(p.Role, perm) {
+		return p, problem(http.StatusForbidden, "auth.forbidden",
+			"token "+p.TokenID+" (role "+p.Role+") lacks permission "+string(perm))
+	}
+	return p, nil
 }
 
 func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {

@@ -199,7 +199,9 @@ func (s *Server) registerRuns() {
 		OperationID: "run-events", Method: http.MethodGet, Path: "/v1/runs/{id}/events", Tags: tags,
 		Summary: "Stream a run's events (Server-Sent Events)",
 		Description: "Each event is `id: <seq>`, `event: <kind>`, `data: <RunEvent JSON>`. Resume with the Last-Event-ID header (or ?after=). " +
-			"The stream ends with an event of kind stream.end once the run has finished and every event was sent.",
+			"The stream ends with an event of kind stream.end once the run has finished and every event was sent. " +
+			"The token is checked again every few seconds while the stream lasts: once it is revoked, expired or no longer holds run.read, " +
+			"the stream ends with an event of kind stream.denied whose data is the problem (code auth.invalid_token or auth.forbidden).",
 		Errors:    []int{http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "An SSE stream of RunEvent", Content: map[string]*huma.MediaType{"text/event-stream": {}}}},
 	}, auth.RunRead, false, func(ctx context.Context, in *struct {
@@ -222,7 +224,13 @@ func (s *Server) registerRuns() {
 	})
 }
 
-// streamEvents writes a run's events as SSE until the run has finished.
+// StreamRecheck is how often an event stream checks its token again. A
+// token revoked on this keeper fails the next check; on another keeper
+// sharing the database, within auth.CacheTTL more.
+const StreamRecheck = 2 * time.Second
+
+// streamEvents writes a run's events as SSE until the run has finished, or
+// until the request's token no longer may read runs.
 func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 	r, w := humago.Unwrap(hctx)
 	ctx := r.Context()
@@ -233,7 +241,16 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 	w.WriteHeader(http.StatusOK)
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
+	header := r.Header.Get("Authorization")
+	checked := s.now()
 	for {
+		if now := s.now(); now.Sub(checked) >= StreamRecheck {
+			if _, prob := s.permit(ctx, header, auth.RunRead); prob != nil {
+				s.endDenied(w, flusher, after, prob)
+				return
+			}
+			checked = now
+		}
 		wake := s.runs.Hub().Wait(id)
 		run, err := s.store.RunGet(ctx, id)
 		if err != nil {
@@ -270,5 +287,16 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 		case <-keepalive.C:
 			fmt.Fprint(w, ": keepalive\n\n")
 		}
+	}
+}
+
+// endDenied ends an event stream whose token was refused with a last event
+// of kind stream.denied carrying the problem.
+func (s *Server) endDenied(w http.ResponseWriter, flusher http.Flusher, after int64, prob *client.Problem) {
+	data, _ := json.Marshal(maskProblem(prob))
+	b, _ := json.Marshal(client.RunEvent{Seq: after, At: s.now().UTC(), Kind: client.EventStreamDenied, Data: data})
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", client.EventStreamDenied, b)
+	if flusher != nil {
+		flusher.Flush()
 	}
 }

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/sshtest"
+	"github.com/soulstack/soulstack/internal/store/sqlite"
 )
 
 // tokenClient issues a token with role through admin and returns a client
@@ -165,4 +168,109 @@ func postRun(t *testing.T, k *proc, token, body string) *http.Response {
 	}
 	resp.Body.Close()
 	return resp
+}
+
+// TestEventStreamEndsWhenTokenStops streams a long run's events with a
+// token, revokes the token (and expires another) mid-stream: each
+// stream ends with stream.denied while the run goes on. Before the stream
+// checked its token again, a revoked token kept receiving the run's
+// events until the run ended.
+func TestEventStreamEndsWhenTokenStops(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	admin := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, admin, "web-1.local.test", srv)
+	ctx := context.Background()
+	release := filepath.Join(t.TempDir(), "release")
+	// Whatever happens, let the remote command end before sshd stops.
+	t.Cleanup(func() { _ = os.WriteFile(release, nil, 0o600) })
+	scenario := `steps:
+  - name: wait
+    on: web-1.local.test
+    module: core.command.ran
+    params: {cmd: "while [ ! -e ` + release + ` ]; do sleep 0.1; done"}
+`
+	run, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: scenario})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// stream follows the run's events with cl until the stream ends; the
+	// first event received closes started.
+	stream := func(cl *client.Client) (started chan struct{}, ended chan error) {
+		started, ended = make(chan struct{}), make(chan error, 1)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		go func() {
+			defer cancel()
+			once := false
+			ended <- cl.RunEvents(sctx, run.ID, 0, func(client.RunEvent) error {
+				if !once {
+					once = true
+					close(started)
+				}
+				return nil
+			})
+		}()
+		return started, ended
+	}
+	// live waits until a stream delivered its first event.
+	live := func(started chan struct{}, ended chan error) {
+		t.Helper()
+		select {
+		case <-started:
+		case err := <-ended:
+			t.Fatalf("the stream ended before its first event: %v", err)
+		}
+	}
+	denied := func(what string, ended chan error) {
+		t.Helper()
+		err := <-ended
+		var p *client.Problem
+		if !errors.As(err, &p) || p.Code != "auth.invalid_token" || p.Status != http.StatusUnauthorized {
+			t.Fatalf("stream after the token %s ended with %v; want the problem auth.invalid_token", what, err)
+		}
+		if r, err := admin.RunGet(ctx, run.ID); err != nil || client.Terminal(r.Phase) {
+			t.Fatalf("the run is %+v, %v; the stream must have ended because of the token, with the run still going", r, err)
+		}
+	}
+
+	// A revoked token's stream ends.
+	viewer, viewerID, _ := tokenClient(t, k, admin, "watcher", "viewer")
+	started, ended := stream(viewer)
+	live(started, ended)
+	if err := admin.TokenRevoke(ctx, viewerID); err != nil {
+		t.Fatal(err)
+	}
+	denied("was revoked", ended)
+
+	// A token that expires mid-stream: its expiry is moved into the past
+	// behind this keeper's back, as another keeper sharing the database
+	// would; the stream sees it once the token cache (auth.CacheTTL) lapses.
+	brief, briefID, _ := tokenClient(t, k, admin, "brief", "viewer")
+	started, ended = stream(brief)
+	live(started, ended)
+	st, err := sqlite.Open(ctx, filepath.Join(dir, ".keeper", "keeper.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.DB().ExecContext(ctx, `UPDATE api_tokens SET expires_at = ? WHERE id = ?`, time.Now().Add(-time.Minute).UTC(), briefID)
+	st.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied("expired", ended)
+
+	// A live token's stream runs to the end of the run.
+	started, ended = stream(admin)
+	live(started, ended)
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ended; err != nil {
+		t.Fatalf("a live token's stream: %v", err)
+	}
+	if final := waitRun(t, admin, run.ID); final.Phase != "Succeeded" {
+		t.Fatalf("run = %+v", final)
+	}
 }
