@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,7 +14,9 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/sshtest"
+	"github.com/soulstack/soulstack/internal/store/postgres"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
+	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // tokenClient issues a token with role through admin and returns a client
@@ -273,4 +276,184 @@ func TestEventStreamEndsWhenTokenStops(t *testing.T) {
 	if final := waitRun(t, admin, run.ID); final.Phase != "Succeeded" {
 		t.Fatalf("run = %+v", final)
 	}
+}
+
+// TestTokenBootstrapAfterLastAdminExpired lets the only admin token
+// expire on a running keeper and mints a new one from the host with
+// `keeper token bootstrap`, on both backends. Before, an expired last
+// admin token locked every operator out for good (short of editing the
+// database by hand), and nothing warned before it happened.
+func TestTokenBootstrapAfterLastAdminExpired(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			dataDir := filepath.Join(dir, "data")
+			args := []string{"--data-dir", dataDir}
+			expire := func(t *testing.T, id string) {
+				t.Helper()
+				st, err := sqlite.Open(context.Background(), filepath.Join(dataDir, "keeper.db"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer st.Close()
+				if _, err := st.DB().Exec(`UPDATE api_tokens SET expires_at = ? WHERE id = ?`, time.Now().Add(-time.Minute).UTC(), id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if backend == "postgres" {
+				url := testdb.FreshPostgres(t)
+				args = append(args, "--database-url", url)
+				expire = func(t *testing.T, id string) {
+					t.Helper()
+					st, err := postgres.Open(context.Background(), url)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer st.Close()
+					if _, err := st.DB().Exec(`UPDATE api_tokens SET expires_at = $1 WHERE id = $2`, time.Now().Add(-time.Minute).UTC(), id); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			bootstrapAdmin(t, dir, dataDir, args, expire)
+		})
+	}
+}
+
+// bootstrapAdmin runs the last-admin story on a keeper started in dir with
+// args; expire makes a token expire in its database.
+func bootstrapAdmin(t *testing.T, dir, dataDir string, args []string, expire func(t *testing.T, id string)) {
+	ctx := context.Background()
+	k := serve(t, dir, args...)
+	first := adminClient(t, k, dataDir)
+	tokens, err := first.TokenList(ctx, client.ListOptions{})
+	if err != nil || len(tokens.Items) != 1 {
+		t.Fatalf("tokens = %+v, %v", tokens, err)
+	}
+	firstID := tokens.Items[0].ID
+	bootstrap := func(extra ...string) (string, error) {
+		out, err := exec.Command(keeperBin, append(append([]string{"token", "bootstrap"}, args...), extra...)...).CombinedOutput()
+		return string(out), err
+	}
+	readToken := func() string {
+		raw, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(raw))
+	}
+
+	firstToken := readToken()
+
+	// The last active admin token cannot be revoked.
+	var p *client.Problem
+	if err := first.TokenRevoke(ctx, firstID); !errors.As(err, &p) || p.Status != http.StatusConflict || p.Code != "token.last_admin" {
+		t.Fatalf("revoke the last admin token: %v; want 409 token.last_admin", err)
+	}
+	// With a live admin token, bootstrap refuses and writes nothing.
+	if out, err := bootstrap(); err == nil || !strings.Contains(out, "refused") || !strings.Contains(out, firstID) {
+		t.Fatalf("bootstrap with a live admin token: %v\n%s", err, out)
+	}
+	if readToken() != firstToken {
+		t.Fatal("a refused bootstrap rewrote admin.token")
+	}
+
+	// An admin token that expires soon is the last one once the first is
+	// revoked; a restarted keeper warns about it.
+	soon := time.Now().Add(time.Hour)
+	second, err := first.TokenCreate(ctx, client.TokenCreate{Name: "brief-admin", Role: "admin", ExpiresAt: &soon})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.TokenRevoke(ctx, firstID); err != nil {
+		t.Fatalf("revoke the first admin token beside another active one: %v", err)
+	}
+	k.interrupt(t)
+	k = serve(t, dir, args...)
+	secondClient, _ := client.New(k.addr, second.Token)
+	if _, err := secondClient.TokenList(ctx, client.ListOptions{}); err != nil {
+		t.Fatalf("the second admin token before it expired: %v", err)
+	}
+	waitLog(t, k, "the last active admin API token expires soon", second.ID)
+
+	// It expires (set in the database, as time would): the operator is
+	// locked out, and bootstrap mints a new admin token.
+	expire(t, second.ID)
+	if _, err := secondClient.TokenList(ctx, client.ListOptions{}); !errors.As(err, &p) || p.Status != http.StatusUnauthorized {
+		// The keeper may trust its cached lookup for auth.CacheTTL more.
+		waitRefused(t, secondClient)
+	}
+	out, err := bootstrap()
+	if err != nil {
+		t.Fatalf("bootstrap after the last admin expired: %v\n%s", err, out)
+	}
+	path := filepath.Join(dataDir, "admin.token")
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("admin.token after bootstrap: %v %v", fi, err)
+	}
+	minted := readToken()
+	if !strings.Contains(out, path) || !strings.Contains(out, "tok_") || strings.Contains(out, minted) {
+		t.Fatalf("bootstrap output must name the path and the id, never the token:\n%s", out)
+	}
+	recovered, _ := client.New(k.addr, minted)
+	if _, err := recovered.TokenCreate(ctx, client.TokenCreate{Name: "ops", Role: "operator"}); err != nil {
+		t.Fatalf("the minted admin token against the running keeper: %v", err)
+	}
+	var created []client.AuditEvent
+	for _, e := range auditActions(t, recovered, "token.created") {
+		if e.ActorAID == "host" {
+			created = append(created, e)
+		}
+	}
+	if len(created) != 1 || !strings.Contains(out, strings.TrimPrefix(created[0].Object, "token/")) {
+		t.Fatalf("audit token.created by host = %+v (output %s)", created, out)
+	}
+
+	// Now an admin token is live again: refused; --force mints anyway.
+	if out, err := bootstrap(); err == nil || !strings.Contains(out, "refused") {
+		t.Fatalf("second bootstrap: %v\n%s", err, out)
+	}
+	if out, err := bootstrap("--force"); err != nil || readToken() == minted {
+		t.Fatalf("forced bootstrap: %v\n%s", err, out)
+	}
+	if logs := k.interrupt(t); strings.Contains(logs, minted) {
+		t.Fatal("the keeper log shows the minted token")
+	}
+}
+
+// waitLog waits until the keeper logged a line holding every part.
+func waitLog(t *testing.T, k *proc, parts ...string) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case line := <-k.logs:
+			all := true
+			for _, p := range parts {
+				all = all && strings.Contains(line, p)
+			}
+			if all {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("the keeper never logged %q", parts)
+		}
+	}
+}
+
+// waitRefused waits until the keeper refuses cl's token.
+func waitRefused(t *testing.T, cl *client.Client) {
+	t.Helper()
+	for range 600 {
+		_, err := cl.TokenList(context.Background(), client.ListOptions{})
+		var p *client.Problem
+		if errors.As(err, &p) && p.Status == http.StatusUnauthorized {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("the keeper kept accepting an expired token")
 }
