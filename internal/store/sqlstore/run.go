@@ -77,8 +77,10 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 				return record{}, fmt.Errorf("enqueue run %s: %w", r.ID, err)
 			}
 		}
+		// No digest: equal digests would tell any audit reader that two
+		// runs had the same input, a guess of a secret input included.
 		return record{action: "run.started", object: "run/" + r.ID, payload: map[string]any{
-			"id": r.ID, "key": r.Key, "name": r.Name, "digest": r.Digest, "timeout": r.Timeout.String(), "input": r.InputMasked,
+			"id": r.ID, "key": r.Key, "name": r.Name, "timeout": r.Timeout.String(), "input": r.InputMasked,
 		}}, nil
 	})
 	if errors.Is(err, store.ErrExists) && r.Key != "" {
