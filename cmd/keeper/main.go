@@ -201,12 +201,21 @@ for an admin token that is lost but not yet expired; revoke the lost one after.`
 			if err != nil {
 				return err
 			}
+			if c.DatabaseURL == "" {
+				// Opening a path that is not there would make a new, empty database.
+				if _, err := os.Stat(c.SQLitePath()); err != nil {
+					return fmt.Errorf("no keeper database at %s: pass the keeper's --data-dir, --database-url or --config", c.SQLitePath())
+				}
+			}
 			st, err := keeper.OpenStore(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
 			defer st.Close()
 			id, path, err := keeper.BootstrapAdminToken(cmd.Context(), st, c, force)
+			if errors.Is(err, keeper.ErrNoTokens) {
+				return errors.New("refused: this database has no API token at all, so no keeper has served it yet; keeper serve creates the first admin token itself")
+			}
 			var se *store.Error
 			if errors.As(err, &se) && errors.Is(err, store.ErrActiveAdmin) {
 				return fmt.Errorf("refused: admin token %s is still active (not revoked, not expired); use it, or pass --force to mint another anyway", se.Key)

@@ -2,6 +2,7 @@ package keeper
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,8 +19,16 @@ import (
 // atomically. It is what `keeper token bootstrap` runs: whoever can open
 // the database on the host is trusted already, so the audit actor is
 // store.ActorHost. With an active admin token and no force it fails with
-// store.ErrActiveAdmin naming that token, and writes nothing.
+// store.ErrActiveAdmin naming that token, and on a registry without any
+// token with ErrNoTokens; either way it writes nothing.
 func BootstrapAdminToken(ctx context.Context, st store.Store, c config.Config, force bool) (id, path string, err error) {
+	some, err := st.TokenList(ctx, store.ListParams{Limit: 1})
+	if err != nil {
+		return "", "", err
+	}
+	if len(some) == 0 {
+		return "", "", ErrNoTokens
+	}
 	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
 		return "", "", fmt.Errorf("create data dir: %w", err)
 	}
@@ -32,6 +41,10 @@ func BootstrapAdminToken(ctx context.Context, st store.Store, c config.Config, f
 	})
 	return id, path, err
 }
+
+// ErrNoTokens: the registry has no API token at all, so it is not (yet)
+// a keeper's registry; keeper serve makes the first admin token itself.
+var ErrNoTokens = errors.New("the registry has no API token at all")
 
 // AdminExpiryWarning is how long before the last active admin token
 // expires the keeper starts to warn in its log.

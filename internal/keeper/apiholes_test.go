@@ -355,6 +355,22 @@ func bootstrapAdmin(t *testing.T, dir, dataDir string, args []string, expire fun
 
 	firstToken := readToken()
 
+	// Pointed at a directory without a keeper database, bootstrap makes
+	// none; on a registry without any token it refuses.
+	empty := t.TempDir()
+	if out, err := exec.Command(keeperBin, "token", "bootstrap", "--data-dir", empty).CombinedOutput(); err == nil || !strings.Contains(string(out), "no keeper database") {
+		t.Fatalf("bootstrap without a database: %v\n%s", err, out)
+	}
+	if entries, _ := os.ReadDir(empty); len(entries) != 0 {
+		t.Fatalf("bootstrap without a database left %v behind", entries)
+	}
+	if out, err := exec.Command(keeperBin, "migrate", "--data-dir", empty).CombinedOutput(); err != nil {
+		t.Fatalf("keeper migrate: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(keeperBin, "token", "bootstrap", "--data-dir", empty).CombinedOutput(); err == nil || !strings.Contains(string(out), "no API token at all") {
+		t.Fatalf("bootstrap on a registry without tokens: %v\n%s", err, out)
+	}
+
 	// The last active admin token cannot be revoked.
 	var p *client.Problem
 	if err := first.TokenRevoke(ctx, firstID); !errors.As(err, &p) || p.Status != http.StatusConflict || p.Code != "token.last_admin" {
