@@ -16,6 +16,7 @@ import (
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keeper"
 	"github.com/soulstack/soulstack/internal/runner"
+	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/version"
 )
 
@@ -79,7 +80,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newMigrate(), newAudit(), newVersion())
+	root.AddCommand(newServe(), newMigrate(), newAudit(), newToken(), newVersion())
 	return root
 }
 
@@ -199,6 +200,62 @@ audit.checkpoint_invalid; the command then exits 1.`,
 	verify.Flags().BoolVarP(&asJSON, "json", "j", false, "print the report as JSON")
 	audit.AddCommand(verify)
 	return audit
+}
+
+func newToken() *cobra.Command {
+	token := &cobra.Command{Use: "token", Short: "Work with API tokens directly in the database"}
+	var f flags
+	var force bool
+	bootstrap := &cobra.Command{
+		Use:   "bootstrap",
+		Short: "Mint an admin API token from this host when no active admin token is left",
+		Long: `Mint a new admin API token when the registry has no active (unrevoked,
+unexpired) admin token, and write it to <data-dir>/admin.token (mode 0600,
+replaced atomically). It opens the database directly, so it needs what the
+keeper itself needs on this host: access to the data dir or the database URL.
+Whoever has that is trusted already; the audit log records the token as
+token.created by the actor "host". It prints the file's path and the token's
+id, never the token. A running keeper accepts the new token at once.
+
+While an active admin token exists it refuses and names it: use that token
+(soulctl token create NAME --role admin makes more). --force mints one anyway,
+for an admin token that is lost but not yet expired; revoke the lost one after.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.load()
+			if err != nil {
+				return err
+			}
+			if c.DatabaseURL == "" {
+				// Opening a path that is not there would make a new, empty database.
+				if _, err := os.Stat(c.SQLitePath()); err != nil {
+					return fmt.Errorf("no keeper database at %s: pass the keeper's --data-dir, --database-url or --config", c.SQLitePath())
+				}
+			}
+			st, err := keeper.OpenStore(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			id, path, err := keeper.BootstrapAdminToken(cmd.Context(), st, c, force)
+			if errors.Is(err, keeper.ErrNoTokens) {
+				return errors.New("refused: this database has no API token at all, so no keeper has served it yet; keeper serve creates the first admin token itself")
+			}
+			var se *store.Error
+			if errors.As(err, &se) && errors.Is(err, store.ErrActiveAdmin) {
+				return fmt.Errorf("refused: admin token %s is still active (not revoked, not expired); use it, or pass --force to mint another anyway", se.Key)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "minted admin API token %s; wrote it to %s (mode 0600)\n", id, path)
+			return nil
+		},
+	}
+	f.bind(bootstrap, false)
+	bootstrap.Flags().BoolVar(&force, "force", false, "mint an admin token even while an active one exists")
+	token.AddCommand(bootstrap)
+	return token
 }
 
 func newVersion() *cobra.Command {

@@ -63,6 +63,8 @@ type Server struct {
 	cloud   CloudService
 	limiter *authLimiter
 	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
+	// keyConflicts limits re-run key conflicts per token.
+	keyConflicts *keyConflicts
 }
 
 // New builds the API over cfg.Store.
@@ -90,6 +92,8 @@ func New(cfg Config) *Server {
 		cloud:   cfg.Cloud,
 		limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
 		audit:   cfg.VerifyAudit,
+
+		keyConflicts: newKeyConflicts(),
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
@@ -178,6 +182,9 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 			if !known {
 				s.log.Error("request failed", "operation", op.OperationID, "err", err)
 			}
+			if h := headersFor(err); h != nil {
+				return nil, huma.ErrorWithHeaders(p, h)
+			}
 			return nil, p
 		}
 		return out, nil
@@ -187,36 +194,49 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 // authorize authenticates the bearer token and checks perm.
 func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
-		host := hostOf(ctx.RemoteAddr())
-		authenticate := s.authn.Authenticate
-		limited, first := s.limiter.check(host)
-		if limited {
-			authenticate = s.authn.AuthenticateKnown
-		}
-		p, err := authenticate(ctx.Context(), ctx.Header("Authorization"))
-		if err != nil && limited {
-			if first {
-				s.auditRateLimited(ctx.Context(), host)
-			}
-			err = &rateLimitedError{host: host, retryAfter: s.limiter.interval}
-		} else if errors.Is(err, auth.ErrInvalidToken) {
-			s.limiter.fail(host)
-		}
-		if err != nil {
-			prob, known := problemFor(err)
-			if !known {
-				s.log.Error("authentication failed", "err", err)
-			}
-			s.writeHumaProblem(ctx, prob)
-			return
-		}
-		if err := p.Require(perm); err != nil {
-			prob, _ := problemFor(err)
+		p, prob := s.permit(ctx.Context(), hostOf(ctx.RemoteAddr()), ctx.Header("Authorization"), perm)
+		if prob != nil {
 			s.writeHumaProblem(ctx, prob)
 			return
 		}
 		next(huma.WithValue(ctx, principalKey{}, p))
 	}
+}
+
+// permit authenticates an Authorization header and checks perm: the
+// principal, or the problem (401, 403) that refuses it. Routes check it
+// before their handler; a long answer (an event stream) checks it again
+// while it lasts.
+func (s *Server) permit(ctx context.Context, host, header string, perm auth.Permission) (auth.Principal, *client.Problem) {
+	// A client address over its failed-authentication budget may still
+	// use a token this keeper has verified before, and nothing else: a
+	// guesser learns nothing and the registry is spared the lookups.
+	authenticate := s.authn.Authenticate
+	limited, first := s.limiter.check(host)
+	if limited {
+		authenticate = s.authn.AuthenticateKnown
+	}
+	p, err := authenticate(ctx, header)
+	if err != nil && limited {
+		if first {
+			s.auditRateLimited(ctx, host)
+		}
+		err = &rateLimitedError{host: host, retryAfter: s.limiter.interval}
+	} else if errors.Is(err, auth.ErrInvalidToken) {
+		s.limiter.fail(host)
+	}
+	if err != nil {
+		prob, known := problemFor(err)
+		if !known {
+			s.log.Error("authentication failed", "err", err)
+		}
+		return p, prob
+	}
+	if err := p.Require(perm); err != nil {
+		prob, _ := problemFor(err)
+		return p, prob
+	}
+	return p, nil
 }
 
 func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -125,6 +127,12 @@ func problemFor(err error) (*client.Problem, bool) {
 	if errors.As(err, &rl) {
 		return problem(http.StatusTooManyRequests, "auth.rate_limited", rl.Error()), true
 	}
+	var limited *keyConflictsLimitedError
+	if errors.As(err, &limited) {
+		return problem(http.StatusTooManyRequests, "run.key_conflict_rate_limited",
+			fmt.Sprintf("token %s caused more than %d re-run key conflicts in a short time; keyed runs are refused for %s",
+				limited.Token, KeyConflictBurst, limited.RetryAfter)), true
+	}
 	switch {
 	case errors.Is(err, auth.ErrNoToken):
 		return problem(http.StatusUnauthorized, "auth.missing_token", "this route needs an API token: send \"Authorization: Bearer <token>\""), true
@@ -149,4 +157,14 @@ func permissionNames(ps []auth.Permission) []string {
 		out[i] = string(p)
 	}
 	return out
+}
+
+// headersFor returns the response headers that go with an error's
+// problem: Retry-After for a rate limit.
+func headersFor(err error) http.Header {
+	var limited *keyConflictsLimitedError
+	if errors.As(err, &limited) {
+		return http.Header{"Retry-After": {strconv.Itoa(int(limited.RetryAfter / time.Second))}}
+	}
+	return nil
 }

@@ -268,9 +268,11 @@ var (
 )
 
 // Authenticator checks bearer tokens against the registry. It remembers a
-// valid token for CacheTTL, so that a burst of requests costs one lookup;
-// Forget drops a revoked token at once on this keeper, and other keepers
-// sharing the database stop accepting it within CacheTTL.
+// token for CacheTTL, so that a burst of requests costs one lookup; the
+// cache is what bounds how late a revocation takes effect: Forget drops a
+// revoked token at once on this keeper, and other keepers sharing the
+// database stop accepting it within CacheTTL. Expiry is checked on every
+// call, cached or not.
 type Authenticator struct {
 	store    store.Store
 	now      func() time.Time
@@ -278,6 +280,9 @@ type Authenticator struct {
 
 	mu    sync.Mutex
 	cache map[string]cached // by token hash
+	// forgets counts Forget calls: a lookup that began before one may
+	// have read the token before its revocation, so it is not cached.
+	forgets uint64
 }
 
 type cached struct {
@@ -309,6 +314,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 	now := a.now()
 	a.mu.Lock()
 	c, hit := a.cache[hash]
+	forgets := a.forgets
 	a.mu.Unlock()
 	if !hit || now.After(c.until) {
 		t, err := a.store.TokenGetByHash(ctx, hash)
@@ -323,7 +329,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 		if len(a.cache) > 10000 {
 			clear(a.cache)
 		}
-		a.cache[hash] = c
+		if a.forgets == forgets {
+			a.cache[hash] = c
+		}
 		a.mu.Unlock()
 	}
 	if !c.token.Active(now) {
@@ -332,10 +340,12 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 	return Principal{TokenID: c.token.ID, Name: c.token.Name, Role: c.token.Role, Grant: GrantOf(c.token)}, nil
 }
 
-// Forget drops the cached entry of the token with the given id.
+// Forget drops the cached entry of the token with the given id, and keeps
+// a lookup that was under way from caching what it read before.
 func (a *Authenticator) Forget(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.forgets++
 	for h, c := range a.cache {
 		if c.token.ID == id {
 			delete(a.cache, h)

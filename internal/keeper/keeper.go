@@ -108,6 +108,8 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	if err := startCheckpoints(ctx, st, checkpoints, log); err != nil {
 		return err
 	}
+	stopWatch := watchAdminTokens(ctx, st, log)
+	defer stopWatch()
 	svc, err := newServices(ctx, st, c, log)
 	if err != nil {
 		return err
@@ -170,43 +172,18 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 }
 
 // bootstrapAdmin creates the first admin token when the registry has none
-// and writes it to <data-dir>/admin.token (0600). The token is written to a
-// temporary file before it is stored, and renamed into place after, so that
-// a crash never leaves a stored admin token nobody can read.
+// and writes it to <data-dir>/admin.token (0600).
 func bootstrapAdmin(ctx context.Context, st store.Store, c config.Config, log *slog.Logger) error {
-	plain, id, hash, err := auth.NewToken()
-	if err != nil {
-		return err
-	}
 	path := c.AdminTokenPath()
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".admin.token-*")
-	if err != nil {
-		return fmt.Errorf("write admin token: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write admin token: %w", err)
-	}
-	if _, err := tmp.WriteString(plain + "\n"); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write admin token: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write admin token: %w", err)
-	}
-	created, err := st.TokenBootstrap(ctx, store.TokenCreateParams{
-		Token: store.APIToken{ID: id, Name: "admin", Role: "admin", Hash: hash},
-		Actor: store.ActorKeeper,
+	id, created, err := writeAdminToken(path, func(t store.APIToken) (bool, error) {
+		created, err := st.TokenBootstrap(ctx, store.TokenCreateParams{Token: t, Actor: store.ActorKeeper})
+		if err != nil {
+			return false, fmt.Errorf("create admin token: %w", err)
+		}
+		return created, nil
 	})
-	if err != nil {
-		return fmt.Errorf("create admin token: %w", err)
-	}
-	if !created {
-		return nil
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write admin token to %s: %w", path, err)
+	if err != nil || !created {
+		return err
 	}
 	log.Info("created the first admin API token", "id", id, "path", path)
 	return nil
@@ -238,4 +215,44 @@ func serveMetrics(c config.Config, h *api.Server, log *slog.Logger, errc chan<- 
 		log.Warn("metrics_listen is not a loopback address: anyone who reaches it reads the metrics without a token", "metrics_listen", c.MetricsListen)
 	}
 	return srv, nil
+}
+
+// writeAdminToken makes a new admin token and has save store it; once save
+// reports it stored the token, the token is in the file at path (0600). The
+// token is written to a temporary file before it is stored, and renamed
+// into place after, so that a crash never leaves a stored admin token
+// nobody can read.
+func writeAdminToken(path string, save func(store.APIToken) (bool, error)) (id string, saved bool, err error) {
+	plain, id, hash, err := auth.NewToken()
+	if err != nil {
+		return "", false, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".admin.token-*")
+	if err != nil {
+		return "", false, fmt.Errorf("write admin token: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return "", false, fmt.Errorf("write admin token: %w", err)
+	}
+	if _, err := tmp.WriteString(plain + "\n"); err != nil {
+		tmp.Close()
+		return "", false, fmt.Errorf("write admin token: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return "", false, fmt.Errorf("write admin token: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", false, fmt.Errorf("write admin token: %w", err)
+	}
+	saved, err = save(store.APIToken{ID: id, Name: "admin", Role: "admin", Hash: hash})
+	if err != nil || !saved {
+		return id, false, err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return id, true, fmt.Errorf("write admin token to %s: %w", path, err)
+	}
+	return id, true, nil
 }

@@ -23,6 +23,9 @@ var (
 	ErrReferenceMissing = errors.New("referenced object does not exist")
 	ErrRevoked          = errors.New("already revoked")
 	ErrLastAdmin        = errors.New("last active admin token")
+	// ErrActiveAdmin: an active admin token exists, so none is minted
+	// from the host.
+	ErrActiveAdmin = errors.New("an active admin token exists")
 )
 
 // Error is a store failure about one object: Kind is "provider", "profile",
@@ -133,6 +136,10 @@ type Actor string
 // ActorKeeper is the actor of keeper-internal actions.
 const ActorKeeper Actor = "keeper"
 
+// ActorHost is the actor of commands run on the keeper's host against its
+// database directly (keeper token bootstrap): host access is trusted.
+const ActorHost Actor = "host"
+
 // ProviderCreateParams creates a provider.
 type ProviderCreateParams struct {
 	Provider Provider
@@ -161,6 +168,14 @@ type DeleteParams struct {
 type TokenCreateParams struct {
 	Token APIToken
 	Actor Actor
+}
+
+// TokenAdminParams mints an admin token from the host.
+type TokenAdminParams struct {
+	Token APIToken // its Role is admin
+	Actor Actor
+	// Force mints it even while an active admin token exists.
+	Force bool
 }
 
 // AuditListParams pages through the audit log in sequence order.
@@ -200,6 +215,10 @@ type Store interface {
 	// TokenBootstrap creates the token only if no API token exists yet, and
 	// reports whether it did.
 	TokenBootstrap(ctx context.Context, p TokenCreateParams) (bool, error)
+	// TokenAdminBootstrap creates an admin token when no active (unrevoked,
+	// unexpired) admin token exists, or with Force in any case; otherwise
+	// it fails with ErrActiveAdmin naming an active admin token.
+	TokenAdminBootstrap(ctx context.Context, p TokenAdminParams) (APIToken, error)
 	TokenGetByHash(ctx context.Context, hash string) (APIToken, error)
 	// TokenGet returns a token by id, revoked or not.
 	TokenGet(ctx context.Context, id string) (APIToken, error)

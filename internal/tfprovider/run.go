@@ -85,7 +85,7 @@ func (r *runResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 					"or have a secret-looking name (password, token, secret, private_key, credentials), so that the keeper seals it at rest and masks it in every answer. " +
 					"Terraform keeps it in its state, marked sensitive: protect the state."},
 			"key": schema.StringAttribute{Optional: true, PlanModifiers: replaceOnly,
-				Description: "The keeper's re-run key, used as given: the same key with the same content returns the existing run; change it to run again."},
+				Description: "The keeper's re-run key, used as given: the same key with the same content from the same API token returns the existing run; change it to run again."},
 			"run_id": schema.StringAttribute{Optional: true, PlanModifiers: replaceOnly,
 				Description: "Bump to run again (the seed's run_id). The keeper key becomes tf-<run_id>-<digest of scenario and input>, so an interrupted apply finds its run instead of starting a second one."},
 			"wait_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(DefaultWaitTimeout),

@@ -32,8 +32,10 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	return r, err
 }
 
-func (s *Store) runByKey(ctx context.Context, key string) (store.Run, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE key = ?`), key))
+// runByKey returns the run that createdBy started with key: a re-run key
+// belongs to the token that used it, so another token's key names no run.
+func (s *Store) runByKey(ctx context.Context, createdBy, key string) (store.Run, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE created_by = ? AND key = ?`), createdBy, key))
 	if err != nil {
 		return store.Run{}, notFound(err, "run", key)
 	}
@@ -53,7 +55,7 @@ func existing(r store.Run, digest string) (store.Run, bool, error) {
 func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.Run, bool, error) {
 	r := p.Run
 	if r.Key != "" {
-		if prev, err := s.runByKey(ctx, r.Key); err == nil {
+		if prev, err := s.runByKey(ctx, string(p.Actor), r.Key); err == nil {
 			return existing(prev, r.Digest)
 		}
 	}
@@ -75,13 +77,15 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 				return record{}, fmt.Errorf("enqueue run %s: %w", r.ID, err)
 			}
 		}
+		// No digest: equal digests would tell any audit reader that two
+		// runs had the same input, a guess of a secret input included.
 		return record{action: "run.started", object: "run/" + r.ID, payload: map[string]any{
-			"id": r.ID, "key": r.Key, "name": r.Name, "digest": r.Digest, "timeout": r.Timeout.String(), "input": r.InputMasked,
+			"id": r.ID, "key": r.Key, "name": r.Name, "timeout": r.Timeout.String(), "input": r.InputMasked,
 		}}, nil
 	})
 	if errors.Is(err, store.ErrExists) && r.Key != "" {
 		// A concurrent request with the same key won the insert.
-		prev, gerr := s.runByKey(ctx, r.Key)
+		prev, gerr := s.runByKey(ctx, string(p.Actor), r.Key)
 		if gerr != nil {
 			return store.Run{}, false, gerr
 		}

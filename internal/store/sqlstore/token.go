@@ -78,6 +78,57 @@ func (s *Store) TokenBootstrap(ctx context.Context, params store.TokenCreatePara
 	return created && err == nil, err
 }
 
+// TokenAdminBootstrap stores an admin token minted from the host when no
+// active admin token exists (or with Force), in one transaction with the
+// check, so that two concurrent bootstraps mint one token.
+func (s *Store) TokenAdminBootstrap(ctx context.Context, params store.TokenAdminParams) (store.APIToken, error) {
+	t := params.Token
+	t.Role = "admin"
+	t.CreatedAt = s.stamp()
+	t.CreatedBy = string(params.Actor)
+	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		var active []string
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT id FROM api_tokens WHERE role = 'admin' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY id`), t.CreatedAt)
+		if err != nil {
+			return record{}, fmt.Errorf("list active admin tokens: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return record{}, fmt.Errorf("list active admin tokens: %w", err)
+			}
+			active = append(active, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return record{}, fmt.Errorf("list active admin tokens: %w", err)
+		}
+		if len(active) > 0 && !params.Force {
+			return record{}, &store.Error{Err: store.ErrActiveAdmin, Kind: "token", Key: active[0]}
+		}
+		rec, err := s.insertToken(ctx, tx, t)
+		if err != nil {
+			return record{}, err
+		}
+		payload, ok := rec.payload.(map[string]any)
+		if !ok {
+			payload = map[string]any{}
+			rec.payload = payload
+		}
+		payload["bootstrap"] = true
+		payload["force"] = params.Force
+		if params.Force {
+			payload["active_admins"] = active
+		}
+		return rec, nil
+	})
+	if err != nil {
+		return store.APIToken{}, err
+	}
+	return s.tokenGet(ctx, t.ID)
+}
+
 // errNothingToDo rolls back a mutation that turned out to be unnecessary.
 var errNothingToDo = fmt.Errorf("nothing to do")
 

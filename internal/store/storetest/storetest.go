@@ -32,6 +32,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"Pagination", testPagination},
 		{"Souls", testSouls},
 		{"Tokens", testTokens},
+		{"TokenAdminBootstrap", testTokenAdminBootstrap},
 		{"AuditChain", testAuditChain},
 		{"AuditTamper", testAuditTamper},
 		{"AuditFailureFailsMutation", testAuditFailure},
@@ -331,6 +332,61 @@ func testTokens(t *testing.T, b testdb.Backend) {
 	last := events[len(events)-1]
 	if last.Action != "token.created" || !strings.Contains(last.Payload, `"permissions":["run.create","cloud.create"]`) {
 		t.Fatalf("audit of the custom token = %s %s", last.Action, last.Payload)
+	}
+}
+
+func testTokenAdminBootstrap(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	mint := func(id string, force bool) (store.APIToken, error) {
+		return s.TokenAdminBootstrap(ctx, store.TokenAdminParams{Token: store.APIToken{ID: id, Name: "admin", Hash: "hash-" + id}, Actor: store.ActorHost, Force: force})
+	}
+	// An empty registry has no active admin: one is minted.
+	first, err := mint("tok_001", false)
+	if err != nil || first.Role != "admin" || first.CreatedBy != string(store.ActorHost) || first.ExpiresAt != nil {
+		t.Fatalf("mint on an empty registry: %+v, %v", first, err)
+	}
+	// With an active admin it is refused, naming it.
+	var se *store.Error
+	if _, err := mint("tok_002", false); !errors.As(err, &se) || !errors.Is(err, store.ErrActiveAdmin) || se.Key != "tok_001" {
+		t.Fatalf("mint with an active admin: %v, want ErrActiveAdmin naming tok_001", err)
+	}
+	// Admins that expired or were revoked, and non-admins, do not count.
+	soon := time.Now().Add(time.Hour).UTC()
+	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_003", Name: "soon", Role: "admin", Hash: "h3", ExpiresAt: &soon}, Actor: "tok_001"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TokenRevoke(ctx, store.DeleteParams{Key: "tok_001", Actor: "tok_003"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mint("tok_004", false); !errors.As(err, &se) || se.Key != "tok_003" {
+		t.Fatalf("mint while an admin that expires later is active: %v, want ErrActiveAdmin naming tok_003", err)
+	}
+	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_005", Name: "ops", Role: "operator", Hash: "h5"}, Actor: "tok_003"}); err != nil {
+		t.Fatal(err)
+	}
+	// The token expires (a literal time: it reads the same on both backends).
+	if _, err := s.DB().ExecContext(ctx, `UPDATE api_tokens SET expires_at = '2000-01-01 00:00:00' WHERE id = 'tok_003'`); err != nil {
+		t.Fatal(err)
+	}
+	minted, err := mint("tok_006", false)
+	if err != nil || minted.ID != "tok_006" || !minted.Active(time.Now()) {
+		t.Fatalf("mint after the last admin expired: %+v, %v", minted, err)
+	}
+	// Force mints beside an active admin.
+	if _, err := mint("tok_007", true); err != nil {
+		t.Fatalf("forced mint: %v", err)
+	}
+	var created []audit.Event
+	if _, err := s.AuditScan(ctx, func(e audit.Event) error {
+		if e.Action == "token.created" && e.ActorAID == string(store.ActorHost) {
+			created = append(created, e)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(created) != 3 || !strings.Contains(string(created[2].Payload), `"force":true`) || !strings.Contains(string(created[2].Payload), `"tok_006"`) {
+		t.Fatalf("audit of host-minted tokens = %+v", created)
 	}
 }
 
