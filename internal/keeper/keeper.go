@@ -95,7 +95,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		}
 	}()
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud}),
+		Handler:           api.New(api.Config{Store: svc.store, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud}),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
@@ -19,6 +20,8 @@ import (
 // services are what newServices wires beside the store: the run queue
 // with its engine, the PluginHost and the orphan finder.
 type services struct {
+	// store is the registry with provider configs sealed at rest.
+	store   store.Store
 	runs    *runner.Runner
 	plugins *plugin.Host
 	cloud   *cloudService
@@ -36,6 +39,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 	if err != nil {
 		return nil, err
 	}
+	reg := sealedStore{Store: st, sealer: sealer}
 	owner, err := loadOrCreateID(c.DataDir)
 	if err != nil {
 		return nil, err
@@ -61,13 +65,13 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 	if err != nil {
 		return nil, err
 	}
-	keeperTarget, err := newKeeperTarget(c, st, files, sshKey, plugins.Driver, resolve)
+	keeperTarget, err := newKeeperTarget(c, reg, files, sshKey, plugins.Driver, resolve)
 	if err != nil {
 		plugins.Close()
 		return nil, err
 	}
 	exec := &engine.Executor{
-		Store:     st,
+		Store:     reg,
 		Load:      loadPlan,
 		KeeperKey: sshKey,
 		Resolve: func(ctx context.Context, ref string) ([]byte, error) {
@@ -80,13 +84,13 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		Keeper:   keeperTarget,
 	}
 	runs, err := runner.New(ctx, runner.Config{
-		Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: owner, Logger: log,
+		Store: reg, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: owner, Logger: log,
 	})
 	if err != nil {
 		plugins.Close()
 		return nil, err
 	}
-	return &services{runs: runs, plugins: plugins, cloud: &cloudService{st: st, drivers: plugins.Driver, resolve: resolve}}, nil
+	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, drivers: plugins.Driver, resolve: resolve}}, nil
 }
 
 // dataKey returns the key that seals secrets at rest: from data_key_ref
