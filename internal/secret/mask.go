@@ -32,10 +32,11 @@ var sensitiveFragments = []string{
 // IsSensitiveKey reports whether the value under key must be masked: the
 // lower-cased key contains token, password, secret, private_key,
 // credentials, api_key, apikey, access_key, privatekey, passphrase or
-// passwd. Keys ending in "_ref" (credentials_ref, key_ref) name a
-// reference such as env:NAME, never the secret itself, and are not masked.
+// passwd, hyphens read as underscores (X-Api-Key). Keys ending in "_ref"
+// (credentials_ref, key_ref) name a reference such as env:NAME, never the
+// secret itself, and are not masked.
 func IsSensitiveKey(key string) bool {
-	k := strings.ToLower(key)
+	k := strings.ReplaceAll(strings.ToLower(key), "-", "_") // X-Api-Key too
 	if strings.HasSuffix(k, "_ref") {
 		return false
 	}
