@@ -417,3 +417,78 @@ func TestProviderConfigSealed(t *testing.T) {
 	k.interrupt(t)
 	grepDir(t, data, canary)
 }
+
+// TestResumedRunStillMasksItsSecrets: what a run stored before its keeper
+// was killed stays masked after a restart (it was masked when written),
+// and a step that runs after the restart masks the run's secret input
+// again: the new keeper process builds the run's set from its sealed input.
+func TestResumedRunStillMasksItsSecrets(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	up := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "up.local.test", up)
+	priv, _, err := sshtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	keyPath := filepath.Join(t.TempDir(), "booting.key")
+	if err := os.WriteFile(keyPath, priv, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: "booting.local.test", Address: "127.0.0.1", Connection: client.Connection{User: up.User, Port: port, KeyRef: "file:" + keyPath}}); err != nil {
+		t.Fatal(err)
+	}
+	const canary = "resume-canary-0f3e91"
+	managed := filepath.Join(t.TempDir(), "managed")
+	sc := `inputs:
+  pw: {type: string, secret: true}
+steps:
+  - name: before
+    on: up.local.test
+    module: core.command.ran
+    params: {cmd: 'echo "before: $PW"', env: {PW: "${ input.pw }"}}
+  - name: place
+    on: booting.local.test
+    module: core.file.present
+    connect: {retries: 100, delay: 500ms}
+    params: {path: ` + managed + `, content: "placed\n"}
+  - name: after
+    on: up.local.test
+    module: core.command.ran
+    params: {cmd: 'echo "after: $PW"', env: {PW: "${ input.pw }"}}
+`
+	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"pw": canary}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, run.ID, "step place running", stepRunning("place"))
+	if err := k.cmd.Process.Kill(); err != nil { // SIGKILL: nothing of the run's set survives
+		t.Fatal(err)
+	}
+	<-k.done
+
+	sshtest.Start(t, sshtest.Options{Port: port, ClientKey: priv, User: up.User})
+	k = serve(t, dir)
+	c = adminClient(t, k, data)
+	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	if final.Phase != "Succeeded" || len(final.Steps) != 3 {
+		t.Fatalf("resumed run = %s %+v\nsteps %+v", final.Phase, final.Error, final.Steps)
+	}
+	if got := stdout(t, final.Steps[0].Targets[0]); got != "before: ***\n" {
+		t.Errorf("the step before the restart shows %q", got)
+	}
+	if got := stdout(t, final.Steps[2].Targets[0]); got != "after: ***\n" {
+		t.Errorf("the step after the restart shows %q", got)
+	}
+	for what, text := range answers(t, c, run.ID) {
+		if strings.Contains(text, canary) {
+			t.Errorf("%s shows the secret: %s", what, text)
+		}
+	}
+	k.interrupt(t)
+	grepDir(t, data, canary)
+}
