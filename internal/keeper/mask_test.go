@@ -492,3 +492,59 @@ steps:
 	k.interrupt(t)
 	grepDir(t, data, canary)
 }
+
+// TestSoulKeyCannotRewriteOtherRuns: a soul whose key_ref names a file
+// holding a common word ("Succeeded") — a soul.create holder can point it at
+// any file — masks that word only in the run that resolved it. (Before,
+// resolving a reference registered its text keeper-wide, and every run's
+// phase read "***" from then on.)
+func TestSoulKeyCannotRewriteOtherRuns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	admin := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, admin, "web.local.test", srv)
+	ctx := context.Background()
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte("Succeeded\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SoulCreate(ctx, client.SoulCreate{SID: "odd.local.test", Address: srv.Addr, Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyFile}}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(on string) *client.Run {
+		t.Helper()
+		sc := "steps:\n  - name: say\n    on: " + on + "\n    module: core.command.ran\n    params: {cmd: 'echo Succeeded-on-" + on + "'}\n"
+		r, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waitRun(t, admin, r.ID)
+	}
+	victim := run("web.local.test")
+	odd := run("odd.local.test")
+	if odd.Phase != "Failed" {
+		t.Fatalf("a run with an unusable key = %s", odd.Phase)
+	}
+	after := run("web.local.test")
+	for _, r := range []*client.Run{victim, after} {
+		got, err := admin.RunGet(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Phase != "Succeeded" || stdout(t, got.Steps[0].Targets[0]) != "Succeeded-on-web.local.test\n" {
+			t.Fatalf("run %s reads %s %s after the odd soul's key was resolved", r.ID, got.Phase, got.Steps[0].Targets[0].Output)
+		}
+	}
+	a, err := admin.AuditList(ctx, client.AuditListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range a.Items {
+		if e.Action == "run.finished" && e.Object == "run/"+after.ID && !strings.Contains(string(e.Payload), `"phase":"Succeeded"`) {
+			t.Fatalf("the audit log reads %s", e.Payload)
+		}
+	}
+}

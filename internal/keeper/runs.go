@@ -61,11 +61,21 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		v, err := resolver.Resolve(ctx, ref)
 		return []byte(v), err
 	}
+	// A provider's credentials are the keeper's own: masked everywhere,
+	// the plugin's log included. A soul's key (resolve, in the engine) is
+	// masked in the run that uses it.
+	credentials := func(ctx context.Context, ref string) ([]byte, error) {
+		v, err := resolver.Resolve(ctx, ref)
+		if err == nil {
+			secret.Register(v)
+		}
+		return []byte(v), err
+	}
 	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, Logger: log.With("component", "plugin")})
 	if err != nil {
 		return nil, err
 	}
-	keeperTarget, err := newKeeperTarget(c, reg, files, sshKey, plugins.Driver, resolve)
+	keeperTarget, err := newKeeperTarget(c, reg, files, sshKey, plugins.Driver, credentials)
 	if err != nil {
 		plugins.Close()
 		return nil, err
@@ -90,7 +100,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		plugins.Close()
 		return nil, err
 	}
-	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, drivers: plugins.Driver, resolve: resolve}}, nil
+	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, drivers: plugins.Driver, resolve: credentials}}, nil
 }
 
 // dataKey returns the key that seals secrets at rest: from data_key_ref
@@ -109,5 +119,6 @@ func dataKey(c config.Config) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data_key_ref: %w", err)
 	}
+	secret.Register(v)
 	return secret.DecodeKey(v)
 }
