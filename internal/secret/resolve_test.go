@@ -213,4 +213,3 @@ func TestNewResolverValidates(t *testing.T) {
 		})
 	}
 }
-
