@@ -173,9 +173,10 @@ func encodeNoHTML(v any) ([]byte, error) {
 // by decoded key, the last of duplicates kept, and the value under a
 // sensitive key that is not null becomes "***".
 type rewriter struct {
-	src []byte
-	m   masker
-	out []byte
+	src  []byte
+	text string // src as a string, once a plain value needs masking
+	m    masker
+	out  []byte
 }
 
 // member is an object member: its decoded key, the key as written, and
@@ -203,7 +204,7 @@ func (r *rewriter) value(i, end int) error {
 		if err != nil {
 			return err
 		}
-		return r.str(r.src[i:j], true)
+		return r.valueStr(i, j)
 	default:
 		j := skipScalar(r.src, i)
 		r.out = append(r.out, r.src[i:j]...)
@@ -315,6 +316,31 @@ func (r *rewriter) array(i int) error {
 		r.out = append(r.out, ',')
 		i++
 	}
+}
+
+// valueStr writes the string value at src[i:j] masked. A plain string is
+// masked as a substring of the document's text, made once per document and
+// only when the masker could change something: a response without secrets
+// costs no allocation per string.
+func (r *rewriter) valueStr(i, j int) error {
+	raw := r.src[i:j]
+	if !plain(raw) {
+		return r.str(raw, true)
+	}
+	if !r.m.redact && len(r.m.values) == 0 && !bytes.Contains(raw, []byte("t_")) {
+		r.out = append(r.out, raw...)
+		return nil
+	}
+	if r.text == "" {
+		r.text = string(r.src)
+	}
+	text := r.text[i+1 : j-1]
+	if m := r.m.str(text); m != text {
+		r.out = append(append(append(r.out, '"'), m...), '"') // plain text stays plain
+		return nil
+	}
+	r.out = append(r.out, raw...)
+	return nil
 }
 
 // str writes the quoted string raw re-encoded, masking it if mask is set
