@@ -150,8 +150,8 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.fatal_error", ErrorMsg: fatal, Outputs: r.outputs()}
 		}
 		if secrets.Overflowed() {
-			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.too_many_secrets", Outputs: r.outputs(),
-				ErrorMsg: fmt.Sprintf("the run registered more than %d secret values; its output is withheld", secret.MaxRunValues)}
+			// The runner says why; no later step runs.
+			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: runner.CodeTooManySecrets, Outputs: r.outputs()}
 		}
 	}
 	out := runner.Outcome{Phase: store.PhaseSucceeded, Outputs: r.outputs()}

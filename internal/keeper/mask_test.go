@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -546,5 +547,67 @@ func TestSoulKeyCannotRewriteOtherRuns(t *testing.T) {
 		if e.Action == "run.finished" && e.Object == "run/"+after.ID && !strings.Contains(string(e.Payload), `"phase":"Succeeded"`) {
 			t.Fatalf("the audit log reads %s", e.Payload)
 		}
+	}
+}
+
+// TestTooManySecretsWithholdsOutput: a run that hands the keeper more
+// secret values than a run's set holds (1024) cannot use that to get the
+// extra ones shown: its output is withheld (every string masked) and it
+// fails with run.too_many_secrets; another run is unaffected.
+func TestTooManySecretsWithholdsOutput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	admin := adminClient(t, k, data)
+	operator, _ := roleClient(t, k, admin, "flood", "operator")
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, admin, "web.local.test", srv)
+	ctx := context.Background()
+	values := make([]any, 1100)
+	for i := range values {
+		values[i] = fmt.Sprintf("flood-secret-%04d", i)
+	}
+	sc := `inputs:
+  api_tokens: {type: list}
+steps:
+  - name: print
+    on: web.local.test
+    module: core.command.ran
+    params: {cmd: 'echo "last: ${ input.api_tokens[1099] } first: ${ input.api_tokens[0] }"'}
+  - name: never
+    on: web.local.test
+    module: core.command.ran
+    params: {cmd: 'echo unreachable'}
+`
+	run, _, err := operator.RunCreate(ctx, client.RunCreate{Scenario: sc, Input: map[string]any{"api_tokens": values}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := waitRun(t, operator, run.ID)
+	if final.Phase != "Failed" || final.Error == nil || final.Error.Code != "run.too_many_secrets" {
+		t.Fatalf("run = %s %+v", final.Phase, final.Error)
+	}
+	if len(final.Steps) != 1 {
+		t.Fatalf("steps after the overflow ran: %+v", final.Steps)
+	}
+	if !strings.Contains(final.Error.Message, "more than 1024 secret values") {
+		t.Fatalf("the error does not say why: %q", final.Error.Message)
+	}
+	if got := stdout(t, final.Steps[0].Targets[0]); got != "***" {
+		t.Fatalf("the overflowed run's output = %q, want withheld", got)
+	}
+	for what, text := range answers(t, operator, run.ID) {
+		if strings.Contains(text, "flood-secret-") {
+			t.Errorf("%s shows a secret: %.300s", what, text)
+		}
+	}
+	other := "steps:\n  - name: say\n    on: web.local.test\n    module: core.command.ran\n    params: {cmd: 'echo still-readable'}\n"
+	r2, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done := waitRun(t, admin, r2.ID); done.Phase != "Succeeded" || stdout(t, done.Steps[0].Targets[0]) != "still-readable\n" {
+		t.Fatalf("another run = %s %s", done.Phase, done.Steps[0].Targets[0].Output)
 	}
 }

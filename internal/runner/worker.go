@@ -25,6 +25,10 @@ var (
 	errCancelRequested = errors.New("cancel requested")
 )
 
+// CodeTooManySecrets fails a run whose secret set overflowed
+// (secret.MaxRunValues): its output is withheld.
+const CodeTooManySecrets = "run.too_many_secrets"
+
 // Work claims the run's lease and executes it. A run that is finished, or
 // held by a live keeper, makes the job a no-op.
 func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
@@ -120,8 +124,15 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	case errors.Is(cause, context.DeadlineExceeded) && out.Phase != store.PhaseSucceeded:
 		out.Phase, out.ErrorCode, out.ErrorMsg = store.PhaseFailed, "run.timeout", fmt.Sprintf("the run did not finish within its timeout of %s", run.Timeout)
 	}
+	errMsg := secrets.MaskString(out.ErrorMsg)
+	if secrets.Overflowed() {
+		// Everything the run stored is masked whole; say why, in words
+		// that hold no secret.
+		out.Phase, out.ErrorCode = store.PhaseFailed, CodeTooManySecrets
+		errMsg = fmt.Sprintf("the run registered more than %d secret values; its output is withheld", secret.MaxRunValues)
+	}
 	masked, _ := json.Marshal(secrets.Mask(orEmpty(out.Outputs)))
-	finish := store.RunFinishParams{ID: id, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: secrets.MaskString(out.ErrorMsg), Outputs: masked, Message: string(masked)}
+	finish := store.RunFinishParams{ID: id, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked, Message: string(masked)}
 	// Finishing must not be cut short by the keeper stopping.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer fcancel()
