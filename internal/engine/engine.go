@@ -75,6 +75,10 @@ type state struct {
 	Failed   map[string]string    `json:"failed"`    // sid -> step it failed in
 	InFlight *int                 `json:"in_flight"` // index of the step started last and not finished
 	Errors   []string             `json:"errors"`    // first failures, for the run's message
+	// Secrets are the values of the run's secret set, so that a resumed
+	// run masks what earlier steps minted or resolved (the checkpoint is
+	// sealed).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 type stepState struct {
@@ -90,7 +94,15 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	if err != nil {
 		return failed("scenario.invalid", "the stored scenario no longer validates: "+err.Error())
 	}
-	registerSecrets(plan)
+	secrets := x.Secrets
+	if secrets == nil {
+		secrets = secret.NewSet()
+	}
+	declared := map[string]bool{}
+	for _, name := range plan.SecretInputs {
+		declared[name] = true
+	}
+	runner.AddInputSecrets(secrets, plan.Input, declared)
 	st := state{Done: map[string]stepState{}, Failed: map[string]string{}}
 	if x.Resume != nil {
 		if err := json.Unmarshal(x.Resume, &st); err != nil {
@@ -102,14 +114,23 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		if st.Failed == nil {
 			st.Failed = map[string]string{}
 		}
+		// What earlier executions added (tokens minted, keys resolved).
+		for _, v := range st.Secrets {
+			secrets.Add(v)
+		}
 	}
 	log := e.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: e.Resolve, Options: e.SSH, FilesDir: e.FilesDir})
+	log = slog.New(secrets.LogHandler(log.Handler()))
+	sshOpts := e.SSH
+	if sshOpts.Logger != nil {
+		sshOpts.Logger = slog.New(secrets.LogHandler(sshOpts.Logger.Handler()))
+	}
+	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Options: sshOpts, FilesDir: e.FilesDir})
 	defer souls.Close()
-	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, st: &st, log: log.With("run", x.Run.ID)}
+	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
@@ -134,6 +155,10 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		if fatal != "" {
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.fatal_error", ErrorMsg: fatal, Outputs: r.outputs()}
 		}
+		if secrets.Overflowed() {
+			// The runner says why; no later step runs.
+			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: runner.CodeTooManySecrets, Outputs: r.outputs()}
+		}
 	}
 	out := runner.Outcome{Phase: store.PhaseSucceeded, Outputs: r.outputs()}
 	if len(st.Failed) > 0 {
@@ -143,33 +168,18 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	return out
 }
 
-// registerSecrets makes the text of every secret input (declared secret,
-// or under a secret-looking name) masked wherever it appears: in outputs,
-// events and logs, even when a script prints it under another name.
-func registerSecrets(plan *scenario.Plan) {
-	declared := map[string]bool{}
-	for _, name := range plan.SecretInputs {
-		declared[name] = true
+// resolveInto returns resolve (or, when nil, the env:/file: resolver) with
+// every key it resolves added to the run's secrets.
+func resolveInto(secrets *secret.Set, resolve func(ctx context.Context, ref string) ([]byte, error)) func(ctx context.Context, ref string) ([]byte, error) {
+	if resolve == nil {
+		resolve = resolveLocal
 	}
-	var walk func(v any, secretHere bool)
-	walk = func(v any, secretHere bool) {
-		switch x := v.(type) {
-		case string:
-			if secretHere {
-				secret.Register(x)
-			}
-		case map[string]any:
-			for k, val := range x {
-				walk(val, secretHere || secret.IsSensitiveKey(k))
-			}
-		case []any:
-			for _, val := range x {
-				walk(val, secretHere)
-			}
+	return func(ctx context.Context, ref string) ([]byte, error) {
+		b, err := resolve(ctx, ref)
+		if err == nil {
+			secrets.Add(strings.TrimSpace(string(b)))
 		}
-	}
-	for k, v := range plan.Input {
-		walk(v, declared[k] || secret.IsSensitiveKey(k))
+		return b, err
 	}
 }
 
@@ -190,6 +200,7 @@ type run struct {
 	rec     runner.Recorder
 	souls   *Souls
 	input   map[string]any
+	secrets *secret.Set // the run's own secret values
 	log     *slog.Logger
 
 	mu sync.Mutex
@@ -198,13 +209,8 @@ type run struct {
 
 // info is what a module learns of the run it executes in.
 func (r *run) info(s *scenario.PlanStep) module.RunInfo {
-	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: processSecrets{}}
+	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: r.secrets}
 }
-
-// processSecrets registers a run's secrets with the process-wide masker.
-type processSecrets struct{}
-
-func (processSecrets) Add(v string) { secret.Register(v) }
 
 // outputs are the step outputs by step name.
 func (r *run) outputs() map[string]any {
@@ -230,6 +236,7 @@ func (r *run) vars() expr.Vars {
 
 func (r *run) checkpoint() error {
 	r.mu.Lock()
+	r.st.Secrets = r.secrets.Values()
 	b, err := json.Marshal(r.st)
 	r.mu.Unlock()
 	if err != nil {
@@ -435,7 +442,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		_ = json.Unmarshal(raw, &params)
 		for _, name := range names {
 			if v, ok := params[name].(string); ok {
-				secret.Register(v)
+				r.secrets.Add(v)
 			}
 		}
 	}

@@ -125,7 +125,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 			log.Warn("stop runner", "err", err)
 		}
 	}()
-	handler := api.New(api.Config{Store: st, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
+	handler := api.New(api.Config{Store: svc.store, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
 		VerifyAudit:      AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval)})
 	srv := &http.Server{

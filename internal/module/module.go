@@ -61,9 +61,12 @@ type RunInfo struct {
 	Secrets Secrets
 }
 
-// Secrets collects the text of secrets a run has seen.
+// Secrets collects the text of secrets a run has seen (the engine passes
+// the run's *secret.Set).
 type Secrets interface {
-	// Add registers value so that it is masked wherever it appears.
+	// Add registers value so that it is masked wherever it appears in this
+	// run's events, outputs, errors and logs — and nowhere else: it never
+	// rewrites another run, the registries or the audit log.
 	Add(value string)
 }
 
