@@ -123,6 +123,9 @@ func TestTemplateEval(t *testing.T) {
 		{"strings ext", "${ input.name.upperAscii() }", 0, "WEB", KindString},
 		{"optional", `${ input.?missing.orValue("dflt") }`, 0, "dflt", KindDyn},
 		{"cross type compare", "${ input.spawn.count > 1 }", 0, true, KindBool},
+		{"quote plain word", "ls ${ quote(input.name) }", 0, "ls web", KindString},
+		{"quote hostile", `printf %s ${ quote("'; touch /tmp/pwned; '\n$(id)") }`, 0, `printf %s ''\''; touch /tmp/pwned; '\''` + "\n" + `$(id)'`, KindString},
+		{"quote empty", `${ quote("") }`, 0, "''", KindString},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -278,6 +281,8 @@ func TestEvalErrors(t *testing.T) {
 	}{
 		{"missing key", "x=${ input.nope }", "column 5: no such key: nope"},
 		{"division by zero", "${ 1 / (input.count - 3) }", "division by zero"},
+		{"quote NUL", `${ quote(input.name + "\x00") }`, "NUL byte"},
+		{"quote not a string", "${ quote(input.count) }", "no such overload"},
 		{"cost limit", "${ [1,2,3,4,5,6,7,8,9,10].map(a, [1,2,3,4,5,6,7,8,9,10].map(b, [1,2,3,4,5,6,7,8,9,10].map(c, [1,2,3,4,5,6,7,8,9,10].map(d, a+b+c+d)))) }", "cost limit"},
 	}
 	for _, tt := range tests {

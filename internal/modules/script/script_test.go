@@ -36,6 +36,12 @@ printf '{"got":%s,"vm":"%s","changed":false}\n' "$event" "$VM_IP"`
 	if module.Code(err) != "script.failed" || err.Error() != "exit status 2: broken" {
 		t.Fatalf("failing script: %v", err)
 	}
+	// The script text reaches the interpreter byte for byte, and the
+	// variable that carried it is gone before the script runs.
+	res, err = moduletest.Run(t, m, tg, map[string]any{"source": "# it's \"ü\" \\ $x `id`\nprintf '{\"src\":\"%s\"}' \"${SOULSTACK_SCRIPT_SOURCE-unset}\"\n"})
+	if err != nil || res.Output.(map[string]any)["src"] != "unset" {
+		t.Fatalf("script text: %+v, %v", res, err)
+	}
 	tg.Files = map[string][]byte{"handler.sh": []byte("echo '[1,2]'")}
 	res, err = moduletest.Run(t, m, tg, map[string]any{"path": "handler.sh"})
 	if err != nil || len(res.Output.([]any)) != 2 {
