@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -103,7 +104,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	}
 	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: e.Resolve, Options: e.SSH, FilesDir: e.FilesDir})
 	defer souls.Close()
-	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, st: &st, log: log.With("run", x.Run.ID)}
+	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
@@ -184,7 +185,10 @@ type run struct {
 	rec     runner.Recorder
 	souls   *Souls
 	input   map[string]any
-	log     *slog.Logger
+	// secretInputs names the inputs declared secret or under a
+	// secret-looking name.
+	secretInputs []string
+	log          *slog.Logger
 
 	mu sync.Mutex
 	st *state
@@ -192,7 +196,20 @@ type run struct {
 
 // info is what a module learns of the run it executes in.
 func (r *run) info(s *scenario.PlanStep) module.RunInfo {
-	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: processSecrets{}}
+	secretParams := append(s.SecretParams(), s.ParamsUsing(r.secretInputs)...)
+	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: processSecrets{}, SecretParams: secretParams}
+}
+
+// secretInputNames names the inputs whose values are secret: declared
+// secret, or under a secret-looking name.
+func secretInputNames(plan *scenario.Plan) []string {
+	names := slices.Clone(plan.SecretInputs)
+	for k := range plan.Input {
+		if secret.IsSensitiveKey(k) && !slices.Contains(names, k) {
+			names = append(names, k)
+		}
+	}
+	return names
 }
 
 // processSecrets registers a run's secrets with the process-wide masker.
