@@ -278,7 +278,8 @@ func (e *Env) Compile(src string, scope Scope) (*Program, error) {
 	return p, err
 }
 
-func (e *Env) compile(src string, scope Scope) (*Program, error) {
+func (e *Env) compile(src string, scope Scope) (_ *Program, err error) {
+	defer recoverInvalid(src, &err)
 	if strings.TrimSpace(src) == "" {
 		return nil, newError(ErrSyntax, src, 0, "empty expression")
 	}
@@ -293,6 +294,9 @@ func (e *Env) compile(src string, scope Scope) (*Program, error) {
 	checked, iss := env.Check(parsed)
 	if iss.Err() != nil {
 		return nil, issuesError(ErrCheck, src, iss, scope)
+	}
+	if err := checkMapKeys(checked, src); err != nil {
+		return nil, err
 	}
 	prg, err := env.Program(checked,
 		cel.CostLimit(e.costLimit),
@@ -393,8 +397,10 @@ func (v Vars) activation() map[string]any {
 }
 
 // Eval evaluates the program and returns its value as a JSON-compatible Go
-// value (see Native). Failures are *Error values with ErrEval.
-func (p *Program) Eval(ctx context.Context, vars Vars) (any, error) {
+// value (see Native). Failures are *Error values with ErrEval, or
+// ErrInvalid when cel-go panicked.
+func (p *Program) Eval(ctx context.Context, vars Vars) (_ any, err error) {
+	defer recoverInvalid(p.src, &err)
 	if err := ctx.Err(); err != nil {
 		return nil, newError(ErrEval, p.src, 0, err.Error())
 	}

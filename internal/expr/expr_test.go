@@ -385,3 +385,54 @@ func TestConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+// Expressions that make cel-go panic fail to compile with a located error
+// instead: map keys of a type CEL does not allow are a check error at the
+// key, and any other panic inside cel-go is ErrInvalid at the expression.
+// The first one is the crasher FuzzInterpolate found (testdata/fuzz keeps
+// it); before, it took down the keeper's request and soulctl.
+func TestCELPanicsAreErrors(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	tests := []struct {
+		name, src string
+		kind      error
+		column    int
+		message   string
+	}{
+		{"bytes map key", `${ {b"0": 1}.size() > 0 }`, ErrCheck, 5, "a map key of type bytes; map keys must be int, uint, bool or string"},
+		{"list map key", `x ${ {[1]: 1} }`, ErrCheck, 7, "a map key of type list(int)"},
+		{"double map key", `${ {1.5: 1} }`, ErrCheck, 5, "a map key of type double"},
+		{"dyn bytes key folded while planning", `${ {dyn(b"0"): 1}.size() > 0 }`, ErrInvalid, 4, "CEL cannot handle this expression (runtime error: hash of unhashable type types.Bytes)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := env.Template(tt.src, 0)
+			errs := Errors(err)
+			if len(errs) != 1 || !errors.Is(errs[0], tt.kind) || errs[0].Column != tt.column || !strings.Contains(errs[0].Message, tt.message) {
+				t.Fatalf("Template(%q) = %v; want one %v at column %d containing %q", tt.src, err, tt.kind, tt.column, tt.message)
+			}
+		})
+	}
+	// A string-keyed map literal still works.
+	tpl, err := env.Template(`${ {input.name: 1, "b": 2}.size() }`, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := tpl.Eval(context.Background(), testVars); err != nil || v != int64(2) {
+		t.Fatalf("Eval = %v, %v", v, err)
+	}
+}
+
+// recoverInvalid turns a panic in the deferring function into ErrInvalid.
+func TestRecoverInvalid(t *testing.T) {
+	t.Parallel()
+	err := func() (err error) {
+		defer recoverInvalid("a + b", &err)
+		panic("boom")
+	}()
+	if !errors.Is(err, ErrInvalid) || err.Error() != "column 1: CEL cannot handle this expression (boom); rewrite it" {
+		t.Fatalf("err = %v", err)
+	}
+}
