@@ -134,3 +134,46 @@ steps:
 		t.Fatal("the run reports the SHA-256 of the secret input")
 	}
 }
+
+// Two souls at the same address and user, one with a key the server
+// accepts and one registered with a key it does not: in one run, the
+// second must fail to authenticate rather than ride on the connection the
+// first opened (the pool used to key connections by user@host:port only,
+// so the second soul's commands ran with the first one's credentials).
+func TestRunSoulWithOtherKeyGetsNoSharedConnection(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "good.local.test", srv)
+	stranger, _, err := sshtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPath := filepath.Join(t.TempDir(), "stranger.key")
+	if err := os.WriteFile(keyPath, stranger, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.SoulCreate(ctx, client.SoulCreate{SID: "other.local.test", Address: srv.Addr, Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
+		t.Fatal(err)
+	}
+	sc := "steps:\n  - name: who\n    on: [good.local.test, other.local.test]\n    module: core.command.ran\n    connect: {retries: 0}\n    params: {cmd: 'id -u'}\n"
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := waitRun(t, c, run.ID)
+	got := map[string]string{}
+	for _, tg := range final.Steps[0].Targets {
+		code := ""
+		if tg.Error != nil {
+			code = tg.Error.Code
+		}
+		got[tg.SID] = tg.Status + " " + code
+	}
+	if got["good.local.test"] != "changed " || !strings.HasSuffix(got["other.local.test"], " ssh.auth_failed") {
+		t.Fatalf("targets = %v; want good changed and other failing with ssh.auth_failed", got)
+	}
+}
