@@ -50,7 +50,7 @@ func NewPool(opts Options) *Pool {
 func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 	key, err := keyOf(t)
 	if err != nil {
-		return nil, fmt.Errorf("ssh pool: get %s: %w", t, err)
+		return nil, err // names the target already
 	}
 	for {
 		p.mu.Lock()

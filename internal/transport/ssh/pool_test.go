@@ -275,3 +275,23 @@ func TestPoolPinAfterFirstContactReusesTheConnection(t *testing.T) {
 		t.Fatalf("pinned get: reused=%v err=%v dials=%d", c == tofu, err, dials.count())
 	}
 }
+
+// A target whose keys do not parse fails before any dial: the pool needs
+// their fingerprints to know which connection the target may share.
+func TestPoolInvalidTargetDoesNotDial(t *testing.T) {
+	t.Parallel()
+	var dials dialCounter
+	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial})
+	defer pool.Close()
+	for _, tg := range []ssh.Target{
+		{Address: "127.0.0.1", User: "root", PrivateKey: []byte("not a key")},
+		{Address: "127.0.0.1", User: "root", PrivateKey: func() []byte { k, _, _ := sshtest.NewKey(); return k }(), HostKey: "ssh-ed25519 not-base64"},
+	} {
+		if _, err := pool.Get(t.Context(), tg); !errors.Is(err, ssh.ErrInvalidTarget) {
+			t.Errorf("get: %v, want ErrInvalidTarget", err)
+		}
+	}
+	if dials.count() != 0 {
+		t.Errorf("%d dials for invalid targets", dials.count())
+	}
+}
