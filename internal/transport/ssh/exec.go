@@ -31,8 +31,8 @@ type Command struct {
 	// exports them and execs the command with the rest of the input, so
 	// they never appear in a command line (which any user of the host can
 	// read in /proc/*/cmdline); sshd's setenv, which most servers refuse,
-	// is not used. Names must be shell identifiers; values may hold any
-	// byte but NUL. LC_ALL=C is always set first, so an LC_ALL here
+	// is not used. Names must be shell identifiers not starting with
+	// "__soulstack_"; values may hold any byte but NUL. LC_ALL=C is always set first, so an LC_ALL here
 	// overrides it.
 	Env map[string]string
 	// Dir is the working directory; empty means the login directory.
@@ -400,11 +400,17 @@ func commandLine(cmd Command, sudo bool) (string, []byte, error) {
 // time, so not a byte past the header is consumed. A header cut short
 // fails with status 125 before the command runs.
 const envPrologue = `while :; do
-IFS= read -r l || { echo "soulstack: environment header cut short" >&2; exit 125; }
-[ -n "$l" ] || break
-v=$(printf '%bx' "${l#*=}") && export "${l%%=*}=${v%x}" || exit 125
+IFS= read -r __soulstack_l || { echo "soulstack: environment header cut short" >&2; exit 125; }
+[ -n "$__soulstack_l" ] || break
+__soulstack_v=$(printf '%bx' "${__soulstack_l#*=}") &&
+export "${__soulstack_l%%=*}=${__soulstack_v%x}" || exit 125
 done
+unset __soulstack_l __soulstack_v
 exec "$@"`
+
+// envReserved prefixes the prologue's own variables; Env names may not
+// start with it.
+const envReserved = "__soulstack_"
 
 // envHeader encodes env for envPrologue, sorted by name: one line
 // NAME=VALUE per variable, then an empty line. Printable ASCII other than
@@ -422,6 +428,9 @@ func envHeader(env map[string]string) ([]byte, error) {
 	for _, k := range names {
 		if !isName(k) {
 			return nil, fmt.Errorf("%w: environment variable name %q is not a shell identifier", ErrInvalidCommand, k)
+		}
+		if strings.HasPrefix(k, envReserved) {
+			return nil, fmt.Errorf("%w: environment variable names starting with %s are reserved", ErrInvalidCommand, envReserved)
 		}
 		v := env[k]
 		if strings.IndexByte(v, 0) >= 0 {

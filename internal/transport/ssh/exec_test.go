@@ -42,6 +42,7 @@ func TestExec(t *testing.T) {
 		{name: "LC_ALL", cmd: ssh.Command{Script: `printf %s "$LC_ALL"`}, wantStdout: "C"},
 		{name: "LC_ALL in argv", cmd: ssh.Command{Argv: []string{"printenv", "LC_ALL"}}, wantStdout: "C\n"},
 		{name: "env", cmd: ssh.Command{Argv: []string{"printenv", "A", "B_2"}, Env: map[string]string{"A": "x y", "B_2": "$HOME"}}, wantStdout: "x y\n$HOME\n"},
+		{name: "env named like shell variables", cmd: ssh.Command{Argv: []string{"printenv", "l", "v", "m", "IFS"}, Env: map[string]string{"l": "1", "v": "2", "m": "3", "IFS": ":"}}, wantStdout: "1\n2\n3\n:\n"},
 		{name: "env overrides LC_ALL", cmd: ssh.Command{Argv: []string{"printenv", "LC_ALL"}, Env: map[string]string{"LC_ALL": "C.UTF-8"}}, wantStdout: "C.UTF-8\n"},
 		{name: "argv0 with =", cmd: ssh.Command{Argv: []string{"X=1", "y"}}, wantExit: 127},
 		{name: "dir", cmd: ssh.Command{Argv: []string{"pwd"}, Dir: dir}, wantStdout: dir + "\n"},
@@ -119,6 +120,7 @@ func TestExecInvalidCommands(t *testing.T) {
 		{"both", ssh.Command{Argv: []string{"true"}, Script: "true"}},
 		{"bad env name", ssh.Command{Argv: []string{"true"}, Env: map[string]string{"A-B": "secret-value"}}},
 		{"nul in env", ssh.Command{Argv: []string{"true"}, Env: map[string]string{"A": "secret\x00value"}}},
+		{"reserved env name", ssh.Command{Argv: []string{"true"}, Env: map[string]string{"__soulstack_l": "secret-value"}}},
 		{"nul in argv", ssh.Command{Argv: []string{"echo", "a\x00b"}}},
 		{"too long", ssh.Command{Script: strings.Repeat("x", 200<<10)}},
 	}
