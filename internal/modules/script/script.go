@@ -96,6 +96,10 @@ func (*Ran) ValidateParams(v module.Values) error {
 // in `env` is replaced.
 const sourceVar = "SOULSTACK_SCRIPT_SOURCE"
 
+// maxSource is the longest script accepted: Linux caps one environment
+// string, NAME=VALUE, at 128 KiB.
+const maxSource = 128<<10 - len(sourceVar) - 2
+
 // runScript writes the script ($SOULSTACK_SCRIPT_SOURCE) to a private
 // temporary file, removes the variable and runs the script with the
 // interpreter (the arguments); standard input, which holds the event,
@@ -123,6 +127,9 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 			return module.Result{}, err
 		}
 		src = string(b)
+	}
+	if len(src) > maxSource {
+		return module.Result{}, &module.Error{Code: "script.too_large", Message: fmt.Sprintf("the script is %d bytes; at most %d are accepted", len(src), maxSource)}
 	}
 	interp := strings.Fields(p.Interpreter)
 	if len(interp) == 0 {
