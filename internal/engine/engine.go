@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -130,7 +131,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	}
 	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Options: sshOpts, FilesDir: e.FilesDir})
 	defer souls.Close()
-	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, st: &st, log: log.With("run", x.Run.ID)}
+	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
@@ -201,7 +202,10 @@ type run struct {
 	souls   *Souls
 	input   map[string]any
 	secrets *secret.Set // the run's own secret values
-	log     *slog.Logger
+	// secretInputs names the inputs declared secret or under a
+	// secret-looking name.
+	secretInputs []string
+	log          *slog.Logger
 
 	mu sync.Mutex
 	st *state
@@ -209,7 +213,20 @@ type run struct {
 
 // info is what a module learns of the run it executes in.
 func (r *run) info(s *scenario.PlanStep) module.RunInfo {
-	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: r.secrets}
+	secretParams := append(s.SecretParams(), s.ParamsUsing(r.secretInputs)...)
+	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: r.secrets, SecretParams: secretParams}
+}
+
+// secretInputNames names the inputs whose values are secret: declared
+// secret, or under a secret-looking name.
+func secretInputNames(plan *scenario.Plan) []string {
+	names := slices.Clone(plan.SecretInputs)
+	for k := range plan.Input {
+		if secret.IsSensitiveKey(k) && !slices.Contains(names, k) {
+			names = append(names, k)
+		}
+	}
+	return names
 }
 
 // outputs are the step outputs by step name.

@@ -23,6 +23,7 @@ package module
 import (
 	"context"
 	"encoding/json"
+	"slices"
 )
 
 // Module is one state of a module, for example core.pkg.installed.
@@ -59,6 +60,16 @@ type RunInfo struct {
 	// Secrets masks the text of secrets the module resolves or mints in
 	// this run's events, outputs and logs. Nil outside a run.
 	Secrets Secrets
+	// SecretParams names the step's params whose values carry secrets:
+	// the params the module declares secret and those computed from the
+	// run's secret inputs. A module must not report anything derived from
+	// them, such as a hash, which would let a reader guess a short secret.
+	SecretParams []string
+}
+
+// SecretParam reports whether the step's param name carries a secret.
+func (r RunInfo) SecretParam(name string) bool {
+	return slices.Contains(r.SecretParams, name)
 }
 
 // Secrets collects the text of secrets a run has seen (the engine passes
