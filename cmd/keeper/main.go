@@ -232,7 +232,7 @@ for an admin token that is lost but not yet expired; revoke the lost one after.`
 					return fmt.Errorf("no keeper database at %s: pass the keeper's --data-dir, --database-url or --config", c.SQLitePath())
 				}
 			}
-			st, err := keeper.OpenStore(cmd.Context(), c)
+			st, err := keeper.OpenStoreKeyed(cmd.Context(), c)
 			if err != nil {
 				return err
 			}

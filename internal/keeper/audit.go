@@ -129,3 +129,16 @@ func VerifyAudit(ctx context.Context, c config.Config, st *sqlstore.Store) (audi
 	}
 	return AuditVerifier(st, key, c.AuditCheckpointDir, nil)(ctx)
 }
+
+// OpenStoreKeyed opens the configured database as OpenStore does, with the
+// audit key of the keeper that serves it, for a command run on the host
+// that writes registry changes (keeper token bootstrap): its audit events
+// join the keyed chain like the serving keeper's own. The key must exist
+// already; it is never made here.
+func OpenStoreKeyed(ctx context.Context, c config.Config) (*sqlstore.Store, error) {
+	key, err := auditKey(ctx, c, false)
+	if err != nil {
+		return nil, err
+	}
+	return OpenStore(ctx, c, sqlstore.WithAuditKey(key))
+}
