@@ -22,6 +22,9 @@ const (
 	DefaultCPUs       = 1.0
 	DefaultMemoryMB   = 1024
 	DefaultSSHUser    = "root"
+	// DefaultHostPort is the keeper's default API port: the one host
+	// port VMs may reach unless host_ports says otherwise.
+	DefaultHostPort = 8420
 
 	// MinMemoryMB is the smallest memory limit a VM may get: its init,
 	// sshd and a login shell need a few megabytes each.
@@ -33,8 +36,8 @@ const (
 )
 
 // Config is the provider's driver-specific config: {"subnet":
-// "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local"}. Both keys are
-// optional.
+// "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local", "host_ports":
+// [8420]}. Every key is optional.
 type Config struct {
 	// Subnet is the IPv4 network of the bridge: the driver takes its first
 	// address and gives the VMs the others. Empty means the first of
@@ -43,6 +46,11 @@ type Config struct {
 	Subnet netip.Prefix
 	// StateDir holds the driver's state and the VMs' upper layers.
 	StateDir string
+	// HostPorts are the TCP ports on the host's own addresses VMs may
+	// connect to (the keeper's API and agent listeners); everything else
+	// they send to the host, but DNS, is dropped. nil means
+	// [DefaultHostPort]; an empty list allows none.
+	HostPorts []uint16
 }
 
 // Spec is a VM profile: {"cpus": 1, "memory_mb": 512, "ssh_user": "root",
@@ -134,11 +142,26 @@ func decodeString(m map[string]json.RawMessage, key, field string) (string, bool
 // Problems are *driversdk.Error with code profile.invalid and a Field
 // prefixed "config.".
 func ParseConfig(raw json.RawMessage) (Config, error) {
-	m, err := objectKeys(raw, []string{"state_dir", "subnet"}, "config.")
+	m, err := objectKeys(raw, []string{"host_ports", "state_dir", "subnet"}, "config.")
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{StateDir: DefaultStateDir}
+	c := Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}}
+	if v, ok := m["host_ports"]; ok {
+		var ports []float64
+		if err := json.Unmarshal(v, &ports); err != nil || ports == nil {
+			return Config{}, invalid("config.host_ports", "must be a list of TCP port numbers such as [%d]", DefaultHostPort)
+		}
+		c.HostPorts = []uint16{}
+		for _, p := range ports {
+			if p != math.Trunc(p) || p < 1 || p > 65535 {
+				return Config{}, invalid("config.host_ports", "%v is not a TCP port number (1-65535)", p)
+			}
+			if !slices.Contains(c.HostPorts, uint16(p)) {
+				c.HostPorts = append(c.HostPorts, uint16(p))
+			}
+		}
+	}
 	if s, ok, err := decodeString(m, "state_dir", "config.state_dir"); err != nil {
 		return Config{}, err
 	} else if ok {

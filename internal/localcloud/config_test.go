@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -77,9 +78,14 @@ func TestParseConfig(t *testing.T) {
 		want      Config
 		wantField string
 	}{
-		{"empty", `{}`, Config{StateDir: DefaultStateDir}, ""},
+		{"empty", `{}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}}, ""},
 		{"both", `{"subnet": "10.99.0.0/16", "state_dir": "/srv/local/"}`,
-			Config{StateDir: "/srv/local", Subnet: netip.MustParsePrefix("10.99.0.0/16")}, ""},
+			Config{StateDir: "/srv/local", Subnet: netip.MustParsePrefix("10.99.0.0/16"), HostPorts: []uint16{DefaultHostPort}}, ""},
+		{"host ports", `{"host_ports": [8420, 9000, 8420]}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{8420, 9000}}, ""},
+		{"no host port", `{"host_ports": []}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{}}, ""},
+		{"host port out of range", `{"host_ports": [70000]}`, Config{}, "config.host_ports"},
+		{"host port not a number", `{"host_ports": ["ssh"]}`, Config{}, "config.host_ports"},
+		{"host ports not a list", `{"host_ports": 8420}`, Config{}, "config.host_ports"},
 		{"unknown key", `{"subnet": "10.99.0.0/24", "region": "x"}`, Config{}, "config.region"},
 		{"host bits", `{"subnet": "10.99.0.1/24"}`, Config{}, "config.subnet"},
 		{"ipv6", `{"subnet": "fd00::/64"}`, Config{}, "config.subnet"},
@@ -99,7 +105,7 @@ func TestParseConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("ParseConfig = %+v, want %+v", got, tc.want)
 			}
 		})

@@ -46,6 +46,8 @@ type hostState struct {
 	Bridge string       `json:"bridge"`
 	Table  string       `json:"nft_table"`
 	MTU    int          `json:"mtu"`
+	// HostPorts are the TCP ports of the host VMs may reach (Config).
+	HostPorts []uint16 `json:"host_ports"`
 }
 
 // gateway is the bridge's address: the subnet's first one.

@@ -23,7 +23,9 @@ import (
 
 // TestDestroyLeavesNoTrace compares what the driver may leave on the host
 // before Create and after Destroy, with VMs that did all they could to
-// leave something: background processes, a mount, a child cgroup, files.
+// leave something: background processes, processes in a new session,
+// files in their root and /var/tmp (VMs can neither mount nor make
+// cgroups: TestVMCannotReachHost).
 // It is not parallel, so that ip_forward is its own to compare.
 func TestDestroyLeavesNoTrace(t *testing.T) {
 	e := newEnv(t, nil)
@@ -31,16 +33,11 @@ func TestDestroyLeavesNoTrace(t *testing.T) {
 	fwdBefore, fwdOK := forwarding(t, e.dir)
 	vms := e.create(t, driversdk.CreateRequest{RequestID: "no-trace", Count: 2})
 	ids := vmIDs(vms)
-	memDir := "/sys/fs/cgroup/memory"
-	if isCgroup2() {
-		memDir = "/sys/fs/cgroup"
-	}
 	for _, vm := range vms {
 		e.run(t, vm, "root", `set -e
 setsid sleep 1000 </dev/null >/dev/null 2>&1 &
 setsid sh -c 'while :; do sleep 1; done' </dev/null >/dev/null 2>&1 &
-mkdir -p /mnt/scratch && mount -t tmpfs scratch /mnt/scratch && echo x > /mnt/scratch/f
-mkdir `+memDir+`/inner
+mkdir -p /srv/scratch && echo x > /srv/scratch/f
 echo data > /var/tmp/left-behind`)
 	}
 	during := snapshot(t, e.dir, ids)
@@ -113,6 +110,11 @@ func checkRules(t *testing.T, stateDir string) {
 	if err != nil || len(fwd) != want {
 		t.Errorf("forward rules: %d, %v; want %d", len(fwd), err, want)
 	}
+	// established, 2 ICMP, 2 DNS, one per host port, 2 rejects.
+	in, err := c.GetRules(table, &nftables.Chain{Name: "input", Table: table})
+	if want := 7 + len(h.HostPorts); err != nil || len(in) != want {
+		t.Errorf("input rules: %d, %v; want %d", len(in), err, want)
+	}
 	if b, _ := os.ReadFile(ipForwardPath); strings.TrimSpace(string(b)) != "1" {
 		t.Errorf("ip_forward is %q with VMs up", b)
 	}
@@ -129,7 +131,14 @@ func isCgroup2() bool {
 // process that did not make them still knowing them.
 func TestVMs(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
+	// A host port VMs may reach (host_ports); TestVMCannotReachHost tries
+	// the others.
+	hostPort, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hostPort.Close()
+	e := newEnv(t, map[string]any{"host_ports": []int{hostPort.Addr().(*net.TCPAddr).Port}})
 	extra := newTestKey(t)
 	userdata := `#cloud-config
 ssh_authorized_keys:
@@ -200,14 +209,9 @@ runcmd:
 		if err != nil || h == nil {
 			t.Fatalf("host state: %v %v", h, err)
 		}
-		ln, err := net.Listen("tcp", netip.AddrPortFrom(h.gateway(), 0).String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
 		got := make(chan string, 1)
 		go func() {
-			c, err := ln.Accept()
+			c, err := hostPort.Accept()
 			if err != nil {
 				got <- err.Error()
 				return
@@ -216,10 +220,10 @@ runcmd:
 			b, _ := io.ReadAll(io.LimitReader(c, 64))
 			got <- strings.TrimSpace(string(b))
 		}()
-		e.run(t, alpha, "root", fmt.Sprintf("timeout 5 bash -c 'echo hello-host >/dev/tcp/%s'",
-			strings.Replace(ln.Addr().String(), ":", "/", 1)))
+		_, port, _ := net.SplitHostPort(hostPort.Addr().String())
+		e.run(t, alpha, "root", fmt.Sprintf("timeout 5 bash -c 'echo hello-host >/dev/tcp/%s/%s'", h.gateway(), port))
 		if msg := <-got; msg != "hello-host" {
-			t.Errorf("the host got %q from the VM", msg)
+			t.Errorf("the host got %q from the VM on a port in host_ports", msg)
 		}
 		if mtu := e.run(t, alpha, "root", "cat /sys/class/net/eth0/mtu"); mtu != strconv.Itoa(h.MTU) {
 			t.Errorf("eth0 MTU %s, want the uplink's %d", mtu, h.MTU)
