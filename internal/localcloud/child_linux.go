@@ -55,6 +55,9 @@ type bootConfig struct {
 	// Dir is the VM's directory on the host (upper, work and merged).
 	Dir   string `json:"dir"`
 	Lower string `json:"lower"`
+	// Layers, when set, make the root a view of the host (mountView)
+	// with an overlay per layer instead of one overlay on Lower.
+	Layers []string `json:"layers,omitempty"`
 	FQDN  string `json:"fqdn"`
 	// SSHUser is made at first boot when the root lacks it.
 	SSHUser string `json:"ssh_user"`

@@ -24,9 +24,15 @@ func buildRoot(bc bootConfig) error {
 	defer unix.Umask(old)
 
 	m := filepath.Join(bc.Dir, "merged")
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", bc.Lower, filepath.Join(bc.Dir, "upper"), filepath.Join(bc.Dir, "work"))
-	if err := unix.Mount("soulstack-root", m, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount the root overlay (%s): %w", opts, err)
+	if len(bc.Layers) > 0 {
+		if err := mountView(bc, m); err != nil {
+			return err
+		}
+	} else {
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", bc.Lower, filepath.Join(bc.Dir, "upper"), filepath.Join(bc.Dir, "work"))
+		if err := unix.Mount("soulstack-root", m, "overlay", unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount the root overlay (%s): %w", opts, err)
+		}
 	}
 	mounts := []struct {
 		target, fstype, source string

@@ -1,0 +1,251 @@
+package localcloud
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/soulstack/soulstack/driversdk"
+	"golang.org/x/sys/unix"
+)
+
+// hostSecrets are files that stand for a keeper's data dir (admin.token,
+// data.key) in the places a keeper's data dir may be: under /root, /home,
+// /var/lib, /var/tmp, /srv, /opt and /etc/soulstack…. They are removed
+// when the test ends.
+type hostSecrets struct {
+	value string   // what every file holds
+	paths []string // every file
+}
+
+func newHostSecrets(t *testing.T) hostSecrets {
+	t.Helper()
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	s := hostSecrets{value: "sst_escape_" + hex.EncodeToString(b[:])}
+	for _, parent := range []string{"/root", "/home", "/var/lib", "/var/tmp", "/srv", "/opt", "/etc"} {
+		if _, err := os.Stat(parent); err != nil {
+			continue
+		}
+		dir, err := os.MkdirTemp(parent, "soulstack-escape-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		data := filepath.Join(dir, ".keeper")
+		if err := os.Mkdir(data, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"admin.token", "data.key"} {
+			p := filepath.Join(data, name)
+			if err := os.WriteFile(p, []byte(s.value+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s.paths = append(s.paths, p)
+		}
+	}
+	return s
+}
+
+// escapeScript is run in a VM as root, over SSH and from the userdata's
+// runcmd. Each attack prints "blocked NAME" or "ESCAPED NAME"; the
+// control prints "control ok host-ports" when a connection made the way
+// the attacks make theirs reaches a host_ports port.
+func escapeScript(secrets hostSecrets, checkout string, hostPID int, disk [2]uint32, hostKeys []string,
+	closedPort, openPort int, hostAddrs []string) string {
+	var b strings.Builder
+	b.WriteString(`#!/bin/bash
+try() { name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "ESCAPED $name"; else echo "blocked $name"; fi; }
+nonempty() { test -n "$("$@" 2>/dev/null)"; }
+gw=$(ip -4 route show default | awk '{print $3}')
+`)
+	for i, p := range secrets.paths {
+		fmt.Fprintf(&b, "try read-secret-%d cat %s\n", i, shellQuote(p))
+	}
+	fmt.Fprintf(&b, `try find-secrets nonempty find / -path /proc -prune -o \( -name admin.token -o -name data.key \) -print
+try find-escape-dirs nonempty find / -path /proc -prune -o -name 'soulstack-escape-*' -print
+try find-other-vms nonempty find / -path /proc -prune -o -name vm.json -print
+try read-checkout test -e %[1]s
+try shadow-hashes nonempty awk -F: '$2 != "*"' /etc/shadow /etc/gshadow
+try mknod-host-disk sh -c 'mknod /tmp/hostdisk b %[2]d %[3]d && head -c 512 /tmp/hostdisk'
+try block-devices nonempty find / -path /proc -prune -o -type b -print
+try mount-tmpfs sh -c 'mkdir -p /mnt/x && mount -t tmpfs x /mnt/x'
+try mount-bind sh -c 'mkdir -p /mnt/x && mount --bind / /mnt/x'
+try mount-proc sh -c 'mkdir -p /mnt/x && mount -t proc proc /mnt/x'
+try mount-devtmpfs sh -c 'mkdir -p /mnt/x && mount -t devtmpfs d /mnt/x'
+try remount-root-rw mount -o remount,rw /usr
+try remount-sys-rw mount -o remount,rw /sys
+try remount-proc-sys-rw mount -o remount,rw /proc/sys
+try write-host-sysctl sh -c 'v=$(cat /proc/sys/vm/swappiness) && echo "$v" > /proc/sys/vm/swappiness'
+try sysrq sh -c 'echo h > /proc/sysrq-trigger'
+try raise-own-limit sh -c 'for f in /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/memory.max; do [ -e "$f" ] && cat "$f" > "$f" && exit 0; done; exit 1'
+try signal-host-process kill -0 %[4]d
+try read-host-environ grep -qa %[5]s /proc/%[4]d/environ
+try ptrace-init perl -e 'exit(syscall(101, 16, 1, 0, 0) == 0 ? 0 : 1)'
+try read-init-environ cat /proc/1/environ
+try read-init-root ls /proc/1/root/
+try read-init-exe head -c 1 /proc/1/exe
+`, shellQuote(checkout), disk[0], disk[1], hostPID, shellQuote(secrets.value))
+	for i, k := range hostKeys {
+		fmt.Fprintf(&b, "try read-host-ssh-key-%d cat %s\n", i, shellQuote(k))
+	}
+	fmt.Fprintf(&b, "try connect-host-port-bridge timeout 5 bash -c \"exec 3<>/dev/tcp/$gw/%d\"\n", closedPort)
+	for i, a := range hostAddrs {
+		fmt.Fprintf(&b, "try connect-host-port-addr-%d timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d'\n", i, a, closedPort)
+	}
+	fmt.Fprintf(&b, `if timeout 5 bash -c "exec 3<>/dev/tcp/$gw/%d"; then echo "control ok host-ports"; fi
+echo "capbnd $(awk '/^CapBnd/ {print $2}' /proc/self/status)"
+echo "capeff $(awk '/^CapEff/ {print $2}' /proc/self/status)"
+`, openPort)
+	return b.String()
+}
+
+// TestVMCannotReachHost is what root in a VM tries to get out of it, over
+// SSH and from the userdata's runcmd: read a keeper's admin.token and
+// data.key by path and by find(1) wherever a data dir may be, the checkout,
+// other VMs' state, password hashes and the host's SSH keys; make a node of
+// the host's disk and read it; mount and remount; change host sysctls,
+// trigger sysrq, raise its own limits; signal, read and ptrace host
+// processes and the init; connect to a host port that is not in
+// host_ports on the bridge's and on the host's other addresses. Each must
+// fail, while a host_ports port still answers, and every process has
+// only vmCapabilities.
+func TestVMCannotReachHost(t *testing.T) {
+	t.Parallel()
+	secrets := newHostSecrets(t)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkout := filepath.Join(wd, "confine_linux_test.go")
+
+	// A host process with the secret in its environment.
+	sleeper := exec.Command("sleep", "600")
+	sleeper.Env = []string{"SOULSTACK_ESCAPE=" + secrets.value}
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() })
+
+	var st unix.Stat_t
+	if err := unix.Stat("/", &st); err != nil {
+		t.Fatal(err)
+	}
+	disk := [2]uint32{unix.Major(st.Dev), unix.Minor(st.Dev)}
+	hostKeys, _ := filepath.Glob("/etc/ssh/ssh_host_*_key")
+
+	// A host-only service: it listens on every host address, and counts
+	// connections, which must stay 0.
+	closed, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closed.Close()
+	var reached atomic.Int32
+	go func() {
+		for {
+			c, err := closed.Accept()
+			if err != nil {
+				return
+			}
+			reached.Add(1)
+			c.Close()
+		}
+	}()
+	open, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	go func() {
+		for {
+			c, err := open.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	var hostAddrs []string
+	ifaces, _ := net.Interfaces()
+	for _, ifc := range ifaces {
+		if ifc.Flags&net.FlagLoopback != 0 || strings.HasPrefix(ifc.Name, bridgePrefix) || strings.HasPrefix(ifc.Name, "ssv") {
+			continue
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+				hostAddrs = append(hostAddrs, p.Addr().String())
+			}
+		}
+	}
+	script := escapeScript(secrets, checkout, sleeper.Process.Pid, disk, hostKeys,
+		closed.Addr().(*net.TCPAddr).Port, open.Addr().(*net.TCPAddr).Port, hostAddrs)
+
+	e := newEnv(t, map[string]any{"host_ports": []int{open.Addr().(*net.TCPAddr).Port}})
+	userdata := "#cloud-config\nwrite_files:\n  - path: /root/escape.sh\n    permissions: '0755'\n    encoding: b64\n    content: " +
+		base64.StdEncoding.EncodeToString([]byte(script)) + "\nruncmd:\n  - /root/escape.sh > /root/escape-userdata.out 2>&1\n"
+	vm := e.create(t, driversdk.CreateRequest{RequestID: "escape", Userdata: []string{userdata}})[0]
+
+	wantCaps := uint64(0)
+	for _, c := range vmCapabilities {
+		wantCaps |= 1 << c
+	}
+	check := func(t *testing.T, out string) {
+		t.Helper()
+		if strings.Contains(out, secrets.value) {
+			t.Errorf("the host's secret is in the VM's output:\n%s", out)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		blocked := 0
+		for _, l := range lines {
+			switch {
+			case strings.HasPrefix(l, "ESCAPED "):
+				t.Errorf("attack %s succeeded", strings.TrimPrefix(l, "ESCAPED "))
+			case strings.HasPrefix(l, "blocked "):
+				blocked++
+			}
+		}
+		if want := strings.Count(script, "\ntry "); blocked != want {
+			t.Errorf("%d attacks blocked, want all %d:\n%s", blocked, want, out)
+		}
+		for _, c := range []string{"control ok host-ports"} {
+			if !slices.Contains(lines, c) {
+				t.Errorf("no %q: the VM cannot reach what it should (output:\n%s)", c, out)
+			}
+		}
+		for _, set := range []string{"capbnd", "capeff"} {
+			if want := fmt.Sprintf("%s %016x", set, wantCaps); !slices.Contains(lines, want) {
+				t.Errorf("want %q in:\n%s", want, out)
+			}
+		}
+	}
+	t.Run("ssh", func(t *testing.T) {
+		check(t, e.run(t, vm, "root", script))
+	})
+	t.Run("userdata", func(t *testing.T) {
+		e.waitFile(t, vm, vmBootFinished)
+		check(t, e.run(t, vm, "root", "cat /root/escape-userdata.out"))
+	})
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the host-only port got %d connections from the VM", n)
+	}
+	// The host is as it was.
+	if _, err := os.Stat("/tmp/hostdisk"); err == nil {
+		t.Error("a device node made in the VM shows on the host")
+	}
+	if err := sleeper.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the host process: %v", err)
+	}
+}
