@@ -58,7 +58,7 @@ type bootConfig struct {
 	// Layers, when set, make the root a view of the host (mountView)
 	// with an overlay per layer instead of one overlay on Lower.
 	Layers []string `json:"layers,omitempty"`
-	FQDN  string `json:"fqdn"`
+	FQDN   string   `json:"fqdn"`
 	// SSHUser is made at first boot when the root lacks it.
 	SSHUser string `json:"ssh_user"`
 	// Mask are host paths hidden in the VM under an empty read-only tmpfs

@@ -51,6 +51,11 @@ type Config struct {
 	// they send to the host, but DNS, is dropped. nil means
 	// [DefaultHostPort]; an empty list allows none.
 	HostPorts []uint16
+	// BaseRoots are the directories profiles may name as base_root. A
+	// profile is anyone's to write (an inline one is part of a scenario),
+	// a provider's config only an admin's: a base root is trusted as a
+	// whole, so the provider says which ones exist.
+	BaseRoots []string
 }
 
 // Spec is a VM profile: {"cpus": 1, "memory_mb": 512, "ssh_user": "root",
@@ -142,11 +147,23 @@ func decodeString(m map[string]json.RawMessage, key, field string) (string, bool
 // Problems are *driversdk.Error with code profile.invalid and a Field
 // prefixed "config.".
 func ParseConfig(raw json.RawMessage) (Config, error) {
-	m, err := objectKeys(raw, []string{"host_ports", "state_dir", "subnet"}, "config.")
+	m, err := objectKeys(raw, []string{"base_roots", "host_ports", "state_dir", "subnet"}, "config.")
 	if err != nil {
 		return Config{}, err
 	}
 	c := Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}}
+	if v, ok := m["base_roots"]; ok {
+		var roots []string
+		if err := json.Unmarshal(v, &roots); err != nil {
+			return Config{}, invalid("config.base_roots", "must be a list of absolute paths")
+		}
+		for _, r := range roots {
+			if !filepath.IsAbs(r) || filepath.Clean(r) == "/" || strings.ContainsAny(r, ",:\\\n") {
+				return Config{}, invalid("config.base_roots", "%q is not an absolute path other than / without ',', ':', '\\' or a newline", r)
+			}
+			c.BaseRoots = append(c.BaseRoots, filepath.Clean(r))
+		}
+	}
 	if v, ok := m["host_ports"]; ok {
 		var ports []float64
 		if err := json.Unmarshal(v, &ports); err != nil || ports == nil {

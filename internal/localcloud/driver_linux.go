@@ -39,8 +39,16 @@ func (d *Driver) checkHost(ctx context.Context, cfg Config, spec Spec) error {
 	}
 	lower := spec.lower()
 	if spec.BaseRoot != "" {
+		if !slices.Contains(cfg.BaseRoots, spec.BaseRoot) {
+			return invalid("base_root", "%s is not one of the provider's base roots (config.base_roots: %s)",
+				spec.BaseRoot, strings.Join(cfg.BaseRoots, ", "))
+		}
 		if fi, err := os.Stat(spec.BaseRoot); err != nil || !fi.IsDir() {
 			return invalid("base_root", "%s is not a directory", spec.BaseRoot)
+		}
+		// A symlink on the way (/proc/1/root is one) could lead anywhere.
+		if real, err := filepath.EvalSymlinks(spec.BaseRoot); err != nil || real != spec.BaseRoot {
+			return invalid("base_root", "%s must be a real directory, not reached through a symlink", spec.BaseRoot)
 		}
 	}
 	for _, f := range []string{"usr/sbin/sshd", "bin/sh"} {

@@ -425,10 +425,11 @@ func mySID() int {
 
 // TestUserAndBaseRoot makes a VM whose root is built on a base_root
 // directory (a read-only bind mount of the host's / here, standing in for
-// a debootstrapped tree) and whose ssh_user is made at first boot.
+// a debootstrapped tree) and whose ssh_user is made at first boot. Only
+// the base roots the provider's config lists are accepted, and none
+// reached through a symlink (/proc/1/root would be the host's /).
 func TestUserAndBaseRoot(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, nil)
 	// Not in t.TempDir: its RemoveAll must never meet a bind mount of /.
 	base, err := os.MkdirTemp("", "soulstack-base-")
 	if err != nil {
@@ -450,6 +451,13 @@ func TestUserAndBaseRoot(t *testing.T) {
 	// Read-only, so that the test proves the driver never writes there.
 	if err := unix.Mount("", base, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
 		t.Fatalf("make %s read-only: %v", base, err)
+	}
+	e := newEnv(t, map[string]any{"base_roots": []string{base, "/proc/1/root"}})
+	for _, bad := range []string{"/proc/1/root", "/old_root", "/usr"} {
+		p, _ := json.Marshal(map[string]any{"base_root": bad})
+		if pe := wantCode(t, e.d.ValidateProfile(context.Background(), e.prov, p), driversdk.CodeProfileInvalid); pe.Field != "base_root" {
+			t.Errorf("base_root %s: field %q", bad, pe.Field)
+		}
 	}
 	profile, _ := json.Marshal(map[string]any{"ssh_user": "soul", "base_root": base, "memory_mb": 256})
 	if err := e.d.ValidateProfile(context.Background(), e.prov, profile); err != nil {
