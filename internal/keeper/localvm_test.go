@@ -50,7 +50,7 @@ func TestLocalVMCannotReadKeeperData(t *testing.T) {
 	}
 
 	steal := "for f in " + data + " " + data + "/admin.token " + data + "/data.key; do test -e $f && echo \"VISIBLE $f\" || echo \"absent $f\"; done; " +
-		"base64 -w0 " + data + "/admin.token " + data + "/data.key; echo; " +
+		"base64 -w0 " + data + "/admin.token; echo; base64 -w0 " + data + "/data.key; echo; " +
 		"echo found: $(find / -path /proc -prune -o \\( -name admin.token -o -name data.key \\) -print)"
 	scenario := `steps:
   - name: provision
