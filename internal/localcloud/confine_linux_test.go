@@ -105,6 +105,7 @@ try read-init-exe head -c 1 /proc/1/exe
 	for i, a := range hostAddrs {
 		fmt.Fprintf(&b, "try connect-host-port-addr-%d timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d'\n", i, a, closedPort)
 	}
+	b.WriteString("try connect-cloud-metadata timeout 5 bash -c 'exec 3<>/dev/tcp/169.254.169.254/80'\n")
 	fmt.Fprintf(&b, `if timeout 5 bash -c "exec 3<>/dev/tcp/$gw/%d"; then echo "control ok host-ports"; fi
 echo "capbnd $(awk '/^CapBnd/ {print $2}' /proc/self/status)"
 echo "capeff $(awk '/^CapEff/ {print $2}' /proc/self/status)"

@@ -17,6 +17,7 @@ import (
 //	chain postrouting { type nat hook postrouting priority srcnat; policy accept;
 //	  ip saddr <subnet> oifname != <bridge> masquerade }
 //	chain forward { type filter hook forward priority filter; policy accept;
+//	  iifname <bridge> ip daddr 169.254.0.0/16 reject with icmpx admin-prohibited  # cloud metadata
 //	  iifname <bridge> accept                                # egress, and VM to VM (br_netfilter)
 //	  oifname <bridge> ct state established,related accept  # replies
 //	  oifname <bridge> drop                                  # nothing else reaches the VMs
@@ -66,6 +67,10 @@ func setupTable(h *hostState, guard bool) error {
 	}
 	rule(post, ipv4(), saddrIn(h.Subnet), ifname(expr.MetaKeyOIFNAME, expr.CmpOpNeq, exactIf(h.Bridge)),
 		[]expr.Any{&expr.Masq{}})
+	// Link-local addresses are the cloud metadata services' (the host's
+	// cloud credentials): not reachable from VMs.
+	rule(fwd, ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), ipv4(), daddrIn(linkLocal),
+		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})
 	rule(fwd, ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), verdict(expr.VerdictAccept))
 	rule(fwd, ifname(expr.MetaKeyOIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), ctEstablished(), verdict(expr.VerdictAccept))
 	rule(fwd, ifname(expr.MetaKeyOIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), verdict(expr.VerdictDrop))
@@ -137,11 +142,19 @@ func ipv4() []expr.Any {
 	}
 }
 
-func saddrIn(p netip.Prefix) []expr.Any {
+var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+func saddrIn(p netip.Prefix) []expr.Any { return addrIn(12, p) }
+
+func daddrIn(p netip.Prefix) []expr.Any { return addrIn(16, p) }
+
+// addrIn matches the IPv4 header's address at offset (12 source, 16
+// destination) against p.
+func addrIn(offset uint32, p netip.Prefix) []expr.Any {
 	addr := p.Addr().As4()
 	mask := netip.PrefixFrom(netip.AddrFrom4([4]byte{255, 255, 255, 255}), p.Bits()).Masked().Addr().As4()
 	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask[:], Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr[:]},
 	}

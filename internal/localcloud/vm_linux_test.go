@@ -103,9 +103,9 @@ func checkRules(t *testing.T, stateDir string) {
 	}
 	fwd, err := c.GetRules(table, &nftables.Chain{Name: "forward", Table: table})
 	orig, _ := os.ReadFile(filepath.Join(runDir, "ip_forward.orig"))
-	want := 3
+	want := 4 // metadata reject, egress, replies, drop
 	if strings.TrimSpace(string(orig)) == "0" {
-		want = 4
+		want = 5
 	}
 	if err != nil || len(fwd) != want {
 		t.Errorf("forward rules: %d, %v; want %d", len(fwd), err, want)
