@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -230,28 +232,51 @@ func hideVar(upper string) error {
 
 // packageOwned returns the names directly under prefix (a directory with
 // a trailing slash) that an installed package owns, from dpkg's file
-// lists.
+// lists. Reading them all takes a while, so the answer is kept until
+// dpkg's info dir changes (dpkg replaces a list by renaming).
 func packageOwned(prefix string) (map[string]bool, error) {
-	lists, err := filepath.Glob("/var/lib/dpkg/info/*.list")
+	const info = "/var/lib/dpkg/info"
+	fi, err := os.Stat(info)
+	if err != nil {
+		return map[string]bool{"dpkg": true}, nil
+	}
+	ownedCache.Lock()
+	defer ownedCache.Unlock()
+	if c, ok := ownedCache.m[prefix]; ok && c.mtime.Equal(fi.ModTime()) {
+		return c.names, nil
+	}
+	lists, err := filepath.Glob(filepath.Join(info, "*.list"))
 	if err != nil {
 		return nil, err
 	}
 	owned := map[string]bool{"dpkg": true}
 	for _, l := range lists {
-		f, err := os.Open(l)
+		b, err := os.ReadFile(l)
 		if err != nil {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if rest, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+		for _, line := range strings.Split(string(b), "\n") {
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
 				name, _, _ := strings.Cut(rest, "/")
 				owned[name] = true
 			}
 		}
-		f.Close()
 	}
+	if ownedCache.m == nil {
+		ownedCache.m = map[string]ownedNames{}
+	}
+	ownedCache.m[prefix] = ownedNames{mtime: fi.ModTime(), names: owned}
 	return owned, nil
+}
+
+type ownedNames struct {
+	mtime time.Time
+	names map[string]bool
+}
+
+var ownedCache struct {
+	sync.Mutex
+	m map[string]ownedNames
 }
 
 // whiteout hides lower/rel in an overlay whose upper layer is upper.
