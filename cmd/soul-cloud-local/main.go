@@ -9,10 +9,13 @@
 //
 // with profiles such as {"cpus": 1, "memory_mb": 512, "ssh_user": "root"}.
 // It needs root on Linux and the host's iproute2, util-linux and
-// openssh-server. VM root is host root: this is a convenience for demos,
-// tests and laptops, not a security boundary. Package localcloud
-// documents the config and profile keys, the userdata it honours, what it
-// leaves on the host, and its limits.
+// openssh-server. It is a convenience for demos, tests and laptops, not a
+// hardened sandbox, but VM root is not a way into the host: it sees only a
+// view of the host's system directories, lacks the dangerous capabilities
+// and reaches only DNS and the provider's host_ports on the host. Package
+// localcloud documents what that protects and what not, the config and
+// profile keys, the userdata it honours, what it leaves on the host, and
+// its limits.
 //
 // Run by hand, without a keeper, it prints a hint and exits.
 package main
