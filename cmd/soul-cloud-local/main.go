@@ -21,6 +21,9 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/localcloud"
 )
@@ -29,5 +32,8 @@ func main() {
 	// VMs are started by re-executing this binary; in one of those, this
 	// call never returns.
 	localcloud.RunIfChild()
-	driversdk.Serve(localcloud.New(localcloud.Options{}))
+	// The keeper's data and plugin dirs are hidden from VMs wherever
+	// they are.
+	hide := filepath.SplitList(os.Getenv(localcloud.EnvKeeperDirs))
+	driversdk.Serve(localcloud.New(localcloud.Options{Hide: hide}))
 }

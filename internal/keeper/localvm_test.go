@@ -19,13 +19,28 @@ import (
 // base64 so that no masking can hide a success, and by find(1)), then
 // destroys the VM. The run succeeds, but the VM sees neither the data dir
 // nor the files, and neither the token nor the key is anywhere in the run.
-// The keeper runs from a directory under /var/tmp, on the host's root
-// filesystem, as a Quick start from a checkout does (a VM's /tmp is its
-// own, so a data dir there would prove nothing).
+// The keeper runs from a directory on the host's root filesystem, as a
+// Quick start from a checkout does (a VM's /tmp is its own, so a data dir
+// there would prove nothing).
 func TestLocalVMCannotReadKeeperData(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
-	dir, err := os.MkdirTemp("/var/tmp", "soulstack-keeper-vm-")
+	// /var/tmp is outside the VMs' view of the host; /usr/local/share is
+	// in it, and there the keeper's dirs are hidden because the keeper
+	// names them to the plugin.
+	for _, parent := range []string{"/var/tmp", "/usr/local/share"} {
+		t.Run(parent, func(t *testing.T) { stealKeeperData(t, parent) })
+	}
+}
+
+// stealKeeperData is the attack on a keeper whose data dir is in parent.
+// find(1) looks for this keeper's files only: other tests' keepers may
+// be up at the same time.
+func stealKeeperData(t *testing.T, parent string) {
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "soulstack-keeper-vm-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,9 +64,9 @@ func TestLocalVMCannotReadKeeperData(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	steal := "for f in " + data + " " + data + "/admin.token " + data + "/data.key; do test -e $f && echo \"VISIBLE $f\" || echo \"absent $f\"; done; " +
+	steal := "for f in " + data + "/admin.token " + data + "/data.key; do test -e $f && echo \"VISIBLE $f\" || echo \"absent $f\"; done; " +
 		"base64 -w0 " + data + "/admin.token; echo; base64 -w0 " + data + "/data.key; echo; " +
-		"echo found: $(find / -path /proc -prune -o \\( -name admin.token -o -name data.key \\) -print)"
+		"echo found: $(find / -path /proc -prune -o \\( -name admin.token -o -name data.key \\) -print | grep -F " + filepath.Base(dir) + ")"
 	scenario := `steps:
   - name: provision
     on: keeper
@@ -84,7 +99,7 @@ func TestLocalVMCannotReadKeeperData(t *testing.T) {
 	if err := json.Unmarshal(final.Steps[1].Targets[0].Output, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{data, data + "/admin.token", data + "/data.key"} {
+	for _, p := range []string{data + "/admin.token", data + "/data.key"} {
 		if !strings.Contains(out.Stdout, "absent "+p+"\n") {
 			t.Errorf("the VM sees %s:\n%s", p, out.Stdout)
 		}

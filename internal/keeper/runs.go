@@ -57,7 +57,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		v, err := resolver.Resolve(ctx, ref)
 		return []byte(v), err
 	}
-	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, Logger: log.With("component", "plugin")})
+	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, Env: keeperDirsEnv(c), Logger: log.With("component", "plugin")})
 	if err != nil {
 		return nil, err
 	}

@@ -73,7 +73,7 @@ gw=$(ip -4 route show default | awk '{print $3}')
 	for i, p := range secrets.paths {
 		fmt.Fprintf(&b, "try read-secret-%d cat %s\n", i, shellQuote(p))
 	}
-	fmt.Fprintf(&b, `try find-secrets nonempty find / -path /proc -prune -o \( -name admin.token -o -name data.key \) -print
+	fmt.Fprintf(&b, `try find-secrets nonempty sh -c "find / -path /proc -prune -o \\( -name admin.token -o -name data.key \\) -print | grep -F soulstack-escape-"
 try find-escape-dirs nonempty find / -path /proc -prune -o -name 'soulstack-escape-*' -print
 try find-other-vms nonempty find / -path /proc -prune -o -name vm.json -print
 try read-checkout test -e %[1]s
@@ -246,5 +246,35 @@ func TestVMCannotReachHost(t *testing.T) {
 	// The host is as it was.
 	if err := sleeper.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Errorf("the host process: %v", err)
+	}
+}
+
+// TestHide: a directory the view of the host shows (under /usr) is empty
+// in the VM when it is in Options.Hide, as the keeper's data and plugin
+// dirs are; its sibling, not hidden, shows.
+func TestHide(t *testing.T) {
+	t.Parallel()
+	parent, err := os.MkdirTemp("/usr/local/share", "soulstack-hide-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	secret := filepath.Join(parent, "keeper", "hidden")
+	shown := filepath.Join(parent, "shown", "file")
+	for _, p := range []string{secret, shown} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e := newEnv(t, nil)
+	e.d = New(Options{Logger: testLogger(t), Hide: []string{filepath.Dir(secret), "relative/ignored"}})
+	vm := e.create(t, driversdk.CreateRequest{RequestID: "hide"})[0]
+	got := e.run(t, vm, "root", fmt.Sprintf("ls -A %s | wc -l; cat %s; touch %s/new 2>/dev/null && echo writable || echo read-only",
+		shellQuote(filepath.Dir(secret)), shellQuote(shown), shellQuote(filepath.Dir(secret))))
+	if got != "0\nx\nread-only" {
+		t.Errorf("in the VM: %q, want the hidden dir empty and read-only and its sibling shown", got)
 	}
 }

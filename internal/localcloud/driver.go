@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -18,7 +19,18 @@ type Options struct {
 	// Logger receives what the driver does; nil means slog.Default() at
 	// the time of each call (driversdk.Serve points it at the keeper).
 	Logger *slog.Logger
+	// Hide are host directories no VM may see even where its view of the
+	// host would show them (a keeper's data and plugin dirs under /usr,
+	// say): each is covered by an empty read-only tmpfs in every VM. The
+	// driver's state dir always is. soul-cloud-local takes them from
+	// $SOULSTACK_KEEPER_DIRS, which the keeper sets (EnvKeeperDirs).
+	Hide []string
 }
+
+// EnvKeeperDirs names the variable through which the keeper tells
+// soul-cloud-local its data and plugin dirs (a list as in $PATH) for
+// Options.Hide.
+const EnvKeeperDirs = "SOULSTACK_KEEPER_DIRS"
 
 // Driver is the local cloud: it implements driversdk.Driver with
 // namespace VMs on this host. It keeps nothing in memory between calls:
@@ -26,6 +38,7 @@ type Options struct {
 // may share one.
 type Driver struct {
 	logger *slog.Logger
+	hide   []string
 	// euid returns the effective user ID; tests replace it.
 	euid func() int
 }
@@ -34,7 +47,13 @@ var _ driversdk.Driver = (*Driver)(nil)
 
 // New returns a Driver.
 func New(opts Options) *Driver {
-	return &Driver{logger: opts.Logger, euid: geteuid}
+	d := &Driver{logger: opts.Logger, euid: geteuid}
+	for _, p := range opts.Hide {
+		if filepath.IsAbs(p) {
+			d.hide = append(d.hide, filepath.Clean(p))
+		}
+	}
+	return d
 }
 
 func (d *Driver) log() *slog.Logger {

@@ -192,7 +192,7 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 	}
 	// The state dir holds every VM's upper layer; a VM must not see it
 	// through its lower layer (the init skips it when the lower lacks it).
-	mask := []string{st.dir}
+	mask := append([]string{st.dir}, d.hide...)
 
 	start := time.Now()
 	errs := make([]error, len(vms))
