@@ -235,6 +235,9 @@ func (v *vmRecord) info(running bool) driversdk.VM {
 	if v.Spec.BaseRoot != "" {
 		attrs["base_root"] = v.Spec.BaseRoot
 	}
+	if v.Spec.Base != "" {
+		attrs["base"] = v.Spec.Base
+	}
 	if !v.CreatedAt.IsZero() {
 		attrs["created_at"] = v.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")
 	}

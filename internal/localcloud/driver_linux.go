@@ -37,6 +37,16 @@ func (d *Driver) checkHost(ctx context.Context, cfg Config, spec Spec) error {
 			return unavailable("%s is not installed (apt-get install %s)", tool, pkg)
 		}
 	}
+	if spec.Base != "" && spec.baseDir == "" {
+		// Built at Create when missing.
+		if exists(filepath.Join(cfg.basesDir(), spec.Base, "usr/sbin/sshd")) {
+			return nil
+		}
+		if _, err := toolPath("debootstrap"); err != nil {
+			return unavailable("base %s is not built yet and debootstrap is not installed (apt-get install debootstrap)", spec.Base)
+		}
+		return nil
+	}
 	lower := spec.lower()
 	if spec.BaseRoot != "" {
 		if !slices.Contains(cfg.BaseRoots, spec.BaseRoot) {
@@ -55,6 +65,9 @@ func (d *Driver) checkHost(ctx context.Context, cfg Config, spec Spec) error {
 		if fi, err := os.Stat(filepath.Join(lower, f)); err != nil || fi.Mode()&0o111 == 0 {
 			if spec.BaseRoot != "" {
 				return invalid("base_root", "%s has no executable /%s (a root for VMs needs openssh-server)", spec.BaseRoot, f)
+			}
+			if spec.Base != "" {
+				return unavailable("base %s in %s has no executable /%s: remove it to have it built again", spec.Base, lower, f)
 			}
 			return unavailable("/%s is missing on the host: the VMs run the host's own (apt-get install openssh-server)", f)
 		}
@@ -111,6 +124,16 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 	}()
 	if err := d.checkHost(ctx, p.cfg, p.spec); err != nil {
 		return nil, err
+	}
+	if p.spec.Base != "" {
+		dir, err := ensureBase(ctx, p.cfg, p.spec.Base, d.log())
+		if err != nil {
+			return nil, err
+		}
+		p.spec.baseDir = dir
+		if err := d.checkHost(ctx, p.cfg, p.spec); err != nil {
+			return nil, err
+		}
 	}
 	st := store{dir: p.cfg.StateDir}
 	unlock, err := lockState(ctx, st)
@@ -381,6 +404,9 @@ func (d *Driver) resize(ctx context.Context, cfg Config, ids []string, raw json.
 		}
 		if s.BaseRoot != v.Spec.BaseRoot {
 			return nil, invalid("base_root", "cannot change on existing VMs")
+		}
+		if s.Base != v.Spec.Base {
+			return nil, invalid("base", "cannot change on existing VMs")
 		}
 		specs[i] = s
 	}

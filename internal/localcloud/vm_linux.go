@@ -55,7 +55,7 @@ func prepare(st store, h *hostState, vm newVM) error {
 		}
 	}
 	u := layer{lower: v.Spec.lower(), upper: filepath.Join(dir, "upper")}
-	if v.Spec.BaseRoot == "" {
+	if !v.Spec.ownRoot() {
 		if err := prepareView(u.upper, filepath.Join(dir, "layers")); err != nil {
 			return err
 		}
@@ -249,7 +249,7 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 		return err
 	}
 	var layers []string
-	if v.Spec.BaseRoot == "" {
+	if !v.Spec.ownRoot() {
 		layers = viewLayers()
 	}
 	bc, err := json.Marshal(bootConfig{Dir: dir, Lower: v.Spec.lower(), Layers: layers, FQDN: v.FQDN, SSHUser: v.Spec.SSHUser, Mask: mask})
