@@ -40,6 +40,9 @@ func TestParseSpec(t *testing.T) {
 		{"bad user", `{"ssh_user": "Root; rm"}`, Spec{}, "ssh_user"},
 		{"user not a string", `{"ssh_user": 0}`, Spec{}, "ssh_user"},
 		{"relative base root", `{"base_root": "srv/x"}`, Spec{}, "base_root"},
+		{"base", `{"base": "debian-bookworm"}`, Spec{CPUs: 1, MemoryMB: 1024, SSHUser: "root", Base: "debian-bookworm"}, ""},
+		{"unknown base", `{"base": "ubuntu"}`, Spec{}, "base"},
+		{"base and base_root", `{"base": "debian-bookworm", "base_root": "/srv/x"}`, Spec{}, "base"},
 		{"base root with a comma", `{"base_root": "/srv/a,b"}`, Spec{}, "base_root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,6 +88,10 @@ func TestParseConfig(t *testing.T) {
 		{"base roots", `{"base_roots": ["/srv/bookworm/"]}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}, BaseRoots: []string{"/srv/bookworm"}}, ""},
 		{"base root /", `{"base_roots": ["/"]}`, Config{}, "config.base_roots"},
 		{"relative base root", `{"base_roots": ["srv"]}`, Config{}, "config.base_roots"},
+		{"bases", `{"bases_dir": "/var/cache/bases/", "debian_mirror": "http://mirror.example/debian"}`,
+			Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}, BasesDir: "/var/cache/bases", DebianMirror: "http://mirror.example/debian"}, ""},
+		{"relative bases dir", `{"bases_dir": "bases"}`, Config{}, "config.bases_dir"},
+		{"mirror not a URL", `{"debian_mirror": "deb.debian.org"}`, Config{}, "config.debian_mirror"},
 		{"no host port", `{"host_ports": []}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{}}, ""},
 		{"host port out of range", `{"host_ports": [70000]}`, Config{}, "config.host_ports"},
 		{"host port not a number", `{"host_ports": ["ssh"]}`, Config{}, "config.host_ports"},
@@ -107,6 +114,9 @@ func TestParseConfig(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.want.DebianMirror == "" {
+				tc.want.DebianMirror = DefaultDebianMirror
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("ParseConfig = %+v, want %+v", got, tc.want)
