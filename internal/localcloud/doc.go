@@ -101,11 +101,12 @@
 //
 // # Provider config and profile
 //
-// The provider config (driversdk.Provider.Config) takes four optional
+// The provider config (driversdk.Provider.Config) takes six optional
 // keys:
 //
 //	{"subnet": "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local",
-//	 "host_ports": [8420], "base_roots": ["/srv/soulstack/bookworm"]}
+//	 "host_ports": [8420], "base_roots": ["/srv/soulstack/bookworm"],
+//	 "bases_dir": "/var/lib/soulstack-local/bases", "debian_mirror": "http://deb.debian.org/debian"}
 //
 // subnet is the bridge's IPv4 network (/8 to /29). When set, a subnet that
 // overlaps any route (in every routing table) or address on the host is
@@ -122,11 +123,14 @@
 // loopback. base_roots are the directories profiles may name as
 // base_root: profiles, inline ones in scenarios included, are written by
 // whoever runs a scenario, the provider config only by an admin.
+// bases_dir (default <state_dir>/bases) keeps the bases the driver builds
+// for the profile key base, from debian_mirror; they stay when the VMs
+// go.
 //
-// The profile spec takes four optional keys; any other is profile.invalid
+// The profile spec takes five optional keys; any other is profile.invalid
 // naming the key:
 //
-//	{"cpus": 1, "memory_mb": 512, "ssh_user": "root", "base_root": "/srv/soulstack/bookworm"}
+//	{"cpus": 1, "memory_mb": 512, "ssh_user": "root", "base": "debian-bookworm"}
 //
 // They are:
 //
@@ -135,6 +139,14 @@
 //   - ssh_user: the user the keys log in as (default root). A user the
 //     root filesystem lacks is made at first boot, with a home, no
 //     password and, when sudo is installed, password-less sudo.
+//   - base: build the VMs' root on a base the driver makes: only
+//     debian-bookworm for now, a Debian 12 minbase with openssh-server,
+//     iproute2 and sudo, debootstrapped (debootstrap must be installed)
+//     into the bases dir by the first Create that needs it (a minute or
+//     two; later ones reuse it) and never written again. Such VMs have
+//     none of the host's packages and are not affected by host upgrades;
+//     use it for VMs that live long or must start without what the host
+//     has installed (PostgreSQL, Docker…). It excludes base_root.
 //   - base_root: build the VMs' root on this directory, one of the
 //     provider's base_roots and not reached through a symlink, instead of
 //     the view of the host. The driver never writes to it and shows all
@@ -147,7 +159,8 @@
 //     and list it in base_roots.
 //
 // Resize takes the same keys; cpus and memory_mb change live (no downtime),
-// the ones it leaves out stay, and ssh_user and base_root cannot change.
+// the ones it leaves out stay, and ssh_user, base and base_root cannot
+// change.
 //
 // # Userdata
 //
