@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/soulstack/soulstack/driversdk"
 	"golang.org/x/sys/unix"
@@ -149,7 +150,7 @@ func TestVMCannotReachHost(t *testing.T) {
 
 	// A host-only service: it listens on every host address, and counts
 	// connections, which must stay 0.
-	closed, err := net.Listen("tcp", "0.0.0.0:0")
+	closed, err := net.Listen("tcp", ":0") // IPv4 and IPv6
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +166,7 @@ func TestVMCannotReachHost(t *testing.T) {
 			c.Close()
 		}
 	}()
-	open, err := net.Listen("tcp", "0.0.0.0:0")
+	open, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +205,7 @@ func TestVMCannotReachHost(t *testing.T) {
 	for _, c := range vmCapabilities {
 		wantCaps |= 1 << c
 	}
-	check := func(t *testing.T, out string) {
+	check := func(t *testing.T, script, out string) {
 		t.Helper()
 		if strings.Contains(out, secrets.value) {
 			t.Errorf("the host's secret is in the VM's output:\n%s", out)
@@ -234,11 +235,35 @@ func TestVMCannotReachHost(t *testing.T) {
 		}
 	}
 	t.Run("ssh", func(t *testing.T) {
-		check(t, e.run(t, vm, "root", script))
+		// Over SSH also the bridge's IPv6 link-local addresses, known
+		// once the bridge is up.
+		full := script
+		h, err := store{dir: e.dir}.loadHost()
+		if err != nil || h == nil {
+			t.Fatalf("host state: %v, %v", h, err)
+		}
+		br, err := net.InterfaceByName(h.Bridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, _ := br.Addrs()
+		for i, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is6() {
+				full += fmt.Sprintf("try connect-host-port-ipv6-%d timeout 5 bash -c 'exec 3<>/dev/tcp/%s%%eth0/%d'\n", i, p.Addr(), closed.Addr().(*net.TCPAddr).Port)
+				full += fmt.Sprintf("if timeout 5 bash -c 'exec 3<>/dev/tcp/%s%%eth0/%d'; then echo 'control ok host-ports-ipv6'; fi\n", p.Addr(), open.Addr().(*net.TCPAddr).Port)
+			}
+		}
+		// find(1) walks all of / three times: slow on a loaded machine.
+		out := e.runFor(t, vm, "root", full, 3*time.Minute)
+		check(t, full, out)
+		if strings.Contains(full, "ipv6") && !strings.Contains(out, "control ok host-ports-ipv6") {
+			t.Errorf("a host_ports port does not answer over IPv6, so the IPv6 attacks prove nothing:\n%s", out)
+		}
 	})
 	t.Run("userdata", func(t *testing.T) {
-		e.waitFile(t, vm, vmBootFinished)
-		check(t, e.run(t, vm, "root", "cat /root/escape-userdata.out"))
+		// runcmd runs after sshd is up; boot-finished says it is done.
+		e.runFor(t, vm, "root", "for i in $(seq 1800); do test -e "+vmBootFinished+" && exit 0; sleep 0.1; done; exit 1", 3*time.Minute)
+		check(t, script, e.run(t, vm, "root", "cat /root/escape-userdata.out"))
 	})
 	if n := reached.Load(); n != 0 {
 		t.Errorf("the host-only port got %d connections from the VM", n)
