@@ -159,6 +159,12 @@ func runInit() int {
 	if err := confineThread(); err != nil {
 		return fail("confine the VM", err)
 	}
+	if err := confineSyscalls(); err != nil {
+		if _, known := seccompArch(); known {
+			return fail("confine the VM", err)
+		}
+		log.Warn("VM without a system call filter", "err", err)
+	}
 	env := []string{envRole + "=" + roleInit2, envBoot + "=" + os.Getenv(envBoot),
 		"PATH=" + vmPath, "HOME=/root", "LANG=C.UTF-8"}
 	err := unix.Exec("/proc/self/exe", []string{"soulstack-local-init"}, env)

@@ -98,7 +98,9 @@ try ptrace-init perl -e 'exit(syscall(101, 16, 1, 0, 0) == 0 ? 0 : 1)'
 try read-init-environ cat /proc/1/environ
 try read-init-root ls /proc/1/root/
 try read-init-exe head -c 1 /proc/1/exe
-`, shellQuote(checkout), disk[0], disk[1], hostPID, shellQuote(secrets.value))
+try host-root-keyring perl -e 'exit(syscall(%[6]d, 0, -4, 0) >= 0 ? 0 : 1)'
+try user-namespace unshare --user --map-root-user true
+`, shellQuote(checkout), disk[0], disk[1], hostPID, shellQuote(secrets.value), unix.SYS_KEYCTL)
 	for i, k := range hostKeys {
 		fmt.Fprintf(&b, "try read-host-ssh-key-%d cat %s\n", i, shellQuote(k))
 	}
@@ -121,7 +123,8 @@ echo "capeff $(awk '/^CapEff/ {print $2}' /proc/self/status)"
 // the host's disk and read it; mount and remount; change host sysctls,
 // trigger sysrq, raise its own limits; signal, read and ptrace host
 // processes and the init; connect to a host port that is not in
-// host_ports on the bridge's and on the host's other addresses. Each must
+// host_ports on the bridge's and on the host's other addresses; reach the
+// host root's keyring; make a user namespace. Each must
 // fail, while a host_ports port still answers, and every process has
 // only vmCapabilities.
 func TestVMCannotReachHost(t *testing.T) {

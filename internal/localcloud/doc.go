@@ -80,6 +80,13 @@
 //     timer_list, sched_debug, acpi and scsi are hidden; /sys and the
 //     cgroup mounts are read-only (a VM cannot raise its own limits).
 //     Host processes are not in its PID namespace.
+//   - System calls: a seccomp filter refuses keyctl, add_key and
+//     request_key (the kernel's keyrings are not namespaced: root's user
+//     keyring in a VM would be the host root's), kexec, module loading,
+//     open_by_handle_at, bpf, perf_event_open, userfaultfd, new user
+//     namespaces, and 32-bit system calls on x86-64 (32-bit programs do
+//     not run). On other architectures than amd64 and arm64 there is no
+//     filter.
 //   - The network: from the bridge, the host answers only DNS (port 53),
 //     ICMP and the TCP ports of the provider's host_ports (the keeper's
 //     API and agent listeners; default 8420), on any of its addresses;
@@ -89,9 +96,8 @@
 //     state dir, and anything else forwarded to a bridge, do not.
 //
 // It does not protect against: a kernel bug (all VMs share the host's
-// kernel, and there is no seccomp filter, so every system call is
-// there); keyrings, which are not namespaced (root's user keyring in a
-// VM is the host root's); what the view shows on purpose (the host's
+// kernel, and the filter refuses only the system calls above, not a
+// full container profile); what the view shows on purpose (the host's
 // /usr, /etc minus the entries above, installed packages' state); other
 // VMs of the same state dir over the network; and resource exhaustion
 // beyond the cgroup's cpu and memory limits (disk space of the state
