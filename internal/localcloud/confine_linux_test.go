@@ -112,6 +112,7 @@ try user-namespace unshare --user --map-root-user true
 	fmt.Fprintf(&b, `if timeout 5 bash -c "exec 3<>/dev/tcp/$gw/%d"; then echo "control ok host-ports"; fi
 echo "capbnd $(awk '/^CapBnd/ {print $2}' /proc/self/status)"
 echo "capeff $(awk '/^CapEff/ {print $2}' /proc/self/status)"
+echo "dev $(cd /dev && ls -A | sort | xargs)"
 `, openPort)
 	return b.String()
 }
@@ -150,6 +151,11 @@ func TestVMCannotReachHost(t *testing.T) {
 	}
 	disk := [2]uint32{unix.Major(st.Dev), unix.Minor(st.Dev)}
 	hostKeys, _ := filepath.Glob("/etc/ssh/ssh_host_*_key")
+	for _, f := range []string{"/var/lib/systemd/credential.secret", "/var/lib/systemd/random-seed", "/etc/ssl/private/ssl-cert-snakeoil.key"} {
+		if exists(f) {
+			hostKeys = append(hostKeys, f)
+		}
+	}
 
 	// A host-only service: it listens on every host address, and counts
 	// connections, which must stay 0.
@@ -230,6 +236,10 @@ func TestVMCannotReachHost(t *testing.T) {
 			if !slices.Contains(lines, c) {
 				t.Errorf("no %q: the VM cannot reach what it should (output:\n%s)", c, out)
 			}
+		}
+		// /dev holds the safe set only.
+		if want := "dev fd full mqueue null ptmx pts random shm stderr stdin stdout tty urandom zero"; !slices.Contains(lines, want) {
+			t.Errorf("want %q in:\n%s", want, out)
 		}
 		for _, set := range []string{"capbnd", "capeff"} {
 			if want := fmt.Sprintf("%s %016x", set, wantCaps); !slices.Contains(lines, want) {

@@ -28,11 +28,14 @@
 //     are overlays whose lower layer is the host's directory and whose
 //     upper layer, under the state dir, takes every change: packages
 //     installed in a VM are in that VM only. In /etc the host's password
-//     hashes read "*" (the accounts stay), and shadow- and gshadow-, the
-//     SSH host keys, ssl/private, security/opasswd and /etc/soulstack* are
-//     not there; /var has only cache, lib, lock, run and spool, its tmp,
+//     hashes read "*" (the accounts stay), shadow- and gshadow-, the SSH
+//     host keys, security/opasswd, krb5.keytab, ipsec and ppp secrets and
+//     /etc/soulstack* are not there, and ssl/private, letsencrypt,
+//     wireguard, openvpn, NetworkManager's connections, wpa_supplicant,
+//     sssd, kubernetes, rancher and cni are empty; /var has only cache, lib, lock, run and spool, its tmp,
 //     log, backups, mail, local and opt are empty, /var/lib holds only
-//     what dpkg says an installed package owns, and the data of services
+//     what dpkg says an installed package owns (without systemd's
+//     credential.secret and random-seed), and the data of services
 //     (/var/lib/postgresql and /etc/postgresql, mysql, docker, containerd,
 //     redis…) is empty: a VM makes its own PostgreSQL cluster. With a
 //     base_root, the root is one overlay on that directory instead. Fresh
@@ -207,7 +210,8 @@
 // when the state dir's last VM goes, so do the bridge, the table and the
 // cgroup parents, and forwarding is set back to what it was before any
 // local driver changed it. What remains is the state dir itself, with the
-// list of destroyed IDs, and /run/soulstack-local/host.lock.
+// list of destroyed IDs and the bases built for the profile key base, and
+// /run/soulstack-local/host.lock.
 //
 // # Requirements
 //

@@ -26,7 +26,10 @@ import (
 // other VMs' layers), /root, /home, /work or any checkout, /tmp, /srv,
 // /opt, /mnt or a top-level directory made later. Within the view,
 // prepareView hides what a system directory holds of the host's own
-// (secrets, logs, data): see etcHidden, varKept and varEmptied.
+// (secrets, logs, data): see etcHidden, etcEmptied, varKept, varEmptied,
+// varHidden and dataDirs. Those lists name where Debian hosts usually keep
+// secrets; a secret elsewhere under /usr, /etc or a package's /var/lib
+// directory is visible to VMs.
 var viewDirs = []string{"usr", "etc", "var", "bin", "sbin", "lib", "lib32", "lib64", "libx32"}
 
 // viewEmpty are the top-level directories a VM gets empty (with the
@@ -39,8 +42,22 @@ var viewEmpty = []string{"root", "home", "tmp", "run", "proc", "sys", "dev", "sr
 // replaced by copies without passwords (sanitizedShadow), not hidden, so
 // that useradd and sudo keep working.
 var etcHidden = []string{
-	"shadow-", "gshadow-", "security/opasswd", "ssl/private",
+	"shadow-", "gshadow-", "security/opasswd",
 	"ssh/ssh_host_rsa_key", "ssh/ssh_host_ecdsa_key", "ssh/ssh_host_ed25519_key", "ssh/ssh_host_dsa_key",
+	"krb5.keytab", "ipsec.secrets", "ppp/chap-secrets", "ppp/pap-secrets", "docker/key.json",
+}
+
+// etcEmptied are directories under /etc a VM gets empty: where hosts keep
+// private keys and credentials (TLS, VPN, Wi-Fi, cluster admin configs).
+var etcEmptied = []string{
+	"ssl/private", "letsencrypt", "wireguard", "openvpn", "NetworkManager/system-connections",
+	"wpa_supplicant", "sssd", "kubernetes", "rancher", "cni",
+}
+
+// varHidden are files of package-owned /var/lib directories that hold a
+// host secret: systemd's credential key and random seed.
+var varHidden = []string{
+	"lib/systemd/credential.secret", "lib/systemd/random-seed", "lib/samba/private",
 }
 
 // etcHiddenPrefixes hide every /etc entry whose name starts with one of
@@ -140,6 +157,11 @@ func hideEtc(upper string) error {
 			return err
 		}
 	}
+	for _, p := range etcEmptied {
+		if err := opaque(upper, "/etc", p); err != nil {
+			return err
+		}
+	}
 	ents, err := os.ReadDir("/etc")
 	if err != nil {
 		return err
@@ -209,6 +231,11 @@ func hideVar(upper string) error {
 	}
 	for _, p := range varEmptied {
 		if err := opaque(upper, "/var", p); err != nil {
+			return err
+		}
+	}
+	for _, p := range varHidden {
+		if err := whiteout(upper, "/var", p); err != nil {
 			return err
 		}
 	}
@@ -304,6 +331,9 @@ func whiteout(upper, lower, rel string) error {
 func opaque(upper, lower, rel string) error {
 	if fi, err := os.Stat(filepath.Join(lower, rel)); err != nil || !fi.IsDir() {
 		return nil
+	}
+	if fi, err := os.Lstat(filepath.Join(upper, rel)); err == nil && !fi.IsDir() {
+		return nil // whited out already
 	}
 	l := layer{lower: lower, upper: upper}
 	if err := l.mkdirs(rel); err != nil {
