@@ -33,7 +33,9 @@ func main() {
 	// call never returns.
 	localcloud.RunIfChild()
 	// The keeper's data and plugin dirs are hidden from VMs wherever
-	// they are.
+	// they are, and its listen port is the one VMs may reach on the host
+	// unless the provider's host_ports says otherwise.
 	hide := filepath.SplitList(os.Getenv(localcloud.EnvKeeperDirs))
-	driversdk.Serve(localcloud.New(localcloud.Options{Hide: hide}))
+	ports := localcloud.ParsePorts(os.Getenv(localcloud.EnvKeeperPorts))
+	driversdk.Serve(localcloud.New(localcloud.Options{Hide: hide, HostPorts: ports}))
 }

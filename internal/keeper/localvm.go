@@ -1,6 +1,7 @@
 package keeper
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +14,12 @@ import (
 // wherever they are (localcloud.EnvKeeperDirs, the same name).
 const envKeeperDirs = "SOULSTACK_KEEPER_DIRS"
 
+// envKeeperPorts names the keeper's listen port to driver plugins; VMs of
+// soul-cloud-local may reach it on the host (localcloud.EnvKeeperPorts).
+const envKeeperPorts = "SOULSTACK_KEEPER_PORTS"
+
 // keeperDirsEnv is the plugin environment naming the keeper's data dir
-// and plugin dir, absolute, as a list like $PATH.
+// and plugin dir, absolute, as a list like $PATH, and its listen port.
 func keeperDirsEnv(c config.Config) []string {
 	var dirs []string
 	for _, d := range []string{c.DataDir, c.PluginDir} {
@@ -22,5 +27,9 @@ func keeperDirsEnv(c config.Config) []string {
 			dirs = append(dirs, a)
 		}
 	}
-	return []string{envKeeperDirs + "=" + strings.Join(dirs, string(os.PathListSeparator))}
+	env := []string{envKeeperDirs + "=" + strings.Join(dirs, string(os.PathListSeparator))}
+	if _, port, err := net.SplitHostPort(c.Listen); err == nil && port != "0" {
+		env = append(env, envKeeperPorts+"="+port)
+	}
+	return env
 }

@@ -23,7 +23,8 @@ const (
 	DefaultMemoryMB   = 1024
 	DefaultSSHUser    = "root"
 	// DefaultHostPort is the keeper's default API port: the one host
-	// port VMs may reach unless host_ports says otherwise.
+	// port VMs may reach when neither host_ports nor the keeper
+	// (Options.HostPorts) says otherwise.
 	DefaultHostPort = 8420
 
 	// MinMemoryMB is the smallest memory limit a VM may get: its init,
@@ -48,8 +49,8 @@ type Config struct {
 	StateDir string
 	// HostPorts are the TCP ports on the host's own addresses VMs may
 	// connect to (the keeper's API and agent listeners); everything else
-	// they send to the host, but DNS, is dropped. nil means
-	// [DefaultHostPort]; an empty list allows none.
+	// they send to the host, but DNS, is refused. nil (no host_ports key)
+	// means the driver's Options.HostPorts; an empty list allows none.
 	HostPorts []uint16
 	// BaseRoots are the directories profiles may name as base_root. A
 	// profile is anyone's to write (an inline one is part of a scenario),
@@ -198,7 +199,7 @@ func ParseConfig(raw json.RawMessage) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}, DebianMirror: DefaultDebianMirror}
+	c := Config{StateDir: DefaultStateDir, DebianMirror: DefaultDebianMirror}
 	if d, ok, err := decodeString(m, "bases_dir", "config.bases_dir"); err != nil {
 		return Config{}, err
 	} else if ok {

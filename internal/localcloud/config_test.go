@@ -81,15 +81,15 @@ func TestParseConfig(t *testing.T) {
 		want      Config
 		wantField string
 	}{
-		{"empty", `{}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}}, ""},
+		{"empty", `{}`, Config{StateDir: DefaultStateDir}, ""},
 		{"both", `{"subnet": "10.99.0.0/16", "state_dir": "/srv/local/"}`,
-			Config{StateDir: "/srv/local", Subnet: netip.MustParsePrefix("10.99.0.0/16"), HostPorts: []uint16{DefaultHostPort}}, ""},
+			Config{StateDir: "/srv/local", Subnet: netip.MustParsePrefix("10.99.0.0/16")}, ""},
 		{"host ports", `{"host_ports": [8420, 9000, 8420]}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{8420, 9000}}, ""},
-		{"base roots", `{"base_roots": ["/srv/bookworm/"]}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}, BaseRoots: []string{"/srv/bookworm"}}, ""},
+		{"base roots", `{"base_roots": ["/srv/bookworm/"]}`, Config{StateDir: DefaultStateDir, BaseRoots: []string{"/srv/bookworm"}}, ""},
 		{"base root /", `{"base_roots": ["/"]}`, Config{}, "config.base_roots"},
 		{"relative base root", `{"base_roots": ["srv"]}`, Config{}, "config.base_roots"},
 		{"bases", `{"bases_dir": "/var/cache/bases/", "debian_mirror": "http://mirror.example/debian"}`,
-			Config{StateDir: DefaultStateDir, HostPorts: []uint16{DefaultHostPort}, BasesDir: "/var/cache/bases", DebianMirror: "http://mirror.example/debian"}, ""},
+			Config{StateDir: DefaultStateDir, BasesDir: "/var/cache/bases", DebianMirror: "http://mirror.example/debian"}, ""},
 		{"relative bases dir", `{"bases_dir": "bases"}`, Config{}, "config.bases_dir"},
 		{"mirror not a URL", `{"debian_mirror": "deb.debian.org"}`, Config{}, "config.debian_mirror"},
 		{"no host port", `{"host_ports": []}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{}}, ""},
@@ -234,5 +234,20 @@ func TestValidateProfileNotRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(state); err == nil {
 		t.Error("a refused Create made the state dir")
+	}
+}
+
+func TestParsePorts(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string][]uint16{
+		"8420":          {8420},
+		"8420, 9000":    {8420, 9000},
+		"":              nil,
+		"x,0,70000,-1":  nil,
+		"22,not-a-port": {22},
+	} {
+		if got := ParsePorts(in); !slices.Equal(got, want) {
+			t.Errorf("ParsePorts(%q) = %v, want %v", in, got, want)
+		}
 	}
 }

@@ -287,10 +287,12 @@ func TestVMCannotReachHost(t *testing.T) {
 	}
 }
 
-// TestHide: a directory the view of the host shows (under /usr) is empty
-// in the VM when it is in Options.Hide, as the keeper's data and plugin
-// dirs are; its sibling, not hidden, shows.
-func TestHide(t *testing.T) {
+// TestDriverOptions: a directory the view of the host shows (under /usr)
+// is empty in the VM when it is in Options.Hide, as the keeper's data and
+// plugin dirs are, while its sibling shows; and Options.HostPorts (the
+// keeper's listen port) is what VMs reach when the provider config has no
+// host_ports.
+func TestDriverOptions(t *testing.T) {
 	t.Parallel()
 	parent, err := os.MkdirTemp("/usr/local/share", "soulstack-hide-")
 	if err != nil {
@@ -307,12 +309,28 @@ func TestHide(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	keeper, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keeper.Close()
+	go func() {
+		for {
+			c, err := keeper.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := keeper.Addr().(*net.TCPAddr).Port
 	e := newEnv(t, nil)
-	e.d = New(Options{Logger: testLogger(t), Hide: []string{filepath.Dir(secret), "relative/ignored"}})
+	e.d = New(Options{Logger: testLogger(t), Hide: []string{filepath.Dir(secret), "relative/ignored"}, HostPorts: []uint16{uint16(port)}})
 	vm := e.create(t, driversdk.CreateRequest{RequestID: "hide"})[0]
 	got := e.run(t, vm, "root", fmt.Sprintf("ls -A %s | wc -l; cat %s; touch %s/new 2>/dev/null && echo writable || echo read-only",
 		shellQuote(filepath.Dir(secret)), shellQuote(shown), shellQuote(filepath.Dir(secret))))
 	if got != "0\nx\nread-only" {
 		t.Errorf("in the VM: %q, want the hidden dir empty and read-only and its sibling shown", got)
 	}
+	e.run(t, vm, "root", fmt.Sprintf("gw=$(ip -4 route show default | awk '{print $3}'); timeout 5 bash -c \"exec 3<>/dev/tcp/$gw/%d\"", port))
 }

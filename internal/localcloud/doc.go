@@ -91,8 +91,8 @@
 //     not run). On other architectures than amd64 and arm64 there is no
 //     filter.
 //   - The network: from the bridge, the host answers only DNS (port 53),
-//     ICMP and the TCP ports of the provider's host_ports (the keeper's
-//     API and agent listeners; default 8420), on any of its addresses;
+//     ICMP and the TCP ports of the provider's host_ports (by default the
+//     keeper's listen port), on any of its addresses;
 //     other TCP connections are reset and everything else refused. Egress
 //     goes out masqueraded, except to 169.254.0.0/16 (cloud metadata
 //     services). VMs of one state dir reach each other; VMs of another
@@ -126,10 +126,11 @@
 // overlayfs accepts as an upper layer (not on overlayfs itself). Several
 // drivers with different state dirs can share a host: each has its own
 // bridge and table. host_ports are the TCP ports on the host's own
-// addresses VMs may connect to (default [8420], the keeper's default
-// port; [] allows none): list the keeper's listen port there when VMs
-// must reach it (self_onboard) and the keeper listens on more than
-// loopback. base_roots are the directories profiles may name as
+// addresses VMs may connect to; [] allows none. Without the key, it is the
+// keeper's listen port (the keeper names it to soul-cloud-local in
+// $SOULSTACK_KEEPER_PORTS), or 8420, the keeper's default, when the
+// driver runs without a keeper. VMs reach the keeper there when it
+// listens on more than loopback (self_onboard). base_roots are the directories profiles may name as
 // base_root: profiles, inline ones in scenarios included, are written by
 // whoever runs a scenario, the provider config only by an admin.
 // bases_dir (default <state_dir>/bases) keeps the bases the driver builds

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/soulstack/soulstack/driversdk"
@@ -25,6 +26,29 @@ type Options struct {
 	// driver's state dir always is. soul-cloud-local takes them from
 	// $SOULSTACK_KEEPER_DIRS, which the keeper sets (EnvKeeperDirs).
 	Hide []string
+	// HostPorts are the host's TCP ports VMs may reach when a provider's
+	// config has no host_ports; nil means [DefaultHostPort].
+	// soul-cloud-local takes them from $SOULSTACK_KEEPER_PORTS, which the
+	// keeper sets to its listen port (EnvKeeperPorts).
+	HostPorts []uint16
+}
+
+// EnvKeeperPorts names the variable through which the keeper tells
+// soul-cloud-local the TCP ports it listens on (comma-separated), for
+// Options.HostPorts.
+const EnvKeeperPorts = "SOULSTACK_KEEPER_PORTS"
+
+// ParsePorts reads a comma-separated list of TCP ports such as
+// $SOULSTACK_KEEPER_PORTS; what is not a port is left out, and nothing
+// valid gives nil.
+func ParsePorts(s string) []uint16 {
+	var out []uint16
+	for _, f := range strings.Split(s, ",") {
+		if n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16); err == nil && n > 0 {
+			out = append(out, uint16(n))
+		}
+	}
+	return out
 }
 
 // EnvKeeperDirs names the variable through which the keeper tells
@@ -37,8 +61,9 @@ const EnvKeeperDirs = "SOULSTACK_KEEPER_DIRS"
 // everything is in the state dir, so several Driver values and processes
 // may share one.
 type Driver struct {
-	logger *slog.Logger
-	hide   []string
+	logger    *slog.Logger
+	hide      []string
+	hostPorts []uint16
 	// euid returns the effective user ID; tests replace it.
 	euid func() int
 }
@@ -47,7 +72,7 @@ var _ driversdk.Driver = (*Driver)(nil)
 
 // New returns a Driver.
 func New(opts Options) *Driver {
-	d := &Driver{logger: opts.Logger, euid: geteuid}
+	d := &Driver{logger: opts.Logger, euid: geteuid, hostPorts: opts.HostPorts}
 	for _, p := range opts.Hide {
 		if filepath.IsAbs(p) {
 			d.hide = append(d.hide, filepath.Clean(p))

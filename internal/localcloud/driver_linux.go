@@ -165,6 +165,9 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 			_ = teardownHost(context.WithoutCancel(ctx), st)
 		}
 	}
+	if p.cfg.HostPorts == nil {
+		p.cfg.HostPorts = d.hostPorts
+	}
 	h, err := ensureHost(ctx, st, p.cfg)
 	if err != nil {
 		undoHost()
