@@ -334,3 +334,46 @@ func TestDriverOptions(t *testing.T) {
 	}
 	e.run(t, vm, "root", fmt.Sprintf("gw=$(ip -4 route show default | awk '{print $3}'); timeout 5 bash -c \"exec 3<>/dev/tcp/$gw/%d\"", port))
 }
+
+// TestWriteUnderWhiteout: a file the driver writes into a directory the
+// view hides (the host has /etc/soulstack-local, say) lands in a new
+// directory that stays empty of the lower layer's entries.
+func TestWriteUnderWhiteout(t *testing.T) {
+	t.Parallel()
+	requireRoot(t)
+	dir := t.TempDir()
+	lower, upper := filepath.Join(dir, "lower"), filepath.Join(dir, "upper")
+	for _, d := range []string{filepath.Join(lower, "a"), upper} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(lower, "a", "secret"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := whiteout(upper, lower, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := (layer{lower: lower, upper: upper}).write("a/new", []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	if n, err := unix.Getxattr(filepath.Join(upper, "a"), "trusted.overlay.opaque", b); err != nil || string(b[:n]) != "y" {
+		t.Errorf("upper/a is not opaque: %q, %v", b, err)
+	}
+	merged := filepath.Join(dir, "merged")
+	work := filepath.Join(dir, "work")
+	for _, d := range []string{merged, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("test", merged, "overlay", 0, "lowerdir="+lower+",upperdir="+upper+",workdir="+work); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Unmount(merged, unix.MNT_DETACH)
+	ents, err := os.ReadDir(filepath.Join(merged, "a"))
+	if err != nil || len(ents) != 1 || ents[0].Name() != "new" {
+		t.Errorf("merged a/ = %v, %v; want only new", ents, err)
+	}
+}

@@ -212,8 +212,17 @@ func (l layer) mkdirs(rel string) error {
 		return nil
 	}
 	p := filepath.Join(l.upper, rel)
-	if _, err := os.Stat(p); err == nil {
-		return nil
+	hidden := false
+	if fi, err := os.Lstat(p); err == nil {
+		if fi.IsDir() {
+			return nil
+		}
+		// A whiteout (prepareView hid the lower's): the directory the VM
+		// gets instead is empty of what the lower layer has there.
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+		hidden = true
 	}
 	if err := l.mkdirs(filepath.Dir(rel)); err != nil {
 		return err
@@ -230,6 +239,11 @@ func (l layer) mkdirs(rel string) error {
 	}
 	if err := os.Chown(p, uid, gid); err != nil {
 		return err
+	}
+	if hidden {
+		if err := unix.Setxattr(p, "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+			return err
+		}
 	}
 	return os.Chmod(p, mode)
 }
