@@ -32,13 +32,15 @@
 //     host keys, security/opasswd, krb5.keytab, ipsec and ppp secrets and
 //     /etc/soulstack* are not there, and ssl/private, letsencrypt,
 //     wireguard, openvpn, NetworkManager's connections, wpa_supplicant,
-//     sssd, kubernetes, rancher and cni are empty; /var has only cache, lib, lock, run and spool, its tmp,
-//     log, backups, mail, local and opt are empty, /var/lib holds only
+//     sssd, kubernetes, rancher and cni are empty; /var has only cache,
+//     lib, lock, run and spool, its tmp, log, backups, mail, local and opt
+//     are empty, /var/lib holds only
 //     what dpkg says an installed package owns (without systemd's
 //     credential.secret and random-seed), and the data of services
 //     (/var/lib/postgresql and /etc/postgresql, mysql, docker, containerd,
 //     redis…) is empty: a VM makes its own PostgreSQL cluster. With a
-//     base_root, the root is one overlay on that directory instead. Fresh
+//     base or a base_root, the root is one overlay on that directory
+//     instead. Fresh
 //     /proc (its own PID namespace), /sys (its own links; /sys/fs/cgroup
 //     rooted at its own cgroup), /dev (null, zero, full, random, urandom,
 //     tty, a private devpts, /dev/shm, /dev/mqueue), /run and /tmp; the
@@ -62,12 +64,14 @@
 // There is no user namespace: uid 0 in a VM is uid 0 of the host. What
 // keeps it inside is what it lacks and what it cannot see:
 //
-//   - Files: only the view above. The keeper's data dir (admin.token,
-//     data.key, keeper.db) and plugin dir, the driver's state dir (other
-//     VMs' layers), /root, /home, /work and any checkout, /tmp, /srv,
-//     /opt, /etc/shadow's hashes and the SSH host keys are not in a VM,
-//     wherever they are, unless under /usr, under a package-owned
-//     /var/lib directory, or in /etc outside the hidden entries.
+//   - Files: only the view above. /root, /home, /work and any checkout,
+//     /tmp, /srv, /opt, /etc/shadow's hashes and the SSH host keys are not
+//     in a VM; the keeper's data dir (admin.token, data.key, keeper.db)
+//     and plugin dir, which the keeper names to soul-cloud-local in
+//     $SOULSTACK_KEEPER_DIRS (Options.Hide), and the driver's state dir
+//     (other VMs' layers and the bases) are not either, wherever they
+//     are: where the view would show them, an empty read-only tmpfs
+//     covers them.
 //   - Capabilities: after its mounts are made, the init executes itself
 //     again with a bounding set of CHOWN, DAC_OVERRIDE, FOWNER, FSETID,
 //     KILL, SETGID, SETUID, SETPCAP, SETFCAP, NET_BIND_SERVICE,
@@ -92,8 +96,8 @@
 //     filter.
 //   - The network: from the bridge, the host answers only DNS (port 53),
 //     ICMP and the TCP ports of the provider's host_ports (by default the
-//     keeper's listen port), on any of its addresses;
-//     other TCP connections are reset and everything else refused. Egress
+//     keeper's listen port), on any of its addresses; other TCP
+//     connections are reset and everything else refused. Egress
 //     goes out masqueraded, except to 169.254.0.0/16 (cloud metadata
 //     services). VMs of one state dir reach each other; VMs of another
 //     state dir, and anything else forwarded to a bridge, do not.
@@ -102,7 +106,10 @@
 // kernel, and the filter refuses only the system calls above, not a
 // full container profile); what the view shows on purpose (the host's
 // /usr, /etc minus the entries above, installed packages' state); other
-// VMs of the same state dir over the network; and resource exhaustion
+// VMs of the same state dir over the network; secrets of the host kept
+// elsewhere under /usr, /etc or a package's /var/lib directory than the
+// places above (another keeper's data dir there, say); and resource
+// exhaustion
 // beyond the cgroup's cpu and memory limits (disk space of the state
 // dir's filesystem, for one). A base_root is trusted as a whole. Docker's
 // engine does not run in a VM (it needs SYS_ADMIN); the docker client
@@ -130,9 +137,10 @@
 // keeper's listen port (the keeper names it to soul-cloud-local in
 // $SOULSTACK_KEEPER_PORTS), or 8420, the keeper's default, when the
 // driver runs without a keeper. VMs reach the keeper there when it
-// listens on more than loopback (self_onboard). base_roots are the directories profiles may name as
-// base_root: profiles, inline ones in scenarios included, are written by
-// whoever runs a scenario, the provider config only by an admin.
+// listens on more than loopback (self_onboard). base_roots are the
+// directories profiles may name as base_root: profiles, inline ones in
+// scenarios included, are written by whoever runs a scenario, the
+// provider config only by an admin.
 // bases_dir (default <state_dir>/bases) keeps the bases the driver builds
 // for the profile key base, from debian_mirror; they stay when the VMs
 // go.
