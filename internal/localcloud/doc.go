@@ -172,7 +172,7 @@
 //     an ssh_user it lacks. The host's directories change under running
 //     VMs (a host upgrade leaves a VM's copied-up dpkg status out of step
 //     with the files it sees), so for VMs that live long or install
-//     packages, make an immutable base once, for example
+//     packages, use base, or make an immutable root once, for example
 //     debootstrap --include=openssh-server,iproute2,sudo bookworm /srv/soulstack/bookworm,
 //     and list it in base_roots.
 //
