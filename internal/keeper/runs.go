@@ -72,7 +72,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		}
 		return []byte(v), err
 	}
-	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Logger: log.With("component", "plugin")})
+	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Env: keeperDirsEnv(c), Logger: log.With("component", "plugin")})
 	if err != nil {
 		return nil, err
 	}

@@ -31,10 +31,12 @@ import (
 //     child in the driver: the VM lives on when the driver exits.
 //  2. The init, PID 1 of the VM, builds the VM's root and special
 //     filesystems, waits until the driver has set up its network, pivots
-//     into the root, applies the userdata, starts sshd, reports "ready",
-//     and then reaps orphans and runs the rest of the userdata. SIGTERM
-//     stops everything in the VM; SIGKILL from the host (what Destroy
-//     sends) takes the whole PID namespace down at once.
+//     into the root, drops the capabilities the VM must not have and
+//     executes itself again (stage 2, still PID 1, with only
+//     vmCapabilities), which applies the userdata, starts sshd, reports
+//     "ready", and then reaps orphans and runs the rest of the userdata.
+//     SIGTERM stops everything in the VM; SIGKILL from the host (what
+//     Destroy sends) takes the whole PID namespace down at once.
 //
 // Both read their orders from environment variables. File descriptor 3 is
 // the control pipe (the driver writes one byte per go-ahead) and 4 the
@@ -45,6 +47,7 @@ const (
 
 	roleLauncher = "launcher"
 	roleInit     = "init"
+	roleInit2    = "init2"
 )
 
 // bootConfig is what the init needs to know.
@@ -52,7 +55,10 @@ type bootConfig struct {
 	// Dir is the VM's directory on the host (upper, work and merged).
 	Dir   string `json:"dir"`
 	Lower string `json:"lower"`
-	FQDN  string `json:"fqdn"`
+	// Layers, when set, make the root a view of the host (mountView)
+	// with an overlay per layer instead of one overlay on Lower.
+	Layers []string `json:"layers,omitempty"`
+	FQDN   string   `json:"fqdn"`
 	// SSHUser is made at first boot when the root lacks it.
 	SSHUser string `json:"ssh_user"`
 	// Mask are host paths hidden in the VM under an empty read-only tmpfs
@@ -79,6 +85,8 @@ func runChild() {
 		os.Exit(runLauncher())
 	case roleInit:
 		os.Exit(runInit())
+	case roleInit2:
+		os.Exit(runInit2())
 	default:
 		fmt.Fprintf(os.Stderr, "%s=%q: unknown role\n", envRole, os.Getenv(envRole))
 		os.Exit(2)
@@ -125,6 +133,63 @@ func runInit() int {
 	if err := json.Unmarshal([]byte(os.Getenv(envBoot)), &bc); err != nil {
 		return fail("read the boot config", err)
 	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
+	go func() {
+		<-sigs
+		os.Exit(0) // nothing runs in the VM yet
+	}()
+
+	if err := buildRoot(bc); err != nil {
+		return fail("build the root", err)
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(ctl, b[:]); err != nil {
+		return fail("wait for the network", err)
+	}
+	if err := enterRoot(bc); err != nil {
+		return fail("enter the root", err)
+	}
+	if err := unix.Sethostname([]byte(bc.FQDN)); err != nil {
+		return fail("set the hostname", err)
+	}
+	// Stage 2 is this binary again, executed from a thread whose bounding
+	// set holds only vmCapabilities: PID 1 and everything after it have
+	// no others. /proc/self/exe still names the binary after the pivot.
+	if err := confineThread(); err != nil {
+		return fail("confine the VM", err)
+	}
+	if err := confineSyscalls(); err != nil {
+		if _, known := seccompArch(); known {
+			return fail("confine the VM", err)
+		}
+		log.Warn("VM without a system call filter", "err", err)
+	}
+	env := []string{envRole + "=" + roleInit2, envBoot + "=" + os.Getenv(envBoot),
+		"PATH=" + vmPath, "HOME=/root", "LANG=C.UTF-8"}
+	err := unix.Exec("/proc/self/exe", []string{"soulstack-local-init"}, env)
+	return fail("start stage 2", err)
+}
+
+// runInit2 is the VM's PID 1 from the pivot on (see runInit).
+func runInit2() int {
+	if err := hideInit(); err != nil {
+		fmt.Fprintf(os.Stderr, "confine the VM: %v\n", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctl := os.NewFile(3, "control")
+	status := os.NewFile(4, "status")
+	fail := func(step string, err error) int {
+		log.Error("init failed", "step", step, "err", err)
+		fmt.Fprintf(status, "error: %s: %v\n", step, err)
+		return 1
+	}
+	var bc bootConfig
+	if err := json.Unmarshal([]byte(os.Getenv(envBoot)), &bc); err != nil {
+		return fail("read the boot config", err)
+	}
+	os.Unsetenv(envRole)
+	os.Unsetenv(envBoot)
 	r := &reaper{waiting: map[int]chan unix.WaitStatus{}}
 	stop := make(chan struct{})
 	sigs := make(chan os.Signal, 32)
@@ -141,23 +206,6 @@ func runInit() int {
 		}
 	}()
 
-	if err := buildRoot(bc); err != nil {
-		return fail("build the root", err)
-	}
-	var b [1]byte
-	if _, err := io.ReadFull(ctl, b[:]); err != nil {
-		return fail("wait for the network", err)
-	}
-	if err := enterRoot(bc); err != nil {
-		return fail("enter the root", err)
-	}
-	if err := unix.Sethostname([]byte(bc.FQDN)); err != nil {
-		return fail("set the hostname", err)
-	}
-	os.Clearenv()
-	for k, v := range map[string]string{"PATH": vmPath, "HOME": "/root", "LANG": "C.UTF-8"} {
-		os.Setenv(k, v)
-	}
 	ud := firstBoot(log, r, bc)
 	go superviseSSHD(log, r, stop)
 	if err := waitListening("127.0.0.1:22", 10*time.Second); err != nil {

@@ -22,6 +22,10 @@ const (
 	DefaultCPUs       = 1.0
 	DefaultMemoryMB   = 1024
 	DefaultSSHUser    = "root"
+	// DefaultHostPort is the keeper's default API port: the one host
+	// port VMs may reach when neither host_ports nor the keeper
+	// (Options.HostPorts) says otherwise.
+	DefaultHostPort = 8420
 
 	// MinMemoryMB is the smallest memory limit a VM may get: its init,
 	// sshd and a login shell need a few megabytes each.
@@ -33,8 +37,8 @@ const (
 )
 
 // Config is the provider's driver-specific config: {"subnet":
-// "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local"}. Both keys are
-// optional.
+// "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local", "host_ports":
+// [8420]}. Every key is optional.
 type Config struct {
 	// Subnet is the IPv4 network of the bridge: the driver takes its first
 	// address and gives the VMs the others. Empty means the first of
@@ -43,6 +47,48 @@ type Config struct {
 	Subnet netip.Prefix
 	// StateDir holds the driver's state and the VMs' upper layers.
 	StateDir string
+	// HostPorts are the TCP ports on the host's own addresses VMs may
+	// connect to (the keeper's API and agent listeners); everything else
+	// they send to the host, but DNS, is refused. nil (no host_ports key)
+	// means the driver's Options.HostPorts; an empty list allows none.
+	HostPorts []uint16
+	// BaseRoots are the directories profiles may name as base_root. A
+	// profile is anyone's to write (an inline one is part of a scenario),
+	// a provider's config only an admin's: a base root is trusted as a
+	// whole, so the provider says which ones exist.
+	BaseRoots []string
+	// BasesDir holds the bases the driver builds (profile key base);
+	// empty means <state_dir>/bases. They stay when the VMs go: a base
+	// is built once and shared by every VM made on it.
+	BasesDir string
+	// DebianMirror is where debootstrap fetches Debian bases from.
+	DebianMirror string
+}
+
+// DefaultDebianMirror is the Debian archive bases are built from.
+const DefaultDebianMirror = "http://deb.debian.org/debian"
+
+// basesDir is where the driver keeps its bases.
+func (c Config) basesDir() string {
+	if c.BasesDir != "" {
+		return c.BasesDir
+	}
+	return filepath.Join(c.StateDir, "bases")
+}
+
+// Bases the driver can build, by the name a profile's base gives: a
+// Debian suite debootstrapped with the packages a VM needs.
+var bases = map[string]struct{ suite, include string }{
+	"debian-bookworm": {"bookworm", "openssh-server,iproute2,sudo"},
+}
+
+func baseNames() []string {
+	var out []string
+	for n := range bases {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Spec is a VM profile: {"cpus": 1, "memory_mb": 512, "ssh_user": "root",
@@ -60,15 +106,30 @@ type Spec struct {
 	// on (a debootstrapped tree, say) instead of the host's live /. The
 	// driver never writes to it.
 	BaseRoot string `json:"base_root,omitempty"`
+	// Base, when set, names a root the driver builds once and keeps in
+	// its bases dir (debian-bookworm: a debootstrapped Debian 12 with
+	// openssh-server, iproute2 and sudo), instead of the view of the
+	// host. It excludes BaseRoot.
+	Base string `json:"base,omitempty"`
+
+	// baseDir is where Base was built, found at Create.
+	baseDir string
 }
 
 // lower is the directory the VM's root overlay is built on.
 func (s Spec) lower() string {
-	if s.BaseRoot != "" {
+	switch {
+	case s.BaseRoot != "":
 		return s.BaseRoot
+	case s.baseDir != "":
+		return s.baseDir
 	}
 	return "/"
 }
+
+// ownRoot reports whether the VM is built on a root of its own (a
+// base_root or a base) rather than on the view of the host.
+func (s Spec) ownRoot() bool { return s.BaseRoot != "" || s.Base != "" }
 
 var (
 	userRE     = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
@@ -134,11 +195,54 @@ func decodeString(m map[string]json.RawMessage, key, field string) (string, bool
 // Problems are *driversdk.Error with code profile.invalid and a Field
 // prefixed "config.".
 func ParseConfig(raw json.RawMessage) (Config, error) {
-	m, err := objectKeys(raw, []string{"state_dir", "subnet"}, "config.")
+	m, err := objectKeys(raw, []string{"base_roots", "bases_dir", "debian_mirror", "host_ports", "state_dir", "subnet"}, "config.")
 	if err != nil {
 		return Config{}, err
 	}
-	c := Config{StateDir: DefaultStateDir}
+	c := Config{StateDir: DefaultStateDir, DebianMirror: DefaultDebianMirror}
+	if d, ok, err := decodeString(m, "bases_dir", "config.bases_dir"); err != nil {
+		return Config{}, err
+	} else if ok {
+		if !filepath.IsAbs(d) || filepath.Clean(d) == "/" || strings.ContainsAny(d, ",:\\\n") {
+			return Config{}, invalid("config.bases_dir", "%q is not an absolute path other than / without ',', ':', '\\' or a newline", d)
+		}
+		c.BasesDir = filepath.Clean(d)
+	}
+	if u, ok, err := decodeString(m, "debian_mirror", "config.debian_mirror"); err != nil {
+		return Config{}, err
+	} else if ok {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") && !strings.HasPrefix(u, "file:/") {
+			return Config{}, invalid("config.debian_mirror", "%q is not an http://, https:// or file:/ URL", u)
+		}
+		c.DebianMirror = u
+	}
+	if v, ok := m["base_roots"]; ok {
+		var roots []string
+		if err := json.Unmarshal(v, &roots); err != nil {
+			return Config{}, invalid("config.base_roots", "must be a list of absolute paths")
+		}
+		for _, r := range roots {
+			if !filepath.IsAbs(r) || filepath.Clean(r) == "/" || strings.ContainsAny(r, ",:\\\n") {
+				return Config{}, invalid("config.base_roots", "%q is not an absolute path other than / without ',', ':', '\\' or a newline", r)
+			}
+			c.BaseRoots = append(c.BaseRoots, filepath.Clean(r))
+		}
+	}
+	if v, ok := m["host_ports"]; ok {
+		var ports []float64
+		if err := json.Unmarshal(v, &ports); err != nil || ports == nil {
+			return Config{}, invalid("config.host_ports", "must be a list of TCP port numbers such as [%d]", DefaultHostPort)
+		}
+		c.HostPorts = []uint16{}
+		for _, p := range ports {
+			if p != math.Trunc(p) || p < 1 || p > 65535 {
+				return Config{}, invalid("config.host_ports", "%v is not a TCP port number (1-65535)", p)
+			}
+			if !slices.Contains(c.HostPorts, uint16(p)) {
+				c.HostPorts = append(c.HostPorts, uint16(p))
+			}
+		}
+	}
 	if s, ok, err := decodeString(m, "state_dir", "config.state_dir"); err != nil {
 		return Config{}, err
 	} else if ok {
@@ -183,7 +287,7 @@ func parseSubnet(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-var specKeys = []string{"base_root", "cpus", "memory_mb", "ssh_user"}
+var specKeys = []string{"base", "base_root", "cpus", "memory_mb", "ssh_user"}
 
 // ParseSpec decodes a profile spec strictly and fills in defaults. It
 // checks the values' types and ranges; whether base_root holds a usable
@@ -243,6 +347,17 @@ func (s *Spec) merge(raw json.RawMessage) error {
 			b = ""
 		}
 		s.BaseRoot = b
+	}
+	if b, ok, err := decodeString(m, "base", "base"); err != nil {
+		return err
+	} else if ok {
+		if _, known := bases[b]; !known {
+			return invalid("base", "%q is not a base this driver builds (known: %s)", b, strings.Join(baseNames(), ", "))
+		}
+		s.Base = b
+	}
+	if s.Base != "" && s.BaseRoot != "" {
+		return invalid("base", "base and base_root exclude each other")
 	}
 	return nil
 }

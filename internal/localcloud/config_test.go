@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -39,6 +40,9 @@ func TestParseSpec(t *testing.T) {
 		{"bad user", `{"ssh_user": "Root; rm"}`, Spec{}, "ssh_user"},
 		{"user not a string", `{"ssh_user": 0}`, Spec{}, "ssh_user"},
 		{"relative base root", `{"base_root": "srv/x"}`, Spec{}, "base_root"},
+		{"base", `{"base": "debian-bookworm"}`, Spec{CPUs: 1, MemoryMB: 1024, SSHUser: "root", Base: "debian-bookworm"}, ""},
+		{"unknown base", `{"base": "ubuntu"}`, Spec{}, "base"},
+		{"base and base_root", `{"base": "debian-bookworm", "base_root": "/srv/x"}`, Spec{}, "base"},
 		{"base root with a comma", `{"base_root": "/srv/a,b"}`, Spec{}, "base_root"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +84,18 @@ func TestParseConfig(t *testing.T) {
 		{"empty", `{}`, Config{StateDir: DefaultStateDir}, ""},
 		{"both", `{"subnet": "10.99.0.0/16", "state_dir": "/srv/local/"}`,
 			Config{StateDir: "/srv/local", Subnet: netip.MustParsePrefix("10.99.0.0/16")}, ""},
+		{"host ports", `{"host_ports": [8420, 9000, 8420]}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{8420, 9000}}, ""},
+		{"base roots", `{"base_roots": ["/srv/bookworm/"]}`, Config{StateDir: DefaultStateDir, BaseRoots: []string{"/srv/bookworm"}}, ""},
+		{"base root /", `{"base_roots": ["/"]}`, Config{}, "config.base_roots"},
+		{"relative base root", `{"base_roots": ["srv"]}`, Config{}, "config.base_roots"},
+		{"bases", `{"bases_dir": "/var/cache/bases/", "debian_mirror": "http://mirror.example/debian"}`,
+			Config{StateDir: DefaultStateDir, BasesDir: "/var/cache/bases", DebianMirror: "http://mirror.example/debian"}, ""},
+		{"relative bases dir", `{"bases_dir": "bases"}`, Config{}, "config.bases_dir"},
+		{"mirror not a URL", `{"debian_mirror": "deb.debian.org"}`, Config{}, "config.debian_mirror"},
+		{"no host port", `{"host_ports": []}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{}}, ""},
+		{"host port out of range", `{"host_ports": [70000]}`, Config{}, "config.host_ports"},
+		{"host port not a number", `{"host_ports": ["ssh"]}`, Config{}, "config.host_ports"},
+		{"host ports not a list", `{"host_ports": 8420}`, Config{}, "config.host_ports"},
 		{"unknown key", `{"subnet": "10.99.0.0/24", "region": "x"}`, Config{}, "config.region"},
 		{"host bits", `{"subnet": "10.99.0.1/24"}`, Config{}, "config.subnet"},
 		{"ipv6", `{"subnet": "fd00::/64"}`, Config{}, "config.subnet"},
@@ -99,7 +115,10 @@ func TestParseConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
+			if tc.want.DebianMirror == "" {
+				tc.want.DebianMirror = DefaultDebianMirror
+			}
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("ParseConfig = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -215,5 +234,20 @@ func TestValidateProfileNotRoot(t *testing.T) {
 	}
 	if _, err := os.Stat(state); err == nil {
 		t.Error("a refused Create made the state dir")
+	}
+}
+
+func TestParsePorts(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string][]uint16{
+		"8420":          {8420},
+		"8420, 9000":    {8420, 9000},
+		"":              nil,
+		"x,0,70000,-1":  nil,
+		"22,not-a-port": {22},
+	} {
+		if got := ParsePorts(in); !slices.Equal(got, want) {
+			t.Errorf("ParsePorts(%q) = %v, want %v", in, got, want)
+		}
 	}
 }

@@ -4,11 +4,9 @@
 // megabytes each, answer SSH with the keeper's key and run apt, which
 // makes them right for demos, tests and laptops.
 //
-// It is a convenience, not a security boundary. Root in a VM is root on
-// the host: it keeps every capability, can write the host's /proc/sys, make
-// device nodes and read the host's files through the lower layer of its
-// root (the host's /root, /etc/shadow and SSH host keys are readable in a
-// VM built on the live /). Run only what you would run on the host itself.
+// It is a convenience, not a hardened sandbox, but root in a VM is not a
+// way into the host: see "What a VM cannot do" below for what that
+// covers and what it does not.
 //
 // # What a VM is
 //
@@ -22,15 +20,31 @@
 //   - Hostname: the FQDN the keeper asked for (CreateRequest.Names), or
 //     <vm-id>.<fqdn_suffix> (default suffix local.test), in its own UTS
 //     namespace and in its /etc/hostname and /etc/hosts.
-//   - Root: an overlayfs in its own mount namespace, whose lower layer is
-//     the host's live / (only the root filesystem, not the mounts on it)
-//     or the profile's base_root, and whose upper layer, under the state
-//     dir, takes every change: packages installed in a VM are in that VM
-//     only. Fresh /proc (its own PID namespace), /sys (its own links;
-//     /sys/fs/cgroup rooted at its own cgroup), /dev (null, zero, full,
-//     random, urandom, tty, a private devpts, /dev/shm, /dev/mqueue), /run
-//     and /tmp; the driver's state dir is hidden under an empty read-only
-//     tmpfs.
+//   - Root: in its own mount namespace, a view of the host's system
+//     directories, not the host's live /: the VM's / is a directory of
+//     its own with empty /root, /home, /tmp, /srv, /opt, /mnt, /media and
+//     /boot and the host's top-level symlinks (bin -> usr/bin), and /usr,
+//     /etc and /var (and /bin, /sbin, /lib… where they are directories)
+//     are overlays whose lower layer is the host's directory and whose
+//     upper layer, under the state dir, takes every change: packages
+//     installed in a VM are in that VM only. In /etc the host's password
+//     hashes read "*" (the accounts stay), shadow- and gshadow-, the SSH
+//     host keys, security/opasswd, krb5.keytab, ipsec and ppp secrets and
+//     /etc/soulstack* are not there, and ssl/private, letsencrypt,
+//     wireguard, openvpn, NetworkManager's connections, wpa_supplicant,
+//     sssd, kubernetes, rancher and cni are empty; /var has only cache,
+//     lib, lock, run and spool, its tmp, log, backups, mail, local and opt
+//     are empty, /var/lib holds only
+//     what dpkg says an installed package owns (without systemd's
+//     credential.secret and random-seed), and the data of services
+//     (/var/lib/postgresql and /etc/postgresql, mysql, docker, containerd,
+//     redis…) is empty: a VM makes its own PostgreSQL cluster. With a
+//     base or a base_root, the root is one overlay on that directory
+//     instead. Fresh
+//     /proc (its own PID namespace), /sys (its own links; /sys/fs/cgroup
+//     rooted at its own cgroup), /dev (null, zero, full, random, urandom,
+//     tty, a private devpts, /dev/shm, /dev/mqueue), /run and /tmp; the
+//     driver's state dir is hidden under an empty read-only tmpfs.
 //   - Limits: a cgroup with the profile's cpus (CFS quota) and memory_mb
 //     (memory limit, no swap), on cgroup v2 hosts and on v1 or hybrid ones;
 //     Resize rewrites them while the VM runs.
@@ -45,11 +59,70 @@
 //     of the VM. There is no systemd: package scripts start no services
 //     (/usr/sbin/policy-rc.d exits 101), start them yourself.
 //
+// # What a VM cannot do
+//
+// There is no user namespace: uid 0 in a VM is uid 0 of the host. What
+// keeps it inside is what it lacks and what it cannot see:
+//
+//   - Files: only the view above. /root, /home, /work and any checkout,
+//     /tmp, /srv, /opt, /etc/shadow's hashes and the SSH host keys are not
+//     in a VM; the keeper's data dir (admin.token, data.key, keeper.db)
+//     and plugin dir, which the keeper names to soul-cloud-local in
+//     $SOULSTACK_KEEPER_DIRS (Options.Hide), and the driver's state dir
+//     (other VMs' layers and the bases) are not either, wherever they
+//     are: where the view would show them, an empty read-only tmpfs
+//     covers them.
+//   - Capabilities: after its mounts are made, the init executes itself
+//     again with a bounding set of CHOWN, DAC_OVERRIDE, FOWNER, FSETID,
+//     KILL, SETGID, SETUID, SETPCAP, SETFCAP, NET_BIND_SERVICE,
+//     SYS_CHROOT and AUDIT_WRITE, so no process in a VM (setuid programs
+//     such as sudo included) has SYS_ADMIN (no mount, no remount, no
+//     devtmpfs), MKNOD (no device nodes: /dev has only the set above),
+//     SYS_PTRACE, SYS_MODULE, SYS_RAWIO, DAC_READ_SEARCH, BPF, PERFMON,
+//     SYS_BOOT, SYS_TIME, NET_ADMIN, NET_RAW or the others. The init
+//     itself is undumpable: nothing in the VM can ptrace it or open its
+//     /proc/1 files.
+//   - The kernel: /proc/sys (but its per-namespace net/), sysrq-trigger,
+//     /proc/bus, fs and irq are read-only; kcore, keys, kallsyms,
+//     timer_list, sched_debug, acpi and scsi are hidden; /sys and the
+//     cgroup mounts are read-only (a VM cannot raise its own limits).
+//     Host processes are not in its PID namespace.
+//   - System calls: a seccomp filter refuses keyctl, add_key and
+//     request_key (the kernel's keyrings are not namespaced: root's user
+//     keyring in a VM would be the host root's), kexec, module loading,
+//     open_by_handle_at, bpf, perf_event_open, userfaultfd, new user
+//     namespaces, and 32-bit system calls on x86-64 (32-bit programs do
+//     not run). On other architectures than amd64 and arm64 there is no
+//     filter.
+//   - The network: from the bridge, the host answers only DNS (port 53),
+//     ICMP and the TCP ports of the provider's host_ports (by default the
+//     keeper's listen port), on any of its addresses; other TCP
+//     connections are reset and everything else refused. Egress
+//     goes out masqueraded, except to 169.254.0.0/16 (cloud metadata
+//     services). VMs of one state dir reach each other; VMs of another
+//     state dir, and anything else forwarded to a bridge, do not.
+//
+// It does not protect against: a kernel bug (all VMs share the host's
+// kernel, and the filter refuses only the system calls above, not a
+// full container profile); what the view shows on purpose (the host's
+// /usr, /etc minus the entries above, installed packages' state); other
+// VMs of the same state dir over the network; secrets of the host kept
+// elsewhere under /usr, /etc or a package's /var/lib directory than the
+// places above (another keeper's data dir there, say); and resource
+// exhaustion
+// beyond the cgroup's cpu and memory limits (disk space of the state
+// dir's filesystem, for one). A base_root is trusted as a whole. Docker's
+// engine does not run in a VM (it needs SYS_ADMIN); the docker client
+// does.
+//
 // # Provider config and profile
 //
-// The provider config (driversdk.Provider.Config) takes two optional keys:
+// The provider config (driversdk.Provider.Config) takes six optional
+// keys:
 //
-//	{"subnet": "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local"}
+//	{"subnet": "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local",
+//	 "host_ports": [8420], "base_roots": ["/srv/soulstack/bookworm"],
+//	 "bases_dir": "/var/lib/soulstack-local/bases", "debian_mirror": "http://deb.debian.org/debian"}
 //
 // subnet is the bridge's IPv4 network (/8 to /29). When set, a subnet that
 // overlaps any route (in every routing table) or address on the host is
@@ -59,12 +132,23 @@
 // the driver's state and the VMs' upper layers; put it on a filesystem
 // overlayfs accepts as an upper layer (not on overlayfs itself). Several
 // drivers with different state dirs can share a host: each has its own
-// bridge and table.
+// bridge and table. host_ports are the TCP ports on the host's own
+// addresses VMs may connect to; [] allows none. Without the key, it is the
+// keeper's listen port (the keeper names it to soul-cloud-local in
+// $SOULSTACK_KEEPER_PORTS), or 8420, the keeper's default, when the
+// driver runs without a keeper. VMs reach the keeper there when it
+// listens on more than loopback (self_onboard). base_roots are the
+// directories profiles may name as base_root: profiles, inline ones in
+// scenarios included, are written by whoever runs a scenario, the
+// provider config only by an admin.
+// bases_dir (default <state_dir>/bases) keeps the bases the driver builds
+// for the profile key base, from debian_mirror; they stay when the VMs
+// go.
 //
-// The profile spec takes four optional keys; any other is profile.invalid
+// The profile spec takes five optional keys; any other is profile.invalid
 // naming the key:
 //
-//	{"cpus": 1, "memory_mb": 512, "ssh_user": "root", "base_root": "/srv/soulstack/bookworm"}
+//	{"cpus": 1, "memory_mb": 512, "ssh_user": "root", "base": "debian-bookworm"}
 //
 // They are:
 //
@@ -73,17 +157,28 @@
 //   - ssh_user: the user the keys log in as (default root). A user the
 //     root filesystem lacks is made at first boot, with a home, no
 //     password and, when sudo is installed, password-less sudo.
-//   - base_root: build the VMs' root on this directory instead of the
-//     host's live /. The driver never writes to it; it needs /bin/sh,
-//     /usr/sbin/sshd, and useradd for an ssh_user it lacks. The live /
-//     changes under running VMs (a host upgrade leaves a VM's copied-up
-//     dpkg status out of step with the files it sees), so for VMs that live
-//     long or install packages, make an immutable base once, for example
+//   - base: build the VMs' root on a base the driver makes: only
+//     debian-bookworm for now, a Debian 12 minbase with openssh-server,
+//     iproute2 and sudo, debootstrapped (debootstrap must be installed)
+//     into the bases dir by the first Create that needs it (a minute or
+//     two; later ones reuse it) and never written again. Such VMs have
+//     none of the host's packages and are not affected by host upgrades;
+//     use it for VMs that live long or must start without what the host
+//     has installed (PostgreSQL, Docker…). It excludes base_root.
+//   - base_root: build the VMs' root on this directory, one of the
+//     provider's base_roots and not reached through a symlink, instead of
+//     the view of the host. The driver never writes to it and shows all
+//     of it to the VM; it needs /bin/sh, /usr/sbin/sshd, and useradd for
+//     an ssh_user it lacks. The host's directories change under running
+//     VMs (a host upgrade leaves a VM's copied-up dpkg status out of step
+//     with the files it sees), so for VMs that live long or install
+//     packages, use base, or make an immutable root once, for example
 //     debootstrap --include=openssh-server,iproute2,sudo bookworm /srv/soulstack/bookworm,
-//     and point base_root at it.
+//     and list it in base_roots.
 //
 // Resize takes the same keys; cpus and memory_mb change live (no downtime),
-// the ones it leaves out stay, and ssh_user and base_root cannot change.
+// the ones it leaves out stay, and ssh_user, base and base_root cannot
+// change.
 //
 // # Userdata
 //
@@ -124,13 +219,15 @@
 // when the state dir's last VM goes, so do the bridge, the table and the
 // cgroup parents, and forwarding is set back to what it was before any
 // local driver changed it. What remains is the state dir itself, with the
-// list of destroyed IDs, and /run/soulstack-local/host.lock.
+// list of destroyed IDs and the bases built for the profile key base, and
+// /run/soulstack-local/host.lock.
 //
 // # Requirements
 //
 // Linux 5.3 or later, root, ip (iproute2), nsenter (util-linux), sshd
-// (openssh-server) in the VMs' root, and kernel support for overlayfs,
-// nf_tables with NAT, veth and bridges. A host that lacks one answers
+// (openssh-server) in the VMs' root, and kernel support for overlayfs
+// (with trusted xattrs on the state dir's filesystem), nf_tables with NAT
+// and reject, veth and bridges. A host that lacks one answers
 // ValidateProfile and Create with driver.unavailable, saying what is
 // missing, before anything is made; other systems than Linux always do.
 //
@@ -138,8 +235,10 @@
 //
 // IPv4 only. A VM does not restart: after a host reboot its state is
 // stopped and it can only be destroyed. Software that needs systemd as PID 1
-// does not run. Docker inside a VM falls back to its vfs storage driver
-// (overlay2 cannot stack on the VM's overlay root). A host firewall whose
+// does not run, nor does Docker's engine (no SYS_ADMIN). ping works
+// through ICMP sockets (no NET_RAW), not raw ones. A rename across /usr,
+// /etc, /var and the rest of / crosses overlays (EXDEV; mv copies). A
+// host firewall whose
 // forward chain drops by default (Docker's iptables rules, for one) also
 // drops the VMs' outbound traffic. On cgroup v2 the driver enables the cpu,
 // memory and pids controllers in the root cgroup and leaves them on.

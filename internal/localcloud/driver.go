@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/soulstack/soulstack/driversdk"
@@ -18,14 +20,50 @@ type Options struct {
 	// Logger receives what the driver does; nil means slog.Default() at
 	// the time of each call (driversdk.Serve points it at the keeper).
 	Logger *slog.Logger
+	// Hide are host directories no VM may see even where its view of the
+	// host would show them (a keeper's data and plugin dirs under /usr,
+	// say): each is covered by an empty read-only tmpfs in every VM. The
+	// driver's state dir always is. soul-cloud-local takes them from
+	// $SOULSTACK_KEEPER_DIRS, which the keeper sets (EnvKeeperDirs).
+	Hide []string
+	// HostPorts are the host's TCP ports VMs may reach when a provider's
+	// config has no host_ports; nil means [DefaultHostPort].
+	// soul-cloud-local takes them from $SOULSTACK_KEEPER_PORTS, which the
+	// keeper sets to its listen port (EnvKeeperPorts).
+	HostPorts []uint16
 }
+
+// EnvKeeperPorts names the variable through which the keeper tells
+// soul-cloud-local the TCP ports it listens on (comma-separated), for
+// Options.HostPorts.
+const EnvKeeperPorts = "SOULSTACK_KEEPER_PORTS"
+
+// ParsePorts reads a comma-separated list of TCP ports such as
+// $SOULSTACK_KEEPER_PORTS; what is not a port is left out, and nothing
+// valid gives nil.
+func ParsePorts(s string) []uint16 {
+	var out []uint16
+	for _, f := range strings.Split(s, ",") {
+		if n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16); err == nil && n > 0 {
+			out = append(out, uint16(n))
+		}
+	}
+	return out
+}
+
+// EnvKeeperDirs names the variable through which the keeper tells
+// soul-cloud-local its data and plugin dirs (a list as in $PATH) for
+// Options.Hide.
+const EnvKeeperDirs = "SOULSTACK_KEEPER_DIRS"
 
 // Driver is the local cloud: it implements driversdk.Driver with
 // namespace VMs on this host. It keeps nothing in memory between calls:
 // everything is in the state dir, so several Driver values and processes
 // may share one.
 type Driver struct {
-	logger *slog.Logger
+	logger    *slog.Logger
+	hide      []string
+	hostPorts []uint16
 	// euid returns the effective user ID; tests replace it.
 	euid func() int
 }
@@ -34,7 +72,13 @@ var _ driversdk.Driver = (*Driver)(nil)
 
 // New returns a Driver.
 func New(opts Options) *Driver {
-	return &Driver{logger: opts.Logger, euid: geteuid}
+	d := &Driver{logger: opts.Logger, euid: geteuid, hostPorts: opts.HostPorts}
+	for _, p := range opts.Hide {
+		if filepath.IsAbs(p) {
+			d.hide = append(d.hide, filepath.Clean(p))
+		}
+	}
+	return d
 }
 
 func (d *Driver) log() *slog.Logger {
@@ -215,6 +259,9 @@ func (v *vmRecord) info(running bool) driversdk.VM {
 	}
 	if v.Spec.BaseRoot != "" {
 		attrs["base_root"] = v.Spec.BaseRoot
+	}
+	if v.Spec.Base != "" {
+		attrs["base"] = v.Spec.Base
 	}
 	if !v.CreatedAt.IsZero() {
 		attrs["created_at"] = v.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")

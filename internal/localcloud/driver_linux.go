@@ -37,16 +37,37 @@ func (d *Driver) checkHost(ctx context.Context, cfg Config, spec Spec) error {
 			return unavailable("%s is not installed (apt-get install %s)", tool, pkg)
 		}
 	}
+	if spec.Base != "" && spec.baseDir == "" {
+		// Built at Create when missing.
+		if exists(filepath.Join(cfg.basesDir(), spec.Base, "usr/sbin/sshd")) {
+			return nil
+		}
+		if _, err := toolPath("debootstrap"); err != nil {
+			return unavailable("base %s is not built yet and debootstrap is not installed (apt-get install debootstrap)", spec.Base)
+		}
+		return nil
+	}
 	lower := spec.lower()
 	if spec.BaseRoot != "" {
+		if !slices.Contains(cfg.BaseRoots, spec.BaseRoot) {
+			return invalid("base_root", "%s is not one of the provider's base roots (config.base_roots: %s)",
+				spec.BaseRoot, strings.Join(cfg.BaseRoots, ", "))
+		}
 		if fi, err := os.Stat(spec.BaseRoot); err != nil || !fi.IsDir() {
 			return invalid("base_root", "%s is not a directory", spec.BaseRoot)
+		}
+		// A symlink on the way (/proc/1/root is one) could lead anywhere.
+		if real, err := filepath.EvalSymlinks(spec.BaseRoot); err != nil || real != spec.BaseRoot {
+			return invalid("base_root", "%s must be a real directory, not reached through a symlink", spec.BaseRoot)
 		}
 	}
 	for _, f := range []string{"usr/sbin/sshd", "bin/sh"} {
 		if fi, err := os.Stat(filepath.Join(lower, f)); err != nil || fi.Mode()&0o111 == 0 {
 			if spec.BaseRoot != "" {
 				return invalid("base_root", "%s has no executable /%s (a root for VMs needs openssh-server)", spec.BaseRoot, f)
+			}
+			if spec.Base != "" {
+				return unavailable("base %s in %s has no executable /%s: remove it to have it built again", spec.Base, lower, f)
 			}
 			return unavailable("/%s is missing on the host: the VMs run the host's own (apt-get install openssh-server)", f)
 		}
@@ -104,6 +125,16 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 	if err := d.checkHost(ctx, p.cfg, p.spec); err != nil {
 		return nil, err
 	}
+	if p.spec.Base != "" {
+		dir, err := ensureBase(ctx, p.cfg, p.spec.Base, d.log())
+		if err != nil {
+			return nil, err
+		}
+		p.spec.baseDir = dir
+		if err := d.checkHost(ctx, p.cfg, p.spec); err != nil {
+			return nil, err
+		}
+	}
 	st := store{dir: p.cfg.StateDir}
 	unlock, err := lockState(ctx, st)
 	if err != nil {
@@ -133,6 +164,9 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 		if len(all) == 0 {
 			_ = teardownHost(context.WithoutCancel(ctx), st)
 		}
+	}
+	if p.cfg.HostPorts == nil {
+		p.cfg.HostPorts = d.hostPorts
 	}
 	h, err := ensureHost(ctx, st, p.cfg)
 	if err != nil {
@@ -184,7 +218,7 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 	}
 	// The state dir holds every VM's upper layer; a VM must not see it
 	// through its lower layer (the init skips it when the lower lacks it).
-	mask := []string{st.dir}
+	mask := append([]string{st.dir}, d.hide...)
 
 	start := time.Now()
 	errs := make([]error, len(vms))
@@ -373,6 +407,9 @@ func (d *Driver) resize(ctx context.Context, cfg Config, ids []string, raw json.
 		}
 		if s.BaseRoot != v.Spec.BaseRoot {
 			return nil, invalid("base_root", "cannot change on existing VMs")
+		}
+		if s.Base != v.Spec.Base {
+			return nil, invalid("base", "cannot change on existing VMs")
 		}
 		specs[i] = s
 	}

@@ -167,12 +167,18 @@ func dial(t testing.TB, vm driversdk.VM, user string, key testKey) (*sshx.Client
 // trimmed stdout; a failure or a non-zero exit fails the test.
 func (e *env) run(t testing.TB, vm driversdk.VM, user, script string) string {
 	t.Helper()
+	return e.runFor(t, vm, user, script, 30*time.Second)
+}
+
+// runFor is run with a deadline of its own.
+func (e *env) runFor(t testing.TB, vm driversdk.VM, user, script string, d time.Duration) string {
+	t.Helper()
 	c, err := dial(t, vm, user, e.key)
 	if err != nil {
 		t.Fatalf("ssh %s@%s: %v", user, vm.PrimaryIP, err)
 	}
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	res, err := c.Exec(ctx, sshx.Command{Script: script})
 	if err != nil {

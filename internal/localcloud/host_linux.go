@@ -84,6 +84,10 @@ func ensureHost(ctx context.Context, st store, cfg Config) (*hostState, error) {
 	}
 	h.Bridge = bridge
 	h.Table = tablePrefix + inst
+	h.HostPorts = cfg.HostPorts
+	if h.HostPorts == nil {
+		h.HostPorts = []uint16{DefaultHostPort}
+	}
 	if c := conflicts(h.Subnet, used, h.Bridge); len(c) > 0 {
 		return nil, invalid("config.subnet", "%s overlaps what the host already uses: %s", h.Subnet, strings.Join(c, "; "))
 	}

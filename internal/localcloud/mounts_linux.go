@@ -24,9 +24,15 @@ func buildRoot(bc bootConfig) error {
 	defer unix.Umask(old)
 
 	m := filepath.Join(bc.Dir, "merged")
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", bc.Lower, filepath.Join(bc.Dir, "upper"), filepath.Join(bc.Dir, "work"))
-	if err := unix.Mount("soulstack-root", m, "overlay", 0, opts); err != nil {
-		return fmt.Errorf("mount the root overlay (%s): %w", opts, err)
+	if len(bc.Layers) > 0 {
+		if err := mountView(bc, m); err != nil {
+			return err
+		}
+	} else {
+		opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", bc.Lower, filepath.Join(bc.Dir, "upper"), filepath.Join(bc.Dir, "work"))
+		if err := unix.Mount("soulstack-root", m, "overlay", unix.MS_NODEV, opts); err != nil {
+			return fmt.Errorf("mount the root overlay (%s): %w", opts, err)
+		}
 	}
 	mounts := []struct {
 		target, fstype, source string
@@ -37,7 +43,8 @@ func buildRoot(bc bootConfig) error {
 		// processes; a sysfs made in the VM's network namespace shows only
 		// its links.
 		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
-		{"sys", "sysfs", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
+		// Read-only: sysfs reaches the host's devices and kernel.
+		{"sys", "sysfs", "sysfs", unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC, ""},
 		// Not nodev: it holds the device nodes.
 		{"dev", "tmpfs", "dev", unix.MS_NOSUID, "mode=755,size=1m"},
 		{"run", "tmpfs", "run", unix.MS_NOSUID | unix.MS_NODEV, "mode=755"},
@@ -56,6 +63,9 @@ func buildRoot(bc bootConfig) error {
 		return err
 	}
 	if err := populateDev(filepath.Join(m, "dev")); err != nil {
+		return err
+	}
+	if err := confineProc(filepath.Join(m, "proc"), filepath.Join(m, "dev/null")); err != nil {
 		return err
 	}
 	// sshd's privilege separation directory and the usual lock dir.
@@ -90,14 +100,16 @@ func mountCgroups(dir string) error {
 	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
 		return err
 	}
-	const flags = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	// Read-only: the VM's cgroup is the root of what it sees, and its
+	// limits are the host's to set.
+	const flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	if st.Type == unix.CGROUP2_SUPER_MAGIC {
 		if err := unix.Mount("cgroup2", dir, "cgroup2", flags, ""); err != nil {
 			return fmt.Errorf("mount cgroup2: %w", err)
 		}
 		return nil
 	}
-	if err := unix.Mount("cgroup", dir, "tmpfs", flags, "mode=755,size=64k"); err != nil {
+	if err := unix.Mount("cgroup", dir, "tmpfs", flags&^unix.MS_RDONLY, "mode=755,size=64k"); err != nil {
 		return fmt.Errorf("mount /sys/fs/cgroup: %w", err)
 	}
 	mounts, err := cgroupMounts()
@@ -133,6 +145,9 @@ func mountCgroups(dir string) error {
 		if to, err := os.Readlink(filepath.Join("/sys/fs/cgroup", e.Name())); err == nil {
 			_ = os.Symlink(to, filepath.Join(dir, e.Name()))
 		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|flags, "mode=755,size=64k"); err != nil {
+		return fmt.Errorf("make /sys/fs/cgroup read-only: %w", err)
 	}
 	return nil
 }

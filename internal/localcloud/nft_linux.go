@@ -17,12 +17,24 @@ import (
 //	chain postrouting { type nat hook postrouting priority srcnat; policy accept;
 //	  ip saddr <subnet> oifname != <bridge> masquerade }
 //	chain forward { type filter hook forward priority filter; policy accept;
+//	  iifname <bridge> ip daddr 169.254.0.0/16 reject with icmpx admin-prohibited  # cloud metadata
 //	  iifname <bridge> accept                                # egress, and VM to VM (br_netfilter)
 //	  oifname <bridge> ct state established,related accept  # replies
 //	  oifname <bridge> drop                                  # nothing else reaches the VMs
 //	  meta nfproto ipv4 iifname != "soulbr*" oifname != "soulbr*" drop  # only with guard
 //	}
+//	chain input { type filter hook input priority filter; policy accept;
+//	  iifname <bridge> ct state established,related accept
+//	  iifname <bridge> meta l4proto { icmp, ipv6-icmp } accept
+//	  iifname <bridge> meta l4proto { tcp, udp } th dport 53 accept  # a resolver on the host
+//	  iifname <bridge> tcp dport <host port> accept                  # one rule per host_ports entry
+//	  iifname <bridge> meta l4proto tcp reject with tcp reset         # no other host service
+//	  iifname <bridge> reject with icmpx admin-prohibited
+//	}
 //
+// Whatever a VM sends to one of the host's own addresses (the bridge's or
+// any other: the kernel delivers them all through input) meets the input
+// chain; only the keeper's listeners (host_ports) and DNS answer.
 // The guard rule is added when IPv4 forwarding was off before any local
 // driver turned it on: it keeps the host forwarding nothing but the VMs'
 // traffic, as it did before.
@@ -55,9 +67,29 @@ func setupTable(h *hostState, guard bool) error {
 	}
 	rule(post, ipv4(), saddrIn(h.Subnet), ifname(expr.MetaKeyOIFNAME, expr.CmpOpNeq, exactIf(h.Bridge)),
 		[]expr.Any{&expr.Masq{}})
+	// Link-local addresses are the cloud metadata services' (the host's
+	// cloud credentials): not reachable from VMs.
+	rule(fwd, ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), ipv4(), daddrIn(linkLocal),
+		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})
 	rule(fwd, ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), verdict(expr.VerdictAccept))
 	rule(fwd, ifname(expr.MetaKeyOIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), ctEstablished(), verdict(expr.VerdictAccept))
 	rule(fwd, ifname(expr.MetaKeyOIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), verdict(expr.VerdictDrop))
+	in := c.AddChain(&nftables.Chain{Name: "input", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	fromVMs := ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, exactIf(h.Bridge))
+	rule(in, fromVMs, ctEstablished(), verdict(expr.VerdictAccept))
+	for _, proto := range []byte{unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6} {
+		rule(in, fromVMs, l4proto(proto), verdict(expr.VerdictAccept))
+	}
+	for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+		rule(in, fromVMs, l4proto(proto), dport(53), verdict(expr.VerdictAccept))
+	}
+	for _, p := range h.HostPorts {
+		rule(in, fromVMs, l4proto(unix.IPPROTO_TCP), dport(p), verdict(expr.VerdictAccept))
+	}
+	// Refused at once rather than dropped, so a VM's client fails fast.
+	rule(in, fromVMs, l4proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}})
+	rule(in, fromVMs, []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}})
 	if guard {
 		rule(fwd, ipv4(),
 			ifname(expr.MetaKeyIIFNAME, expr.CmpOpNeq, []byte(bridgePrefix)),
@@ -110,11 +142,19 @@ func ipv4() []expr.Any {
 	}
 }
 
-func saddrIn(p netip.Prefix) []expr.Any {
+var linkLocal = netip.MustParsePrefix("169.254.0.0/16")
+
+func saddrIn(p netip.Prefix) []expr.Any { return addrIn(12, p) }
+
+func daddrIn(p netip.Prefix) []expr.Any { return addrIn(16, p) }
+
+// addrIn matches the IPv4 header's address at offset (12 source, 16
+// destination) against p.
+func addrIn(offset uint32, p netip.Prefix) []expr.Any {
 	addr := p.Addr().As4()
 	mask := netip.PrefixFrom(netip.AddrFrom4([4]byte{255, 255, 255, 255}), p.Bits()).Masked().Addr().As4()
 	return []expr.Any{
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask[:], Xor: []byte{0, 0, 0, 0}},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr[:]},
 	}
@@ -142,6 +182,22 @@ func ctEstablished() []expr.Any {
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+// dport matches the destination port of TCP or UDP (the same offset in
+// both headers); it follows an l4proto match.
+func dport(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
 	}
 }
 

@@ -24,8 +24,9 @@ import (
 //	host.json            the host network this state dir's VMs use (hostState)
 //	destroyed            IDs of destroyed VMs, one a line (Destroy of one is a no-op)
 //	vms/<id>/vm.json     one VM (vmRecord)
-//	vms/<id>/upper/      its root overlay's upper layer: all it changed
-//	vms/<id>/work/       overlayfs's work dir
+//	vms/<id>/upper/      its root overlay's upper layer (with a base_root), or its / (a view of the host)
+//	vms/<id>/layers/<d>/ upper and work dirs of the view's overlay on /<d> (usr, etc, var…)
+//	vms/<id>/work/       overlayfs's work dir (with a base_root)
 //	vms/<id>/merged/     where its init mounts the root, in its own mount namespace only
 //	vms/<id>/init.log    its init's log
 const (
@@ -46,6 +47,8 @@ type hostState struct {
 	Bridge string       `json:"bridge"`
 	Table  string       `json:"nft_table"`
 	MTU    int          `json:"mtu"`
+	// HostPorts are the TCP ports of the host VMs may reach (Config).
+	HostPorts []uint16 `json:"host_ports"`
 }
 
 // gateway is the bridge's address: the subnet's first one.

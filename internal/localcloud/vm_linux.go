@@ -55,6 +55,15 @@ func prepare(st store, h *hostState, vm newVM) error {
 		}
 	}
 	u := layer{lower: v.Spec.lower(), upper: filepath.Join(dir, "upper")}
+	if !v.Spec.ownRoot() {
+		if err := prepareView(u.upper, filepath.Join(dir, "layers")); err != nil {
+			return err
+		}
+		u.subs = map[string]string{}
+		for _, d := range viewLayers() {
+			u.subs[d] = filepath.Join(dir, "layers", d, "upper")
+		}
+	}
 	short, _, _ := strings.Cut(v.FQDN, ".")
 	hosts := fmt.Sprintf("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n%s\t%s %s\n%s\tsoulstack-local-gateway\n",
 		v.IP, v.FQDN, short, h.gateway())
@@ -170,11 +179,24 @@ func resolvConf() []byte {
 // layer writes files into an overlay's upper layer before it is mounted.
 // Directories it has to make take the mode and owner of the lower
 // layer's directory of the same path, so that, say, /root stays 0700.
+// In a view of the host (prepareView), subs has the upper layer of each
+// top-level directory that is an overlay of its own.
 type layer struct {
 	lower, upper string
+	subs         map[string]string
+}
+
+// route returns the layer and path within it of rel.
+func (l layer) route(rel string) (layer, string) {
+	first, rest, ok := strings.Cut(rel, "/")
+	if up, sub := l.subs[first]; sub && ok {
+		return layer{lower: filepath.Join(l.lower, first), upper: up}, rest
+	}
+	return l, rel
 }
 
 func (l layer) write(rel string, data []byte, mode os.FileMode) error {
+	l, rel = l.route(rel)
 	if err := l.mkdirs(filepath.Dir(rel)); err != nil {
 		return err
 	}
@@ -190,8 +212,17 @@ func (l layer) mkdirs(rel string) error {
 		return nil
 	}
 	p := filepath.Join(l.upper, rel)
-	if _, err := os.Stat(p); err == nil {
-		return nil
+	hidden := false
+	if fi, err := os.Lstat(p); err == nil {
+		if fi.IsDir() {
+			return nil
+		}
+		// A whiteout (prepareView hid the lower's): the directory the VM
+		// gets instead is empty of what the lower layer has there.
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+		hidden = true
 	}
 	if err := l.mkdirs(filepath.Dir(rel)); err != nil {
 		return err
@@ -208,6 +239,11 @@ func (l layer) mkdirs(rel string) error {
 	}
 	if err := os.Chown(p, uid, gid); err != nil {
 		return err
+	}
+	if hidden {
+		if err := unix.Setxattr(p, "trusted.overlay.opaque", []byte("y"), 0); err != nil {
+			return err
+		}
 	}
 	return os.Chmod(p, mode)
 }
@@ -226,7 +262,11 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 	if err := applyLimits(v.Cgroups, v.Spec); err != nil {
 		return err
 	}
-	bc, err := json.Marshal(bootConfig{Dir: dir, Lower: v.Spec.lower(), FQDN: v.FQDN, SSHUser: v.Spec.SSHUser, Mask: mask})
+	var layers []string
+	if !v.Spec.ownRoot() {
+		layers = viewLayers()
+	}
+	bc, err := json.Marshal(bootConfig{Dir: dir, Lower: v.Spec.lower(), Layers: layers, FQDN: v.FQDN, SSHUser: v.Spec.SSHUser, Mask: mask})
 	if err != nil {
 		return err
 	}

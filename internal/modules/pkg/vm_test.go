@@ -1,6 +1,8 @@
 package pkg_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -59,9 +61,9 @@ const (
 	slowRelease = "/root/soulstack-test-release"
 )
 
-// repo is a flat apt repository of the test packages on the host, in a
-// directory the VMs see through their root overlay (/tmp is not: a VM's
-// /tmp is its own).
+// repo is a flat apt repository of the test packages on the host. VMs
+// do not see the host's /var/tmp: newVMAs copies the repository into
+// each VM, at the same path.
 type repo struct{ dir string }
 
 // newRepo builds the test packages with dpkg-deb and indexes them with
@@ -235,6 +237,7 @@ func newVMAs(t *testing.T, r repo, user string) *vm {
 		t.Fatalf("ssh to the VM: %v", err)
 	}
 	v := &vm{client: c, sudo: user != "root"}
+	v.upload(t, r.dir)
 	v.sh(t, `set -e
 rm -f /etc/apt/sources.list.d/* /var/lib/apt/periodic/*
 echo 'deb [trusted=yes] file:`+r.dir+` ./' > /etc/apt/sources.list
@@ -242,6 +245,40 @@ rm -rf /var/lib/apt/lists/*
 mkdir -p /var/lib/apt/lists/partial
 test -r `+r.dir+`/Packages`)
 	return v
+}
+
+// upload copies the files of the host directory dir into the VM, at the
+// same path.
+func (v *vm) upload(t testing.TB, dir string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: e.Name(), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	q := "'" + strings.ReplaceAll(dir, "'", `'\''`) + "'"
+	res, err := v.exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", "mkdir -p -m 755 " + q + " && tar -x -o -C " + q}, Stdin: buf.Bytes()})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("copy %s into the VM: %v (exit %d) %s", dir, err, res.ExitCode, res.Stderr)
+	}
 }
 
 // SID names the VM.

@@ -1,0 +1,35 @@
+package keeper
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/soulstack/soulstack/internal/config"
+)
+
+// envKeeperDirs is the variable through which driver plugins learn the
+// keeper's own directories; soul-cloud-local hides them from its VMs
+// wherever they are (localcloud.EnvKeeperDirs, the same name).
+const envKeeperDirs = "SOULSTACK_KEEPER_DIRS"
+
+// envKeeperPorts names the keeper's listen port to driver plugins; VMs of
+// soul-cloud-local may reach it on the host (localcloud.EnvKeeperPorts).
+const envKeeperPorts = "SOULSTACK_KEEPER_PORTS"
+
+// keeperDirsEnv is the plugin environment naming the keeper's data dir
+// and plugin dir, absolute, as a list like $PATH, and its listen port.
+func keeperDirsEnv(c config.Config) []string {
+	var dirs []string
+	for _, d := range []string{c.DataDir, c.PluginDir} {
+		if a, err := filepath.Abs(d); err == nil {
+			dirs = append(dirs, a)
+		}
+	}
+	env := []string{envKeeperDirs + "=" + strings.Join(dirs, string(os.PathListSeparator))}
+	if _, port, err := net.SplitHostPort(c.Listen); err == nil && port != "0" {
+		env = append(env, envKeeperPorts+"="+port)
+	}
+	return env
+}
