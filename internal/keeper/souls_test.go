@@ -80,7 +80,8 @@ func vmNet(t *testing.T, state, vmID string, args ...string) string {
 // command on it makes it active (host key pinned, audited once), so the
 // README's `when: soul.status == "active"` runs on it; a step that cannot
 // reach it makes it unreachable with last_error (audited once, however many
-// runs find it so) and the next success makes it active again; a destroyed
+// runs find it so) and the next command that runs, even one that fails,
+// makes it active again; a destroyed
 // soul stays destroyed.
 func TestSoulStatusFollowsContact(t *testing.T) {
 	requireLocalVMs(t)
@@ -227,10 +228,23 @@ func TestSoulStatusFollowsContact(t *testing.T) {
 	if route != "" {
 		vmNet(t, state, vmID, append([]string{"route", "replace"}, strings.Fields(route)...)...)
 	}
-	back := hello()
+	// The first contact back is a command that fails: it ran, so the soul
+	// is reachable, whatever the command's exit code.
+	failing := `steps:
+  - name: fail
+    on: "${ input.host }"
+    module: core.command.ran
+    connect: {retries: 0}
+    params: {cmd: "exit 3"}
+`
+	run, _, err = c.RunCreate(ctx, client.RunCreate{Scenario: failing, File: "fail.yaml", Input: map[string]any{"host": sid}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := waitRun(t, c, run.ID)
 	so, _ = c.SoulGet(ctx, sid)
-	if back.Phase != "Succeeded" || !showed(back) || so.Status != "active" || so.LastError != "" || !so.LastSeenAt.After(seen) {
-		t.Fatalf("run after the VM came back = %s, soul %+v\n%s", back.Phase, so, describeSteps(back.Steps))
+	if back.Phase != "Failed" || back.Steps[0].Targets[0].Status != "failed" || so.Status != "active" || so.LastError != "" || !so.LastSeenAt.After(seen) {
+		t.Fatalf("failing command after the VM came back = %s, soul %+v\n%s", back.Phase, so, describeSteps(back.Steps))
 	}
 	evs = soulEvents(t, c, sid)
 	if len(evs) != 3 || evs[2].Action != "soul.activated" {
@@ -238,6 +252,12 @@ func TestSoulStatusFollowsContact(t *testing.T) {
 	}
 	if err := json.Unmarshal(evs[2].Payload, &payload); err != nil || payload["from"] != "unreachable" || payload["run_id"] != back.ID {
 		t.Fatalf("soul.activated payload = %s", evs[2].Payload)
+	}
+	if again := hello(); again.Phase != "Succeeded" || !showed(again) {
+		t.Fatalf("README scenario after the VM came back = %s\n%s", again.Phase, describeSteps(again.Steps))
+	}
+	if n := len(soulEvents(t, c, sid)); n != 3 {
+		t.Fatalf("%d contact events after a run on an active soul, want 3", n)
 	}
 
 	// Destroyed: no contact changes it.
