@@ -9,10 +9,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/plugin"
+	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
 // readmeScenario is the README's scenario: greet the host, then show what
@@ -276,5 +278,57 @@ func TestSoulStatusFollowsContact(t *testing.T) {
 	}
 	if n := len(soulEvents(t, c, sid)); n != 3 {
 		t.Fatalf("a destroyed soul's contact was audited: %d events", n)
+	}
+}
+
+// TestSoulLastSeenOncePerRun: an active soul's last contact is recorded
+// once per run, by the first step that runs a command on it, and with no
+// audit event; the next run records it again.
+func TestSoulLastSeenOncePerRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	srv := sshtest.Start(t, sshtest.Options{})
+	const sid = "web-1.local.test"
+	addSoul(t, c, sid, srv)
+	ctx := context.Background()
+	scenario := `steps:
+  - {name: one, on: "` + sid + `", module: core.command.ran, params: {cmd: "true"}}
+  - {name: two, on: "` + sid + `", module: core.command.ran, params: {cmd: "true"}}
+  - {name: three, on: "` + sid + `", module: core.command.ran, params: {cmd: "true"}}
+`
+	var prev time.Time
+	for i := range 2 {
+		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: scenario, File: "three.yaml"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		final := waitRun(t, c, run.ID)
+		if final.Phase != "Succeeded" {
+			t.Fatalf("run %d = %s\n%s", i, final.Phase, describeSteps(final.Steps))
+		}
+		started := map[string]time.Time{}
+		if err := c.RunEvents(ctx, run.ID, 0, func(e client.RunEvent) error {
+			if e.Kind == "step.started" {
+				started[e.Step] = e.At
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		so, err := c.SoulGet(ctx, sid)
+		if err != nil || so.Status != "active" || so.LastSeenAt == nil {
+			t.Fatalf("soul after run %d = %+v, %v", i, so, err)
+		}
+		// Written after step one's command ran and before step two began:
+		// steps two and three did not write it again.
+		if seen := *so.LastSeenAt; seen.Before(started["one"]) || seen.After(started["two"]) || !seen.After(prev) {
+			t.Fatalf("run %d: last_seen_at %v, want after step one started (%v), before step two started (%v), after the previous run's %v", i, seen, started["one"], started["two"], prev)
+		}
+		prev = *so.LastSeenAt
+	}
+	if evs := soulEvents(t, c, sid); len(evs) != 0 {
+		t.Fatalf("contact with an active soul was audited: %+v", evs)
 	}
 }
