@@ -121,6 +121,8 @@ type Soul struct {
 	CreatedByAID *string         `json:"created_by_aid" doc:"Actor that registered it; null for keeper-internal actions."`
 	CreatedAt    time.Time       `json:"created_at"`
 	UpdatedAt    time.Time       `json:"updated_at"`
+	LastSeenAt   *time.Time      `json:"last_seen_at" doc:"When a command last ran on it (recorded at most once per run); null before the first contact."`
+	LastError    string          `json:"last_error,omitempty" required:"false" doc:"Why the step that made it unreachable could not reach it; empty while it is reachable."`
 }
 
 // SoulCreate is the body of POST /v1/souls: register an existing host.

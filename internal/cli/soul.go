@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -77,9 +78,9 @@ func (a *app) soulListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t := &table{header: []string{"SID", "STATUS", "ADDRESS", "USER", "PORT", "PROVIDER", "CREATED"}}
+			t := &table{header: []string{"SID", "STATUS", "ADDRESS", "USER", "PORT", "PROVIDER", "LAST CONTACT", "CREATED"}}
 			for _, s := range items {
-				t.add(s.SID, s.Status, s.Address, s.Connection.User, port(s.Connection.Port), s.Provider, timestamp(s.CreatedAt))
+				t.add(s.SID, s.Status, s.Address, s.Connection.User, port(s.Connection.Port), s.Provider, lastContact(s.LastSeenAt), timestamp(s.CreatedAt))
 			}
 			return p.print(client.SoulList{Items: items}, t)
 		}),
@@ -145,7 +146,18 @@ func soulRecord(s *client.Soul) record {
 		{"Created", timestamp(s.CreatedAt)},
 		{"Created by", createdBy},
 		{"Updated", timestamp(s.UpdatedAt)},
+		{"Last contact", lastContact(s.LastSeenAt)},
+		{"Last error", s.LastError},
 	}
+}
+
+// lastContact shows when a command last ran on a soul: "never" before the
+// first contact.
+func lastContact(t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	return timestamp(*t)
 }
 
 func port(n int) string {

@@ -272,6 +272,7 @@ type targetResult struct {
 	msg      string
 	attempts int
 	took     time.Duration
+	reached  bool // a command ran on the soul
 }
 
 // step runs one step; fatal is non-empty when the run must stop: a
@@ -317,6 +318,9 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 		}()
 	}
 	wg.Wait()
+	if !s.Keeper {
+		r.recordContacts(ctx, s, results)
+	}
 
 	status, changed := stepStatus(results)
 	output := any(nil)
@@ -479,6 +483,9 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		}
 	}
 
+	if st, ok := target.(*soulTarget); ok {
+		defer func() { res.reached = st.ran.Load() }()
+	}
 	var out module.Result
 	for attempt := 0; ; attempt++ {
 		res.attempts = attempt + 1
@@ -526,6 +533,26 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		res.status = StatusChanged
 	}
 	return res
+}
+
+// recordContacts records what the step's targets learned about reaching
+// their souls (Souls.Record). A registry that cannot record it does not fail
+// the step, whose work on the hosts is done: the run's log says so.
+func (r *run) recordContacts(ctx context.Context, s *scenario.PlanStep, results []targetResult) {
+	contacts := make([]Contact, 0, len(results))
+	for _, t := range results {
+		switch {
+		case t.reached:
+			contacts = append(contacts, Contact{SID: t.sid, Reached: true})
+		case t.status == StatusUnreachable:
+			contacts = append(contacts, Contact{SID: t.sid, Unreachable: true, Code: t.code, Error: r.secrets.MaskString(t.msg)})
+		}
+	}
+	actor := store.Actor(r.creator)
+	if err := r.souls.Record(context.WithoutCancel(ctx), r.id, actor, contacts); err != nil {
+		r.log.Warn("soul status not recorded", "step", s.Name, "err", err)
+		r.rec.Event("log", s.Name, "", map[string]any{"message": "the souls' status could not be recorded: " + err.Error()})
+	}
 }
 
 // authorize checks, before a step of a module that declares a permission

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/secret"
@@ -27,6 +28,7 @@ type Souls struct {
 
 	mu    sync.Mutex
 	souls map[string]store.Soul
+	seen  map[string]bool // souls whose contact this run recorded
 }
 
 // SoulsConfig configures Souls.
@@ -46,7 +48,7 @@ type SoulsConfig struct {
 
 // NewSouls returns the soul reacher of one run; Close it when the run ends.
 func NewSouls(cfg SoulsConfig) *Souls {
-	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}}
+	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}}
 	if s.resolve == nil {
 		s.resolve = resolveLocal
 	}
@@ -165,6 +167,82 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 	return &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, client: c, sudo: sudo}, nil
 }
 
+// Contact is what one target of a step learned about reaching its soul:
+// Reached when a command ran on it over an established connection,
+// Unreachable when no connection could be set up (ssh.unreachable), with
+// the error's code and message. A target that is neither (skipped, failed
+// before connecting, refused by auth or host key) is no contact.
+type Contact struct {
+	SID         string
+	Reached     bool
+	Unreachable bool
+	Code        string
+	Error       string
+}
+
+// Record writes a step's contacts to the registry: souls come alive
+// (pending or unreachable -> active) on a contact, go unreachable when a
+// step cannot reach them, and an active soul's last_seen_at advances at
+// most once per run. One store call per step, none when there is nothing
+// new; the run's cached records follow, so that later steps' soul.status
+// sees the change.
+func (s *Souls) Record(ctx context.Context, runID string, actor store.Actor, contacts []Contact) error {
+	p := store.SoulContactParams{RunID: runID, Actor: actor}
+	s.mu.Lock()
+	for _, c := range contacts {
+		switch {
+		case c.Reached && !(s.seen[c.SID] && s.souls[c.SID].Status == store.SoulActive):
+			p.Reached = append(p.Reached, c.SID)
+		case c.Unreachable:
+			p.Unreachable = append(p.Unreachable, store.UnreachableSoul{SID: c.SID, Code: c.Code, Error: c.Error})
+		}
+	}
+	s.mu.Unlock()
+	if len(p.Reached) == 0 && len(p.Unreachable) == 0 {
+		return nil
+	}
+	trs, err := s.store.SoulContact(ctx, p)
+	changed := make(map[string]store.SoulTransition, len(trs))
+	for _, tr := range trs {
+		changed[tr.SID] = tr
+	}
+	var stale []string
+	s.mu.Lock()
+	for _, sid := range p.Reached {
+		so, ok := s.souls[sid]
+		if tr, moved := changed[sid]; moved && ok {
+			so.Status, so.LastSeenAt, so.LastError = tr.To, &tr.At, ""
+			s.souls[sid] = so
+		} else if ok && so.Status != store.SoulActive {
+			stale = append(stale, sid) // another run moved it meanwhile
+		}
+		s.seen[sid] = err == nil
+	}
+	for _, u := range p.Unreachable {
+		so, ok := s.souls[u.SID]
+		if tr, moved := changed[u.SID]; moved && ok {
+			so.Status, so.LastError = tr.To, u.Error
+			s.souls[u.SID] = so
+		} else if ok && so.Status != store.SoulUnreachable {
+			stale = append(stale, u.SID)
+		}
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("record contact with souls: %w", err)
+	}
+	for _, sid := range stale {
+		so, gerr := s.store.SoulGet(ctx, sid)
+		if gerr != nil {
+			continue // deleted meanwhile: the next Lookup says so
+		}
+		s.mu.Lock()
+		s.souls[sid] = so
+		s.mu.Unlock()
+	}
+	return nil
+}
+
 // KeeperFiles reads files from a keeper directory for modules
 // (module.KeeperFiles): names are relative and may not leave it.
 type KeeperFiles string
@@ -190,6 +268,7 @@ type soulTarget struct {
 	sid    string
 	client *ssh.Client
 	sudo   bool
+	ran    atomic.Bool // a command ran over the connection (any exit code)
 }
 
 var (
@@ -204,5 +283,6 @@ func (t *soulTarget) Exec(ctx context.Context, cmd module.Command) (module.ExecR
 	if err != nil {
 		return module.ExecResult{}, err
 	}
+	t.ran.Store(true)
 	return module.ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil
 }

@@ -103,7 +103,8 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 			t.Fatalf("host = %+v (the token must be masked in the API)", h)
 		}
 		so, err := c.SoulGet(ctx, h.SID)
-		if err != nil || so.Status != "pending" || so.CreatedByAID != nil || so.VMID != h.VMID || so.Provider != "local" || !strings.HasPrefix(so.Connection.HostKey, "ssh-ed25519 ") {
+		// hello ran a command on it: it came alive.
+		if err != nil || so.Status != "active" || so.LastSeenAt == nil || so.CreatedByAID != nil || so.VMID != h.VMID || so.Provider != "local" || !strings.HasPrefix(so.Connection.HostKey, "ssh-ed25519 ") {
 			t.Fatalf("soul %s = %+v, %v", h.SID, so, err)
 		}
 	}
@@ -167,7 +168,7 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 		t.Fatalf("the VM's bootstrap file (token masked in the output) = %q", check.Stdout)
 	}
 	toks, _ := c.SoulGet(ctx, "web-1.e2e.test")
-	if toks.Status != "pending" {
+	if toks.Status != "active" {
 		t.Fatalf("self-onboarded soul = %+v", toks)
 	}
 

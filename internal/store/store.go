@@ -99,6 +99,12 @@ type Soul struct {
 	CreatedByAID *string // nil for keeper-internal actions
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// LastSeenAt is when a command last ran on the soul (recorded at most
+	// once per run); nil until the first contact.
+	LastSeenAt *time.Time
+	// LastError is why the step that made the soul unreachable could not
+	// reach it; empty while it is reachable.
+	LastError string
 }
 
 // APIToken is an Operator API token. Only the hash of the token is stored.
@@ -210,6 +216,14 @@ type Store interface {
 	// soul.host_key_pinned). It never replaces a pinned key: a soul that
 	// already has one gets ErrExists.
 	SoulPinHostKey(ctx context.Context, p SoulHostKeyParams) error
+	// SoulContact records what a step learned about reaching souls: a
+	// reached soul that was pending or unreachable becomes active (audit
+	// soul.activated) and an active one has its last_seen_at advanced
+	// (no audit); an unreachable soul that was pending or active becomes
+	// unreachable with its last_error (audit soul.unreachable). Destroyed,
+	// deleted and unchanged souls are left alone, with no audit event. It
+	// returns the status changes it made.
+	SoulContact(ctx context.Context, p SoulContactParams) ([]SoulTransition, error)
 
 	TokenCreate(ctx context.Context, p TokenCreateParams) (APIToken, error)
 	// TokenBootstrap creates the token only if no API token exists yet, and
@@ -243,6 +257,34 @@ type SoulHostKeyParams struct {
 	SID     string
 	HostKey string // authorized_keys format
 	Actor   Actor
+}
+
+// SoulContactParams is the outcome of one step's contact with souls.
+type SoulContactParams struct {
+	// Reached are the SIDs a command ran on over an established connection.
+	Reached []string
+	// Unreachable are the souls no connection could be set up to.
+	Unreachable []UnreachableSoul
+	// RunID is the run whose step made the contact, for the audit payload.
+	RunID string
+	// Actor is the run's creator.
+	Actor Actor
+}
+
+// UnreachableSoul is a soul a step could not reach: the error's stable
+// code and its message (the soul's last_error).
+type UnreachableSoul struct {
+	SID   string
+	Code  string
+	Error string
+}
+
+// SoulTransition is one status change SoulContact made.
+type SoulTransition struct {
+	SID  string
+	From string
+	To   string
+	At   time.Time
 }
 
 // AuditParams records an event that goes with no registry change, such as

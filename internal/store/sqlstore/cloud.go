@@ -187,7 +187,7 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (s
 
 // SoulsOfProvider lists a provider's souls by SID.
 func (s *Store) SoulsOfProvider(ctx context.Context, provider string) ([]store.Soul, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulCols+` FROM souls WHERE provider = ? ORDER BY sid`), provider)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE provider = ? ORDER BY sid`), provider)
 	if err != nil {
 		return nil, fmt.Errorf("souls of provider %q: %w", provider, err)
 	}

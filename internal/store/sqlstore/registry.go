@@ -205,16 +205,23 @@ func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) er
 	})
 }
 
-const soulCols = `sid, status, address, provider, vm_id, primary_ip, attributes, connection, created_by_aid, created_at, updated_at`
+// soulCols are the columns a new soul is inserted with; soulSelectCols
+// what scanSoul reads.
+const (
+	soulCols       = `sid, status, address, provider, vm_id, primary_ip, attributes, connection, created_by_aid, created_at, updated_at`
+	soulSelectCols = soulCols + `, last_seen_at, last_error`
+)
 
 func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
 	var s store.Soul
 	var attrs, conn string
 	var provider, createdBy sql.NullString
-	err := row.Scan(&s.SID, &s.Status, &s.Address, &provider, &s.VMID, &s.PrimaryIP, &attrs, &conn, &createdBy, &s.CreatedAt, &s.UpdatedAt)
+	var seen sql.NullTime
+	err := row.Scan(&s.SID, &s.Status, &s.Address, &provider, &s.VMID, &s.PrimaryIP, &attrs, &conn, &createdBy, &s.CreatedAt, &s.UpdatedAt, &seen, &s.LastError)
 	if err != nil {
 		return s, err
 	}
+	s.LastSeenAt = timePtr(seen)
 	s.Provider = provider.String
 	s.Attributes = json.RawMessage(attrs)
 	if createdBy.Valid {
@@ -270,7 +277,7 @@ func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (
 
 // SoulGet returns the soul with the given SID.
 func (s *Store) SoulGet(ctx context.Context, sid string) (store.Soul, error) {
-	so, err := scanSoul(s.db.QueryRowContext(ctx, s.q(`SELECT `+soulCols+` FROM souls WHERE sid = ?`), sid))
+	so, err := scanSoul(s.db.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), sid))
 	if err != nil {
 		return store.Soul{}, notFound(err, "soul", sid)
 	}
@@ -279,7 +286,7 @@ func (s *Store) SoulGet(ctx context.Context, sid string) (store.Soul, error) {
 
 // SoulList lists souls by SID.
 func (s *Store) SoulList(ctx context.Context, params store.ListParams) ([]store.Soul, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulCols+` FROM souls WHERE sid > ? ORDER BY sid LIMIT ?`), params.After, limitOf(params.Limit))
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid > ? ORDER BY sid LIMIT ?`), params.After, limitOf(params.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list souls: %w", err)
 	}
@@ -312,7 +319,7 @@ func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) error
 // SoulPinHostKey pins the host key of a soul that has none.
 func (s *Store) SoulPinHostKey(ctx context.Context, p store.SoulHostKeyParams) error {
 	return s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
-		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulCols+` FROM souls WHERE sid = ?`), p.SID))
+		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
 		if err != nil {
 			return record{}, notFound(err, "soul", p.SID)
 		}

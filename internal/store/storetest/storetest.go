@@ -45,6 +45,8 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"RunCreateKey", testRunCreateKey},
 		{"RunLifecycle", testRunLifecycle},
 		{"SoulHostKey", testSoulHostKey},
+		{"SoulContact", testSoulContact},
+		{"SoulContactConcurrent", testSoulContactConcurrent},
 		{"CloudProvisionAndDestroy", testCloudProvisionAndDestroy},
 		{"CloudAuditFailure", testCloudAuditFailure},
 		{"CloudDestroyFiltered", testCloudDestroyFiltered},
