@@ -343,7 +343,8 @@ func (d *Driver) Destroy(ctx context.Context, req driversdk.DestroyRequest) erro
 }
 
 // Resize sets the VMs' cpus and memory_mb; shrinking memory "needs" a
-// restart (caused_downtime).
+// restart (caused_downtime). A VM that already has both is left alone and
+// reported unchanged.
 func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]driversdk.ResizeResult, error) {
 	if err := behave(ctx, req.Provider, "Resize"); err != nil {
 		return nil, err
@@ -360,7 +361,12 @@ func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 		if !ok || v.destroyed {
 			return nil, driversdk.Errorf(driversdk.CodeVMNotFound, "the fake cloud has no VM %q", id)
 		}
+		oldCPUs, _ := v.info.Attributes["cpus"].(int)
 		oldMem, _ := v.info.Attributes["memory_mb"].(int)
+		if s.CPUs == oldCPUs && s.MemoryMB == oldMem {
+			out[i] = driversdk.ResizeResult{VMID: id, Unchanged: true}
+			continue
+		}
 		v.info.Attributes["cpus"] = s.CPUs
 		v.info.Attributes["memory_mb"] = s.MemoryMB
 		out[i] = driversdk.ResizeResult{VMID: id, CausedDowntime: s.MemoryMB < oldMem}
