@@ -23,7 +23,8 @@
 // unset; "none" for none). SOULSTACK_FAKECLOUD_BUGS turns it into a driver
 // that breaks the contract, to show that the conformance suite notices: a
 // comma-separated list of ignore-names, no-tags, accept-unknown-keys,
-// destroy-unknown-ok and ignore-deadline.
+// destroy-unknown-ok, ignore-deadline and unchanged-downtime (a VM
+// already at the spec is reported both unchanged and restarted).
 //
 // Its VMs' attributes carry the SHA-256 of the credentials the call came
 // with, so a test can see that they arrived, and the names of the
@@ -364,7 +365,7 @@ func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 		oldCPUs, _ := v.info.Attributes["cpus"].(int)
 		oldMem, _ := v.info.Attributes["memory_mb"].(int)
 		if s.CPUs == oldCPUs && s.MemoryMB == oldMem {
-			out[i] = driversdk.ResizeResult{VMID: id, Unchanged: true}
+			out[i] = driversdk.ResizeResult{VMID: id, Unchanged: true, CausedDowntime: d.bugs["unchanged-downtime"]}
 			continue
 		}
 		v.info.Attributes["cpus"] = s.CPUs
