@@ -112,8 +112,10 @@ func (*Created) Info() module.Info {
 			{Name: "vm_ids", Type: "array<string>", Doc: "Provider-side IDs of the created VMs."},
 			{Name: "action", Type: "string", Doc: "created"},
 		},
-		ChangesWhen:   "Always: creating VMs is imperative and not idempotent; a repeat creates new VMs.",
-		UnchangedWhen: "Never: the operation always runs.",
+		ChangesWhen: "Always once the driver is asked to create: creating VMs is imperative and not idempotent, so a repeat creates new VMs. " +
+			"A create that fails then counts as changed too: the provider may have made VMs (tagged with the request; soulctl cloud orphans lists them).",
+		UnchangedWhen: "Only when the step is refused before the driver's Create is called (count above max_count, an unknown provider or profile, " +
+			"a profile the driver refuses, a self_onboard name already taken): nothing is made.",
 		Example: `- name: provision
   on: keeper
   when: has(input.spawn)

@@ -607,30 +607,31 @@ func TestProvisionedOnFailures(t *testing.T) {
 		{"resized: profile refused", &cloud.Resized{}, map[string]any{"provider": "acme", "vm_ids": ids, "profile": map[string]any{"colour": "red"}}, nil, "profile.invalid", fmt.Sprint(ids), nil},
 	}
 	for _, c := range cases {
-		h.cloud.failCreate, h.cloud.failDestroy, h.cloud.resizable = false, false, true
-		if c.prepare != nil {
-			c.prepare()
-		}
-		before := len(provisioned(t, h))
-		_, err := run(t, c.m, h, c.params)
-		if module.Code(err) != c.code {
-			t.Errorf("%s: err = %v (%s), want %s", c.name, err, module.Code(err), c.code)
-			continue
-		}
-		all := provisioned(t, h)
-		if len(all) != before+1 {
-			t.Errorf("%s: %d cloud.provisioned events written, want 1", c.name, len(all)-before)
-			continue
-		}
-		p := all[len(all)-1]
-		state := strings.TrimPrefix(string(c.m.Info().ID), "core.cloud.")
-		if p["outcome"] != "failed" || p["error_code"] != c.code || p["action"] != state || p["provider"] != "acme" ||
-			fmt.Sprint(p["vm_ids"]) != c.vmIDs || p["run_id"] != "run_test" || p["step"] != "provision" || (c.extra != nil && !c.extra(p)) {
-			t.Errorf("%s: payload = %v", c.name, p)
-		}
-		if raw, _ := json.Marshal(p); strings.Contains(string(raw), err.Error()) {
-			t.Errorf("%s: the payload holds the error's text: %s", c.name, raw)
-		}
+		// Sequential: the cases share the host and count its events.
+		t.Run(c.name, func(t *testing.T) {
+			h.cloud.failCreate, h.cloud.failDestroy, h.cloud.resizable = false, false, true
+			if c.prepare != nil {
+				c.prepare()
+			}
+			before := len(provisioned(t, h))
+			_, err := run(t, c.m, h, c.params)
+			if module.Code(err) != c.code {
+				t.Fatalf("err = %v (%s), want %s", err, module.Code(err), c.code)
+			}
+			all := provisioned(t, h)
+			if len(all) != before+1 {
+				t.Fatalf("%d cloud.provisioned events written, want 1", len(all)-before)
+			}
+			p := all[len(all)-1]
+			state := strings.TrimPrefix(string(c.m.Info().ID), "core.cloud.")
+			if p["outcome"] != "failed" || p["error_code"] != c.code || p["action"] != state || p["provider"] != "acme" ||
+				fmt.Sprint(p["vm_ids"]) != c.vmIDs || p["run_id"] != "run_test" || p["step"] != "provision" || (c.extra != nil && !c.extra(p)) {
+				t.Errorf("payload = %v", p)
+			}
+			if raw, _ := json.Marshal(p); strings.Contains(string(raw), err.Error()) {
+				t.Errorf("the payload holds the error's text: %s", raw)
+			}
+		})
 	}
 	// A successful destroy of the same VMs after the failed one: ok.
 	h.cloud.failDestroy = false
@@ -690,5 +691,43 @@ func TestAuditFailureFailsEveryState(t *testing.T) {
 				t.Errorf("cloud.provisioned events = %d, want the 2 written before the audit broke", n)
 			}
 		})
+	}
+}
+
+// TestCreatedChangesWhen checks each line of core.cloud.created's "changes
+// when" / "does not change when": a repeat makes new VMs and is changed; a
+// failed Create is changed; a step refused before Create changes nothing
+// and never reaches the driver.
+func TestCreatedChangesWhen(t *testing.T) {
+	t.Parallel()
+	h, ctx := setup(t)
+	first, _ := create(t, h, 1)
+	res, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 1})
+	if err != nil || !res.Changed || fmt.Sprint(res.Output.(map[string]any)["vm_ids"]) == fmt.Sprint(first) {
+		t.Fatalf("repeated create: %+v, %v (first made %v)", res, err, first)
+	}
+	h.cloud.failCreate = true
+	res, err = run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 1})
+	if module.Code(err) != "quota.exceeded" || !res.Changed {
+		t.Fatalf("failed create: %+v, %v", res, err)
+	}
+	h.cloud.failCreate = false
+	made := h.cloud.next
+	for _, params := range []map[string]any{
+		{"provider": "acme", "count": 4},
+		{"provider": "ghost"},
+		{"provider": "acme", "profile": "huge"},
+		{"provider": "acme", "profile": map[string]any{"colour": "red"}},
+	} {
+		res, err := run(t, &cloud.Created{}, h, params)
+		if err == nil || res.Changed {
+			t.Errorf("refused create %v: %+v, %v", params, res, err)
+		}
+	}
+	if h.cloud.next != made {
+		t.Fatalf("a refused create reached the driver: %d VMs made, %d before", h.cloud.next, made)
+	}
+	if souls, _ := h.st.SoulsOfProvider(ctx, "acme"); len(souls) != 2 {
+		t.Fatalf("souls = %d, want the 2 of the two creates", len(souls))
 	}
 }
