@@ -172,16 +172,16 @@ func (*Destroyed) Info() module.Info {
 		},
 		Output: []module.Field{
 			{Name: "vm_ids", Type: "array<string>", Doc: "The VMs of vm_ids: all gone at the provider once the step succeeded."},
-			{Name: "already_gone", Type: "array<string>", Doc: "Those of vm_ids that were already gone before the step (not asked to be destroyed again)."},
+			{Name: "already_gone", Type: "array<string>", Doc: "Those of vm_ids that were already gone before the step (the driver no longer listed them)."},
 			{Name: "sids", Type: "array<string>", Doc: "Souls marked destroyed."},
 			{Name: "souls_destroyed", Type: "int", Doc: "Souls rows moved to destroyed."},
 			{Name: "seeds_orphaned", Type: "int", Doc: "Soul seeds moved to orphaned."},
 			{Name: "bootstraps_burned", Type: "int", Doc: "Bootstrap tokens burned (named so that the masking of keys containing \"token\" leaves the count readable)."},
 			{Name: "action", Type: "string", Doc: "destroyed"},
 		},
-		ChangesWhen: "A VM of vm_ids was still at the provider and was destroyed, or a registry row moved " +
+		ChangesWhen: "A VM of vm_ids was still at the provider (the driver listed it) and was destroyed, or a registry row moved " +
 			"(a soul to destroyed, a soul seed to orphaned, a bootstrap token to burned).",
-		UnchangedWhen: "Every VM of vm_ids was already gone (status ok, all of them in already_gone, Destroy not called) " +
+		UnchangedWhen: "Every VM of vm_ids was already gone (status ok, all of them in already_gone) " +
 			"and the registry rows of sids were already final (souls destroyed, seeds orphaned, tokens burned).",
 		Example: `- name: teardown
   on: keeper
@@ -193,9 +193,11 @@ func (*Destroyed) Info() module.Info {
 		Notes: []string{
 			keeperNote,
 			"If the destroy fails, the registries stay untouched: the host is still alive at the provider.",
-			"A VM already gone is not an error: the keeper first lists the provider's VMs (drivers with the Listable capability), " +
-				"asks Destroy only for those still there and reports the others in already_gone. A driver that cannot list its VMs " +
-				"cannot tell: every VM of vm_ids is asked to be destroyed and the step changes.",
+			"A VM already gone is not an error: the keeper first lists the provider's VMs (drivers with the Listable capability) and reports " +
+				"those of vm_ids it lacks in already_gone. Destroy is still asked for every VM of vm_ids, since destroying a VM already gone " +
+				"succeeds by the driver contract and a list that lags behind the provider must never leave a VM running; when the driver " +
+				"answers vm.not_found for VMs its list lacked too, only the listed ones are asked for again. A driver that cannot list its VMs " +
+				"cannot tell which were gone: the step changes.",
 			"Every VM in vm_ids must have been created by this keeper at that provider (a completed core.cloud.created request recorded it), " +
 				"and every soul in sids must be one of those VMs of that provider: a hand-registered soul, a soul of another VM or provider, " +
 				"or a VM this keeper did not create fails the step with cloud.pairing_mismatch before the driver is called. " +

@@ -361,11 +361,10 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 	return module.Result{Changed: true, Output: map[string]any{"hosts": hosts, "count": len(vms), "vm_ids": vmIDs, "action": "created"}}, nil
 }
 
-// Run destroys the VMs that are still there, then (only after the driver
-// succeeded) runs the registry cascade in one transaction with the
-// cloud.provisioned event. VMs already gone (a Listable driver no longer
-// lists them) are not asked for again; the step changes only when a VM was
-// destroyed or a registry row moved.
+// Run destroys the VMs, then (only after the driver succeeded) runs the
+// registry cascade in one transaction with the cloud.provisioned event.
+// VMs a Listable driver no longer lists were already gone: the step
+// changes only when a listed VM was destroyed or a registry row moved.
 func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p DestroyedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
@@ -394,10 +393,8 @@ func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h Host) (m
 	if err != nil {
 		return module.Result{}, err
 	}
-	if len(live) > 0 {
-		if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: live}); err != nil {
-			return module.Result{}, driverError("destroy", err)
-		}
+	if err := destroy(ctx, d, dp, p.VMIDs, live, gone); err != nil {
+		return module.Result{}, driverError("destroy", err)
 	}
 	sids := p.SIDs
 	if sids == nil {
@@ -417,9 +414,26 @@ func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h Host) (m
 	}}, nil
 }
 
-// liveVMs splits vmIDs into those the provider still has and those already
-// gone. A driver that cannot list its VMs cannot tell: every VM counts as
-// live and is asked to be destroyed.
+// destroy asks the driver to destroy every VM of vmIDs, the ones already
+// gone too: destroying a VM already gone succeeds by the driver contract,
+// and a list that lags behind the provider must never leave a VM running.
+// When the driver no longer knows some VM at all (vm.not_found) while its
+// list lacked VMs too, those were gone: only the listed ones are asked for
+// again.
+func destroy(ctx context.Context, d driversdk.Driver, dp driversdk.Provider, vmIDs, live, gone []string) error {
+	err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: vmIDs})
+	if len(gone) == 0 || !errors.Is(err, &driversdk.Error{Code: driversdk.CodeVMNotFound}) {
+		return err
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: live})
+}
+
+// liveVMs splits vmIDs into those the provider still lists and those
+// already gone. A driver that cannot list its VMs cannot tell: every VM
+// counts as live.
 func liveVMs(ctx context.Context, d driversdk.Driver, dp driversdk.Provider, vmIDs []string) (live, gone []string, err error) {
 	gone = []string{}
 	caps, err := d.Capabilities(ctx)

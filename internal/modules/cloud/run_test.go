@@ -28,6 +28,10 @@ type fakeCloud struct {
 	failCreate  bool
 	resizable   bool
 	unlistable  bool // no Listable capability
+	// strictDestroy: Destroy of a VM it no longer has is vm.not_found
+	// (and destroys nothing), as a driver that keeps no tombstones.
+	strictDestroy bool
+	unlisted      map[string]bool // live VMs List does not show (a lagging list)
 	// resizeAlways: Resize never reports a VM unchanged, as a driver
 	// that predates ResizeResult.Unchanged.
 	resizeAlways bool
@@ -83,6 +87,11 @@ func (f *fakeCloud) Destroy(_ context.Context, req driversdk.DestroyRequest) err
 		return driversdk.Errorf("quota.api_down", "the provider's API is down")
 	}
 	for _, id := range req.VMIDs {
+		if _, ok := f.vms[id]; !ok && f.strictDestroy {
+			return driversdk.Errorf(driversdk.CodeVMNotFound, "no VM %q", id)
+		}
+	}
+	for _, id := range req.VMIDs {
 		delete(f.vms, id)
 	}
 	return nil
@@ -116,8 +125,10 @@ func (f *fakeCloud) List(context.Context, driversdk.ListRequest) ([]driversdk.VM
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []driversdk.VM
-	for _, vm := range f.vms {
-		out = append(out, vm)
+	for id, vm := range f.vms {
+		if !f.unlisted[id] {
+			out = append(out, vm)
+		}
 	}
 	return out, nil
 }
@@ -482,33 +493,61 @@ func TestDestroyedChangesWhen(t *testing.T) {
 		t.Fatalf("soul without sids = %s", so.Status)
 	}
 	// Changes when a registry row moved, even though the VM was already
-	// gone: the driver is not asked again.
+	// gone.
 	out = destroy(map[string]any{"vm_ids": []any{ids[0]}, "sids": []any{sids[0]}})
-	if out["changed"] != true || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || out["souls_destroyed"] != 1 || out["bootstraps_burned"] != 1 || len(h.cloud.destroyed) != 1 {
+	if out["changed"] != true || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || out["souls_destroyed"] != 1 || out["bootstraps_burned"] != 1 {
 		t.Fatalf("cascade of a gone VM: %v, driver calls %v", out, h.cloud.destroyed)
 	}
 	// Does not change when every VM was already gone and the rows final:
-	// ok, unchanged, Destroy not called, and no pairing mismatch for a VM
-	// this keeper made that is gone.
+	// ok, unchanged, and no pairing mismatch for a VM this keeper made
+	// that is gone.
 	out = destroy(map[string]any{"vm_ids": []any{ids[0]}, "sids": []any{sids[0]}})
-	if out["changed"] != false || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || out["souls_destroyed"] != 0 || out["bootstraps_burned"] != 0 || out["seeds_orphaned"] != 0 || len(h.cloud.destroyed) != 1 {
+	if out["changed"] != false || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || out["souls_destroyed"] != 0 || out["bootstraps_burned"] != 0 || out["seeds_orphaned"] != 0 {
 		t.Fatalf("repeated destroy: %v, driver calls %v", out, h.cloud.destroyed)
+	}
+	// Destroy was still asked each time (destroying a gone VM succeeds by
+	// the driver contract).
+	if fmt.Sprint(h.cloud.destroyed) != fmt.Sprintf("[[%s] [%s] [%s]]", ids[0], ids[0], ids[0]) {
+		t.Fatalf("driver calls = %v", h.cloud.destroyed)
 	}
 	if p := lastProvisioned(t, h); p["outcome"] != "ok" || p["changed"] != false || fmt.Sprint(p["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) {
 		t.Fatalf("audit of the unchanged destroy = %v", p)
 	}
-	// A mix: one gone, one live: only the live one reaches the driver.
+	// A mix, with a driver that answers vm.not_found for a VM it no longer
+	// has: one gone, one live; the live one is asked for again alone.
+	h.cloud.strictDestroy = true
 	out = destroy(map[string]any{"vm_ids": []any{ids[0], ids[1]}, "sids": []any{sids[0], sids[1]}})
-	if out["changed"] != true || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || fmt.Sprint(h.cloud.destroyed[1]) != fmt.Sprintf("[%s]", ids[1]) || out["souls_destroyed"] != 1 {
+	if out["changed"] != true || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || fmt.Sprint(h.cloud.destroyed[3:]) != fmt.Sprintf("[[%s %s] [%s]]", ids[0], ids[1], ids[1]) || out["souls_destroyed"] != 1 || len(h.cloud.vms) != 0 {
 		t.Fatalf("destroy of one gone and one live VM: %v, driver calls %v", out, h.cloud.destroyed)
 	}
 	if p := lastProvisioned(t, h); p["changed"] != true || fmt.Sprint(p["destroyed_now"]) != fmt.Sprintf("[%s]", ids[1]) {
 		t.Fatalf("audit of the mixed destroy = %v", p)
 	}
+	// The same driver, everything gone: ok, unchanged.
+	out = destroy(map[string]any{"vm_ids": []any{ids[0], ids[1]}, "sids": []any{sids[0], sids[1]}})
+	if out["changed"] != false || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s %s]", ids[0], ids[1]) {
+		t.Fatalf("repeated destroy with a driver without tombstones: %v, driver calls %v", out, h.cloud.destroyed)
+	}
 	// A VM this keeper never made is still a pairing mismatch, gone or not.
 	_, err := run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": []any{"vm-never"}})
 	if module.Code(err) != "cloud.pairing_mismatch" {
 		t.Fatalf("destroy of a VM the keeper never made: %v", err)
+	}
+}
+
+// TestDestroyedLaggingList: a VM the driver's list does not show yet is
+// still destroyed (Destroy is asked for every VM), so a lagging list
+// never leaves a VM running.
+func TestDestroyedLaggingList(t *testing.T) {
+	t.Parallel()
+	h, _ := setup(t)
+	ids, _ := create(t, h, 1)
+	h.cloud.unlisted = map[string]bool{ids[0].(string): true}
+	if _, err := run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": ids}); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.cloud.vms) != 0 {
+		t.Fatalf("VMs left at the provider: %v", h.cloud.vms)
 	}
 }
 
