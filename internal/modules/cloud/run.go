@@ -407,7 +407,7 @@ func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h Host) (m
 	changed := len(live) > 0 || c.SoulsDestroyed+c.SeedsOrphaned+c.TokensBurned > 0
 	if err != nil {
 		return module.Result{Changed: len(live) > 0}, &module.Error{Code: "cloud.registry_failed",
-			Message: fmt.Sprintf("%d VM(s) destroyed at the provider, but the registry cascade and its cloud.provisioned event could not be written (nothing was recorded): %v", len(live), err), Err: err}
+			Message: "the VMs are gone at the provider, but the registry cascade and its cloud.provisioned event could not be written (nothing was recorded): " + err.Error(), Err: err}
 	}
 	return module.Result{Changed: changed, Output: map[string]any{
 		"vm_ids": p.VMIDs, "already_gone": gone, "sids": sids, "souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "bootstraps_burned": c.TokensBurned, "action": "destroyed",
