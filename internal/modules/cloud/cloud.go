@@ -173,7 +173,7 @@ func (*Destroyed) Info() module.Info {
 		Output: []module.Field{
 			{Name: "vm_ids", Type: "array<string>", Doc: "The VMs of vm_ids: all gone at the provider once the step succeeded."},
 			{Name: "already_gone", Type: "array<string>", Doc: "Those of vm_ids that were already gone before the step (the driver no longer listed them)."},
-			{Name: "sids", Type: "array<string>", Doc: "Souls marked destroyed."},
+			{Name: "sids", Type: "array<string>", Doc: "The sids given: their souls are destroyed once the step succeeded (souls_destroyed counts those that moved now)."},
 			{Name: "souls_destroyed", Type: "int", Doc: "Souls rows moved to destroyed."},
 			{Name: "seeds_orphaned", Type: "int", Doc: "Soul seeds moved to orphaned."},
 			{Name: "bootstraps_burned", Type: "int", Doc: "Bootstrap tokens burned (named so that the masking of keys containing \"token\" leaves the count readable)."},
