@@ -576,6 +576,7 @@ func TestResizedChangesWhen(t *testing.T) {
 	h, _ := setup(t)
 	h.cloud.resizable = true
 	ids, _ := create(t, h, 2) // both of size s
+	souls, _ := h.st.SoulsOfProvider(context.Background(), "acme")
 	resize := func(vmIDs []any, profile any) (bool, []any) {
 		t.Helper()
 		res, err := run(t, &cloud.Resized{}, h, map[string]any{"provider": "acme", "vm_ids": vmIDs, "profile": profile})
@@ -615,6 +616,10 @@ func TestResizedChangesWhen(t *testing.T) {
 	h.cloud.resizeAlways = true
 	if changed, vms = resize(ids, map[string]any{"size": "l"}); !changed {
 		t.Fatalf("resize with a driver that never reports unchanged: %s", perVM(vms))
+	}
+	// The souls registry is not touched by any of them.
+	if got, _ := h.st.SoulsOfProvider(context.Background(), "acme"); fmt.Sprint(got) != fmt.Sprint(souls) {
+		t.Fatalf("souls after the resizes = %+v, before %+v", got, souls)
 	}
 }
 
