@@ -110,6 +110,11 @@ type ResizeRequest struct {
 type ResizeResult struct {
 	VMID           string
 	CausedDowntime bool
+	// Unchanged reports that the VM already had the requested spec and
+	// the driver did nothing to it (no call to the cloud, no restart).
+	// The keeper reports a resize step unchanged when every VM is; a
+	// driver that never sets it has every VM counted as resized.
+	Unchanged bool
 }
 
 // ListRequest lists the driver's VMs carrying every tag in Tags (all of

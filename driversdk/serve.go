@@ -279,7 +279,7 @@ func (s *server) Resize(ctx context.Context, req *pb.ResizeRequest) (*pb.ResizeR
 		}
 		out = &pb.ResizeResponse{Results: make([]*pb.ResizeResult, len(res))}
 		for i, r := range res {
-			out.Results[i] = &pb.ResizeResult{VmId: r.VMID, CausedDowntime: r.CausedDowntime}
+			out.Results[i] = &pb.ResizeResult{VmId: r.VMID, CausedDowntime: r.CausedDowntime, Unchanged: r.Unchanged}
 		}
 		return nil
 	})

@@ -25,8 +25,9 @@
 //   - with IdempotencyTokens, a repeated Create returns the same VMs;
 //   - with Listable, List by the request ID tag finds exactly those VMs;
 //     without it the keeper answers list.unsupported;
-//   - with Resizable, Resize answers one result per VM; without it the
-//     keeper answers resize.unsupported;
+//   - with Resizable, Resize answers one result per VM, and Resize again
+//     with the same spec succeeds without reporting a VM both Unchanged
+//     and CausedDowntime; without it the keeper answers resize.unsupported;
 //   - Destroy removes the VMs (List no longer shows them), a second Destroy
 //     of the same IDs succeeds, and Destroy of an ID the driver never made
 //     fails with vm.not_found;
@@ -489,6 +490,17 @@ func (s *suite) testResize(t *testing.T, vms []driversdk.VM) {
 	for _, vm := range vms {
 		if !got[vm.ID] {
 			t.Errorf("Resize returned no result for VM %s", vm.ID)
+		}
+	}
+	// The same spec again: the VMs have it now, so a driver that reports
+	// a VM unchanged must not also report downtime for it.
+	again, err := s.d.Resize(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Resize to the spec the VMs have: %v", err)
+	}
+	for _, r := range append(res, again...) {
+		if r.Unchanged && r.CausedDowntime {
+			t.Errorf("Resize reported VM %s both unchanged and restarted (caused_downtime)", r.VMID)
 		}
 	}
 }

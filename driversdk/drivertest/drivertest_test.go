@@ -56,6 +56,7 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		{"accept-unknown-keys", "ValidateProfile accepted the unknown key"},
 		{"destroy-unknown-ok", "Destroy of the unknown VM"},
 		{"ignore-deadline", "the keeper killed the driver"},
+		{"unchanged-downtime", "both unchanged and restarted"},
 	} {
 		t.Run(tc.bug, func(t *testing.T) {
 			t.Parallel()

@@ -221,7 +221,8 @@ func (d *Driver) Destroy(ctx context.Context, req driversdk.DestroyRequest) erro
 
 // Resize applies the spec's cpus and memory_mb to running VMs at once
 // (cgroup limits change live: no downtime). Keys the spec leaves out keep
-// their values; ssh_user and base_root cannot change.
+// their values; ssh_user and base_root cannot change. A VM that already
+// has the resulting spec is left alone and reported Unchanged.
 func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]driversdk.ResizeResult, error) {
 	cfg, err := ParseConfig(req.Provider.Config)
 	if err != nil {

@@ -415,6 +415,11 @@ func (d *Driver) resize(ctx context.Context, cfg Config, ids []string, raw json.
 	}
 	out := make([]driversdk.ResizeResult, 0, len(recs))
 	for i, v := range recs {
+		if specs[i] == v.Spec {
+			// Already this size: nothing to apply, nothing to save.
+			out = append(out, driversdk.ResizeResult{VMID: v.ID, Unchanged: true})
+			continue
+		}
 		if err := applyLimits(v.Cgroups, specs[i]); err != nil {
 			return out, &driversdk.Error{Code: codeFailed, Message: fmt.Sprintf("resize %s: %v", v.ID, err)}
 		}

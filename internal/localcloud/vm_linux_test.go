@@ -295,8 +295,14 @@ runcmd:
 		if err != nil {
 			t.Fatalf("Resize: %v", err)
 		}
-		if len(res) != 1 || res[0].VMID != alpha.ID || res[0].CausedDowntime {
+		if len(res) != 1 || res[0].VMID != alpha.ID || res[0].CausedDowntime || res[0].Unchanged {
 			t.Fatalf("Resize = %+v", res)
+		}
+		// The same spec again (cpus only: memory_mb keeps its value) is
+		// reported unchanged.
+		res, err = e.d.Resize(ctx, driversdk.ResizeRequest{Provider: e.prov, VMIDs: []string{alpha.ID}, Spec: json.RawMessage(`{"cpus": 0.5}`)})
+		if err != nil || len(res) != 1 || !res[0].Unchanged || res[0].CausedDowntime {
+			t.Fatalf("Resize to the size the VM has = %+v, %v", res, err)
 		}
 		if got := e.run(t, alpha, "root", "cat "+limitFile); got != strconv.Itoa(256<<20) {
 			t.Errorf("memory limit in the VM after resize = %s, want %d", got, 256<<20)

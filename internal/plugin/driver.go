@@ -134,7 +134,7 @@ func (d *driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 		}
 		out = make([]driversdk.ResizeResult, len(r.GetResults()))
 		for i, res := range r.GetResults() {
-			out[i] = driversdk.ResizeResult{VMID: res.GetVmId(), CausedDowntime: res.GetCausedDowntime()}
+			out[i] = driversdk.ResizeResult{VMID: res.GetVmId(), CausedDowntime: res.GetCausedDowntime(), Unchanged: res.GetUnchanged()}
 		}
 		return nil
 	})

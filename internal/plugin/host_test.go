@@ -246,8 +246,13 @@ func TestDriverRoundTrip(t *testing.T) {
 		t.Fatalf("List = %+v, %v", listed, err)
 	}
 	res, err := d.Resize(ctx, driversdk.ResizeRequest{Provider: prov, VMIDs: []string{vms[0].ID}, Spec: json.RawMessage(`{"cpus": 1, "memory_mb": 256}`)})
-	if err != nil || len(res) != 1 || res[0].VMID != vms[0].ID || !res[0].CausedDowntime {
+	if err != nil || len(res) != 1 || res[0].VMID != vms[0].ID || !res[0].CausedDowntime || res[0].Unchanged {
 		t.Fatalf("Resize = %+v, %v", res, err)
+	}
+	// The same size again: the driver's "unchanged" crosses the wire.
+	res, err = d.Resize(ctx, driversdk.ResizeRequest{Provider: prov, VMIDs: []string{vms[0].ID}, Spec: json.RawMessage(`{"cpus": 1, "memory_mb": 256}`)})
+	if err != nil || len(res) != 1 || !res[0].Unchanged || res[0].CausedDowntime {
+		t.Fatalf("Resize to the same size = %+v, %v", res, err)
 	}
 
 	ids := []string{vms[0].ID, vms[1].ID}

@@ -58,6 +58,12 @@ type CloudDestroyParams struct {
 	Provider string
 	VMIDs    []string
 	SIDs     []string
+	// Destroyed are the VMs of VMIDs the driver destroyed in this step;
+	// AlreadyGone those it no longer had. Both go into cloud.provisioned,
+	// whose "changed" is true when Destroyed is not empty or a registry
+	// row moved.
+	Destroyed   []string
+	AlreadyGone []string
 	// Actor is the run's creator, the actor of cloud.provisioned.
 	Actor Actor
 	// Audit is extra payload of cloud.provisioned (the counters are added).

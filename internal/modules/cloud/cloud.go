@@ -78,8 +78,10 @@ const keeperNote = "Keeper-side: the step runs inside the keeper (`on: keeper`);
 	"admin tokens have them, operator and viewer tokens do not. POST /v1/runs refuses a scenario with the step (403 auth.forbidden) " +
 	"when the token lacks it, and the step fails with auth.forbidden when the run's creator was revoked, expired or lost it meanwhile."
 
-const auditNote = "An audit event cloud.provisioned is written for every state; if the audit write fails the step fails. " +
-	"Its payload has the provider, vm_ids, sids and cascade counters, never plain tokens."
+const auditNote = "An audit event cloud.provisioned is written for every state and every outcome, as the run's creator: " +
+	"outcome ok with changed, or outcome failed with error_code (the error's code, never its text, which the run's step keeps masked). " +
+	"Its payload has the state (action), the provider, the VMs known (vm_ids, sids, request_id), the run and the step and, for destroyed, " +
+	"the cascade counters; never plain tokens. If the audit write fails the step fails, whatever the outcome."
 
 var providerParam = module.Param{Name: "provider", Type: module.TypeString, Required: true, Doc: "Name of the Cloud-Provider in the registry (driver, credentials and region)."}
 
@@ -110,8 +112,10 @@ func (*Created) Info() module.Info {
 			{Name: "vm_ids", Type: "array<string>", Doc: "Provider-side IDs of the created VMs."},
 			{Name: "action", Type: "string", Doc: "created"},
 		},
-		ChangesWhen:   "Always: creating VMs is imperative and not idempotent; a repeat creates new VMs.",
-		UnchangedWhen: "Never: the operation always runs.",
+		ChangesWhen: "Always once the driver is asked to create: creating VMs is imperative and not idempotent, so a repeat creates new VMs. " +
+			"A create that fails then counts as changed too: the provider may have made VMs (tagged with the request; soulctl cloud orphans lists them).",
+		UnchangedWhen: "Only when the step is refused before the driver's Create is called (count above max_count, an unknown provider or profile, " +
+			"a profile the driver refuses, a self_onboard name already taken): nothing is made.",
 		Example: `- name: provision
   on: keeper
   when: has(input.spawn)
@@ -167,15 +171,18 @@ func (*Destroyed) Info() module.Info {
 			{Name: "sids", Type: module.TypeList, Elem: module.TypeString, Doc: "SIDs of the souls those VMs carry, for the registry cascade."},
 		},
 		Output: []module.Field{
-			{Name: "vm_ids", Type: "array<string>", Doc: "VMs destroyed."},
-			{Name: "sids", Type: "array<string>", Doc: "Souls marked destroyed."},
+			{Name: "vm_ids", Type: "array<string>", Doc: "The VMs of vm_ids: all gone at the provider once the step succeeded."},
+			{Name: "already_gone", Type: "array<string>", Doc: "Those of vm_ids that were already gone before the step (the driver no longer listed them)."},
+			{Name: "sids", Type: "array<string>", Doc: "The sids given: their souls are destroyed once the step succeeded (souls_destroyed counts those that moved now)."},
 			{Name: "souls_destroyed", Type: "int", Doc: "Souls rows moved to destroyed."},
 			{Name: "seeds_orphaned", Type: "int", Doc: "Soul seeds moved to orphaned."},
 			{Name: "bootstraps_burned", Type: "int", Doc: "Bootstrap tokens burned (named so that the masking of keys containing \"token\" leaves the count readable)."},
 			{Name: "action", Type: "string", Doc: "destroyed"},
 		},
-		ChangesWhen:   "At least one VM was destroyed or one registry row changed.",
-		UnchangedWhen: "The VMs were already gone and the registries already final.",
+		ChangesWhen: "A VM of vm_ids was still at the provider (the driver listed it) and was destroyed, or a registry row moved " +
+			"(a soul to destroyed, a soul seed to orphaned, a bootstrap token to burned).",
+		UnchangedWhen: "Every VM of vm_ids was already gone (status ok, all of them in already_gone) " +
+			"and the registry rows of sids were already final (souls destroyed, seeds orphaned, tokens burned).",
 		Example: `- name: teardown
   on: keeper
   module: core.cloud.destroyed
@@ -186,9 +193,15 @@ func (*Destroyed) Info() module.Info {
 		Notes: []string{
 			keeperNote,
 			"If the destroy fails, the registries stay untouched: the host is still alive at the provider.",
+			"A VM already gone is not an error: the keeper first lists the provider's VMs (drivers with the Listable capability) and reports " +
+				"those of vm_ids it lacks in already_gone. Destroy is still asked for every VM of vm_ids, since destroying a VM already gone " +
+				"succeeds by the driver contract and a list that lags behind the provider must never leave a VM running; when the driver " +
+				"answers vm.not_found for VMs its list lacked too, only the listed ones are asked for again. A driver that cannot list its VMs " +
+				"cannot tell which were gone: the step changes.",
 			"Every VM in vm_ids must have been created by this keeper at that provider (a completed core.cloud.created request recorded it), " +
 				"and every soul in sids must be one of those VMs of that provider: a hand-registered soul, a soul of another VM or provider, " +
 				"or a VM this keeper did not create fails the step with cloud.pairing_mismatch before the driver is called. " +
+				"A VM this keeper created that is already gone still pairs (its completed create request is kept): it is already gone, not a mismatch. " +
 				"The registry cascade is filtered the same way, by provider and vm_id.",
 			auditNote,
 		},
@@ -214,11 +227,11 @@ func (*Resized) Info() module.Info {
 			{Name: "profile", Type: module.TypeAny, Required: true, Doc: "Target size: the name of a registered Cloud-Profile, or an inline map of backend-specific settings."},
 		},
 		Output: []module.Field{
-			{Name: "vms", Type: "array<object>", Doc: "One entry per VM: {vm_id, caused_downtime}."},
+			{Name: "vms", Type: "array<object>", Doc: "One entry per VM: {vm_id, caused_downtime, changed}; changed is false for a VM that already had the requested size."},
 			{Name: "action", Type: "string", Doc: "resized"},
 		},
-		ChangesWhen:   "At least one VM was resized.",
-		UnchangedWhen: "Every VM already had the requested size.",
+		ChangesWhen:   "The driver resized at least one VM of vm_ids (its entry in vms has changed: true).",
+		UnchangedWhen: "Every VM already had the requested size: the driver reported each unchanged and did nothing to it (status ok, no downtime).",
 		Example: `- name: grow
   on: keeper
   module: core.cloud.resized
@@ -229,6 +242,8 @@ func (*Resized) Info() module.Info {
 		Notes: []string{
 			keeperNote,
 			"caused_downtime in the output tells, per VM, whether it was restarted.",
+			"Whether a VM already has the size is the driver's answer (ResizeResult.Unchanged in the driver SDK): soul-cloud-local compares the " +
+				"VM's cpus and memory_mb after merging the spec. A driver that does not report it has every VM counted as resized (changed).",
 			"The souls registry is not touched: a resize does not change which souls exist.",
 			"Every VM in vm_ids must have been created by this keeper at that provider; another fails the step with cloud.pairing_mismatch before the driver is called.",
 			"A driver without the Resizable capability fails the step with resize.unsupported.",

@@ -180,8 +180,43 @@ func newBootstrapToken() (plain, hash string) {
 	return plain, hex.EncodeToString(sum[:])
 }
 
+// attempt is what a step knows of the VMs it acted on, for the audit event
+// of its failure.
+type attempt struct {
+	requestID string
+	vmIDs     []string
+	sids      []string
+}
+
+// failed writes the cloud.provisioned event of a failed step (outcome
+// failed, the error's code, the provider, the state and the VMs known) as
+// the run's creator, and returns err. The event never holds the error's
+// message, which may carry a driver's text; the run's step has it, masked.
+// When the event cannot be written either, the step's error says so.
+func failed(ctx context.Context, h Host, run module.RunInfo, state, provider string, a attempt, err error) error {
+	vmIDs := a.vmIDs
+	if vmIDs == nil {
+		vmIDs = []string{}
+	}
+	payload := map[string]any{"action": state, "outcome": "failed", "error_code": module.Code(err), "provider": provider,
+		"vm_ids": vmIDs, "run_id": run.ID, "step": run.Step}
+	if a.sids != nil {
+		payload["sids"] = a.sids
+	}
+	if a.requestID != "" {
+		payload["request_id"] = a.requestID
+	}
+	aerr := h.Registry().AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned",
+		Object: "provider/" + provider, Payload: payload})
+	if aerr == nil {
+		return err
+	}
+	return &module.Error{Code: module.Code(err), Message: err.Error() + "; the cloud.provisioned event of this failure could not be written either: " + aerr.Error(), Err: err}
+}
+
 // Run asks the provider for count VMs and registers each as a pending soul
 // with a bootstrap token. It is never idempotent: every run makes new VMs.
+// Every outcome, failures included, is audited as cloud.provisioned.
 func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p CreatedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
@@ -191,6 +226,15 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	if err != nil {
 		return module.Result{}, err
 	}
+	var a attempt
+	res, err := p.run(ctx, run, h, &a)
+	if err != nil {
+		return res, failed(ctx, h, run, "created", p.Provider, a, err)
+	}
+	return res, nil
+}
+
+func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *attempt) (module.Result, error) {
 	if p.Count < 1 {
 		p.Count = 1
 	}
@@ -253,6 +297,7 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	}
 
 	requestID := randomID("req_", 12)
+	a.requestID = requestID
 	if err := h.Registry().CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: prov.Name, Count: p.Count}); err != nil {
 		return module.Result{}, err
 	}
@@ -268,6 +313,9 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	fail := func(code, msg string) (module.Result, error) {
 		_ = h.Registry().CloudRequestFail(context.WithoutCancel(ctx), requestID, msg)
 		return module.Result{Changed: true}, &module.Error{Code: code, Message: msg + fmt.Sprintf("; the VMs are tagged with request %s: soulctl cloud orphans --provider %s lists them", requestID, prov.Name)}
+	}
+	for _, vm := range vms {
+		a.vmIDs = append(a.vmIDs, vm.ID)
 	}
 	if len(vms) != p.Count {
 		return fail("driver.bad_answer", fmt.Sprintf("the driver made %d VMs, %d were asked for", len(vms), p.Count))
@@ -306,7 +354,7 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	}
 	if err := h.Registry().CloudProvision(ctx, store.CloudProvisionParams{
 		RequestID: requestID, Souls: souls, Tokens: tokens, Actor: store.Actor(run.Creator),
-		Audit: map[string]any{"provider": prov.Name, "run_id": run.ID, "step": run.Step, "count": len(vms)},
+		Audit: map[string]any{"outcome": "ok", "changed": true, "provider": prov.Name, "run_id": run.ID, "step": run.Step, "count": len(vms)},
 	}); err != nil {
 		return fail("cloud.registry_failed", "the VMs were created but could not be registered: "+err.Error())
 	}
@@ -314,7 +362,9 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 }
 
 // Run destroys the VMs, then (only after the driver succeeded) runs the
-// registry cascade in one transaction.
+// registry cascade in one transaction with the cloud.provisioned event.
+// VMs a Listable driver no longer lists were already gone: the step
+// changes only when a listed VM was destroyed or a registry row moved.
 func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p DestroyedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
@@ -324,6 +374,14 @@ func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	if err != nil {
 		return module.Result{}, err
 	}
+	res, err := p.run(ctx, run, h)
+	if err != nil {
+		return res, failed(ctx, h, run, "destroyed", p.Provider, attempt{vmIDs: p.VMIDs, sids: p.SIDs}, err)
+	}
+	return res, nil
+}
+
+func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h Host) (module.Result, error) {
 	prov, d, dp, err := provider(ctx, h, p.Provider)
 	if err != nil {
 		return module.Result{}, err
@@ -331,24 +389,86 @@ func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	if err := checkPairing(ctx, h.Registry(), prov.Name, p.VMIDs, p.SIDs); err != nil {
 		return module.Result{}, err
 	}
-	if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: p.VMIDs}); err != nil {
+	live, gone, err := liveVMs(ctx, d, dp, p.VMIDs)
+	if err != nil {
+		return module.Result{}, err
+	}
+	if err := destroy(ctx, d, dp, p.VMIDs, live, gone); err != nil {
 		return module.Result{}, driverError("destroy", err)
 	}
 	sids := p.SIDs
 	if sids == nil {
 		sids = []string{}
 	}
+	// The cascade's counters decide the rest of "changed"; the event
+	// written in its transaction computes it from the same counters.
 	c, err := h.Registry().CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.Actor(run.Creator),
-		Audit: map[string]any{"run_id": run.ID, "step": run.Step}})
+		Destroyed: live, AlreadyGone: gone, Audit: map[string]any{"outcome": "ok", "run_id": run.ID, "step": run.Step}})
+	changed := len(live) > 0 || c.SoulsDestroyed+c.SeedsOrphaned+c.TokensBurned > 0
 	if err != nil {
-		return module.Result{Changed: true}, &module.Error{Code: "cloud.registry_failed", Message: "the VMs were destroyed but the registry cascade failed: " + err.Error(), Err: err}
+		return module.Result{Changed: len(live) > 0}, &module.Error{Code: "cloud.registry_failed",
+			Message: "the VMs are gone at the provider, but the registry cascade and its cloud.provisioned event could not be written (nothing was recorded): " + err.Error(), Err: err}
 	}
-	return module.Result{Changed: true, Output: map[string]any{
-		"vm_ids": p.VMIDs, "sids": sids, "souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "bootstraps_burned": c.TokensBurned, "action": "destroyed",
+	return module.Result{Changed: changed, Output: map[string]any{
+		"vm_ids": p.VMIDs, "already_gone": gone, "sids": sids, "souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "bootstraps_burned": c.TokensBurned, "action": "destroyed",
 	}}, nil
 }
 
-// Run resizes VMs; the souls registry is not touched.
+// destroy asks the driver to destroy every VM of vmIDs, the ones already
+// gone too: destroying a VM already gone succeeds by the driver contract,
+// and a list that lags behind the provider must never leave a VM running.
+// When the driver no longer knows some VM at all (vm.not_found) while its
+// list lacked VMs too, those were gone: only the listed ones are asked for
+// again.
+func destroy(ctx context.Context, d driversdk.Driver, dp driversdk.Provider, vmIDs, live, gone []string) error {
+	err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: vmIDs})
+	if len(gone) == 0 || !errors.Is(err, &driversdk.Error{Code: driversdk.CodeVMNotFound}) {
+		return err
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: live})
+}
+
+// liveVMs splits vmIDs into those the provider still lists and those
+// already gone. A driver that cannot list its VMs cannot tell: every VM
+// counts as live.
+func liveVMs(ctx context.Context, d driversdk.Driver, dp driversdk.Provider, vmIDs []string) (live, gone []string, err error) {
+	gone = []string{}
+	caps, err := d.Capabilities(ctx)
+	if err != nil {
+		return nil, nil, driverError("capabilities", err)
+	}
+	if !caps.Listable {
+		return vmIDs, gone, nil
+	}
+	vms, err := d.List(ctx, driversdk.ListRequest{Provider: dp})
+	if err != nil {
+		return nil, nil, driverError("list", err)
+	}
+	there := map[string]bool{}
+	for _, vm := range vms {
+		there[vm.ID] = true
+	}
+	seen := map[string]bool{}
+	for _, id := range vmIDs {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if there[id] {
+			live = append(live, id)
+		} else {
+			gone = append(gone, id)
+		}
+	}
+	return live, gone, nil
+}
+
+// Run resizes VMs; the souls registry is not touched. The step changes
+// when the driver resized at least one VM: a VM that already had the
+// requested spec comes back Unchanged.
 func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p ResizedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
@@ -358,6 +478,14 @@ func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	if err != nil {
 		return module.Result{}, err
 	}
+	res, err := p.run(ctx, run, h)
+	if err != nil {
+		return res, failed(ctx, h, run, "resized", p.Provider, attempt{vmIDs: p.VMIDs}, err)
+	}
+	return res, nil
+}
+
+func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h Host) (module.Result, error) {
 	prov, d, dp, err := provider(ctx, h, p.Provider)
 	if err != nil {
 		return module.Result{}, err
@@ -383,15 +511,17 @@ func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	if err != nil {
 		return module.Result{}, driverError("resize", err)
 	}
+	changed := false
 	vms := make([]any, len(res))
 	for i, r := range res {
-		vms[i] = map[string]any{"vm_id": r.VMID, "caused_downtime": r.CausedDowntime}
+		vms[i] = map[string]any{"vm_id": r.VMID, "caused_downtime": r.CausedDowntime, "changed": !r.Unchanged}
+		changed = changed || !r.Unchanged
 	}
 	if err := h.Registry().AuditRecord(ctx, store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned", Object: "provider/" + prov.Name,
-		Payload: map[string]any{"action": "resized", "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": run.ID, "step": run.Step}}); err != nil {
-		return module.Result{Changed: true}, &module.Error{Code: "cloud.audit_failed", Message: "the VMs were resized but the audit event could not be written: " + err.Error(), Err: err}
+		Payload: map[string]any{"action": "resized", "outcome": "ok", "changed": changed, "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": run.ID, "step": run.Step}}); err != nil {
+		return module.Result{Changed: changed}, &module.Error{Code: "cloud.audit_failed", Message: "the resize is done at the provider but its cloud.provisioned event could not be written: " + err.Error(), Err: err}
 	}
-	return module.Result{Changed: true, Output: map[string]any{"vms": vms, "action": "resized"}}, nil
+	return module.Result{Changed: changed, Output: map[string]any{"vms": vms, "action": "resized"}}, nil
 }
 
 // checkPairing refuses, before the driver is called, VMs this keeper did

@@ -25,13 +25,24 @@ type fakeCloud struct {
 	vms         map[string]driversdk.VM
 	next        int
 	failDestroy bool
+	failCreate  bool
 	resizable   bool
-	creds       []byte
-	userdata    []string
+	unlistable  bool // no Listable capability
+	// strictDestroy: Destroy of a VM it no longer has is vm.not_found
+	// (and destroys nothing), as a driver that keeps no tombstones.
+	strictDestroy bool
+	unlisted      map[string]bool // live VMs List does not show (a lagging list)
+	// resizeAlways: Resize never reports a VM unchanged, as a driver
+	// that predates ResizeResult.Unchanged.
+	resizeAlways bool
+	creds        []byte
+	userdata     []string
+	destroyed    [][]string // the VM IDs of each Destroy call
+	resized      [][]string // the VM IDs of each Resize call
 }
 
 func (f *fakeCloud) Capabilities(context.Context) (driversdk.Capabilities, error) {
-	return driversdk.Capabilities{Resizable: f.resizable, Listable: true}, nil
+	return driversdk.Capabilities{Resizable: f.resizable, Listable: !f.unlistable}, nil
 }
 
 func (f *fakeCloud) ValidateProfile(_ context.Context, _ driversdk.Provider, profile json.RawMessage) error {
@@ -49,6 +60,9 @@ func (f *fakeCloud) Create(_ context.Context, req driversdk.CreateRequest) ([]dr
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.creds, f.userdata = req.Provider.Credentials, req.Userdata
+	if f.failCreate {
+		return nil, driversdk.Errorf("quota.exceeded", "the provider's quota is used up")
+	}
 	var out []driversdk.VM
 	for i := 0; i < req.Count; i++ {
 		f.next++
@@ -68,8 +82,14 @@ func (f *fakeCloud) Create(_ context.Context, req driversdk.CreateRequest) ([]dr
 func (f *fakeCloud) Destroy(_ context.Context, req driversdk.DestroyRequest) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.destroyed = append(f.destroyed, req.VMIDs)
 	if f.failDestroy {
 		return driversdk.Errorf("quota.api_down", "the provider's API is down")
+	}
+	for _, id := range req.VMIDs {
+		if _, ok := f.vms[id]; !ok && f.strictDestroy {
+			return driversdk.Errorf(driversdk.CodeVMNotFound, "no VM %q", id)
+		}
 	}
 	for _, id := range req.VMIDs {
 		delete(f.vms, id)
@@ -77,16 +97,40 @@ func (f *fakeCloud) Destroy(_ context.Context, req driversdk.DestroyRequest) err
 	return nil
 }
 
+// Resize sets the VMs' size attribute; a VM that has it already is left
+// alone and reported unchanged (unless resizeAlways).
 func (f *fakeCloud) Resize(_ context.Context, req driversdk.ResizeRequest) ([]driversdk.ResizeResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resized = append(f.resized, req.VMIDs)
+	var sp struct{ Size string }
+	_ = json.Unmarshal(req.Spec, &sp)
 	var out []driversdk.ResizeResult
 	for _, id := range req.VMIDs {
+		vm, ok := f.vms[id]
+		if !ok {
+			return nil, driversdk.Errorf(driversdk.CodeVMNotFound, "no VM %q", id)
+		}
+		if vm.Attributes["size"] == sp.Size && !f.resizeAlways {
+			out = append(out, driversdk.ResizeResult{VMID: id, Unchanged: true})
+			continue
+		}
+		vm.Attributes["size"] = sp.Size
 		out = append(out, driversdk.ResizeResult{VMID: id, CausedDowntime: true})
 	}
 	return out, nil
 }
 
 func (f *fakeCloud) List(context.Context, driversdk.ListRequest) ([]driversdk.VM, error) {
-	return nil, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []driversdk.VM
+	for id, vm := range f.vms {
+		if !f.unlisted[id] {
+			out = append(out, vm)
+		}
+	}
+	return out, nil
 }
 
 // keeperHost is the keeper side the states see, over a real store.
@@ -117,7 +161,12 @@ func (h *keeperHost) BootstrapTTL() time.Duration { return time.Hour }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {
 	t.Helper()
-	st := testdb.SQLite.Open(t)
+	return setupOn(t, testdb.SQLite)
+}
+
+func setupOn(t *testing.T, b testdb.Backend) (*keeperHost, context.Context) {
+	t.Helper()
+	st := b.Open(t)
 	ctx := context.Background()
 	if _, err := st.ProviderCreate(ctx, store.ProviderCreateParams{Provider: store.Provider{Name: "acme", Driver: "fake", FQDNSuffix: "acme.test", CredentialsRef: "env:ACME", Config: json.RawMessage(`{"max_count":3}`)}, Actor: "tok_t"}); err != nil {
 		t.Fatal(err)
@@ -260,7 +309,7 @@ func TestResized(t *testing.T) {
 		t.Fatalf("resize on a driver without the capability: %v", err)
 	}
 	h.cloud.resizable = true
-	res, err := run(t, &cloud.Resized{}, h, map[string]any{"provider": "acme", "vm_ids": []any{"vm-1"}, "profile": "small"})
+	res, err := run(t, &cloud.Resized{}, h, map[string]any{"provider": "acme", "vm_ids": []any{"vm-1"}, "profile": map[string]any{"size": "l"}})
 	if err != nil || res.Output.(map[string]any)["vms"].([]any)[0].(map[string]any)["caused_downtime"] != true {
 		t.Fatalf("resize: %+v, %v", res, err)
 	}
@@ -340,16 +389,389 @@ func TestPairing(t *testing.T) {
 		t.Fatalf("destroy of the right pairs: %+v, %v", res, err)
 	}
 	events, _ := h.st.AuditList(ctx, store.AuditListParams{})
-	n := 0
+	ok, mismatches := 0, 0
 	for _, e := range events {
 		if e.Action == "cloud.provisioned" {
-			n++
 			if e.ActorAID != "tok_creator" {
 				t.Errorf("cloud.provisioned by %q, want the run's creator: %s", e.ActorAID, e.Payload)
 			}
+			switch p := payload(t, e.Payload); {
+			case p["outcome"] == "ok":
+				ok++
+			case p["outcome"] == "failed" && p["error_code"] == "cloud.pairing_mismatch":
+				mismatches++
+			default:
+				t.Errorf("cloud.provisioned payload = %s", e.Payload)
+			}
 		}
 	}
-	if n != 3 {
-		t.Fatalf("cloud.provisioned events = %d, want 3 (created, resized, destroyed)", n)
+	if ok != 3 || mismatches != len(cases) {
+		t.Fatalf("cloud.provisioned events: %d ok, %d pairing mismatches; want 3 (created, resized, destroyed) and %d", ok, mismatches, len(cases))
+	}
+}
+
+func payload(t *testing.T, raw string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		t.Fatalf("audit payload %q: %v", raw, err)
+	}
+	return m
+}
+
+// provisioned returns the payloads of the cloud.provisioned events after
+// the first skip events, checking that each names the run's creator.
+func provisioned(t *testing.T, h *keeperHost) []map[string]any {
+	t.Helper()
+	events, err := h.st.AuditList(context.Background(), store.AuditListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, e := range events {
+		if e.Action != "cloud.provisioned" {
+			continue
+		}
+		if e.ActorAID != "tok_creator" || e.Object != "provider/acme" {
+			t.Errorf("cloud.provisioned by %q on %q, want tok_creator on provider/acme: %s", e.ActorAID, e.Object, e.Payload)
+		}
+		out = append(out, payload(t, e.Payload))
+	}
+	return out
+}
+
+// lastProvisioned is the payload of the newest cloud.provisioned event.
+func lastProvisioned(t *testing.T, h *keeperHost) map[string]any {
+	t.Helper()
+	all := provisioned(t, h)
+	if len(all) == 0 {
+		t.Fatal("no cloud.provisioned event")
+	}
+	return all[len(all)-1]
+}
+
+func create(t *testing.T, h *keeperHost, n int) (vmIDs, sids []any) {
+	t.Helper()
+	res, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range res.Output.(map[string]any)["hosts"].([]any) {
+		vmIDs = append(vmIDs, x.(map[string]any)["vm_id"])
+		sids = append(sids, x.(map[string]any)["sid"])
+	}
+	return vmIDs, sids
+}
+
+// TestDestroyedChangesWhen checks each line of core.cloud.destroyed's
+// "changes when" / "does not change when" and the already-gone note:
+// a VM still there is destroyed (changed); a VM already gone is not asked
+// for again, and the step changes only when a registry row moves; once
+// the VMs are gone and the rows final the step is ok and unchanged.
+func TestDestroyedChangesWhen(t *testing.T) {
+	t.Parallel()
+	h, ctx := setup(t)
+	ids, sids := create(t, h, 2)
+	destroy := func(params map[string]any) map[string]any {
+		t.Helper()
+		params["provider"] = "acme"
+		res, err := run(t, &cloud.Destroyed{}, h, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := res.Output.(map[string]any)
+		out["changed"] = res.Changed
+		return out
+	}
+	// Changes when a VM was still at the provider and was destroyed (no
+	// sids: no registry row moves).
+	out := destroy(map[string]any{"vm_ids": []any{ids[0]}})
+	if out["changed"] != true || fmt.Sprint(out["already_gone"]) != "[]" || fmt.Sprint(h.cloud.destroyed) != fmt.Sprintf("[[%s]]", ids[0]) || out["souls_destroyed"] != 0 {
+		t.Fatalf("destroy of a live VM: %v, driver calls %v", out, h.cloud.destroyed)
+	}
+	if so, _ := h.st.SoulGet(ctx, sids[0].(string)); so.Status != store.SoulPending {
+		t.Fatalf("soul without sids = %s", so.Status)
+	}
+	// Changes when a registry row moved, even though the VM was already
+	// gone.
+	out = destroy(map[string]any{"vm_ids": []any{ids[0]}, "sids": []any{sids[0]}})
+	if out["changed"] != true || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || out["souls_destroyed"] != 1 || out["bootstraps_burned"] != 1 {
+		t.Fatalf("cascade of a gone VM: %v, driver calls %v", out, h.cloud.destroyed)
+	}
+	// Does not change when every VM was already gone and the rows final:
+	// ok, unchanged, and no pairing mismatch for a VM this keeper made
+	// that is gone.
+	out = destroy(map[string]any{"vm_ids": []any{ids[0]}, "sids": []any{sids[0]}})
+	if out["changed"] != false || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || out["souls_destroyed"] != 0 || out["bootstraps_burned"] != 0 || out["seeds_orphaned"] != 0 {
+		t.Fatalf("repeated destroy: %v, driver calls %v", out, h.cloud.destroyed)
+	}
+	// Destroy was still asked each time (destroying a gone VM succeeds by
+	// the driver contract).
+	if fmt.Sprint(h.cloud.destroyed) != fmt.Sprintf("[[%s] [%s] [%s]]", ids[0], ids[0], ids[0]) {
+		t.Fatalf("driver calls = %v", h.cloud.destroyed)
+	}
+	if p := lastProvisioned(t, h); p["outcome"] != "ok" || p["changed"] != false || fmt.Sprint(p["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) {
+		t.Fatalf("audit of the unchanged destroy = %v", p)
+	}
+	// A mix, with a driver that answers vm.not_found for a VM it no longer
+	// has: one gone, one live; the live one is asked for again alone.
+	h.cloud.strictDestroy = true
+	out = destroy(map[string]any{"vm_ids": []any{ids[0], ids[1]}, "sids": []any{sids[0], sids[1]}})
+	if out["changed"] != true || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s]", ids[0]) || fmt.Sprint(h.cloud.destroyed[3:]) != fmt.Sprintf("[[%s %s] [%s]]", ids[0], ids[1], ids[1]) || out["souls_destroyed"] != 1 || len(h.cloud.vms) != 0 {
+		t.Fatalf("destroy of one gone and one live VM: %v, driver calls %v", out, h.cloud.destroyed)
+	}
+	if p := lastProvisioned(t, h); p["changed"] != true || fmt.Sprint(p["destroyed_now"]) != fmt.Sprintf("[%s]", ids[1]) {
+		t.Fatalf("audit of the mixed destroy = %v", p)
+	}
+	// The same driver, everything gone: ok, unchanged.
+	out = destroy(map[string]any{"vm_ids": []any{ids[0], ids[1]}, "sids": []any{sids[0], sids[1]}})
+	if out["changed"] != false || fmt.Sprint(out["already_gone"]) != fmt.Sprintf("[%s %s]", ids[0], ids[1]) {
+		t.Fatalf("repeated destroy with a driver without tombstones: %v, driver calls %v", out, h.cloud.destroyed)
+	}
+	// A VM this keeper never made is still a pairing mismatch, gone or not.
+	_, err := run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": []any{"vm-never"}})
+	if module.Code(err) != "cloud.pairing_mismatch" {
+		t.Fatalf("destroy of a VM the keeper never made: %v", err)
+	}
+}
+
+// TestDestroyedLaggingList: a VM the driver's list does not show yet is
+// still destroyed (Destroy is asked for every VM), so a lagging list
+// never leaves a VM running.
+func TestDestroyedLaggingList(t *testing.T) {
+	t.Parallel()
+	h, _ := setup(t)
+	ids, _ := create(t, h, 1)
+	h.cloud.unlisted = map[string]bool{ids[0].(string): true}
+	if _, err := run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": ids}); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.cloud.vms) != 0 {
+		t.Fatalf("VMs left at the provider: %v", h.cloud.vms)
+	}
+}
+
+// TestDestroyedUnlistableDriver: a driver that cannot list its VMs cannot
+// tell which are gone: every VM is asked for and the step changes.
+func TestDestroyedUnlistableDriver(t *testing.T) {
+	t.Parallel()
+	h, _ := setup(t)
+	ids, _ := create(t, h, 1)
+	h.cloud.unlistable = true
+	for i := 0; i < 2; i++ {
+		res, err := run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": ids})
+		if err != nil || !res.Changed || fmt.Sprint(res.Output.(map[string]any)["already_gone"]) != "[]" {
+			t.Fatalf("destroy %d with an unlistable driver: %+v, %v", i, res, err)
+		}
+	}
+	if len(h.cloud.destroyed) != 2 {
+		t.Fatalf("driver calls = %v, want both destroys", h.cloud.destroyed)
+	}
+}
+
+// TestResizedChangesWhen checks each line of core.cloud.resized's "changes
+// when" / "does not change when" and the driver note.
+func TestResizedChangesWhen(t *testing.T) {
+	t.Parallel()
+	h, _ := setup(t)
+	h.cloud.resizable = true
+	ids, _ := create(t, h, 2) // both of size s
+	souls, _ := h.st.SoulsOfProvider(context.Background(), "acme")
+	resize := func(vmIDs []any, profile any) (bool, []any) {
+		t.Helper()
+		res, err := run(t, &cloud.Resized{}, h, map[string]any{"provider": "acme", "vm_ids": vmIDs, "profile": profile})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Changed, res.Output.(map[string]any)["vms"].([]any)
+	}
+	perVM := func(vms []any) string {
+		var b strings.Builder
+		for _, v := range vms {
+			m := v.(map[string]any)
+			fmt.Fprintf(&b, "%s changed=%v downtime=%v;", m["vm_id"], m["changed"], m["caused_downtime"])
+		}
+		return b.String()
+	}
+	// Changes when the driver resized at least one VM.
+	changed, vms := resize([]any{ids[0]}, map[string]any{"size": "l"})
+	if !changed || perVM(vms) != fmt.Sprintf("%s changed=true downtime=true;", ids[0]) {
+		t.Fatalf("resize s -> l: changed=%v %s", changed, perVM(vms))
+	}
+	// One of two already has the size: still changed, and the entries say which.
+	changed, vms = resize(ids, map[string]any{"size": "l"})
+	if !changed || perVM(vms) != fmt.Sprintf("%s changed=false downtime=false;%s changed=true downtime=true;", ids[0], ids[1]) {
+		t.Fatalf("resize of one l and one s VM to l: changed=%v %s", changed, perVM(vms))
+	}
+	// Does not change when every VM already has the size (by profile name
+	// too), and the audit event says so.
+	changed, vms = resize(ids, map[string]any{"size": "l"})
+	if changed || perVM(vms) != fmt.Sprintf("%s changed=false downtime=false;%s changed=false downtime=false;", ids[0], ids[1]) {
+		t.Fatalf("resize to the size the VMs have: changed=%v %s", changed, perVM(vms))
+	}
+	if p := lastProvisioned(t, h); p["action"] != "resized" || p["outcome"] != "ok" || p["changed"] != false {
+		t.Fatalf("audit of the unchanged resize = %v", p)
+	}
+	// A driver that does not report Unchanged has every VM counted resized.
+	h.cloud.resizeAlways = true
+	if changed, vms = resize(ids, map[string]any{"size": "l"}); !changed {
+		t.Fatalf("resize with a driver that never reports unchanged: %s", perVM(vms))
+	}
+	// The souls registry is not touched by any of them.
+	if got, _ := h.st.SoulsOfProvider(context.Background(), "acme"); fmt.Sprint(got) != fmt.Sprint(souls) {
+		t.Fatalf("souls after the resizes = %+v, before %+v", got, souls)
+	}
+}
+
+// TestProvisionedOnFailures: a failing step of every state writes
+// cloud.provisioned with outcome failed, the error's code (not its text),
+// the provider, the state and the VMs known, as the run's creator.
+func TestProvisionedOnFailures(t *testing.T) {
+	t.Parallel()
+	h, _ := setup(t)
+	ids, sids := create(t, h, 1)
+	h.cloud.resizable = true
+	cases := []struct {
+		name    string
+		m       module.Module
+		params  map[string]any
+		prepare func()
+		code    string
+		vmIDs   string
+		extra   func(p map[string]any) bool
+	}{
+		{"created: count above max_count", &cloud.Created{}, map[string]any{"provider": "acme", "count": 9}, nil, "cloud.count_exceeded", "[]",
+			func(p map[string]any) bool { return p["request_id"] == nil }},
+		{"created: the driver fails", &cloud.Created{}, map[string]any{"provider": "acme", "count": 1}, func() { h.cloud.failCreate = true }, "quota.exceeded", "[]",
+			func(p map[string]any) bool { s, _ := p["request_id"].(string); return strings.HasPrefix(s, "req_") }},
+		{"destroyed: the driver fails", &cloud.Destroyed{}, map[string]any{"provider": "acme", "vm_ids": ids, "sids": sids}, func() { h.cloud.failDestroy = true }, "quota.api_down", fmt.Sprint(ids),
+			func(p map[string]any) bool { return fmt.Sprint(p["sids"]) == fmt.Sprint(sids) }},
+		{"destroyed: pairing mismatch", &cloud.Destroyed{}, map[string]any{"provider": "acme", "vm_ids": []any{"vm-never"}}, nil, "cloud.pairing_mismatch", "[vm-never]", nil},
+		{"resized: unsupported", &cloud.Resized{}, map[string]any{"provider": "acme", "vm_ids": ids, "profile": map[string]any{"size": "l"}}, func() { h.cloud.resizable = false }, "resize.unsupported", fmt.Sprint(ids), nil},
+		{"resized: profile refused", &cloud.Resized{}, map[string]any{"provider": "acme", "vm_ids": ids, "profile": map[string]any{"colour": "red"}}, nil, "profile.invalid", fmt.Sprint(ids), nil},
+	}
+	for _, c := range cases {
+		// Sequential: the cases share the host and count its events.
+		t.Run(c.name, func(t *testing.T) {
+			h.cloud.failCreate, h.cloud.failDestroy, h.cloud.resizable = false, false, true
+			if c.prepare != nil {
+				c.prepare()
+			}
+			before := len(provisioned(t, h))
+			_, err := run(t, c.m, h, c.params)
+			if module.Code(err) != c.code {
+				t.Fatalf("err = %v (%s), want %s", err, module.Code(err), c.code)
+			}
+			all := provisioned(t, h)
+			if len(all) != before+1 {
+				t.Fatalf("%d cloud.provisioned events written, want 1", len(all)-before)
+			}
+			p := all[len(all)-1]
+			state := strings.TrimPrefix(string(c.m.Info().ID), "core.cloud.")
+			if p["outcome"] != "failed" || p["error_code"] != c.code || p["action"] != state || p["provider"] != "acme" ||
+				fmt.Sprint(p["vm_ids"]) != c.vmIDs || p["run_id"] != "run_test" || p["step"] != "provision" || (c.extra != nil && !c.extra(p)) {
+				t.Errorf("payload = %v", p)
+			}
+			if raw, _ := json.Marshal(p); strings.Contains(string(raw), err.Error()) {
+				t.Errorf("the payload holds the error's text: %s", raw)
+			}
+		})
+	}
+	// A successful destroy of the same VMs after the failed one: ok.
+	h.cloud.failDestroy = false
+	if _, err := run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": ids, "sids": sids}); err != nil {
+		t.Fatal(err)
+	}
+	if p := lastProvisioned(t, h); p["outcome"] != "ok" || p["changed"] != true {
+		t.Fatalf("destroy after the failure: %v", p)
+	}
+}
+
+// TestAuditFailureFailsEveryState: on both backends, when the audit log
+// cannot be written every state fails, whether it changed something or
+// not, and a failed step says its failure could not be audited either.
+func TestAuditFailureFailsEveryState(t *testing.T) {
+	t.Parallel()
+	for _, b := range testdb.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			h, ctx := setupOn(t, b)
+			h.cloud.resizable = true
+			ids, sids := create(t, h, 2)
+			// One VM already gone with its rows final, for the unchanged case.
+			if _, err := run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": ids[1:], "sids": sids[1:]}); err != nil {
+				t.Fatal(err)
+			}
+			b.BreakAudit(t, h.st.DB())
+
+			_, err := run(t, &cloud.Resized{}, h, map[string]any{"provider": "acme", "vm_ids": ids[:1], "profile": map[string]any{"size": "l"}})
+			if module.Code(err) != "cloud.audit_failed" {
+				t.Errorf("resize with a broken audit: %v (%s)", err, module.Code(err))
+			}
+			_, err = run(t, &cloud.Resized{}, h, map[string]any{"provider": "acme", "vm_ids": ids[:1], "profile": map[string]any{"size": "l"}})
+			if module.Code(err) != "cloud.audit_failed" {
+				t.Errorf("unchanged resize with a broken audit: %v (%s)", err, module.Code(err))
+			}
+			_, err = run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": ids[1:], "sids": sids[1:]})
+			if module.Code(err) != "cloud.registry_failed" {
+				t.Errorf("unchanged destroy with a broken audit: %v (%s)", err, module.Code(err))
+			}
+			res, err := run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": ids[:1], "sids": sids[:1]})
+			if module.Code(err) != "cloud.registry_failed" || !res.Changed || !strings.Contains(err.Error(), "could not be written either") {
+				t.Errorf("destroy with a broken audit: %+v, %v (%s)", res, err, module.Code(err))
+			}
+			// The cascade and its event are one transaction: nothing moved.
+			if so, _ := h.st.SoulGet(ctx, sids[0].(string)); so.Status != store.SoulPending {
+				t.Errorf("soul after a destroy whose audit failed = %s, want pending", so.Status)
+			}
+			if toks, _ := h.st.BootstrapTokens(ctx, sids[0].(string)); len(toks) != 1 || toks[0].Status != store.BootstrapIssued {
+				t.Errorf("tokens after a destroy whose audit failed = %+v", toks)
+			}
+			_, err = run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": []any{"vm-never"}})
+			if module.Code(err) != "cloud.pairing_mismatch" || !strings.Contains(err.Error(), "could not be written either") {
+				t.Errorf("refused destroy with a broken audit: %v", err)
+			}
+			if n := len(provisioned(t, h)); n != 2 {
+				t.Errorf("cloud.provisioned events = %d, want the 2 written before the audit broke", n)
+			}
+		})
+	}
+}
+
+// TestCreatedChangesWhen checks each line of core.cloud.created's "changes
+// when" / "does not change when": a repeat makes new VMs and is changed; a
+// failed Create is changed; a step refused before Create changes nothing
+// and never reaches the driver.
+func TestCreatedChangesWhen(t *testing.T) {
+	t.Parallel()
+	h, ctx := setup(t)
+	first, _ := create(t, h, 1)
+	res, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 1})
+	if err != nil || !res.Changed || fmt.Sprint(res.Output.(map[string]any)["vm_ids"]) == fmt.Sprint(first) {
+		t.Fatalf("repeated create: %+v, %v (first made %v)", res, err, first)
+	}
+	h.cloud.failCreate = true
+	res, err = run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 1})
+	if module.Code(err) != "quota.exceeded" || !res.Changed {
+		t.Fatalf("failed create: %+v, %v", res, err)
+	}
+	h.cloud.failCreate = false
+	made := h.cloud.next
+	for _, params := range []map[string]any{
+		{"provider": "acme", "count": 4},
+		{"provider": "ghost"},
+		{"provider": "acme", "profile": "huge"},
+		{"provider": "acme", "profile": map[string]any{"colour": "red"}},
+	} {
+		res, err := run(t, &cloud.Created{}, h, params)
+		if err == nil || res.Changed {
+			t.Errorf("refused create %v: %+v, %v", params, res, err)
+		}
+	}
+	if h.cloud.next != made {
+		t.Fatalf("a refused create reached the driver: %d VMs made, %d before", h.cloud.next, made)
+	}
+	if souls, _ := h.st.SoulsOfProvider(ctx, "acme"); len(souls) != 2 {
+		t.Fatalf("souls = %d, want the 2 of the two creates", len(souls))
 	}
 }

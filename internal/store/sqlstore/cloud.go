@@ -176,6 +176,8 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (s
 			c.TokensBurned = int(n)
 		}
 		payload := map[string]any{"action": "destroyed", "provider": p.Provider, "vm_ids": p.VMIDs, "sids": p.SIDs,
+			"destroyed_now": nonNil(p.Destroyed), "already_gone": nonNil(p.AlreadyGone),
+			"changed":         len(p.Destroyed) > 0 || c.SoulsDestroyed+c.SeedsOrphaned+c.TokensBurned > 0,
 			"souls_destroyed": c.SoulsDestroyed, "seeds_orphaned": c.SeedsOrphaned, "bootstraps_burned": c.TokensBurned}
 		for k, v := range p.Audit {
 			payload[k] = v
@@ -183,6 +185,13 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (s
 		return record{action: "cloud.provisioned", object: "provider/" + p.Provider, payload: payload}, nil
 	})
 	return c, err
+}
+
+func nonNil(l []string) []string {
+	if l == nil {
+		return []string{}
+	}
+	return l
 }
 
 // SoulsOfProvider lists a provider's souls by SID.

@@ -1,7 +1,9 @@
 package storetest
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +50,10 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 	if owned, err := s.CloudVMsCreated(ctx, "other", []string{"vm-1"}); err != nil || len(owned) != 0 {
 		t.Fatalf("created VMs of another provider = %v, %v", owned, err)
 	}
-	c, err := s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1", "vm-2"}, SIDs: []string{"vm-1.local.test", "vm-2.local.test"}, Actor: "tok_creator"})
+	// The VMs were already gone at the provider; the rows still move, so
+	// the event says changed.
+	c, err := s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1", "vm-2"}, SIDs: []string{"vm-1.local.test", "vm-2.local.test"},
+		AlreadyGone: []string{"vm-1", "vm-2"}, Actor: "tok_creator"})
 	if err != nil || c != (store.CloudCascade{SoulsDestroyed: 2, SeedsOrphaned: 1, TokensBurned: 2}) {
 		t.Fatalf("cascade = %+v, %v", c, err)
 	}
@@ -60,10 +65,15 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 	if len(souls2) != 2 || souls2[0].Status != store.SoulDestroyed {
 		t.Fatalf("souls = %+v", souls2)
 	}
-	// A second destroy changes nothing but is still recorded.
-	c, err = s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test"}, Actor: "tok_creator"})
+	// A second destroy changes nothing but is still recorded (changed
+	// false); a third whose driver destroyed a VM is changed without rows.
+	c, err = s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test"}, AlreadyGone: []string{"vm-1"}, Actor: "tok_creator"})
 	if err != nil || c != (store.CloudCascade{}) {
 		t.Fatalf("second cascade = %+v, %v", c, err)
+	}
+	c, err = s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-2"}, SIDs: []string{"vm-2.local.test"}, Destroyed: []string{"vm-2"}, Actor: "tok_creator"})
+	if err != nil || c != (store.CloudCascade{}) {
+		t.Fatalf("third cascade = %+v, %v", c, err)
 	}
 	// Destroyed souls do not keep their provider in use; a live one does.
 	if _, err := s.SoulCreate(ctx, store.SoulCreateParams{Soul: store.Soul{SID: "live.local.test", Provider: "local", Connection: store.Connection{Transport: "ssh", User: "root", Port: 22}}, Actor: "tok_t"}); err != nil {
@@ -82,6 +92,7 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 		t.Fatalf("destroyed soul after its provider went = %+v, %v", so, err)
 	}
 	events, _ := s.AuditList(ctx, store.AuditListParams{})
+	var destroys []string
 	n := 0
 	for _, e := range events {
 		if e.Action == "cloud.provisioned" {
@@ -89,10 +100,22 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 			if e.ActorAID != "tok_creator" {
 				t.Fatalf("cloud.provisioned by %q, want the run's creator: %s", e.ActorAID, e.Payload)
 			}
+			if strings.Contains(e.Payload, `"action":"destroyed"`) {
+				var p struct {
+					Changed     bool     `json:"changed"`
+					Destroyed   []string `json:"destroyed_now"`
+					AlreadyGone []string `json:"already_gone"`
+				}
+				if err := json.Unmarshal([]byte(e.Payload), &p); err != nil || p.Destroyed == nil || p.AlreadyGone == nil {
+					t.Fatalf("destroy payload %s: %v", e.Payload, err)
+				}
+				destroys = append(destroys, fmt.Sprintf("changed=%v now=%v gone=%v", p.Changed, p.Destroyed, p.AlreadyGone))
+			}
 		}
 	}
-	if n != 3 {
-		t.Fatalf("cloud.provisioned events = %d, want 3", n)
+	want := []string{"changed=true now=[] gone=[vm-1 vm-2]", "changed=false now=[] gone=[vm-1]", "changed=true now=[vm-2] gone=[]"}
+	if n != 4 || fmt.Sprint(destroys) != fmt.Sprint(want) {
+		t.Fatalf("cloud.provisioned events = %d, destroys %q; want 4 and %q", n, destroys, want)
 	}
 }
 

@@ -23,7 +23,8 @@
 // unset; "none" for none). SOULSTACK_FAKECLOUD_BUGS turns it into a driver
 // that breaks the contract, to show that the conformance suite notices: a
 // comma-separated list of ignore-names, no-tags, accept-unknown-keys,
-// destroy-unknown-ok and ignore-deadline.
+// destroy-unknown-ok, ignore-deadline and unchanged-downtime (a VM
+// already at the spec is reported both unchanged and restarted).
 //
 // Its VMs' attributes carry the SHA-256 of the credentials the call came
 // with, so a test can see that they arrived, and the names of the
@@ -343,7 +344,8 @@ func (d *Driver) Destroy(ctx context.Context, req driversdk.DestroyRequest) erro
 }
 
 // Resize sets the VMs' cpus and memory_mb; shrinking memory "needs" a
-// restart (caused_downtime).
+// restart (caused_downtime). A VM that already has both is left alone and
+// reported unchanged.
 func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]driversdk.ResizeResult, error) {
 	if err := behave(ctx, req.Provider, "Resize"); err != nil {
 		return nil, err
@@ -360,7 +362,12 @@ func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 		if !ok || v.destroyed {
 			return nil, driversdk.Errorf(driversdk.CodeVMNotFound, "the fake cloud has no VM %q", id)
 		}
+		oldCPUs, _ := v.info.Attributes["cpus"].(int)
 		oldMem, _ := v.info.Attributes["memory_mb"].(int)
+		if s.CPUs == oldCPUs && s.MemoryMB == oldMem {
+			out[i] = driversdk.ResizeResult{VMID: id, Unchanged: true, CausedDowntime: d.bugs["unchanged-downtime"]}
+			continue
+		}
 		v.info.Attributes["cpus"] = s.CPUs
 		v.info.Attributes["memory_mb"] = s.MemoryMB
 		out[i] = driversdk.ResizeResult{VMID: id, CausedDowntime: s.MemoryMB < oldMem}

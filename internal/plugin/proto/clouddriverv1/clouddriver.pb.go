@@ -676,8 +676,11 @@ type ResizeResult struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	VmId           string                 `protobuf:"bytes,1,opt,name=vm_id,json=vmId,proto3" json:"vm_id,omitempty"`
 	CausedDowntime bool                   `protobuf:"varint,2,opt,name=caused_downtime,json=causedDowntime,proto3" json:"caused_downtime,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// unchanged: the VM already had the requested spec and the driver did
+	// nothing to it. A driver that never sets it reports every VM resized.
+	Unchanged     bool `protobuf:"varint,3,opt,name=unchanged,proto3" json:"unchanged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResizeResult) Reset() {
@@ -720,6 +723,13 @@ func (x *ResizeResult) GetVmId() string {
 func (x *ResizeResult) GetCausedDowntime() bool {
 	if x != nil {
 		return x.CausedDowntime
+	}
+	return false
+}
+
+func (x *ResizeResult) GetUnchanged() bool {
+	if x != nil {
+		return x.Unchanged
 	}
 	return false
 }
@@ -978,10 +988,11 @@ const file_clouddriver_v1_clouddriver_proto_rawDesc = "" +
 	"\rResizeRequest\x12>\n" +
 	"\bprovider\x18\x01 \x01(\v2\".soulstack.clouddriver.v1.ProviderR\bprovider\x12\x15\n" +
 	"\x06vm_ids\x18\x02 \x03(\tR\x05vmIds\x12\x1b\n" +
-	"\tspec_json\x18\x03 \x01(\fR\bspecJson\"L\n" +
+	"\tspec_json\x18\x03 \x01(\fR\bspecJson\"j\n" +
 	"\fResizeResult\x12\x13\n" +
 	"\x05vm_id\x18\x01 \x01(\tR\x04vmId\x12'\n" +
-	"\x0fcaused_downtime\x18\x02 \x01(\bR\x0ecausedDowntime\"R\n" +
+	"\x0fcaused_downtime\x18\x02 \x01(\bR\x0ecausedDowntime\x12\x1c\n" +
+	"\tunchanged\x18\x03 \x01(\bR\tunchanged\"R\n" +
 	"\x0eResizeResponse\x12@\n" +
 	"\aresults\x18\x01 \x03(\v2&.soulstack.clouddriver.v1.ResizeResultR\aresults\"\xcb\x01\n" +
 	"\vListRequest\x12>\n" +
