@@ -51,6 +51,11 @@ type Provider struct {
 	// Credentials is the secret the provider's credentials_ref names,
 	// resolved by the keeper for this call only. Never log it.
 	Credentials []byte
+	// KeeperID identifies the keeper deployment making the call (the same
+	// for every keeper sharing one database). Drivers tag what they make
+	// with it (TagKeeper) and refuse to destroy or resize VMs that do not
+	// carry it (code driver.not_owned).
+	KeeperID string
 }
 
 // CreateRequest asks for Count VMs.
@@ -75,9 +80,19 @@ type CreateRequest struct {
 
 // VM is one VM as the driver reports it.
 type VM struct {
-	ID        string
-	FQDN      string
+	ID   string
+	FQDN string
+	// PrimaryIP is the address the driver considers the VM's main one.
 	PrimaryIP string
+	// PublicIP is the VM's address reachable from outside its cloud
+	// network; empty when it has none.
+	PublicIP string
+	// PrivateIP is the VM's address inside its cloud network; empty when
+	// it has none or the cloud does not say.
+	PrivateIP string
+	// Addresses lists every address the VM has, public and private, IPv4
+	// and IPv6, PublicIP and PrivateIP among them.
+	Addresses []Address
 	// Attributes are driver-specific facts (size, image, zone…).
 	Attributes map[string]any
 	// Tags are the keeper's tags the VM carries: soulstack.run_id and
@@ -85,10 +100,30 @@ type VM struct {
 	Tags map[string]string
 }
 
-// Tag keys every driver sets on the VMs it creates.
+// Address is one of a VM's addresses.
+type Address struct {
+	IP string
+	// Kind is AddressPublic or AddressPrivate.
+	Kind string
+	// Network names the cloud network, subnet or interface the address is
+	// on, when the cloud says.
+	Network string
+}
+
+// The kinds of Address.
+const (
+	AddressPublic  = "public"
+	AddressPrivate = "private"
+)
+
+// Tag keys every driver sets on the VMs it creates (and, where the cloud
+// allows, on every resource it makes for them). A cloud whose tag syntax
+// refuses these keys uses its own spelling of them, documented by its
+// driver (EC2 and OpenStack: soulstack:run_id, …).
 const (
 	TagRunID     = "soulstack.run_id"
 	TagRequestID = "soulstack.request_id"
+	TagKeeper    = "soulstack.keeper"
 )
 
 // DestroyRequest asks to destroy VMs. Destroying a VM that no longer
