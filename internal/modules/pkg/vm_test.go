@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,6 +39,10 @@ type testPackage struct {
 	version  string
 	preinst  string // shell script; empty: none
 	postinst string
+	// late packages are left out of the repository's Packages index, and
+	// are in Packages.late: copying that over Packages in a VM is a
+	// repository that gained a package after the VM's lists were made.
+	late bool
 }
 
 // The packages of the local repository. Each installs
@@ -51,6 +57,7 @@ var testPackages = []testPackage{
 	// slow holds dpkg's locks, from its preinst, until the release
 	// file exists; dpkg -i it to get a real lock holder.
 	{name: "soulstack-test-slow", version: "1.0", preinst: "touch " + slowHolding + "\nwhile [ ! -e " + slowRelease + " ]; do sleep 0.05; done"},
+	{name: "soulstack-test-late", version: "1.0", late: true},
 }
 
 // Files in a VM that the slow package's preinst uses.
@@ -115,8 +122,24 @@ func newRepo(t testing.TB) repo {
 	if err != nil {
 		t.Fatalf("dpkg-scanpackages: %v\n%s", err, stderr.String())
 	}
-	write(t, filepath.Join(dir, "Packages"), 0o644, string(index))
+	write(t, filepath.Join(dir, "Packages.late"), 0o644, string(index))
+	var early []string
+	for _, stanza := range strings.Split(strings.TrimSpace(string(index)), "\n\n") {
+		if !slices.ContainsFunc(testPackages, func(p testPackage) bool {
+			return p.late && strings.HasPrefix(stanza, "Package: "+p.name+"\n")
+		}) {
+			early = append(early, stanza)
+		}
+	}
+	write(t, filepath.Join(dir, "Packages"), 0o644, strings.Join(early, "\n\n")+"\n")
 	return repo{dir: dir}
+}
+
+// publishLate makes the late packages part of the repository as v sees
+// it: the VM's copy of the index gains them (the host's stays as it was).
+func (r repo) publishLate(t testing.TB, v *vm) {
+	t.Helper()
+	v.sh(t, "cp "+r.dir+"/Packages.late "+r.dir+"/Packages && grep -q '^Package: soulstack-test-late$' "+r.dir+"/Packages")
 }
 
 func write(t testing.TB, path string, mode os.FileMode, content string) {
@@ -240,8 +263,23 @@ rm -f /etc/apt/sources.list.d/* /var/lib/apt/periodic/*
 echo 'deb [trusted=yes] file:`+r.dir+` ./' > /etc/apt/sources.list
 rm -rf /var/lib/apt/lists/*
 mkdir -p /var/lib/apt/lists/partial
+echo 'APT::Update::Pre-Invoke { "echo update >> `+aptUpdatesLog+`"; };' > /etc/apt/apt.conf.d/99soulstack-test-count
 test -r `+r.dir+`/Packages`)
 	return v
+}
+
+// aptUpdatesLog, in a VM, gets a line each time apt-get update runs there
+// (an APT::Update::Pre-Invoke hook newVMAs installs).
+const aptUpdatesLog = "/root/soulstack-test-apt-updates"
+
+// aptUpdates returns how many times apt-get update has run in the VM.
+func (v *vm) aptUpdates(t testing.TB) int {
+	t.Helper()
+	n, err := strconv.Atoi(v.sh(t, "cat "+aptUpdatesLog+" 2>/dev/null | wc -l"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // SID names the VM.
