@@ -110,6 +110,7 @@ APT_OPTS='-y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-co
 //	@updated                        the lists were refreshed
 //	@update_failed <errors>         apt-get update (1) failed; nothing else ran
 //	@retry_update_failed <errors>   apt-get update (2) failed; the rest ran
+//	                                on the lists as they are after it
 //	@unknown <package>              apt has no candidate for the package
 //	@failed <package> <errors>      the package alone failed to install
 const aptInstallScript = aptCommon + `refresh=$1
@@ -144,11 +145,10 @@ if [ "$refresh" = 1 ] && ! update; then
 fi
 lookup "$@"
 if [ -n "$unknown" ] && [ "$refresh" = 2 ]; then
-	if update; then
-		lookup "$@"
-	else
-		printf '@retry_update_failed\t%s\n' "$(errors_of)"
-	fi
+	# A failed update may still have refreshed the other sources' lists:
+	# look again either way.
+	update || printf '@retry_update_failed\t%s\n' "$(errors_of)"
+	lookup "$@"
 fi
 # The names are checked Debian package names: word splitting is safe.
 for p in $unknown; do

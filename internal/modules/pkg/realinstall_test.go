@@ -423,7 +423,7 @@ func TestRealInstallStaleLists(t *testing.T) {
 	if err != nil || !res.Changed || v.aptUpdates(t) != 1 {
 		t.Fatalf("first Run = %+v, %v after %d apt-get updates; want installed after 1", res, err, v.aptUpdates(t))
 	}
-	r.publishLate(t, v)
+	r.publish(t, v, 1)
 	late := []any{"soulstack-test-late"}
 
 	t.Run("update false", func(t *testing.T) {
@@ -482,9 +482,33 @@ func TestRealInstallStaleLists(t *testing.T) {
 		t.Logf("message: %v", err)
 	})
 
+	t.Run("the refresh fails", func(t *testing.T) {
+		// The repository gains another package, and a second source
+		// that is not there makes apt-get update fail, though it
+		// refreshes the first one's lists: what they have is installed,
+		// and the reason of what they lack says the refresh failed.
+		r.publish(t, v, 2)
+		v.sh(t, "echo 'deb [trusted=yes] file:/nonexistent-soulstack-repo ./' > /etc/apt/sources.list.d/gone.list")
+		defer v.sh(t, "rm /etc/apt/sources.list.d/gone.list")
+		res, out, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-late2", "soulstack-test-nope"}, "cache_valid_time": "3h"})
+		if err != nil || !res.Changed || out["status"] != "partial" {
+			t.Fatalf("Run = %+v, %v (%s); want partial, changed: a failed refresh for a missing package is not fatal", res, err, module.Code(err))
+		}
+		wantList(t, out, "installed", "soulstack-test-late2")
+		wantList(t, out, "already_installed", "soulstack-test-a")
+		wantList(t, out, "failed", "soulstack-test-nope")
+		if r := reason(out, "soulstack-test-nope"); !strings.Contains(r, "refreshing the package lists failed: ") || !strings.Contains(r, "nonexistent-soulstack-repo") {
+			t.Errorf("reason %q does not say the refresh failed, and why", r)
+		}
+		if got := v.aptUpdates(t); got != 5 || out["cache_updated"] != false || n != 2 {
+			t.Errorf("%d apt-get updates in all, cache_updated %v, %d round trips; want 5, false, 2", got, out["cache_updated"], n)
+		}
+		t.Logf("reason: %s", reason(out, "soulstack-test-nope"))
+	})
+
 	t.Run("nothing missing", func(t *testing.T) {
-		res, _, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-late"}})
-		if err != nil || res.Changed || n != 1 || v.aptUpdates(t) != 4 {
+		res, _, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-late", "soulstack-test-late2"}})
+		if err != nil || res.Changed || n != 1 || v.aptUpdates(t) != 5 {
 			t.Errorf("Run = %+v, %v in %d round trips, %d apt-get updates; want unchanged in 1, no update", res, err, n, v.aptUpdates(t))
 		}
 	})

@@ -39,10 +39,11 @@ type testPackage struct {
 	version  string
 	preinst  string // shell script; empty: none
 	postinst string
-	// late packages are left out of the repository's Packages index, and
-	// are in Packages.late: copying that over Packages in a VM is a
-	// repository that gained a package after the VM's lists were made.
-	late bool
+	// late, when not 0, leaves the package out of the repository's
+	// Packages index; Packages.<late> has it (and those of earlier
+	// stages): copying that over Packages in a VM (publish) is a
+	// repository that gained packages after the VM's lists were made.
+	late int
 }
 
 // The packages of the local repository. Each installs
@@ -57,7 +58,8 @@ var testPackages = []testPackage{
 	// slow holds dpkg's locks, from its preinst, until the release
 	// file exists; dpkg -i it to get a real lock holder.
 	{name: "soulstack-test-slow", version: "1.0", preinst: "touch " + slowHolding + "\nwhile [ ! -e " + slowRelease + " ]; do sleep 0.05; done"},
-	{name: "soulstack-test-late", version: "1.0", late: true},
+	{name: "soulstack-test-late", version: "1.0", late: 1},
+	{name: "soulstack-test-late2", version: "1.0", late: 2},
 }
 
 // Files in a VM that the slow package's preinst uses.
@@ -122,24 +124,31 @@ func newRepo(t testing.TB) repo {
 	if err != nil {
 		t.Fatalf("dpkg-scanpackages: %v\n%s", err, stderr.String())
 	}
-	write(t, filepath.Join(dir, "Packages.late"), 0o644, string(index))
-	var early []string
-	for _, stanza := range strings.Split(strings.TrimSpace(string(index)), "\n\n") {
-		if !slices.ContainsFunc(testPackages, func(p testPackage) bool {
-			return p.late && strings.HasPrefix(stanza, "Package: "+p.name+"\n")
-		}) {
-			early = append(early, stanza)
+	stanzas := strings.Split(strings.TrimSpace(string(index)), "\n\n")
+	for stage := 0; stage <= 2; stage++ {
+		var in []string
+		for _, stanza := range stanzas {
+			if !slices.ContainsFunc(testPackages, func(p testPackage) bool {
+				return p.late > stage && strings.HasPrefix(stanza, "Package: "+p.name+"\n")
+			}) {
+				in = append(in, stanza)
+			}
 		}
+		name := "Packages"
+		if stage > 0 {
+			name += "." + strconv.Itoa(stage)
+		}
+		write(t, filepath.Join(dir, name), 0o644, strings.Join(in, "\n\n")+"\n")
 	}
-	write(t, filepath.Join(dir, "Packages"), 0o644, strings.Join(early, "\n\n")+"\n")
 	return repo{dir: dir}
 }
 
-// publishLate makes the late packages part of the repository as v sees
-// it: the VM's copy of the index gains them (the host's stays as it was).
-func (r repo) publishLate(t testing.TB, v *vm) {
+// publish makes the packages of the given late stage (and earlier ones)
+// part of the repository as v sees it: the VM's copy of the index gains
+// them (the host's stays as it was).
+func (r repo) publish(t testing.TB, v *vm, stage int) {
 	t.Helper()
-	v.sh(t, "cp "+r.dir+"/Packages.late "+r.dir+"/Packages && grep -q '^Package: soulstack-test-late$' "+r.dir+"/Packages")
+	v.sh(t, fmt.Sprintf("cp %[1]s/Packages.%[2]d %[1]s/Packages", r.dir, stage))
 }
 
 func write(t testing.TB, path string, mode os.FileMode, content string) {
