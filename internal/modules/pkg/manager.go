@@ -150,7 +150,8 @@ type outcome struct {
 	// notFound are the packages the package manager has no candidate for.
 	notFound []string
 	// retryUpdateFailed is why the refresh that refreshIfNotFound ran
-	// failed; the packages it was for stay not found.
+	// failed; the packages were looked up again in the lists as that
+	// refresh left them.
 	retryUpdateFailed string
 }
 
@@ -307,13 +308,17 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 		}
 	}
 	var res outcome
+	var refreshFailed string
 	err = lock.whileLocked(ctx, func() error {
 		var err error
 		res, err = m.install(ctx, t, missing, mode)
-		if res.updated {
-			// A try that met the lock after refreshing the lists
-			// does not refresh them again.
-			out.CacheUpdated = true
+		if res.retryUpdateFailed != "" {
+			refreshFailed = res.retryUpdateFailed
+		}
+		if res.updated || res.retryUpdateFailed != "" {
+			// A try that met the lock after running apt-get update
+			// does not run it again: one a run.
+			out.CacheUpdated = out.CacheUpdated || res.updated
 			mode = refreshNever
 		}
 		return err
@@ -327,7 +332,7 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 			out.Installed = append(out.Installed, s.raw)
 		case slices.Contains(res.notFound, s.raw):
 			out.Failed = append(out.Failed, s.raw)
-			out.Reasons[s.raw] = "not found: " + notFound("it", p.Update, out.CacheUpdated, res.retryUpdateFailed)
+			out.Reasons[s.raw] = "not found: " + notFound("it", p.Update, out.CacheUpdated, refreshFailed)
 		default:
 			reason := res.failed[s.raw]
 			if reason == "" {
@@ -348,7 +353,7 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 		names := strings.Join(out.Failed, ", ")
 		e := &module.Error{Code: CodeInstallFailed, Message: fmt.Sprintf("nothing installed: %s could not be installed: %s", names, out.Reasons[out.Failed[0]])}
 		if len(res.notFound) == len(out.Failed) {
-			e = &module.Error{Code: CodePackageNotFound, Message: "nothing installed: " + notFound(names, p.Update, out.CacheUpdated, res.retryUpdateFailed)}
+			e = &module.Error{Code: CodePackageNotFound, Message: "nothing installed: " + notFound(names, p.Update, out.CacheUpdated, refreshFailed)}
 		}
 		return module.Result{Output: out.value()}, e
 	}

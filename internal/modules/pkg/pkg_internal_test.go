@@ -19,7 +19,10 @@ type fakeManager struct {
 	locked   int // install and remove report a held lock this many times
 	outcome  outcome
 	installs []refresh // the refresh of each install call
-	removes  int
+	// failRefresh, when set, is how the refresh for a missing package
+	// fails in the tries that meet the lock.
+	failRefresh string
+	removes     int
 }
 
 func (f *fakeManager) query(context.Context, module.Target, []spec) (snapshot, error) {
@@ -31,7 +34,11 @@ func (f *fakeManager) install(_ context.Context, _ module.Target, _ []spec, r re
 	if f.locked > 0 {
 		f.locked--
 		// The first try refreshed the lists, then met the lock.
-		return outcome{updated: r != refreshNever}, &lockedError{holders: []holder{{pid: "42", comm: "apt-get", file: "/var/lib/dpkg/lock-frontend", cmdline: "apt-get upgrade "}}}
+		o := outcome{updated: r != refreshNever}
+		if f.failRefresh != "" && r == refreshIfNotFound {
+			o = outcome{retryUpdateFailed: f.failRefresh}
+		}
+		return o, &lockedError{holders: []holder{{pid: "42", comm: "apt-get", file: "/var/lib/dpkg/lock-frontend", cmdline: "apt-get upgrade "}}}
 	}
 	return f.outcome, nil
 }
@@ -162,6 +169,14 @@ func TestInstallLogic(t *testing.T) {
 		mgr:         fakeManager{snap: fresh, locked: 1, outcome: outcome{states: states{installedRecord("git")}}},
 		wantChanged: true,
 		wantOut:     map[string]any{"cache_updated": true},
+		wantInstall: []refresh{refreshIfNotFound, refreshNever},
+		wantSleeps:  1,
+	}, {
+		name:        "locked after a failed refresh for a missing package: not refreshed again",
+		params:      installParams("nope"),
+		mgr:         fakeManager{snap: fresh, locked: 1, failRefresh: "E: gone", outcome: outcome{notFound: []string{"nope"}}},
+		wantCode:    CodePackageNotFound,
+		wantOut:     map[string]any{"cache_updated": false, "reasons": map[string]string{"nope": "not found: apt has no installation candidate for it, and refreshing the package lists failed: E: gone"}},
 		wantInstall: []refresh{refreshIfNotFound, refreshNever},
 		wantSleeps:  1,
 	}, {
