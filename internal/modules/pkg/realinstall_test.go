@@ -342,6 +342,13 @@ func TestRealInstallSudo(t *testing.T) {
 	}
 	wantList(t, out, "installed", "soulstack-test-a")
 	wantList(t, out, "failed", "soulstack-test-nope")
+	// Again: partial and unchanged, its refresh for the missing package
+	// run through sudo too.
+	res, out, _, err = v.run(t, &pkg.Installed{}, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-nope"}})
+	if err != nil || res.Changed || out["status"] != "partial" || out["cache_updated"] != true || v.aptUpdates(t) != 2 {
+		t.Fatalf("re-run = %+v, %v after %d apt-get updates; want partial, unchanged, after one more update", res, err, v.aptUpdates(t))
+	}
+	wantList(t, out, "already_installed", "soulstack-test-a")
 	res, _, n, err := v.run(t, &pkg.Installed{}, map[string]any{"packages": []any{"soulstack-test-a"}})
 	if err != nil || res.Changed || n != 1 {
 		t.Fatalf("second Run = %+v, %v in %d round trips", res, err, n)
