@@ -101,43 +101,60 @@ states() {
 APT_OPTS='-y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold'
 `
 
-// aptInstallScript refreshes the lists when $1 is 1, then installs the
-// packages given as the other arguments (name[:arch][=version]) that apt
-// has a candidate for. Besides the lines of aptCommon it prints
+// aptInstallScript installs the packages given as the arguments after the
+// first (name[:arch][=version]) that apt has a candidate for. $1 is the
+// refresh (see refresh): 1 runs apt-get update first; 2 runs it once, and
+// looks again, when a package has no candidate. Besides the lines of
+// aptCommon it prints
 //
-//	@updated                   the lists were refreshed
-//	@update_failed <errors>    apt-get update failed (nothing else ran)
-//	@unknown <package>         apt has no candidate for the package
-//	@failed <package> <errors> the package alone failed to install
+//	@updated                        the lists were refreshed
+//	@update_failed <errors>         apt-get update (1) failed; nothing else ran
+//	@retry_update_failed <errors>   apt-get update (2) failed; the rest ran
+//	                                on the lists as they are after it
+//	@unknown <package>              apt has no candidate for the package
+//	@failed <package> <errors>      the package alone failed to install
 const aptInstallScript = aptCommon + `refresh=$1
 shift
 check_locks
-if [ "$refresh" = 1 ]; then
-	if apt_run apt-get update -q; then
-		mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/update-success-stamp
-		echo '@updated'
-	else
-		printf '@update_failed\t%s\n' "$(errors_of)"
-		exit 0
-	fi
+update() {
+	apt_run apt-get update -q || return 1
+	mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/update-success-stamp
+	echo '@updated'
+}
+# lookup sets ok (the packages apt has a candidate for), names (their names
+# without versions) and unknown (the others).
+lookup() {
+	ok= names= unknown=
+	for p in "$@"; do
+		case $p in
+		*=*) c=$(apt-cache show --no-all-versions "$p" 2>/dev/null | grep -m 1 '^Version:') ;;
+		*) c=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p' | head -n 1)
+		   [ "$c" = '(none)' ] && c= ;;
+		esac
+		if [ -n "$c" ]; then
+			ok="$ok $p"
+			names="$names ${p%%=*}"
+		else
+			unknown="$unknown $p"
+		fi
+	done
+}
+if [ "$refresh" = 1 ] && ! update; then
+	printf '@update_failed\t%s\n' "$(errors_of)"
+	exit 0
 fi
-ok=
-names=
-for p in "$@"; do
-	case $p in
-	*=*) c=$(apt-cache show --no-all-versions "$p" 2>/dev/null | grep -m 1 '^Version:') ;;
-	*) c=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p' | head -n 1)
-	   [ "$c" = '(none)' ] && c= ;;
-	esac
-	if [ -n "$c" ]; then
-		ok="$ok $p"
-		names="$names ${p%%=*}"
-	else
-		printf '@unknown\t%s\n' "$p"
-	fi
+lookup "$@"
+if [ -n "$unknown" ] && [ "$refresh" = 2 ]; then
+	# A failed update may still have refreshed the other sources' lists:
+	# look again either way.
+	update || printf '@retry_update_failed\t%s\n' "$(errors_of)"
+	lookup "$@"
+fi
+# The names are checked Debian package names: word splitting is safe.
+for p in $unknown; do
+	printf '@unknown\t%s\n' "$p"
 done
 [ -n "$ok" ] || exit 0
-# The names are checked Debian package names: word splitting is safe.
 if ! apt_run apt-get install $APT_OPTS $ok; then
 	# One bad package must not keep the others out: install each alone.
 	for p in $ok; do
@@ -207,12 +224,8 @@ func (apt) query(ctx context.Context, t module.Target, pkgs []spec) (snapshot, e
 	return snap, nil
 }
 
-func (apt) install(ctx context.Context, t module.Target, pkgs []spec, refresh bool) (outcome, error) {
-	flag := "0"
-	if refresh {
-		flag = "1"
-	}
-	args := []string{"/bin/sh", "-c", aptInstallScript, "sh", flag}
+func (apt) install(ctx context.Context, t module.Target, pkgs []spec, refresh refresh) (outcome, error) {
+	args := []string{"/bin/sh", "-c", aptInstallScript, "sh", strconv.Itoa(int(refresh))}
 	for _, s := range pkgs {
 		args = append(args, s.raw)
 	}
@@ -245,6 +258,8 @@ func runChange(ctx context.Context, t module.Target, what string, argv []string)
 			out.updated = true
 		case "@update_failed":
 			return out, &module.Error{Code: CodeUpdateFailed, Message: "apt-get update failed: " + orTail(field(f, 1), res)}
+		case "@retry_update_failed":
+			out.retryUpdateFailed = orTail(field(f, 1), res)
 		case "@unknown":
 			out.notFound = append(out.notFound, field(f, 1))
 		case "@failed":

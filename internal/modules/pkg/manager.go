@@ -40,15 +40,31 @@ type manager interface {
 	// query reports the state of every package and the age of the
 	// package lists.
 	query(ctx context.Context, t module.Target, pkgs []spec) (snapshot, error)
-	// install installs pkgs, refreshing the package lists first when
-	// refresh is set. It returns a *lockedError, having changed nothing
-	// since the lists were refreshed, when another process holds the
-	// package manager's lock.
-	install(ctx context.Context, t module.Target, pkgs []spec, refresh bool) (outcome, error)
+	// install installs pkgs, refreshing the package lists as refresh
+	// says. It returns a *lockedError, having changed nothing since the
+	// lists were refreshed, when another process holds the package
+	// manager's lock.
+	install(ctx context.Context, t module.Target, pkgs []spec, refresh refresh) (outcome, error)
 	// remove removes pkgs (and their configuration files when purge is
 	// set), or returns a *lockedError like install.
 	remove(ctx context.Context, t module.Target, pkgs []spec, purge bool) (outcome, error)
 }
+
+// refresh says when install refreshes the package lists.
+type refresh int
+
+const (
+	// refreshNever leaves the lists as they are: update is false, or this
+	// call refreshed them already.
+	refreshNever refresh = iota
+	// refreshFirst refreshes them before looking the packages up: they
+	// are older than cache_valid_time, or there are none.
+	refreshFirst
+	// refreshIfNotFound refreshes them once, and looks again, when a
+	// package has no candidate in the lists cache_valid_time calls fresh:
+	// a repository that changed since is the usual cause.
+	refreshIfNotFound
+)
 
 // spec is one entry of the packages param: name[:arch][=version].
 type spec struct {
@@ -133,6 +149,10 @@ type outcome struct {
 	failed map[string]string
 	// notFound are the packages the package manager has no candidate for.
 	notFound []string
+	// retryUpdateFailed is why the refresh that refreshIfNotFound ran
+	// failed; the packages were looked up again in the lists as that
+	// refresh left them.
+	retryUpdateFailed string
 }
 
 // lockedError means another process holds the package manager's lock.
@@ -280,14 +300,26 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 		return module.Result{Output: out.value()}, nil
 	}
 
-	refresh := p.Update && (!snap.hasLists || snap.listsAge >= cacheValid)
+	mode := refreshNever
+	if p.Update {
+		mode = refreshIfNotFound
+		if !snap.hasLists || snap.listsAge >= cacheValid {
+			mode = refreshFirst
+		}
+	}
 	var res outcome
+	var refreshFailed string
 	err = lock.whileLocked(ctx, func() error {
 		var err error
-		res, err = m.install(ctx, t, missing, refresh)
-		if res.updated {
-			out.CacheUpdated = true
-			refresh = false
+		res, err = m.install(ctx, t, missing, mode)
+		if res.retryUpdateFailed != "" {
+			refreshFailed = res.retryUpdateFailed
+		}
+		if res.updated || res.retryUpdateFailed != "" {
+			// A try that met the lock after running apt-get update
+			// does not run it again: one a run.
+			out.CacheUpdated = out.CacheUpdated || res.updated
+			mode = refreshNever
 		}
 		return err
 	})
@@ -300,7 +332,7 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 			out.Installed = append(out.Installed, s.raw)
 		case slices.Contains(res.notFound, s.raw):
 			out.Failed = append(out.Failed, s.raw)
-			out.Reasons[s.raw] = "not found: apt has no installation candidate for it (check the name and the configured repositories)"
+			out.Reasons[s.raw] = "not found: " + notFound("it", p.Update, out.CacheUpdated, refreshFailed)
 		default:
 			reason := res.failed[s.raw]
 			if reason == "" {
@@ -314,15 +346,35 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 	if len(out.Failed) > 0 {
 		out.Status = "partial"
 	}
-	if !changed && len(out.Failed) > 0 {
+	// A total failure is one that leaves none of the packages present; a
+	// re-run of a partial run, with the found packages already there, is
+	// partial again and unchanged.
+	if len(out.Installed)+len(out.AlreadyInstalled) == 0 {
 		names := strings.Join(out.Failed, ", ")
 		e := &module.Error{Code: CodeInstallFailed, Message: fmt.Sprintf("nothing installed: %s could not be installed: %s", names, out.Reasons[out.Failed[0]])}
 		if len(res.notFound) == len(out.Failed) {
-			e = &module.Error{Code: CodePackageNotFound, Message: fmt.Sprintf("nothing installed: apt has no installation candidate for %s (check the names and the configured repositories)", names)}
+			e = &module.Error{Code: CodePackageNotFound, Message: "nothing installed: " + notFound(names, p.Update, out.CacheUpdated, refreshFailed)}
 		}
 		return module.Result{Output: out.value()}, e
 	}
 	return module.Result{Changed: changed, Output: out.value()}, nil
+}
+
+// notFound says that apt has no installation candidate for what (a
+// package, or a list of them), with what this call did to the package
+// lists.
+func notFound(what string, update, refreshed bool, refreshFailed string) string {
+	const check = "check the names and the configured repositories"
+	msg := "apt has no installation candidate for " + what
+	switch {
+	case refreshed:
+		return msg + ", even after refreshing the package lists (" + check + ")"
+	case refreshFailed != "":
+		return msg + ", and refreshing the package lists failed: " + refreshFailed
+	case !update:
+		return msg + " in the package lists, which were not refreshed because update is false (" + check + ", or set update)"
+	}
+	return msg + " (" + check + ")"
 }
 
 // remove is core.pkg.removed on any manager.

@@ -5,9 +5,16 @@
 // are installed (dpkg-query for all of them at once) and how old the
 // package lists are; when nothing has to change, that is the only round
 // trip. Otherwise a second round trip updates the lists when they are
-// stale, drops packages apt has no candidate for, and installs or removes
-// the rest. A dpkg or apt lock held by another process (unattended-upgrades
-// on a fresh VM, say) is waited for, never broken.
+// stale (or, when they are fresh but a package has no candidate in them,
+// updates them once and looks again), drops packages apt has no candidate
+// for, and installs or removes the rest. A dpkg or apt lock held by another
+// process (unattended-upgrades on a fresh VM, say) is waited for, never
+// broken.
+//
+// core.pkg.installed fails only when none of the packages is present
+// afterwards; otherwise the packages that are not are reported in failed
+// with status partial, so a re-run of a partial run is partial again and
+// unchanged.
 //
 // The package manager sits behind a small interface (manager) so that dnf
 // can follow apt.
@@ -85,34 +92,37 @@ func (*Installed) Info() module.Info {
 		ID:      InstalledID,
 		Summary: "Make sure apt packages are installed on each target soul.",
 		Description: "Asks dpkg which of the packages are installed, all at once; when none is missing nothing else runs. " +
-			"Otherwise it runs `apt-get update` when `update` is true and the package lists are older than `cache_valid_time`, " +
-			"leaves out the packages apt has no installation candidate for, and runs " +
+			"Otherwise, in one more round trip, it runs `apt-get update` when `update` is true and the package lists are older than `cache_valid_time` (or missing), " +
+			"looks the missing packages up (when `update` is true and the lists were not refreshed in this run, a package with no installation candidate " +
+			"makes it run `apt-get update` once and look again: stale lists are the usual cause on a fresh VM), " +
+			"leaves out the packages apt still has no installation candidate for, and runs " +
 			"`DEBIAN_FRONTEND=noninteractive apt-get install -y` (keeping existing configuration files) for the rest.",
 		Side:       module.SideSoul,
 		Idempotent: true,
 		NeedsRoot:  true,
 		Params: append([]module.Param{
 			{Name: "packages", Type: module.TypeList, Elem: module.TypeString, Required: true, Doc: packagesDoc},
-			{Name: "update", Type: module.TypeBool, Default: true, Doc: "Run apt-get update before installing, unless the package lists are younger than `cache_valid_time`. Nothing is updated when no package is missing."},
-			{Name: "cache_valid_time", Type: module.TypeString, DefaultDoc: DefaultCacheValidTime, Doc: "How old the package lists may be before `update` refreshes them, as a duration such as \"1h\"; \"0s\" always updates."},
+			{Name: "update", Type: module.TypeBool, Default: true, Doc: "Refresh the package lists (apt-get update) before installing when they are older than `cache_valid_time`, and, when they are younger but a package is not found in them, refresh them once and look again. At most one apt-get update a run; none when no package is missing. false never refreshes them."},
+			{Name: "cache_valid_time", Type: module.TypeString, DefaultDoc: DefaultCacheValidTime, Doc: "How old the package lists may be before `update` refreshes them ahead of the install, as a duration such as \"1h\"; \"0s\" always updates. Younger lists are still refreshed once when a package is not found in them."},
 		}, lockParams...),
 		Output: []module.Field{
-			{Name: "status", Type: "string", Doc: "ok, or partial when some packages could not be installed."},
+			{Name: "status", Type: "string", Doc: "ok, or partial when some packages are not installed (they are in `failed`) while others are."},
 			{Name: "installed", Type: "array<string>", Doc: "Packages this run installed."},
 			{Name: "already_installed", Type: "array<string>", Doc: "Packages that were already installed."},
 			{Name: "failed", Type: "array<string>", Doc: "Packages that could not be installed (not found, say)."},
 			{Name: "reasons", Type: "map<string,string>", Doc: "Why each package in `failed` failed."},
-			{Name: "cache_updated", Type: "bool", Doc: "Whether this run ran apt-get update."},
+			{Name: "cache_updated", Type: "bool", Doc: "Whether this run ran apt-get update (ahead of the install, or once for a package not found)."},
 		},
 		ChangesWhen:   "At least one package was installed.",
-		UnchangedWhen: "Every package was already installed.",
+		UnchangedWhen: "No package was installed: every package was already installed, or (status partial) the ones not installed still cannot be, as when a partial run is run again.",
 		Example: `- name: base
   on: web-1.local.test
   module: core.pkg.installed
   params:
     packages: [git, curl]`,
 		Notes: []string{
-			"Some packages not found gives `status: partial` with them in `failed`; nothing installed at all fails the target with a readable message (code `apt.package_not_found` when apt knows none of them).",
+			"Partial and total failure: when some packages are present afterwards (installed by this run or already there) and others could not be installed, the run succeeds with `status: partial`, the others in `failed` and why in `reasons`; run again, it gives the same `status: partial`, unchanged, with the present ones in `already_installed`. Only when none of the packages is present afterwards does it fail the target with a readable message: `apt.package_not_found` when apt has no installation candidate for any of them, `apt.install_failed` otherwise.",
+			"Stale lists: with `update: true`, a package not found in lists that `cache_valid_time` calls fresh makes the run refresh them once (`cache_updated: true`) and look again before calling it not found; a run that refreshed them ahead of the install does not refresh them again. A failure of that refresh is not fatal: the packages are looked up again in the lists it did refresh, and those still not found have a reason that says why it failed. With `update: false` the lists are never refreshed and the reason says so.",
 			"A dpkg or apt lock held by another process, or a running unattended-upgrade, is waited for (`lock_retries` x `lock_retry_delay`); the lock files are never deleted. A lock still held after the last try fails with `apt.locked`, naming the process that holds it.",
 			"The package lists are fresh when /var/lib/apt/periodic/update-success-stamp or /var/lib/apt/lists is younger than `cache_valid_time`; a successful update touches the stamp.",
 			"A host still booting is retried by the transport (3 tries, 10 s apart by default; see the step's `connect`).",

@@ -18,20 +18,27 @@ type fakeManager struct {
 	snap     snapshot
 	locked   int // install and remove report a held lock this many times
 	outcome  outcome
-	installs []bool // the refresh flag of each install call
-	removes  int
+	installs []refresh // the refresh of each install call
+	// failRefresh, when set, is how the refresh for a missing package
+	// fails in the tries that meet the lock.
+	failRefresh string
+	removes     int
 }
 
 func (f *fakeManager) query(context.Context, module.Target, []spec) (snapshot, error) {
 	return f.snap, nil
 }
 
-func (f *fakeManager) install(_ context.Context, _ module.Target, _ []spec, refresh bool) (outcome, error) {
-	f.installs = append(f.installs, refresh)
+func (f *fakeManager) install(_ context.Context, _ module.Target, _ []spec, r refresh) (outcome, error) {
+	f.installs = append(f.installs, r)
 	if f.locked > 0 {
 		f.locked--
 		// The first try refreshed the lists, then met the lock.
-		return outcome{updated: refresh}, &lockedError{holders: []holder{{pid: "42", comm: "apt-get", file: "/var/lib/dpkg/lock-frontend", cmdline: "apt-get upgrade "}}}
+		o := outcome{updated: r != refreshNever}
+		if f.failRefresh != "" && r == refreshIfNotFound {
+			o = outcome{retryUpdateFailed: f.failRefresh}
+		}
+		return o, &lockedError{holders: []holder{{pid: "42", comm: "apt-get", file: "/var/lib/dpkg/lock-frontend", cmdline: "apt-get upgrade "}}}
 	}
 	return f.outcome, nil
 }
@@ -76,7 +83,7 @@ func TestInstallLogic(t *testing.T) {
 		wantChanged bool
 		wantCode    string
 		wantOut     map[string]any
-		wantInstall []bool
+		wantInstall []refresh
 		wantSleeps  int
 	}{{
 		name:    "all there: no install",
@@ -89,68 +96,110 @@ func TestInstallLogic(t *testing.T) {
 		mgr:         fakeManager{outcome: outcome{updated: true, states: states{installedRecord("git")}}},
 		wantChanged: true,
 		wantOut:     map[string]any{"status": "ok", "installed": []string{"git"}, "cache_updated": true},
-		wantInstall: []bool{true},
+		wantInstall: []refresh{refreshFirst},
 	}, {
 		name:        "fresh lists: no update",
 		params:      installParams("git"),
 		mgr:         fakeManager{snap: fresh, outcome: outcome{states: states{installedRecord("git")}}},
 		wantChanged: true,
 		wantOut:     map[string]any{"cache_updated": false},
-		wantInstall: []bool{false},
+		wantInstall: []refresh{refreshIfNotFound},
 	}, {
 		name:        "update off",
 		params:      InstalledParams{Packages: []string{"git"}, LockRetryDelay: "1s"},
 		mgr:         fakeManager{outcome: outcome{states: states{installedRecord("git")}}},
 		wantChanged: true,
-		wantInstall: []bool{false},
+		wantInstall: []refresh{refreshNever},
 	}, {
 		name:        "stale lists: update",
 		params:      installParams("git"),
 		mgr:         fakeManager{snap: snapshot{hasLists: true, listsAge: 2 * time.Hour}, outcome: outcome{updated: true, states: states{installedRecord("git")}}},
 		wantChanged: true,
-		wantInstall: []bool{true},
+		wantInstall: []refresh{refreshFirst},
 	}, {
 		name:        "wrong version installed",
 		params:      installParams("git=2.0"),
 		mgr:         fakeManager{snap: snapshot{states: states{installedRecord("git")}}, outcome: outcome{states: states{{name: "git", arch: "amd64", status: "install ok installed", version: "2.0"}}}},
 		wantChanged: true,
 		wantOut:     map[string]any{"installed": []string{"git=2.0"}, "already_installed": []string{}},
-		wantInstall: []bool{true},
+		wantInstall: []refresh{refreshFirst},
 	}, {
 		name:        "some unknown: partial",
 		params:      installParams("git", "nope"),
 		mgr:         fakeManager{outcome: outcome{notFound: []string{"nope"}, states: states{installedRecord("git")}}},
 		wantChanged: true,
 		wantOut:     map[string]any{"status": "partial", "installed": []string{"git"}, "failed": []string{"nope"}},
-		wantInstall: []bool{true},
+		wantInstall: []refresh{refreshFirst},
 	}, {
 		name:        "all unknown",
 		params:      installParams("nope", "nada"),
 		mgr:         fakeManager{outcome: outcome{notFound: []string{"nope", "nada"}}},
 		wantCode:    CodePackageNotFound,
 		wantOut:     map[string]any{"status": "partial", "failed": []string{"nope", "nada"}},
-		wantInstall: []bool{true},
+		wantInstall: []refresh{refreshFirst},
+	}, {
+		name:        "partial again: unchanged, not an error",
+		params:      installParams("git", "nope"),
+		mgr:         fakeManager{snap: snapshot{hasLists: true, listsAge: time.Minute, states: states{installedRecord("git")}}, outcome: outcome{updated: true, notFound: []string{"nope"}}},
+		wantOut:     map[string]any{"status": "partial", "installed": []string{}, "already_installed": []string{"git"}, "failed": []string{"nope"}, "cache_updated": true},
+		wantInstall: []refresh{refreshIfNotFound},
+	}, {
+		name:        "partial again, update off",
+		params:      InstalledParams{Packages: []string{"git", "nope"}, LockRetryDelay: "1s"},
+		mgr:         fakeManager{snap: snapshot{states: states{installedRecord("git")}}, outcome: outcome{notFound: []string{"nope"}}},
+		wantOut:     map[string]any{"status": "partial", "already_installed": []string{"git"}, "reasons": map[string]string{"nope": "not found: apt has no installation candidate for it in the package lists, which were not refreshed because update is false (check the names and the configured repositories, or set update)"}},
+		wantInstall: []refresh{refreshNever},
+	}, {
+		name:        "not found, the refresh for it failed",
+		params:      installParams("nope"),
+		mgr:         fakeManager{snap: fresh, outcome: outcome{notFound: []string{"nope"}, retryUpdateFailed: "E: boom"}},
+		wantCode:    CodePackageNotFound,
+		wantOut:     map[string]any{"cache_updated": false, "reasons": map[string]string{"nope": "not found: apt has no installation candidate for it, and refreshing the package lists failed: E: boom"}},
+		wantInstall: []refresh{refreshIfNotFound},
+	}, {
+		name:        "other version installed, new one unknown: nothing present",
+		params:      installParams("git=9.9"),
+		mgr:         fakeManager{snap: snapshot{states: states{installedRecord("git")}}, outcome: outcome{updated: true, notFound: []string{"git=9.9"}, states: states{installedRecord("git")}}},
+		wantCode:    CodePackageNotFound,
+		wantOut:     map[string]any{"already_installed": []string{}, "failed": []string{"git=9.9"}},
+		wantInstall: []refresh{refreshFirst},
+	}, {
+		name:        "locked after the refresh for a missing package: not refreshed again",
+		params:      installParams("git"),
+		mgr:         fakeManager{snap: fresh, locked: 1, outcome: outcome{states: states{installedRecord("git")}}},
+		wantChanged: true,
+		wantOut:     map[string]any{"cache_updated": true},
+		wantInstall: []refresh{refreshIfNotFound, refreshNever},
+		wantSleeps:  1,
+	}, {
+		name:        "locked after a failed refresh for a missing package: not refreshed again",
+		params:      installParams("nope"),
+		mgr:         fakeManager{snap: fresh, locked: 1, failRefresh: "E: gone", outcome: outcome{notFound: []string{"nope"}}},
+		wantCode:    CodePackageNotFound,
+		wantOut:     map[string]any{"cache_updated": false, "reasons": map[string]string{"nope": "not found: apt has no installation candidate for it, and refreshing the package lists failed: E: gone"}},
+		wantInstall: []refresh{refreshIfNotFound, refreshNever},
+		wantSleeps:  1,
 	}, {
 		name:        "install failed",
 		params:      installParams("broken"),
 		mgr:         fakeManager{outcome: outcome{failed: map[string]string{"broken": "E: boom"}}},
 		wantCode:    CodeInstallFailed,
 		wantOut:     map[string]any{"reasons": map[string]string{"broken": "E: boom"}},
-		wantInstall: []bool{true},
+		wantInstall: []refresh{refreshFirst},
 	}, {
 		name:        "locked, then free: the lists are not refreshed twice",
 		params:      installParams("git"),
 		mgr:         fakeManager{locked: 2, outcome: outcome{states: states{installedRecord("git")}}},
 		wantChanged: true,
 		wantOut:     map[string]any{"cache_updated": true},
-		wantInstall: []bool{true, false, false},
+		wantInstall: []refresh{refreshFirst, refreshNever, refreshNever},
 		wantSleeps:  2,
 	}, {
 		name:        "locked for good",
 		params:      InstalledParams{Packages: []string{"git"}, LockRetries: 3, LockRetryDelay: "15s"},
 		mgr:         fakeManager{locked: 100},
 		wantCode:    CodeLocked,
-		wantInstall: []bool{false, false, false, false},
+		wantInstall: []refresh{refreshNever, refreshNever, refreshNever, refreshNever},
 		wantSleeps:  3,
 	}}
 	for _, tc := range tests {

@@ -78,13 +78,16 @@ func TestRealInstall(t *testing.T) {
 		if out["status"] != "ok" || out["cache_updated"] != false {
 			t.Errorf("output = %v", out)
 		}
-		if n > 2 {
-			t.Errorf("%d round trips for an unchanged run; want at most 2", n)
+		if n != 1 {
+			t.Errorf("%d round trips for an unchanged run; want 1 (the dpkg-query)", n)
 		}
-		t.Logf("idempotent run: %d SSH round trip(s)", n)
+		if v.aptUpdates(t) != 1 {
+			t.Errorf("apt-get update ran %d times in all; want 1 (the first install's)", v.aptUpdates(t))
+		}
 	})
 
 	t.Run("unknown package partial", func(t *testing.T) {
+		updates := v.aptUpdates(t)
 		res, out, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-c", "soulstack-test-nope", "soulstack-test-a"}})
 		if err != nil || !res.Changed {
 			t.Fatalf("Run = %+v, %v", res, err)
@@ -95,8 +98,8 @@ func TestRealInstall(t *testing.T) {
 		if out["status"] != "partial" || !strings.Contains(reason(out, "soulstack-test-nope"), "not found") {
 			t.Errorf("output = %v; want status partial with a not-found reason", out)
 		}
-		if out["cache_updated"] != false {
-			t.Errorf("the lists were refreshed moments ago, yet cache_updated = %v", out["cache_updated"])
+		if out["cache_updated"] != true || v.aptUpdates(t) != updates+1 {
+			t.Errorf("cache_updated = %v after %d apt-get updates; want one refresh for the package not found in the fresh lists", out["cache_updated"], v.aptUpdates(t)-updates)
 		}
 		if n != 2 {
 			t.Errorf("%d round trips; want 2", n)
@@ -272,7 +275,11 @@ echo $! >> /root/uu/pids`)
 			strings.Contains(err.Error(), "unattended-upgrade-shutdown") {
 			t.Errorf("with unattended-upgrade running: %v (%s)", err, module.Code(err))
 		}
-		v.sh(t, "kill $(cat /root/uu/pids); sleep 0.1")
+		// Wait until they are gone (a killed process left as a zombie
+		// has no cmdline, and no longer counts), however long that takes.
+		v.sh(t, `kill $(cat /root/uu/pids)
+for i in $(seq 600); do pgrep -f '/root/uu/[u]nattended-upgrade' >/dev/null || exit 0; sleep 0.05; done
+echo the fake unattended-upgrade is still running; exit 1`)
 		res, _, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-b"}, "lock_retries": 1, "lock_retry_delay": "10ms"})
 		if err != nil || !res.Changed {
 			t.Errorf("after it stopped: %+v, %v", res, err)
@@ -335,8 +342,181 @@ func TestRealInstallSudo(t *testing.T) {
 	}
 	wantList(t, out, "installed", "soulstack-test-a")
 	wantList(t, out, "failed", "soulstack-test-nope")
+	// Again: partial and unchanged, its refresh for the missing package
+	// run through sudo too.
+	res, out, _, err = v.run(t, &pkg.Installed{}, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-nope"}})
+	if err != nil || res.Changed || out["status"] != "partial" || out["cache_updated"] != true || v.aptUpdates(t) != 2 {
+		t.Fatalf("re-run = %+v, %v after %d apt-get updates; want partial, unchanged, after one more update", res, err, v.aptUpdates(t))
+	}
+	wantList(t, out, "already_installed", "soulstack-test-a")
 	res, _, n, err := v.run(t, &pkg.Installed{}, map[string]any{"packages": []any{"soulstack-test-a"}})
 	if err != nil || res.Changed || n != 1 {
 		t.Fatalf("second Run = %+v, %v in %d round trips", res, err, n)
 	}
+}
+
+// TestRealInstallPartialRerun runs the seed's partial install (one
+// package there, one that no repository has) again: a re-run says what
+// the first run said, partial, and changes nothing. Only when none of the
+// packages is present is it an error.
+func TestRealInstallPartialRerun(t *testing.T) {
+	t.Parallel()
+	r := newRepo(t)
+	v := newVM(t, r)
+	installed := &pkg.Installed{}
+	packages := []any{"soulstack-test-a", "no-such-package-zz9"}
+
+	res, out, _, err := v.run(t, installed, map[string]any{"packages": packages})
+	if err != nil || !res.Changed {
+		t.Fatalf("first Run = %+v, %v; want partial, changed", res, err)
+	}
+	wantList(t, out, "installed", "soulstack-test-a")
+	wantList(t, out, "failed", "no-such-package-zz9")
+	if out["status"] != "partial" {
+		t.Errorf("first run: status %v; want partial", out["status"])
+	}
+	if n := v.aptUpdates(t); n != 1 {
+		t.Errorf("the first run (no lists yet) ran apt-get update %d times; want 1", n)
+	}
+
+	for _, tc := range []struct {
+		update  bool
+		updates int // apt-get update runs expected in the re-run
+	}{{true, 1}, {false, 0}} {
+		t.Run(fmt.Sprintf("update %v", tc.update), func(t *testing.T) {
+			before := v.aptUpdates(t)
+			res, out, n, err := v.run(t, installed, map[string]any{"packages": packages, "update": tc.update})
+			if err != nil || res.Changed {
+				t.Fatalf("re-run = %+v, %v (%s); want partial, unchanged, no error", res, err, module.Code(err))
+			}
+			if out["status"] != "partial" {
+				t.Errorf("re-run: status %v; want partial", out["status"])
+			}
+			wantList(t, out, "installed")
+			wantList(t, out, "already_installed", "soulstack-test-a")
+			wantList(t, out, "failed", "no-such-package-zz9")
+			if !strings.Contains(reason(out, "no-such-package-zz9"), "not found") {
+				t.Errorf("reason %q does not say not found", reason(out, "no-such-package-zz9"))
+			}
+			if n != 2 {
+				t.Errorf("%d round trips; want 2 (query, look up and install)", n)
+			}
+			if got := v.aptUpdates(t) - before; got != tc.updates {
+				t.Errorf("apt-get update ran %d times; want %d", got, tc.updates)
+			}
+		})
+	}
+
+	t.Run("none present", func(t *testing.T) {
+		res, out, _, err := v.run(t, installed, map[string]any{"packages": []any{"no-such-package-zz9", "soulstack-test-a=9.9"}})
+		if module.Code(err) != pkg.CodePackageNotFound || res.Changed {
+			t.Fatalf("Run = %+v, %v (%s); want %s: none of the packages is present", res, err, module.Code(err), pkg.CodePackageNotFound)
+		}
+		wantList(t, out, "failed", "no-such-package-zz9", "soulstack-test-a=9.9")
+		wantList(t, out, "already_installed")
+	})
+}
+
+// TestRealInstallStaleLists installs a package the repository gained after
+// the VM's package lists were made, while cache_valid_time says the lists
+// are fresh: with update true the lists are refreshed once and the package
+// is found; with update false it is not found.
+func TestRealInstallStaleLists(t *testing.T) {
+	t.Parallel()
+	r := newRepo(t)
+	v := newVM(t, r)
+	installed := &pkg.Installed{}
+	res, _, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a"}})
+	if err != nil || !res.Changed || v.aptUpdates(t) != 1 {
+		t.Fatalf("first Run = %+v, %v after %d apt-get updates; want installed after 1", res, err, v.aptUpdates(t))
+	}
+	r.publish(t, v, 1)
+	late := []any{"soulstack-test-late"}
+
+	t.Run("update false", func(t *testing.T) {
+		res, out, _, err := v.run(t, installed, map[string]any{"packages": late, "update": false})
+		if module.Code(err) != pkg.CodePackageNotFound || res.Changed {
+			t.Fatalf("Run = %+v, %v (%s); want %s", res, err, module.Code(err), pkg.CodePackageNotFound)
+		}
+		if out["cache_updated"] != false || v.aptUpdates(t) != 1 {
+			t.Errorf("update false refreshed the lists: cache_updated %v, %d apt-get updates", out["cache_updated"], v.aptUpdates(t))
+		}
+		if r := reason(out, "soulstack-test-late"); !strings.Contains(r, "update is false") {
+			t.Errorf("reason %q does not say the lists were not refreshed", r)
+		}
+	})
+
+	t.Run("fresh by cache_valid_time", func(t *testing.T) {
+		res, out, n, err := v.run(t, installed, map[string]any{"packages": late, "cache_valid_time": "3h"})
+		if err != nil || !res.Changed {
+			t.Fatalf("Run = %+v, %v (%s); want the package found after one refresh", res, err, module.Code(err))
+		}
+		wantList(t, out, "installed", "soulstack-test-late")
+		if out["status"] != "ok" || out["cache_updated"] != true {
+			t.Errorf("output = %v; want status ok, cache_updated", out)
+		}
+		if got := v.aptUpdates(t); got != 2 {
+			t.Errorf("%d apt-get updates in all; want 2 (one before, one in this run)", got)
+		}
+		if n != 2 {
+			t.Errorf("%d round trips; want 2 (query, refresh and install)", n)
+		}
+		v.sh(t, "test -f /usr/share/soulstack-test/soulstack-test-late")
+	})
+
+	t.Run("stale lists are refreshed once", func(t *testing.T) {
+		v.sh(t, "touch -d '2 hours ago' /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists")
+		res, out, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-b", "soulstack-test-nope"}})
+		if err != nil || !res.Changed || out["status"] != "partial" || out["cache_updated"] != true {
+			t.Fatalf("Run = %+v, %v; want partial after a refresh", res, err)
+		}
+		if got := v.aptUpdates(t); got != 3 {
+			t.Errorf("%d apt-get updates in all; want 3: a package not found after the run's own refresh does not refresh again", got)
+		}
+	})
+
+	t.Run("not found after the refresh", func(t *testing.T) {
+		res, out, _, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-nope"}, "cache_valid_time": "3h"})
+		if module.Code(err) != pkg.CodePackageNotFound || res.Changed {
+			t.Fatalf("Run = %+v, %v (%s); want %s", res, err, module.Code(err), pkg.CodePackageNotFound)
+		}
+		if got := v.aptUpdates(t); got != 4 || out["cache_updated"] != true {
+			t.Errorf("%d apt-get updates in all, cache_updated %v; want 4, true", got, out["cache_updated"])
+		}
+		if r := reason(out, "soulstack-test-nope"); !strings.Contains(r, "after refreshing") {
+			t.Errorf("reason %q does not say the lists were refreshed", r)
+		}
+		t.Logf("message: %v", err)
+	})
+
+	t.Run("the refresh fails", func(t *testing.T) {
+		// The repository gains another package, and a second source
+		// that is not there makes apt-get update fail, though it
+		// refreshes the first one's lists: what they have is installed,
+		// and the reason of what they lack says the refresh failed.
+		r.publish(t, v, 2)
+		v.sh(t, "echo 'deb [trusted=yes] file:/nonexistent-soulstack-repo ./' > /etc/apt/sources.list.d/gone.list")
+		defer v.sh(t, "rm /etc/apt/sources.list.d/gone.list")
+		res, out, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-late2", "soulstack-test-nope"}, "cache_valid_time": "3h"})
+		if err != nil || !res.Changed || out["status"] != "partial" {
+			t.Fatalf("Run = %+v, %v (%s); want partial, changed: a failed refresh for a missing package is not fatal", res, err, module.Code(err))
+		}
+		wantList(t, out, "installed", "soulstack-test-late2")
+		wantList(t, out, "already_installed", "soulstack-test-a")
+		wantList(t, out, "failed", "soulstack-test-nope")
+		if r := reason(out, "soulstack-test-nope"); !strings.Contains(r, "refreshing the package lists failed: ") || !strings.Contains(r, "nonexistent-soulstack-repo") {
+			t.Errorf("reason %q does not say the refresh failed, and why", r)
+		}
+		if got := v.aptUpdates(t); got != 5 || out["cache_updated"] != false || n != 2 {
+			t.Errorf("%d apt-get updates in all, cache_updated %v, %d round trips; want 5, false, 2", got, out["cache_updated"], n)
+		}
+		t.Logf("reason: %s", reason(out, "soulstack-test-nope"))
+	})
+
+	t.Run("nothing missing", func(t *testing.T) {
+		res, _, n, err := v.run(t, installed, map[string]any{"packages": []any{"soulstack-test-a", "soulstack-test-late", "soulstack-test-late2"}})
+		if err != nil || res.Changed || n != 1 || v.aptUpdates(t) != 5 {
+			t.Errorf("Run = %+v, %v in %d round trips, %d apt-get updates; want unchanged in 1, no update", res, err, n, v.aptUpdates(t))
+		}
+	})
 }

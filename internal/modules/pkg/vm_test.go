@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +41,11 @@ type testPackage struct {
 	version  string
 	preinst  string // shell script; empty: none
 	postinst string
+	// late, when not 0, leaves the package out of the repository's
+	// Packages index; Packages.<late> has it (and those of earlier
+	// stages): copying that over Packages in a VM (publish) is a
+	// repository that gained packages after the VM's lists were made.
+	late int
 }
 
 // The packages of the local repository. Each installs
@@ -53,6 +60,8 @@ var testPackages = []testPackage{
 	// slow holds dpkg's locks, from its preinst, until the release
 	// file exists; dpkg -i it to get a real lock holder.
 	{name: "soulstack-test-slow", version: "1.0", preinst: "touch " + slowHolding + "\nwhile [ ! -e " + slowRelease + " ]; do sleep 0.05; done"},
+	{name: "soulstack-test-late", version: "1.0", late: 1},
+	{name: "soulstack-test-late2", version: "1.0", late: 2},
 }
 
 // Files in a VM that the slow package's preinst uses.
@@ -117,8 +126,31 @@ func newRepo(t testing.TB) repo {
 	if err != nil {
 		t.Fatalf("dpkg-scanpackages: %v\n%s", err, stderr.String())
 	}
-	write(t, filepath.Join(dir, "Packages"), 0o644, string(index))
+	stanzas := strings.Split(strings.TrimSpace(string(index)), "\n\n")
+	for stage := 0; stage <= 2; stage++ {
+		var in []string
+		for _, stanza := range stanzas {
+			if !slices.ContainsFunc(testPackages, func(p testPackage) bool {
+				return p.late > stage && strings.HasPrefix(stanza, "Package: "+p.name+"\n")
+			}) {
+				in = append(in, stanza)
+			}
+		}
+		name := "Packages"
+		if stage > 0 {
+			name += "." + strconv.Itoa(stage)
+		}
+		write(t, filepath.Join(dir, name), 0o644, strings.Join(in, "\n\n")+"\n")
+	}
 	return repo{dir: dir}
+}
+
+// publish makes the packages of the given late stage (and earlier ones)
+// part of the repository as v sees it: the VM's copy of the index gains
+// them (the host's stays as it was).
+func (r repo) publish(t testing.TB, v *vm, stage int) {
+	t.Helper()
+	v.sh(t, fmt.Sprintf("cp %[1]s/Packages.%[2]d %[1]s/Packages", r.dir, stage))
 }
 
 func write(t testing.TB, path string, mode os.FileMode, content string) {
@@ -243,6 +275,7 @@ rm -f /etc/apt/sources.list.d/* /var/lib/apt/periodic/*
 echo 'deb [trusted=yes] file:`+r.dir+` ./' > /etc/apt/sources.list
 rm -rf /var/lib/apt/lists/*
 mkdir -p /var/lib/apt/lists/partial
+echo 'APT::Update::Pre-Invoke { "echo update >> `+aptUpdatesLog+`"; };' > /etc/apt/apt.conf.d/99soulstack-test-count
 test -r `+r.dir+`/Packages`)
 	return v
 }
@@ -279,6 +312,20 @@ func (v *vm) upload(t testing.TB, dir string) {
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("copy %s into the VM: %v (exit %d) %s", dir, err, res.ExitCode, res.Stderr)
 	}
+}
+
+// aptUpdatesLog, in a VM, gets a line each time apt-get update runs there
+// (an APT::Update::Pre-Invoke hook newVMAs installs).
+const aptUpdatesLog = "/root/soulstack-test-apt-updates"
+
+// aptUpdates returns how many times apt-get update has run in the VM.
+func (v *vm) aptUpdates(t testing.TB) int {
+	t.Helper()
+	n, err := strconv.Atoi(v.sh(t, "cat "+aptUpdatesLog+" 2>/dev/null | wc -l"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // SID names the VM.
