@@ -1,7 +1,10 @@
 package keeper_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -17,8 +20,8 @@ import (
 )
 
 // pkgRepo builds a flat apt repository with one package,
-// soulstack-e2e-a, in a directory local VMs see through their root
-// overlay (their /tmp is their own), and returns the directory.
+// soulstack-e2e-a, in a host directory, and returns the directory. Local
+// VMs do not see the host's /var/tmp: repoTarball carries it into them.
 func pkgRepo(t *testing.T) string {
 	t.Helper()
 	for _, tool := range []string{"dpkg-deb", "dpkg-scanpackages"} {
@@ -121,8 +124,11 @@ func TestPackagesPartialRerun(t *testing.T) {
 		}
 	})
 
-	// A VM whose apt knows only the local repository.
+	// A VM whose apt knows only the local repository, copied into it as
+	// a tarball on the command's stdin.
 	setup := fmt.Sprintf(`name: pkg-vm
+inputs:
+  repo_tar: {type: string}
 steps:
   - name: provision
     on: keeper
@@ -133,9 +139,10 @@ steps:
     module: core.command.ran
     connect: {retries: 20, delay: 500ms}
     params:
-      cmd: "set -e; rm -f /etc/apt/sources.list.d/*; echo 'deb [trusted=yes] file:%s ./' > /etc/apt/sources.list; rm -rf /var/lib/apt/lists/*; mkdir -p /var/lib/apt/lists/partial"
+      stdin: "${ input.repo_tar }"
+      cmd: "set -e; mkdir -p -m 755 %[1]s; base64 -d | tar -x -C %[1]s; rm -f /etc/apt/sources.list.d/*; echo 'deb [trusted=yes] file:%[1]s ./' > /etc/apt/sources.list; rm -rf /var/lib/apt/lists/*; mkdir -p /var/lib/apt/lists/partial"
 `, repo)
-	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: setup, File: "pkg-vm.yaml"})
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: setup, File: "pkg-vm.yaml", Input: map[string]any{"repo_tar": repoTarball(t, repo)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,4 +183,31 @@ steps:
 			t.Fatalf("run %d: target %s changed=%v, output %s; want %s, partial, soulstack-e2e-a in %s", i+1, tg.Status, tg.Changed, tg.Output, wantStatus, present)
 		}
 	}
+}
+
+// repoTarball returns the base64 of a tar of the files in dir.
+func repoTarball(t *testing.T, dir string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: e.Name(), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(buf.Bytes())
 }
