@@ -408,3 +408,41 @@ func TestExampleScenarios(t *testing.T) {
 		})
 	}
 }
+
+// TestExampleReadmeHCL parses every hcl snippet of the example's README
+// with terraform fmt (no provider needed), so that the worked snippets
+// stay valid, and checks that the seed's layout registers the VM as a
+// soul from the VM resource's address output with its key as a reference
+// variable, never read from a file.
+func TestExampleReadmeHCL(t *testing.T) {
+	t.Parallel()
+	bin := terraformBin(t)
+	src, err := os.ReadFile("../../examples/terraform/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(src), "```hcl\n")[1:]
+	if len(blocks) < 3 {
+		t.Fatalf("the README has %d hcl snippets, want at least 3", len(blocks))
+	}
+	layout := ""
+	for i, b := range blocks {
+		b = b[:strings.Index(b, "```")]
+		cmd := exec.Command(bin, "fmt", "-no-color", "-")
+		cmd.Stdin, cmd.Env = strings.NewReader(b), append(os.Environ(), "CHECKPOINT_DISABLE=1", "TF_CLI_CONFIG_FILE=/dev/null")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("snippet %d does not parse: %v\n%s\n%s", i+1, err, out, b)
+		}
+		if strings.Contains(b, `resource "soulstack_soul"`) {
+			layout = b
+		}
+	}
+	for _, want := range []string{"address = hcloud_server.vm.ipv4_address", "key_ref = var.vm_ssh_key_ref", "hosts = [soulstack_soul.vm.sid]"} {
+		if !strings.Contains(layout, want) {
+			t.Errorf("the seed's layout snippet lacks %q:\n%s", want, layout)
+		}
+	}
+	if strings.Contains(layout, "file(") {
+		t.Errorf("the seed's layout snippet reads a file:\n%s", layout)
+	}
+}
