@@ -192,11 +192,15 @@ const maxRunErrors = 5
 // "<step> on <sid>: <code>: <message>", in the order they were recorded,
 // joined with "; ", the first maxRunErrors of them and a count of the rest.
 func failureMessage(st *state) string {
-	msg := strings.Join(st.Errors, "; ")
-	if more := len(st.Failed) - len(st.Errors); more > 0 {
-		msg += fmt.Sprintf("; and %d more failed target(s)", more)
+	more := len(st.Failed) - len(st.Errors)
+	switch {
+	case more <= 0:
+		return strings.Join(st.Errors, "; ")
+	case len(st.Errors) == 0:
+		return fmt.Sprintf("%d failed target(s)", more)
+	default:
+		return fmt.Sprintf("%s; and %d more failed target(s)", strings.Join(st.Errors, "; "), more)
 	}
-	return msg
 }
 
 func failed(code, msg string) runner.Outcome {
