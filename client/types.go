@@ -277,7 +277,7 @@ type Run struct {
 	Input      json.RawMessage `json:"input" doc:"The input, masked."`
 	Steps      []RunStep       `json:"steps"`
 	Outputs    json.RawMessage `json:"outputs" doc:"Each step's output by step name, masked."`
-	Message    string          `json:"message" doc:"The JSON text of the outputs."`
+	Message    string          `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded; otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
 }
 
 // RunList is a page of runs, newest first.

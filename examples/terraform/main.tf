@@ -39,13 +39,15 @@ locals {
   hosts = local.create_vms ? [for h in jsondecode(soulstack_run.vms[0].outputs).provision.hosts : h.sid] : [soulstack_soul.existing[0].sid]
 }
 
-# One run per install, packages first.
+# One run per install, each after the VM (the seed's depends_on on the VM;
+# local.hosts already refers to it), packages first.
 resource "soulstack_run" "packages" {
   count            = var.install_packages ? 1 : 0
   scenario         = "${path.module}/scenarios/install-packages.yaml"
   input            = jsonencode({ hosts = local.hosts, packages = var.base_packages })
   run_id           = var.install_run_id
   wait_timeout_sec = 600
+  depends_on       = [soulstack_run.vms, soulstack_soul.existing]
 }
 
 resource "soulstack_run" "docker" {
@@ -54,15 +56,24 @@ resource "soulstack_run" "docker" {
   input            = jsonencode({ hosts = local.hosts })
   run_id           = var.install_run_id
   wait_timeout_sec = 900
-  depends_on       = [soulstack_run.packages]
+  depends_on       = [soulstack_run.vms, soulstack_soul.existing, soulstack_run.packages]
 }
 
+# PostgreSQL waits for the VM and the packages, not for Docker (as in the
+# seed): with both flags on, the Docker and PostgreSQL runs go side by side.
 resource "soulstack_run" "postgres" {
-  count            = var.install_postgres ? 1 : 0
-  scenario         = "${path.module}/scenarios/install-postgres.yaml"
-  input            = jsonencode({ hosts = local.hosts, db_name = var.pg_db_name, db_user = var.pg_db_user })
+  count    = var.install_postgres ? 1 : 0
+  scenario = "${path.module}/scenarios/install-postgres.yaml"
+  input = jsonencode({
+    hosts            = local.hosts
+    pg_version       = var.pg_version
+    db_name          = var.pg_db_name
+    db_user          = var.pg_db_user
+    listen_addresses = var.pg_listen_addresses
+    allow_remote     = var.pg_allow_remote
+  })
   sensitive_input  = jsonencode({ db_password = var.pg_db_password })
   run_id           = var.install_run_id
   wait_timeout_sec = 900
-  depends_on       = [soulstack_run.packages, soulstack_run.docker]
+  depends_on       = [soulstack_run.vms, soulstack_soul.existing, soulstack_run.packages]
 }

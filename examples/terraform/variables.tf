@@ -65,6 +65,24 @@ variable "base_packages" {
   default     = ["git", "curl"]
 }
 
+variable "pg_version" {
+  description = "PostgreSQL major version, such as \"15\"; null installs the distribution's."
+  type        = string
+  default     = null
+}
+
+variable "pg_listen_addresses" {
+  description = "The server's listen_addresses, such as \"*\"; null means localhost, or * when pg_allow_remote is set."
+  type        = string
+  default     = null
+}
+
+variable "pg_allow_remote" {
+  description = "Add pg_hba.conf entries that let pg_db_user reach pg_db_name from other hosts with its password."
+  type        = bool
+  default     = false
+}
+
 variable "pg_db_name" {
   type    = string
   default = "app"

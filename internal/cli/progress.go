@@ -505,13 +505,11 @@ func recap(r *client.Run) string {
 	return b.String()
 }
 
-// runOutputs is the run's message (the JSON of its outputs) indented, or
-// "" when there are none.
+// runOutputs is the run's outputs indented, or "" when there are none.
+// It never shows the message: that is the error when the run did not
+// succeed.
 func runOutputs(r *client.Run) string {
-	doc := []byte(r.Message)
-	if len(bytes.TrimSpace(doc)) == 0 {
-		doc = r.Outputs
-	}
+	doc := []byte(r.Outputs)
 	if compactJSON(doc) == "" {
 		return ""
 	}

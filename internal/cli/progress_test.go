@@ -166,6 +166,7 @@ func TestRecap(t *testing.T) {
 				{Name: "base", Status: "ok", Targets: []client.RunTarget{{SID: "web-10.example.com", Status: "ok"}, {SID: "web-1", Status: "changed"}}},
 				{Name: "motd", Status: "ok", Targets: []client.RunTarget{{SID: "web-10.example.com", Status: "skipped"}, {SID: "web-1", Status: "ok"}}},
 			},
+			Outputs: json.RawMessage(`{"base":{"web-1":{"installed":["git"]}},"provision":{"rc":0}}`),
 			Message: `{"base":{"web-1":{"installed":["git"]}},"provision":{"rc":0}}`,
 		}, `RECAP hello run_1  Succeeded in 1m03s
 keeper             : ok=0    changed=1    failed=0    skipped=0    unreachable=0
@@ -191,6 +192,28 @@ Outputs:
 			Error: &client.RunError{Code: "run.interrupted", Message: "the keeper stopped during step provision"}, Message: "{}",
 		}, `RECAP hello run_2  Failed in 1.0s
 error: run.interrupted: the keeper stopped during step provision
+`},
+		{"failed with outputs", client.Run{
+			ID: "run_4", Name: "hello", Phase: "Failed", CreatedAt: t0, StartedAt: &start, FinishedAt: &end,
+			Steps: []client.RunStep{
+				{Name: "a", Status: "changed", Targets: []client.RunTarget{{SID: "h", Status: "changed"}}},
+				{Name: "b", Status: "failed", Targets: []client.RunTarget{{SID: "h", Status: "failed", Error: &client.RunError{Code: "command.failed", Message: "exit status 1: (no output)"}}}},
+			},
+			Error:   &client.RunError{Code: "run.targets_failed", Message: "1 target(s) failed: b on h: command.failed: exit status 1: (no output)"},
+			Outputs: json.RawMessage(`{"a":{"h":{"rc":0}}}`),
+			Message: "b on h: command.failed: exit status 1: (no output)",
+		}, `RECAP hello run_4  Failed in 1m03s
+error: run.targets_failed: 1 target(s) failed: b on h: command.failed: exit status 1: (no output)
+h : ok=0    changed=1    failed=1    skipped=0    unreachable=0
+
+Outputs:
+{
+  "a": {
+    "h": {
+      "rc": 0
+    }
+  }
+}
 `},
 		{"unfinished", client.Run{ID: "run_3", Phase: "Running", CreatedAt: t0, StartedAt: &start, Steps: []client.RunStep{
 			{Name: "a", Targets: []client.RunTarget{{SID: "h", Status: "unreachable"}, {SID: "h", Status: "failed"}}},

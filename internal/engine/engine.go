@@ -75,7 +75,7 @@ type state struct {
 	Done     map[string]stepState `json:"done"`
 	Failed   map[string]string    `json:"failed"`    // sid -> step it failed in
 	InFlight *int                 `json:"in_flight"` // index of the step started last and not finished
-	Errors   []string             `json:"errors"`    // first failures, for the run's message
+	Errors   []string             `json:"errors"`    // first failures ("<step> on <sid>: <code>: <message>"), for the run's message
 	// Secrets are the values of the run's secret set, so that a resumed
 	// run masks what earlier steps minted or resolved (the checkpoint is
 	// sealed).
@@ -154,7 +154,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: codeOf(err), ErrorMsg: err.Error(), Outputs: r.outputs()}
 		}
 		if fatal != "" {
-			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.fatal_error", ErrorMsg: fatal, Outputs: r.outputs()}
+			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.fatal_error", ErrorMsg: fatal, Message: failureMessage(&st), Outputs: r.outputs()}
 		}
 		if secrets.Overflowed() {
 			// The runner says why; no later step runs.
@@ -164,7 +164,8 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	out := runner.Outcome{Phase: store.PhaseSucceeded, Outputs: r.outputs()}
 	if len(st.Failed) > 0 {
 		out.Phase, out.ErrorCode = store.PhaseFailed, "run.targets_failed"
-		out.ErrorMsg = fmt.Sprintf("%d target(s) failed: %s", len(st.Failed), strings.Join(st.Errors, "; "))
+		out.Message = failureMessage(&st)
+		out.ErrorMsg = fmt.Sprintf("%d target(s) failed: %s", len(st.Failed), out.Message)
 	}
 	return out
 }
@@ -181,6 +182,24 @@ func resolveInto(secrets *secret.Set, resolve func(ctx context.Context, ref stri
 			secrets.Add(strings.TrimSpace(string(b)))
 		}
 		return b, err
+	}
+}
+
+// maxRunErrors is how many target failures a run's message spells out.
+const maxRunErrors = 5
+
+// failureMessage is a failed run's message: each failed target as
+// "<step> on <sid>: <code>: <message>", in the order they were recorded,
+// joined with "; ", the first maxRunErrors of them and a count of the rest.
+func failureMessage(st *state) string {
+	more := len(st.Failed) - len(st.Errors)
+	switch {
+	case more <= 0:
+		return strings.Join(st.Errors, "; ")
+	case len(st.Errors) == 0:
+		return fmt.Sprintf("%d failed target(s)", more)
+	default:
+		return fmt.Sprintf("%s; and %d more failed target(s)", strings.Join(st.Errors, "; "), more)
 	}
 }
 
@@ -345,8 +364,8 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 		if t.status == StatusFailed || t.status == StatusUnreachable {
 			r.st.Failed[t.sid] = s.Name
 			failedHere = append(failedHere, t.sid)
-			if len(r.st.Errors) < 5 {
-				r.st.Errors = append(r.st.Errors, fmt.Sprintf("%s on %s: %s", s.Name, t.sid, t.code))
+			if len(r.st.Errors) < maxRunErrors {
+				r.st.Errors = append(r.st.Errors, fmt.Sprintf("%s on %s: %s: %s", s.Name, t.sid, t.code, t.msg))
 			}
 		}
 	}

@@ -41,6 +41,12 @@ type Outcome struct {
 	Phase     string // Succeeded, Failed or Cancelled
 	ErrorCode string
 	ErrorMsg  string
+	// Message is the run's message when it did not succeed, the error as
+	// the second seed's job raises it into its message: for failed targets
+	// "<step> on <sid>: <code>: <message>", several joined with "; ".
+	// Empty means "<ErrorCode>: <ErrorMsg>". A Succeeded run's message is
+	// the JSON of its outputs, whatever this holds.
+	Message string
 	// Outputs are the steps' outputs by step name, unmasked; the runner
 	// masks them before they are stored.
 	Outputs map[string]any

@@ -120,19 +120,22 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		log.Info("run left to be resumed", "reason", "keeper stopping or lease lost")
 		return nil
 	case errors.Is(cause, errCancelRequested):
-		out.Phase, out.ErrorCode, out.ErrorMsg = store.PhaseCancelled, "run.cancelled", "cancelled by request"
+		out.Phase, out.ErrorCode, out.ErrorMsg, out.Message = store.PhaseCancelled, "run.cancelled", "cancelled by request", ""
 	case errors.Is(cause, context.DeadlineExceeded) && out.Phase != store.PhaseSucceeded:
-		out.Phase, out.ErrorCode, out.ErrorMsg = store.PhaseFailed, "run.timeout", fmt.Sprintf("the run did not finish within its timeout of %s", run.Timeout)
+		out.Phase, out.ErrorCode, out.Message = store.PhaseFailed, "run.timeout", ""
+		out.ErrorMsg = fmt.Sprintf("the run did not finish within its timeout of %s", run.Timeout)
 	}
-	errMsg := secrets.MaskString(out.ErrorMsg)
+	errMsg, message := secrets.MaskString(out.ErrorMsg), secrets.MaskString(out.Message)
 	if secrets.Overflowed() {
 		// Everything the run stored is masked whole; say why, in words
 		// that hold no secret.
 		out.Phase, out.ErrorCode = store.PhaseFailed, CodeTooManySecrets
 		errMsg = fmt.Sprintf("the run registered more than %d secret values; its output is withheld", secret.MaxRunValues)
+		message = ""
 	}
 	masked, _ := json.Marshal(secrets.Mask(orEmpty(out.Outputs)))
-	finish := store.RunFinishParams{ID: id, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked, Message: string(masked)}
+	finish := store.RunFinishParams{ID: id, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked,
+		Message: runMessage(out.Phase, out.ErrorCode, errMsg, message, masked)}
 	// Finishing must not be cut short by the keeper stopping.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer fcancel()
@@ -149,6 +152,23 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	rec.eventCtx(fctx, "run.finished", "", "", data)
 	log.Info("run finished", "phase", out.Phase, "code", out.ErrorCode)
 	return nil
+}
+
+// runMessage is the message a finished run stores, as the second seed's
+// job has it: the JSON of the outputs when the run Succeeded, the error
+// otherwise (message, already masked, or else "<code>: <errMsg>"). The
+// outputs stay in their own field either way.
+func runMessage(phase, code, errMsg, message string, outputs []byte) string {
+	switch {
+	case phase == store.PhaseSucceeded:
+		return string(outputs)
+	case message != "":
+		return message
+	case errMsg == "":
+		return code
+	default:
+		return code + ": " + errMsg
+	}
 }
 
 func orEmpty(m map[string]any) map[string]any {

@@ -54,7 +54,8 @@ type Run struct {
 	FinishedAt  *time.Time
 	// Outputs is the masked JSON of each step's output, by step name.
 	Outputs json.RawMessage
-	// Message is the masked JSON text of the outputs (the job's message).
+	// Message is the job's message, masked: the JSON text of the outputs
+	// when the run Succeeded, the error text otherwise.
 	Message string
 	// StateSealed holds the unmasked outputs of finished steps, encrypted,
 	// so that a resumed run sees what the crashed one computed.

@@ -134,7 +134,7 @@ func (d *runDataSource) Schema(_ context.Context, _ datasource.SchemaRequest, re
 			"name":          schema.StringAttribute{Computed: true, Description: "The scenario's name."},
 			"key":           schema.StringAttribute{Computed: true, Description: "The run's re-run key."},
 			"phase":         schema.StringAttribute{Computed: true, Description: "Pending, Running, Succeeded, Failed or Cancelled."},
-			"message":       schema.StringAttribute{Computed: true, Description: "The JSON text of the outputs (masked)."},
+			"message":       schema.StringAttribute{Computed: true, Description: "The JSON text of the outputs when the run Succeeded, the error otherwise (`<step> on <sid>: <code>: <message>`, several joined with `; `); masked."},
 			"outputs":       schema.StringAttribute{Computed: true, Description: "Each step's output by step name, as JSON (masked)."},
 			"steps":         schema.MapAttribute{Computed: true, ElementType: types.StringType, Description: "Each step's status by step name."},
 			"error_code":    schema.StringAttribute{Computed: true, Description: "Why the run failed, as a dotted code; empty otherwise."},

@@ -22,6 +22,7 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/localcloud"
 	"github.com/soulstack/soulstack/internal/tfprovider"
 )
 
@@ -157,6 +158,9 @@ func newTF(t *testing.T) *tf {
 var logDir string
 
 func TestMain(m *testing.M) {
+	// Local VMs (TestExamplePostgresOnVM) are started by re-executing the
+	// test binary.
+	localcloud.RunIfChild()
 	dir, err := os.MkdirTemp("", "tfprovider-logs-")
 	if err != nil {
 		panic(err)

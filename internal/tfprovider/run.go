@@ -94,8 +94,9 @@ func (r *runResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 				Description: "A scenario (file path or YAML) run on destroy, after a Succeeded create run, with that run's outputs (one key per step) as input, e.g. core.cloud.destroyed."},
 			"scenario_digest": computedString("SHA-256 of the scenario text, so that an edited scenario file plans a new run."),
 			"phase":           computedString("Pending, Running, Succeeded, Failed or Cancelled."),
-			"message":         computedString("The JSON text of the run's outputs, masked by the keeper."),
-			"outputs":         computedString("The run's outputs as JSON: each step's output by step name (masked)."),
+			"message": computedString("The run's message, masked by the keeper: the JSON text of its outputs when it Succeeded, the error when it did not " +
+				"(each failed target as `<step> on <sid>: <code>: <message>`, joined with `; `; or `<code>: <message>`). The outputs stay in `outputs`."),
+			"outputs": computedString("The run's outputs as JSON: each step's output by step name (masked)."),
 			"steps": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				PlanModifiers: []planmodifier.Map{mapplanmodifier.UseStateForUnknown()},
 				Description:   "Each step's status by step name: ok, changed, failed, skipped or unreachable."},

@@ -351,9 +351,16 @@ steps:
 				t.Errorf("diagnostic lacks %q:\n%s", want, d)
 			}
 		}
-		// The failed run stays in the state (terraform taints it).
+		// The failed run stays in the state (terraform taints it), its
+		// message the error as the seed's job has it, the outputs apart.
 		if st == nil || st.str("phase") != "Failed" || st.attrs()["steps"].(map[string]any)["boom"] != "failed" {
 			t.Fatalf("state after a failed run: %v", st.attrs())
+		}
+		if want := "boom on " + hst.sid + ": command.failed: exit status 3: oops"; st.str("message") != want {
+			t.Errorf("message = %q, want %q", st.str("message"), want)
+		}
+		if !json.Valid([]byte(st.str("outputs"))) {
+			t.Errorf("outputs = %q", st.str("outputs"))
 		}
 	})
 

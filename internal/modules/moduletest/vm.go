@@ -30,7 +30,10 @@ import (
 // started by re-executing the test binary.
 type VM struct {
 	driversdk.VM
-	client *sshx.Client
+	// ClientKey is the private key (OpenSSH PEM) the VM authorizes for
+	// its SSH user, for tests that register the VM as a soul.
+	ClientKey []byte
+	client    *sshx.Client
 
 	mu   sync.Mutex
 	cmds []module.Command
@@ -100,15 +103,16 @@ func NewVM(t *testing.T, sshUser, suffix string, needs ...string) *VM {
 		t.Fatalf("create a VM: %v (%d VMs)", err, len(vms))
 	}
 	hostKey, _ := vms[0].Attributes["ssh_host_key"].(string)
+	clientKey := pem.EncodeToMemory(blk)
 	c, err := sshx.Dial(ctx, sshx.Target{
-		Address: vms[0].PrimaryIP, User: sshUser, PrivateKey: pem.EncodeToMemory(blk), HostKey: hostKey,
+		Address: vms[0].PrimaryIP, User: sshUser, PrivateKey: clientKey, HostKey: hostKey,
 		ConnectTimeout: 10 * time.Second,
 	}, sshx.Options{})
 	if err != nil {
 		t.Fatalf("ssh to the VM: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &VM{VM: vms[0], client: c}
+	return &VM{VM: vms[0], ClientKey: clientKey, client: c}
 }
 
 // SID returns the VM's FQDN.

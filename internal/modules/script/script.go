@@ -9,12 +9,22 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/soulstack/soulstack/internal/module"
 )
 
 // RanID is the ID of the Ran state.
 const RanID module.ID = "core.script.ran"
+
+// Error codes of core.script.ran.
+const (
+	// CodeFailed means the script exited with a non-zero status.
+	CodeFailed = "script.failed"
+	// CodeOutputInvalid means the script exited 0 but its standard output
+	// is not JSON.
+	CodeOutputInvalid = "script.output_invalid"
+)
 
 func init() { module.Register(new(Ran)) }
 
@@ -42,7 +52,8 @@ func (*Ran) Info() module.Info {
 		Summary: "Run a handler script on each target soul with an event on its standard input; its JSON standard output is the output.",
 		Description: "The script comes from `source` (text in the scenario) or `path` (a file on the keeper) and runs under `interpreter`. " +
 			"`event` is written to its standard input as one JSON line. A zero exit with JSON on standard output succeeds " +
-			"with that JSON as the output; a non-zero exit fails the target with the script's standard error as the message.",
+			"with that JSON as the output; a zero exit with standard output that is not JSON fails the target (`script.output_invalid`); " +
+			"a non-zero exit fails it with the script's standard error as the message (`script.failed`).",
 		Side:       module.SideSoul,
 		Idempotent: false,
 		NeedsRoot:  false,
@@ -68,7 +79,9 @@ func (*Ran) Info() module.Info {
     event:
       packages: [git, curl]`,
 		Notes: []string{
-			"Standard output must be valid JSON (an empty output counts as null); anything else fails the target.",
+			"Standard output must be valid JSON (an empty output counts as null), as the seed's handler returns JSON: a zero exit with anything else fails the target with `script.output_invalid`, " +
+				"and the text is kept in the target's output as `{\"stdout\": \"…\"}` (masked like every output) so the run shows what the script printed. " +
+				"A non-zero exit fails with `script.failed` whatever standard output held.",
 			"`event`, `env` and the script text travel over the connection's input, never in a command line, so other users of the soul cannot read them in its process list; " +
 				"the interpreter's arguments can be read there. Secrets belong in `event` or `env` values, not in the script text: " +
 				"every output channel masks secret-looking keys, and scenarios are stored as written.",
@@ -111,10 +124,12 @@ unset SOULSTACK_SCRIPT_SOURCE
 "$@" "$t"`
 
 // Run runs the script with the event as one JSON line on standard input.
-// Its standard output, when it is JSON, is the output (a top-level
+// Its standard output, which must be JSON, is the output (a top-level
 // "changed" boolean, when present, says whether it changed something;
 // otherwise a script that ran counts as a change). A non-zero exit status
-// fails the target with code script.failed and its stderr.
+// fails the target with code script.failed and its stderr; a zero exit
+// with standard output that is not JSON fails it with
+// script.output_invalid, the text kept in the output as {"stdout": …}.
 func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p RanParams
 	if err := module.DecodeParams(raw, &p); err != nil {
@@ -155,13 +170,15 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 	}
 	out := strings.TrimSpace(string(res.Stdout))
 	var output any
+	var jsonErr error
 	if out != "" {
-		if json.Unmarshal([]byte(out), &output) != nil {
+		if jsonErr = json.Unmarshal([]byte(out), &output); jsonErr != nil {
+			// Kept for whoever reads the run, masked like every output.
 			output = map[string]any{"stdout": string(res.Stdout)}
 		}
 	}
 	changed := true
-	if m, ok := output.(map[string]any); ok {
+	if m, ok := output.(map[string]any); ok && jsonErr == nil {
 		if c, ok := m["changed"].(bool); ok {
 			changed = c
 		}
@@ -172,11 +189,28 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 			msg = "(no stderr)"
 		}
 		return module.Result{Changed: changed, Output: output}, &module.Error{
-			Code:    "script.failed",
+			Code:    CodeFailed,
 			Message: fmt.Sprintf("exit status %d: %s", res.ExitCode, lastLines(msg)),
 		}
 	}
+	if jsonErr != nil {
+		return module.Result{Changed: changed, Output: output}, &module.Error{
+			Code:    CodeOutputInvalid,
+			Message: fmt.Sprintf("the script exited 0 but its standard output is not JSON (%v); it begins %q", jsonErr, head(out, 80)),
+		}
+	}
 	return module.Result{Changed: changed, Output: output}, nil
+}
+
+// head returns at most n bytes of s, cut at a rune boundary.
+func head(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 func lastLines(s string) string {

@@ -29,9 +29,27 @@ printf '{"got":%s,"vm":"%s","changed":false}\n' "$event" "$VM_IP"`
 	if err == nil && res.Output.(map[string]any)["n"] == nil {
 		t.Fatalf("python interpreter: %+v", res)
 	}
+	// Standard output that is not JSON fails the target, as the catalog
+	// page says; the text stays in the output for whoever reads the run.
 	res, err = moduletest.Run(t, m, tg, map[string]any{"source": "echo not json"})
-	if err != nil || !res.Changed || res.Output.(map[string]any)["stdout"] != "not json\n" {
+	if module.Code(err) != script.CodeOutputInvalid || !strings.Contains(err.Error(), `it begins "not json"`) ||
+		!res.Changed || res.Output.(map[string]any)["stdout"] != "not json\n" {
 		t.Fatalf("plain output: %+v, %v", res, err)
+	}
+	// Debug lines before the JSON make it not JSON either.
+	_, err = moduletest.Run(t, m, tg, map[string]any{"source": "echo starting; echo '{\"changed\":false}'"})
+	if module.Code(err) != script.CodeOutputInvalid {
+		t.Fatalf("debug line before the JSON: %v", err)
+	}
+	// A failing script is script.failed whatever it printed.
+	res, err = moduletest.Run(t, m, tg, map[string]any{"source": "echo half done; echo broken >&2; exit 3"})
+	if module.Code(err) != script.CodeFailed || res.Output.(map[string]any)["stdout"] != "half done\n" {
+		t.Fatalf("failing script with plain output: %+v, %v", res, err)
+	}
+	// An empty output is null, and succeeds.
+	res, err = moduletest.Run(t, m, tg, map[string]any{"source": "true"})
+	if err != nil || res.Output != nil || !res.Changed {
+		t.Fatalf("empty output: %+v, %v", res, err)
 	}
 	_, err = moduletest.Run(t, m, tg, map[string]any{"source": "echo broken >&2; exit 2"})
 	if module.Code(err) != "script.failed" || err.Error() != "exit status 2: broken" {

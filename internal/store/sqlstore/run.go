@@ -282,8 +282,10 @@ func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (store.Run,
 			return record{}, &store.Error{Err: store.ErrFinished, Kind: "run", Key: p.Key, Ref: phase}
 		}
 		if phase == store.PhasePending {
-			_, err := tx.ExecContext(ctx, s.q(`UPDATE runs SET cancel_requested = ?, phase = ?, error_code = ?, error_message = ?, finished_at = ? WHERE id = ?`),
-				true, store.PhaseCancelled, "run.cancelled", "cancelled by "+string(p.Actor)+" before it started", now, p.Key)
+			// A run that did not succeed has its error as its message.
+			msg := "cancelled by " + string(p.Actor) + " before it started"
+			_, err := tx.ExecContext(ctx, s.q(`UPDATE runs SET cancel_requested = ?, phase = ?, error_code = ?, error_message = ?, message = ?, finished_at = ? WHERE id = ?`),
+				true, store.PhaseCancelled, "run.cancelled", msg, "run.cancelled: "+msg, now, p.Key)
 			if err != nil {
 				return record{}, fmt.Errorf("cancel run %s: %w", p.Key, err)
 			}

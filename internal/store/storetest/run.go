@@ -188,7 +188,7 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	r, err = s.RunCancel(ctx, store.DeleteParams{Key: "run_2", Actor: "tok_b"})
-	if err != nil || r.Phase != store.PhaseCancelled || r.FinishedAt == nil {
+	if err != nil || r.Phase != store.PhaseCancelled || r.FinishedAt == nil || r.Message != "run.cancelled: cancelled by tok_b before it started" {
 		t.Fatalf("cancel pending = %+v, %v", r, err)
 	}
 	if _, ok, _ := s.RunClaim(ctx, "run_2", "keeper-a", time.Now()); ok {
