@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -535,9 +536,12 @@ func TestSubnet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The uplink's network is taken for as long as the test runs; other
+	// tests' bridges and veths come and go, so they are not used here.
+	uplink := defaultRouteDev(t)
 	taken := []string{"127.0.0.0/24"}
 	for _, u := range used {
-		if u.Dev != "lo" && u.Prefix.Addr().Is4() && !strings.HasPrefix(u.Dev, bridgePrefix) && u.Prefix.Bits() >= 8 && u.Prefix.Bits() <= 29 {
+		if u.Dev == uplink && u.Prefix.Addr().Is4() && u.Prefix.Bits() >= 8 && u.Prefix.Bits() <= 29 {
 			taken = append(taken, u.Prefix.Masked().String())
 			break
 		}
@@ -820,4 +824,21 @@ awk '/^CapBnd/ {print $2}' /proc/self/status`)
 	if _, err := e.d.Resize(ctx, driversdk.ResizeRequest{Provider: e.prov, VMIDs: []string{second.ID}, Spec: json.RawMessage(`{"base": ""}`)}); err == nil {
 		t.Error("Resize changed the base")
 	}
+}
+
+// defaultRouteDev returns the device of the host's IPv4 default route, or
+// "" when there is none.
+func defaultRouteDev(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-j", "-4", "route", "show", "default").Output()
+	if err != nil {
+		t.Fatalf("ip route show default: %v", err)
+	}
+	var routes []struct {
+		Dev string `json:"dev"`
+	}
+	if err := json.Unmarshal(out, &routes); err != nil || len(routes) == 0 {
+		return ""
+	}
+	return routes[0].Dev
 }
