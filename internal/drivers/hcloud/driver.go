@@ -196,7 +196,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 			return nil, mapError(fmt.Sprintf("create server %d of %d", i+1, req.Count), ctx.Err())
 		}
 		if err != nil {
-			return nil, d.rollback(ctx, s, req.RequestID, fmt.Sprintf("create server %d of %d", i+1, req.Count), err)
+			return nil, d.rollback(ctx, s, req.RequestID, servers, fmt.Sprintf("create server %d of %d", i+1, req.Count), err)
 		}
 		d.log().Info("server created", "server_id", srv.ID, "name", srv.Name, "request_id", req.RequestID)
 		servers[i] = srv
@@ -205,7 +205,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 	if err := s.c.Action.WaitFor(ctx, actions...); err != nil {
 		var ae hcloud.ActionError
 		if errors.As(err, &ae) {
-			return nil, d.rollback(ctx, s, req.RequestID, "wait for the create actions", err)
+			return nil, d.rollback(ctx, s, req.RequestID, servers, "wait for the create actions", err)
 		}
 		return nil, mapError("wait for the create actions", err)
 	}
@@ -379,26 +379,42 @@ func (s *session) createOne(ctx context.Context, o hcloud.ServerCreateOpts, requ
 }
 
 // rollback deletes the servers made for a request after a create failed,
-// and returns the create's error, naming any server left behind. It runs
-// within the call's deadline: what it cannot delete in time stays
-// labelled with the request, and the error says so.
-func (d *Driver) rollback(rctx context.Context, s *session, requestID, op string, cause error) error {
+// and returns the create's error, naming any server left behind. The
+// servers are those the call holds (made or adopted) and those a listing
+// by the request's label finds: a server just made may be missing from
+// the listing for a moment. It runs within the call's deadline: what it
+// cannot delete in time stays labelled with the request, and the error
+// says so.
+func (d *Driver) rollback(rctx context.Context, s *session, requestID string, held []*hcloud.Server, op string, cause error) error {
 	err := mapError(op, cause)
-	have, lerr := s.byRequest(rctx, requestID)
-	if lerr != nil {
-		return fmt.Errorf("%w; the servers already made for request %s could not be listed to delete them (%v): soulctl cloud orphans lists them", err, requestID, mapError("list", lerr))
+	doomed := map[int64]*hcloud.Server{}
+	for _, srv := range held {
+		if srv != nil {
+			doomed[srv.ID] = srv
+		}
 	}
+	listed, lerr := s.byRequest(rctx, requestID)
+	for _, srv := range listed {
+		doomed[srv.ID] = srv
+	}
+	ids := make([]int64, 0, len(doomed))
+	for id := range doomed {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 	var left []string
-	for _, srv := range have {
-		if _, _, derr := s.c.Server.DeleteWithResult(rctx, srv); derr != nil && !hcloud.IsError(derr, hcloud.ErrorCodeNotFound) {
-			left = append(left, strconv.FormatInt(srv.ID, 10))
+	for _, id := range ids {
+		if _, _, derr := s.c.Server.DeleteWithResult(rctx, doomed[id]); derr != nil && !hcloud.IsError(derr, hcloud.ErrorCodeNotFound) {
+			left = append(left, strconv.FormatInt(id, 10))
 			continue
 		}
-		d.log().Info("server deleted after a failed create", "server_id", srv.ID, "request_id", requestID)
+		d.log().Info("server deleted after a failed create", "server_id", id, "request_id", requestID)
 	}
-	if len(left) > 0 {
-		sort.Strings(left)
+	switch {
+	case len(left) > 0:
 		return fmt.Errorf("%w; servers %s of request %s could not be deleted: soulctl cloud orphans lists them", err, strings.Join(left, ", "), requestID)
+	case lerr != nil:
+		return fmt.Errorf("%w; the servers of request %s could not be listed to delete them all (%v): soulctl cloud orphans lists any left", err, requestID, mapError("list", lerr))
 	}
 	return err
 }

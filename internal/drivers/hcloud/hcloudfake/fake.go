@@ -226,6 +226,7 @@ func (f *Fake) AddServer(name string, labels map[string]string) int64 {
 	defer f.mu.Unlock()
 	s := f.newServer(name, serverTypes[0], "ubuntu-24.04", "fsn1", labels, nil, true, false)
 	s.s.Status = "running"
+	s.hidden = 0
 	return s.s.ID
 }
 
