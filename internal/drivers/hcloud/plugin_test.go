@@ -424,3 +424,53 @@ func TestProfileStrict(t *testing.T) {
 		t.Fatal("an invalid profile reached the API with a POST")
 	}
 }
+
+// TestTransientErrors: the SDK retries bad_gateway; a server_error it does
+// not retry is driver.unavailable.
+func TestTransientErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.fake.FailNext(3, 502, "bad_gateway")
+	if _, err := e.d.List(context.Background(), driversdk.ListRequest{Provider: e.prov}); err != nil {
+		t.Fatalf("List after 3 bad_gateway answers: %v", err)
+	}
+	e.fake.FailNext(1, 500, "server_error")
+	_, err := e.d.List(context.Background(), driversdk.ListRequest{Provider: e.prov})
+	if c := code(t, err); c != driversdk.CodeDriverUnavailable {
+		t.Fatalf("List after a server_error: %v, want %s", err, driversdk.CodeDriverUnavailable)
+	}
+}
+
+// TestCreateDeadline: servers that do not come up before the call's
+// deadline make Create answer driver.timeout (in time: the plugin is not
+// killed) and stay labelled; the next Create with the request id adopts
+// them once they run, making none.
+func TestCreateDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.fake.SetBootReads(1 << 30)
+	req := driversdk.CreateRequest{Provider: e.prov, RequestID: "req-deadline", RunID: "run-1", Profile: profile, Count: 2}
+	pid := e.host.PID("hcloud")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := e.d.Create(ctx, req)
+	if c := code(t, err); c != driversdk.CodeDriverTimeout {
+		t.Fatalf("Create of servers that never boot: %v, want %s", err, driversdk.CodeDriverTimeout)
+	}
+	if now := e.host.PID("hcloud"); now != pid {
+		t.Fatalf("the plugin was killed (pid %d, now %d): it did not answer by its deadline", pid, now)
+	}
+	made := e.fake.Servers()
+	if len(made) != 2 || e.fake.Deletes() != 0 {
+		t.Fatalf("after the timeout: %+v, %d deletes; want both servers kept", made, e.fake.Deletes())
+	}
+	e.fake.FinishAll() // the servers boot, and the fake shows them all
+	listed, err := e.d.List(context.Background(), driversdk.ListRequest{Provider: e.prov, Tags: map[string]string{driversdk.TagRequestID: "req-deadline"}})
+	if err != nil || len(listed) != 2 {
+		t.Fatalf("List by the request id (what orphans sees): %+v, %v", listed, err)
+	}
+	vms, err := e.d.Create(context.Background(), req)
+	if err != nil || len(vms) != 2 || vms[0].ID != fmt.Sprint(made[0].ID) || vms[1].ID != fmt.Sprint(made[1].ID) || e.fake.Creates() != 2 {
+		t.Fatalf("Create again: %+v, %v (creates %d)", vms, err, e.fake.Creates())
+	}
+}

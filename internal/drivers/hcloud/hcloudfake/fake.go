@@ -25,6 +25,8 @@
 //     rate_limit_exceeded and RateLimit-* headers (Throttled counts them);
 //   - quota: ServerLimit servers at most, then 403 resource_limit_exceeded
 //     (so the 4th of 5 creates fails with a limit of 3);
+//   - transient failures: FailNext(n, status, code) answers the next n
+//     requests with that error (502 bad_gateway, 500 server_error, …);
 //   - authentication: a request without "Authorization: Bearer <Token>"
 //     gets 401 unauthorized;
 //   - names are unique per project: a second server of the same name gets
@@ -69,6 +71,9 @@ type Fake struct {
 	hideReads   int
 	serverLimit int
 	throttle    int
+	failN       int
+	failStatus  int
+	failCode    string
 	hold        bool
 	accepted    chan int64
 	release     chan struct{}
@@ -162,6 +167,33 @@ func (f *Fake) SetServerLimit(n int) { f.mu.Lock(); f.serverLimit = n; f.mu.Unlo
 
 // Throttle answers the next n requests with rate_limit_exceeded.
 func (f *Fake) Throttle(n int) { f.mu.Lock(); f.throttle = n; f.mu.Unlock() }
+
+// FailNext answers the next n requests with status and the error code
+// (bad_gateway with 502, server_error with 500, …).
+func (f *Fake) FailNext(n, status int, code string) {
+	f.mu.Lock()
+	f.failN, f.failStatus, f.failCode = n, status, code
+	f.mu.Unlock()
+}
+
+// FinishAll ends every running action successfully and lets every
+// starting server run.
+func (f *Fake) FinishAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, a := range f.actions {
+		if a.a.Status == "running" {
+			a.left = 1
+			f.readAction(a.a.ID)
+		}
+	}
+	for _, s := range f.servers {
+		s.hidden = 0
+		if s.s.Status == "starting" {
+			s.s.Status = "running"
+		}
+	}
+}
 
 // HoldCreates makes every following create store its server and then hold
 // the answer until Release or until the client disconnects. Accepted
@@ -273,6 +305,13 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("RateLimit-Reset", strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10))
 		f.mu.Unlock()
 		apiError(w, http.StatusTooManyRequests, "rate_limit_exceeded", "limit of 3600 requests per hour reached")
+		return
+	}
+	if f.failN > 0 {
+		f.failN--
+		status, code := f.failStatus, f.failCode
+		f.mu.Unlock()
+		apiError(w, status, code, "injected failure")
 		return
 	}
 	w.Header().Set("RateLimit-Remaining", "3599")
