@@ -56,6 +56,10 @@ import (
 	"github.com/soulstack/soulstack/driversdk"
 )
 
+// nameLookups is how many times a create that met uniqueness_error looks
+// for the server holding the name.
+const nameLookups = 5
+
 // LabelIndex is the label holding a server's index within its request.
 const LabelIndex = "soulstack.index"
 
@@ -368,9 +372,21 @@ func (s *session) createOne(ctx context.Context, o hcloud.ServerCreateOpts, requ
 	if !hcloud.IsError(err, hcloud.ErrorCodeUniquenessError) {
 		return nil, nil, err
 	}
-	srv, _, gerr := s.c.Server.GetByName(ctx, o.Name)
-	if gerr != nil {
-		return nil, nil, gerr
+	// The server holding the name may not show at once (a create just
+	// accepted): look a few times before taking the name for another's.
+	var srv *hcloud.Server
+	for try := 0; srv == nil && try < nameLookups; try++ {
+		if try > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			case <-time.After(s.cfg.PollInterval):
+			}
+		}
+		var gerr error
+		if srv, _, gerr = s.c.Server.GetByName(ctx, o.Name); gerr != nil {
+			return nil, nil, gerr
+		}
 	}
 	if srv == nil || !s.owned(srv) || srv.Labels[driversdk.TagRequestID] != requestID || srv.Labels[LabelIndex] != o.Labels[LabelIndex] {
 		return nil, nil, driversdk.Errorf(CodeNameTaken, "a server named %q exists and was not made by this request", o.Name)

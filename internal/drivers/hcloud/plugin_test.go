@@ -210,7 +210,19 @@ func TestCreateWaitsAndLabels(t *testing.T) {
 // returns the server made then, and no second one is made.
 func TestCrashSafeCreate(t *testing.T) {
 	t.Parallel()
+	// hide 1: the label lookup misses the server and the name finds it;
+	// hide 3: the name lookup misses it too, at first.
+	for _, hide := range []int{1, 3} {
+		t.Run(fmt.Sprintf("hidden from %d reads", hide), func(t *testing.T) {
+			t.Parallel()
+			testCrashSafeCreate(t, hide)
+		})
+	}
+}
+
+func testCrashSafeCreate(t *testing.T, hide int) {
 	e := newEnv(t)
+	e.fake.SetHideReads(hide)
 	e.fake.HoldCreates()
 	req := driversdk.CreateRequest{Provider: e.prov, RequestID: "req-crash", RunID: "run-1", Profile: profile, Count: 1, Names: []string{"crash-0.hc.test"}}
 	done := make(chan error, 1)
