@@ -486,3 +486,35 @@ func TestCreateDeadline(t *testing.T) {
 		t.Fatalf("Create again: %+v, %v (creates %d)", vms, err, e.fake.Creates())
 	}
 }
+
+// TestCreateActionFails: when a create action ends in error, the servers
+// of the request are deleted and the error is hcloud.action_failed.
+func TestCreateActionFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.fake.FailCreateActions()
+	_, err := e.d.Create(context.Background(), driversdk.CreateRequest{Provider: e.prov, RequestID: "req-actfail", RunID: "run-1", Profile: profile, Count: 2})
+	if c := code(t, err); c != "hcloud.action_failed" {
+		t.Fatalf("Create whose actions fail: %v, want hcloud.action_failed", err)
+	}
+	if left := e.fake.Servers(); len(left) != 0 || e.fake.Deletes() != 2 {
+		t.Fatalf("after failed create actions: %+v, %d deletes; want both deleted", left, e.fake.Deletes())
+	}
+}
+
+// TestResizeFailsRestarts: a type change the API refuses leaves the
+// server running on its old type.
+func TestResizeFailsRestarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	vms := e.create(t, "req-resizefail", 1)
+	e.fake.FailChangeType("invalid_server_type")
+	_, err := e.d.Resize(context.Background(), driversdk.ResizeRequest{Provider: e.prov, VMIDs: []string{vms[0].ID}, Spec: json.RawMessage(`{"server_type": "cx32"}`)})
+	if c := code(t, err); c != driversdk.CodeProfileInvalid {
+		t.Fatalf("Resize refused by the API: %v, want %s", err, driversdk.CodeProfileInvalid)
+	}
+	s := e.fake.Servers()[0]
+	if s.ServerType != "cx22" || s.Status != "running" {
+		t.Fatalf("server after the refused resize: %+v, want running on cx22", s)
+	}
+}

@@ -25,6 +25,8 @@
 //     rate_limit_exceeded and RateLimit-* headers (Throttled counts them);
 //   - quota: ServerLimit servers at most, then 403 resource_limit_exceeded
 //     (so the 4th of 5 creates fails with a limit of 3);
+//   - failed actions: FailCreateActions makes create actions end in
+//     error, FailChangeType refuses type changes;
 //   - transient failures: FailNext(n, status, code) answers the next n
 //     requests with that error (502 bad_gateway, 500 server_error, …);
 //   - authentication: a request without "Authorization: Bearer <Token>"
@@ -66,17 +68,19 @@ type Fake struct {
 	mu sync.Mutex
 	// Knobs (set them before the requests they should affect; under mu
 	// through the setters below).
-	actionReads int
-	bootReads   int
-	hideReads   int
-	serverLimit int
-	throttle    int
-	failN       int
-	failStatus  int
-	failCode    string
-	hold        bool
-	accepted    chan int64
-	release     chan struct{}
+	actionReads      int
+	bootReads        int
+	hideReads        int
+	serverLimit      int
+	throttle         int
+	failN            int
+	failStatus       int
+	failCode         string
+	hold             bool
+	failCreateAction bool
+	failChangeType   string
+	accepted         chan int64
+	release          chan struct{}
 
 	nextID    int64
 	servers   map[int64]*server
@@ -175,6 +179,13 @@ func (f *Fake) FailNext(n, status int, code string) {
 	f.failN, f.failStatus, f.failCode = n, status, code
 	f.mu.Unlock()
 }
+
+// FailCreateActions makes the create_server action of every following
+// create end in error (the server stays, "off", as Hetzner leaves it).
+func (f *Fake) FailCreateActions() { f.mu.Lock(); f.failCreateAction = true; f.mu.Unlock() }
+
+// FailChangeType answers every change_type with the error code.
+func (f *Fake) FailChangeType(code string) { f.mu.Lock(); f.failChangeType = code; f.mu.Unlock() }
 
 // FinishAll ends every running action successfully and lets every
 // starting server run.
@@ -571,6 +582,10 @@ func (f *Fake) serverAction(w http.ResponseWriter, r *http.Request, id int64, cm
 			apiError(w, 400, "invalid_input", "unknown server type")
 			return
 		}
+		if f.failChangeType != "" {
+			apiError(w, 422, f.failChangeType, "injected change_type failure")
+			return
+		}
 		if s.s.Status != "off" {
 			apiError(w, 409, "server_not_stopped", "the server must be stopped to change its type")
 			return
@@ -654,11 +669,21 @@ func (f *Fake) createServer(w http.ResponseWriter, r *http.Request) {
 	s := f.newServer(req.Name, st, image, loc, labels, req.Networks, v4, v6)
 	s.userData = req.UserData
 	f.creates++
+	failAction := f.failCreateAction
 	s.pending = f.newAction("create_server", s.s.ID, func() {
 		s.pending = nil
 		s.s.Status = "starting"
 		s.boot = f.bootReads
 	})
+	if failAction {
+		a := s.pending
+		a.onDone = func() {
+			s.pending = nil
+			s.s.Status = "off"
+			a.a.Status = "error"
+			a.a.Error = &schema.ActionError{Code: "server_create_failed", Message: "injected create failure"}
+		}
+	}
 	resp := schema.ServerCreateResponse{Server: s.s, Action: s.pending.a, NextActions: []schema.Action{}}
 	held := f.hold
 	release := f.release
