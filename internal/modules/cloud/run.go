@@ -52,6 +52,9 @@ type Host interface {
 	Userdata(u UserdataVars) (string, error)
 	// BootstrapTTL is how long a bootstrap token lives once its VM exists.
 	BootstrapTTL() time.Duration
+	// KeeperID is the keeper deployment's id (store.DeploymentID), passed
+	// to the driver with every call as Provider.KeeperID.
+	KeeperID() string
 }
 
 // UserdataVars are the values a cloud_init template sees.
@@ -100,7 +103,7 @@ func provider(ctx context.Context, h Host, name string) (store.Provider, drivers
 	if err != nil {
 		return p, nil, driversdk.Provider{}, driverError("start driver "+p.Driver, err)
 	}
-	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: DriverConfig(p.Config)}
+	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: DriverConfig(p.Config), KeeperID: h.KeeperID()}
 	if p.CredentialsRef != "" {
 		if dp.Credentials, err = h.Credentials(ctx, p.CredentialsRef); err != nil {
 			return p, nil, dp, &module.Error{Code: "provider.credentials_unavailable", Message: fmt.Sprintf("credentials of provider %q (%s): %v", name, p.CredentialsRef, err)}

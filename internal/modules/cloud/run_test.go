@@ -158,6 +158,7 @@ func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 	return fmt.Sprintf("#cloud-config\n# sid=%s index=%d token=%s\n", u.SID, u.Index, u.Token), nil
 }
 func (h *keeperHost) BootstrapTTL() time.Duration { return time.Hour }
+func (h *keeperHost) KeeperID() string            { return "kd-cloudtest" }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {
 	t.Helper()
