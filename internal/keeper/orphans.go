@@ -97,6 +97,12 @@ func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans
 		if reqID == "" || owned[vm.ID] {
 			continue
 		}
+		// Another keeper deployment's VM (same account, other database)
+		// is not ours to report or destroy. A VM without the tag predates
+		// it (protocol 1) and is still listed.
+		if k, tagged := vm.Tags[driversdk.TagKeeper]; tagged && k != c.keeperID {
+			continue
+		}
 		o := client.Orphan{Provider: p.Name, VMID: vm.ID, FQDN: vm.FQDN, PrimaryIP: vm.PrimaryIP, RequestID: reqID, RunID: vm.Tags[driversdk.TagRunID]}
 		if req, err := c.st.CloudRequestGet(ctx, reqID); err == nil {
 			o.RunID, o.Step = req.RunID, req.Step
