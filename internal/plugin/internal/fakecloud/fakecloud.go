@@ -27,8 +27,9 @@
 // destroy-unknown-ok, ignore-deadline, unchanged-downtime (a VM
 // already at the spec is reported both unchanged and restarted),
 // no-keeper-tag (VMs lack soulstack.keeper), destroy-unowned (Destroy
-// ignores whose VM it is) and bad-addresses (PublicIP missing from
-// Addresses).
+// ignores whose VM it is), bad-addresses (PublicIP missing from
+// Addresses) and repeat-creates (a repeated request makes new VMs although
+// the driver declares IdempotencyTokens).
 //
 // Its VMs have a public address in 203.0.113.0/24 (TEST-NET-3), which is
 // their PrimaryIP, and a private one in 192.0.2.0/24 (TEST-NET-1) on the
@@ -267,7 +268,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if ids, ok := d.requests[req.RequestID]; ok && d.caps.IdempotencyTokens && req.RequestID != "" {
+	if ids, ok := d.requests[req.RequestID]; ok && d.caps.IdempotencyTokens && req.RequestID != "" && !d.bugs["repeat-creates"] {
 		out := make([]driversdk.VM, len(ids))
 		for i, id := range ids {
 			out[i] = d.vms[id].info
