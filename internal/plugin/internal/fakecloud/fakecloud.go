@@ -294,6 +294,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 			"credentials_sha256": hex.EncodeToString(credsSum[:]),
 			"authorized_keys":    len(req.AuthorizedKeys),
 			"env":                envNames(),
+			"keeper_id":          req.Provider.KeeperID, // as the keeper sees it (tags do not reach the souls)
 		}
 		if c, _ := config(req.Provider); c.APIKey != "" {
 			sum := sha256.Sum256([]byte(c.APIKey))
