@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
 )
 
@@ -145,5 +147,140 @@ func TestCloudAddressChoice(t *testing.T) {
 	souls, err := c.SoulList(ctx, client.ListOptions{})
 	if err != nil || len(souls.Items) != 3 {
 		t.Fatalf("souls = %+v, %v; want the 3 of the first run only", souls, err)
+	}
+}
+
+// TestLocalCloudTwoDeployments: two keeper deployments (two registries,
+// so two deployment ids) share one local driver state dir, as two
+// keepers sharing one cloud account. A's VM has its bridge address as
+// its private address, no public one, and A's deployment tag; B does not
+// report it as an orphan and cannot destroy it through the orphans API
+// (before, B listed every request-tagged VM without a soul of its own);
+// the driver refuses B's Destroy with driver.not_owned; A destroys it.
+func TestLocalCloudTwoDeployments(t *testing.T) {
+	requireLocalVMs(t)
+	t.Parallel()
+	state := t.TempDir()
+	type deployment struct {
+		data string
+		c    *client.Client
+	}
+	var ds [2]deployment
+	for i := range ds {
+		dir := t.TempDir()
+		ds[i].data = filepath.Join(dir, ".keeper")
+		buildLocalDriver(t, filepath.Join(ds[i].data, "plugins"))
+		k := serve(t, dir)
+		ds[i].c = adminClient(t, k, ds[i].data)
+		if _, err := ds[i].c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "two.test", Config: map[string]any{"state_dir": state}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := ds[0], ds[1]
+	idA, idB := deploymentID(t, a.data), deploymentID(t, b.data)
+	if idA == idB {
+		t.Fatalf("two registries share the deployment id %s", idA)
+	}
+	ctx := context.Background()
+	p := driversdk.Provider{Name: "local", FQDNSuffix: "two.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
+	h, err := plugin.New(plugin.Config{PluginDir: filepath.Join(a.data, "plugins")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	d, err := h.Driver(ctx, "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // whatever happens, leave no VM behind
+		vms, _ := d.List(context.Background(), driversdk.ListRequest{Provider: p})
+		for _, vm := range vms {
+			q := p
+			q.KeeperID = vm.Tags[driversdk.TagKeeper]
+			_ = d.Destroy(context.Background(), driversdk.DestroyRequest{Provider: q, VMIDs: []string{vm.ID}})
+		}
+	})
+
+	sc := `steps:
+  - name: provision
+    on: keeper
+    module: core.cloud.created
+    params: {provider: local, profile: {cpus: 1, memory_mb: 128}}
+  - name: hello
+    on: "${ steps.provision.output.hosts.map(h, h.sid) }"
+    module: core.command.ran
+    connect: {retries: 20, delay: 500ms}
+    params: {cmd: "ip -4 -o addr show dev eth0"}
+`
+	run, _, err := a.c.RunCreate(ctx, client.RunCreate{Scenario: sc, File: "two.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := waitRun(t, a.c, run.ID)
+	if final.Phase != "Succeeded" {
+		t.Fatalf("run = %s %+v\n%s", final.Phase, final.Error, describeSteps(final.Steps))
+	}
+	var out struct {
+		Hosts []struct {
+			SID       string `json:"sid"`
+			VMID      string `json:"vm_id"`
+			Address   string `json:"address"`
+			PublicIP  string `json:"public_ip"`
+			PrivateIP string `json:"private_ip"`
+			Addresses []map[string]string
+		} `json:"hosts"`
+	}
+	var outputs map[string]json.RawMessage
+	_ = json.Unmarshal(final.Outputs, &outputs)
+	if err := json.Unmarshal(outputs["provision"], &out); err != nil || len(out.Hosts) != 1 {
+		t.Fatalf("provision output = %s (%v)", outputs["provision"], err)
+	}
+	host := out.Hosts[0]
+	if host.PublicIP != "" || host.PrivateIP == "" || host.Address != host.PrivateIP ||
+		len(host.Addresses) != 1 || host.Addresses[0]["ip"] != host.PrivateIP || host.Addresses[0]["kind"] != "private" {
+		t.Fatalf("host = %+v: want the bridge address as private and the soul's address, no public one", host)
+	}
+	var hello struct{ Stdout string }
+	_ = json.Unmarshal(final.Steps[1].Targets[0].Output, &hello)
+	if !strings.Contains(hello.Stdout, " "+host.PrivateIP+"/") {
+		t.Fatalf("eth0 of the soul reached at %s: %q", host.Address, hello.Stdout)
+	}
+	vms, err := d.List(ctx, driversdk.ListRequest{Provider: p, Tags: map[string]string{driversdk.TagKeeper: idA}})
+	if err != nil || len(vms) != 1 || vms[0].ID != host.VMID {
+		t.Fatalf("VMs tagged with A's deployment %s = %+v, %v", idA, vms, err)
+	}
+
+	orphans, err := b.c.CloudOrphans(ctx, "local")
+	if err != nil || len(orphans.Items) != 0 {
+		t.Fatalf("B's orphans = %+v, %v; want none (the VM is A's)", orphans, err)
+	}
+	if _, err := b.c.CloudOrphansDestroy(ctx, client.OrphansDestroy{Provider: "local", VMIDs: []string{host.VMID}}); err == nil {
+		t.Fatal("B destroyed A's VM as an orphan")
+	}
+	q := p
+	q.KeeperID = idB
+	err = d.Destroy(ctx, driversdk.DestroyRequest{Provider: q, VMIDs: []string{host.VMID}})
+	if driversdk.CodeOf(err) != driversdk.CodeNotOwned {
+		t.Fatalf("Destroy as B = %v, want %s", err, driversdk.CodeNotOwned)
+	}
+	if left, _ := d.List(ctx, driversdk.ListRequest{Provider: p}); len(left) != 1 {
+		t.Fatalf("VMs after B's attempts = %+v", left)
+	}
+
+	destroy := `steps:
+  - name: gone
+    on: keeper
+    module: core.cloud.destroyed
+    params: {provider: local, vm_ids: ["` + host.VMID + `"], sids: ["` + host.SID + `"]}
+`
+	run, _, err = a.c.RunCreate(ctx, client.RunCreate{Scenario: destroy, File: "gone.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final := waitRun(t, a.c, run.ID); final.Phase != "Succeeded" {
+		t.Fatalf("A's destroy = %s %+v\n%s", final.Phase, final.Error, describeSteps(final.Steps))
+	}
+	if left, _ := d.List(ctx, driversdk.ListRequest{Provider: p}); len(left) != 0 {
+		t.Fatalf("VMs after A's destroy = %+v", left)
 	}
 }
