@@ -19,7 +19,18 @@
 //   - the provider's Credentials arrive with each call: use them in memory,
 //     never log or store them;
 //   - the keeper starts the process with a minimal environment (PATH, HOME,
-//     TMPDIR, locale, TZ), not with its own variables.
+//     TMPDIR, locale, TZ), not with its own variables;
+//   - tag every VM with TagRunID, TagRequestID and TagKeeper (the caller's
+//     Provider.KeeperID), and refuse Destroy and Resize of a VM whose
+//     TagKeeper is another deployment's with CodeNotOwned, before changing
+//     anything;
+//   - report a VM's PublicIP and/or PrivateIP, each also in Addresses with
+//     its Kind, and a PrimaryIP that is one of Addresses: the keeper picks
+//     the soul's address from them (the address: public|private setting).
+//
+// A driver built with this package speaks CloudDriver protocol 2 (the
+// version in internal/plugin/wire); a keeper refuses a driver of another
+// version with driver.incompatible, naming both.
 package driversdk
 
 import (
@@ -95,8 +106,8 @@ type VM struct {
 	Addresses []Address
 	// Attributes are driver-specific facts (size, image, zone…).
 	Attributes map[string]any
-	// Tags are the keeper's tags the VM carries: soulstack.run_id and
-	// soulstack.request_id at least.
+	// Tags are the keeper's tags the VM carries: soulstack.run_id,
+	// soulstack.request_id and soulstack.keeper at least.
 	Tags map[string]string
 }
 

@@ -15,6 +15,10 @@ const (
 	CodeResizeUnsupported = "resize.unsupported"
 	// CodeListUnsupported: List on a driver that is not Listable.
 	CodeListUnsupported = "list.unsupported"
+	// CodeNotOwned: Destroy or Resize of a VM that does not carry this
+	// keeper deployment's tag (TagKeeper = Provider.KeeperID): the driver
+	// touched nothing.
+	CodeNotOwned = "driver.not_owned"
 	// CodeDriverFailed: the driver returned an error that is not an *Error.
 	CodeDriverFailed = "driver.failed"
 	// CodeDriverUnavailable: the driver cannot work here (missing tools,

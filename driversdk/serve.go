@@ -314,6 +314,7 @@ func providerFromWire(p *pb.Provider) Provider {
 		FQDNSuffix:  p.GetFqdnSuffix(),
 		Config:      rawJSON(p.GetConfigJson()),
 		Credentials: p.GetCredentials(),
+		KeeperID:    p.GetKeeperId(),
 	}
 }
 
@@ -336,7 +337,22 @@ func vmsToWire(vms []VM) ([]*pb.VM, error) {
 			}
 			attrs = b
 		}
-		out[i] = &pb.VM{Id: vm.ID, Fqdn: vm.FQDN, PrimaryIp: vm.PrimaryIP, AttributesJson: attrs, Tags: vm.Tags}
+		out[i] = &pb.VM{
+			Id: vm.ID, Fqdn: vm.FQDN, PrimaryIp: vm.PrimaryIP,
+			PublicIp: vm.PublicIP, PrivateIp: vm.PrivateIP, Addresses: addressesToWire(vm.Addresses),
+			AttributesJson: attrs, Tags: vm.Tags,
+		}
 	}
 	return out, nil
+}
+
+func addressesToWire(as []Address) []*pb.Address {
+	if len(as) == 0 {
+		return nil
+	}
+	out := make([]*pb.Address, len(as))
+	for i, a := range as {
+		out[i] = &pb.Address{Ip: a.IP, Kind: a.Kind, Network: a.Network}
+	}
+	return out
 }

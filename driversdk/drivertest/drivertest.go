@@ -21,7 +21,12 @@
 //   - ValidateProfile accepts Options.Profile and rejects it with an unknown
 //     key added: code profile.invalid, Field naming that key;
 //   - Create returns Count VMs with distinct IDs, the requested Names as
-//     their FQDNs, a primary IP, and the run and request ID tags;
+//     their FQDNs, a primary IP, and the run, request ID and keeper tags
+//     (soulstack.keeper = Provider.KeeperID);
+//   - the VMs' addresses are consistent: a PublicIP or a PrivateIP (or
+//     both), each listed in Addresses with its kind (public, private),
+//     every Address a valid IP of one of those two kinds, and PrimaryIP
+//     one of the Addresses (List reports the same addresses);
 //   - with IdempotencyTokens, a repeated Create returns the same VMs;
 //   - with Listable, List by the request ID tag finds exactly those VMs;
 //     without it the keeper answers list.unsupported;
@@ -31,8 +36,17 @@
 //   - Destroy removes the VMs (List no longer shows them), a second Destroy
 //     of the same IDs succeeds, and Destroy of an ID the driver never made
 //     fails with vm.not_found;
+//   - ownership: a VM made with another keeper's id (Options.OtherKeeperID)
+//     is refused by Destroy (and, with Resizable, by Resize) with code
+//     driver.not_owned, and is still there afterwards (with Listable);
+//     its own keeper then destroys it;
 //   - deadlines: a Create under a short deadline answers (with VMs or with
 //     driver.timeout) before the keeper would take the driver for hung.
+//
+// Options grows only by new fields whose zero value keeps the behaviour
+// of the suite before them, so a driver's test keeps compiling and
+// meaning the same. Since protocol 2: Provider.KeeperID (default: a
+// random conformance keeper id) and OtherKeeperID.
 package drivertest
 
 import (
@@ -44,9 +58,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -83,11 +99,22 @@ type Options struct {
 	// Env holds extra KEY=VALUE variables for the plugin process, which
 	// otherwise gets only PATH, HOME, TMPDIR, locale and TZ.
 	Env []string
+	// OtherKeeperID is the keeper deployment id the ownership check makes
+	// a VM for, which Provider.KeeperID must then not be able to destroy.
+	// Default: a random id other than Provider.KeeperID. (Provider.KeeperID
+	// itself defaults to a random "conformance-keeper-…" id.)
+	OtherKeeperID string
 }
 
 func (o Options) withDefaults() Options {
 	if o.Provider.FQDNSuffix == "" {
 		o.Provider.FQDNSuffix = "conformance.test"
+	}
+	if o.Provider.KeeperID == "" {
+		o.Provider.KeeperID = "conformance-keeper-" + randomHex()
+	}
+	if o.OtherKeeperID == "" {
+		o.OtherKeeperID = "conformance-other-keeper-" + randomHex()
 	}
 	if len(o.Profile) == 0 {
 		o.Profile = json.RawMessage(`{}`)
@@ -150,7 +177,7 @@ type suite struct {
 	runID     string
 
 	mu      sync.Mutex
-	created map[string]bool // VM IDs to destroy at cleanup
+	created map[string]string // VM IDs to destroy at cleanup -> their keeper id
 }
 
 // Run runs the conformance suite against the driver executable
@@ -161,7 +188,10 @@ func Run(t *testing.T, opts Options) {
 	if opts.Binary == "" {
 		t.Fatal("drivertest: Options.Binary is required")
 	}
-	s := &suite{opts: opts, created: map[string]bool{}}
+	if opts.OtherKeeperID == opts.Provider.KeeperID {
+		t.Fatal("drivertest: Options.OtherKeeperID must differ from Provider.KeeperID")
+	}
+	s := &suite{opts: opts, created: map[string]string{}}
 	s.start(t)
 	s.runID = "conformance-run-" + randomHex()
 	s.requestID = "conformance-req-" + randomHex()
@@ -179,6 +209,7 @@ func Run(t *testing.T, opts Options) {
 	t.Run("Resize", func(t *testing.T) { s.testResize(t, vms) })
 	t.Run("Destroy", func(t *testing.T) { s.testDestroy(t, vms) })
 	t.Run("DestroyUnknown", s.testDestroyUnknown)
+	t.Run("NotOwned", s.testNotOwned)
 	t.Run("Deadline", s.testDeadline)
 }
 
@@ -257,14 +288,29 @@ func randomHex() string {
 	return hex.EncodeToString(b)
 }
 
-// remember records VMs to destroy at cleanup.
+// remember records VMs to destroy at cleanup: their keeper is the one
+// their tag names, else the suite's.
 func (s *suite) remember(vms []driversdk.VM) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, vm := range vms {
-		if vm.ID != "" {
-			s.created[vm.ID] = true
+		if vm.ID == "" {
+			continue
 		}
+		keeper := vm.Tags[driversdk.TagKeeper]
+		if keeper != s.opts.OtherKeeperID {
+			keeper = s.opts.Provider.KeeperID
+		}
+		s.created[vm.ID] = keeper
+	}
+}
+
+// forget drops VMs the suite destroyed itself.
+func (s *suite) forget(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		delete(s.created, id)
 	}
 }
 
@@ -279,16 +325,17 @@ func (s *suite) cleanup(t *testing.T) {
 		}
 	}
 	s.mu.Lock()
-	ids := make([]string, 0, len(s.created))
-	for id := range s.created {
-		ids = append(ids, id)
+	byKeeper := map[string][]string{}
+	for id, keeper := range s.created {
+		byKeeper[keeper] = append(byKeeper[keeper], id)
 	}
 	s.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	if err := s.d.Destroy(ctx, driversdk.DestroyRequest{Provider: s.opts.Provider, VMIDs: ids}); err != nil {
-		t.Errorf("drivertest cleanup: destroy %v: %v (destroy them by hand)", ids, err)
+	for keeper, ids := range byKeeper {
+		p := s.opts.Provider
+		p.KeeperID = keeper
+		if err := s.d.Destroy(ctx, driversdk.DestroyRequest{Provider: p, VMIDs: ids}); err != nil {
+			t.Errorf("drivertest cleanup: destroy %v: %v (destroy them by hand)", ids, err)
+		}
 	}
 }
 
@@ -387,8 +434,47 @@ func (s *suite) testCreate(t *testing.T) []driversdk.VM {
 			t.Errorf("VM %d (%s) tags %v, want %s=%s and %s=%s", i, vm.ID, vm.Tags,
 				driversdk.TagRequestID, s.requestID, driversdk.TagRunID, s.runID)
 		}
+		if got := vm.Tags[driversdk.TagKeeper]; got != s.opts.Provider.KeeperID {
+			t.Errorf("VM %d (%s) tag %s = %q, want the keeper id %q (tags %v)", i, vm.ID, driversdk.TagKeeper, got, s.opts.Provider.KeeperID, vm.Tags)
+		}
+		for _, p := range addressProblems(vm) {
+			t.Errorf("VM %d (%s): %s", i, vm.ID, p)
+		}
 	}
 	return vms
+}
+
+// addressProblems returns what is inconsistent in vm's addresses.
+func addressProblems(vm driversdk.VM) []string {
+	var out []string
+	if vm.PublicIP == "" && vm.PrivateIP == "" {
+		out = append(out, "has neither a PublicIP nor a PrivateIP")
+	}
+	has := map[string]string{} // ip -> kind
+	for _, a := range vm.Addresses {
+		if _, err := netip.ParseAddr(a.IP); err != nil {
+			out = append(out, fmt.Sprintf("address %q is not an IP", a.IP))
+		}
+		if a.Kind != driversdk.AddressPublic && a.Kind != driversdk.AddressPrivate {
+			out = append(out, fmt.Sprintf("address %s has kind %q, want %q or %q", a.IP, a.Kind, driversdk.AddressPublic, driversdk.AddressPrivate))
+		}
+		has[a.IP] = a.Kind
+	}
+	for _, want := range []struct{ ip, kind, name string }{
+		{vm.PublicIP, driversdk.AddressPublic, "PublicIP"},
+		{vm.PrivateIP, driversdk.AddressPrivate, "PrivateIP"},
+	} {
+		if want.ip == "" {
+			continue
+		}
+		if kind, ok := has[want.ip]; !ok || kind != want.kind {
+			out = append(out, fmt.Sprintf("%s %s is not in Addresses as %s (Addresses %+v)", want.name, want.ip, want.kind, vm.Addresses))
+		}
+	}
+	if _, ok := has[vm.PrimaryIP]; vm.PrimaryIP != "" && !ok {
+		out = append(out, fmt.Sprintf("PrimaryIP %s is not one of its Addresses %+v", vm.PrimaryIP, vm.Addresses))
+	}
+	return out
 }
 
 func (s *suite) testCreateIdempotent(t *testing.T, vms []driversdk.VM) {
@@ -461,11 +547,34 @@ func (s *suite) testList(t *testing.T, vms []driversdk.VM) {
 	if !sameIDs(vms, listed) {
 		t.Fatalf("List by %s=%s found %v, want %v", driversdk.TagRequestID, s.requestID, ids(listed), ids(vms))
 	}
+	created := map[string]driversdk.VM{}
+	for _, vm := range vms {
+		created[vm.ID] = vm
+	}
 	for _, vm := range listed {
-		if vm.Tags[driversdk.TagRequestID] != s.requestID {
-			t.Errorf("listed VM %s lacks the request ID tag: %v", vm.ID, vm.Tags)
+		if vm.Tags[driversdk.TagRequestID] != s.requestID || vm.Tags[driversdk.TagKeeper] != s.opts.Provider.KeeperID {
+			t.Errorf("listed VM %s lacks the request ID or keeper tag: %v", vm.ID, vm.Tags)
+		}
+		c := created[vm.ID]
+		if vm.PublicIP != c.PublicIP || vm.PrivateIP != c.PrivateIP || !sameAddresses(vm.Addresses, c.Addresses) {
+			t.Errorf("listed VM %s has public %q private %q addresses %+v; Create said %q %q %+v",
+				vm.ID, vm.PublicIP, vm.PrivateIP, vm.Addresses, c.PublicIP, c.PrivateIP, c.Addresses)
 		}
 	}
+}
+
+func sameAddresses(a, b []driversdk.Address) bool {
+	key := func(x driversdk.Address) string { return x.IP + " " + x.Kind + " " + x.Network }
+	as, bs := make([]string, len(a)), make([]string, len(b))
+	for i := range a {
+		as[i] = key(a[i])
+	}
+	for i := range b {
+		bs[i] = key(b[i])
+	}
+	slices.Sort(as)
+	slices.Sort(bs)
+	return slices.Equal(as, bs)
 }
 
 func (s *suite) testResize(t *testing.T, vms []driversdk.VM) {
@@ -529,6 +638,50 @@ func (s *suite) testDestroyUnknown(t *testing.T) {
 	if c := code(t, err); c != driversdk.CodeVMNotFound {
 		t.Fatalf("Destroy of an unknown VM: %v, want code %s", err, driversdk.CodeVMNotFound)
 	}
+}
+
+// testNotOwned makes a VM as another keeper deployment and checks that
+// this keeper can neither destroy nor resize it.
+func (s *suite) testNotOwned(t *testing.T) {
+	ctx := context.Background()
+	other := s.opts.Provider
+	other.KeeperID = s.opts.OtherKeeperID
+	requestID := "conformance-notowned-" + randomHex()
+	vms, err := s.d.Create(ctx, driversdk.CreateRequest{
+		Provider: other, RequestID: requestID, RunID: s.runID, Profile: s.opts.Profile, Count: 1,
+		Names: s.names(1, "conformance-other-"+randomHex()),
+	})
+	s.remember(vms)
+	if err != nil || len(vms) != 1 {
+		t.Fatalf("Create for another keeper: %v, %v", ids(vms), err)
+	}
+	vm := vms[0]
+	if got := vm.Tags[driversdk.TagKeeper]; got != other.KeeperID {
+		t.Fatalf("VM %s made for keeper %q has %s = %q", vm.ID, other.KeeperID, driversdk.TagKeeper, got)
+	}
+	err = s.d.Destroy(ctx, driversdk.DestroyRequest{Provider: s.opts.Provider, VMIDs: []string{vm.ID}})
+	if err == nil {
+		t.Fatalf("keeper %q destroyed VM %s, which carries keeper %q's tag", s.opts.Provider.KeeperID, vm.ID, other.KeeperID)
+	}
+	if c := code(t, err); c != driversdk.CodeNotOwned {
+		t.Fatalf("Destroy of another keeper's VM: %v, want code %s", err, driversdk.CodeNotOwned)
+	}
+	if s.caps.Resizable {
+		_, err := s.d.Resize(ctx, driversdk.ResizeRequest{Provider: s.opts.Provider, VMIDs: []string{vm.ID}, Spec: s.opts.ResizeSpec})
+		if c := code(t, err); c != driversdk.CodeNotOwned {
+			t.Fatalf("Resize of another keeper's VM: %v, want code %s", err, driversdk.CodeNotOwned)
+		}
+	}
+	if s.caps.Listable {
+		left, err := s.d.List(ctx, driversdk.ListRequest{Provider: other, Tags: map[string]string{driversdk.TagRequestID: requestID}})
+		if err != nil || len(left) != 1 || left[0].ID != vm.ID {
+			t.Fatalf("after the refused Destroy, List by its request = %v, %v; want VM %s still there", ids(left), err, vm.ID)
+		}
+	}
+	if err := s.d.Destroy(ctx, driversdk.DestroyRequest{Provider: other, VMIDs: []string{vm.ID}}); err != nil {
+		t.Fatalf("Destroy of the VM by the keeper that made it: %v", err)
+	}
+	s.forget(vm.ID)
 }
 
 func (s *suite) testDeadline(t *testing.T) {

@@ -57,6 +57,10 @@ func TestSuiteCatchesBrokenDrivers(t *testing.T) {
 		{"destroy-unknown-ok", "Destroy of the unknown VM"},
 		{"ignore-deadline", "the keeper killed the driver"},
 		{"unchanged-downtime", "both unchanged and restarted"},
+		{"no-keeper-tag", "tag soulstack.keeper = \"\", want the keeper id"},
+		{"destroy-unowned", "which carries keeper"},
+		{"bad-addresses", "is not in Addresses as public"},
+		{"repeat-creates", "a repeated Create with the same request ID made other VMs"},
 	} {
 		t.Run(tc.bug, func(t *testing.T) {
 			t.Parallel()

@@ -42,6 +42,7 @@ type keeperTarget struct {
 	tmpl      *template.Template
 	ttl       time.Duration
 	keeperURL string
+	keeperID  string // the deployment id, store.DeploymentID
 }
 
 var (
@@ -49,7 +50,7 @@ var (
 	_ module.Target = (*keeperTarget)(nil)
 )
 
-func newKeeperTarget(c config.Config, st store.Store, files string, sshKey []byte,
+func newKeeperTarget(c config.Config, st store.Store, keeperID, files string, sshKey []byte,
 	drivers func(context.Context, string) (driversdk.Driver, error),
 	resolve func(context.Context, string) ([]byte, error)) (*keeperTarget, error) {
 	signer, err := gossh.ParsePrivateKey(sshKey)
@@ -75,6 +76,7 @@ func newKeeperTarget(c config.Config, st store.Store, files string, sshKey []byt
 		tmpl:      tmpl,
 		ttl:       ttl,
 		keeperURL: c.KeeperURL,
+		keeperID:  keeperID,
 	}, nil
 }
 
@@ -90,6 +92,7 @@ func (k *keeperTarget) Credentials(ctx context.Context, ref string) ([]byte, err
 
 func (k *keeperTarget) AuthorizedKey() string       { return k.pubKey }
 func (k *keeperTarget) BootstrapTTL() time.Duration { return k.ttl }
+func (k *keeperTarget) KeeperID() string            { return k.keeperID }
 
 // Userdata renders the cloud_init template for one VM.
 func (k *keeperTarget) Userdata(u cloud.UserdataVars) (string, error) {

@@ -15,9 +15,10 @@ import (
 // cloudService finds VMs a driver has, made by a keeper, that no live soul
 // row owns: what a crash in the middle of core.cloud.created leaves.
 type cloudService struct {
-	st      store.Store
-	drivers func(ctx context.Context, name string) (driversdk.Driver, error)
-	resolve func(ctx context.Context, ref string) ([]byte, error)
+	st       store.Store
+	keeperID string // passed to drivers as Provider.KeeperID
+	drivers  func(ctx context.Context, name string) (driversdk.Driver, error)
+	resolve  func(ctx context.Context, ref string) ([]byte, error)
 }
 
 func problem(status int, code, format string, args ...any) *client.Problem {
@@ -71,7 +72,7 @@ func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans
 	if !caps.Listable {
 		return nil, d, dp, false, nil
 	}
-	dp = driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: cloud.DriverConfig(p.Config)}
+	dp = driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: cloud.DriverConfig(p.Config), KeeperID: c.keeperID}
 	if p.CredentialsRef != "" {
 		if dp.Credentials, err = c.resolve(ctx, p.CredentialsRef); err != nil {
 			return nil, nil, dp, true, problem(http.StatusBadGateway, "provider.credentials_unavailable", "credentials of provider %q (%s): %v", p.Name, p.CredentialsRef, err)
@@ -94,6 +95,12 @@ func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans
 	for _, vm := range vms {
 		reqID := vm.Tags[driversdk.TagRequestID]
 		if reqID == "" || owned[vm.ID] {
+			continue
+		}
+		// Another keeper deployment's VM (same account, other database)
+		// is not ours to report or destroy. A VM without the tag predates
+		// it (protocol 1) and is still listed.
+		if k, tagged := vm.Tags[driversdk.TagKeeper]; tagged && k != c.keeperID {
 			continue
 		}
 		o := client.Orphan{Provider: p.Name, VMID: vm.ID, FQDN: vm.FQDN, PrimaryIP: vm.PrimaryIP, RequestID: reqID, RunID: vm.Tags[driversdk.TagRunID]}

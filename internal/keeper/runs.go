@@ -45,6 +45,12 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 	if err != nil {
 		return nil, err
 	}
+	// The deployment's id, shared by every keeper on this database: the
+	// ownership tag drivers put on VMs (owner above is this keeper's own).
+	keeperID, err := st.DeploymentID(ctx)
+	if err != nil {
+		return nil, err
+	}
 	sshKey, err := loadOrCreateSSHKey(c.DataDir)
 	if err != nil {
 		return nil, err
@@ -76,7 +82,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 	if err != nil {
 		return nil, err
 	}
-	keeperTarget, err := newKeeperTarget(c, reg, files, sshKey, plugins.Driver, credentials)
+	keeperTarget, err := newKeeperTarget(c, reg, keeperID, files, sshKey, plugins.Driver, credentials)
 	if err != nil {
 		plugins.Close()
 		return nil, err
@@ -102,7 +108,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		plugins.Close()
 		return nil, err
 	}
-	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, drivers: plugins.Driver, resolve: credentials}}, nil
+	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, keeperID: keeperID, drivers: plugins.Driver, resolve: credentials}}, nil
 }
 
 // dataKey returns the key that seals secrets at rest: from data_key_ref

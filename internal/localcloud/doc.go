@@ -196,8 +196,8 @@
 // # State and what stays on the host
 //
 // Everything the driver knows is in the state dir (vms/<id>/vm.json with
-// the VM's tags soulstack.run_id and soulstack.request_id, address, spec,
-// cgroups and init PID), under a flock(2), so a new driver process (the
+// the VM's tags soulstack.run_id, soulstack.request_id and soulstack.keeper,
+// address, spec, cgroups and init PID), under a flock(2), so a new driver process (the
 // keeper restarts crashed plugins) knows the VMs of the old one, and List
 // reports each running or stopped. A VM's init logs to vms/<id>/init.log
 // there; inside the VM, sshd logs to /var/log/soulstack-local-sshd.log.
@@ -206,6 +206,24 @@
 // driver's while it lives (it is their subreaper, to reap them at once on
 // Destroy). A repeated Create with the same RequestID returns the VMs the
 // first one made.
+//
+// # Addresses and ownership
+//
+// A VM's only address is its bridge address, reachable from this host
+// (and from other VMs of the state dir) only: the driver reports it as
+// the VM's PrivateIP and PrimaryIP, and in Addresses as private on eth0.
+// A local VM has no public address, so its soul is reached at the private
+// one whatever the address setting, unless it says address: public, which
+// fails the create (cloud.address_missing).
+//
+// Every VM is tagged soulstack.keeper with the calling keeper deployment's
+// id (Provider.KeeperID). Destroy and Resize refuse, with driver.not_owned
+// and before touching any VM of the call, a VM whose soulstack.keeper is
+// another deployment's. A VM recorded before the tag existed (state of an
+// older driver) has no soulstack.keeper: it counts as owned by whichever
+// keeper uses the state dir, since a state dir is one keeper's; such VMs
+// keep working, and the keeper lists them as orphans when it has no soul
+// for them.
 //
 // With VMs up, the host has the bridge soulbr<id> and the table
 // inet soulstack_local_<id> (<id> derived from the state dir), IPv4

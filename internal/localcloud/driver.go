@@ -216,7 +216,7 @@ func (d *Driver) Destroy(ctx context.Context, req driversdk.DestroyRequest) erro
 	if err != nil {
 		return err
 	}
-	return d.destroy(ctx, cfg, req.VMIDs)
+	return d.destroy(ctx, cfg, req.Provider.KeeperID, req.VMIDs)
 }
 
 // Resize applies the spec's cpus and memory_mb to running VMs at once
@@ -231,7 +231,7 @@ func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 	if _, err := objectKeys(req.Spec, specKeys, ""); err != nil {
 		return nil, err
 	}
-	return d.resize(ctx, cfg, req.VMIDs, req.Spec)
+	return d.resize(ctx, cfg, req.Provider.KeeperID, req.VMIDs, req.Spec)
 }
 
 // List returns the VMs carrying every tag in req.Tags, running or not
@@ -271,7 +271,31 @@ func (v *vmRecord) info(running bool) driversdk.VM {
 	if v.IP.IsValid() {
 		ip = v.IP.String()
 	}
-	return driversdk.VM{ID: v.ID, FQDN: v.FQDN, PrimaryIP: ip, Attributes: attrs, Tags: maps.Clone(v.Tags)}
+	vm := driversdk.VM{ID: v.ID, FQDN: v.FQDN, PrimaryIP: ip, PrivateIP: ip, Attributes: attrs, Tags: maps.Clone(v.Tags)}
+	if ip != "" {
+		// The bridge address is reachable from this host only: private.
+		// A local VM has no public address.
+		vm.Addresses = []driversdk.Address{{IP: ip, Kind: driversdk.AddressPrivate, Network: "eth0"}}
+	}
+	return vm
+}
+
+// owned refuses, with driver.not_owned, the VMs among recs that carry
+// another keeper deployment's tag. A VM without the tag was made before
+// drivers tagged VMs with their keeper (protocol 1): the state dir is one
+// keeper's, so it counts as that keeper's.
+func owned(recs []*vmRecord, keeper string) error {
+	var theirs []string
+	for _, v := range recs {
+		if k, ok := v.Tags[driversdk.TagKeeper]; ok && k != keeper {
+			theirs = append(theirs, v.ID)
+		}
+	}
+	if len(theirs) == 0 {
+		return nil
+	}
+	slices.Sort(theirs)
+	return &driversdk.Error{Code: driversdk.CodeNotOwned, Message: fmt.Sprintf("VM %s does not carry this keeper's tag %s: it was made by another keeper deployment; nothing was changed", strings.Join(theirs, ", "), driversdk.TagKeeper)}
 }
 
 // hasTags reports whether the VM carries every tag in want.

@@ -208,7 +208,7 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 			fqdn = id + "." + p.suffix
 		}
 		tags := map[string]string{}
-		for k, v := range map[string]string{driversdk.TagRequestID: req.RequestID, driversdk.TagRunID: req.RunID} {
+		for k, v := range map[string]string{driversdk.TagRequestID: req.RequestID, driversdk.TagRunID: req.RunID, driversdk.TagKeeper: req.Provider.KeeperID} {
 			if v != "" {
 				tags[k] = v
 			}
@@ -283,7 +283,7 @@ func infos(byIndex map[int]*vmRecord) []driversdk.VM {
 	return out
 }
 
-func (d *Driver) destroy(ctx context.Context, cfg Config, ids []string) error {
+func (d *Driver) destroy(ctx context.Context, cfg Config, keeper string, ids []string) error {
 	if uid := d.euid(); uid != 0 {
 		return unavailable("the local driver must run as root (running as uid %d)", uid)
 	}
@@ -329,6 +329,9 @@ func (d *Driver) destroy(ctx context.Context, cfg Config, ids []string) error {
 	if len(missing) > 0 {
 		return notFound(missing)
 	}
+	if err := owned(recs, keeper); err != nil {
+		return err
+	}
 	h, err := st.loadHost()
 	if err != nil {
 		return err
@@ -363,7 +366,7 @@ func (d *Driver) destroy(ctx context.Context, cfg Config, ids []string) error {
 	return nil
 }
 
-func (d *Driver) resize(ctx context.Context, cfg Config, ids []string, raw json.RawMessage) ([]driversdk.ResizeResult, error) {
+func (d *Driver) resize(ctx context.Context, cfg Config, keeper string, ids []string, raw json.RawMessage) ([]driversdk.ResizeResult, error) {
 	if uid := d.euid(); uid != 0 {
 		return nil, unavailable("the local driver must run as root (running as uid %d)", uid)
 	}
@@ -395,6 +398,9 @@ func (d *Driver) resize(ctx context.Context, cfg Config, ids []string, raw json.
 	}
 	if len(missing) > 0 {
 		return nil, notFound(missing)
+	}
+	if err := owned(recs, keeper); err != nil {
+		return nil, err
 	}
 	specs := make([]Spec, len(recs))
 	for i, v := range recs {

@@ -26,9 +26,9 @@ func (d *Driver) create(context.Context, driversdk.CreateRequest, createPlan) ([
 	return nil, errUnavailable()
 }
 
-func (d *Driver) destroy(context.Context, Config, []string) error { return errUnavailable() }
+func (d *Driver) destroy(context.Context, Config, string, []string) error { return errUnavailable() }
 
-func (d *Driver) resize(context.Context, Config, []string, json.RawMessage) ([]driversdk.ResizeResult, error) {
+func (d *Driver) resize(context.Context, Config, string, []string, json.RawMessage) ([]driversdk.ResizeResult, error) {
 	return nil, errUnavailable()
 }
 

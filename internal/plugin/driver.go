@@ -178,13 +178,20 @@ func providerToWire(p driversdk.Provider) *pb.Provider {
 		FqdnSuffix:  p.FQDNSuffix,
 		ConfigJson:  p.Config,
 		Credentials: p.Credentials,
+		KeeperId:    p.KeeperID,
 	}
 }
 
 func vmsFromWire(driver string, vms []*pb.VM) ([]driversdk.VM, error) {
 	out := make([]driversdk.VM, len(vms))
 	for i, vm := range vms {
-		v := driversdk.VM{ID: vm.GetId(), FQDN: vm.GetFqdn(), PrimaryIP: vm.GetPrimaryIp(), Tags: vm.GetTags()}
+		v := driversdk.VM{
+			ID: vm.GetId(), FQDN: vm.GetFqdn(), PrimaryIP: vm.GetPrimaryIp(),
+			PublicIP: vm.GetPublicIp(), PrivateIP: vm.GetPrivateIp(), Tags: vm.GetTags(),
+		}
+		for _, a := range vm.GetAddresses() {
+			v.Addresses = append(v.Addresses, driversdk.Address{IP: a.GetIp(), Kind: a.GetKind(), Network: a.GetNetwork()})
+		}
 		if b := vm.GetAttributesJson(); len(b) > 0 {
 			if err := json.Unmarshal(b, &v.Attributes); err != nil {
 				return nil, &driversdk.Error{

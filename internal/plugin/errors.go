@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,14 +34,19 @@ func startError(name, path string, err error, tail []string) error {
 	var e *driversdk.Error
 	switch {
 	case strings.Contains(msg, "incompatible API version"):
-		v := "another"
+		v, hint := "another", "install a build of the driver for this keeper"
 		if m := pluginVersion.FindStringSubmatch(msg); m != nil {
 			v = m[1]
+			if n, err := strconv.Atoi(v); err == nil && n < wire.ProtocolVersion {
+				hint = "the driver is older than this keeper: rebuild it against this keeper's driversdk"
+			} else if err == nil {
+				hint = "the driver is newer than this keeper: upgrade the keeper or install an older build of the driver"
+			}
 		}
 		e = &driversdk.Error{
 			Code: driversdk.CodeDriverIncompatible,
-			Message: fmt.Sprintf("driver %q (%s) speaks CloudDriver protocol version %s; this keeper speaks version %d: install a build of the driver for this keeper",
-				name, path, v, wire.ProtocolVersion),
+			Message: fmt.Sprintf("driver %q (%s) speaks CloudDriver protocol version %s; this keeper speaks version %d: %s",
+				name, path, v, wire.ProtocolVersion, hint),
 		}
 	case strings.Contains(msg, "timeout while waiting for plugin to start"):
 		e = &driversdk.Error{

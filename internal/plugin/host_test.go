@@ -272,6 +272,55 @@ func TestDriverRoundTrip(t *testing.T) {
 	}
 }
 
+// TestAddressesAndKeeperIDCrossTheWire: the keeper id reaches the driver
+// (it comes back as the VM's soulstack.keeper tag) and the VM's public,
+// private and other addresses come back (protocol 2); a VM made for
+// another keeper deployment is refused with driver.not_owned.
+func TestAddressesAndKeeperIDCrossTheWire(t *testing.T) {
+	t.Parallel()
+	h, _ := newHost(t, plugin.Config{})
+	d := fake(t, h)
+	ctx := context.Background()
+	mine, theirs := provider(`{}`), provider(`{}`)
+	mine.KeeperID, theirs.KeeperID = "keeper-mine", "keeper-theirs"
+
+	vms, err := d.Create(ctx, driversdk.CreateRequest{Provider: mine, RequestID: "req-addr", RunID: "run-addr", Count: 1})
+	if err != nil || len(vms) != 1 {
+		t.Fatalf("Create = %+v, %v", vms, err)
+	}
+	vm := vms[0]
+	if vm.Tags[driversdk.TagKeeper] != "keeper-mine" {
+		t.Fatalf("tags = %v, want %s=keeper-mine", vm.Tags, driversdk.TagKeeper)
+	}
+	if !strings.HasPrefix(vm.PublicIP, "203.0.113.") || !strings.HasPrefix(vm.PrivateIP, "192.0.2.") || vm.PrimaryIP != vm.PublicIP {
+		t.Fatalf("addresses: primary %q public %q private %q", vm.PrimaryIP, vm.PublicIP, vm.PrivateIP)
+	}
+	want := []driversdk.Address{
+		{IP: vm.PrivateIP, Kind: driversdk.AddressPrivate, Network: "fake-net"},
+		{IP: vm.PublicIP, Kind: driversdk.AddressPublic},
+	}
+	if !slices.Equal(vm.Addresses, want) {
+		t.Fatalf("Addresses = %+v, want %+v", vm.Addresses, want)
+	}
+	listed, err := d.List(ctx, driversdk.ListRequest{Provider: mine, Tags: map[string]string{driversdk.TagKeeper: "keeper-mine"}})
+	if err != nil || len(listed) != 1 || !slices.Equal(listed[0].Addresses, want) {
+		t.Fatalf("List = %+v, %v", listed, err)
+	}
+
+	e := wantCode(t, d.Destroy(ctx, driversdk.DestroyRequest{Provider: theirs, VMIDs: []string{vm.ID}}), driversdk.CodeNotOwned)
+	if !strings.Contains(e.Message, vm.ID) {
+		t.Fatalf("message %q does not name the VM", e.Message)
+	}
+	_, err = d.Resize(ctx, driversdk.ResizeRequest{Provider: theirs, VMIDs: []string{vm.ID}, Spec: json.RawMessage(`{"cpus": 4}`)})
+	wantCode(t, err, driversdk.CodeNotOwned)
+	if listed, _ := d.List(ctx, driversdk.ListRequest{Provider: mine}); len(listed) != 1 || listed[0].Attributes["cpus"] != float64(0) {
+		t.Fatalf("a refused call changed the VM: %+v", listed)
+	}
+	if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: mine, VMIDs: []string{vm.ID}}); err != nil {
+		t.Fatalf("Destroy by its own keeper: %v", err)
+	}
+}
+
 func TestDriverErrorKeepsCodeMessageAndField(t *testing.T) {
 	t.Parallel()
 	h, _ := newHost(t, plugin.Config{})
@@ -325,16 +374,28 @@ func TestProcessIsReused(t *testing.T) {
 
 func TestVersionMismatchIsRefused(t *testing.T) {
 	t.Parallel()
-	h, _ := newHost(t, plugin.Config{Env: []string{"SOULSTACK_FAKECLOUD_HANDSHAKE=v2"}})
-	_, err := h.Driver(context.Background(), "fake")
-	e := wantCode(t, err, driversdk.CodeDriverIncompatible)
-	for _, want := range []string{"protocol version 2", "this keeper speaks version 1"} {
-		if !strings.Contains(e.Message, want) {
-			t.Fatalf("message %q lacks %q", e.Message, want)
-		}
-	}
-	if h.PID("fake") != 0 {
-		t.Fatal("an incompatible plugin is left running")
+	for _, tc := range []struct {
+		name, mode string
+		want       []string
+	}{
+		// A driver built before protocol 2 (no addresses, no keeper id).
+		{"old", "v1", []string{"protocol version 1;", "this keeper speaks version 2", "older than this keeper"}},
+		{"newer", "future", []string{"protocol version 3;", "this keeper speaks version 2", "newer than this keeper"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h, _ := newHost(t, plugin.Config{Env: []string{"SOULSTACK_FAKECLOUD_HANDSHAKE=" + tc.mode}})
+			_, err := h.Driver(context.Background(), "fake")
+			e := wantCode(t, err, driversdk.CodeDriverIncompatible)
+			for _, want := range tc.want {
+				if !strings.Contains(e.Message, want) {
+					t.Fatalf("message %q lacks %q", e.Message, want)
+				}
+			}
+			if h.PID("fake") != 0 {
+				t.Fatal("an incompatible plugin is left running")
+			}
+		})
 	}
 }
 

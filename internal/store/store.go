@@ -248,6 +248,11 @@ type Store interface {
 	// the chain head recorded at the start of the scan.
 	AuditScan(ctx context.Context, fn func(audit.Event) error) (audit.Head, error)
 
+	// DeploymentID returns the id of the keeper deployment this database
+	// is the registry of: made once by a migration, never changed, the
+	// same for every keeper that uses the database.
+	DeploymentID(ctx context.Context) (string, error)
+
 	Ping(ctx context.Context) error
 	Close() error
 }

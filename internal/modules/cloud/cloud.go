@@ -107,7 +107,8 @@ func (*Created) Info() module.Info {
 		},
 		Exclusive: []module.Group{{Params: []string{"userdata", "generate_userdata", "self_onboard"}}},
 		Output: []module.Field{
-			{Name: "hosts", Type: "array<object>", Doc: "One entry per VM: {sid, vm_id, primary_ip, attributes?, bootstrap_token}."},
+			{Name: "hosts", Type: "array<object>", Doc: "One entry per VM: {sid, vm_id, address, primary_ip, public_ip, private_ip, addresses: [{ip, kind: public|private, network?}], attributes?, bootstrap_token}. " +
+				"address is the one the soul is reached at (see the address setting); public_ip or private_ip is empty when the VM has none."},
 			{Name: "count", Type: "int", Doc: "Number of VMs created."},
 			{Name: "vm_ids", Type: "array<string>", Doc: "Provider-side IDs of the created VMs."},
 			{Name: "action", Type: "string", Doc: "created"},
@@ -132,6 +133,11 @@ func (*Created) Info() module.Info {
 			"hosts[].bootstrap_token is the plain one-time token, deliberately in the output because cloud-init must hand " +
 				"it to the VM at first boot; the database keeps only its hash. The masking filter hides it on every output " +
 				"channel because its key contains `token`: do not rename it.",
+			"The soul's address is chosen by the setting `address: public | private` in the profile spec or, when the profile has none, " +
+				"in the provider's config (the keeper reads it; the driver never sees the key): public takes the VM's public_ip, private its private_ip, " +
+				"and with no setting the public one is used when the VM has one, else the private one. Any other value fails the step before " +
+				"anything is made (cloud.address_invalid); a VM without the address asked for fails it after the create (cloud.address_missing; " +
+				"the VMs are tagged with the request, soulctl cloud orphans lists them). Choose private when the keeper is in the VMs' network.",
 			"Souls rows created by this step have no creating actor (keeper-internal action).",
 			auditNote,
 		},

@@ -52,6 +52,9 @@ type Host interface {
 	Userdata(u UserdataVars) (string, error)
 	// BootstrapTTL is how long a bootstrap token lives once its VM exists.
 	BootstrapTTL() time.Duration
+	// KeeperID is the keeper deployment's id (store.DeploymentID), passed
+	// to the driver with every call as Provider.KeeperID.
+	KeeperID() string
 }
 
 // UserdataVars are the values a cloud_init template sees.
@@ -100,7 +103,7 @@ func provider(ctx context.Context, h Host, name string) (store.Provider, drivers
 	if err != nil {
 		return p, nil, driversdk.Provider{}, driverError("start driver "+p.Driver, err)
 	}
-	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: DriverConfig(p.Config)}
+	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: DriverConfig(p.Config), KeeperID: h.KeeperID()}
 	if p.CredentialsRef != "" {
 		if dp.Credentials, err = h.Credentials(ctx, p.CredentialsRef); err != nil {
 			return p, nil, dp, &module.Error{Code: "provider.credentials_unavailable", Message: fmt.Sprintf("credentials of provider %q (%s): %v", name, p.CredentialsRef, err)}
@@ -136,10 +139,10 @@ func spec(ctx context.Context, h Host, provider string, v any) (json.RawMessage,
 
 // keeperKeys are the provider config keys the keeper itself reads; the
 // driver never sees them.
-var keeperKeys = []string{"max_count"}
+var keeperKeys = []string{"max_count", "address"}
 
 // DriverConfig returns a provider's config without the keys the keeper
-// reads itself (max_count), as the driver gets it.
+// reads itself (max_count, address), as the driver gets it.
 func DriverConfig(raw json.RawMessage) json.RawMessage {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(raw, &m) != nil || m == nil {
@@ -249,6 +252,10 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 	if err != nil {
 		return module.Result{}, err
 	}
+	mode, profile, err := addressSetting(prov.Name, prov.Config, profile)
+	if err != nil {
+		return module.Result{}, err
+	}
 	if err := d.ValidateProfile(ctx, dp, profile); err != nil {
 		return module.Result{}, driverError("validate profile", err)
 	}
@@ -339,17 +346,23 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 		if sid == "" {
 			return fail("cloud.fqdn_missing", fmt.Sprintf("VM %s has no FQDN, so it cannot become a soul", vm.ID))
 		}
+		addr, err := chooseAddress(mode, vm)
+		if err != nil {
+			return fail(module.Code(err), err.Error())
+		}
 		attrs, _ := json.Marshal(vm.Attributes)
 		// A driver that reports the VM's SSH host key (attribute
 		// ssh_host_key) lets the keeper pin it now instead of trusting
 		// the first contact.
 		hostKey, _ := vm.Attributes["ssh_host_key"].(string)
 		souls[i] = store.Soul{
-			SID: sid, Provider: prov.Name, VMID: vm.ID, Address: vm.PrimaryIP, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
+			SID: sid, Provider: prov.Name, VMID: vm.ID, Address: addr, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
 			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey},
 		}
 		tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: hashes[i], ExpiresAt: created.Add(h.BootstrapTTL())}
-		hosts[i] = map[string]any{"sid": sid, "vm_id": vm.ID, "primary_ip": vm.PrimaryIP, "attributes": vm.Attributes, "bootstrap_token": plain[i]}
+		hosts[i] = map[string]any{"sid": sid, "vm_id": vm.ID, "address": addr, "primary_ip": vm.PrimaryIP,
+			"public_ip": vm.PublicIP, "private_ip": vm.PrivateIP, "addresses": addressesOut(vm),
+			"attributes": vm.Attributes, "bootstrap_token": plain[i]}
 		vmIDs[i] = vm.ID
 	}
 	if err := h.Registry().CloudProvision(ctx, store.CloudProvisionParams{
@@ -502,6 +515,9 @@ func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h Host) (mod
 	}
 	sp, err := spec(ctx, h, prov.Name, p.Profile)
 	if err != nil {
+		return module.Result{}, err
+	}
+	if _, sp, err = takeAddress(sp, "profile"); err != nil { // the keeper's key, not the driver's
 		return module.Result{}, err
 	}
 	if err := d.ValidateProfile(ctx, dp, sp); err != nil {

@@ -36,9 +36,13 @@ type fakeCloud struct {
 	// that predates ResizeResult.Unchanged.
 	resizeAlways bool
 	creds        []byte
-	userdata     []string
-	destroyed    [][]string // the VM IDs of each Destroy call
-	resized      [][]string // the VM IDs of each Resize call
+	config       json.RawMessage // the provider config of the last Create
+	// public: VMs get a public address (198.51.100.N) besides their
+	// private one, which is then their PrimaryIP no more.
+	public    bool
+	userdata  []string
+	destroyed [][]string // the VM IDs of each Destroy call
+	resized   [][]string // the VM IDs of each Resize call
 }
 
 func (f *fakeCloud) Capabilities(context.Context) (driversdk.Capabilities, error) {
@@ -59,7 +63,7 @@ func (f *fakeCloud) ValidateProfile(_ context.Context, _ driversdk.Provider, pro
 func (f *fakeCloud) Create(_ context.Context, req driversdk.CreateRequest) ([]driversdk.VM, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.creds, f.userdata = req.Provider.Credentials, req.Userdata
+	f.creds, f.userdata, f.config = req.Provider.Credentials, req.Userdata, req.Provider.Config
 	if f.failCreate {
 		return nil, driversdk.Errorf("quota.exceeded", "the provider's quota is used up")
 	}
@@ -73,6 +77,13 @@ func (f *fakeCloud) Create(_ context.Context, req driversdk.CreateRequest) ([]dr
 		}
 		vm := driversdk.VM{ID: id, FQDN: name, PrimaryIP: fmt.Sprintf("10.9.0.%d", f.next), Attributes: map[string]any{"size": "s"},
 			Tags: map[string]string{driversdk.TagRequestID: req.RequestID, driversdk.TagRunID: req.RunID}}
+		vm.PrivateIP = vm.PrimaryIP
+		vm.Addresses = []driversdk.Address{{IP: vm.PrivateIP, Kind: driversdk.AddressPrivate, Network: "net-a"}}
+		if f.public {
+			vm.PublicIP = fmt.Sprintf("198.51.100.%d", f.next)
+			vm.PrimaryIP = vm.PublicIP
+			vm.Addresses = append(vm.Addresses, driversdk.Address{IP: vm.PublicIP, Kind: driversdk.AddressPublic})
+		}
 		f.vms[id] = vm
 		out = append(out, vm)
 	}
@@ -158,6 +169,7 @@ func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 	return fmt.Sprintf("#cloud-config\n# sid=%s index=%d token=%s\n", u.SID, u.Index, u.Token), nil
 }
 func (h *keeperHost) BootstrapTTL() time.Duration { return time.Hour }
+func (h *keeperHost) KeeperID() string            { return "kd-cloudtest" }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {
 	t.Helper()
@@ -773,5 +785,81 @@ func TestCreatedChangesWhen(t *testing.T) {
 	}
 	if souls, _ := h.st.SoulsOfProvider(ctx, "acme"); len(souls) != 2 {
 		t.Fatalf("souls = %d, want the 2 of the two creates", len(souls))
+	}
+}
+
+// TestCreatedAddressChoice: the soul's address is the VM's public or
+// private one as the profile (first) or the provider config says, public
+// by default when there is one; the outputs carry both and every address;
+// the setting is the keeper's (the driver never sees it) and is checked
+// strictly.
+func TestCreatedAddressChoice(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		config       string // the provider's
+		profile      map[string]any
+		public       bool // the VM has a public address
+		want         string
+		code         string
+		driverCalled bool
+	}{
+		{name: "default public", config: `{}`, public: true, want: "198.51.100.1"},
+		{name: "default private when no public", config: `{}`, want: "10.9.0.1"},
+		{name: "provider private", config: `{"address": "private"}`, public: true, want: "10.9.0.1"},
+		{name: "profile wins", config: `{"address": "private"}`, profile: map[string]any{"address": "public", "size": "s"}, public: true, want: "198.51.100.1"},
+		{name: "profile private", config: `{}`, profile: map[string]any{"address": "private"}, public: true, want: "10.9.0.1"},
+		{name: "public asked, none there", config: `{"address": "public"}`, code: "cloud.address_missing", driverCalled: true},
+		{name: "bad provider value", config: `{"address": "internal"}`, public: true, code: "cloud.address_invalid"},
+		{name: "bad profile value", config: `{}`, profile: map[string]any{"address": true}, public: true, code: "cloud.address_invalid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h, ctx := setup(t)
+			h.cloud.public = tc.public
+			if _, err := h.st.ProviderCreate(ctx, store.ProviderCreateParams{Provider: store.Provider{Name: "duo", Driver: "fake", FQDNSuffix: "duo.test", Config: json.RawMessage(tc.config)}, Actor: "tok_t"}); err != nil {
+				t.Fatal(err)
+			}
+			params := map[string]any{"provider": "duo"}
+			if tc.profile != nil {
+				params["profile"] = tc.profile
+			}
+			res, err := run(t, &cloud.Created{}, h, params)
+			if got := len(h.cloud.vms) > 0; tc.code != "" && got != tc.driverCalled {
+				t.Fatalf("driver made VMs: %v, want %v", got, tc.driverCalled)
+			}
+			if tc.code != "" {
+				if module.Code(err) != tc.code {
+					t.Fatalf("err = %v, want code %s", err, tc.code)
+				}
+				if !strings.Contains(err.Error(), "address") {
+					t.Fatalf("error %q does not name the setting", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(h.cloud.config), "address") {
+				t.Fatalf("the driver got the keeper's address key in its config: %s", h.cloud.config)
+			}
+			host := res.Output.(map[string]any)["hosts"].([]any)[0].(map[string]any)
+			if host["address"] != tc.want || host["private_ip"] != "10.9.0.1" {
+				t.Fatalf("host = %#v, want address %s", host, tc.want)
+			}
+			wantPublic := ""
+			if tc.public {
+				wantPublic = "198.51.100.1"
+			}
+			addrs := host["addresses"].([]any)
+			if host["public_ip"] != wantPublic || len(addrs) != 1+len(wantPublic)/len("198.51.100.1") ||
+				addrs[0].(map[string]any)["ip"] != "10.9.0.1" || addrs[0].(map[string]any)["kind"] != "private" || addrs[0].(map[string]any)["network"] != "net-a" {
+				t.Fatalf("host = %#v", host)
+			}
+			so, err := h.st.SoulGet(ctx, host["sid"].(string))
+			if err != nil || so.Address != tc.want || so.PrimaryIP != host["primary_ip"] {
+				t.Fatalf("soul = %+v, %v; want address %s", so, err, tc.want)
+			}
+		})
 	}
 }

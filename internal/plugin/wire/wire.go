@@ -31,7 +31,12 @@ import (
 // ProtocolVersion is the version of the CloudDriver protocol this build
 // speaks. Bump it on any change a peer of the previous version cannot
 // understand; the keeper refuses a plugin that speaks no version it knows.
-const ProtocolVersion = 1
+//
+// Version 2 added the VM's public_ip, private_ip and addresses, and the
+// provider's keeper_id: a version-1 driver would leave the keeper without
+// the addresses it chooses a soul's address from, and would make VMs
+// without the keeper's ownership tag.
+const ProtocolVersion = 2
 
 // Handshake is the go-plugin handshake between the keeper and a driver. The
 // magic cookie is not a secret: it only keeps a plugin binary started by hand

@@ -33,3 +33,15 @@ func TestSoulContactMigration(t *testing.T) {
 		func(ctx context.Context, v int64) error { return postgres.MigrateTo(ctx, db, v) },
 		func(ctx context.Context) error { _, err := postgres.Migrate(ctx, db); return err })
 }
+
+func TestDeploymentMigration(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("pgx", testdb.FreshPostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storetest.DeploymentMigration(t, db,
+		func(ctx context.Context, v int64) error { return postgres.MigrateTo(ctx, db, v) },
+		func(ctx context.Context) error { _, err := postgres.Migrate(ctx, db); return err })
+}

@@ -33,3 +33,15 @@ func TestSoulContactMigration(t *testing.T) {
 		func(ctx context.Context, v int64) error { return sqlite.MigrateTo(ctx, db, v) },
 		func(ctx context.Context) error { _, err := sqlite.Migrate(ctx, db); return err })
 }
+
+func TestDeploymentMigration(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "keeper.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storetest.DeploymentMigration(t, db,
+		func(ctx context.Context, v int64) error { return sqlite.MigrateTo(ctx, db, v) },
+		func(ctx context.Context) error { _, err := sqlite.Migrate(ctx, db); return err })
+}

@@ -50,6 +50,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"CloudProvisionAndDestroy", testCloudProvisionAndDestroy},
 		{"CloudAuditFailure", testCloudAuditFailure},
 		{"CloudDestroyFiltered", testCloudDestroyFiltered},
+		{"DeploymentID", testDeploymentID},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,6 +14,7 @@
 //	                        and some text to stdout
 //	{"log_credentials": true}  log the provider's credentials in plain text,
 //	                        as a careless driver might
+//	{"private_only": true}  its VMs have a private address and no public one
 //	{"api_key": "…"}        nothing but a secret-looking setting: its VMs'
 //	                        attributes carry its SHA-256 (config_api_sha256),
 //	                        so a test sees what the driver got
@@ -23,8 +24,19 @@
 // unset; "none" for none). SOULSTACK_FAKECLOUD_BUGS turns it into a driver
 // that breaks the contract, to show that the conformance suite notices: a
 // comma-separated list of ignore-names, no-tags, accept-unknown-keys,
-// destroy-unknown-ok, ignore-deadline and unchanged-downtime (a VM
-// already at the spec is reported both unchanged and restarted).
+// destroy-unknown-ok, ignore-deadline, unchanged-downtime (a VM
+// already at the spec is reported both unchanged and restarted),
+// no-keeper-tag (VMs lack soulstack.keeper), destroy-unowned (Destroy
+// ignores whose VM it is), bad-addresses (PublicIP missing from
+// Addresses) and repeat-creates (a repeated request makes new VMs although
+// the driver declares IdempotencyTokens).
+//
+// Its VMs have a public address in 203.0.113.0/24 (TEST-NET-3), which is
+// their PrimaryIP, and a private one in 192.0.2.0/24 (TEST-NET-1) on the
+// network "fake-net"; neither is ever routed. They carry the keeper's
+// tags, soulstack.keeper among them, and Destroy and Resize refuse a VM
+// whose soulstack.keeper is not the calling provider's KeeperID
+// (driver.not_owned).
 //
 // Its VMs' attributes carry the SHA-256 of the credentials the call came
 // with, so a test can see that they arrived, and the names of the
@@ -59,6 +71,7 @@ type Config struct {
 	Chatter        int    `json:"chatter,omitempty"`
 	LogCredentials bool   `json:"log_credentials,omitempty"`
 	APIKey         string `json:"api_key,omitempty"`
+	PrivateOnly    bool   `json:"private_only,omitempty"`
 }
 
 // Spec is the profile (and resize) spec the fake cloud understands.
@@ -255,7 +268,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if ids, ok := d.requests[req.RequestID]; ok && d.caps.IdempotencyTokens && req.RequestID != "" {
+	if ids, ok := d.requests[req.RequestID]; ok && d.caps.IdempotencyTokens && req.RequestID != "" && !d.bugs["repeat-creates"] {
 		out := make([]driversdk.VM, len(ids))
 		for i, id := range ids {
 			out[i] = d.vms[id].info
@@ -281,6 +294,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 			"credentials_sha256": hex.EncodeToString(credsSum[:]),
 			"authorized_keys":    len(req.AuthorizedKeys),
 			"env":                envNames(),
+			"keeper_id":          req.Provider.KeeperID, // as the keeper sees it (tags do not reach the souls)
 		}
 		if c, _ := config(req.Provider); c.APIKey != "" {
 			sum := sha256.Sum256([]byte(c.APIKey))
@@ -290,12 +304,20 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 			sum := sha256.Sum256([]byte(req.Userdata[i]))
 			attrs["userdata_sha256"] = hex.EncodeToString(sum[:])
 		}
+		cfg, _ := config(req.Provider)
+		n := 1 + len(d.vms)%250
 		out[i] = driversdk.VM{
 			ID:         id,
 			FQDN:       fqdn,
-			PrimaryIP:  fmt.Sprintf("192.0.2.%d", 1+len(d.vms)%250), // TEST-NET-1: never routed
 			Attributes: attrs,
-			Tags:       map[string]string{driversdk.TagRunID: req.RunID, driversdk.TagRequestID: req.RequestID},
+			Tags: map[string]string{
+				driversdk.TagRunID: req.RunID, driversdk.TagRequestID: req.RequestID,
+				driversdk.TagKeeper: req.Provider.KeeperID,
+			},
+		}
+		setAddresses(&out[i], n, cfg.PrivateOnly, d.bugs["bad-addresses"])
+		if d.bugs["no-keeper-tag"] {
+			delete(out[i].Tags, driversdk.TagKeeper)
 		}
 		if d.bugs["no-tags"] {
 			out[i].Tags = nil
@@ -304,6 +326,32 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 		d.requests[req.RequestID] = append(d.requests[req.RequestID], id)
 	}
 	return out, nil
+}
+
+// setAddresses gives vm number n its addresses: a private one (TEST-NET-1)
+// and, unless privateOnly, a public one (TEST-NET-3) that is its
+// PrimaryIP. bad leaves the public address out of Addresses.
+func setAddresses(vm *driversdk.VM, n int, privateOnly, bad bool) {
+	vm.PrivateIP = fmt.Sprintf("192.0.2.%d", n)
+	vm.PrimaryIP = vm.PrivateIP
+	vm.Addresses = []driversdk.Address{{IP: vm.PrivateIP, Kind: driversdk.AddressPrivate, Network: "fake-net"}}
+	if privateOnly {
+		return
+	}
+	vm.PublicIP = fmt.Sprintf("203.0.113.%d", n)
+	vm.PrimaryIP = vm.PublicIP
+	if !bad {
+		vm.Addresses = append(vm.Addresses, driversdk.Address{IP: vm.PublicIP, Kind: driversdk.AddressPublic})
+	}
+}
+
+// owned refuses, with driver.not_owned, a VM that does not carry keeper's
+// tag.
+func (d *Driver) owned(v *vm, id, keeper string) error {
+	if d.bugs["destroy-unowned"] || v.info.Tags[driversdk.TagKeeper] == keeper {
+		return nil
+	}
+	return driversdk.Errorf(driversdk.CodeNotOwned, "the fake cloud's VM %q does not carry this keeper's tag %s", id, driversdk.TagKeeper)
 }
 
 // envNames returns the names of the process's environment variables.
@@ -331,8 +379,14 @@ func (d *Driver) Destroy(ctx context.Context, req driversdk.DestroyRequest) erro
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, id := range req.VMIDs {
-		if _, ok := d.vms[id]; !ok && !d.bugs["destroy-unknown-ok"] {
+		v, ok := d.vms[id]
+		if !ok && !d.bugs["destroy-unknown-ok"] {
 			return driversdk.Errorf(driversdk.CodeVMNotFound, "the fake cloud has no VM %q", id)
+		}
+		if ok && !v.destroyed {
+			if err := d.owned(v, id, req.Provider.KeeperID); err != nil {
+				return err
+			}
 		}
 	}
 	for _, id := range req.VMIDs {
@@ -356,6 +410,13 @@ func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	for _, id := range req.VMIDs { // refuse before touching any VM
+		if v, ok := d.vms[id]; ok && !v.destroyed {
+			if err := d.owned(v, id, req.Provider.KeeperID); err != nil {
+				return nil, err
+			}
+		}
+	}
 	out := make([]driversdk.ResizeResult, len(req.VMIDs))
 	for i, id := range req.VMIDs {
 		v, ok := d.vms[id]

@@ -45,7 +45,12 @@ type Provider struct {
 	// config_json is the provider's driver-specific config, a JSON object.
 	ConfigJson []byte `protobuf:"bytes,4,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
 	// credentials is the resolved secret the provider's credentials_ref names.
-	Credentials   []byte `protobuf:"bytes,5,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	Credentials []byte `protobuf:"bytes,5,opt,name=credentials,proto3" json:"credentials,omitempty"`
+	// keeper_id identifies the keeper deployment making the call (the same
+	// for every keeper sharing one database); drivers tag what they make
+	// with it and refuse to destroy or resize VMs without it. Since
+	// protocol 2.
+	KeeperId      string `protobuf:"bytes,6,opt,name=keeper_id,json=keeperId,proto3" json:"keeper_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -113,6 +118,13 @@ func (x *Provider) GetCredentials() []byte {
 		return x.Credentials
 	}
 	return nil
+}
+
+func (x *Provider) GetKeeperId() string {
+	if x != nil {
+		return x.KeeperId
+	}
+	return ""
 }
 
 type CapabilitiesRequest struct {
@@ -411,8 +423,17 @@ type VM struct {
 	// attributes_json is a JSON object of driver-specific facts (empty: none).
 	AttributesJson []byte            `protobuf:"bytes,4,opt,name=attributes_json,json=attributesJson,proto3" json:"attributes_json,omitempty"`
 	Tags           map[string]string `protobuf:"bytes,5,rep,name=tags,proto3" json:"tags,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// public_ip is the address reachable from outside the VM's cloud
+	// network; empty when it has none. Since protocol 2.
+	PublicIp string `protobuf:"bytes,6,opt,name=public_ip,json=publicIp,proto3" json:"public_ip,omitempty"`
+	// private_ip is the address inside the VM's cloud network; empty when it
+	// has none. Since protocol 2.
+	PrivateIp string `protobuf:"bytes,7,opt,name=private_ip,json=privateIp,proto3" json:"private_ip,omitempty"`
+	// addresses lists every address of the VM, public_ip and private_ip
+	// among them. Since protocol 2.
+	Addresses     []*Address `protobuf:"bytes,8,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VM) Reset() {
@@ -480,6 +501,90 @@ func (x *VM) GetTags() map[string]string {
 	return nil
 }
 
+func (x *VM) GetPublicIp() string {
+	if x != nil {
+		return x.PublicIp
+	}
+	return ""
+}
+
+func (x *VM) GetPrivateIp() string {
+	if x != nil {
+		return x.PrivateIp
+	}
+	return ""
+}
+
+func (x *VM) GetAddresses() []*Address {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+// Address is one of a VM's addresses.
+type Address struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ip    string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	// kind is "public" or "private".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// network names the cloud network, subnet or interface, when known.
+	Network       string `protobuf:"bytes,3,opt,name=network,proto3" json:"network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Address) Reset() {
+	*x = Address{}
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Address) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Address) ProtoMessage() {}
+
+func (x *Address) ProtoReflect() protoreflect.Message {
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Address.ProtoReflect.Descriptor instead.
+func (*Address) Descriptor() ([]byte, []int) {
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Address) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *Address) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Address) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
 type CreateResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Vms           []*VM                  `protobuf:"bytes,1,rep,name=vms,proto3" json:"vms,omitempty"`
@@ -489,7 +594,7 @@ type CreateResponse struct {
 
 func (x *CreateResponse) Reset() {
 	*x = CreateResponse{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[7]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +606,7 @@ func (x *CreateResponse) String() string {
 func (*CreateResponse) ProtoMessage() {}
 
 func (x *CreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[7]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +619,7 @@ func (x *CreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateResponse.ProtoReflect.Descriptor instead.
 func (*CreateResponse) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{7}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateResponse) GetVms() []*VM {
@@ -534,7 +639,7 @@ type DestroyRequest struct {
 
 func (x *DestroyRequest) Reset() {
 	*x = DestroyRequest{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[8]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +651,7 @@ func (x *DestroyRequest) String() string {
 func (*DestroyRequest) ProtoMessage() {}
 
 func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[8]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +664,7 @@ func (x *DestroyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyRequest.ProtoReflect.Descriptor instead.
 func (*DestroyRequest) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{8}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DestroyRequest) GetProvider() *Provider {
@@ -584,7 +689,7 @@ type DestroyResponse struct {
 
 func (x *DestroyResponse) Reset() {
 	*x = DestroyResponse{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[9]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +701,7 @@ func (x *DestroyResponse) String() string {
 func (*DestroyResponse) ProtoMessage() {}
 
 func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[9]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +714,7 @@ func (x *DestroyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyResponse.ProtoReflect.Descriptor instead.
 func (*DestroyResponse) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{9}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{10}
 }
 
 type ResizeRequest struct {
@@ -623,7 +728,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[10]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +740,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[10]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +753,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{10}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ResizeRequest) GetProvider() *Provider {
@@ -685,7 +790,7 @@ type ResizeResult struct {
 
 func (x *ResizeResult) Reset() {
 	*x = ResizeResult{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[11]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -697,7 +802,7 @@ func (x *ResizeResult) String() string {
 func (*ResizeResult) ProtoMessage() {}
 
 func (x *ResizeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[11]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -710,7 +815,7 @@ func (x *ResizeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResult.ProtoReflect.Descriptor instead.
 func (*ResizeResult) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{11}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResizeResult) GetVmId() string {
@@ -743,7 +848,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[12]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -755,7 +860,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[12]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -768,7 +873,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{12}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ResizeResponse) GetResults() []*ResizeResult {
@@ -788,7 +893,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[13]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +905,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[13]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +918,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{13}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetProvider() *Provider {
@@ -839,7 +944,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[14]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +956,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[14]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +969,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{14}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResponse) GetVms() []*VM {
@@ -888,7 +993,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[15]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1005,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[15]
+	mi := &file_clouddriver_v1_clouddriver_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1018,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{15}
+	return file_clouddriver_v1_clouddriver_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Error) GetCode() string {
@@ -941,7 +1046,7 @@ var File_clouddriver_v1_clouddriver_proto protoreflect.FileDescriptor
 
 const file_clouddriver_v1_clouddriver_proto_rawDesc = "" +
 	"\n" +
-	" clouddriver/v1/clouddriver.proto\x12\x18soulstack.clouddriver.v1\"\x9a\x01\n" +
+	" clouddriver/v1/clouddriver.proto\x12\x18soulstack.clouddriver.v1\"\xb7\x01\n" +
 	"\bProvider\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x1f\n" +
@@ -949,7 +1054,8 @@ const file_clouddriver_v1_clouddriver_proto_rawDesc = "" +
 	"fqdnSuffix\x12\x1f\n" +
 	"\vconfig_json\x18\x04 \x01(\fR\n" +
 	"configJson\x12 \n" +
-	"\vcredentials\x18\x05 \x01(\fR\vcredentials\"\x15\n" +
+	"\vcredentials\x18\x05 \x01(\fR\vcredentials\x12\x1b\n" +
+	"\tkeeper_id\x18\x06 \x01(\tR\bkeeperId\"\x15\n" +
 	"\x13CapabilitiesRequest\"\x7f\n" +
 	"\x14CapabilitiesResponse\x12\x1c\n" +
 	"\tresizable\x18\x01 \x01(\bR\tresizable\x12-\n" +
@@ -968,17 +1074,25 @@ const file_clouddriver_v1_clouddriver_proto_rawDesc = "" +
 	"\x05count\x18\x05 \x01(\x03R\x05count\x12\x14\n" +
 	"\x05names\x18\x06 \x03(\tR\x05names\x12\x1a\n" +
 	"\buserdata\x18\a \x03(\tR\buserdata\x12'\n" +
-	"\x0fauthorized_keys\x18\b \x03(\tR\x0eauthorizedKeys\"\xe5\x01\n" +
+	"\x0fauthorized_keys\x18\b \x03(\tR\x0eauthorizedKeys\"\xe2\x02\n" +
 	"\x02VM\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04fqdn\x18\x02 \x01(\tR\x04fqdn\x12\x1d\n" +
 	"\n" +
 	"primary_ip\x18\x03 \x01(\tR\tprimaryIp\x12'\n" +
 	"\x0fattributes_json\x18\x04 \x01(\fR\x0eattributesJson\x12:\n" +
-	"\x04tags\x18\x05 \x03(\v2&.soulstack.clouddriver.v1.VM.TagsEntryR\x04tags\x1a7\n" +
+	"\x04tags\x18\x05 \x03(\v2&.soulstack.clouddriver.v1.VM.TagsEntryR\x04tags\x12\x1b\n" +
+	"\tpublic_ip\x18\x06 \x01(\tR\bpublicIp\x12\x1d\n" +
+	"\n" +
+	"private_ip\x18\a \x01(\tR\tprivateIp\x12?\n" +
+	"\taddresses\x18\b \x03(\v2!.soulstack.clouddriver.v1.AddressR\taddresses\x1a7\n" +
 	"\tTagsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"@\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"G\n" +
+	"\aAddress\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
+	"\anetwork\x18\x03 \x01(\tR\anetwork\"@\n" +
 	"\x0eCreateResponse\x12.\n" +
 	"\x03vms\x18\x01 \x03(\v2\x1c.soulstack.clouddriver.v1.VMR\x03vms\"g\n" +
 	"\x0eDestroyRequest\x12>\n" +
@@ -1027,7 +1141,7 @@ func file_clouddriver_v1_clouddriver_proto_rawDescGZIP() []byte {
 	return file_clouddriver_v1_clouddriver_proto_rawDescData
 }
 
-var file_clouddriver_v1_clouddriver_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_clouddriver_v1_clouddriver_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_clouddriver_v1_clouddriver_proto_goTypes = []any{
 	(*Provider)(nil),                // 0: soulstack.clouddriver.v1.Provider
 	(*CapabilitiesRequest)(nil),     // 1: soulstack.clouddriver.v1.CapabilitiesRequest
@@ -1036,46 +1150,48 @@ var file_clouddriver_v1_clouddriver_proto_goTypes = []any{
 	(*ValidateProfileResponse)(nil), // 4: soulstack.clouddriver.v1.ValidateProfileResponse
 	(*CreateRequest)(nil),           // 5: soulstack.clouddriver.v1.CreateRequest
 	(*VM)(nil),                      // 6: soulstack.clouddriver.v1.VM
-	(*CreateResponse)(nil),          // 7: soulstack.clouddriver.v1.CreateResponse
-	(*DestroyRequest)(nil),          // 8: soulstack.clouddriver.v1.DestroyRequest
-	(*DestroyResponse)(nil),         // 9: soulstack.clouddriver.v1.DestroyResponse
-	(*ResizeRequest)(nil),           // 10: soulstack.clouddriver.v1.ResizeRequest
-	(*ResizeResult)(nil),            // 11: soulstack.clouddriver.v1.ResizeResult
-	(*ResizeResponse)(nil),          // 12: soulstack.clouddriver.v1.ResizeResponse
-	(*ListRequest)(nil),             // 13: soulstack.clouddriver.v1.ListRequest
-	(*ListResponse)(nil),            // 14: soulstack.clouddriver.v1.ListResponse
-	(*Error)(nil),                   // 15: soulstack.clouddriver.v1.Error
-	nil,                             // 16: soulstack.clouddriver.v1.VM.TagsEntry
-	nil,                             // 17: soulstack.clouddriver.v1.ListRequest.TagsEntry
+	(*Address)(nil),                 // 7: soulstack.clouddriver.v1.Address
+	(*CreateResponse)(nil),          // 8: soulstack.clouddriver.v1.CreateResponse
+	(*DestroyRequest)(nil),          // 9: soulstack.clouddriver.v1.DestroyRequest
+	(*DestroyResponse)(nil),         // 10: soulstack.clouddriver.v1.DestroyResponse
+	(*ResizeRequest)(nil),           // 11: soulstack.clouddriver.v1.ResizeRequest
+	(*ResizeResult)(nil),            // 12: soulstack.clouddriver.v1.ResizeResult
+	(*ResizeResponse)(nil),          // 13: soulstack.clouddriver.v1.ResizeResponse
+	(*ListRequest)(nil),             // 14: soulstack.clouddriver.v1.ListRequest
+	(*ListResponse)(nil),            // 15: soulstack.clouddriver.v1.ListResponse
+	(*Error)(nil),                   // 16: soulstack.clouddriver.v1.Error
+	nil,                             // 17: soulstack.clouddriver.v1.VM.TagsEntry
+	nil,                             // 18: soulstack.clouddriver.v1.ListRequest.TagsEntry
 }
 var file_clouddriver_v1_clouddriver_proto_depIdxs = []int32{
 	0,  // 0: soulstack.clouddriver.v1.ValidateProfileRequest.provider:type_name -> soulstack.clouddriver.v1.Provider
 	0,  // 1: soulstack.clouddriver.v1.CreateRequest.provider:type_name -> soulstack.clouddriver.v1.Provider
-	16, // 2: soulstack.clouddriver.v1.VM.tags:type_name -> soulstack.clouddriver.v1.VM.TagsEntry
-	6,  // 3: soulstack.clouddriver.v1.CreateResponse.vms:type_name -> soulstack.clouddriver.v1.VM
-	0,  // 4: soulstack.clouddriver.v1.DestroyRequest.provider:type_name -> soulstack.clouddriver.v1.Provider
-	0,  // 5: soulstack.clouddriver.v1.ResizeRequest.provider:type_name -> soulstack.clouddriver.v1.Provider
-	11, // 6: soulstack.clouddriver.v1.ResizeResponse.results:type_name -> soulstack.clouddriver.v1.ResizeResult
-	0,  // 7: soulstack.clouddriver.v1.ListRequest.provider:type_name -> soulstack.clouddriver.v1.Provider
-	17, // 8: soulstack.clouddriver.v1.ListRequest.tags:type_name -> soulstack.clouddriver.v1.ListRequest.TagsEntry
-	6,  // 9: soulstack.clouddriver.v1.ListResponse.vms:type_name -> soulstack.clouddriver.v1.VM
-	1,  // 10: soulstack.clouddriver.v1.CloudDriver.Capabilities:input_type -> soulstack.clouddriver.v1.CapabilitiesRequest
-	3,  // 11: soulstack.clouddriver.v1.CloudDriver.ValidateProfile:input_type -> soulstack.clouddriver.v1.ValidateProfileRequest
-	5,  // 12: soulstack.clouddriver.v1.CloudDriver.Create:input_type -> soulstack.clouddriver.v1.CreateRequest
-	8,  // 13: soulstack.clouddriver.v1.CloudDriver.Destroy:input_type -> soulstack.clouddriver.v1.DestroyRequest
-	10, // 14: soulstack.clouddriver.v1.CloudDriver.Resize:input_type -> soulstack.clouddriver.v1.ResizeRequest
-	13, // 15: soulstack.clouddriver.v1.CloudDriver.List:input_type -> soulstack.clouddriver.v1.ListRequest
-	2,  // 16: soulstack.clouddriver.v1.CloudDriver.Capabilities:output_type -> soulstack.clouddriver.v1.CapabilitiesResponse
-	4,  // 17: soulstack.clouddriver.v1.CloudDriver.ValidateProfile:output_type -> soulstack.clouddriver.v1.ValidateProfileResponse
-	7,  // 18: soulstack.clouddriver.v1.CloudDriver.Create:output_type -> soulstack.clouddriver.v1.CreateResponse
-	9,  // 19: soulstack.clouddriver.v1.CloudDriver.Destroy:output_type -> soulstack.clouddriver.v1.DestroyResponse
-	12, // 20: soulstack.clouddriver.v1.CloudDriver.Resize:output_type -> soulstack.clouddriver.v1.ResizeResponse
-	14, // 21: soulstack.clouddriver.v1.CloudDriver.List:output_type -> soulstack.clouddriver.v1.ListResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	17, // 2: soulstack.clouddriver.v1.VM.tags:type_name -> soulstack.clouddriver.v1.VM.TagsEntry
+	7,  // 3: soulstack.clouddriver.v1.VM.addresses:type_name -> soulstack.clouddriver.v1.Address
+	6,  // 4: soulstack.clouddriver.v1.CreateResponse.vms:type_name -> soulstack.clouddriver.v1.VM
+	0,  // 5: soulstack.clouddriver.v1.DestroyRequest.provider:type_name -> soulstack.clouddriver.v1.Provider
+	0,  // 6: soulstack.clouddriver.v1.ResizeRequest.provider:type_name -> soulstack.clouddriver.v1.Provider
+	12, // 7: soulstack.clouddriver.v1.ResizeResponse.results:type_name -> soulstack.clouddriver.v1.ResizeResult
+	0,  // 8: soulstack.clouddriver.v1.ListRequest.provider:type_name -> soulstack.clouddriver.v1.Provider
+	18, // 9: soulstack.clouddriver.v1.ListRequest.tags:type_name -> soulstack.clouddriver.v1.ListRequest.TagsEntry
+	6,  // 10: soulstack.clouddriver.v1.ListResponse.vms:type_name -> soulstack.clouddriver.v1.VM
+	1,  // 11: soulstack.clouddriver.v1.CloudDriver.Capabilities:input_type -> soulstack.clouddriver.v1.CapabilitiesRequest
+	3,  // 12: soulstack.clouddriver.v1.CloudDriver.ValidateProfile:input_type -> soulstack.clouddriver.v1.ValidateProfileRequest
+	5,  // 13: soulstack.clouddriver.v1.CloudDriver.Create:input_type -> soulstack.clouddriver.v1.CreateRequest
+	9,  // 14: soulstack.clouddriver.v1.CloudDriver.Destroy:input_type -> soulstack.clouddriver.v1.DestroyRequest
+	11, // 15: soulstack.clouddriver.v1.CloudDriver.Resize:input_type -> soulstack.clouddriver.v1.ResizeRequest
+	14, // 16: soulstack.clouddriver.v1.CloudDriver.List:input_type -> soulstack.clouddriver.v1.ListRequest
+	2,  // 17: soulstack.clouddriver.v1.CloudDriver.Capabilities:output_type -> soulstack.clouddriver.v1.CapabilitiesResponse
+	4,  // 18: soulstack.clouddriver.v1.CloudDriver.ValidateProfile:output_type -> soulstack.clouddriver.v1.ValidateProfileResponse
+	8,  // 19: soulstack.clouddriver.v1.CloudDriver.Create:output_type -> soulstack.clouddriver.v1.CreateResponse
+	10, // 20: soulstack.clouddriver.v1.CloudDriver.Destroy:output_type -> soulstack.clouddriver.v1.DestroyResponse
+	13, // 21: soulstack.clouddriver.v1.CloudDriver.Resize:output_type -> soulstack.clouddriver.v1.ResizeResponse
+	15, // 22: soulstack.clouddriver.v1.CloudDriver.List:output_type -> soulstack.clouddriver.v1.ListResponse
+	17, // [17:23] is the sub-list for method output_type
+	11, // [11:17] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_clouddriver_v1_clouddriver_proto_init() }
@@ -1089,7 +1205,7 @@ func file_clouddriver_v1_clouddriver_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_clouddriver_v1_clouddriver_proto_rawDesc), len(file_clouddriver_v1_clouddriver_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

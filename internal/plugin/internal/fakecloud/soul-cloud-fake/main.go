@@ -2,7 +2,9 @@
 // CloudDriver plugin, for tests. SOULSTACK_FAKECLOUD_HANDSHAKE makes it a
 // bad plugin instead:
 //
-//	v2       speak only CloudDriver protocol version 2 (which no keeper knows)
+//	v1       speak only CloudDriver protocol version 1 (an old driver: no
+//	         addresses, no keeper id)
+//	future   speak only a CloudDriver protocol version after this build's
 //	garbage  print a line that is not a handshake
 //	exit     exit with status 2 before the handshake
 //	sleep    never complete the handshake
@@ -23,16 +25,10 @@ import (
 
 func main() {
 	switch os.Getenv("SOULSTACK_FAKECLOUD_HANDSHAKE") {
-	case "v2":
-		hs := wire.Handshake
-		hs.ProtocolVersion = 2
-		plugin.Serve(&plugin.ServeConfig{
-			HandshakeConfig: hs,
-			VersionedPlugins: map[int]plugin.PluginSet{
-				2: {wire.PluginName: &wire.Plugin{Impl: pb.UnimplementedCloudDriverServer{}}},
-			},
-			GRPCServer: plugin.DefaultGRPCServer,
-		})
+	case "v1":
+		serveVersion(1)
+	case "future":
+		serveVersion(wire.ProtocolVersion + 1)
 	case "garbage":
 		fmt.Println("hello from a program that is not a plugin")
 	case "sleep":
@@ -43,4 +39,17 @@ func main() {
 	default:
 		driversdk.Serve(fakecloud.New())
 	}
+}
+
+// serveVersion serves a CloudDriver that speaks only protocol version v.
+func serveVersion(v int) {
+	hs := wire.Handshake
+	hs.ProtocolVersion = uint(v)
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: hs,
+		VersionedPlugins: map[int]plugin.PluginSet{
+			v: {wire.PluginName: &wire.Plugin{Impl: pb.UnimplementedCloudDriverServer{}}},
+		},
+		GRPCServer: plugin.DefaultGRPCServer,
+	})
 }
