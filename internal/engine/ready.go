@@ -17,6 +17,12 @@ import (
 // when the step has no deadline of its own (no timeout, no run timeout).
 const DefaultReadyTimeout = 15 * time.Minute
 
+// ReadyConnectRetry is how a soul that awaits readiness is connected to
+// when the step sets no connect policy: about a minute of tries, longer
+// than the transport's default, since a VM just made may still be booting
+// or, its sshd up, refuse the key its cloud-init has not yet written.
+var ReadyConnectRetry = ssh.RetryPolicy{Attempts: 12, Interval: 5 * time.Second}
+
 // Codes of a soul that is not ready.
 const (
 	// CodeCloudInitFailed: the soul's cloud-init finished with an error;

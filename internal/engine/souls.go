@@ -159,7 +159,12 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 	s.mu.Lock()
 	awaits := awaitsReady(so) && !s.ready[sid]
 	s.mu.Unlock()
-	t := ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key, HostKey: so.Connection.HostKey, Retry: retry}
+	if awaits && retry == (ssh.RetryPolicy{}) {
+		retry = ReadyConnectRetry
+	}
+	// A soul that is not ready may refuse the key until its cloud-init
+	// has written it: that is retried too, within the policy.
+	t := ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key, HostKey: so.Connection.HostKey, Retry: retry, RetryAuth: awaits}
 	c, err := s.pool.Get(ctx, t)
 	if err == nil && so.Connection.HostKey == "" {
 		err = s.pin(ctx, sid, t, c.HostKey())
