@@ -3,6 +3,7 @@ package keeper_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,6 +39,9 @@ func readyScenario(userdata string) string {
 //     step reads: the step waits for cloud-init to finish and reads the
 //     marker (without the wait it runs while runcmd sleeps and fails);
 //     the soul is then active, so no later step or run waits again;
+//   - userdata that empties the VM's authorized keys before sshd starts
+//     and writes the keeper's key only after a sleep: the step's dial
+//     retries the refused key until cloud-init has written it;
 //   - userdata whose runcmd fails: the step on the soul fails with
 //     soul.cloud_init_failed and the last lines of the VM's
 //     cloud-init-output.log, and the soul stays pending (never ready).
@@ -56,10 +60,21 @@ func TestCloudSoulTargetedOnceReady(t *testing.T) {
 	}
 	t.Cleanup(func() { destroyLocalVMs(t, filepath.Join(data, "plugins"), "ready.test", state) })
 
+	pub, err := os.ReadFile(filepath.Join(data, "ssh", "id_ed25519.pub"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	slow := "#cloud-config\nruncmd:\n  - sleep 3\n  - echo written-after-the-sleep > /var/lib/soulstack-ready-marker\n"
+	// The VM's sshd answers at once but authorizes no key (the empty file
+	// replaces the one the driver wrote, before sshd starts) until runcmd,
+	// after its sleep, writes the keeper's: as on a cloud image whose
+	// cloud-init writes the key while sshd already runs.
+	lateKey := "#cloud-config\nwrite_files:\n  - path: /etc/soulstack-local/authorized_keys/root\n    content: \"\"\n" +
+		"runcmd:\n  - sleep 3\n  - echo " + jsonString(strings.TrimSpace(string(pub))) + " > /etc/soulstack-local/authorized_keys/root\n" +
+		"  - echo written-after-the-key > /var/lib/soulstack-ready-marker\n"
 	broken := "#cloud-config\nruncmd:\n  - echo the-package-mirror-is-down\n  - exit 7\n"
 	runs := map[string]string{}
-	for name, ud := range map[string]string{"slow": slow, "broken": broken} {
+	for name, ud := range map[string]string{"slow": slow, "late-key": lateKey, "broken": broken} {
 		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readyScenario(ud), File: name + ".yaml"})
 		if err != nil {
 			t.Fatal(err)
@@ -80,6 +95,17 @@ func TestCloudSoulTargetedOnceReady(t *testing.T) {
 		so, err := c.SoulGet(ctx, tg.SID)
 		if err != nil || so.Status != "active" || so.LastSeenAt == nil {
 			t.Fatalf("soul after a ready contact = %+v, %v; want active and seen", so, err)
+		}
+	})
+
+	t.Run("waits for the key", func(t *testing.T) {
+		final := waitRun(t, c, runs["late-key"])
+		if final.Phase != "Succeeded" || len(final.Steps) != 2 || len(final.Steps[1].Targets) != 1 {
+			t.Fatalf("run = %s %+v\n%s", final.Phase, final.Error, describeSteps(final.Steps))
+		}
+		var out struct{ Stdout string }
+		if err := json.Unmarshal(final.Steps[1].Targets[0].Output, &out); err != nil || out.Stdout != "written-after-the-key\n" {
+			t.Fatalf("the step read %q (%v), want what runcmd wrote after the key", out.Stdout, err)
 		}
 	})
 
