@@ -133,6 +133,10 @@ func (*Created) Info() module.Info {
 				"it to the VM at first boot; the database keeps only its hash. The masking filter hides it on every output " +
 				"channel because its key contains `token`: do not rename it.",
 			"Souls rows created by this step have no creating actor (keeper-internal action).",
+			"Ready means ready: a later step targets such a soul only once its cloud-init has finished " +
+				"(`cloud-init status --wait` over the first connection, within the step's timeout; a refused key is retried " +
+				"meanwhile, since cloud-init may not have written it yet). A cloud-init that failed fails the target with " +
+				"soul.cloud_init_failed and the last lines of /var/log/cloud-init-output.log, and the soul stays pending.",
 			auditNote,
 		},
 	}
