@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -96,6 +97,8 @@ func awaitReady(ctx context.Context, c execer, sid string, timeout time.Duration
 	}
 	res, err := c.Exec(wctx, ssh.Command{Script: readyProbe})
 	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("the cloud-init of %s had not finished by the step's deadline: %w", sid, context.Cause(ctx))
 	case err != nil && ctx.Err() != nil:
 		return fmt.Errorf("wait for the cloud-init of %s: %w", sid, context.Cause(ctx))
 	case err != nil && wctx.Err() != nil:

@@ -112,7 +112,7 @@ func TestAwaitReady(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 		defer cancel()
 		err := awaitReady(ctx, &probeExec{block: true}, "vm-1.local.test", time.Hour)
-		if !errors.Is(err, context.DeadlineExceeded) || fail(targetResult{}, err).code != "run.timeout" {
+		if !errors.Is(err, context.DeadlineExceeded) || fail(targetResult{}, err).code != "run.timeout" || !strings.Contains(err.Error(), "had not finished by the step's deadline") {
 			t.Fatalf("awaitReady at the step's deadline = %v, want run.timeout", err)
 		}
 	})
