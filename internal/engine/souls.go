@@ -136,8 +136,20 @@ func portOf(so store.Soul) int {
 	return so.Connection.Port
 }
 
+// AwaitsReady reports whether Target will wait for the cloud-init of
+// soul sid, which Lookup has cached: a cloud-made soul never reached that
+// this run has not found ready yet.
+func (s *Souls) AwaitsReady(sid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	so, ok := s.souls[sid]
+	return ok && awaitsReady(so) && !s.ready[sid]
+}
+
 // Target connects to a soul (once per run) and returns it as a module
-// target. sudo wraps commands in sudo -n when the user is not root.
+// target. A soul that awaits readiness (awaitsReady) is dialled with its
+// key refusals retried, and its cloud-init waited for (awaitReady) before
+// it is returned. sudo wraps commands in sudo -n when the user is not root.
 func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, sudo bool) (module.Target, error) {
 	so, err := s.Lookup(ctx, sid)
 	if err != nil {

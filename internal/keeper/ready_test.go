@@ -96,6 +96,30 @@ func TestCloudSoulTargetedOnceReady(t *testing.T) {
 		if err != nil || so.Status != "active" || so.LastSeenAt == nil {
 			t.Fatalf("soul after a ready contact = %+v, %v; want active and seen", so, err)
 		}
+		waits := func(runID string) int {
+			t.Helper()
+			n := 0
+			if err := c.RunEvents(ctx, runID, 0, func(e client.RunEvent) error {
+				if e.Kind == "log" && e.SID == tg.SID && strings.Contains(string(e.Data), "waiting until its cloud-init has finished") {
+					n++
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := waits(final.ID); n != 1 {
+			t.Errorf("the run says %d times that it waits for the soul's cloud-init, want once", n)
+		}
+		// A later run on the soul, now active, does not wait again.
+		again, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: again\n    on: " + tg.SID + "\n    module: core.command.ran\n    params: {cmd: \"true\"}\n", File: "again.yaml"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fin := waitRun(t, c, again.ID); fin.Phase != "Succeeded" || waits(again.ID) != 0 {
+			t.Fatalf("a later run on the ready soul = %s, waits %d; want Succeeded without a wait\n%s", fin.Phase, waits(again.ID), describeSteps(fin.Steps))
+		}
 	})
 
 	t.Run("waits for the key", func(t *testing.T) {
