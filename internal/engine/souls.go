@@ -168,9 +168,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 	if addr == "" {
 		addr = so.PrimaryIP
 	}
-	s.mu.Lock()
-	awaits := awaitsReady(so) && !s.ready[sid]
-	s.mu.Unlock()
+	awaits := s.AwaitsReady(sid)
 	if awaits && retry == (ssh.RetryPolicy{}) {
 		retry = ReadyConnectRetry
 	}
