@@ -495,6 +495,9 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		if s.Connect != nil {
 			retry = ssh.RetryPolicy{Attempts: s.Connect.Retries + 1, Interval: s.Connect.Delay}
 		}
+		if r.souls.AwaitsReady(sid) {
+			r.rec.Event("log", s.Name, sid, map[string]any{"message": "first contact with a cloud-made soul: waiting until its cloud-init has finished"})
+		}
 		target, err = r.souls.Target(ctx, sid, retry, info.NeedsRoot)
 		if err != nil {
 			res.attempts = 1

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/secret"
@@ -29,6 +30,9 @@ type Souls struct {
 	mu    sync.Mutex
 	souls map[string]store.Soul
 	seen  map[string]bool // souls whose contact this run recorded
+	ready map[string]bool // cloud-made souls this run found ready
+
+	readyTimeout time.Duration
 }
 
 // SoulsConfig configures Souls.
@@ -44,11 +48,17 @@ type SoulsConfig struct {
 	FilesDir string
 	// Options are the transport's options.
 	Options ssh.Options
+	// ReadyTimeout bounds the wait for a cloud-made soul's cloud-init
+	// when the step has no deadline; 0 means DefaultReadyTimeout.
+	ReadyTimeout time.Duration
 }
 
 // NewSouls returns the soul reacher of one run; Close it when the run ends.
 func NewSouls(cfg SoulsConfig) *Souls {
-	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}}
+	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
+	if s.readyTimeout <= 0 {
+		s.readyTimeout = DefaultReadyTimeout
+	}
 	if s.resolve == nil {
 		s.resolve = resolveLocal
 	}
@@ -126,8 +136,20 @@ func portOf(so store.Soul) int {
 	return so.Connection.Port
 }
 
+// AwaitsReady reports whether Target will wait for the cloud-init of
+// soul sid, which Lookup has cached: a cloud-made soul never reached that
+// this run has not found ready yet.
+func (s *Souls) AwaitsReady(sid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	so, ok := s.souls[sid]
+	return ok && awaitsReady(so) && !s.ready[sid]
+}
+
 // Target connects to a soul (once per run) and returns it as a module
-// target. sudo wraps commands in sudo -n when the user is not root.
+// target. A soul that awaits readiness (awaitsReady) is dialled with its
+// key refusals retried, and its cloud-init waited for (awaitReady) before
+// it is returned. sudo wraps commands in sudo -n when the user is not root.
 func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, sudo bool) (module.Target, error) {
 	so, err := s.Lookup(ctx, sid)
 	if err != nil {
@@ -146,7 +168,13 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 	if addr == "" {
 		addr = so.PrimaryIP
 	}
-	t := ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key, HostKey: so.Connection.HostKey, Retry: retry}
+	awaits := s.AwaitsReady(sid)
+	if awaits && retry == (ssh.RetryPolicy{}) {
+		retry = ReadyConnectRetry
+	}
+	// A soul that is not ready may refuse the key until its cloud-init
+	// has written it: that is retried too, within the policy.
+	t := ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key, HostKey: so.Connection.HostKey, Retry: retry, RetryAuth: awaits}
 	c, err := s.pool.Get(ctx, t)
 	if err == nil && so.Connection.HostKey == "" {
 		err = s.pin(ctx, sid, t, c.HostKey())
@@ -164,7 +192,19 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 		}
 		return nil, err
 	}
-	return &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, client: c, sudo: sudo}, nil
+	st := &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, client: c, sudo: sudo}
+	if awaits {
+		if err := awaitReady(ctx, c, sid, s.readyTimeout); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		s.ready[sid] = true
+		s.mu.Unlock()
+		// The probe ran on the soul: it counts as the first contact,
+		// which makes the soul active and ready for later runs.
+		st.ran.Store(true)
+	}
+	return st, nil
 }
 
 // Contact is what one target of a step learned about reaching its soul:

@@ -206,7 +206,11 @@ func runInit2() int {
 		}
 	}()
 
-	ud := firstBoot(log, r, bc)
+	started := time.Now()
+	if err := cloudInitReport(started, false, nil); err != nil {
+		log.Error("cloud-init status", "err", err)
+	}
+	ud, errs := firstBoot(log, r, bc)
 	go superviseSSHD(log, r, stop)
 	if err := waitListening("127.0.0.1:22", 10*time.Second); err != nil {
 		return fail("start sshd", fmt.Errorf("%w (see %s in the VM)", err, vmSSHDLog))
@@ -215,7 +219,10 @@ func runInit2() int {
 	status.Close()
 	ctl.Close()
 	log.Info("ready", "fqdn", bc.FQDN)
-	finalStage(log, r, ud)
+	errs = append(errs, finalStage(log, r, ud)...)
+	if err := cloudInitReport(started, true, errs); err != nil {
+		log.Error("cloud-init status", "err", err)
+	}
 	select {} // the signal loop ends the process
 }
 
@@ -353,26 +360,30 @@ func waitListening(addr string, timeout time.Duration) error {
 }
 
 // firstBoot makes the SSH user if the root lacks it and writes the
-// userdata's files; like cloud-init, it logs what fails and goes on.
-func firstBoot(log *slog.Logger, r *reaper, bc bootConfig) *userdata {
+// userdata's files; like cloud-init, it logs what fails, goes on, and
+// returns the failures for the cloud-init status.
+func firstBoot(log *slog.Logger, r *reaper, bc bootConfig) (*userdata, []error) {
+	var errs []error
 	if bc.SSHUser != "root" {
 		if err := ensureUser(r, bc.SSHUser); err != nil {
 			log.Error("make the SSH user", "user", bc.SSHUser, "err", err)
+			errs = append(errs, fmt.Errorf("make the SSH user %s: %w", bc.SSHUser, err))
 		}
 	}
 	raw, err := os.ReadFile(vmUserdata)
 	if errors.Is(err, os.ErrNotExist) {
-		return &userdata{}
+		return &userdata{}, errs
 	}
 	ud, err := parseUserdata(string(raw))
 	if err != nil {
 		log.Error("userdata", "err", err)
-		return &userdata{}
+		return &userdata{}, append(errs, fmt.Errorf("userdata: %w", err))
 	}
 	if err := ud.writeFiles("/", false); err != nil {
 		log.Error("userdata", "err", err)
+		errs = append(errs, err)
 	}
-	return ud
+	return ud, errs
 }
 
 // ensureUser makes a login user with a home, no password (key login
@@ -406,10 +417,12 @@ func ensureUser(r *reaper, user string) error {
 }
 
 // finalStage is cloud-init's final stage: deferred files, runcmd or the
-// #! script, then the boot-finished marker.
-func finalStage(log *slog.Logger, r *reaper, ud *userdata) {
+// #! script, then the boot-finished marker. It returns what failed.
+func finalStage(log *slog.Logger, r *reaper, ud *userdata) []error {
+	var errs []error
 	if err := ud.writeFiles("/", true); err != nil {
 		log.Error("userdata", "err", err)
+		errs = append(errs, err)
 	}
 	scripts := map[string]string{"runcmd": ud.runcmdScript(), "part-001": ud.Script}
 	for _, name := range []string{"runcmd", "part-001"} {
@@ -419,6 +432,7 @@ func finalStage(log *slog.Logger, r *reaper, ud *userdata) {
 		}
 		if err := runScript(r, filepath.Join(vmScripts, name), text); err != nil {
 			log.Error("userdata", "script", name, "err", err)
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
 	var uptime unix.Sysinfo_t
@@ -428,6 +442,7 @@ func finalStage(log *slog.Logger, r *reaper, ud *userdata) {
 		_ = os.WriteFile(vmBootFinished, []byte(line), 0o644)
 	}
 	log.Info("boot finished")
+	return errs
 }
 
 func runScript(r *reaper, path, text string) error {
@@ -451,7 +466,10 @@ func runScript(r *reaper, path, text string) error {
 		return err
 	}
 	if ws.ExitStatus() != 0 {
-		return fmt.Errorf("%s exited with %d", path, ws.ExitStatus())
+		err := fmt.Errorf("%s exited with %d", path, ws.ExitStatus())
+		// cloud-init's own line in the output log, after the script's.
+		fmt.Fprintf(out, "soulstack-local: %v\n", err)
+		return err
 	}
 	return nil
 }

@@ -189,9 +189,23 @@
 // (strings as shell lines, lists as argv) or a #! script after, with their
 // output in /var/log/cloud-init-output.log, and last
 // /var/lib/cloud/instance/boot-finished. Create returns when sshd answers,
-// so wait for that file before relying on runcmd's work. Other
-// cloud-config keys and userdata formats are refused (userdata.invalid)
-// rather than silently skipped.
+// before runcmd is done. Other cloud-config keys and userdata formats are
+// refused (userdata.invalid) rather than silently skipped.
+//
+// The init reports its progress as cloud-init does, so that whoever waits
+// for cloud-init (the keeper does, before a cloud-made soul's first step)
+// waits for these VMs too: /run/cloud-init/status.json from the start of
+// the first boot (stage modules-final, not finished), then, once the
+// userdata is done, status.json finished and /run/cloud-init/result.json,
+// {"v1": {"datasource": "soulstack-local", "errors": [...]}}, with what
+// failed (a user that could not be made, a write_files item, a runcmd or
+// #! script that exited non-zero, which also leaves a "soulstack-local:
+// ... exited with N" line in the output log). A VM has no cloud-init of
+// its own; /usr/local/bin/cloud-init, first on the PATH, is a small
+// shell script that answers only "cloud-init status" from result.json:
+// "status: running" until it exists, then "done" or "error" (exit 1),
+// --wait until it is no longer running, --long with the errors; other
+// commands exit 3.
 //
 // # State and what stays on the host
 //

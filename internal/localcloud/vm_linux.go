@@ -98,6 +98,7 @@ func prepare(st store, h *hostState, vm newVM) error {
 		{"etc/soulstack-local/ssh_host_ed25519_key", pem.EncodeToMemory(block), 0o600},
 		{"etc/soulstack-local/ssh_host_ed25519_key.pub", []byte(v.HostKey + "\n"), 0o644},
 		{"etc/soulstack-local/authorized_keys/" + v.Spec.SSHUser, []byte(strings.Join(keys, "\n") + "\n"), 0o644},
+		{strings.TrimPrefix(vmCloudInitShim, "/"), []byte(cloudInitShim), 0o755},
 		{"usr/sbin/policy-rc.d", []byte("#!/bin/sh\n# soulstack-local: package scripts start no services; start them yourself.\nexit 101\n"), 0o755},
 	}
 	if vm.userdata != "" {

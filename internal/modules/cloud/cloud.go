@@ -139,6 +139,10 @@ func (*Created) Info() module.Info {
 				"anything is made (cloud.address_invalid); a VM without the address asked for fails it after the create (cloud.address_missing; " +
 				"the VMs are tagged with the request, soulctl cloud orphans lists them). Choose private when the keeper is in the VMs' network.",
 			"Souls rows created by this step have no creating actor (keeper-internal action).",
+			"Ready means ready: a later step targets such a soul only once its cloud-init has finished " +
+				"(`cloud-init status --wait` over the first connection, within the step's timeout; a refused key is retried " +
+				"meanwhile, since cloud-init may not have written it yet). A cloud-init that failed fails the target with " +
+				"soul.cloud_init_failed and the last lines of /var/log/cloud-init-output.log, and the soul stays pending.",
 			auditNote,
 		},
 	}

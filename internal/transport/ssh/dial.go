@@ -197,7 +197,9 @@ func dial(ctx context.Context, t Target, opts Options) (*Client, error) {
 		var ce *ConnectError
 		if errors.As(err, &ce) {
 			ce.Attempts = attempt
-			return nil, ce
+			if !t.RetryAuth || !errors.Is(ce.Kind, ErrAuth) || attempt >= t.Retry.Attempts {
+				return nil, ce
+			}
 		}
 		last = err
 		if attempt >= t.Retry.Attempts {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -266,4 +268,61 @@ func TestKeyExchangePrefersCurve25519(t *testing.T) {
 	if !strings.Contains(s.Log(), "kex: algorithm: curve25519-sha256") {
 		t.Errorf("sshd did not negotiate curve25519-sha256:\n%s", s.Log())
 	}
+}
+
+// TestRetryAuthWaitsForTheKey: a VM whose cloud-init writes the
+// authorized key after sshd answers refuses the key at first; with
+// RetryAuth the dial tries again and gets in once the key is there, and
+// without the key ever appearing it is still an auth failure, after the
+// policy's attempts.
+func TestRetryAuthWaitsForTheKey(t *testing.T) {
+	t.Parallel()
+	late, latePub, err := sshtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("key written late", func(t *testing.T) {
+		t.Parallel()
+		s := sshtest.Start(t, sshtest.Options{})
+		rec := &sleepRecorder{}
+		rec.hook = func() { // cloud-init writes the key during the first wait
+			f, err := os.OpenFile(filepath.Join(s.Dir, "authorized_keys"), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer f.Close()
+			if _, err := f.WriteString(latePub + "\n"); err != nil {
+				t.Error(err)
+			}
+		}
+		tg := target(s)
+		tg.PrivateKey, tg.RetryAuth = late, true
+		tg.Retry = ssh.RetryPolicy{Attempts: 3, Interval: time.Second}
+		c, err := ssh.Dial(t.Context(), tg, ssh.Options{Sleep: rec.sleep})
+		if err != nil {
+			t.Fatalf("dial with RetryAuth once the key is written: %v", err)
+		}
+		c.Close()
+		if n := len(rec.recorded()); n != 1 {
+			t.Errorf("%d waits, want 1", n)
+		}
+	})
+	t.Run("key never written", func(t *testing.T) {
+		t.Parallel()
+		s := sshtest.Start(t, sshtest.Options{})
+		var dials dialCounter
+		rec := &sleepRecorder{}
+		tg := target(s)
+		tg.PrivateKey, tg.RetryAuth = late, true
+		tg.Retry = ssh.RetryPolicy{Attempts: 3, Interval: time.Second}
+		_, err := ssh.Dial(t.Context(), tg, ssh.Options{DialContext: dials.dial, Sleep: rec.sleep})
+		var ce *ssh.ConnectError
+		if !errors.Is(err, ssh.ErrAuth) || !errors.As(err, &ce) || ce.Attempts != 3 {
+			t.Fatalf("err = %v (%+v), want ErrAuth after 3 attempts", err, ce)
+		}
+		if dials.count() != 3 || len(rec.recorded()) != 2 {
+			t.Errorf("%d dials and sleeps %v, want 3 and 2", dials.count(), rec.recorded())
+		}
+	})
 }

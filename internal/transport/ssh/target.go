@@ -33,8 +33,13 @@ type Target struct {
 	HostKey string
 	// Retry is how often and how far apart connecting is tried; booting
 	// VMs need a few tries. Authentication and host key failures are never
-	// retried.
+	// retried, but for RetryAuth.
 	Retry RetryPolicy
+	// RetryAuth retries authentication failures too, within Retry: a VM
+	// whose cloud-init has not yet written the user or its authorized
+	// key refuses the key for a while after sshd answers. Host key
+	// mismatches are never retried.
+	RetryAuth bool
 	// ConnectTimeout bounds one attempt: TCP dial plus SSH handshake.
 	// 0 means DefaultConnectTimeout.
 	ConnectTimeout time.Duration

@@ -1,0 +1,162 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/transport/ssh"
+)
+
+// DefaultReadyTimeout bounds the wait for a cloud-made soul's cloud-init
+// when the step has no deadline of its own (no timeout, no run timeout).
+const DefaultReadyTimeout = 15 * time.Minute
+
+// ReadyConnectRetry is how a soul that awaits readiness is connected to
+// when the step sets no connect policy: about a minute of tries, longer
+// than the transport's default, since a VM just made may still be booting
+// or, its sshd up, refuse the key its cloud-init has not yet written.
+var ReadyConnectRetry = ssh.RetryPolicy{Attempts: 12, Interval: 5 * time.Second}
+
+// Codes of a soul that is not ready.
+const (
+	// CodeCloudInitFailed: the soul's cloud-init finished with an error;
+	// the message carries its status and the last lines of its output log.
+	CodeCloudInitFailed = "soul.cloud_init_failed"
+	// CodeNotReady: the soul's cloud-init had not finished within
+	// DefaultReadyTimeout, or its answer could not be read.
+	CodeNotReady = "soul.not_ready"
+)
+
+// readyLogLines is how many lines of /var/log/cloud-init-output.log a
+// cloud-init failure carries.
+const readyLogLines = 20
+
+// awaitsReady reports whether a soul must be waited for before its first
+// step: made by a cloud step (it has a provider) and never reached since
+// (no last_seen_at; pending, or unreachable at every try so far). A soul
+// that joined through the agent is active, so it is ready; so are
+// hand-registered souls, which start active. Everything here is read from
+// the run's cached record: a ready soul costs nothing.
+func awaitsReady(so store.Soul) bool {
+	return so.Provider != "" && so.LastSeenAt == nil && so.Status != store.SoulActive && so.Status != store.SoulDestroyed
+}
+
+// readyProbe is the shell text run over the first connection to a soul
+// that awaits readiness. It prints one header line, then details:
+//
+//	cloud-init EXIT      cloud-init status --wait exited with EXIT; when not
+//	                     0 or 2, the output of status --long and the log's
+//	                     last lines follow
+//	result               no cloud-init program, but /run/cloud-init/result.json
+//	                     (printed next) says how it ended
+//	absent               no cloud-init at all: nothing to wait for
+//
+// The wait runs as the connecting user, without sudo: until cloud-init has
+// finished, the user's sudo rule may not exist yet. The log is root's to
+// read on most images, hence sudo -n after a plain try.
+var readyProbe = `if command -v cloud-init >/dev/null 2>&1; then
+cloud-init status --wait >/dev/null 2>&1
+rc=$?
+echo "cloud-init $rc"
+if [ "$rc" != 0 ] && [ "$rc" != 2 ]; then
+cloud-init status --long 2>&1 | head -n 40
+echo "--- /var/log/cloud-init-output.log"
+tail -n ` + strconv.Itoa(readyLogLines) + ` /var/log/cloud-init-output.log 2>/dev/null || sudo -n tail -n ` + strconv.Itoa(readyLogLines) + ` /var/log/cloud-init-output.log 2>/dev/null
+fi
+elif [ -r /run/cloud-init/result.json ]; then
+echo result
+head -c 65536 /run/cloud-init/result.json
+else
+echo absent
+fi
+`
+
+// execer runs one command on a soul; *ssh.Client implements it.
+type execer interface {
+	Exec(ctx context.Context, cmd ssh.Command) (ssh.Result, error)
+}
+
+// awaitReady waits, over c, until the cloud-init of soul sid has finished,
+// bounded by ctx's deadline or, when it has none, by DefaultReadyTimeout.
+// A cloud-init that failed is a module.Error with CodeCloudInitFailed; one
+// still running at the default bound, CodeNotReady; a step deadline or a
+// cancellation, ctx's error.
+func awaitReady(ctx context.Context, c execer, sid string, timeout time.Duration) error {
+	wctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	res, err := c.Exec(wctx, ssh.Command{Script: readyProbe})
+	switch {
+	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("the cloud-init of %s had not finished by the step's deadline: %w", sid, context.Cause(ctx))
+	case err != nil && ctx.Err() != nil:
+		return fmt.Errorf("wait for the cloud-init of %s: %w", sid, context.Cause(ctx))
+	case err != nil && wctx.Err() != nil:
+		return &module.Error{Code: CodeNotReady, Message: fmt.Sprintf("the cloud-init of %s had not finished after %s", sid, timeout)}
+	case err != nil:
+		return fmt.Errorf("wait for the cloud-init of %s: %w", sid, err)
+	}
+	return readyVerdict(sid, res)
+}
+
+// readyVerdict reads the probe's answer.
+func readyVerdict(sid string, res ssh.Result) error {
+	out := strings.TrimRight(string(res.Stdout), "\n")
+	head, rest, _ := strings.Cut(out, "\n")
+	switch {
+	case head == "absent":
+		return nil
+	case head == "result":
+		return resultVerdict(sid, rest)
+	case strings.HasPrefix(head, "cloud-init "):
+		rc, err := strconv.Atoi(strings.TrimPrefix(head, "cloud-init "))
+		if err != nil {
+			break
+		}
+		// 0: done (or disabled); 2: done with recoverable errors
+		// (cloud-init 23.4 and later), which it finished all the same.
+		if rc == 0 || rc == 2 {
+			return nil
+		}
+		return &module.Error{Code: CodeCloudInitFailed, Message: fmt.Sprintf("the cloud-init of %s failed (cloud-init status exited with %d):\n%s", sid, rc, strings.TrimSpace(rest))}
+	}
+	return &module.Error{Code: CodeNotReady, Message: fmt.Sprintf("cannot tell whether the cloud-init of %s finished: the probe exited with %d and printed %q", sid, res.ExitCode, firstLine(out))}
+}
+
+// resultVerdict reads /run/cloud-init/result.json: {"v1": {"errors": [...]}}.
+func resultVerdict(sid, text string) error {
+	var r struct {
+		V1 struct {
+			Errors []any `json:"errors"`
+		} `json:"v1"`
+	}
+	if err := json.Unmarshal([]byte(text), &r); err != nil {
+		return &module.Error{Code: CodeNotReady, Message: fmt.Sprintf("the cloud-init result of %s (/run/cloud-init/result.json) cannot be read: %v", sid, err)}
+	}
+	if len(r.V1.Errors) == 0 {
+		return nil
+	}
+	lines := make([]string, len(r.V1.Errors))
+	for i, e := range r.V1.Errors {
+		lines[i] = fmt.Sprint(e)
+	}
+	return &module.Error{Code: CodeCloudInitFailed, Message: fmt.Sprintf("the cloud-init of %s failed (/run/cloud-init/result.json):\n%s", sid, strings.Join(lines, "\n"))}
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	if len(l) > 200 {
+		l = l[:200]
+	}
+	return l
+}
