@@ -68,14 +68,7 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 			return
 		}
 		p := driversdk.Provider{Name: "local", FQDNSuffix: "e2e.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
-		vms, _ := d.List(context.Background(), driversdk.ListRequest{Provider: p})
-		var ids []string
-		for _, vm := range vms {
-			ids = append(ids, vm.ID)
-		}
-		if len(ids) > 0 {
-			_ = d.Destroy(context.Background(), driversdk.DestroyRequest{Provider: p, VMIDs: ids})
-		}
+		_ = destroyDriverVMs(context.Background(), d, p)
 	})
 
 	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "spawn-local.yaml"), File: "spawn-local.yaml", Input: map[string]any{"count": 2}})

@@ -192,12 +192,5 @@ func destroyAllLocal(data, state, suffix string) {
 		return
 	}
 	p := driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
-	vms, _ := d.List(context.Background(), driversdk.ListRequest{Provider: p})
-	var ids []string
-	for _, vm := range vms {
-		ids = append(ids, vm.ID)
-	}
-	if len(ids) > 0 {
-		_ = d.Destroy(context.Background(), driversdk.DestroyRequest{Provider: p, VMIDs: ids})
-	}
+	_ = destroyDriverVMs(context.Background(), d, p)
 }

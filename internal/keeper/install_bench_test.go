@@ -278,19 +278,8 @@ func destroyLocalVMs(tb testing.TB, pluginDir, suffix, state string) {
 	}
 	cfg, _ := json.Marshal(map[string]string{"state_dir": state})
 	p := driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: cfg}
-	vms, err := d.List(ctx, driversdk.ListRequest{Provider: p})
-	if err != nil {
-		tb.Errorf("destroy VMs: list: %v", err)
-		return
-	}
-	var ids []string
-	for _, vm := range vms {
-		ids = append(ids, vm.ID)
-	}
-	if len(ids) > 0 {
-		if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: p, VMIDs: ids}); err != nil {
-			tb.Errorf("destroy VMs %v: %v", ids, err)
-		}
+	if err := destroyDriverVMs(ctx, d, p); err != nil {
+		tb.Errorf("destroy VMs: %v", err)
 	}
 }
 

@@ -114,14 +114,7 @@ func TestPackagesPartialRerun(t *testing.T) {
 			return
 		}
 		p := driversdk.Provider{Name: "local", FQDNSuffix: "pkg.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
-		vms, _ := d.List(context.Background(), driversdk.ListRequest{Provider: p})
-		var ids []string
-		for _, vm := range vms {
-			ids = append(ids, vm.ID)
-		}
-		if len(ids) > 0 {
-			_ = d.Destroy(context.Background(), driversdk.DestroyRequest{Provider: p, VMIDs: ids})
-		}
+		_ = destroyDriverVMs(context.Background(), d, p)
 	})
 
 	// A VM whose apt knows only the local repository, copied into it as

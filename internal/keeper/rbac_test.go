@@ -54,8 +54,8 @@ func startCloudKeeper(t *testing.T, suffix string) *cloudKeeper {
 	// Whatever happens, leave no VM behind.
 	t.Cleanup(func() {
 		defer h.Close()
-		if ids := ck.vmIDs(t); len(ids) > 0 {
-			_ = d.Destroy(context.Background(), driversdk.DestroyRequest{Provider: ck.prov, VMIDs: ids})
+		if err := destroyDriverVMs(context.Background(), d, ck.prov); err != nil {
+			t.Errorf("destroy VMs: %v", err)
 		}
 	})
 	return ck

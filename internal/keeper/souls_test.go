@@ -112,14 +112,7 @@ func TestSoulStatusFollowsContact(t *testing.T) {
 			return
 		}
 		p := driversdk.Provider{Name: "local", FQDNSuffix: "alive.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
-		vms, _ := d.List(context.Background(), driversdk.ListRequest{Provider: p})
-		var ids []string
-		for _, vm := range vms {
-			ids = append(ids, vm.ID)
-		}
-		if len(ids) > 0 {
-			_ = d.Destroy(context.Background(), driversdk.DestroyRequest{Provider: p, VMIDs: ids})
-		}
+		_ = destroyDriverVMs(context.Background(), d, p)
 	})
 	toks, err := c.TokenList(ctx, client.ListOptions{})
 	if err != nil || len(toks.Items) != 1 {
