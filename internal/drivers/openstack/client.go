@@ -55,7 +55,12 @@ func connect(ctx context.Context, p driversdk.Provider) (*clients, error) {
 	pc.RetryFunc = retry
 	pc.MaxBackoffRetries = maxRetries
 	if err := openstack.Authenticate(ctx, pc, authOptions(authURL, creds)); err != nil {
-		return nil, cloudError("authenticate to Keystone", err)
+		err = cloudError("authenticate to Keystone", err)
+		if driversdk.CodeOf(err) == driversdk.CodeDriverFailed {
+			// gophercloud refused the credentials' shape before sending.
+			err = driversdk.Errorf(codeAuthFailed, "%s", err.(*driversdk.Error).Message)
+		}
+		return nil, err
 	}
 	eo := gophercloud.EndpointOpts{Region: p.Region, Availability: gophercloud.Availability(cfg.Interface)}
 	compute, err := openstack.NewComputeV2(pc, eo)
@@ -72,6 +77,11 @@ func connect(ctx context.Context, p driversdk.Provider) (*clients, error) {
 func authOptions(authURL string, c Credentials) gophercloud.AuthOptions {
 	userDomainName, userDomainID := first(c.UserDomainName, c.DomainName), first(c.UserDomainID, c.DomainID)
 	projDomainName, projDomainID := first(c.ProjectDomainName, c.DomainName), first(c.ProjectDomainID, c.DomainID)
+	if projDomainName == "" && projDomainID == "" {
+		// As keystoneauth does for a project name without a domain:
+		// the user's domain.
+		projDomainName, projDomainID = userDomainName, userDomainID
+	}
 	o := gophercloud.AuthOptions{
 		IdentityEndpoint: authURL,
 		Username:         c.Username,

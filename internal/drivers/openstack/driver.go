@@ -692,4 +692,3 @@ func addresses(s *servers.Server) []driversdk.Address {
 func isShared(a netip.Addr) bool {
 	return netip.MustParsePrefix("100.64.0.0/10").Contains(a)
 }
-
