@@ -254,6 +254,19 @@ func TestThrottling(t *testing.T) {
 	if got := f.Creates(); got != 1 {
 		t.Fatalf("%d creates, want 1", got)
 	}
+	// A 503 on GET is retried; a 503 on the create is not (the cloud may
+	// have made the server), and the retry of the whole Create finds
+	// nothing twice.
+	f.Unavailable("GET", 3)
+	if _, err := d.List(ctx, driversdk.ListRequest{Provider: prov}); err != nil || f.Served503() != 3 {
+		t.Fatalf("List through 3 answers 503: %v (served %d)", err, f.Served503())
+	}
+	f.Unavailable("POST", 1)
+	_, err = d.Create(ctx, driversdk.CreateRequest{Provider: prov, RequestID: "req-503", RunID: "run-t", Profile: json.RawMessage(profile), Count: 1})
+	wantCode(t, err, driversdk.CodeDriverUnavailable)
+	if f.Served503() != 4 || f.Creates() != 1 {
+		t.Fatalf("a create answered 503 was sent again (503s %d, creates %d)", f.Served503(), f.Creates())
+	}
 	f.Throttle(1000)
 	_, err = d.List(ctx, driversdk.ListRequest{Provider: prov})
 	wantCode(t, err, driversdk.CodeDriverUnavailable)

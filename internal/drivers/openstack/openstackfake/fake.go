@@ -16,6 +16,8 @@
 //     HideNew GETs;
 //   - throttling: Throttle(n) answers the next n compute or network
 //     requests 429 overLimit with Retry-After, counted by Throttled;
+//   - transient failures: Unavailable(method, n) answers 503 with an
+//     HTML body, as a load balancer in front of restarting API nodes;
 //   - quota: Quota caps the live servers; a create past it answers 403
 //     "Quota exceeded for instances", so a batch fails part way;
 //   - a server that goes to ERROR (FailBuild);
@@ -88,6 +90,8 @@ type Fake struct {
 	hideNew     int
 	throttle    int
 	throttled   int
+	unavailable map[string]int // method -> 503 answers still to give
+	served503   int
 	quota       int
 	failBuild   bool
 	hold        bool
@@ -141,6 +145,20 @@ func (f *Fake) Close() {
 
 // Throttle answers the next n compute and network requests 429.
 func (f *Fake) Throttle(n int) { f.mu.Lock(); f.throttle = n; f.mu.Unlock() }
+
+// Unavailable answers the next n compute and network requests with
+// method 503, as a cloud whose API nodes restart.
+func (f *Fake) Unavailable(method string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.unavailable == nil {
+		f.unavailable = map[string]int{}
+	}
+	f.unavailable[method] = n
+}
+
+// Served503 counts the 503 answers given.
+func (f *Fake) Served503() int { f.mu.Lock(); defer f.mu.Unlock(); return f.served503 }
 
 // Throttled counts the 429 answers given.
 func (f *Fake) Throttled() int { f.mu.Lock(); defer f.mu.Unlock(); return f.throttled }
@@ -259,6 +277,15 @@ func (f *Fake) serve(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		w.Header().Set("Retry-After", "0")
 		novaError(w, http.StatusTooManyRequests, "overLimit", "This request was rate-limited.")
+		return
+	}
+	if authed && f.unavailable[r.Method] > 0 {
+		f.unavailable[r.Method]--
+		f.served503++
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("<html><body><h1>503 Service Unavailable</h1>No server is available to handle this request.</body></html>"))
 		return
 	}
 	f.mu.Unlock()
