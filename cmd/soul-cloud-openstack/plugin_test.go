@@ -420,3 +420,48 @@ func TestValidateProfile(t *testing.T) {
 		t.Fatalf("a good profile: %v", err)
 	}
 }
+
+// TestResize: Nova's resize and confirm give each server the new flavor
+// with caused_downtime; servers on it already are unchanged and not
+// touched.
+func TestResize(t *testing.T) {
+	t.Parallel()
+	f := startFake(t, openstackfake.Options{ActiveAfter: 100 * time.Millisecond})
+	h, _ := host(t)
+	d := driver(t, h)
+	prov := provider(f, passwordCreds())
+	ctx := context.Background()
+	vms, err := d.Create(ctx, driversdk.CreateRequest{Provider: prov, RequestID: "req-resize", RunID: "run-r", Profile: json.RawMessage(profile), Count: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := json.RawMessage(`{"flavor": "m1.medium"}`)
+	res, err := d.Resize(ctx, driversdk.ResizeRequest{Provider: prov, VMIDs: []string{vms[0].ID}, Spec: spec})
+	if err != nil || len(res) != 1 || !res[0].CausedDowntime || res[0].Unchanged || res[0].VMID != vms[0].ID {
+		t.Fatalf("Resize of one server = %+v, %v; want it resized with downtime", res, err)
+	}
+	res, err = d.Resize(ctx, driversdk.ResizeRequest{Provider: prov, VMIDs: []string{vms[0].ID, vms[1].ID}, Spec: spec})
+	if err != nil || len(res) != 2 || !res[0].Unchanged || res[0].CausedDowntime || !res[1].CausedDowntime {
+		t.Fatalf("Resize of both = %+v, %v; want the first unchanged, the second resized", res, err)
+	}
+	for _, s := range f.Servers() {
+		if s.Flavor != "2" || s.Status != "ACTIVE" {
+			t.Errorf("server %s: flavor %s, status %s; want m1.medium (2), ACTIVE", s.Name, s.Flavor, s.Status)
+		}
+	}
+	_, err = d.Resize(ctx, driversdk.ResizeRequest{Provider: prov, VMIDs: []string{vms[0].ID}, Spec: json.RawMessage(`{"flavor": "m1.medium", "cpus": 2}`)})
+	if e := wantCode(t, err, driversdk.CodeProfileInvalid); e.Field != "cpus" {
+		t.Fatalf("a resize spec with an unknown key: field %q", e.Field)
+	}
+	if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: prov, VMIDs: ids(vms)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ids(vms []driversdk.VM) []string {
+	out := make([]string, len(vms))
+	for i, vm := range vms {
+		out[i] = vm.ID
+	}
+	return out
+}
