@@ -131,6 +131,8 @@ func retry(ctx context.Context, method, _ string, _ *gophercloud.RequestOpts, er
 	var wait time.Duration
 	var resp gophercloud.ErrUnexpectedResponseCode
 	switch {
+	case errors.As(err, &resp) && isQuota(resp.Actual, bodyMessage(resp.Body)):
+		return err // old Novas answer a quota 413 with Retry-After too
 	case errors.As(err, &resp) && (resp.Actual == http.StatusTooManyRequests ||
 		(resp.Actual == http.StatusRequestEntityTooLarge && resp.ResponseHeader.Get("Retry-After") != "")):
 		wait = retryAfter(resp.ResponseHeader.Get("Retry-After"))

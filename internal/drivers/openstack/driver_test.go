@@ -3,11 +3,14 @@ package openstack
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gophercloud/gophercloud/v2"
 	"github.com/gophercloud/gophercloud/v2/openstack/compute/v2/servers"
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/drivers/openstack/openstackfake"
@@ -129,5 +132,46 @@ func TestExample(t *testing.T) {
 	}
 	if _, err := scenario.Check("openstack.yaml", src); err != nil {
 		t.Fatalf("examples/openstack.yaml does not validate:\n%v", err)
+	}
+}
+
+// TestRetryPolicy: what the RetryFunc retries and what it hands back at
+// once.
+func TestRetryPolicy(t *testing.T) {
+	t.Parallel()
+	resp := func(status int, retryAfter, body string) error {
+		h := http.Header{}
+		if retryAfter != "" {
+			h.Set("Retry-After", retryAfter)
+		}
+		return gophercloud.ErrUnexpectedResponseCode{Actual: status, ResponseHeader: h, Body: []byte(body)}
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		method string
+		err    error
+		fails  uint
+		retry  bool
+	}{
+		{"429 POST", "POST", resp(429, "0", `{"overLimit": {"message": "rate-limited"}}`), 1, true},
+		{"413 overLimit with Retry-After", "POST", resp(413, "0", `{"overLimit": {"message": "This request was rate-limited."}}`), 1, true},
+		{"413 quota with Retry-After", "POST", resp(413, "0", `{"overLimit": {"message": "Quota exceeded for instances"}}`), 1, false},
+		{"403 quota", "POST", resp(403, "", `{"forbidden": {"message": "Quota exceeded for instances"}}`), 1, false},
+		{"503 GET", "GET", resp(503, "", "<html>"), 1, true},
+		{"503 DELETE", "DELETE", resp(503, "", "<html>"), 1, true},
+		{"503 POST", "POST", resp(503, "", "<html>"), 1, false},
+		{"404 GET", "GET", resp(404, "", `{"itemNotFound": {}}`), 1, false},
+		{"429 past the bound", "GET", resp(429, "0", ""), maxRetries + 1, false},
+		{"connection reset GET", "GET", errors.New("read: connection reset by peer"), 1, true},
+		{"connection reset POST", "POST", errors.New("read: connection reset by peer"), 1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := retry(ctx, tc.method, "http://x", nil, tc.err, tc.fails) == nil
+			if got != tc.retry {
+				t.Fatalf("retry = %v, want %v", got, tc.retry)
+			}
+		})
 	}
 }
