@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
@@ -22,38 +24,12 @@ import (
 // credentials (from a file: ref) never reach the keeper's log.
 func TestOpenStackEndToEnd(t *testing.T) {
 	t.Parallel()
-	const (
-		image, network, external = "img-debian-13", "net-private", "net-public"
-		password                 = "e2e-canary-password-4d1f"
-	)
-	f := openstackfake.Start(openstackfake.Options{
-		Users:   []openstackfake.User{{Name: "soulstack", Password: password, Project: "web"}},
-		Flavors: []openstackfake.Flavor{{ID: "f-1", Name: "m1.small"}}, Images: []string{image},
-		Networks: map[string]string{network: "private", external: "public"}, HideNew: 1,
-	})
-	t.Cleanup(f.Close)
-
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-openstack"), "../../cmd/soul-cloud-openstack").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-openstack: %v\n%s", err, out)
-	}
-	creds := filepath.Join(t.TempDir(), "openstack.json")
-	if err := os.WriteFile(creds, []byte(`{"auth": {"auth_url": "`+f.URL+`", "username": "soulstack", "password": "`+password+`",
-		"project_name": "web", "user_domain_name": "Default", "project_domain_name": "Default"}, "region_name": "RegionOne"}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	f, k, c := openstackKeeper(t)
 	ctx := context.Background()
-	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "openstack", Driver: "openstack", Region: "RegionOne", FQDNSuffix: "os.test",
-		CredentialsRef: "file:" + creds}); err != nil {
-		t.Fatal(err)
-	}
+	const (
+		image, network, external = osImage, osNetwork, osExternal
+		password                 = osPassword
+	)
 
 	scenario, _, ok := strings.Cut(readExample(t, "openstack.yaml"), "  - name: hello\n")
 	if !ok {
@@ -113,5 +89,106 @@ func TestOpenStackEndToEnd(t *testing.T) {
 	}
 	if logs := k.drain(); strings.Contains(logs, password) {
 		t.Fatalf("the keeper's log holds the provider's password:\n%s", logs)
+	}
+}
+
+const (
+	osImage, osNetwork, osExternal = "img-debian-13", "net-private", "net-public"
+	osPassword                     = "e2e-canary-password-4d1f"
+)
+
+// openstackKeeper starts the fake OpenStack and a keeper with the real
+// soul-cloud-openstack in its plugin dir and a provider "openstack"
+// whose file: credentials point at the fake.
+func openstackKeeper(t *testing.T) (*openstackfake.Fake, *proc, *client.Client) {
+	t.Helper()
+	f := openstackfake.Start(openstackfake.Options{
+		Users:   []openstackfake.User{{Name: "soulstack", Password: osPassword, Project: "web"}},
+		Flavors: []openstackfake.Flavor{{ID: "f-1", Name: "m1.small"}}, Images: []string{osImage},
+		Networks: map[string]string{osNetwork: "private", osExternal: "public"}, HideNew: 1,
+	})
+	t.Cleanup(f.Close)
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	plugins := filepath.Join(data, "plugins")
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-openstack"), "../../cmd/soul-cloud-openstack").CombinedOutput(); err != nil {
+		t.Fatalf("build soul-cloud-openstack: %v\n%s", err, out)
+	}
+	creds := filepath.Join(t.TempDir(), "openstack.json")
+	if err := os.WriteFile(creds, []byte(`{"auth": {"auth_url": "`+f.URL+`", "username": "soulstack", "password": "`+osPassword+`",
+		"project_name": "web", "user_domain_name": "Default", "project_domain_name": "Default"}, "region_name": "RegionOne"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "openstack", Driver: "openstack", Region: "RegionOne", FQDNSuffix: "os.test",
+		CredentialsRef: "file:" + creds}); err != nil {
+		t.Fatal(err)
+	}
+	return f, k, c
+}
+
+// childPID finds the process named comm whose parent is ppid.
+func childPID(t *testing.T, ppid int, comm string) int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …
+		open, closing := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		fields := strings.Fields(string(b)[closing+1:])
+		if string(b)[open+1:closing] == comm && len(fields) > 1 && fields[1] == strconv.Itoa(ppid) {
+			pid, _ := strconv.Atoi(strings.TrimSpace(string(b)[:open]))
+			return pid
+		}
+	}
+	t.Fatalf("no %s process under the keeper (pid %d)", comm, ppid)
+	return 0
+}
+
+// TestOpenStackCrashLeavesOrphan: the plugin dies while the cloud holds
+// the answer to a create it accepted. The step fails with
+// driver.crashed, the server the cloud made is not lost: soulctl cloud
+// orphans (the API under it) lists it by its tags, and destroying the
+// orphan deletes it.
+func TestOpenStackCrashLeavesOrphan(t *testing.T) {
+	t.Parallel()
+	f, k, c := openstackKeeper(t)
+	ctx := context.Background()
+	scenario, _, _ := strings.Cut(readExample(t, "openstack.yaml"), "  - name: hello\n")
+	f.HoldCreates()
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: scenario, File: "openstack.yaml", Input: map[string]any{
+		"count": 1, "image": osImage, "network": osNetwork}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := <-f.Accepted()
+	pid := childPID(t, k.cmd.Process.Pid, "soul-cloud-open") // comm is cut at 15 bytes
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	f.Release()
+	final := waitRun(t, c, run.ID)
+	if final.Phase == "Succeeded" || !strings.Contains(describeSteps(final.Steps), "driver.crashed") {
+		t.Fatalf("run after the plugin died = %s\n%s", final.Phase, describeSteps(final.Steps))
+	}
+	orphans, err := c.CloudOrphans(ctx, "openstack")
+	if err != nil || len(orphans.Items) != 1 || orphans.Items[0].VMID != held || orphans.Items[0].RunID != run.ID {
+		t.Fatalf("orphans = %+v, %v; want the held server %s of run %s", orphans, err, held, run.ID)
+	}
+	if _, err := c.CloudOrphansDestroy(ctx, client.OrphansDestroy{Provider: "openstack", VMIDs: []string{held}}); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.Servers(); len(left) != 0 {
+		t.Fatalf("servers left after destroying the orphan: %+v", left)
 	}
 }

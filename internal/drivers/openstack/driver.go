@@ -431,28 +431,49 @@ func (c *clients) destroy(ctx context.Context, keeper string, ids []string) erro
 }
 
 // server returns a server, nil for one that existed and is deleted, and
-// vm.not_found for an ID the cloud never had. Nova answers 404 for both;
-// its instance actions (microversion 2.21) still know deleted servers.
+// vm.not_found for an ID the cloud never had. Nova answers 404 for both,
+// and a cloud may also answer 404 for a server it made a moment ago; its
+// instance actions (microversion 2.21) tell the three apart: none for an
+// unknown ID, a delete action for a deleted server, and otherwise the
+// server exists and is looked for again.
 func (c *clients) server(ctx context.Context, id string) (*servers.Server, error) {
-	s, err := servers.Get(ctx, c.compute, id).Extract()
-	if err == nil {
-		if s.Status == "DELETED" || s.Status == "SOFT_DELETED" {
-			return nil, nil
+	for poll := 100 * time.Millisecond; ; poll = min(2*poll, 2*time.Second) {
+		s, err := servers.Get(ctx, c.compute, id).Extract()
+		if err == nil {
+			if s.Status == "DELETED" || s.Status == "SOFT_DELETED" {
+				return nil, nil
+			}
+			return s, nil
 		}
-		return s, nil
-	}
-	if !gophercloud.ResponseCodeIs(err, 404) {
-		return nil, cloudError("get server "+id, err)
-	}
-	mv := *c.compute
-	mv.Microversion = "2.21"
-	if _, err := instanceactions.List(&mv, id, nil).AllPages(ctx); err != nil {
+		if !gophercloud.ResponseCodeIs(err, 404) {
+			return nil, cloudError("get server "+id, err)
+		}
+		mv := *c.compute
+		mv.Microversion = "2.21"
+		pages, err := instanceactions.List(&mv, id, nil).AllPages(ctx)
 		if gophercloud.ResponseCodeIs(err, 404) {
 			return nil, driversdk.Errorf(driversdk.CodeVMNotFound, "the cloud has no server %s", id)
 		}
-		return nil, cloudError("get the actions of server "+id, err)
+		if err != nil {
+			return nil, cloudError("get the actions of server "+id, err)
+		}
+		actions, err := instanceactions.ExtractInstanceActions(pages)
+		if err != nil {
+			return nil, cloudError("get the actions of server "+id, err)
+		}
+		for _, a := range actions {
+			if a.Action == "delete" {
+				return nil, nil
+			}
+		}
+		t := time.NewTimer(poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, driversdk.Errorf(driversdk.CodeDriverTimeout, "server %s exists but the cloud does not show it yet, and the call's deadline passed", id)
+		case <-t.C:
+		}
 	}
-	return nil, nil
 }
 
 func (c *clients) deleteFloatingIPs(ctx context.Context, keeper, id string) error {
