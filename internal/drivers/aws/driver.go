@@ -175,7 +175,12 @@ func (s *session) findRequest(ctx context.Context, requestID string) (map[int]ty
 // run makes VM slot i (or finds the instance its token already made) and
 // returns its id.
 func (s *session) run(ctx context.Context, req driversdk.CreateRequest, p profile, i int) (string, error) {
-	name := fmt.Sprintf("soulstack-%s-%d", shortID(req.RequestID), i)
+	// Without predicted names, VM i is vm-<request hash>-<i+1> under the
+	// provider's FQDN suffix.
+	name := fmt.Sprintf("vm-%s-%d", shortID(req.RequestID), i+1)
+	if suffix := strings.Trim(req.Provider.FQDNSuffix, "."); suffix != "" {
+		name += "." + suffix
+	}
 	if len(req.Names) == req.Count {
 		name = strings.TrimSuffix(req.Names[i], ".")
 	}
