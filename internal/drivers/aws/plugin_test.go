@@ -532,3 +532,39 @@ func TestValidateProfile(t *testing.T) {
 		t.Fatalf("the example profile: %v", err)
 	}
 }
+
+// TestDeadline: an instance that never leaves pending makes Create give
+// up at the keeper's deadline with driver.timeout, naming the instance
+// it left (tagged, so a retry adopts it), and the plugin process answers
+// in time instead of being killed.
+func TestDeadline(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.fake.SetPending(1 << 30)
+	if _, err := e.d.Capabilities(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pid := e.host.PID("aws")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := e.d.Create(ctx, driversdk.CreateRequest{Provider: e.prov, RequestID: "req-slow", RunID: "run-slow",
+		Profile: json.RawMessage(profileJSON), Count: 1})
+	wantCode(t, err, driversdk.CodeDriverTimeout)
+	insts := e.fake.Instances()
+	if len(insts) != 1 || insts[0].State != "pending" {
+		t.Fatalf("fake instances %+v", insts)
+	}
+	if !strings.Contains(err.Error(), insts[0].ID) {
+		t.Errorf("the timeout does not name the instance left, %s: %v", insts[0].ID, err)
+	}
+	if now := e.host.PID("aws"); now != pid {
+		t.Fatalf("the plugin process was replaced (%d, was %d): it did not honour the deadline", now, pid)
+	}
+	// The retry, with time enough, adopts the instance.
+	e.fake.FinishPending()
+	vms, err := e.d.Create(context.Background(), driversdk.CreateRequest{Provider: e.prov, RequestID: "req-slow", RunID: "run-slow",
+		Profile: json.RawMessage(profileJSON), Count: 1})
+	if err != nil || len(vms) != 1 || vms[0].ID != insts[0].ID || len(e.fake.Instances()) != 1 {
+		t.Fatalf("retry: %+v, %v", vms, err)
+	}
+}

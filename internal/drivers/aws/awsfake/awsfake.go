@@ -124,6 +124,15 @@ func (f *Fake) Close() {
 // SetPending sets how many Describes a new or started instance stays pending.
 func (f *Fake) SetPending(n int) { f.mu.Lock(); f.pending = n; f.mu.Unlock() }
 
+// FinishPending lets every pending instance run at the next Describe.
+func (f *Fake) FinishPending() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, inst := range f.instances {
+		inst.pending = 0
+	}
+}
+
 // SetHidden sets how many Describes a new instance is missing from.
 func (f *Fake) SetHidden(n int) { f.mu.Lock(); f.hidden = n; f.mu.Unlock() }
 
