@@ -282,9 +282,8 @@ func TestCrashSafety(t *testing.T) {
 		t.Fatalf("the retry returned %s, %s; the fake made %s, %s", vms[0].ID, vms[1].ID, after[0].ID, after[1].ID)
 	}
 
-	// A third Create of the same request, naming the VMs otherwise (EC2
-	// answers IdempotentParameterMismatch to such a token reuse), makes
-	// nothing either.
+	// A third Create of the same request, naming the VMs otherwise, finds
+	// them by tag and makes nothing either.
 	e.fake.SetHidden(0)
 	again, err := e.create(t, "req-crash", "x-0.aws.test", "x-1.aws.test")
 	if err != nil || len(again) != 2 || again[0].ID != vms[0].ID || again[1].ID != vms[1].ID || len(e.fake.Instances()) != 2 {
@@ -566,5 +565,37 @@ func TestDeadline(t *testing.T) {
 		Profile: json.RawMessage(profileJSON), Count: 1})
 	if err != nil || len(vms) != 1 || vms[0].ID != insts[0].ID || len(e.fake.Instances()) != 1 {
 		t.Fatalf("retry: %+v, %v", vms, err)
+	}
+}
+
+// TestRetryWithOtherNames: a retry after a crash whose parameters differ
+// (other names, so EC2 answers IdempotentParameterMismatch to the reused
+// token) while the tag lookup misses the instance finds it by its
+// client-token and makes no second one.
+func TestRetryWithOtherNames(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.fake.SetHidden(1)
+	accepted := e.fake.HoldNextRun()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.create(t, "req-rename", "n-0.aws.test")
+		done <- err
+	}()
+	<-accepted
+	if err := syscall.Kill(e.host.PID("aws"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, <-done, driversdk.CodeDriverCrashed)
+	vms, err := e.create(t, "req-rename", "m-0.aws.test")
+	if err != nil {
+		t.Fatalf("retry with other names: %v", err)
+	}
+	insts := e.fake.Instances()
+	if len(insts) != 1 || len(vms) != 1 || vms[0].ID != insts[0].ID {
+		t.Fatalf("retry returned %+v; the fake has %d instances", vms, len(insts))
+	}
+	if e.fake.Calls("RunInstances") != 2 {
+		t.Fatalf("%d RunInstances calls, want 2 (the held one and the mismatched retry)", e.fake.Calls("RunInstances"))
 	}
 }
