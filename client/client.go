@@ -13,7 +13,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // DefaultURL is where a keeper listens unless told otherwise.
@@ -27,8 +26,15 @@ type Client struct {
 }
 
 // New returns a client for the keeper at baseURL (e.g.
-// http://127.0.0.1:8420) authenticating with token.
+// http://127.0.0.1:8420) authenticating with token. An https:// keeper must
+// present a certificate the system trusts; NewWithOptions takes the
+// keeper's own CA.
 func New(baseURL, token string) (*Client, error) {
+	return NewWithOptions(baseURL, token, Options{})
+}
+
+// NewWithOptions is New with the trust settings of o.
+func NewWithOptions(baseURL, token string, o Options) (*Client, error) {
 	if baseURL == "" {
 		baseURL = DefaultURL
 	}
@@ -36,7 +42,11 @@ func New(baseURL, token string) (*Client, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("keeper URL %q: want http(s)://host:port", baseURL)
 	}
-	return &Client{base: u, token: token, http: &http.Client{Timeout: 60 * time.Second}}, nil
+	hc, err := o.httpClient()
+	if err != nil {
+		return nil, err
+	}
+	return &Client{base: u, token: token, http: hc}, nil
 }
 
 // ListOptions pages through a list: at most Limit items after the cursor
@@ -90,6 +100,9 @@ func (c *Client) doStatus(ctx context.Context, method, path string, q url.Values
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if ce := c.certificateError(err); ce != err {
+			return 0, ce
+		}
 		return 0, fmt.Errorf("keeper at %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()

@@ -16,6 +16,7 @@ type Module struct {
 	Side        string `json:"side" enum:"keeper,soul" doc:"keeper: runs inside the keeper and the step must say on: keeper; soul: runs on the step's target souls."`
 	Idempotent  bool   `json:"idempotent" doc:"Whether a repeat with the same params is safe; the keeper resumes idempotent steps after a crash and never blindly repeats the others."`
 	NeedsRoot   bool   `json:"needs_root" doc:"Whether the module needs root on the soul (sudo is used when the connecting user is not root)."`
+	Permission  string `json:"permission,omitempty" required:"false" doc:"The permission (e.g. cloud.create) a run's creator needs, besides run.create, for a step of this module; checked when the run is submitted and again when the step runs."`
 	// Params are the accepted params, in catalog order.
 	Params []ModuleParam `json:"params"`
 	// Exclusive lists groups of params of which at most one (exactly one

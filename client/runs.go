@@ -43,9 +43,16 @@ func Terminal(phase string) bool {
 	return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled"
 }
 
+// EventStreamDenied is the kind of the last event of a stream whose token
+// the keeper refused while streaming (revoked, expired, or no longer
+// allowed run.read); its data is the Problem.
+const EventStreamDenied = "stream.denied"
+
 // RunEvents streams a run's events after afterSeq (0: from the start)
 // until the run has finished and every event was delivered, fn returns an
-// error, or ctx ends. A broken stream is resumed with Last-Event-ID.
+// error, or ctx ends. A broken stream is resumed with Last-Event-ID. A
+// stream the keeper ends because the token no longer works returns that
+// *Problem.
 func (c *Client) RunEvents(ctx context.Context, id string, afterSeq int64, fn func(RunEvent) error) error {
 	last := afterSeq
 	backoff := 200 * time.Millisecond
@@ -89,6 +96,9 @@ func (c *Client) streamOnce(ctx context.Context, id string, last *int64, fn func
 	hc.Timeout = 0 // a stream lasts as long as the run
 	resp, err := hc.Do(req)
 	if err != nil {
+		if ce := c.certificateError(err); ce != err {
+			return true, ce // not a broken stream: retrying cannot help
+		}
 		return false, err
 	}
 	defer resp.Body.Close()
@@ -117,6 +127,13 @@ func (c *Client) streamOnce(ctx context.Context, id string, last *int64, fn func
 			data.Reset()
 			if ev.Kind == "stream.end" {
 				return true, nil
+			}
+			if ev.Kind == EventStreamDenied {
+				p := &Problem{}
+				if json.Unmarshal(ev.Data, p) != nil || p.Code == "" {
+					p = &Problem{Status: http.StatusUnauthorized, Code: "auth.invalid_token", Detail: string(ev.Data)}
+				}
+				return true, p
 			}
 			*last = ev.Seq
 			if err := fn(ev); err != nil {

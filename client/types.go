@@ -139,32 +139,39 @@ type SoulList struct {
 
 // Token is an API token as listed: never the token itself.
 type Token struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name"`
-	Role      string     `json:"role" enum:"admin,operator,viewer"`
-	CreatedBy string     `json:"created_by"`
-	CreatedAt time.Time  `json:"created_at"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	RevokedAt *time.Time `json:"revoked_at,omitempty"`
-	Active    bool       `json:"active"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Role string `json:"role" enum:"admin,operator,viewer,custom" doc:"A built-in role, or custom for a token with an explicit permission list."`
+	// Permissions is everything the token may do: its built-in role's
+	// permissions, or its explicit list.
+	Permissions []string   `json:"permissions" doc:"Every permission the token holds (its role's, or its explicit list)."`
+	CreatedBy   string     `json:"created_by"`
+	CreatedAt   time.Time  `json:"created_at"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
+	Active      bool       `json:"active"`
 }
 
 // TokenCreate is the body of POST /v1/tokens.
 type TokenCreate struct {
-	Name      string     `json:"name" doc:"DNS label naming the token's holder."`
-	Role      string     `json:"role" doc:"admin, operator or viewer."`
-	ExpiresAt *time.Time `json:"expires_at,omitempty" required:"false" doc:"When the token stops working; never when absent."`
+	Name string `json:"name" doc:"DNS label naming the token's holder."`
+	Role string `json:"role,omitempty" required:"false" doc:"admin, operator or viewer; exactly one of role and permissions."`
+	// Permissions is an explicit permission list (the token's role is
+	// then custom); a token may grant only permissions it holds itself.
+	Permissions []string   `json:"permissions,omitempty" required:"false" doc:"An explicit permission list, e.g. [run.create, cloud.create], instead of a role; the caller must hold each one itself."`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty" required:"false" doc:"When the token stops working; never when absent."`
 }
 
 // TokenCreated answers POST /v1/tokens. Token, the plain secret, appears
 // only in this response; the keeper stores its hash.
 type TokenCreated struct {
-	ID        string     `json:"id"`
-	Name      string     `json:"name"`
-	Role      string     `json:"role"`
-	CreatedAt time.Time  `json:"created_at"`
-	ExpiresAt *time.Time `json:"expires_at,omitempty"`
-	Token     string     `json:"token" doc:"The API token. Shown once; store it now."`
+	ID          string     `json:"id"`
+	Name        string     `json:"name"`
+	Role        string     `json:"role"`
+	Permissions []string   `json:"permissions" doc:"Every permission the token holds."`
+	CreatedAt   time.Time  `json:"created_at"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	Token       string     `json:"token" doc:"The API token. Shown once; store it now."`
 }
 
 // RevealsSecret marks the one response whose secret field is meant for the
@@ -189,19 +196,25 @@ type AuditEvent struct {
 	Hash     string          `json:"hash"`
 }
 
-// AuditProblem is a finding of the chain verifier, naming the row.
+// AuditProblem is a finding of the chain verifier, naming the row (for a
+// checkpoint finding, the checkpoint's sequence number).
 type AuditProblem struct {
 	Seq     int64  `json:"seq"`
-	Kind    string `json:"kind" enum:"edited,deleted,relinked"`
+	Kind    string `json:"kind" enum:"audit.row_tampered,audit.rows_missing,audit.relinked,audit.head_mismatch,audit.truncated,audit.emptied,audit.unkeyed,audit.checkpoint_mismatch,audit.checkpoint_invalid"`
 	Message string `json:"message"`
 }
 
-// AuditReport is the outcome of verifying the audit chain.
+// AuditReport is the outcome of verifying the audit chain. Legacy counts
+// the rows at the start of the log that an older keeper wrote with a plain
+// SHA-256 instead of an HMAC under the audit key; Checkpoints counts the
+// signed checkpoints the log was checked against.
 type AuditReport struct {
-	OK       bool           `json:"ok"`
-	Checked  int64          `json:"checked"`
-	HeadSeq  int64          `json:"head_seq"`
-	Problems []AuditProblem `json:"problems"`
+	OK          bool           `json:"ok"`
+	Checked     int64          `json:"checked"`
+	HeadSeq     int64          `json:"head_seq"`
+	Legacy      int64          `json:"legacy"`
+	Checkpoints int            `json:"checkpoints"`
+	Problems    []AuditProblem `json:"problems"`
 }
 
 // AuditList is a page of audit events, with the chain verification when

@@ -32,6 +32,10 @@ const (
 	// CodeDriverIncompatible: the executable is not a CloudDriver plugin, or
 	// speaks a protocol version the keeper does not.
 	CodeDriverIncompatible = "driver.incompatible"
+	// CodeDriverUntrusted: the executable, or a directory it is in, could
+	// be changed by someone other than the keeper's user or root (another
+	// owner, group- or world-writable). It was not started.
+	CodeDriverUntrusted = "driver.untrusted"
 )
 
 // Is reports whether target is an *Error with the same Code and no Message

@@ -16,6 +16,7 @@ import (
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keeper"
 	"github.com/soulstack/soulstack/internal/runner"
+	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/version"
 )
 
@@ -33,6 +34,7 @@ type flags struct {
 	dataDir     string
 	databaseURL string
 	logLevel    string
+	insecure    bool
 }
 
 func (f *flags) bind(cmd *cobra.Command, withListen bool) {
@@ -40,6 +42,7 @@ func (f *flags) bind(cmd *cobra.Command, withListen bool) {
 	fs.StringVar(&f.configPath, "config", "", "keeper.yml to read (flags override it)")
 	if withListen {
 		fs.StringVar(&f.listen, "listen", "", "address of the Operator API (default "+config.DefaultListen+")")
+		fs.BoolVar(&f.insecure, "insecure-plaintext", false, "serve plain HTTP on a non-loopback --listen address instead of HTTPS (tokens travel in clear)")
 	}
 	fs.StringVar(&f.dataDir, "data-dir", "", "data directory: SQLite database, admin.token (default "+config.DefaultDataDir+")")
 	fs.StringVar(&f.databaseURL, "database-url", "", "PostgreSQL URL postgres://…; empty: embedded SQLite in the data dir (env KEEPER_DATABASE_URL)")
@@ -63,6 +66,9 @@ func (f *flags) load() (config.Config, error) {
 			*dst = v
 		}
 	}
+	if f.insecure {
+		c.InsecurePlaintext = true
+	}
 	c = c.WithDefaults()
 	return c, c.Validate()
 }
@@ -74,7 +80,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newMigrate(), newAudit(), newVersion())
+	root.AddCommand(newServe(), newMigrate(), newAudit(), newToken(), newVersion())
 	return root
 }
 
@@ -86,7 +92,13 @@ func newServe() *cobra.Command {
 		Long: `Run the keeper daemon. With no options it keeps an embedded SQLite database
 under ./.keeper, applies its migrations, creates an admin API token on first
 start (written to ./.keeper/admin.token, mode 0600) and serves the Operator API
-on http://127.0.0.1:8420. Ctrl-C (SIGINT) or SIGTERM shuts it down gracefully.`,
+on http://127.0.0.1:8420. Ctrl-C (SIGINT) or SIGTERM shuts it down gracefully.
+
+On a non-loopback --listen address it serves HTTPS: with tls.cert_file and
+tls.key_file from keeper.yml, or else with a server certificate from its own
+CA, made on first start in <data-dir>/tls (ca.crt for clients; keys mode
+0600) and named by the SHA-256 fingerprint it logs. Plain HTTP there needs
+--insecure-plaintext.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.load()
@@ -135,8 +147,16 @@ func newAudit() *cobra.Command {
 	var asJSON bool
 	verify := &cobra.Command{
 		Use:   "verify",
-		Short: "Verify the audit hash chain; exit 1 naming every edited or deleted row",
-		Args:  cobra.NoArgs,
+		Short: "Verify the audit chain and checkpoints; exit 1 naming every problem",
+		Long: `Verify the audit log directly in the database: every row's HMAC under the
+audit key (derived from the data key, or audit_key_ref) and its link to the
+row before, the chain head, and the head against every signed checkpoint in
+the checkpoint directory (audit_checkpoint_dir, default <data-dir>/audit).
+Each problem is printed as "row N: <code>: <message>" with a stable code:
+audit.row_tampered, audit.rows_missing, audit.relinked, audit.head_mismatch,
+audit.truncated, audit.emptied, audit.unkeyed, audit.checkpoint_mismatch or
+audit.checkpoint_invalid; the command then exits 1.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.load()
 			if err != nil {
@@ -147,7 +167,7 @@ func newAudit() *cobra.Command {
 				return err
 			}
 			defer st.Close()
-			r, err := api.Verify(cmd.Context(), st)
+			r, err := keeper.VerifyAudit(cmd.Context(), c, st)
 			if err != nil {
 				return err
 			}
@@ -161,7 +181,13 @@ func newAudit() *cobra.Command {
 					fmt.Fprintf(out, "row %d: %s: %s\n", p.Seq, p.Kind, p.Message)
 				}
 				if r.OK {
-					fmt.Fprintf(out, "audit chain OK: %d events, head %d\n", r.Checked, r.HeadSeq)
+					fmt.Fprintf(out, "audit chain OK: %d events, head %d, %d signed checkpoint(s)\n", r.Checked, r.HeadSeq, r.Checkpoints)
+				}
+				if r.Legacy > 0 {
+					fmt.Fprintf(out, "rows 1..%d are legacy rows (plain SHA-256, written before the audit key): the keyed rows after them cover them as they were at the upgrade, but changes made before it cannot be detected\n", r.Legacy)
+				}
+				if r.Checkpoints == 0 {
+					fmt.Fprintf(out, "no signed checkpoint in %s: rows removed from the end of the log cannot be noticed\n", c.AuditCheckpointDir)
 				}
 			}
 			if !r.OK {
@@ -174,6 +200,62 @@ func newAudit() *cobra.Command {
 	verify.Flags().BoolVarP(&asJSON, "json", "j", false, "print the report as JSON")
 	audit.AddCommand(verify)
 	return audit
+}
+
+func newToken() *cobra.Command {
+	token := &cobra.Command{Use: "token", Short: "Work with API tokens directly in the database"}
+	var f flags
+	var force bool
+	bootstrap := &cobra.Command{
+		Use:   "bootstrap",
+		Short: "Mint an admin API token from this host when no active admin token is left",
+		Long: `Mint a new admin API token when the registry has no active (unrevoked,
+unexpired) admin token, and write it to <data-dir>/admin.token (mode 0600,
+replaced atomically). It opens the database directly, so it needs what the
+keeper itself needs on this host: access to the data dir or the database URL.
+Whoever has that is trusted already; the audit log records the token as
+token.created by the actor "host". It prints the file's path and the token's
+id, never the token. A running keeper accepts the new token at once.
+
+While an active admin token exists it refuses and names it: use that token
+(soulctl token create NAME --role admin makes more). --force mints one anyway,
+for an admin token that is lost but not yet expired; revoke the lost one after.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.load()
+			if err != nil {
+				return err
+			}
+			if c.DatabaseURL == "" {
+				// Opening a path that is not there would make a new, empty database.
+				if _, err := os.Stat(c.SQLitePath()); err != nil {
+					return fmt.Errorf("no keeper database at %s: pass the keeper's --data-dir, --database-url or --config", c.SQLitePath())
+				}
+			}
+			st, err := keeper.OpenStoreKeyed(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			id, path, err := keeper.BootstrapAdminToken(cmd.Context(), st, c, force)
+			if errors.Is(err, keeper.ErrNoTokens) {
+				return errors.New("refused: this database has no API token at all, so no keeper has served it yet; keeper serve creates the first admin token itself")
+			}
+			var se *store.Error
+			if errors.As(err, &se) && errors.Is(err, store.ErrActiveAdmin) {
+				return fmt.Errorf("refused: admin token %s is still active (not revoked, not expired); use it, or pass --force to mint another anyway", se.Key)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "minted admin API token %s; wrote it to %s (mode 0600)\n", id, path)
+			return nil
+		},
+	}
+	f.bind(bootstrap, false)
+	bootstrap.Flags().BoolVar(&force, "force", false, "mint an admin token even while an active one exists")
+	token.AddCommand(bootstrap)
+	return token
 }
 
 func newVersion() *cobra.Command {

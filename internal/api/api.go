@@ -6,6 +6,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
@@ -37,6 +39,14 @@ type Config struct {
 	Check ScenarioChecker
 	// Cloud enables the orphan routes.
 	Cloud CloudService
+	// AuthFailureBurst failed authentications in a row from one client
+	// address, then one more per AuthFailureInterval; over that the API
+	// answers 429 auth.rate_limited. Zero: 10 and 1 s.
+	AuthFailureBurst    int
+	AuthFailureInterval time.Duration
+	// VerifyAudit verifies the audit log with the audit key and the signed
+	// checkpoints (GET /v1/audit?verify=true); nil: verification fails.
+	VerifyAudit func(context.Context) (audit.Report, error)
 }
 
 // Server is the Operator API as an http.Handler.
@@ -51,6 +61,10 @@ type Server struct {
 	runs    RunService
 	check   ScenarioChecker
 	cloud   CloudService
+	limiter *authLimiter
+	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
+	// keyConflicts limits re-run key conflicts per token.
+	keyConflicts *keyConflicts
 }
 
 // New builds the API over cfg.Store.
@@ -61,15 +75,25 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.AuthFailureBurst <= 0 {
+		cfg.AuthFailureBurst = 10
+	}
+	if cfg.AuthFailureInterval <= 0 {
+		cfg.AuthFailureInterval = time.Second
+	}
 	s := &Server{
-		store: cfg.Store,
-		log:   cfg.Logger,
-		now:   cfg.Now,
-		authn: auth.NewAuthenticator(cfg.Store, cfg.Now),
-		mux:   http.NewServeMux(),
-		runs:  cfg.Runs,
-		check: cfg.Check,
-		cloud: cfg.Cloud,
+		store:   cfg.Store,
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		authn:   auth.NewAuthenticator(cfg.Store, cfg.Now),
+		mux:     http.NewServeMux(),
+		runs:    cfg.Runs,
+		check:   cfg.Check,
+		cloud:   cfg.Cloud,
+		limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
+		audit:   cfg.VerifyAudit,
+
+		keyConflicts: newKeyConflicts(),
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
@@ -149,7 +173,7 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 			op.Description += "\n\nPermission: `" + string(perm) + "`."
 		}
 		op.Middlewares = append(op.Middlewares, s.authorize(perm))
-		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden)
+		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
 	}
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := h(ctx, in)
@@ -157,6 +181,9 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 			p, known := problemFor(err)
 			if !known {
 				s.log.Error("request failed", "operation", op.OperationID, "err", err)
+			}
+			if h := headersFor(err); h != nil {
+				return nil, huma.ErrorWithHeaders(p, h)
 			}
 			return nil, p
 		}
@@ -167,27 +194,57 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 // authorize authenticates the bearer token and checks perm.
 func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
-		p, err := s.authn.Authenticate(ctx.Context(), ctx.Header("Authorization"))
-		if err != nil {
-			prob, known := problemFor(err)
-			if !known {
-				s.log.Error("authentication failed", "err", err)
-			}
+		p, prob := s.permit(ctx.Context(), hostOf(ctx.RemoteAddr()), ctx.Header("Authorization"), perm)
+		if prob != nil {
 			s.writeHumaProblem(ctx, prob)
-			return
-		}
-		if !auth.Can(p.Role, perm) {
-			s.writeHumaProblem(ctx, problem(http.StatusForbidden, "auth.forbidden",
-				"token "+p.TokenID+" (role "+p.Role+") lacks permission "+string(perm)))
 			return
 		}
 		next(huma.WithValue(ctx, principalKey{}, p))
 	}
 }
 
+// permit authenticates an Authorization header and checks perm: the
+// principal, or the problem (401, 403) that refuses it. Routes check it
+// before their handler; a long answer (an event stream) checks it again
+// while it lasts.
+func (s *Server) permit(ctx context.Context, host, header string, perm auth.Permission) (auth.Principal, *client.Problem) {
+	// A client address over its failed-authentication budget may still
+	// use a token this keeper has verified before, and nothing else: a
+	// guesser learns nothing and the registry is spared the lookups.
+	authenticate := s.authn.Authenticate
+	limited, first := s.limiter.check(host)
+	if limited {
+		authenticate = s.authn.AuthenticateKnown
+	}
+	p, err := authenticate(ctx, header)
+	if err != nil && limited {
+		if first {
+			s.auditRateLimited(ctx, host)
+		}
+		err = &rateLimitedError{host: host, retryAfter: s.limiter.interval}
+	} else if errors.Is(err, auth.ErrInvalidToken) {
+		s.limiter.fail(host)
+	}
+	if err != nil {
+		prob, known := problemFor(err)
+		if !known {
+			s.log.Error("authentication failed", "err", err)
+		}
+		return p, prob
+	}
+	if err := p.Require(perm); err != nil {
+		prob, _ := problemFor(err)
+		return p, prob
+	}
+	return p, nil
+}
+
 func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {
-	if p.Status == http.StatusUnauthorized {
+	switch p.Status {
+	case http.StatusUnauthorized:
 		ctx.SetHeader("WWW-Authenticate", `Bearer realm="soulstack"`)
+	case http.StatusTooManyRequests:
+		ctx.SetHeader("Retry-After", retryAfterSeconds(s.limiter.interval))
 	}
 	_ = huma.WriteErr(s.api, ctx, p.Status, p.Detail, p)
 }

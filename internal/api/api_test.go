@@ -16,6 +16,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/api"
+	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
@@ -75,7 +76,8 @@ func start(t testing.TB, b testdb.Backend) *keeper {
 	logs := &syncBuffer{}
 	clk := &clock{}
 	log := slog.New(secretHandler(logs))
-	srv := httptest.NewServer(api.New(api.Config{Store: st, Logger: log, Version: "test", Now: clk.Now}))
+	srv := httptest.NewServer(api.New(api.Config{Store: st, Logger: log, Version: "test", Now: clk.Now,
+		VerifyAudit: func(ctx context.Context) (audit.Report, error) { return audit.Verify(ctx, st, testdb.AuditKey, nil) }}))
 	t.Cleanup(srv.Close)
 	plain, id, hash, err := auth.NewToken()
 	if err != nil {
@@ -504,7 +506,7 @@ func TestAuditVerifyNamesTamperedRow(t *testing.T) {
 			t.Fatal(err)
 		}
 		v := list.Verify
-		if v == nil || v.OK || len(v.Problems) == 0 || v.Problems[0].Seq != 3 || v.Problems[0].Kind != "edited" {
+		if v == nil || v.OK || len(v.Problems) == 0 || v.Problems[0].Seq != 3 || v.Problems[0].Kind != "audit.row_tampered" {
 			t.Fatalf("verify after edit = %+v", v)
 		}
 		if _, err := k.store.DB().Exec(`DELETE FROM audit_events WHERE seq = 2`); err != nil {
@@ -513,7 +515,7 @@ func TestAuditVerifyNamesTamperedRow(t *testing.T) {
 		list, _ = k.client(k.admin).AuditList(context.Background(), client.AuditListOptions{Verify: true})
 		found := false
 		for _, p := range list.Verify.Problems {
-			found = found || (p.Kind == "deleted" && strings.Contains(p.Message, "2..2"))
+			found = found || (p.Kind == "audit.rows_missing" && strings.Contains(p.Message, "2..2"))
 		}
 		if !found {
 			t.Fatalf("deleted row 2 not named: %+v", list.Verify)
@@ -587,7 +589,7 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 	if _, ok := doc.Paths["/v1/providers"]["post"]["responses"].(map[string]any)["409"]; !ok {
 		t.Errorf("provider-create does not document 409")
 	}
-	_, m := k.call("GET", "/metrics", "", "")
+	_, m := k.call("GET", "/metrics", k.admin, "")
 	if !strings.Contains(string(m), `soulstack_http_requests_total{method="GET",operation="provider-list",status="200"} 1`) {
 		t.Fatalf("metrics lack the request counter:\n%s", m)
 	}

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -121,11 +123,48 @@ func problemFor(err error) (*client.Problem, bool) {
 			return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
 		}
 	}
+	var rl *rateLimitedError
+	if errors.As(err, &rl) {
+		return problem(http.StatusTooManyRequests, "auth.rate_limited", rl.Error()), true
+	}
+	var limited *keyConflictsLimitedError
+	if errors.As(err, &limited) {
+		return problem(http.StatusTooManyRequests, "run.key_conflict_rate_limited",
+			fmt.Sprintf("token %s caused more than %d re-run key conflicts in a short time; keyed runs are refused for %s",
+				limited.Token, KeyConflictBurst, limited.RetryAfter)), true
+	}
 	switch {
 	case errors.Is(err, auth.ErrNoToken):
 		return problem(http.StatusUnauthorized, "auth.missing_token", "this route needs an API token: send \"Authorization: Bearer <token>\""), true
 	case errors.Is(err, auth.ErrInvalidToken):
 		return problem(http.StatusUnauthorized, "auth.invalid_token", err.Error()), true
 	}
+	var fe *auth.ForbiddenError
+	if errors.As(err, &fe) {
+		return problem(http.StatusForbidden, "auth.forbidden", err.Error()), true
+	}
+	var up *auth.UnknownPermissionError
+	if errors.As(err, &up) {
+		return invalid("token.permission_unknown", fmt.Sprintf("body.permissions[%d]", up.Index),
+			"unknown permission %q; permissions are %s", up.Name, strings.Join(permissionNames(auth.All()), ", ")), true
+	}
 	return problem(http.StatusInternalServerError, "internal.error", "the keeper failed to handle the request; see its log"), false
+}
+
+func permissionNames(ps []auth.Permission) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = string(p)
+	}
+	return out
+}
+
+// headersFor returns the response headers that go with an error's
+// problem: Retry-After for a rate limit.
+func headersFor(err error) http.Header {
+	var limited *keyConflictsLimitedError
+	if errors.As(err, &limited) {
+		return http.Header{"Retry-After": {strconv.Itoa(int(limited.RetryAfter / time.Second))}}
+	}
+	return nil
 }

@@ -8,7 +8,15 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/soulstack/soulstack/internal/auth"
 )
+
+// MetricsHandler serves the Prometheus metrics without checking a token:
+// the keeper mounts it on metrics_listen.
+func (s *Server) MetricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
+}
 
 // Health is the body of /healthz and /readyz.
 type Health struct {
@@ -36,11 +44,17 @@ func (s *Server) registerHealth() {
 		return &struct{ Body Health }{Body: Health{Status: "ok"}}, nil
 	})
 
-	prom := promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
+	prom := s.MetricsHandler()
 	huma.Register(s.api, huma.Operation{
 		OperationID: "metrics", Method: http.MethodGet, Path: "/metrics", Tags: tags,
-		Summary:   "Prometheus metrics (text exposition format)",
-		Responses: map[string]*huma.Response{"200": {Description: "Metrics", Content: map[string]*huma.MediaType{"text/plain": {}}}},
+		Summary: "Prometheus metrics (text exposition format)",
+		Description: "Needs a token with `metrics.read`; keeper.yml's `metrics_listen` serves the same metrics " +
+			"without a token on an address of its own.\n\nPermission: `metrics.read`.",
+		Security:    []map[string][]string{{"bearer": {}}},
+		Metadata:    map[string]any{"permission": string(auth.MetricsRead)},
+		Middlewares: huma.Middlewares{s.authorize(auth.MetricsRead)},
+		Errors:      []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests},
+		Responses:   map[string]*huma.Response{"200": {Description: "Metrics", Content: map[string]*huma.MediaType{"text/plain": {}}}},
 	}, func(context.Context, *struct{}) (*huma.StreamResponse, error) {
 		return &huma.StreamResponse{Body: func(ctx huma.Context) {
 			r, w := humago.Unwrap(ctx)

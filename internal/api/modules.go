@@ -25,7 +25,7 @@ import (
 func moduleWire(info module.Info) client.Module {
 	out := client.Module{
 		ID: string(info.ID), Summary: info.Summary, Description: info.Description, Side: string(info.Side),
-		Idempotent: info.Idempotent, NeedsRoot: info.NeedsRoot,
+		Idempotent: info.Idempotent, NeedsRoot: info.NeedsRoot, Permission: info.Permission,
 		Params: make([]client.ModuleParam, 0, len(info.Params)), Output: make([]client.ModuleField, 0, len(info.Output)),
 		ChangesWhen: info.ChangesWhen, UnchangedWhen: info.UnchangedWhen, Example: info.Example, Notes: info.Notes,
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -30,6 +31,33 @@ type CheckedScenario struct {
 	Input map[string]any
 	// Secret names inputs declared secret.
 	Secret map[string]bool
+	// Needs lists the steps whose module declares a permission the run's
+	// creator must hold besides run.create (the keeper-side cloud states).
+	Needs []StepPermission
+}
+
+// StepPermission is one step's need for a permission.
+type StepPermission struct {
+	Step       string
+	Module     string
+	Permission auth.Permission
+}
+
+// requireStepPermissions refuses a run whose creator lacks a permission
+// one of its steps needs; the engine checks again when the step runs.
+func requireStepPermissions(p auth.Principal, needs []StepPermission) error {
+	for _, n := range needs {
+		err := p.Require(n.Permission)
+		var fe *auth.ForbiddenError
+		if errors.As(err, &fe) {
+			fe.Reason += fmt.Sprintf(", which step %q (%s) needs; nothing ran", n.Step, n.Module)
+			return fe
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ScenarioChecker parses and validates a scenario with its input before a
@@ -82,15 +110,25 @@ func (s *Server) registerRuns() {
 		OperationID: "run-create", Method: http.MethodPost, Path: "/v1/runs", Tags: tags,
 		Summary: "Start a run of a scenario",
 		Description: "Validates the scenario and input (422 scenario.invalid lists every problem with file:line:column) " +
-			"and queues the run: 201 with the new run, or 200 with the existing run when key was used with the same content; " +
-			"409 run.key_conflict when the key names a run with different content.",
+			"and checks that the token holds the permission each keeper-side step's module declares (403 auth.forbidden names it, " +
+			"e.g. cloud.create for core.cloud.created), " +
+			"and queues the run: 201 with the new run, or 200 with the existing run when this token used key with the same content; " +
+			"409 run.key_conflict when this token used key for a run with different content. A key belongs to the token that used it: " +
+			"another token's key names no run, so it starts a new one. Conflicts are audited (run.key_conflict) and limited per token: " +
+			"after a burst, keyed requests get 429 run.key_conflict_rate_limited with Retry-After.",
 		DefaultStatus: http.StatusCreated,
-		Errors:        []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
+		Errors:        []int{http.StatusBadRequest, http.StatusConflict, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusTooManyRequests},
 	}, auth.RunCreate, false, func(ctx context.Context, in *struct{ Body client.RunCreate }) (*struct {
 		Status int
 		Body   client.Run
 	}, error) {
 		b := in.Body
+		caller := principal(ctx)
+		if b.Key != "" {
+			if err := s.limitKeyConflicts(ctx, caller, b.Key); err != nil {
+				return nil, err
+			}
+		}
 		timeout := runner.DefaultTimeout
 		if b.Timeout != "" {
 			d, err := time.ParseDuration(b.Timeout)
@@ -111,10 +149,16 @@ func (s *Server) registerRuns() {
 			}
 			return nil, problem(http.StatusUnprocessableEntity, "scenario.invalid", detail, problems...)
 		}
+		if err := requireStepPermissions(principal(ctx), checked.Needs); err != nil {
+			return nil, err
+		}
 		run, created, err := s.runs.Submit(ctx, runner.SubmitParams{
 			Name: checked.Name, Scenario: b.Scenario, Input: checked.Input, Secret: checked.Secret,
-			Key: b.Key, Timeout: timeout, Actor: principal(ctx).Actor(),
+			Key: b.Key, Timeout: timeout, Actor: caller.Actor(),
 		})
+		if errors.Is(err, store.ErrKeyConflict) {
+			return nil, s.keyConflict(ctx, caller, b.Key, err)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -187,7 +231,9 @@ func (s *Server) registerRuns() {
 		OperationID: "run-events", Method: http.MethodGet, Path: "/v1/runs/{id}/events", Tags: tags,
 		Summary: "Stream a run's events (Server-Sent Events)",
 		Description: "Each event is `id: <seq>`, `event: <kind>`, `data: <RunEvent JSON>`. Resume with the Last-Event-ID header (or ?after=). " +
-			"The stream ends with an event of kind stream.end once the run has finished and every event was sent.",
+			"The stream ends with an event of kind stream.end once the run has finished and every event was sent. " +
+			"The token is checked again every few seconds while the stream lasts: once it is revoked, expired or no longer holds run.read, " +
+			"the stream ends with an event of kind stream.denied whose data is the problem (code auth.invalid_token or auth.forbidden).",
 		Errors:    []int{http.StatusNotFound},
 		Responses: map[string]*huma.Response{"200": {Description: "An SSE stream of RunEvent", Content: map[string]*huma.MediaType{"text/event-stream": {}}}},
 	}, auth.RunRead, false, func(ctx context.Context, in *struct {
@@ -210,18 +256,36 @@ func (s *Server) registerRuns() {
 	})
 }
 
-// streamEvents writes a run's events as SSE until the run has finished.
+// StreamRecheck is how often an event stream checks its token again. A
+// token revoked on this keeper fails the next check; on another keeper
+// sharing the database, within auth.CacheTTL more.
+const StreamRecheck = 2 * time.Second
+
+// streamEvents writes a run's events as SSE until the run has finished, or
+// until the request's token no longer may read runs.
 func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 	r, w := humago.Unwrap(hctx)
 	ctx := r.Context()
 	flusher, _ := w.(http.Flusher)
+	// The stream lasts as long as the run: lift the server's ReadTimeout,
+	// which would otherwise end it (the request itself was read).
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
+	header := r.Header.Get("Authorization")
+	checked := s.now()
 	for {
+		if now := s.now(); now.Sub(checked) >= StreamRecheck {
+			if _, prob := s.permit(ctx, hostOf(r.RemoteAddr), header, auth.RunRead); prob != nil {
+				s.endDenied(w, flusher, after, prob)
+				return
+			}
+			checked = now
+		}
 		wake := s.runs.Hub().Wait(id)
 		run, err := s.store.RunGet(ctx, id)
 		if err != nil {
@@ -258,5 +322,16 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 		case <-keepalive.C:
 			fmt.Fprint(w, ": keepalive\n\n")
 		}
+	}
+}
+
+// endDenied ends an event stream whose token was refused with a last event
+// of kind stream.denied carrying the problem.
+func (s *Server) endDenied(w http.ResponseWriter, flusher http.Flusher, after int64, prob *client.Problem) {
+	data, _ := json.Marshal(maskProblem(prob))
+	b, _ := json.Marshal(client.RunEvent{Seq: after, At: s.now().UTC(), Kind: client.EventStreamDenied, Data: data})
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", client.EventStreamDenied, b)
+	if flusher != nil {
+		flusher.Flush()
 	}
 }

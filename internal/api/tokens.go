@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 
@@ -13,14 +14,54 @@ import (
 )
 
 func tokenWire(t store.APIToken, now func() bool) client.Token {
-	return client.Token{ID: t.ID, Name: t.Name, Role: t.Role, CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Active: now()}
+	return client.Token{ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()),
+		CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Active: now()}
+}
+
+// grantFor checks what a new token asks for: exactly one of a built-in role
+// and an explicit permission list, every permission known, and nothing
+// the caller does not hold itself (no escalation through token.manage).
+func grantFor(caller auth.Principal, b client.TokenCreate) (auth.Grant, error) {
+	var g auth.Grant
+	switch {
+	case b.Role != "" && b.Permissions != nil:
+		return g, invalid("token.grant_ambiguous", "body.permissions", "give either role or permissions, not both")
+	case b.Permissions != nil:
+		perms, err := auth.ParsePermissions(b.Permissions)
+		if err != nil {
+			return g, err
+		}
+		if len(perms) == 0 {
+			return g, invalid("token.permissions_empty", "body.permissions", "names no permission; a token needs at least one")
+		}
+		g = auth.Grant{Role: auth.RoleCustom, Permissions: perms}
+	case b.Role == "":
+		return g, invalid("token.grant_missing", "body.role", "give a role (%s) or a permissions list", strings.Join(auth.Roles(), ", "))
+	case !auth.ValidRole(b.Role):
+		return g, invalid("token.role_unknown", "body.role", "unknown role %q; roles are %s, or give a permissions list", b.Role, strings.Join(auth.Roles(), ", "))
+	default:
+		g = auth.Grant{Role: b.Role}
+	}
+	for _, p := range g.Effective() {
+		if err := caller.Require(p); err != nil {
+			var fe *auth.ForbiddenError
+			if errors.As(err, &fe) {
+				fe.Reason += "; a token can grant only permissions it holds itself"
+			}
+			return g, err
+		}
+	}
+	return g, nil
 }
 
 func (s *Server) registerTokens() {
 	tags := []string{"tokens"}
 	register(s, huma.Operation{
 		OperationID: "token-create", Method: http.MethodPost, Path: "/v1/tokens", Tags: tags,
-		Summary: "Issue an API token", Description: "The plain token is in this response only; the keeper stores its hash.",
+		Summary: "Issue an API token",
+		Description: "The plain token is in this response only; the keeper stores its hash. The token gets a built-in role " +
+			"or an explicit permission list (role custom); 422 token.permission_unknown names an unknown permission, and " +
+			"403 auth.forbidden refuses a permission the caller does not hold itself.",
 		DefaultStatus: http.StatusCreated,
 		Errors:        []int{http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity},
 	}, auth.TokenManage, false, func(ctx context.Context, in *struct{ Body client.TokenCreate }) (*struct{ Body client.TokenCreated }, error) {
@@ -28,8 +69,9 @@ func (s *Server) registerTokens() {
 		if err := checkName("body.name", b.Name); err != nil {
 			return nil, err
 		}
-		if !auth.ValidRole(b.Role) {
-			return nil, invalid("token.role_unknown", "body.role", "unknown role %q; roles are %s", b.Role, strings.Join(auth.Roles(), ", "))
+		g, err := grantFor(principal(ctx), b)
+		if err != nil {
+			return nil, err
 		}
 		if b.ExpiresAt != nil && !b.ExpiresAt.After(s.now()) {
 			return nil, invalid("token.expiry_past", "body.expires_at", "is not in the future")
@@ -39,14 +81,14 @@ func (s *Server) registerTokens() {
 			return nil, err
 		}
 		t, err := s.store.TokenCreate(ctx, store.TokenCreateParams{
-			Token: store.APIToken{ID: id, Name: b.Name, Role: b.Role, Hash: hash, ExpiresAt: b.ExpiresAt},
+			Token: store.APIToken{ID: id, Name: b.Name, Role: g.Role, Permissions: permissionNames(g.Permissions), Hash: hash, ExpiresAt: b.ExpiresAt},
 			Actor: principal(ctx).Actor(),
 		})
 		if err != nil {
 			return nil, err
 		}
 		return &struct{ Body client.TokenCreated }{Body: client.TokenCreated{
-			ID: t.ID, Name: t.Name, Role: t.Role, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain,
+			ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()), CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain,
 		}}, nil
 	})
 

@@ -37,18 +37,35 @@ const (
 	RunCancel      Permission = "run.cancel"
 	AuditRead      Permission = "audit.read"
 	TokenManage    Permission = "token.manage"
+	MetricsRead    Permission = "metrics.read"
+	// The keeper-side cloud states need these besides run.create: a run
+	// whose scenario has such a step is refused without them, and the
+	// step fails when its run's creator no longer holds them.
+	CloudCreate  Permission = "cloud.create"
+	CloudDestroy Permission = "cloud.destroy"
+	CloudResize  Permission = "cloud.resize"
 	// Authenticated needs nothing but a valid token.
 	Authenticated Permission = ""
 )
 
 var reads = []Permission{ProviderRead, ProfileRead, SoulRead, RunRead, AuditRead}
 
+// all lists every permission, in the order they are documented; admin
+// holds all of them, so a new permission is added here.
+var all = append(append([]Permission{}, reads...),
+	ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete,
+	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize)
+
 // roles maps each built-in role to what it may do.
 var roles = map[string]map[Permission]bool{
-	"admin":    set(append(reads, ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete, RunCreate, RunCancel, TokenManage)...),
+	"admin":    set(all...),
 	"operator": set(append(reads, RunCreate, RunCancel)...),
 	"viewer":   set(reads...),
 }
+
+// RoleCustom is the role of a token that carries an explicit permission
+// list instead of a built-in role.
+const RoleCustom = "custom"
 
 func set(ps ...Permission) map[Permission]bool {
 	m := make(map[Permission]bool, len(ps))
@@ -69,6 +86,126 @@ func Can(role string, p Permission) bool {
 	perms, ok := roles[role]
 	return ok && (p == Authenticated || perms[p])
 }
+
+// All returns every permission the keeper checks, in documented order.
+func All() []Permission { return append([]Permission(nil), all...) }
+
+// ValidPermission reports whether p is a permission the keeper checks.
+func ValidPermission(p Permission) bool { return roles["admin"][p] }
+
+// Grant is what a token may do: a built-in role, or (role RoleCustom) an
+// explicit list of permissions.
+type Grant struct {
+	Role        string
+	Permissions []Permission // only for RoleCustom
+}
+
+// GrantOf returns the grant a stored token carries.
+func GrantOf(t store.APIToken) Grant {
+	g := Grant{Role: t.Role}
+	if t.Role == RoleCustom {
+		for _, p := range t.Permissions {
+			g.Permissions = append(g.Permissions, Permission(p))
+		}
+	}
+	return g
+}
+
+// Can reports whether the grant includes p. Authenticated is granted to
+// every token; an unknown role grants nothing.
+func (g Grant) Can(p Permission) bool {
+	if p == Authenticated {
+		return true
+	}
+	if g.Role != RoleCustom {
+		return Can(g.Role, p)
+	}
+	for _, q := range g.Permissions {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
+
+// Effective returns every permission the grant includes, in documented
+// order.
+func (g Grant) Effective() []Permission {
+	var out []Permission
+	for _, p := range all {
+		if g.Can(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Describe names the grant for messages: "role operator" or
+// "permissions run.create, cloud.create".
+func (g Grant) Describe() string {
+	if g.Role != RoleCustom {
+		return "role " + g.Role
+	}
+	names := make([]string, len(g.Permissions))
+	for i, p := range g.Permissions {
+		names[i] = string(p)
+	}
+	if len(names) == 0 {
+		return "no permissions"
+	}
+	return "permissions " + strings.Join(names, ", ")
+}
+
+// ParsePermissions checks a requested permission list: every name must be
+// a known permission (an *UnknownPermissionError names the first that is
+// not), duplicates are dropped, and the result is in documented order.
+func ParsePermissions(names []string) ([]Permission, error) {
+	want := map[Permission]bool{}
+	for i, n := range names {
+		p := Permission(strings.TrimSpace(n))
+		if !ValidPermission(p) {
+			return nil, &UnknownPermissionError{Index: i, Name: n}
+		}
+		want[p] = true
+	}
+	var out []Permission
+	for _, p := range all {
+		if want[p] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// UnknownPermissionError is a requested permission the keeper does not
+// know.
+type UnknownPermissionError struct {
+	Index int
+	Name  string
+}
+
+func (e *UnknownPermissionError) Error() string {
+	return fmt.Sprintf("unknown permission %q", e.Name)
+}
+
+// ErrForbidden is a principal that lacks a permission; *ForbiddenError
+// says which.
+var ErrForbidden = errors.New("forbidden")
+
+// ForbiddenError says which permission a token lacks, and why.
+type ForbiddenError struct {
+	TokenID    string
+	Permission Permission
+	// Reason is what is wrong: "lacks permission …", "is revoked", …
+	Reason string
+}
+
+func (e *ForbiddenError) Error() string {
+	return fmt.Sprintf("token %s %s", e.TokenID, e.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrForbidden) true.
+func (e *ForbiddenError) Unwrap() error { return ErrForbidden }
 
 // tokenPrefix makes Soul Stack tokens recognisable to secret scanners.
 const tokenPrefix = "sst_"
@@ -106,6 +243,19 @@ type Principal struct {
 	TokenID string
 	Name    string
 	Role    string
+	// Grant is what the token may do.
+	Grant Grant
+}
+
+// Can reports whether the principal holds p.
+func (p Principal) Can(perm Permission) bool { return p.Grant.Can(perm) }
+
+// Require returns a *ForbiddenError when the principal lacks perm.
+func (p Principal) Require(perm Permission) error {
+	if p.Can(perm) {
+		return nil
+	}
+	return &ForbiddenError{TokenID: p.TokenID, Permission: perm, Reason: "(" + p.Grant.Describe() + ") lacks permission " + string(perm)}
 }
 
 // Actor is the principal as recorded in the audit log.
@@ -118,9 +268,11 @@ var (
 )
 
 // Authenticator checks bearer tokens against the registry. It remembers a
-// valid token for CacheTTL, so that a burst of requests costs one lookup;
-// Forget drops a revoked token at once on this keeper, and other keepers
-// sharing the database stop accepting it within CacheTTL.
+// token for CacheTTL, so that a burst of requests costs one lookup; the
+// cache is what bounds how late a revocation takes effect: Forget drops a
+// revoked token at once on this keeper, and other keepers sharing the
+// database stop accepting it within CacheTTL. Expiry is checked on every
+// call, cached or not.
 type Authenticator struct {
 	store    store.Store
 	now      func() time.Time
@@ -128,6 +280,9 @@ type Authenticator struct {
 
 	mu    sync.Mutex
 	cache map[string]cached // by token hash
+	// forgets counts Forget calls: a lookup that began before one may
+	// have read the token before its revocation, so it is not cached.
+	forgets uint64
 }
 
 type cached struct {
@@ -159,6 +314,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 	now := a.now()
 	a.mu.Lock()
 	c, hit := a.cache[hash]
+	forgets := a.forgets
 	a.mu.Unlock()
 	if !hit || now.After(c.until) {
 		t, err := a.store.TokenGetByHash(ctx, hash)
@@ -173,22 +329,90 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 		if len(a.cache) > 10000 {
 			clear(a.cache)
 		}
-		a.cache[hash] = c
+		if a.forgets == forgets {
+			a.cache[hash] = c
+		}
 		a.mu.Unlock()
 	}
 	if !c.token.Active(now) {
 		return Principal{}, ErrInvalidToken
 	}
-	return Principal{TokenID: c.token.ID, Name: c.token.Name, Role: c.token.Role}, nil
+	return Principal{TokenID: c.token.ID, Name: c.token.Name, Role: c.token.Role, Grant: GrantOf(c.token)}, nil
 }
 
-// Forget drops the cached entry of the token with the given id.
+// Forget drops the cached entry of the token with the given id, and keeps
+// a lookup that was under way from caching what it read before.
 func (a *Authenticator) Forget(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.forgets++
 	for h, c := range a.cache {
 		if c.token.ID == id {
 			delete(a.cache, h)
 		}
 	}
+}
+
+// TokenGetter is the one store method the step-time check needs.
+type TokenGetter interface {
+	TokenGet(ctx context.Context, id string) (store.APIToken, error)
+}
+
+// Checker re-checks a run's creator when a step that needs a permission
+// executes: the token is read from the registry each time (no cache), so
+// a token revoked, expired or replaced meanwhile is refused at once.
+type Checker struct {
+	Tokens TokenGetter
+	Now    func() time.Time // nil: time.Now
+}
+
+// Authorize returns nil when the token tokenID exists, is active and
+// holds perm; a *ForbiddenError when it does not; another error when the
+// registry cannot be read.
+func (c Checker) Authorize(ctx context.Context, tokenID string, perm Permission) error {
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	t, err := c.Tokens.TokenGet(ctx, tokenID)
+	if errors.Is(err, store.ErrNotFound) {
+		return &ForbiddenError{TokenID: tokenID, Permission: perm, Reason: "does not exist; it cannot authorize " + string(perm)}
+	}
+	if err != nil {
+		return fmt.Errorf("look up token %s: %w", tokenID, err)
+	}
+	switch {
+	case t.RevokedAt != nil:
+		return &ForbiddenError{TokenID: tokenID, Permission: perm, Reason: "was revoked; it no longer authorizes " + string(perm)}
+	case !t.Active(now()):
+		return &ForbiddenError{TokenID: tokenID, Permission: perm, Reason: "has expired; it no longer authorizes " + string(perm)}
+	}
+	g := GrantOf(t)
+	if !g.Can(perm) {
+		return &ForbiddenError{TokenID: tokenID, Permission: perm, Reason: "(" + g.Describe() + ") lacks permission " + string(perm)}
+	}
+	return nil
+}
+
+// ErrUnknownToken: AuthenticateKnown was given a token this authenticator
+// has not verified before.
+var ErrUnknownToken = errors.New("token not verified on this keeper before")
+
+// AuthenticateKnown is Authenticate for a token this authenticator has
+// already looked up (it is in its memory, even past CacheTTL); any other
+// token fails with ErrUnknownToken without a registry lookup. It lets a
+// rate-limited client keep using a valid token without giving it a way to
+// test guessed ones.
+func (a *Authenticator) AuthenticateKnown(ctx context.Context, header string) (Principal, error) {
+	scheme, plain, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return Principal{}, ErrUnknownToken
+	}
+	a.mu.Lock()
+	_, known := a.cache[HashToken(strings.TrimSpace(plain))]
+	a.mu.Unlock()
+	if !known {
+		return Principal{}, ErrUnknownToken
+	}
+	return a.Authenticate(ctx, header)
 }

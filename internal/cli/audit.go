@@ -86,9 +86,13 @@ func (a *app) auditVerifyCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "verify",
 		Short: "Verify the audit hash chain; exit 1 when it is broken",
-		Long: `Ask the keeper to verify the whole audit hash chain. Prints OK with the
-number of events checked, or one line per problem ("row N: kind: message",
-kind being edited, deleted or relinked) and exits 1.`,
+		Long: `Ask the keeper to verify the whole audit log: every row's HMAC under the
+audit key and its link to the row before, the chain head, and the head
+against the keeper's signed checkpoints. Prints OK with the number of events
+checked, or one line per problem ("row N: code: message") and exits 1. The
+codes are audit.row_tampered, audit.rows_missing, audit.relinked,
+audit.head_mismatch, audit.truncated, audit.emptied, audit.unkeyed,
+audit.checkpoint_mismatch and audit.checkpoint_invalid.`,
 		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, err := a.client()
@@ -120,7 +124,13 @@ func auditReportText(r *client.AuditReport) text {
 		fmt.Fprintf(&b, "row %d: %s: %s\n", pr.Seq, pr.Kind, pr.Message)
 	}
 	if r.OK {
-		fmt.Fprintf(&b, "audit chain OK: %d events checked, head at seq %d\n", r.Checked, r.HeadSeq)
+		fmt.Fprintf(&b, "audit chain OK: %d events checked, head at seq %d, %d signed checkpoint(s)\n", r.Checked, r.HeadSeq, r.Checkpoints)
+	}
+	if r.Legacy > 0 {
+		fmt.Fprintf(&b, "rows 1..%d are legacy rows (plain SHA-256, written before the audit key): the keyed rows after them cover them as they were at the upgrade, but changes made before it cannot be detected\n", r.Legacy)
+	}
+	if r.Checkpoints == 0 {
+		b.WriteString("no signed checkpoint was checked: rows removed from the end of the log cannot be noticed\n")
 	}
 	return text(b.String())
 }

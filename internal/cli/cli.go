@@ -28,8 +28,10 @@ import (
 
 // Environment variables soulctl reads.
 const (
-	EnvKeeper = "SOULSTACK_KEEPER"
-	EnvToken  = "SOULSTACK_TOKEN"
+	EnvKeeper        = "SOULSTACK_KEEPER"
+	EnvToken         = "SOULSTACK_TOKEN"
+	EnvCA            = "SOULSTACK_CA"
+	EnvCAFingerprint = "SOULSTACK_CA_FINGERPRINT"
 )
 
 // AdminTokenFile is the token file soulctl falls back to, relative to the
@@ -111,10 +113,12 @@ func Run(ctx context.Context, args []string, env Env) int {
 
 // app holds the global options and the streams of one soulctl execution.
 type app struct {
-	env       Env
-	keeperURL string
-	token     string
-	output    string
+	env           Env
+	keeperURL     string
+	token         string
+	output        string
+	caFile        string
+	caFingerprint string
 
 	// running is set once a command's action starts: errors before that
 	// come from argument parsing and are usage errors.
@@ -135,7 +139,12 @@ module catalog, and runs of scenarios.
 The keeper is found with --keeper or ` + EnvKeeper + ` (default ` + client.DefaultURL + `).
 The API token comes from --token or ` + EnvToken + `; when neither is given
 and ./` + AdminTokenFile + ` exists (the keeper was started with "keeper serve" in
-this directory), the token is read from that file.`,
+this directory), the token is read from that file.
+
+An https:// keeper that uses its own CA (as it does off loopback unless
+given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
+<data-dir>/tls/ca.crt), or by pinning the CA fingerprint it logs with
+--ca-fingerprint or ` + EnvCAFingerprint + `.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -144,6 +153,8 @@ this directory), the token is read from that file.`,
 	fs.StringVar(&a.keeperURL, "keeper", "", "keeper URL (env "+EnvKeeper+", default "+client.DefaultURL+")")
 	fs.StringVar(&a.token, "token", "", "API token (env "+EnvToken+", else ./"+AdminTokenFile+" when present)")
 	fs.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	fs.StringVar(&a.caFile, "ca-file", "", "PEM file of the CA to trust for an https:// keeper (env "+EnvCA+")")
+	fs.StringVar(&a.caFingerprint, "ca-fingerprint", "", "pin the keeper's CA by its SHA-256 fingerprint, sha256:… (env "+EnvCAFingerprint+")")
 	root.AddCommand(
 		a.providerCommand(),
 		a.profileCommand(),
@@ -180,8 +191,20 @@ func (a *app) client() (*client.Client, error) {
 		return nil, err
 	}
 	a.tokenSource = source
-	c, err := client.New(a.resolvedURL, token)
+	opts := client.Options{
+		CAFile:        firstNonEmpty(a.caFile, a.env.Getenv(EnvCA)),
+		CAFingerprint: firstNonEmpty(a.caFingerprint, a.env.Getenv(EnvCAFingerprint)),
+	}
+	if opts.CAFingerprint != "" {
+		if _, err := client.ParseFingerprint(opts.CAFingerprint); err != nil {
+			return nil, usageErrorf("--ca-fingerprint: %v", err)
+		}
+	}
+	c, err := client.NewWithOptions(a.resolvedURL, token, opts)
 	if err != nil {
+		if opts.CAFile != "" {
+			return nil, usageErrorf("--ca-file: %v", err)
+		}
 		return nil, usageErrorf("--keeper: %v", err)
 	}
 	return c, nil
@@ -213,7 +236,11 @@ func (a *app) reportError(err error) {
 	w := a.env.Stderr
 	var p *client.Problem
 	var ue *url.Error
+	var ce *client.CertificateError
 	switch {
+	case errors.As(err, &ce):
+		fmt.Fprintf(w, "error: %v\n", ce)
+		fmt.Fprintf(w, "hint: trust the keeper's CA with --ca-file <keeper data dir>/tls/ca.crt (or %s), or pin it with --ca-fingerprint sha256:… (or %s) after comparing it with the fingerprint the keeper logged\n", EnvCA, EnvCAFingerprint)
 	case errors.As(err, &p):
 		detail := p.Detail
 		if detail == "" {

@@ -50,6 +50,7 @@ func TestMain(m *testing.M) {
 //	exits N prog args...   run prog and require exit code N (stdout and stderr are kept)
 //	capture VAR REGEXP     set VAR to the first group of REGEXP in the last stdout
 //	audit-tamper SEQ       change audit row SEQ in the database behind the keeper's back
+//	audit-truncate SEQ     delete the audit rows after SEQ and fix up the chain head
 //	example NAME           copy examples/NAME into $WORK, its /tmp/ paths moved into $WORK
 func TestScripts(t *testing.T) {
 	t.Parallel()
@@ -65,10 +66,11 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		RequireUniqueNames:  true,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exits":        cmdExits,
-			"capture":      cmdCapture,
-			"audit-tamper": cmdAuditTamper,
-			"example":      cmdExample,
+			"exits":          cmdExits,
+			"capture":        cmdCapture,
+			"audit-tamper":   cmdAuditTamper,
+			"audit-truncate": cmdAuditTruncate,
+			"example":        cmdExample,
 		},
 	})
 }
@@ -198,6 +200,24 @@ func cmdAuditTamper(ts *testscript.TestScript, neg bool, args []string) {
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		ts.Fatalf("audit-tamper: no row %d (%v)", seq, err)
 	}
+}
+
+// cmdAuditTruncate deletes the audit rows after SEQ and points the chain
+// head at row SEQ, as an attacker with write access to the database would
+// to hide the last events.
+func cmdAuditTruncate(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: audit-truncate SEQ")
+	}
+	seq, err := strconv.ParseInt(args[0], 10, 64)
+	ts.Check(err)
+	db, err := sql.Open("sqlite", "file:"+ts.Getenv("KEEPER_DB")+"?_pragma=busy_timeout(10000)")
+	ts.Check(err)
+	defer db.Close()
+	_, err = db.Exec(`DELETE FROM audit_events WHERE seq > ?`, seq)
+	ts.Check(err)
+	_, err = db.Exec(`UPDATE audit_head SET seq = ?, hash = (SELECT hash FROM audit_events WHERE seq = ?) WHERE id = 1`, seq, seq)
+	ts.Check(err)
 }
 
 // TestRunScenarioTooLarge: a scenario over 1 MiB is refused before it is

@@ -34,7 +34,7 @@ func TestModulePageMatchesCatalog(t *testing.T) {
 	golden := map[string]string{
 		"cloud": `{"id":"test.cloud.created","summary":"Ask the provider for ` + "`count`" + ` VMs: each gets a souls row (status pending) and a bootstrap token.",
 			"description":"Runs on the keeper through the provider's CloudDriver plugin.\n\nThe SID of a created host is the FQDN the provider returned.",
-			"side":"keeper","idempotent":false,"needs_root":false,
+			"side":"keeper","idempotent":false,"needs_root":false,"permission":"cloud.create",
 			"params":[
 				{"name":"provider","type":"string","required":true,"doc":"Name of the Cloud-Provider in the registry."},
 				{"name":"profile","type":"any","doc":"VM profile: a registered profile's name or an inline map."},

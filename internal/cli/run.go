@@ -100,7 +100,7 @@ printed as JSON.`,
 	fs := cmd.Flags()
 	fs.StringArrayVar(&inputs, "input", nil, "input key=value; the value is JSON when it parses as JSON, else a string (repeatable)")
 	fs.StringVar(&inputFile, "input-file", "", "JSON object with the input (- for stdin); --input keys override it")
-	fs.StringVar(&key, "key", "", "re-run key: the same key with the same scenario and input shows the existing run instead of starting another")
+	fs.StringVar(&key, "key", "", "re-run key of this token: the same key with the same scenario and input shows the existing run instead of starting another")
 	fs.StringVar(&timeout, "timeout", "", "server-side timeout of the run, e.g. 15m (the keeper's default when empty)")
 	fs.StringVar(&waitTimeout, "wait-timeout", "", "stop waiting after this long and exit 3; the run goes on (default: wait until it ends)")
 	fs.BoolVar(&detach, "detach", false, "print the run's id as soon as it is accepted and exit")

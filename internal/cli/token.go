@@ -22,17 +22,25 @@ func (a *app) tokenCommand() *cobra.Command {
 func (a *app) tokenCreateCommand() *cobra.Command {
 	var in client.TokenCreate
 	var expiresIn string
+	var perms []string
 	cmd := &cobra.Command{
-		Use:   "create NAME --role ROLE",
+		Use:   "create NAME (--role ROLE | --permissions P,...)",
 		Short: "Issue an API token",
 		Long: `Issue an API token for NAME with a role: admin (everything), operator (all
-reads, start and cancel runs) or viewer (reads). The token is printed once; the
-keeper keeps only its hash.`,
+reads, start and cancel runs, but no cloud.* permission) or viewer (reads); or
+with an explicit permission list instead (its role is then "custom"), e.g.
+--permissions run.read,run.create,cloud.create. The keeper refuses unknown
+permissions and any permission the token you issue it with does not hold.
+The token is printed once; the keeper keeps only its hash.`,
 		Example: `  soulctl token create ci --role operator --expires-in 720h
+  soulctl token create spawner --permissions run.read,run.create,cloud.create,cloud.destroy
   SOULSTACK_TOKEN=$(soulctl token create dashboards --role viewer -o json | jq -r .token)`,
 		Args: exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			in.Name = args[0]
+			if cmd.Flags().Changed("permissions") {
+				in.Permissions = append([]string{}, perms...)
+			}
 			if expiresIn != "" {
 				d, err := duration("expires-in", expiresIn)
 				if err != nil {
@@ -53,9 +61,11 @@ keeper keeps only its hash.`,
 		}),
 	}
 	fs := cmd.Flags()
-	fs.StringVar(&in.Role, "role", "", "admin, operator or viewer (required)")
+	fs.StringVar(&in.Role, "role", "", "admin, operator or viewer")
+	fs.StringSliceVar(&perms, "permissions", nil, "explicit permissions instead of a role, comma-separated (e.g. run.create,cloud.create)")
 	fs.StringVar(&expiresIn, "expires-in", "", "lifetime, e.g. 720h or 30d (default: never expires)")
-	_ = cmd.MarkFlagRequired("role")
+	cmd.MarkFlagsMutuallyExclusive("role", "permissions")
+	cmd.MarkFlagsOneRequired("role", "permissions")
 	return cmd
 }
 
@@ -65,7 +75,11 @@ func tokenCreatedText(t *client.TokenCreated) text {
 		expires = "expires " + timestamp(*t.ExpiresAt)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Created API token %s %q (role %s, %s).\n\n", t.ID, t.Name, t.Role, expires)
+	grant := "role " + t.Role
+	if t.Role == "custom" {
+		grant = "permissions " + strings.Join(t.Permissions, ", ")
+	}
+	fmt.Fprintf(&b, "Created API token %s %q (%s, %s).\n\n", t.ID, t.Name, grant, expires)
 	fmt.Fprintf(&b, "    %s\n\n", t.Token)
 	fmt.Fprintf(&b, "This token is shown only once: store it now. Use it with --token or %s.\n", EnvToken)
 	return text(b.String())
@@ -91,13 +105,19 @@ func (a *app) tokenListCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			t := &table{header: []string{"ID", "NAME", "ROLE", "STATUS", "EXPIRES", "CREATED", "CREATED_BY"}}
+			t := &table{header: []string{"ID", "NAME", "ROLE", "STATUS", "EXPIRES", "CREATED", "CREATED_BY", "PERMISSIONS"}}
 			for _, tk := range items {
 				expires := "never"
 				if tk.ExpiresAt != nil {
 					expires = timestamp(*tk.ExpiresAt)
 				}
-				t.add(tk.ID, tk.Name, tk.Role, tokenStatus(tk), expires, timestamp(tk.CreatedAt), tk.CreatedBy)
+				// A built-in role's permissions are the role's; -o json
+				// lists them.
+				perms := "-"
+				if tk.Role == "custom" {
+					perms = strings.Join(tk.Permissions, ",")
+				}
+				t.add(tk.ID, tk.Name, tk.Role, tokenStatus(tk), expires, timestamp(tk.CreatedAt), tk.CreatedBy, perms)
 			}
 			return p.print(client.TokenList{Items: items}, t)
 		}),

@@ -48,11 +48,76 @@ type Config struct {
 	// BootstrapTokenTTL is how long a bootstrap token lives after its VM
 	// is reported created (a Go duration; default 1h).
 	BootstrapTokenTTL string `yaml:"bootstrap_token_ttl"`
-	// PluginDir is searched for soul-cloud-<driver> before $PATH; empty
+	// PluginDir is where the keeper finds soul-cloud-<driver>; empty
 	// means <data_dir>/plugins.
 	PluginDir string `yaml:"plugin_dir"`
+	// PluginPathLookup lets the keeper also look for soul-cloud-<driver> on
+	// $PATH when the plugin dir has none (the same ownership checks apply).
+	// Off by default: only the plugin dir is searched.
+	PluginPathLookup bool `yaml:"plugin_path_lookup"`
 	// Vault resolves vault:<path>#<field> credentials references.
 	Vault Vault `yaml:"vault"`
+	// TLS configures HTTPS on the Operator API listener.
+	TLS TLS `yaml:"tls"`
+	// InsecurePlaintext serves plain HTTP on a non-loopback listen address
+	// (the flag --insecure-plaintext). Without it such an address gets
+	// HTTPS: the given certificate or the keeper's own CA.
+	InsecurePlaintext bool `yaml:"insecure_plaintext"`
+	// MetricsListen, when set, serves /metrics without a token on this
+	// host:port as well (plain HTTP); the API listener's /metrics always
+	// needs a token with metrics.read.
+	MetricsListen string `yaml:"metrics_listen"`
+	// HTTP bounds what one client can hold of the API listener.
+	HTTP HTTP `yaml:"http"`
+
+	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
+	// file: or vault:), resolved at start; empty means the audit key is
+	// derived from the data key. Keepers sharing one PostgreSQL must share it.
+	AuditKeyRef string `yaml:"audit_key_ref"`
+	// AuditCheckpointDir is where the keeper writes its signed audit
+	// checkpoint, outside the database; empty means <data_dir>/audit.
+	AuditCheckpointDir string `yaml:"audit_checkpoint_dir"`
+	// AuditCheckpointEvery is how many audit events the keeper appends
+	// between two checkpoints (it also writes one at start and on
+	// shutdown); 0 means 100.
+	AuditCheckpointEvery int `yaml:"audit_checkpoint_every"`
+}
+
+// TLS is the API listener's certificate. With cert_file and key_file the
+// keeper serves HTTPS with them on any address; without them, a
+// non-loopback address gets a server certificate from the keeper's own CA
+// under <data_dir>/tls, unless auto_ca is false.
+type TLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// AutoCA: make and use the keeper's own CA off loopback (default true).
+	AutoCA *bool `yaml:"auto_ca"`
+	// Hosts are extra DNS names or IP addresses the self-made server
+	// certificate covers, besides the listen address, keeper_url's host,
+	// localhost, 127.0.0.1 and ::1.
+	Hosts []string `yaml:"hosts"`
+}
+
+// HTTP holds the API listener's timeouts and per-client limits. Durations
+// are Go durations (10s, 2m).
+type HTTP struct {
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
+	ReadHeaderTimeout string `yaml:"read_header_timeout"`
+	// ReadTimeout bounds reading a whole request, body included (default
+	// 60s). Event streams lift it once their request is read.
+	ReadTimeout string `yaml:"read_timeout"`
+	// IdleTimeout closes a kept-alive connection with no request (default
+	// 120s).
+	IdleTimeout string `yaml:"idle_timeout"`
+	// MaxConnsPerClient caps the open connections of one client address
+	// (default 64); a connection over the cap is closed at once.
+	MaxConnsPerClient int `yaml:"max_conns_per_client"`
+	// AuthFailureBurst is how many failed authentications one client
+	// address may make in a row (default 10) before it is answered 429
+	// auth.rate_limited; AuthFailureInterval gives one attempt back per
+	// interval (default 1s).
+	AuthFailureBurst    int    `yaml:"auth_failure_burst"`
+	AuthFailureInterval string `yaml:"auth_failure_interval"`
 }
 
 // Vault is a Vault or OpenBao server.
@@ -94,14 +159,43 @@ func (c Config) WithDefaults() Config {
 	if c.Log.Format == "" {
 		c.Log.Format = "text"
 	}
+	if c.TLS.AutoCA == nil {
+		on := true
+		c.TLS.AutoCA = &on
+	}
 	if c.KeeperURL == "" {
-		c.KeeperURL = "http://" + c.Listen
+		scheme := "http://"
+		if c.ServesTLS() {
+			scheme = "https://"
+		}
+		c.KeeperURL = scheme + c.Listen
+	}
+	h := &c.HTTP
+	for _, d := range []struct {
+		f *string
+		v string
+	}{{&h.ReadHeaderTimeout, "10s"}, {&h.ReadTimeout, "60s"}, {&h.IdleTimeout, "120s"}, {&h.AuthFailureInterval, "1s"}} {
+		if *d.f == "" {
+			*d.f = d.v
+		}
+	}
+	if h.MaxConnsPerClient == 0 {
+		h.MaxConnsPerClient = 64
+	}
+	if h.AuthFailureBurst == 0 {
+		h.AuthFailureBurst = 10
 	}
 	if c.BootstrapTokenTTL == "" {
 		c.BootstrapTokenTTL = "1h"
 	}
 	if c.PluginDir == "" {
 		c.PluginDir = filepath.Join(c.DataDir, "plugins")
+	}
+	if c.AuditCheckpointDir == "" {
+		c.AuditCheckpointDir = filepath.Join(c.DataDir, "audit")
+	}
+	if c.AuditCheckpointEvery == 0 {
+		c.AuditCheckpointEvery = 100
 	}
 	return c
 }
@@ -120,6 +214,12 @@ func (c Config) Validate() error {
 	if c.DataKeyRef != "" && !strings.HasPrefix(c.DataKeyRef, "env:") && !strings.HasPrefix(c.DataKeyRef, "file:") {
 		return fmt.Errorf("data_key_ref: want env:NAME or file:/path")
 	}
+	if c.AuditKeyRef != "" && !strings.HasPrefix(c.AuditKeyRef, "env:") && !strings.HasPrefix(c.AuditKeyRef, "file:") && !strings.HasPrefix(c.AuditKeyRef, "vault:") {
+		return fmt.Errorf("audit_key_ref: want env:NAME, file:/path or vault:<path>#<field>")
+	}
+	if c.AuditCheckpointEvery < 0 {
+		return fmt.Errorf("audit_checkpoint_every: %d is negative; want a number of events (default 100)", c.AuditCheckpointEvery)
+	}
 	if d, err := time.ParseDuration(c.BootstrapTokenTTL); err != nil || d <= 0 {
 		return fmt.Errorf("bootstrap_token_ttl: %q is not a positive duration such as 1h", c.BootstrapTokenTTL)
 	}
@@ -130,6 +230,17 @@ func (c Config) Validate() error {
 	}
 	if (c.Vault.Address == "") != (c.Vault.TokenRef == "") {
 		return errors.New("vault: set both address and token_ref, or neither")
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
+	if err := c.HTTP.validate(); err != nil {
+		return err
+	}
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return fmt.Errorf("metrics_listen: %q is not host:port: %w", c.MetricsListen, err)
+		}
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
@@ -149,3 +260,75 @@ func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "keeper.db
 
 // AdminTokenPath is where the first admin token is written.
 func (c Config) AdminTokenPath() string { return filepath.Join(c.DataDir, "admin.token") }
+
+// TLSDir holds the keeper's own CA and its server certificate.
+func (c Config) TLSDir() string { return filepath.Join(c.DataDir, "tls") }
+
+// LoopbackListen reports whether the API listens on a loopback address
+// only (localhost, 127.0.0.0/8, ::1).
+func (c Config) LoopbackListen() bool { return IsLoopback(c.Listen) }
+
+// IsLoopback reports whether host:port names a loopback host. An empty or
+// unspecified host (all interfaces) and names other than localhost are
+// not loopback.
+func IsLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ServesTLS reports whether the API listener speaks HTTPS: with the given
+// certificate files, or with the keeper's own CA off loopback.
+func (c Config) ServesTLS() bool {
+	if c.TLS.CertFile != "" {
+		return true
+	}
+	return !c.LoopbackListen() && !c.InsecurePlaintext && (c.TLS.AutoCA == nil || *c.TLS.AutoCA)
+}
+
+func (c Config) validateTLS() error {
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		return errors.New("tls: set both cert_file and key_file, or neither")
+	}
+	if c.TLS.CertFile != "" && c.InsecurePlaintext {
+		return errors.New("insecure_plaintext: contradicts tls.cert_file; drop one of them")
+	}
+	if !c.LoopbackListen() && !c.ServesTLS() && !c.InsecurePlaintext {
+		return fmt.Errorf("listen: %s is not a loopback address and tls.auto_ca is false without tls.cert_file/key_file: "+
+			"API tokens would travel in clear; set tls.cert_file and tls.key_file, leave tls.auto_ca on for the keeper's own CA, "+
+			"or pass --insecure-plaintext (insecure_plaintext: true) to serve plain HTTP anyway", c.Listen)
+	}
+	return nil
+}
+
+func (h HTTP) validate() error {
+	for _, d := range []struct{ name, v string }{
+		{"http.read_header_timeout", h.ReadHeaderTimeout},
+		{"http.read_timeout", h.ReadTimeout},
+		{"http.idle_timeout", h.IdleTimeout},
+		{"http.auth_failure_interval", h.AuthFailureInterval},
+	} {
+		if v, err := time.ParseDuration(d.v); err != nil || v <= 0 {
+			return fmt.Errorf("%s: %q is not a positive duration such as 30s", d.name, d.v)
+		}
+	}
+	if h.MaxConnsPerClient < 1 {
+		return fmt.Errorf("http.max_conns_per_client: %d must be at least 1", h.MaxConnsPerClient)
+	}
+	if h.AuthFailureBurst < 1 {
+		return fmt.Errorf("http.auth_failure_burst: %d must be at least 1", h.AuthFailureBurst)
+	}
+	return nil
+}
+
+// Duration returns a duration field that Validate accepted.
+func Duration(s string) time.Duration {
+	d, _ := time.ParseDuration(s)
+	return d
+}

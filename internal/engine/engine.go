@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/expr"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/runner"
@@ -51,16 +53,21 @@ type Executor struct {
 	Logger    *slog.Logger
 	// Keeper is the target of keeper-side modules.
 	Keeper module.Target
+	// Authorizer re-checks the run's creator when a step whose module
+	// declares a permission executes. When nil, every such step fails with
+	// auth.forbidden: a keeper that cannot check does not run them.
+	Authorizer Authorizer
+}
+
+// Authorizer decides whether the API token tokenID may, now, do what perm
+// allows; auth.Checker implements it. It returns an error wrapping
+// auth.ErrForbidden when the token is unknown, revoked, expired or lacks
+// perm, and another error when it cannot tell.
+type Authorizer interface {
+	Authorize(ctx context.Context, tokenID string, perm auth.Permission) error
 }
 
 var _ runner.Executor = (*Executor)(nil)
-
-// StepBinder is implemented by a keeper target that needs to know which
-// run and step it serves (the cloud states tag VMs with them). When the
-// Keeper target does not implement it, it is used as it is.
-type StepBinder interface {
-	ForStep(runID, step string) module.Target
-}
 
 // state is the checkpoint of a run: what finished steps produced and which
 // targets failed, so that a resumed run carries on where it stopped.
@@ -69,6 +76,10 @@ type state struct {
 	Failed   map[string]string    `json:"failed"`    // sid -> step it failed in
 	InFlight *int                 `json:"in_flight"` // index of the step started last and not finished
 	Errors   []string             `json:"errors"`    // first failures, for the run's message
+	// Secrets are the values of the run's secret set, so that a resumed
+	// run masks what earlier steps minted or resolved (the checkpoint is
+	// sealed).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 type stepState struct {
@@ -84,7 +95,15 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	if err != nil {
 		return failed("scenario.invalid", "the stored scenario no longer validates: "+err.Error())
 	}
-	registerSecrets(plan)
+	secrets := x.Secrets
+	if secrets == nil {
+		secrets = secret.NewSet()
+	}
+	declared := map[string]bool{}
+	for _, name := range plan.SecretInputs {
+		declared[name] = true
+	}
+	runner.AddInputSecrets(secrets, plan.Input, declared)
 	st := state{Done: map[string]stepState{}, Failed: map[string]string{}}
 	if x.Resume != nil {
 		if err := json.Unmarshal(x.Resume, &st); err != nil {
@@ -96,14 +115,23 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		if st.Failed == nil {
 			st.Failed = map[string]string{}
 		}
+		// What earlier executions added (tokens minted, keys resolved).
+		for _, v := range st.Secrets {
+			secrets.Add(v)
+		}
 	}
 	log := e.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: e.Resolve, Options: e.SSH, FilesDir: e.FilesDir})
+	log = slog.New(secrets.LogHandler(log.Handler()))
+	sshOpts := e.SSH
+	if sshOpts.Logger != nil {
+		sshOpts.Logger = slog.New(secrets.LogHandler(sshOpts.Logger.Handler()))
+	}
+	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Options: sshOpts, FilesDir: e.FilesDir})
 	defer souls.Close()
-	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, st: &st, log: log.With("run", x.Run.ID)}
+	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
@@ -128,6 +156,10 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		if fatal != "" {
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.fatal_error", ErrorMsg: fatal, Outputs: r.outputs()}
 		}
+		if secrets.Overflowed() {
+			// The runner says why; no later step runs.
+			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: runner.CodeTooManySecrets, Outputs: r.outputs()}
+		}
 	}
 	out := runner.Outcome{Phase: store.PhaseSucceeded, Outputs: r.outputs()}
 	if len(st.Failed) > 0 {
@@ -137,33 +169,18 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	return out
 }
 
-// registerSecrets makes the text of every secret input (declared secret,
-// or under a secret-looking name) masked wherever it appears: in outputs,
-// events and logs, even when a script prints it under another name.
-func registerSecrets(plan *scenario.Plan) {
-	declared := map[string]bool{}
-	for _, name := range plan.SecretInputs {
-		declared[name] = true
+// resolveInto returns resolve (or, when nil, the env:/file: resolver) with
+// every key it resolves added to the run's secrets.
+func resolveInto(secrets *secret.Set, resolve func(ctx context.Context, ref string) ([]byte, error)) func(ctx context.Context, ref string) ([]byte, error) {
+	if resolve == nil {
+		resolve = resolveLocal
 	}
-	var walk func(v any, secretHere bool)
-	walk = func(v any, secretHere bool) {
-		switch x := v.(type) {
-		case string:
-			if secretHere {
-				secret.Register(x)
-			}
-		case map[string]any:
-			for k, val := range x {
-				walk(val, secretHere || secret.IsSensitiveKey(k))
-			}
-		case []any:
-			for _, val := range x {
-				walk(val, secretHere)
-			}
+	return func(ctx context.Context, ref string) ([]byte, error) {
+		b, err := resolve(ctx, ref)
+		if err == nil {
+			secrets.Add(strings.TrimSpace(string(b)))
 		}
-	}
-	for k, v := range plan.Input {
-		walk(v, declared[k] || secret.IsSensitiveKey(k))
+		return b, err
 	}
 }
 
@@ -184,7 +201,11 @@ type run struct {
 	rec     runner.Recorder
 	souls   *Souls
 	input   map[string]any
-	log     *slog.Logger
+	secrets *secret.Set // the run's own secret values
+	// secretInputs names the inputs declared secret or under a
+	// secret-looking name.
+	secretInputs []string
+	log          *slog.Logger
 
 	mu sync.Mutex
 	st *state
@@ -192,13 +213,21 @@ type run struct {
 
 // info is what a module learns of the run it executes in.
 func (r *run) info(s *scenario.PlanStep) module.RunInfo {
-	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: processSecrets{}}
+	secretParams := append(s.SecretParams(), s.ParamsUsing(r.secretInputs)...)
+	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: r.secrets, SecretParams: secretParams}
 }
 
-// processSecrets registers a run's secrets with the process-wide masker.
-type processSecrets struct{}
-
-func (processSecrets) Add(v string) { secret.Register(v) }
+// secretInputNames names the inputs whose values are secret: declared
+// secret, or under a secret-looking name.
+func secretInputNames(plan *scenario.Plan) []string {
+	names := slices.Clone(plan.SecretInputs)
+	for k := range plan.Input {
+		if secret.IsSensitiveKey(k) && !slices.Contains(names, k) {
+			names = append(names, k)
+		}
+	}
+	return names
+}
 
 // outputs are the step outputs by step name.
 func (r *run) outputs() map[string]any {
@@ -224,6 +253,7 @@ func (r *run) vars() expr.Vars {
 
 func (r *run) checkpoint() error {
 	r.mu.Lock()
+	r.st.Secrets = r.secrets.Values()
 	b, err := json.Marshal(r.st)
 	r.mu.Unlock()
 	if err != nil {
@@ -417,6 +447,9 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		res.status = StatusSkipped
 		return res
 	}
+	if err := r.authorize(ctx, info); err != nil {
+		return fail(res, err)
+	}
 	raw, err := s.Params(ctx, vars)
 	if err != nil {
 		return fail(res, err)
@@ -426,7 +459,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		_ = json.Unmarshal(raw, &params)
 		for _, name := range names {
 			if v, ok := params[name].(string); ok {
-				secret.Register(v)
+				r.secrets.Add(v)
 			}
 		}
 	}
@@ -434,9 +467,6 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	var target module.Target
 	if s.Keeper {
 		target = r.e.Keeper
-		if b, ok := target.(StepBinder); ok {
-			target = b.ForStep(r.id, s.Name)
-		}
 	} else {
 		retry := ssh.RetryPolicy{}
 		if s.Connect != nil {
@@ -496,6 +526,28 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		res.status = StatusChanged
 	}
 	return res
+}
+
+// authorize checks, before a step of a module that declares a permission
+// does anything, that the run's creator still holds it: a token revoked,
+// expired or stripped of the permission since the run was accepted fails
+// the step with auth.forbidden.
+func (r *run) authorize(ctx context.Context, info module.Info) error {
+	if info.Permission == "" {
+		return nil
+	}
+	perm := auth.Permission(info.Permission)
+	if r.e.Authorizer == nil {
+		return &module.Error{Code: "auth.forbidden", Message: fmt.Sprintf("%s needs %s and this keeper has no way to check the run's creator", info.ID, perm)}
+	}
+	err := r.e.Authorizer.Authorize(ctx, r.creator, perm)
+	switch {
+	case errors.Is(err, auth.ErrForbidden):
+		return &module.Error{Code: "auth.forbidden", Message: fmt.Sprintf("the run's creator may no longer run %s: %v; nothing was done", info.ID, err), Err: err}
+	case err != nil:
+		return &module.Error{Code: "auth.check_failed", Message: fmt.Sprintf("cannot check that the run's creator may run %s: %v; nothing was done", info.ID, err), Err: err}
+	}
+	return nil
 }
 
 // codeOf returns the stable code of err: a step evaluation code, a

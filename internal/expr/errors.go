@@ -21,12 +21,20 @@ var (
 	// ErrEval means evaluation failed: a missing map key, a division by
 	// zero, the cost limit, a cancelled context.
 	ErrEval = errors.New("expression evaluation error")
+	// ErrInvalid means the CEL implementation itself failed on the
+	// expression: it panicked while compiling or evaluating it, and the
+	// panic was recovered. The expression must be rewritten; nothing else
+	// is affected.
+	ErrInvalid = errors.New("invalid expression")
 )
+
+// CodeInvalid is the stable code of an ErrInvalid problem.
+const CodeInvalid = "expr.invalid"
 
 // Error is a problem with an expression or a template, located in the text
 // that was compiled.
 type Error struct {
-	// Err is ErrSyntax, ErrCheck, ErrType or ErrEval.
+	// Err is ErrSyntax, ErrCheck, ErrType, ErrEval or ErrInvalid.
 	Err error
 	// Offset is the byte offset of the problem in the text.
 	Offset int

@@ -12,6 +12,11 @@
 //   - result: the current module result, {output, changed, failed,
 //     error} (changed_when and failed_when only, ScopeResult).
 //
+// Beyond CEL's standard library and extensions, quote(s) returns the string
+// s quoted for a POSIX shell (internal/shell.Quote), so that a value
+// spliced into a command line stays one literal word:
+// cmd: "ls -l ${ quote(input.dir) }".
+//
 // A string that is exactly one "${ expr }" evaluates to the expression's
 // value with its own type (an int stays an int, a list a list); inside a
 // longer string each value is rendered as text (see Text). "$${" writes a
@@ -32,7 +37,10 @@ import (
 
 	"cel.dev/cel-go/cel"
 	"cel.dev/cel-go/common/types"
+	"cel.dev/cel-go/common/types/ref"
 	"cel.dev/cel-go/ext"
+
+	"github.com/soulstack/soulstack/internal/shell"
 )
 
 // Scope selects the variables an expression may use beyond input and
@@ -113,6 +121,7 @@ func NewEnv(opts ...Option) (*Env, error) {
 		ext.Sets(),
 		cel.OptionalTypes(),
 		cel.CrossTypeNumericComparisons(true),
+		quoteFunction,
 		cel.ParserExpressionSizeLimit(MaxExpressionLength),
 	)
 	if err != nil {
@@ -132,6 +141,21 @@ func NewEnv(opts ...Option) (*Env, error) {
 	}
 	return e, nil
 }
+
+// quoteFunction declares quote(string) -> string, POSIX shell quoting. A
+// NUL byte, which no shell word can hold, is an evaluation error.
+var quoteFunction = cel.Function("quote",
+	cel.Overload("quote_string", []*cel.Type{cel.StringType}, cel.StringType,
+		cel.UnaryBinding(func(v ref.Val) ref.Val {
+			s, ok := v.(types.String)
+			if !ok {
+				return types.MaybeNoSuchOverloadErr(v)
+			}
+			if strings.IndexByte(string(s), 0) >= 0 {
+				return types.NewErr("quote: the value contains a NUL byte, which no shell word can hold")
+			}
+			return types.String(shell.Quote(string(s)))
+		})))
 
 // shared is the process-wide Env returned by Shared.
 var shared = sync.OnceValues(func() (*Env, error) { return NewEnv() })
@@ -254,7 +278,8 @@ func (e *Env) Compile(src string, scope Scope) (*Program, error) {
 	return p, err
 }
 
-func (e *Env) compile(src string, scope Scope) (*Program, error) {
+func (e *Env) compile(src string, scope Scope) (_ *Program, err error) {
+	defer recoverInvalid(src, &err)
 	if strings.TrimSpace(src) == "" {
 		return nil, newError(ErrSyntax, src, 0, "empty expression")
 	}
@@ -269,6 +294,9 @@ func (e *Env) compile(src string, scope Scope) (*Program, error) {
 	checked, iss := env.Check(parsed)
 	if iss.Err() != nil {
 		return nil, issuesError(ErrCheck, src, iss, scope)
+	}
+	if err := checkMapKeys(checked, src); err != nil {
+		return nil, err
 	}
 	prg, err := env.Program(checked,
 		cel.CostLimit(e.costLimit),
@@ -369,8 +397,10 @@ func (v Vars) activation() map[string]any {
 }
 
 // Eval evaluates the program and returns its value as a JSON-compatible Go
-// value (see Native). Failures are *Error values with ErrEval.
-func (p *Program) Eval(ctx context.Context, vars Vars) (any, error) {
+// value (see Native). Failures are *Error values with ErrEval, or
+// ErrInvalid when cel-go panicked.
+func (p *Program) Eval(ctx context.Context, vars Vars) (_ any, err error) {
+	defer recoverInvalid(p.src, &err)
 	if err := ctx.Err(); err != nil {
 		return nil, newError(ErrEval, p.src, 0, err.Error())
 	}

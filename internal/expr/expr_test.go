@@ -123,6 +123,9 @@ func TestTemplateEval(t *testing.T) {
 		{"strings ext", "${ input.name.upperAscii() }", 0, "WEB", KindString},
 		{"optional", `${ input.?missing.orValue("dflt") }`, 0, "dflt", KindDyn},
 		{"cross type compare", "${ input.spawn.count > 1 }", 0, true, KindBool},
+		{"quote plain word", "ls ${ quote(input.name) }", 0, "ls web", KindString},
+		{"quote hostile", `printf %s ${ quote("'; touch /tmp/pwned; '\n$(id)") }`, 0, `printf %s ''\''; touch /tmp/pwned; '\''` + "\n" + `$(id)'`, KindString},
+		{"quote empty", `${ quote("") }`, 0, "''", KindString},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -278,6 +281,8 @@ func TestEvalErrors(t *testing.T) {
 	}{
 		{"missing key", "x=${ input.nope }", "column 5: no such key: nope"},
 		{"division by zero", "${ 1 / (input.count - 3) }", "division by zero"},
+		{"quote NUL", `${ quote(input.name + "\x00") }`, "NUL byte"},
+		{"quote not a string", "${ quote(input.count) }", "no such overload"},
 		{"cost limit", "${ [1,2,3,4,5,6,7,8,9,10].map(a, [1,2,3,4,5,6,7,8,9,10].map(b, [1,2,3,4,5,6,7,8,9,10].map(c, [1,2,3,4,5,6,7,8,9,10].map(d, a+b+c+d)))) }", "cost limit"},
 	}
 	for _, tt := range tests {
@@ -378,5 +383,56 @@ func TestConcurrentUse(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// Expressions that make cel-go panic fail to compile with a located error
+// instead: map keys of a type CEL does not allow are a check error at the
+// key, and any other panic inside cel-go is ErrInvalid at the expression.
+// The first one is the crasher FuzzInterpolate found (testdata/fuzz keeps
+// it); before, it took down the keeper's request and soulctl.
+func TestCELPanicsAreErrors(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t)
+	tests := []struct {
+		name, src string
+		kind      error
+		column    int
+		message   string
+	}{
+		{"bytes map key", `${ {b"0": 1}.size() > 0 }`, ErrCheck, 5, "a map key of type bytes; map keys must be int, uint, bool or string"},
+		{"list map key", `x ${ {[1]: 1} }`, ErrCheck, 7, "a map key of type list(int)"},
+		{"double map key", `${ {1.5: 1} }`, ErrCheck, 5, "a map key of type double"},
+		{"dyn bytes key folded while planning", `${ {dyn(b"0"): 1}.size() > 0 }`, ErrInvalid, 4, "CEL cannot handle this expression (runtime error: hash of unhashable type types.Bytes)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := env.Template(tt.src, 0)
+			errs := Errors(err)
+			if len(errs) != 1 || !errors.Is(errs[0], tt.kind) || errs[0].Column != tt.column || !strings.Contains(errs[0].Message, tt.message) {
+				t.Fatalf("Template(%q) = %v; want one %v at column %d containing %q", tt.src, err, tt.kind, tt.column, tt.message)
+			}
+		})
+	}
+	// A string-keyed map literal still works.
+	tpl, err := env.Template(`${ {input.name: 1, "b": 2}.size() }`, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := tpl.Eval(context.Background(), testVars); err != nil || v != int64(2) {
+		t.Fatalf("Eval = %v, %v", v, err)
+	}
+}
+
+// recoverInvalid turns a panic in the deferring function into ErrInvalid.
+func TestRecoverInvalid(t *testing.T) {
+	t.Parallel()
+	err := func() (err error) {
+		defer recoverInvalid("a + b", &err)
+		panic("boom")
+	}()
+	if !errors.Is(err, ErrInvalid) || err.Error() != "column 1: CEL cannot handle this expression (boom); rewrite it" {
+		t.Fatalf("err = %v", err)
 	}
 }

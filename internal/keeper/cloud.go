@@ -42,14 +42,11 @@ type keeperTarget struct {
 	tmpl      *template.Template
 	ttl       time.Duration
 	keeperURL string
-	runID     string
-	step      string
 }
 
 var (
-	_ cloud.Host        = (*keeperTarget)(nil)
-	_ engine.StepBinder = (*keeperTarget)(nil)
-	_ module.Target     = (*keeperTarget)(nil)
+	_ cloud.Host    = (*keeperTarget)(nil)
+	_ module.Target = (*keeperTarget)(nil)
 )
 
 func newKeeperTarget(c config.Config, st store.Store, files string, sshKey []byte,
@@ -81,14 +78,7 @@ func newKeeperTarget(c config.Config, st store.Store, files string, sshKey []byt
 	}, nil
 }
 
-// ForStep returns the target bound to one run's step.
-func (k *keeperTarget) ForStep(runID, step string) module.Target {
-	bound := *k
-	bound.runID, bound.step = runID, step
-	return &bound
-}
-
-func (k *keeperTarget) Registry() store.Store { return k.st }
+func (k *keeperTarget) Registry() cloud.Registry { return k.st }
 
 func (k *keeperTarget) Driver(ctx context.Context, name string) (driversdk.Driver, error) {
 	return k.drivers(ctx, name)
@@ -100,8 +90,6 @@ func (k *keeperTarget) Credentials(ctx context.Context, ref string) ([]byte, err
 
 func (k *keeperTarget) AuthorizedKey() string       { return k.pubKey }
 func (k *keeperTarget) BootstrapTTL() time.Duration { return k.ttl }
-func (k *keeperTarget) RunID() string               { return k.runID }
-func (k *keeperTarget) Step() string                { return k.step }
 
 // Userdata renders the cloud_init template for one VM.
 func (k *keeperTarget) Userdata(u cloud.UserdataVars) (string, error) {

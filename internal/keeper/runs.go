@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
@@ -19,6 +21,8 @@ import (
 // services are what newServices wires beside the store: the run queue
 // with its engine, the PluginHost and the orphan finder.
 type services struct {
+	// store is the registry with provider configs sealed at rest.
+	store   store.Store
 	runs    *runner.Runner
 	plugins *plugin.Host
 	cloud   *cloudService
@@ -36,6 +40,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 	if err != nil {
 		return nil, err
 	}
+	reg := sealedStore{Store: st, sealer: sealer}
 	owner, err := loadOrCreateID(c.DataDir)
 	if err != nil {
 		return nil, err
@@ -57,36 +62,47 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		v, err := resolver.Resolve(ctx, ref)
 		return []byte(v), err
 	}
-	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, Env: keeperDirsEnv(c), Logger: log.With("component", "plugin")})
+	// A provider's credentials are the keeper's own: masked everywhere,
+	// the plugin's log included. A soul's key (resolve, in the engine) is
+	// masked in the run that uses it.
+	credentials := func(ctx context.Context, ref string) ([]byte, error) {
+		v, err := resolver.Resolve(ctx, ref)
+		if err == nil {
+			secret.Register(v)
+		}
+		return []byte(v), err
+	}
+	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Env: keeperDirsEnv(c), Logger: log.With("component", "plugin")})
 	if err != nil {
 		return nil, err
 	}
-	keeperTarget, err := newKeeperTarget(c, st, files, sshKey, plugins.Driver, resolve)
+	keeperTarget, err := newKeeperTarget(c, reg, files, sshKey, plugins.Driver, credentials)
 	if err != nil {
 		plugins.Close()
 		return nil, err
 	}
 	exec := &engine.Executor{
-		Store:     st,
+		Store:     reg,
 		Load:      loadPlan,
 		KeeperKey: sshKey,
 		Resolve: func(ctx context.Context, ref string) ([]byte, error) {
 			b, err := resolve(ctx, ref)
 			return append(b, '\n'), err
 		},
-		SSH:      ssh.Options{Logger: log.With("component", "ssh")},
-		FilesDir: files,
-		Logger:   log,
-		Keeper:   keeperTarget,
+		SSH:        ssh.Options{Logger: log.With("component", "ssh")},
+		FilesDir:   files,
+		Logger:     log,
+		Keeper:     keeperTarget,
+		Authorizer: auth.Checker{Tokens: st},
 	}
 	runs, err := runner.New(ctx, runner.Config{
-		Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: owner, Logger: log,
+		Store: reg, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: owner, Logger: log,
 	})
 	if err != nil {
 		plugins.Close()
 		return nil, err
 	}
-	return &services{runs: runs, plugins: plugins, cloud: &cloudService{st: st, drivers: plugins.Driver, resolve: resolve}}, nil
+	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, drivers: plugins.Driver, resolve: credentials}}, nil
 }
 
 // dataKey returns the key that seals secrets at rest: from data_key_ref
@@ -105,5 +121,6 @@ func dataKey(c config.Config) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data_key_ref: %w", err)
 	}
+	secret.Register(v)
 	return secret.DecodeKey(v)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/api"
+	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/expr"
 	"github.com/soulstack/soulstack/internal/module"
 	_ "github.com/soulstack/soulstack/internal/modules/standard" // the module catalog
@@ -66,6 +67,12 @@ func scenarioChecker(st store.Store) api.ScenarioChecker {
 		for _, name := range plan.SecretInputs {
 			secrets[name] = true
 		}
-		return api.CheckedScenario{Name: plan.Name, Input: plan.Input, Secret: secrets}, nil
+		var needs []api.StepPermission
+		for _, s := range plan.Steps {
+			if perm := s.Module.Info().Permission; perm != "" {
+				needs = append(needs, api.StepPermission{Step: s.Name, Module: string(s.ID), Permission: auth.Permission(perm)})
+			}
+		}
+		return api.CheckedScenario{Name: plan.Name, Input: plan.Input, Secret: secrets, Needs: needs}, nil
 	}
 }

@@ -35,6 +35,7 @@ func cloudInfo() Info {
 		Summary:     "Ask the provider for `count` VMs: each gets a souls row (status pending) and a bootstrap token.",
 		Description: "Runs on the keeper through the provider's CloudDriver plugin.\n\nThe SID of a created host is the FQDN the provider returned.",
 		Side:        SideKeeper,
+		Permission:  "cloud.create",
 		Idempotent:  false,
 		NeedsRoot:   false,
 		Params: []Param{

@@ -23,6 +23,7 @@ package module
 import (
 	"context"
 	"encoding/json"
+	"slices"
 )
 
 // Module is one state of a module, for example core.pkg.installed.
@@ -59,11 +60,24 @@ type RunInfo struct {
 	// Secrets masks the text of secrets the module resolves or mints in
 	// this run's events, outputs and logs. Nil outside a run.
 	Secrets Secrets
+	// SecretParams names the step's params whose values carry secrets:
+	// the params the module declares secret and those computed from the
+	// run's secret inputs. A module must not report anything derived from
+	// them, such as a hash, which would let a reader guess a short secret.
+	SecretParams []string
 }
 
-// Secrets collects the text of secrets a run has seen.
+// SecretParam reports whether the step's param name carries a secret.
+func (r RunInfo) SecretParam(name string) bool {
+	return slices.Contains(r.SecretParams, name)
+}
+
+// Secrets collects the text of secrets a run has seen (the engine passes
+// the run's *secret.Set).
 type Secrets interface {
-	// Add registers value so that it is masked wherever it appears.
+	// Add registers value so that it is masked wherever it appears in this
+	// run's events, outputs, errors and logs — and nowhere else: it never
+	// rewrites another run, the registries or the audit log.
 	Add(value string)
 }
 
@@ -169,6 +183,13 @@ type Info struct {
 	// NeedsRoot reports whether the module needs root on the soul (the
 	// transport uses sudo when the connecting user is not root).
 	NeedsRoot bool `json:"needs_root"`
+	// Permission is the API permission (such as cloud.create) a run's
+	// creator must hold, besides run.create, for a step of this module:
+	// POST /v1/runs refuses a scenario with the step when the token lacks
+	// it, and the engine checks the creator again when the step executes.
+	// Every keeper-side module must declare one; Register panics
+	// otherwise.
+	Permission string `json:"permission,omitempty"`
 	// Params are the accepted params, in catalog order.
 	Params []Param `json:"params"`
 	// Exclusive lists groups of params of which at most one (or exactly

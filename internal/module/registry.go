@@ -2,6 +2,7 @@ package module
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"sync"
 )
@@ -69,6 +70,9 @@ func IDs() []ID {
 	return ids
 }
 
+// permissionPattern is the shape of a permission name (resource.action).
+var permissionPattern = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)
+
 // checkInfo reports the first thing wrong with a declaration.
 func checkInfo(info Info) error {
 	if _, err := ParseID(string(info.ID)); err != nil {
@@ -79,6 +83,12 @@ func checkInfo(info Info) error {
 	}
 	if info.Summary == "" {
 		return fmt.Errorf("%s: empty summary", info.ID)
+	}
+	if info.Side == SideKeeper && info.Permission == "" {
+		return fmt.Errorf("%s: a keeper-side module must declare the permission a run's creator needs for it", info.ID)
+	}
+	if info.Permission != "" && !permissionPattern.MatchString(info.Permission) {
+		return fmt.Errorf("%s: permission %q is not a dotted lowercase name such as cloud.create", info.ID, info.Permission)
 	}
 	seen := map[string]bool{}
 	for _, p := range info.Params {

@@ -9,7 +9,7 @@ import (
 func TestRegisterLookup(t *testing.T) {
 	t.Parallel()
 	a := &fake{info: Info{ID: "test.registry.b", Summary: "B.", Side: SideSoul}}
-	b := &fake{info: Info{ID: "test.registry.a", Summary: "A.", Side: SideKeeper}}
+	b := &fake{info: Info{ID: "test.registry.a", Summary: "A.", Side: SideKeeper, Permission: "test.run"}}
 	Register(a)
 	Register(b)
 
@@ -59,6 +59,8 @@ func TestRegisterPanics(t *testing.T) {
 		{"duplicate param", &fake{info: Info{ID: "test.registry.pd", Summary: "X.", Side: SideSoul, Params: []Param{{Name: "a", Type: TypeString}, {Name: "a", Type: TypeString}}}}, "twice"},
 		{"bad default", &fake{info: Info{ID: "test.registry.df", Summary: "X.", Side: SideSoul, Params: []Param{{Name: "a", Type: TypeInt, Default: "x"}}}}, "default"},
 		{"required with default", &fake{info: Info{ID: "test.registry.rd", Summary: "X.", Side: SideSoul, Params: []Param{{Name: "a", Type: TypeInt, Required: true, Default: 1}}}}, "required"},
+		{"keeper side without permission", &fake{info: Info{ID: "test.registry.kp", Summary: "X.", Side: SideKeeper}}, "must declare the permission"},
+		{"malformed permission", &fake{info: Info{ID: "test.registry.mp", Summary: "X.", Side: SideSoul, Permission: "Cloud Create"}}, "dotted lowercase"},
 		{"group of unknown", &fake{info: Info{ID: "test.registry.gu", Summary: "X.", Side: SideSoul, Params: []Param{{Name: "a", Type: TypeInt}}, Exclusive: []Group{{Params: []string{"a", "b"}}}}}, "undeclared"},
 	}
 	for _, tt := range tests {

@@ -152,7 +152,11 @@ func requirements(info Info) [][2]string {
 	if !info.Idempotent {
 		idem = "no: a repeat runs again; guard it with `when:` / `changed_when:`"
 	}
-	return [][2]string{{"Root", root}, {"Side", side}, {"Idempotent", idem}}
+	out := [][2]string{{"Root", root}, {"Side", side}, {"Idempotent", idem}}
+	if info.Permission != "" {
+		out = append(out, [2]string{"Permission", info.Permission + " (the run's creator needs it besides run.create; checked when the run is submitted and again when the step runs)"})
+	}
+	return out
 }
 
 func paramType(p Param) string {

@@ -8,7 +8,10 @@
 // does, the keeper neither hangs nor dies with it; a failure is a
 // *driversdk.Error with a stable code:
 //
-//   - driver.not_found: no soul-cloud-<driver> in the plugin dir or $PATH;
+//   - driver.not_found: no soul-cloud-<driver> in the plugin dir (or on
+//     $PATH, with Config.PathLookup);
+//   - driver.untrusted: the executable or its directory could be changed
+//     by someone other than the keeper's user or root; it is not started;
 //   - driver.incompatible: the executable is not a CloudDriver plugin, or
 //     speaks a protocol version this keeper does not (see wire.Handshake);
 //   - driver.crashed: the process died (or its connection broke) during the
@@ -43,9 +46,14 @@ var ErrClosed = errors.New("plugin host is closed")
 
 // Config configures a Host. The zero value works: see WithDefaults.
 type Config struct {
-	// PluginDir is searched for soul-cloud-<driver> before $PATH; the keeper
-	// passes <data-dir>/plugins. Empty: $PATH only.
+	// PluginDir is where soul-cloud-<driver> is found; the keeper passes
+	// <data-dir>/plugins. The executable and its directory must be owned by
+	// the keeper's user or root and not be group- or world-writable, or the
+	// driver fails with driver.untrusted and is not started.
 	PluginDir string
+	// PathLookup also searches $PATH when PluginDir has no executable
+	// for a driver, with the same checks. Off: PluginDir only.
+	PathLookup bool
 	// Logger receives the host's records and the plugins' log lines, masked.
 	// Default: slog.Default().
 	Logger *slog.Logger

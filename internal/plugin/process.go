@@ -54,7 +54,7 @@ func pluginEnv(extra []string) []string {
 // start finds and starts the plugin of driver name and completes the
 // handshake.
 func (h *Host) start(name string) (*proc, error) {
-	path, err := discover(h.cfg.PluginDir, name)
+	path, err := discover(h.cfg.PluginDir, name, h.cfg.PathLookup)
 	if err != nil {
 		return nil, err
 	}

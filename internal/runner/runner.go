@@ -68,6 +68,12 @@ type Execution struct {
 	// Steps and Targets are what the store recorded before.
 	Steps   []store.RunStep
 	Targets []store.RunTarget
+	// Secrets is the run's own set of secret values: what the executor
+	// adds to it (secret inputs, resolved keys, minted tokens) is masked in
+	// everything the Recorder stores for this run, and nowhere else. It is
+	// dropped when the execution ends; a resumed execution starts with an
+	// empty one and adds the run's secrets again.
+	Secrets *secret.Set
 }
 
 // Executor executes a run. It must honour ctx (timeout and cancellation)
@@ -96,6 +102,16 @@ type Runner struct {
 	hub   *Hub
 	wg    sync.WaitGroup
 	stop  context.CancelFunc
+
+	secretsMu sync.Mutex
+	secrets   map[string]*liveSecrets // by run id, while the run executes here
+}
+
+// liveSecrets is the secret set of a run executing in this process; users
+// counts the executions holding it.
+type liveSecrets struct {
+	set   *secret.Set
+	users int
 }
 
 // RunArgs is the queue job of one run.
@@ -117,7 +133,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub()}
+	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	var err error
@@ -146,6 +162,39 @@ func Migrate(ctx context.Context, queue riverdriver.Driver[*sql.Tx]) error {
 		return fmt.Errorf("apply queue migrations: %w", err)
 	}
 	return nil
+}
+
+// openSecrets returns the secret set of run id, made on first use; every
+// call must be paired with closeSecrets.
+func (r *Runner) openSecrets(id string) *secret.Set {
+	r.secretsMu.Lock()
+	defer r.secretsMu.Unlock()
+	l := r.secrets[id]
+	if l == nil {
+		l = &liveSecrets{set: secret.NewSet()}
+		r.secrets[id] = l
+	}
+	l.users++
+	return l.set
+}
+
+// closeSecrets drops run id's secret set once no execution holds it.
+func (r *Runner) closeSecrets(id string) {
+	r.secretsMu.Lock()
+	defer r.secretsMu.Unlock()
+	if l := r.secrets[id]; l != nil {
+		if l.users--; l.users <= 0 {
+			delete(r.secrets, id)
+		}
+	}
+}
+
+// LiveSecrets is how many runs' secret sets this runner holds in memory:
+// one per run executing here, none once they have ended.
+func (r *Runner) LiveSecrets() int {
+	r.secretsMu.Lock()
+	defer r.secretsMu.Unlock()
+	return len(r.secrets)
 }
 
 // Hub returns the notifier of new run events.
@@ -228,12 +277,12 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 		return store.Run{}, false, fmt.Errorf("encode input: %w", err)
 	}
 	digest := r.cfg.Sealer.Digest(append([]byte(fmt.Sprintf("%d:%s;", len(p.Scenario), p.Scenario)), canonical(p.Input)...))
-	for name := range p.Secret {
-		if v, ok := p.Input[name].(string); ok {
-			secret.Register(v)
-		}
-	}
-	masked := maskInput(p.Input, p.Secret)
+	// The input is stored masked with the run's own secrets: a secret input
+	// masks the copy of its text under another input of the same run, and
+	// nothing of any other run.
+	secrets := secret.NewSet()
+	AddInputSecrets(secrets, p.Input, p.Secret)
+	masked := maskInput(secrets, p.Input, p.Secret)
 	maskedJSON, _ := json.Marshal(masked)
 	id, err := auth.NewID("run_")
 	if err != nil {
@@ -259,8 +308,9 @@ func canonical(v map[string]any) []byte {
 	return b
 }
 
-// maskInput masks secret-looking keys and the declared secret inputs.
-func maskInput(in map[string]any, secretKeys map[string]bool) any {
+// maskInput masks secret-looking keys, the declared secret inputs and the
+// text of the run's secrets.
+func maskInput(secrets *secret.Set, in map[string]any, secretKeys map[string]bool) any {
 	out := make(map[string]any, len(in))
 	for k, v := range in {
 		if secretKeys[k] {
@@ -269,7 +319,33 @@ func maskInput(in map[string]any, secretKeys map[string]bool) any {
 		}
 		out[k] = v
 	}
-	return secret.Mask(out)
+	return secrets.Mask(out)
+}
+
+// AddInputSecrets adds to set the text of every string of a run's input
+// that is secret: under an input declared secret (declared), or under a
+// secret-looking key (secret.IsSensitiveKey) at any depth.
+func AddInputSecrets(set *secret.Set, input map[string]any, declared map[string]bool) {
+	var walk func(v any, secretHere bool)
+	walk = func(v any, secretHere bool) {
+		switch x := v.(type) {
+		case string:
+			if secretHere {
+				set.Add(x)
+			}
+		case map[string]any:
+			for k, val := range x {
+				walk(val, secretHere || secret.IsSensitiveKey(k))
+			}
+		case []any:
+			for _, val := range x {
+				walk(val, secretHere)
+			}
+		}
+	}
+	for k, v := range input {
+		walk(v, declared[k] || secret.IsSensitiveKey(k))
+	}
 }
 
 var errLeaseLost = errors.New("lease lost")

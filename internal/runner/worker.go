@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -24,6 +25,10 @@ var (
 	errCancelRequested = errors.New("cancel requested")
 )
 
+// CodeTooManySecrets fails a run whose secret set overflowed
+// (secret.MaxRunValues): its output is withheld.
+const CodeTooManySecrets = "run.too_many_secrets"
+
 // Work claims the run's lease and executes it. A run that is finished, or
 // held by a live keeper, makes the job a no-op.
 func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
@@ -39,8 +44,10 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	if !ok {
 		return nil
 	}
-	log := r.log.With("run", id)
-	rec, err := newRecorder(ctx, r, run)
+	secrets := r.openSecrets(id)
+	defer r.closeSecrets(id)
+	log := slog.New(secrets.LogHandler(r.log.Handler())).With("run", id)
+	rec, err := newRecorder(ctx, r, run, secrets)
 	if err != nil {
 		return err
 	}
@@ -88,7 +95,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		}
 	}()
 
-	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets}
+	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets, Secrets: secrets}
 	out := Outcome{Phase: store.PhaseFailed}
 	input, err := r.cfg.Sealer.Open(run.InputSealed)
 	if err == nil {
@@ -117,8 +124,15 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	case errors.Is(cause, context.DeadlineExceeded) && out.Phase != store.PhaseSucceeded:
 		out.Phase, out.ErrorCode, out.ErrorMsg = store.PhaseFailed, "run.timeout", fmt.Sprintf("the run did not finish within its timeout of %s", run.Timeout)
 	}
-	masked, _ := json.Marshal(secret.Mask(orEmpty(out.Outputs)))
-	finish := store.RunFinishParams{ID: id, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: secret.MaskString(out.ErrorMsg), Outputs: masked, Message: string(masked)}
+	errMsg := secrets.MaskString(out.ErrorMsg)
+	if secrets.Overflowed() {
+		// Everything the run stored is masked whole; say why, in words
+		// that hold no secret.
+		out.Phase, out.ErrorCode = store.PhaseFailed, CodeTooManySecrets
+		errMsg = fmt.Sprintf("the run registered more than %d secret values; its output is withheld", secret.MaxRunValues)
+	}
+	masked, _ := json.Marshal(secrets.Mask(orEmpty(out.Outputs)))
+	finish := store.RunFinishParams{ID: id, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked, Message: string(masked)}
 	// Finishing must not be cut short by the keeper stopping.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer fcancel()
@@ -145,19 +159,20 @@ func orEmpty(m map[string]any) map[string]any {
 }
 
 // recorder is the Recorder of one execution: it numbers events, masks
-// what it stores and wakes SSE readers.
+// what it stores with the run's secrets and wakes SSE readers.
 type recorder struct {
 	r       *Runner
 	ctx     context.Context
 	run     store.Run
+	secrets *secret.Set
 	mu      sync.Mutex
 	seq     int64
 	steps   []store.RunStep
 	targets []store.RunTarget
 }
 
-func newRecorder(ctx context.Context, r *Runner, run store.Run) (*recorder, error) {
-	rec := &recorder{r: r, ctx: ctx, run: run}
+func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.Set) (*recorder, error) {
+	rec := &recorder{r: r, ctx: ctx, run: run, secrets: secrets}
 	for {
 		evs, err := r.cfg.Store.RunEvents(ctx, run.ID, rec.seq, 1000)
 		if err != nil {
@@ -178,7 +193,7 @@ func (rec *recorder) Event(kind, step, sid string, data any) {
 }
 
 func (rec *recorder) eventCtx(ctx context.Context, kind, step, sid string, data any) {
-	b, err := json.Marshal(secret.Mask(data))
+	b, err := json.Marshal(rec.secrets.Mask(data))
 	if err != nil {
 		b = []byte(`{}`)
 	}
@@ -202,12 +217,12 @@ func (rec *recorder) Step(s store.RunStep) {
 
 func (rec *recorder) Target(t store.RunTarget, output any) {
 	t.RunID = rec.run.ID
-	b, err := json.Marshal(secret.Mask(output))
+	b, err := json.Marshal(rec.secrets.Mask(output))
 	if err != nil {
 		b = []byte("null")
 	}
 	t.Output = b
-	t.ErrorMsg = secret.MaskString(t.ErrorMsg)
+	t.ErrorMsg = rec.secrets.MaskString(t.ErrorMsg)
 	if err := rec.r.cfg.Store.RunTargetSave(context.WithoutCancel(rec.ctx), t); err != nil {
 		rec.r.log.Error("store run target", "run", rec.run.ID, "err", err)
 	}

@@ -297,6 +297,50 @@ func (st *PlanStep) SecretParams() []string {
 	return st.Module.Info().SecretParams()
 }
 
+// ParamsUsing names the step's top-level params whose value refers, in any
+// of its expressions, to one of the inputs named, or to an input whose
+// name is computed at run time (input[key]), which might be one of them.
+// The engine uses it to tell a module which params carry secret inputs.
+func (st *PlanStep) ParamsUsing(inputs []string) []string {
+	if st.params == nil || len(inputs) == 0 {
+		return nil
+	}
+	var names []string
+	for i, k := range st.params.keys {
+		if st.params.vals[i].uses(inputs) {
+			names = append(names, k)
+		}
+	}
+	return names
+}
+
+// uses reports whether an expression in v refers to one of inputs, or to
+// an input it names only at run time.
+func (v *value) uses(inputs []string) bool {
+	if v == nil || !v.dyn {
+		return false
+	}
+	if v.tpl != nil {
+		for _, r := range v.tpl.Refs() {
+			if r.Var == "input" && (len(r.Path) == 0 || slices.Contains(inputs, r.Path[0])) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, it := range v.items {
+		if it.uses(inputs) {
+			return true
+		}
+	}
+	for _, it := range v.vals {
+		if it.uses(inputs) {
+			return true
+		}
+	}
+	return false
+}
+
 // joinErrors joins errs, returning the only one unchanged.
 func joinErrors(errs []error) error {
 	if len(errs) == 1 {

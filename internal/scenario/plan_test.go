@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -394,5 +395,39 @@ func TestWithModules(t *testing.T) {
 	_, err := Check("m.yaml", []byte("steps:\n  - {name: a, on: x.test, module: core.command.ran, params: {cmd: x}}\n"), WithModules(lookup))
 	if err == nil || !strings.Contains(err.Error(), CodeUnknownModule) {
 		t.Fatalf("Check with an empty registry = %v; want %s", err, CodeUnknownModule)
+	}
+}
+
+// ParamsUsing finds the params computed from given inputs anywhere in
+// their value, and those that pick an input by a computed name.
+func TestParamsUsing(t *testing.T) {
+	t.Parallel()
+	src := []byte(`
+inputs:
+  pin: {type: string, secret: true}
+  name: {type: string}
+  key: {type: string}
+steps:
+  - name: write
+    on: a.local.test
+    module: core.command.ran
+    params:
+      cmd: "echo ${ quote(input.name) }"
+      stdin: "pin=${ input.pin }"
+      env: {A: plain, B: "${ input.?pin.orValue('') }"}
+      chdir: "${ input[input.key] }"
+      creates: /tmp/x
+`)
+	plan, err := Load("using.yaml", src, map[string]any{"pin": "4711", "name": "n", "key": "name"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := plan.Steps[0].ParamsUsing([]string{"pin"})
+	slices.Sort(got)
+	if want := []string{"chdir", "env", "stdin"}; !slices.Equal(got, want) {
+		t.Fatalf("ParamsUsing(pin) = %v; want %v", got, want)
+	}
+	if got := plan.Steps[0].ParamsUsing(nil); got != nil {
+		t.Fatalf("ParamsUsing(nil) = %v", got)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/soulstack/soulstack/internal/expr"
 )
 
 // ErrInvalid is matched (errors.Is) by every *Error: the scenario or its
@@ -50,6 +52,10 @@ const (
 	CodeInputUndeclared       = "scenario.input_undeclared"
 	CodeInputMissing          = "scenario.input_missing"
 	CodeInputType             = "scenario.input_type"
+
+	// CodeExpressionInvalid is an expression the CEL implementation
+	// failed on (expr.ErrInvalid); it keeps the expression layer's code.
+	CodeExpressionInvalid = expr.CodeInvalid
 )
 
 // Pos is a position in a scenario file. Line and Column are 1-based;

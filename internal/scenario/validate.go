@@ -408,8 +408,11 @@ func (c *checker) exprErrors(err error, n *node, base int, st *Step, where strin
 	}
 	for _, e := range errs {
 		code := CodeBadExpression
-		if errors.Is(e, expr.ErrType) {
+		switch {
+		case errors.Is(e, expr.ErrType):
 			code = CodeExpressionType
+		case errors.Is(e, expr.ErrInvalid):
+			code = CodeExpressionInvalid
 		}
 		c.ps.add(c.s.src.at(n, base+e.Offset), code, "%s: %s: %s", st.label(), where, e.Message)
 	}

@@ -1,6 +1,15 @@
 // Package secret holds the one masking function every output channel passes
-// through, and the credentials references (env:, file:, vault:) that stand in
-// for secrets in the registries.
+// through, the per-run sets of secret values it masks, the data key that
+// seals secrets at rest, and the credentials references (env:, file:,
+// vault:) that stand in for secrets in the registries.
+//
+// Masking replaces, with "***": the value under any secret-looking key
+// (IsSensitiveKey); anything that looks like a token the keeper makes (sst_
+// API tokens, sbt_ bootstrap tokens), wherever it appears; the text of the
+// keeper's own secrets (Register); and, for a run's data only, the text of
+// the secrets that run has seen (Set). The package functions (Mask,
+// MaskString, MarshalMasked, MaskJSON, NewLogHandler) mask for the keeper as
+// a whole; the same methods on a *Set mask one run's data.
 package secret
 
 import (
@@ -8,23 +17,26 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 )
 
 // Masked is what a secret value is replaced with.
 const Masked = "***"
 
 // sensitiveFragments are the substrings that make a key secret-looking.
-var sensitiveFragments = []string{"token", "password", "secret", "private_key", "credentials"}
+var sensitiveFragments = []string{
+	"token", "password", "secret", "private_key", "credentials",
+	"api_key", "apikey", "access_key", "privatekey", "passphrase", "passwd",
+}
 
 // IsSensitiveKey reports whether the value under key must be masked: the
-// lower-cased key contains token, password, secret, private_key or
-// credentials. Keys ending in "_ref" (credentials_ref, key_ref) name a
-// reference such as env:NAME, never the secret itself, and are not masked.
+// lower-cased key contains token, password, secret, private_key,
+// credentials, api_key, apikey, access_key, privatekey, passphrase or
+// passwd, hyphens read as underscores (X-Api-Key). Keys ending in "_ref"
+// (credentials_ref, key_ref) name a reference such as env:NAME, never the
+// secret itself, and are not masked.
 func IsSensitiveKey(key string) bool {
-	k := strings.ToLower(key)
+	k := strings.ReplaceAll(strings.ToLower(key), "-", "_") // X-Api-Key too
 	if strings.HasSuffix(k, "_ref") {
 		return false
 	}
@@ -36,104 +48,18 @@ func IsSensitiveKey(key string) bool {
 	return false
 }
 
-// known holds the text of secrets resolved in this process (credentials,
-// generated tokens); Mask replaces them wherever they appear.
-var known struct {
-	sync.RWMutex
-	values []string
-}
-
-// minKnownLen keeps very short values from being registered: masking "a"
-// everywhere would destroy output without protecting anything.
-const minKnownLen = 6
-
-// Register records the text of a resolved secret so that Mask and MaskString
-// replace it wherever it appears, under any key. Values shorter than six
-// characters are ignored.
-func Register(value string) {
-	if len(value) < minKnownLen {
-		return
-	}
-	known.Lock()
-	defer known.Unlock()
-	for _, v := range known.values {
-		if v == value {
-			return
-		}
-	}
-	known.values = append(known.values, value)
-	// Longest first, so that a secret containing another is replaced whole.
-	sort.Slice(known.values, func(i, j int) bool { return len(known.values[i]) > len(known.values[j]) })
-}
-
-// MaskString replaces the text of every registered secret in s.
-func MaskString(s string) string {
-	known.RLock()
-	defer known.RUnlock()
-	return replaceKnown(s, known.values)
-}
-
-// replaceKnown replaces every value of known in s; the caller holds
-// known's read lock.
-func replaceKnown(s string, known []string) string {
-	for _, v := range known {
-		if strings.Contains(s, v) {
-			s = strings.ReplaceAll(s, v, Masked)
-		}
-	}
-	return s
-}
+// MaskString masks s: token patterns and the keeper's own secrets.
+func MaskString(s string) string { return keeperMasker().str(s) }
 
 // Mask returns a copy of v, a JSON-like value (maps, slices, strings,
 // numbers, structs that marshal to JSON), in which the value under every
 // secret-looking key (IsSensitiveKey) is replaced by "***" at any depth, and
-// the text of every registered secret is replaced wherever it appears. Mask
-// is the one masking function: API responses, log lines, audit payloads and
-// events all pass through it. v itself is never modified.
-func Mask(v any) any {
-	switch x := v.(type) {
-	case nil, bool, float64, int, int64, json.Number:
-		return x
-	case string:
-		return MaskString(x)
-	case map[string]any:
-		out := make(map[string]any, len(x))
-		for k, val := range x {
-			if IsSensitiveKey(k) && val != nil {
-				out[k] = Masked
-				continue
-			}
-			out[k] = Mask(val)
-		}
-		return out
-	case []any:
-		out := make([]any, len(x))
-		for i, val := range x {
-			out[i] = Mask(val)
-		}
-		return out
-	case map[string]string:
-		out := make(map[string]any, len(x))
-		for k, val := range x {
-			out[k] = val
-		}
-		return Mask(out)
-	case []string:
-		out := make([]any, len(x))
-		for i, val := range x {
-			out[i] = val
-		}
-		return Mask(out)
-	case json.RawMessage:
-		return Mask(generic(x))
-	default:
-		b, err := json.Marshal(v)
-		if err != nil {
-			return Masked
-		}
-		return Mask(generic(b))
-	}
-}
+// token patterns and the text of the keeper's own secrets are replaced
+// wherever they appear. Mask is the one masking function: API responses,
+// log lines, audit payloads and events all pass through it (a run's data
+// through Set.Mask, which also masks the run's secrets). v itself is never
+// modified.
+func Mask(v any) any { return keeperMasker().mask(v) }
 
 // MarshalMasked returns the JSON encoding of Mask(v), byte for byte what a
 // json.Encoder with SetEscapeHTML(false) writes for Mask(v), without the
@@ -142,18 +68,87 @@ func Mask(v any) any {
 // sorted with the last duplicate kept, secrets masked) instead of building
 // Mask's generic copy and encoding it again; the API masks every response
 // body this way.
-func MarshalMasked(v any) ([]byte, error) {
+func MarshalMasked(v any) ([]byte, error) { return keeperMasker().marshal(v) }
+
+// MaskJSON masks a JSON document; text that is not JSON is masked as a string.
+func MaskJSON(doc []byte) []byte { return keeperMasker().maskJSON(doc) }
+
+// MaskString is MaskString (the package function) with the run's secrets
+// as well.
+func (s *Set) MaskString(v string) string { return s.masker().str(v) }
+
+// Mask is Mask (the package function) with the run's secrets as well.
+func (s *Set) Mask(v any) any { return s.masker().mask(v) }
+
+// MarshalMasked is MarshalMasked with the run's secrets as well.
+func (s *Set) MarshalMasked(v any) ([]byte, error) { return s.masker().marshal(v) }
+
+// MaskJSON is MaskJSON with the run's secrets as well.
+func (s *Set) MaskJSON(doc []byte) []byte { return s.masker().maskJSON(doc) }
+
+// mask is the value masker: it walks a decoded value.
+func (m masker) mask(v any) any {
+	switch x := v.(type) {
+	case nil, bool, float64, int, int64, json.Number:
+		return x
+	case string:
+		return m.str(x)
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, val := range x {
+			if IsSensitiveKey(k) && val != nil {
+				out[k] = Masked
+				continue
+			}
+			out[k] = m.mask(val)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, val := range x {
+			out[i] = m.mask(val)
+		}
+		return out
+	case map[string]string:
+		out := make(map[string]any, len(x))
+		for k, val := range x {
+			out[k] = val
+		}
+		return m.mask(out)
+	case []string:
+		out := make([]any, len(x))
+		for i, val := range x {
+			out[i] = val
+		}
+		return m.mask(out)
+	case json.RawMessage:
+		return m.mask(m.generic(x))
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return Masked
+		}
+		return m.mask(m.generic(b))
+	}
+}
+
+func (m masker) marshal(v any) ([]byte, error) {
 	switch v.(type) {
 	case nil, bool, float64, int, int64, json.Number, string, map[string]any, []any, map[string]string, []string, json.RawMessage:
-		return encodeNoHTML(Mask(v))
+		return encodeNoHTML(m.mask(v))
 	}
 	doc, err := json.Marshal(v)
 	if err != nil {
 		return encodeNoHTML(Masked)
 	}
-	known.RLock()
-	defer known.RUnlock()
-	r := rewriter{src: doc, known: known.values, out: make([]byte, 0, len(doc)+len(doc)/8)}
+	return m.rewrite(doc)
+}
+
+// rewrite is the streaming masker: it masks doc, a document written by
+// json.Marshal, in one pass, with the result encodeNoHTML(m.mask(doc
+// decoded with UseNumber)) would give.
+func (m masker) rewrite(doc []byte) ([]byte, error) {
+	r := rewriter{src: doc, m: m, out: make([]byte, 0, len(doc)+len(doc)/8)}
 	if err := r.value(0, len(doc)); err != nil {
 		return nil, err
 	}
@@ -178,9 +173,10 @@ func encodeNoHTML(v any) ([]byte, error) {
 // by decoded key, the last of duplicates kept, and the value under a
 // sensitive key that is not null becomes "***".
 type rewriter struct {
-	src   []byte
-	known []string
-	out   []byte
+	src  []byte
+	text string // src as a string, once a plain value needs masking
+	m    masker
+	out  []byte
 }
 
 // member is an object member: its decoded key, the key as written, and
@@ -208,7 +204,7 @@ func (r *rewriter) value(i, end int) error {
 		if err != nil {
 			return err
 		}
-		return r.str(r.src[i:j], true)
+		return r.valueStr(i, j)
 	default:
 		j := skipScalar(r.src, i)
 		r.out = append(r.out, r.src[i:j]...)
@@ -322,16 +318,41 @@ func (r *rewriter) array(i int) error {
 	}
 }
 
-// str writes the quoted string raw re-encoded, masking registered secrets
-// in it if mask is set (values are masked, keys are not).
+// valueStr writes the string value at src[i:j] masked. A plain string is
+// masked as a substring of the document's text, made once per document and
+// only when the masker could change something: a response without secrets
+// costs no allocation per string.
+func (r *rewriter) valueStr(i, j int) error {
+	raw := r.src[i:j]
+	if !plain(raw) {
+		return r.str(raw, true)
+	}
+	if !r.m.redact && len(r.m.values) == 0 && !bytes.Contains(raw, []byte("t_")) {
+		r.out = append(r.out, raw...)
+		return nil
+	}
+	if r.text == "" {
+		r.text = string(r.src)
+	}
+	text := r.text[i+1 : j-1]
+	if m := r.m.str(text); m != text {
+		r.out = append(append(append(r.out, '"'), m...), '"') // plain text stays plain
+		return nil
+	}
+	r.out = append(r.out, raw...)
+	return nil
+}
+
+// str writes the quoted string raw re-encoded, masking it if mask is set
+// (values are masked, keys are not).
 func (r *rewriter) str(raw []byte, mask bool) error {
 	if plain(raw) {
-		if !mask || len(r.known) == 0 {
+		if !mask {
 			r.out = append(r.out, raw...)
 			return nil
 		}
 		s := string(raw[1 : len(raw)-1])
-		if m := replaceKnown(s, r.known); m != s {
+		if m := r.m.str(s); m != s {
 			r.out = append(append(append(r.out, '"'), m...), '"') // plain text stays plain
 			return nil
 		}
@@ -343,7 +364,7 @@ func (r *rewriter) str(raw []byte, mask bool) error {
 		return err
 	}
 	if mask {
-		s = replaceKnown(s, r.known)
+		s = r.m.str(s)
 	}
 	b, err := encodeNoHTML(s)
 	if err != nil {
@@ -438,23 +459,23 @@ func skipValue(b []byte, i int) (int, error) {
 	}
 }
 
-// MaskJSON masks a JSON document; text that is not JSON is masked as a string.
-func MaskJSON(doc []byte) []byte {
+func (m masker) maskJSON(doc []byte) []byte {
 	var v any
 	if err := unmarshalNumber(doc, &v); err != nil {
-		return []byte(MaskString(string(doc)))
+		return []byte(m.str(string(doc)))
 	}
-	out, err := json.Marshal(Mask(v))
+	out, err := json.Marshal(m.mask(v))
 	if err != nil {
 		return []byte(Masked)
 	}
 	return out
 }
 
-func generic(b []byte) any {
+// generic decodes b, or masks it as text when it is not JSON.
+func (m masker) generic(b []byte) any {
 	var v any
 	if err := unmarshalNumber(b, &v); err != nil {
-		return MaskString(string(b))
+		return m.str(string(b))
 	}
 	return v
 }

@@ -17,6 +17,9 @@ func TestIsSensitiveKey(t *testing.T) {
 		"client_secret": true, "secrets": true, "private_key": true, "ssh_private_key": true, "credentials": true,
 		"aws_credentials": true, "name": false, "subnet": false, "key": false, "public_key": false,
 		"credentials_ref": false, "key_ref": false, "token_ref": false, "": false,
+		"api_key": true, "X-Api-Key": true, "private-key": true, "key-ref": false, "apikey": true, "ApiKey": true, "aws_access_key_id": true,
+		"secret_access_key": true, "PrivateKey": true, "ssh_passphrase": true, "passwd": true, "db_passwd": true,
+		"api_key_ref": false, "passphrase_ref": false, "api": false, "access": false, "keys": false,
 	}
 	for key, want := range cases {
 		if got := secret.IsSensitiveKey(key); got != want {

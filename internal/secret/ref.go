@@ -60,8 +60,9 @@ func (r Ref) String() string {
 	return r.Scheme + ":" + r.Name
 }
 
-// Resolve reads the secret a local reference names (env: and file:) and
-// registers its text with Register so that it is masked everywhere. vault:
+// Resolve reads the secret a local reference names (env: and file:). It
+// registers nothing: whoever resolves decides where the value is masked
+// (Register for the keeper's own secrets, a run's Set for a run's). vault:
 // references need a Vault client and are resolved by the keeper's resolver.
 func (r Ref) Resolve() (string, error) {
 	var v string
@@ -81,6 +82,5 @@ func (r Ref) Resolve() (string, error) {
 	default:
 		return "", fmt.Errorf("resolve %s: scheme %q is not resolvable here", r, r.Scheme)
 	}
-	Register(v)
 	return v, nil
 }

@@ -36,9 +36,11 @@ type ResolverOptions struct {
 
 // Resolver turns credentials references (env:NAME, file:/path,
 // vault:<path>#<field>) into the secrets they name, at the moment they are
-// needed. Every value it returns is first registered with Register, so it
-// is masked in every output channel; the caller hands it on in memory and
-// never stores it. A Resolver is safe for concurrent use.
+// needed. It registers no value it returns: the caller masks it where it
+// belongs — a provider's credentials with Register (the keeper's own, masked
+// everywhere, plugin logs included), a soul's key in the run's Set — hands
+// it on in memory and never stores it. The Vault token it reads is the
+// keeper's and is registered. A Resolver is safe for concurrent use.
 type Resolver struct {
 	opts     ResolverOptions
 	tokenRef Ref
@@ -95,7 +97,7 @@ func NewResolver(opts ResolverOptions) (*Resolver, error) {
 	return r, nil
 }
 
-// Resolve returns the secret ref names and registers it for masking. An
+// Resolve returns the secret ref names (the caller registers it). An
 // env: value is used as is; a file's content loses its trailing newlines;
 // a vault: reference reads the path through Vault's HTTP API (a KV version
 // 2 path includes its data/ segment, as in vault:secret/data/cloud#api_key)
@@ -119,7 +121,6 @@ func (r *Resolver) Resolve(ctx context.Context, ref string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%w: resolve %s: %w", ErrUnresolved, parsed, err)
 	}
-	Register(v)
 	return v, nil
 }
 
@@ -128,10 +129,11 @@ func (r *Resolver) readVault(ctx context.Context, ref Ref) (string, error) {
 	if r.vault == nil {
 		return "", errors.New("no Vault server is configured (keeper.yml vault.address)")
 	}
-	token, err := r.tokenRef.Resolve() // registered for masking too
+	token, err := r.tokenRef.Resolve()
 	if err != nil {
 		return "", fmt.Errorf("vault token: %w", err)
 	}
+	Register(token) // the keeper's own: masked everywhere
 	r.vault.SetToken(token)
 	s, err := r.vault.Logical().ReadWithContext(ctx, ref.Name)
 	if err != nil {

@@ -1,6 +1,7 @@
 package secret
 
 import (
+	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
@@ -8,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -115,4 +117,90 @@ func (s *Sealer) Open(sealed string) ([]byte, error) {
 		return nil, ErrSealed
 	}
 	return out, nil
+}
+
+// SealFields returns doc, a JSON document, with the value under every
+// secret-looking key (IsSensitiveKey) at any depth replaced by the sealed
+// text of that value's JSON: a provider's config is stored this way, so that
+// the database never holds its API keys in clear. Null values stay null; a
+// document that is not a JSON object or array is returned as it is.
+func (s *Sealer) SealFields(doc json.RawMessage) (json.RawMessage, error) {
+	return s.fields(doc, func(raw json.RawMessage) (any, error) {
+		if string(raw) == "null" {
+			return nil, nil
+		}
+		return s.Seal(raw), nil
+	})
+}
+
+// OpenFields reverses SealFields: every sealed string under a
+// secret-looking key is replaced by the value it seals. A value that is not
+// sealed text (stored before sealing existed) is left as it is; sealed text
+// this keeper's data key cannot open is an error wrapping ErrSealed.
+func (s *Sealer) OpenFields(doc json.RawMessage) (json.RawMessage, error) {
+	return s.fields(doc, func(raw json.RawMessage) (any, error) {
+		var text string
+		if json.Unmarshal(raw, &text) != nil || !strings.HasPrefix(text, sealPrefix) {
+			return raw, nil
+		}
+		plain, err := s.Open(text)
+		if err != nil {
+			return nil, err
+		}
+		return json.RawMessage(plain), nil
+	})
+}
+
+// fields rewrites the values under secret-looking keys of doc with f.
+func (s *Sealer) fields(doc json.RawMessage, f func(json.RawMessage) (any, error)) (json.RawMessage, error) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.UseNumber()
+	if len(bytes.TrimSpace(doc)) == 0 || dec.Decode(&v) != nil {
+		return doc, nil
+	}
+	var walk func(v any) (any, error)
+	walk = func(v any) (any, error) {
+		switch x := v.(type) {
+		case map[string]any:
+			out := make(map[string]any, len(x))
+			for k, val := range x {
+				var err error
+				if IsSensitiveKey(k) {
+					raw, merr := json.Marshal(val)
+					if merr != nil {
+						return nil, merr
+					}
+					out[k], err = f(raw)
+				} else {
+					out[k], err = walk(val)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", k, err)
+				}
+			}
+			return out, nil
+		case []any:
+			out := make([]any, len(x))
+			for i, val := range x {
+				var err error
+				if out[i], err = walk(val); err != nil {
+					return nil, err
+				}
+			}
+			return out, nil
+		default:
+			return v, nil
+		}
+	}
+	switch v.(type) {
+	case map[string]any, []any:
+	default:
+		return doc, nil
+	}
+	out, err := walk(v)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(out)
 }

@@ -6,14 +6,19 @@ import (
 )
 
 // LogHandler wraps a slog.Handler so that every record passes through Mask:
-// attributes under secret-looking keys become "***" and registered secret
-// text is replaced in the message and in every string value.
+// attributes under secret-looking keys become "***" and token patterns and
+// secret text are replaced in the message and in every string value.
 type LogHandler struct {
 	next slog.Handler
+	set  *Set // the run's secrets as well; nil: the keeper's only
 }
 
-// NewLogHandler returns a masking handler in front of next.
+// NewLogHandler returns a handler in front of next that masks as Mask does.
 func NewLogHandler(next slog.Handler) *LogHandler { return &LogHandler{next: next} }
+
+// LogHandler returns a handler in front of next that masks as s.Mask does:
+// the log of one run.
+func (s *Set) LogHandler(next slog.Handler) *LogHandler { return &LogHandler{next: next, set: s} }
 
 var _ slog.Handler = (*LogHandler)(nil)
 
@@ -24,9 +29,10 @@ func (h *LogHandler) Enabled(ctx context.Context, level slog.Level) bool {
 
 // Handle masks the record and passes it on.
 func (h *LogHandler) Handle(ctx context.Context, r slog.Record) error {
-	out := slog.NewRecord(r.Time, r.Level, MaskString(r.Message), r.PC)
+	m := h.set.masker()
+	out := slog.NewRecord(r.Time, r.Level, m.str(r.Message), r.PC)
 	r.Attrs(func(a slog.Attr) bool {
-		out.AddAttrs(maskAttr(a))
+		out.AddAttrs(m.attr(a))
 		return true
 	})
 	return h.next.Handle(ctx, out)
@@ -34,38 +40,39 @@ func (h *LogHandler) Handle(ctx context.Context, r slog.Record) error {
 
 // WithAttrs masks attrs and returns a handler that carries them.
 func (h *LogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	m := h.set.masker()
 	masked := make([]slog.Attr, len(attrs))
 	for i, a := range attrs {
-		masked[i] = maskAttr(a)
+		masked[i] = m.attr(a)
 	}
-	return &LogHandler{next: h.next.WithAttrs(masked)}
+	return &LogHandler{next: h.next.WithAttrs(masked), set: h.set}
 }
 
 // WithGroup returns a handler that nests later attributes under name.
 func (h *LogHandler) WithGroup(name string) slog.Handler {
-	return &LogHandler{next: h.next.WithGroup(name)}
+	return &LogHandler{next: h.next.WithGroup(name), set: h.set}
 }
 
-func maskAttr(a slog.Attr) slog.Attr {
+func (m masker) attr(a slog.Attr) slog.Attr {
 	if IsSensitiveKey(a.Key) {
 		return slog.String(a.Key, Masked)
 	}
 	v := a.Value.Resolve()
 	switch v.Kind() {
 	case slog.KindString:
-		return slog.String(a.Key, MaskString(v.String()))
+		return slog.String(a.Key, m.str(v.String()))
 	case slog.KindGroup:
 		group := v.Group()
 		masked := make([]any, len(group))
 		for i, g := range group {
-			masked[i] = maskAttr(g)
+			masked[i] = m.attr(g)
 		}
 		return slog.Group(a.Key, masked...)
 	case slog.KindAny:
 		if err, ok := v.Any().(error); ok {
-			return slog.String(a.Key, MaskString(err.Error()))
+			return slog.String(a.Key, m.str(err.Error()))
 		}
-		return slog.Any(a.Key, Mask(v.Any()))
+		return slog.Any(a.Key, m.mask(v.Any()))
 	default:
 		return slog.Attr{Key: a.Key, Value: v}
 	}

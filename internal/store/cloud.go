@@ -41,19 +41,25 @@ type CloudRequest struct {
 // request's outcome and the audit event cloud.provisioned.
 type CloudProvisionParams struct {
 	RequestID string
-	Souls     []Soul
-	Tokens    []BootstrapToken
+	// Actor is the run's creator, the actor of cloud.provisioned.
+	Actor  Actor
+	Souls  []Soul
+	Tokens []BootstrapToken
 	// Audit is the payload of cloud.provisioned (masked before it is
 	// stored; it must never hold a plain token).
 	Audit map[string]any
 }
 
-// CloudDestroyParams records a destroy that the driver completed.
+// CloudDestroyParams records a destroy that the driver completed. The
+// cascade touches only souls among SIDs whose provider is Provider and
+// whose vm_id is one of VMIDs: a hand-registered soul (no vm_id) or a soul
+// of another VM is never marked destroyed.
 type CloudDestroyParams struct {
 	Provider string
 	VMIDs    []string
 	SIDs     []string
-	Actor    Actor
+	// Actor is the run's creator, the actor of cloud.provisioned.
+	Actor Actor
 	// Audit is extra payload of cloud.provisioned (the counters are added).
 	Audit map[string]any
 }
@@ -70,6 +76,9 @@ type CloudStore interface {
 	CloudRequestCreate(ctx context.Context, r CloudRequest) error
 	CloudRequestFail(ctx context.Context, requestID, msg string) error
 	CloudRequestGet(ctx context.Context, requestID string) (CloudRequest, error)
+	// CloudVMsCreated returns those of vmIDs that a completed create
+	// request of provider made: the VMs this keeper created there.
+	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]bool, error)
 	// CloudProvision stores the outcome of a create (see
 	// CloudProvisionParams); an audit failure fails it and nothing is kept.
 	CloudProvision(ctx context.Context, p CloudProvisionParams) error

@@ -24,8 +24,8 @@ func Terminal(phase string) bool {
 
 // Run errors.
 var (
-	// ErrKeyConflict: a run with the same key but a different scenario or
-	// input exists.
+	// ErrKeyConflict: the same actor already used the key for a run with a
+	// different scenario or input.
 	ErrKeyConflict = errors.New("re-run key is taken by a different run")
 	// ErrLeaseLost: another keeper owns the run now.
 	ErrLeaseLost = errors.New("run lease lost")
@@ -36,7 +36,7 @@ var (
 // Run is one execution of a scenario with an input.
 type Run struct {
 	ID       string
-	Key      string // re-run key; empty when none was given
+	Key      string // re-run key, unique per CreatedBy; empty when none was given
 	Digest   string // hash of scenario and input, compared for the key
 	Name     string
 	Scenario string
@@ -122,9 +122,10 @@ type RunFinishParams struct {
 
 // RunStore persists runs, their steps, targets and events.
 type RunStore interface {
-	// RunCreate inserts a run. With a key already used by a run with the
-	// same digest it returns that run and created=false; with a different
-	// digest, ErrKeyConflict.
+	// RunCreate inserts a run. A key is scoped to the actor: with a key the
+	// same actor already used for a run with the same digest it returns
+	// that run and created=false; with a different digest, ErrKeyConflict.
+	// A key only other actors used names no run: a new one is created.
 	RunCreate(ctx context.Context, p RunCreateParams) (run Run, created bool, err error)
 	RunGet(ctx context.Context, id string) (Run, error)
 	// RunList lists runs newest first; After is the id of the last run of

@@ -23,6 +23,9 @@ var (
 	ErrReferenceMissing = errors.New("referenced object does not exist")
 	ErrRevoked          = errors.New("already revoked")
 	ErrLastAdmin        = errors.New("last active admin token")
+	// ErrActiveAdmin: an active admin token exists, so none is minted
+	// from the host.
+	ErrActiveAdmin = errors.New("an active admin token exists")
 )
 
 // Error is a store failure about one object: Kind is "provider", "profile",
@@ -100,14 +103,18 @@ type Soul struct {
 
 // APIToken is an Operator API token. Only the hash of the token is stored.
 type APIToken struct {
-	ID        string
-	Name      string
-	Role      string
-	Hash      string
-	CreatedBy string
-	CreatedAt time.Time
-	ExpiresAt *time.Time
-	RevokedAt *time.Time
+	ID   string
+	Name string
+	// Role is a built-in role, or "custom" with Permissions.
+	Role string
+	// Permissions is the explicit permission list of a custom token
+	// (empty for built-in roles).
+	Permissions []string
+	Hash        string
+	CreatedBy   string
+	CreatedAt   time.Time
+	ExpiresAt   *time.Time
+	RevokedAt   *time.Time
 }
 
 // Active reports whether the token may authenticate at now.
@@ -128,6 +135,10 @@ type Actor string
 
 // ActorKeeper is the actor of keeper-internal actions.
 const ActorKeeper Actor = "keeper"
+
+// ActorHost is the actor of commands run on the keeper's host against its
+// database directly (keeper token bootstrap): host access is trusted.
+const ActorHost Actor = "host"
 
 // ProviderCreateParams creates a provider.
 type ProviderCreateParams struct {
@@ -157,6 +168,14 @@ type DeleteParams struct {
 type TokenCreateParams struct {
 	Token APIToken
 	Actor Actor
+}
+
+// TokenAdminParams mints an admin token from the host.
+type TokenAdminParams struct {
+	Token APIToken // its Role is admin
+	Actor Actor
+	// Force mints it even while an active admin token exists.
+	Force bool
 }
 
 // AuditListParams pages through the audit log in sequence order.
@@ -196,7 +215,13 @@ type Store interface {
 	// TokenBootstrap creates the token only if no API token exists yet, and
 	// reports whether it did.
 	TokenBootstrap(ctx context.Context, p TokenCreateParams) (bool, error)
+	// TokenAdminBootstrap creates an admin token when no active (unrevoked,
+	// unexpired) admin token exists, or with Force in any case; otherwise
+	// it fails with ErrActiveAdmin naming an active admin token.
+	TokenAdminBootstrap(ctx context.Context, p TokenAdminParams) (APIToken, error)
 	TokenGetByHash(ctx context.Context, hash string) (APIToken, error)
+	// TokenGet returns a token by id, revoked or not.
+	TokenGet(ctx context.Context, id string) (APIToken, error)
 	TokenList(ctx context.Context, p ListParams) ([]APIToken, error)
 	// TokenRevoke fails with ErrRevoked for a revoked token and with
 	// ErrLastAdmin when it would leave no active admin token.

@@ -15,6 +15,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the pgx database/sql driver
 
+	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/store/postgres"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
@@ -32,6 +33,22 @@ type Backend struct {
 	Open       func(t testing.TB, opts ...sqlstore.Option) *sqlstore.Store
 	URL        func(t testing.TB) string // a fresh database URL (or SQLite path) for a keeper process
 	BreakAudit func(t testing.TB, db *sql.DB)
+	// Migrate applies the backend's pending migrations to db.
+	Migrate func(ctx context.Context, db *sql.DB) ([]int64, error)
+}
+
+// AuditKey is the audit key every store Open returns is opened with,
+// unless the test passes its own sqlstore.WithAuditKey.
+var AuditKey = func() *audit.Key {
+	k, err := audit.DeriveKey([]byte("soulstack test audit root key 32"))
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
+func withAuditKey(opts []sqlstore.Option) []sqlstore.Option {
+	return append([]sqlstore.Option{sqlstore.WithAuditKey(AuditKey)}, opts...)
 }
 
 // Backends returns SQLite and PostgreSQL. Without SOULSTACK_TEST_POSTGRES
@@ -43,14 +60,15 @@ var SQLite = Backend{
 	Name: "sqlite",
 	Open: func(t testing.TB, opts ...sqlstore.Option) *sqlstore.Store {
 		t.Helper()
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "keeper.db"), opts...)
+		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "keeper.db"), withAuditKey(opts)...)
 		if err != nil {
 			t.Fatalf("open sqlite: %v", err)
 		}
 		t.Cleanup(func() { s.Close() })
 		return s
 	},
-	URL: func(t testing.TB) string { return "" },
+	URL:     func(t testing.TB) string { return "" },
+	Migrate: sqlite.Migrate,
 	BreakAudit: func(t testing.TB, db *sql.DB) {
 		t.Helper()
 		if _, err := db.Exec(`CREATE TRIGGER audit_down BEFORE INSERT ON audit_events BEGIN SELECT RAISE(ABORT, 'audit store unavailable'); END`); err != nil {
@@ -64,14 +82,15 @@ var Postgres = Backend{
 	Name: "postgres",
 	Open: func(t testing.TB, opts ...sqlstore.Option) *sqlstore.Store {
 		t.Helper()
-		s, err := postgres.Open(context.Background(), FreshPostgres(t), opts...)
+		s, err := postgres.Open(context.Background(), FreshPostgres(t), withAuditKey(opts)...)
 		if err != nil {
 			t.Fatalf("open postgres: %v", err)
 		}
 		t.Cleanup(func() { s.Close() })
 		return s
 	},
-	URL: func(t testing.TB) string { return FreshPostgres(t) },
+	URL:     func(t testing.TB) string { return FreshPostgres(t) },
+	Migrate: postgres.Migrate,
 	BreakAudit: func(t testing.TB, db *sql.DB) {
 		t.Helper()
 		for _, q := range []string{

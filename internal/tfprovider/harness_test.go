@@ -56,8 +56,16 @@ type testKeeper struct {
 // ends.
 func startKeeper(t *testing.T) *testKeeper {
 	t.Helper()
+	return startKeeperOn(t, "127.0.0.1:0")
+}
+
+// startKeeperOn is startKeeper listening on listen; a keeper on 0.0.0.0
+// (HTTPS with its own CA) is reached through 127.0.0.1, and its client
+// trusts that CA.
+func startKeeperOn(t *testing.T, listen string) *testKeeper {
+	t.Helper()
 	dir := t.TempDir()
-	c := config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, ".keeper"), Log: config.Log{Level: "debug"}}.WithDefaults()
+	c := config.Config{Listen: listen, DataDir: filepath.Join(dir, ".keeper"), Log: config.Log{Level: "debug"}}.WithDefaults()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +93,12 @@ func startKeeper(t *testing.T) *testKeeper {
 		t.Fatal(err)
 	}
 	k := &testKeeper{URL: "http://" + addr.String(), Token: strings.TrimSpace(string(tok)), Dir: dir, Logs: logs}
-	k.C, err = client.New(k.URL, k.Token)
+	var opts client.Options
+	if c.ServesTLS() {
+		k.URL = fmt.Sprintf("https://127.0.0.1:%d", addr.(*net.TCPAddr).Port)
+		opts.CAFile = filepath.Join(c.TLSDir(), "ca.crt")
+	}
+	k.C, err = client.NewWithOptions(k.URL, k.Token, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

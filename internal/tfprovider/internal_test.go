@@ -1,6 +1,7 @@
 package tfprovider
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/secret"
 )
 
 func TestDecodeObject(t *testing.T) {
@@ -118,11 +120,23 @@ func TestConnectionError(t *testing.T) {
 	}
 }
 
+// TestScrub: the provider masks what it records with package secret's one
+// masking function: sensitive input values (escaped in JSON or not), key
+// names and token patterns; a document without secrets is kept byte for
+// byte.
 func TestScrub(t *testing.T) {
 	t.Parallel()
-	secrets := collectStrings(map[string]any{"pw": "hunter22", "nested": []any{"abc-def"}}, nil)
-	got := scrub(`{"out": "hunter22 and abc-def"}`, secrets)
-	if strings.Contains(got, "hunter22") || strings.Contains(got, "abc-def") {
-		t.Fatalf("scrub left a secret: %s", got)
+	secrets := secret.NewSet()
+	addStrings(secrets, map[string]any{"pw": "hunter22", "nested": []any{"abc-def-1", json.Number("12345678")}, "q": `say "hi" now`})
+	got := scrubJSON(`{"out": "hunter22 and abc-def-1 and 12345678", "quoted": "x say \"hi\" now", "password": "p", "tok": "sst_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}`, secrets)
+	if want := `{"out":"*** and *** and ***","password":"***","quoted":"x ***","tok":"***"}`; got != want {
+		t.Fatalf("scrubJSON = %s, want %s", got, want)
+	}
+	if got := secrets.MaskString("failed: hunter22"); got != "failed: ***" {
+		t.Fatalf("MaskString = %q", got)
+	}
+	const plain = `{"a":"<b> & c","n":1.50}`
+	if got := scrubJSON(plain, secrets); got != plain {
+		t.Fatalf("scrubJSON changed a document without secrets: %s", got)
 	}
 }

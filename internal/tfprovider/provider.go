@@ -54,9 +54,11 @@ type soulstackProvider struct {
 }
 
 type providerModel struct {
-	Endpoint types.String `tfsdk:"endpoint"`
-	Token    types.String `tfsdk:"token"`
-	Timeouts types.Object `tfsdk:"timeouts"`
+	Endpoint      types.String `tfsdk:"endpoint"`
+	Token         types.String `tfsdk:"token"`
+	CAFile        types.String `tfsdk:"ca_file"`
+	CAFingerprint types.String `tfsdk:"ca_fingerprint"`
+	Timeouts      types.Object `tfsdk:"timeouts"`
 }
 
 type timeoutsModel struct {
@@ -81,6 +83,14 @@ func (p *soulstackProvider) Schema(_ context.Context, _ provider.SchemaRequest, 
 				Optional:    true,
 				Sensitive:   true,
 				Description: "An API token of the keeper. Default: $SOULSTACK_TOKEN.",
+			},
+			"ca_file": schema.StringAttribute{
+				Optional:    true,
+				Description: "PEM file of the CA to trust for an https:// keeper, e.g. the keeper's <data-dir>/tls/ca.crt. Default: $SOULSTACK_CA.",
+			},
+			"ca_fingerprint": schema.StringAttribute{
+				Optional:    true,
+				Description: "Pin the keeper's CA by the SHA-256 fingerprint it logs (sha256:…). Default: $SOULSTACK_CA_FINGERPRINT.",
 			},
 			"timeouts": schema.SingleNestedAttribute{
 				Optional:    true,
@@ -140,9 +150,26 @@ func (p *soulstackProvider) Configure(ctx context.Context, req provider.Configur
 			k.retryTimeout = time.Duration(t.RetrySec.ValueInt64()) * time.Second
 		}
 	}
-	c, err := client.New(endpoint, token)
+	opts := client.Options{CAFile: m.CAFile.ValueString(), CAFingerprint: m.CAFingerprint.ValueString()}
+	if opts.CAFile == "" {
+		opts.CAFile = os.Getenv("SOULSTACK_CA")
+	}
+	if opts.CAFingerprint == "" {
+		opts.CAFingerprint = os.Getenv("SOULSTACK_CA_FINGERPRINT")
+	}
+	if opts.CAFingerprint != "" {
+		if _, err := client.ParseFingerprint(opts.CAFingerprint); err != nil {
+			resp.Diagnostics.AddAttributeError(path.Root("ca_fingerprint"), "Invalid CA fingerprint", err.Error())
+			return
+		}
+	}
+	c, err := client.NewWithOptions(endpoint, token, opts)
 	if err != nil {
-		resp.Diagnostics.AddAttributeError(path.Root("endpoint"), "Invalid keeper endpoint", err.Error())
+		at, summary := path.Root("endpoint"), "Invalid keeper endpoint"
+		if opts.CAFile != "" {
+			at, summary = path.Root("ca_file"), "Unusable CA file"
+		}
+		resp.Diagnostics.AddAttributeError(at, summary, err.Error())
 		return
 	}
 	k.c, k.endpoint = c, strings.TrimRight(endpoint, "/")

@@ -2,10 +2,16 @@ package tfprovider_test
 
 import (
 	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/soulstack/soulstack/client"
 )
 
 func TestProviderAndProfile(t *testing.T) {
@@ -166,4 +172,46 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("an array input: got %q", d)
 		}
 	})
+}
+
+// TestKeeperCA: against an HTTPS keeper with its own CA the provider
+// refuses the unknown certificate, and works with ca_file or
+// ca_fingerprint; a malformed fingerprint is a configuration error.
+func TestKeeperCA(t *testing.T) {
+	t.Parallel()
+	k := startKeeperOn(t, "0.0.0.0:0")
+	caFile := filepath.Join(k.Dir, ".keeper", "tls", "ca.crt")
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(ca)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := client.Fingerprint(cert)
+
+	h := newTF(t)
+	if d := h.configure(map[string]any{"endpoint": k.URL, "token": k.Token}); d != "" {
+		t.Fatal(d)
+	}
+	if _, d := h.apply("soulstack_provider", nil, map[string]any{"name": "p0", "driver": "local"}); !strings.Contains(d, "does not trust") || !strings.Contains(d, fp) {
+		t.Fatalf("apply against an unknown CA: %s", d)
+	}
+	if d := newTF(t).configure(map[string]any{"endpoint": k.URL, "token": k.Token, "ca_fingerprint": "sha256:nope"}); !strings.Contains(d, "ca_fingerprint") && !strings.Contains(d, "fingerprint") {
+		t.Fatalf("malformed fingerprint: %q", d)
+	}
+	for i, cfg := range []map[string]any{
+		{"endpoint": k.URL, "token": k.Token, "ca_file": caFile},
+		{"endpoint": k.URL, "token": k.Token, "ca_fingerprint": fp},
+	} {
+		h := newTF(t)
+		if d := h.configure(cfg); d != "" {
+			t.Fatal(d)
+		}
+		if _, d := h.apply("soulstack_provider", nil, map[string]any{"name": fmt.Sprintf("p%d", i+1), "driver": "local"}); d != "" {
+			t.Fatalf("apply with %v: %s", cfg, d)
+		}
+	}
 }

@@ -85,7 +85,7 @@ func (r *runResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 					"or have a secret-looking name (password, token, secret, private_key, credentials), so that the keeper seals it at rest and masks it in every answer. " +
 					"Terraform keeps it in its state, marked sensitive: protect the state."},
 			"key": schema.StringAttribute{Optional: true, PlanModifiers: replaceOnly,
-				Description: "The keeper's re-run key, used as given: the same key with the same content returns the existing run; change it to run again."},
+				Description: "The keeper's re-run key, used as given: the same key with the same content from the same API token returns the existing run; change it to run again."},
 			"run_id": schema.StringAttribute{Optional: true, PlanModifiers: replaceOnly,
 				Description: "Bump to run again (the seed's run_id). The keeper key becomes tf-<run_id>-<digest of scenario and input>, so an interrupted apply finds its run instead of starting a second one."},
 			"wait_timeout_sec": schema.Int64Attribute{Optional: true, Computed: true, Default: int64default.StaticInt64(DefaultWaitTimeout),
@@ -200,9 +200,9 @@ func (r *runResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 	}
 }
 
-// runRequest builds the keeper request of a plan, and the sensitive
+// runRequest builds the keeper request of a plan, and the set of sensitive
 // strings to mask out of what comes back.
-func runRequest(m *runModel) (client.RunCreate, []string, *path.Path, error) {
+func runRequest(m *runModel) (client.RunCreate, *secret.Set, *path.Path, error) {
 	text, file, err := resolveScenario(m.Scenario.ValueString())
 	if err != nil {
 		p := path.Root("scenario")
@@ -226,10 +226,10 @@ func runRequest(m *runModel) (client.RunCreate, []string, *path.Path, error) {
 	for k, v := range in {
 		merged[k] = v
 	}
-	var secrets []string
+	secrets := secret.NewSet()
 	for k, v := range sens {
 		merged[k] = v
-		secrets = collectStrings(v, secrets)
+		addStrings(secrets, v)
 	}
 	key := m.Key.ValueString()
 	switch {
@@ -252,35 +252,34 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func collectStrings(v any, out []string) []string {
+// addStrings adds every string (and number) of a sensitive input value to
+// secrets.
+func addStrings(secrets *secret.Set, v any) {
 	switch v := v.(type) {
 	case string:
-		if v != "" {
-			out = append(out, v)
-		}
+		secrets.Add(v)
 	case json.Number:
-		out = append(out, v.String())
+		secrets.Add(v.String())
 	case []any:
 		for _, e := range v {
-			out = collectStrings(e, out)
+			addStrings(secrets, e)
 		}
 	case map[string]any:
 		for _, e := range v {
-			out = collectStrings(e, out)
+			addStrings(secrets, e)
 		}
 	}
-	return out
 }
 
-// scrub replaces the text of each sensitive value, should the keeper's
-// masking have missed one.
-func scrub(s string, secrets []string) string {
-	for _, v := range secrets {
-		if len(v) >= 3 {
-			s = strings.ReplaceAll(s, v, secret.Masked)
-		}
+// scrubJSON masks a JSON document from the keeper with the keeper's one
+// masking function and the sensitive inputs, should the keeper's masking
+// have missed one; text that is not JSON is masked as text.
+func scrubJSON(doc string, secrets *secret.Set) string {
+	b, err := secrets.MarshalMasked(json.RawMessage(doc))
+	if err != nil {
+		return secrets.MaskString(doc)
 	}
-	return s
+	return string(b)
 }
 
 // wait polls a run until it is terminal or ctx ends; it returns the last
@@ -308,15 +307,15 @@ func (k *keeper) wait(ctx context.Context, id string) (*client.Run, error) {
 }
 
 // setRun copies a run into the model, masking sensitive text.
-func setRun(ctx context.Context, m *runModel, r *client.Run, secrets []string) diag.Diagnostics {
+func setRun(ctx context.Context, m *runModel, r *client.Run, secrets *secret.Set) diag.Diagnostics {
 	m.ID = types.StringValue(r.ID)
 	m.Phase = types.StringValue(r.Phase)
-	m.Message = types.StringValue(scrub(r.Message, secrets))
+	m.Message = types.StringValue(secrets.MaskString(r.Message))
 	out := strings.TrimSpace(string(r.Outputs))
 	if out == "" || out == "null" {
 		out = "{}"
 	}
-	m.Outputs = types.StringValue(scrub(out, secrets))
+	m.Outputs = types.StringValue(scrubJSON(out, secrets))
 	steps := map[string]string{}
 	for _, s := range r.Steps {
 		steps[s.Name] = s.Status
@@ -328,7 +327,7 @@ func setRun(ctx context.Context, m *runModel, r *client.Run, secrets []string) d
 
 // failure describes a finished run that did not succeed: each failed
 // step with its host and error code.
-func failure(r *client.Run, secrets []string) string {
+func failure(r *client.Run, secrets *secret.Set) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Run %s (%s) ended %s", r.ID, r.Name, r.Phase)
 	if r.Error != nil {
@@ -347,7 +346,7 @@ func failure(r *client.Run, secrets []string) string {
 		}
 	}
 	fmt.Fprintf(&b, "\nDetails: soulctl runs get %s. Bump run_id (or key) to run again.", r.ID)
-	return scrub(b.String(), secrets)
+	return secrets.MaskString(b.String())
 }
 
 func (r *runResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -394,7 +393,7 @@ func (r *runResource) Create(ctx context.Context, req resource.CreateRequest, re
 // finish waits for a run within the model's wait timeout and records it:
 // a run that failed or did not finish in time is an error, and stays in
 // the state (tainted) so that it remains visible.
-func (r *runResource) finish(ctx context.Context, m *runModel, run *client.Run, secrets []string, diags *diag.Diagnostics) {
+func (r *runResource) finish(ctx context.Context, m *runModel, run *client.Run, secrets *secret.Set, diags *diag.Diagnostics) {
 	wait := time.Duration(m.WaitTimeoutSec.ValueInt64()) * time.Second
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -433,9 +432,9 @@ func (r *runResource) Read(ctx context.Context, req resource.ReadRequest, resp *
 		return
 	}
 	sens, _ := decodeObject(m.SensitiveInput.ValueString())
-	var secrets []string
+	secrets := secret.NewSet()
 	for _, v := range sens {
-		secrets = collectStrings(v, secrets)
+		addStrings(secrets, v)
 	}
 	resp.Diagnostics.Append(setRun(ctx, &m, run, secrets)...)
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)

@@ -4,8 +4,9 @@
 // and keep the keeper's registries in step.
 //
 // The states run inside the keeper: the keeper's target of keeper-side
-// steps implements Host, which gives them the registries, the PluginHost
-// and the keeper's settings.
+// steps implements Host, which gives them the few registry methods they use
+// (Registry), the PluginHost and the keeper's settings; the run, step and
+// creator a call serves come with the call (module.RunInfo).
 package cloud
 
 import (
@@ -73,7 +74,9 @@ type ResizedParams struct {
 // keeperNote is shared by the three states.
 const keeperNote = "Keeper-side: the step runs inside the keeper (`on: keeper`); its side effects are at the provider " +
 	"(real billing) and in the keeper's registries, never on a host's filesystem, so root does not apply. " +
-	"Running it is governed by the operator's RBAC permission."
+	"Running it needs the permission named under Requirements (cloud.create, cloud.destroy or cloud.resize) besides run.create: " +
+	"admin tokens have them, operator and viewer tokens do not. POST /v1/runs refuses a scenario with the step (403 auth.forbidden) " +
+	"when the token lacks it, and the step fails with auth.forbidden when the run's creator was revoked, expired or lost it meanwhile."
 
 const auditNote = "An audit event cloud.provisioned is written for every state; if the audit write fails the step fails. " +
 	"Its payload has the provider, vm_ids, sids and cascade counters, never plain tokens."
@@ -83,8 +86,9 @@ var providerParam = module.Param{Name: "provider", Type: module.TypeString, Requ
 // Info returns the declaration of core.cloud.created.
 func (*Created) Info() module.Info {
 	return module.Info{
-		ID:      CreatedID,
-		Summary: "Ask the provider for `count` VMs: each gets a souls row (status pending) and a bootstrap token.",
+		ID:         CreatedID,
+		Permission: "cloud.create",
+		Summary:    "Ask the provider for `count` VMs: each gets a souls row (status pending) and a bootstrap token.",
 		Description: "Calls the provider's CloudDriver plugin through the PluginHost. The SID of a created host is the FQDN " +
 			"the provider returned; a VM without an FQDN fails the step.",
 		Side:       module.SideKeeper,
@@ -148,8 +152,9 @@ func (*Created) ValidateParams(v module.Values) error {
 // Info returns the declaration of core.cloud.destroyed.
 func (*Destroyed) Info() module.Info {
 	return module.Info{
-		ID:      DestroyedID,
-		Summary: "Destroy VMs at the provider, then mark their souls destroyed, their soul seeds orphaned and their bootstrap tokens burned.",
+		ID:         DestroyedID,
+		Permission: "cloud.destroy",
+		Summary:    "Destroy VMs at the provider, then mark their souls destroyed, their soul seeds orphaned and their bootstrap tokens burned.",
 		Description: "A destructive cascade: PluginHost.Destroy(vm_ids) physically destroys the instances; then, when sids " +
 			"is not empty, one database transaction moves the souls to destroyed, their active soul_seeds to orphaned and " +
 			"their bootstrap_tokens to burned. The cascade runs only after a successful destroy.",
@@ -181,7 +186,10 @@ func (*Destroyed) Info() module.Info {
 		Notes: []string{
 			keeperNote,
 			"If the destroy fails, the registries stay untouched: the host is still alive at the provider.",
-			"The caller holds the sid<->vm_id pairing: a mistake destroys the wrong VM, so the source of vm_ids and sids must be trusted.",
+			"Every VM in vm_ids must have been created by this keeper at that provider (a completed core.cloud.created request recorded it), " +
+				"and every soul in sids must be one of those VMs of that provider: a hand-registered soul, a soul of another VM or provider, " +
+				"or a VM this keeper did not create fails the step with cloud.pairing_mismatch before the driver is called. " +
+				"The registry cascade is filtered the same way, by provider and vm_id.",
 			auditNote,
 		},
 	}
@@ -194,6 +202,7 @@ func (*Destroyed) ValidateParams(v module.Values) error { return checkVMIDs(v) }
 func (*Resized) Info() module.Info {
 	return module.Info{
 		ID:          ResizedID,
+		Permission:  "cloud.resize",
 		Summary:     "Resize VMs at the provider to a new profile; this may cause downtime.",
 		Description: "The driver decides whether a VM must be stopped and started for the resize; the keeper is agnostic to the sequence.",
 		Side:        module.SideKeeper,
@@ -221,6 +230,7 @@ func (*Resized) Info() module.Info {
 			keeperNote,
 			"caused_downtime in the output tells, per VM, whether it was restarted.",
 			"The souls registry is not touched: a resize does not change which souls exist.",
+			"Every VM in vm_ids must have been created by this keeper at that provider; another fails the step with cloud.pairing_mismatch before the driver is called.",
 			"A driver without the Resizable capability fails the step with resize.unsupported.",
 			auditNote,
 		},

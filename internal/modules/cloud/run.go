@@ -21,11 +21,27 @@ import (
 // sets max_count.
 const DefaultMaxCount = 20
 
+// Registry is the part of the keeper's store the cloud states use.
+type Registry interface {
+	ProviderGet(ctx context.Context, name string) (store.Provider, error)
+	ProfileGet(ctx context.Context, name string) (store.Profile, error)
+	SoulGet(ctx context.Context, sid string) (store.Soul, error)
+	CloudRequestCreate(ctx context.Context, r store.CloudRequest) error
+	CloudRequestFail(ctx context.Context, requestID, msg string) error
+	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]bool, error)
+	CloudProvision(ctx context.Context, p store.CloudProvisionParams) error
+	CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error)
+	AuditRecord(ctx context.Context, p store.AuditParams) error
+}
+
+var _ Registry = store.Store(nil)
+
 // Host is what the cloud states need from the keeper. The keeper's target
-// of keeper-side steps implements it.
+// of keeper-side steps implements it; which run and step a call serves
+// comes with the call (module.RunInfo).
 type Host interface {
-	// Registry is the keeper's store.
-	Registry() store.Store
+	// Registry is the keeper's store, as far as the states use it.
+	Registry() Registry
 	// Driver returns the provider's driver, through the PluginHost.
 	Driver(ctx context.Context, name string) (driversdk.Driver, error)
 	// Credentials resolves a provider's credentials_ref for one call.
@@ -36,9 +52,6 @@ type Host interface {
 	Userdata(u UserdataVars) (string, error)
 	// BootstrapTTL is how long a bootstrap token lives once its VM exists.
 	BootstrapTTL() time.Duration
-	// RunID and Step identify the running step, for request tags.
-	RunID() string
-	Step() string
 }
 
 // UserdataVars are the values a cloud_init template sees.
@@ -240,11 +253,11 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	}
 
 	requestID := randomID("req_", 12)
-	if err := h.Registry().CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: h.RunID(), Step: h.Step(), Provider: prov.Name, Count: p.Count}); err != nil {
+	if err := h.Registry().CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: prov.Name, Count: p.Count}); err != nil {
 		return module.Result{}, err
 	}
 	vms, err := d.Create(ctx, driversdk.CreateRequest{
-		Provider: dp, RequestID: requestID, RunID: h.RunID(), Profile: profile, Count: p.Count,
+		Provider: dp, RequestID: requestID, RunID: run.ID, Profile: profile, Count: p.Count,
 		Names: names, Userdata: userdata, AuthorizedKeys: []string{h.AuthorizedKey()},
 	})
 	created := time.Now()
@@ -292,8 +305,8 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 		vmIDs[i] = vm.ID
 	}
 	if err := h.Registry().CloudProvision(ctx, store.CloudProvisionParams{
-		RequestID: requestID, Souls: souls, Tokens: tokens,
-		Audit: map[string]any{"provider": prov.Name, "run_id": h.RunID(), "step": h.Step(), "count": len(vms)},
+		RequestID: requestID, Souls: souls, Tokens: tokens, Actor: store.Actor(run.Creator),
+		Audit: map[string]any{"provider": prov.Name, "run_id": run.ID, "step": run.Step, "count": len(vms)},
 	}); err != nil {
 		return fail("cloud.registry_failed", "the VMs were created but could not be registered: "+err.Error())
 	}
@@ -315,6 +328,9 @@ func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	if err != nil {
 		return module.Result{}, err
 	}
+	if err := checkPairing(ctx, h.Registry(), prov.Name, p.VMIDs, p.SIDs); err != nil {
+		return module.Result{}, err
+	}
 	if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: p.VMIDs}); err != nil {
 		return module.Result{}, driverError("destroy", err)
 	}
@@ -322,8 +338,8 @@ func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	if sids == nil {
 		sids = []string{}
 	}
-	c, err := h.Registry().CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.ActorKeeper,
-		Audit: map[string]any{"run_id": h.RunID(), "step": h.Step()}})
+	c, err := h.Registry().CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.Actor(run.Creator),
+		Audit: map[string]any{"run_id": run.ID, "step": run.Step}})
 	if err != nil {
 		return module.Result{Changed: true}, &module.Error{Code: "cloud.registry_failed", Message: "the VMs were destroyed but the registry cascade failed: " + err.Error(), Err: err}
 	}
@@ -344,6 +360,9 @@ func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	}
 	prov, d, dp, err := provider(ctx, h, p.Provider)
 	if err != nil {
+		return module.Result{}, err
+	}
+	if err := checkPairing(ctx, h.Registry(), prov.Name, p.VMIDs, nil); err != nil {
 		return module.Result{}, err
 	}
 	caps, err := d.Capabilities(ctx)
@@ -368,9 +387,53 @@ func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	for i, r := range res {
 		vms[i] = map[string]any{"vm_id": r.VMID, "caused_downtime": r.CausedDowntime}
 	}
-	if err := h.Registry().AuditRecord(ctx, store.AuditParams{Actor: store.ActorKeeper, Action: "cloud.provisioned", Object: "provider/" + prov.Name,
-		Payload: map[string]any{"action": "resized", "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": h.RunID(), "step": h.Step()}}); err != nil {
+	if err := h.Registry().AuditRecord(ctx, store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned", Object: "provider/" + prov.Name,
+		Payload: map[string]any{"action": "resized", "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": run.ID, "step": run.Step}}); err != nil {
 		return module.Result{Changed: true}, &module.Error{Code: "cloud.audit_failed", Message: "the VMs were resized but the audit event could not be written: " + err.Error(), Err: err}
 	}
 	return module.Result{Changed: true, Output: map[string]any{"vms": vms, "action": "resized"}}, nil
+}
+
+// checkPairing refuses, before the driver is called, VMs this keeper did
+// not create at provider (no completed create request of that provider
+// recorded them) and souls that are not the given VMs of that provider:
+// a hand-registered soul, a soul of another VM or another provider. Each
+// refusal is a cloud.pairing_mismatch naming what did not match.
+func checkPairing(ctx context.Context, st Registry, provider string, vmIDs, sids []string) error {
+	mismatch := func(format string, args ...any) error {
+		return &module.Error{Code: "cloud.pairing_mismatch", Message: fmt.Sprintf(format, args...) + "; nothing was changed"}
+	}
+	owned, err := st.CloudVMsCreated(ctx, provider, vmIDs)
+	if err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	for _, id := range vmIDs {
+		if !owned[id] {
+			return mismatch("VM %q was not created by this keeper at provider %q", id, provider)
+		}
+		given[id] = true
+	}
+	carried := map[string]string{} // vm_id -> sid
+	for _, sid := range sids {
+		so, err := st.SoulGet(ctx, sid)
+		if errors.Is(err, store.ErrNotFound) {
+			return mismatch("soul %q is not registered", sid)
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case so.VMID == "":
+			return mismatch("soul %q is not a cloud VM of this keeper (registered by hand)", sid)
+		case so.Provider != provider:
+			return mismatch("soul %q belongs to provider %q, not %q", sid, so.Provider, provider)
+		case !given[so.VMID]:
+			return mismatch("soul %q is carried by VM %q, which is not among vm_ids", sid, so.VMID)
+		case carried[so.VMID] != "" && carried[so.VMID] != sid:
+			return mismatch("souls %q and %q both name VM %q", carried[so.VMID], sid, so.VMID)
+		}
+		carried[so.VMID] = sid
+	}
+	return nil
 }

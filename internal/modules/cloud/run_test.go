@@ -99,7 +99,7 @@ func (h *keeperHost) SID() string { return module.Keeper }
 func (h *keeperHost) Exec(context.Context, module.Command) (module.ExecResult, error) {
 	return module.ExecResult{}, module.ErrNoExec
 }
-func (h *keeperHost) Registry() store.Store { return h.st }
+func (h *keeperHost) Registry() cloud.Registry { return h.st }
 func (h *keeperHost) Driver(_ context.Context, name string) (driversdk.Driver, error) {
 	if name != "fake" {
 		return nil, driversdk.Errorf("driver.not_found", "no plugin soul-cloud-%s", name)
@@ -114,8 +114,6 @@ func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 	return fmt.Sprintf("#cloud-config\n# sid=%s index=%d token=%s\n", u.SID, u.Index, u.Token), nil
 }
 func (h *keeperHost) BootstrapTTL() time.Duration { return time.Hour }
-func (h *keeperHost) RunID() string               { return "run_test" }
-func (h *keeperHost) Step() string                { return "provision" }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {
 	t.Helper()
@@ -133,7 +131,7 @@ func setup(t *testing.T) (*keeperHost, context.Context) {
 func run(t *testing.T, m module.Module, h *keeperHost, params map[string]any) (module.Result, error) {
 	t.Helper()
 	raw, _ := json.Marshal(module.ApplyDefaults(m.Info(), params))
-	return m.Run(context.Background(), module.RunInfo{}, raw, h)
+	return m.Run(context.Background(), module.RunInfo{ID: "run_test", Step: "provision", Creator: "tok_creator"}, raw, h)
 }
 
 func TestCreated(t *testing.T) {
@@ -254,6 +252,9 @@ func TestDestroyed(t *testing.T) {
 func TestResized(t *testing.T) {
 	t.Parallel()
 	h, _ := setup(t)
+	if _, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 1}); err != nil {
+		t.Fatal(err)
+	}
 	_, err := run(t, &cloud.Resized{}, h, map[string]any{"provider": "acme", "vm_ids": []any{"vm-1"}, "profile": map[string]any{"size": "l"}})
 	if module.Code(err) != "resize.unsupported" {
 		t.Fatalf("resize on a driver without the capability: %v", err)
@@ -279,5 +280,76 @@ func TestAuditFailureFailsTheStep(t *testing.T) {
 	var me *module.Error
 	if !errors.As(err, &me) {
 		t.Fatal("not a module error")
+	}
+}
+
+// TestPairing: destroyed and resized act only on VMs this keeper created at
+// that provider, and destroyed only on souls that are those VMs; anything
+// else fails with cloud.pairing_mismatch before the driver is called, and
+// every audit event of the states names the run's creator.
+func TestPairing(t *testing.T) {
+	t.Parallel()
+	h, ctx := setup(t)
+	h.cloud.resizable = true
+	if _, err := h.st.ProviderCreate(ctx, store.ProviderCreateParams{Provider: store.Provider{Name: "other", Driver: "fake", FQDNSuffix: "other.test"}, Actor: "tok_t"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := res.Output.(map[string]any)["vm_ids"].([]string)
+	// A VM the keeper did not create, made at the provider behind its back.
+	h.cloud.vms["vm-foreign"] = driversdk.VM{ID: "vm-foreign", FQDN: "foreign.acme.test"}
+	if _, err := h.st.SoulCreate(ctx, store.SoulCreateParams{Soul: store.Soul{SID: "db.example.com", Address: "10.0.0.5", Connection: store.Connection{Transport: "ssh", User: "root", Port: 22}}, Actor: "tok_admin"}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name   string
+		m      module.Module
+		params map[string]any
+		want   string
+	}{
+		{"hand-registered soul paired with a real VM", &cloud.Destroyed{}, map[string]any{"provider": "acme", "vm_ids": []any{ids[0]}, "sids": []any{"db.example.com"}}, "registered by hand"},
+		{"soul of another VM", &cloud.Destroyed{}, map[string]any{"provider": "acme", "vm_ids": []any{ids[0]}, "sids": []any{"vm-2.acme.test"}}, "not among vm_ids"},
+		{"unknown soul", &cloud.Destroyed{}, map[string]any{"provider": "acme", "vm_ids": []any{ids[0]}, "sids": []any{"ghost.acme.test"}}, "not registered"},
+		{"VM the keeper did not create", &cloud.Destroyed{}, map[string]any{"provider": "acme", "vm_ids": []any{"vm-foreign"}}, "not created by this keeper"},
+		{"VM of another provider", &cloud.Destroyed{}, map[string]any{"provider": "other", "vm_ids": []any{ids[0]}}, "not created by this keeper at provider \"other\""},
+		{"resize of a VM the keeper did not create", &cloud.Resized{}, map[string]any{"provider": "acme", "vm_ids": []any{"vm-foreign"}, "profile": map[string]any{"size": "l"}}, "not created by this keeper"},
+	}
+	for _, c := range cases {
+		_, err := run(t, c.m, h, c.params)
+		if module.Code(err) != "cloud.pairing_mismatch" || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v (%s), want cloud.pairing_mismatch saying %q", c.name, err, module.Code(err), c.want)
+		}
+	}
+	if len(h.cloud.vms) != 3 {
+		t.Fatalf("VMs left = %d, want all 3: a refused step reached the driver", len(h.cloud.vms))
+	}
+	for _, sid := range []string{"db.example.com", "vm-1.acme.test", "vm-2.acme.test"} {
+		if so, _ := h.st.SoulGet(ctx, sid); so.Status == store.SoulDestroyed {
+			t.Fatalf("soul %s destroyed by a refused step", sid)
+		}
+	}
+	// The right pairs go through.
+	if _, err := run(t, &cloud.Resized{}, h, map[string]any{"provider": "acme", "vm_ids": []any{ids[0]}, "profile": map[string]any{"size": "l"}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = run(t, &cloud.Destroyed{}, h, map[string]any{"provider": "acme", "vm_ids": []any{ids[0], ids[1]}, "sids": []any{"vm-2.acme.test", "vm-1.acme.test"}})
+	if err != nil || res.Output.(map[string]any)["souls_destroyed"] != 2 {
+		t.Fatalf("destroy of the right pairs: %+v, %v", res, err)
+	}
+	events, _ := h.st.AuditList(ctx, store.AuditListParams{})
+	n := 0
+	for _, e := range events {
+		if e.Action == "cloud.provisioned" {
+			n++
+			if e.ActorAID != "tok_creator" {
+				t.Errorf("cloud.provisioned by %q, want the run's creator: %s", e.ActorAID, e.Payload)
+			}
+		}
+	}
+	if n != 3 {
+		t.Fatalf("cloud.provisioned events = %d, want 3 (created, resized, destroyed)", n)
 	}
 }

@@ -34,6 +34,7 @@ type RanParams struct {
 	Removes string            `json:"removes,omitempty"`
 	Chdir   string            `json:"chdir,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
+	Stdin   string            `json:"stdin,omitempty"`
 }
 
 // Info returns the declaration of core.command.ran.
@@ -42,7 +43,9 @@ func (*Ran) Info() module.Info {
 		ID:      RanID,
 		Summary: "Run one command on each target soul: a shell string (`cmd`) or a program and its arguments (`argv`).",
 		Description: "The command runs with LC_ALL=C. `creates` and `removes` are guards, as in Ansible: " +
-			"the command is skipped when the `creates` path already exists, or when the `removes` path does not.",
+			"the command is skipped when the `creates` path already exists, or when the `removes` path does not. " +
+			"To put a value into `cmd`, quote it for the shell with `quote()`: `${ quote(input.dir) }` stays one literal word " +
+			"whatever quotes, spaces, `;` or newlines it holds.",
 		Side:       module.SideSoul,
 		Idempotent: false,
 		NeedsRoot:  false,
@@ -52,7 +55,8 @@ func (*Ran) Info() module.Info {
 			{Name: "creates", Type: module.TypeString, Doc: "Absolute path; when it exists the command is skipped."},
 			{Name: "removes", Type: module.TypeString, Doc: "Absolute path; when it does not exist the command is skipped."},
 			{Name: "chdir", Type: module.TypeString, Doc: "Working directory of the command."},
-			{Name: "env", Type: module.TypeMap, Elem: module.TypeString, Doc: "Extra environment variables."},
+			{Name: "env", Type: module.TypeMap, Elem: module.TypeString, Doc: "Extra environment variables; sent over the connection's input, never in a command line."},
+			{Name: "stdin", Type: module.TypeString, Doc: "Data written to the command's standard input, then end of file; without it the input is empty."},
 		},
 		Exclusive: []module.Group{{Params: []string{"cmd", "argv"}, Required: true}},
 		Output: []module.Field{
@@ -68,8 +72,23 @@ func (*Ran) Info() module.Info {
   module: core.command.ran
   params:
     cmd: echo hello > /tmp/hello
-    creates: /tmp/hello`,
+    creates: /tmp/hello
+- name: list_upload_dir
+  on: web-1.local.test
+  module: core.command.ran
+  params:
+    cmd: ls -l -- ${ quote(input.upload_dir) }
+- name: load_schema
+  on: web-1.local.test
+  module: core.command.ran
+  params:
+    argv: [psql, --set, ON_ERROR_STOP=1]
+    stdin: ${ input.schema_sql }
+    env:
+      PGPASSWORD: ${ input.db_password }`,
 		Notes: []string{
+			"`cmd` and `argv` are visible to every user of the soul in its process list (`/proc/*/cmdline`) while the command runs: " +
+				"pass secrets in `env` or `stdin`, which never appear in a command line.",
 			"A non-zero exit status fails the target; its stderr is in the error message.",
 			"Not idempotent: after a keeper crash an interrupted command is not repeated. Use `creates`/`removes` guards to make reruns safe.",
 		},
@@ -127,7 +146,7 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 	if p.Cmd != "" {
 		argv = []string{"/bin/sh", "-c", p.Cmd}
 	}
-	res, err := t.Exec(ctx, module.Command{Argv: argv, Env: p.Env, Dir: p.Chdir})
+	res, err := t.Exec(ctx, module.Command{Argv: argv, Env: p.Env, Dir: p.Chdir, Stdin: []byte(p.Stdin)})
 	if err != nil {
 		return module.Result{}, err
 	}

@@ -59,7 +59,7 @@ func (*Present) Info() module.Info {
 		Exclusive: []module.Group{{Params: []string{"content", "source"}}},
 		Output: []module.Field{
 			{Name: "path", Type: "string", Doc: "Path of the file."},
-			{Name: "sha256", Type: "string", Doc: "SHA-256 of the file's content, hex."},
+			{Name: "sha256", Type: "string", Doc: "SHA-256 of the file's content, hex; absent when `content` carries a secret (a secret input), since a hash of a short secret lets anyone who reads the output guess it."},
 			{Name: "size", Type: "int", Doc: "Size in bytes."},
 			{Name: "mode", Type: "string", Doc: "Permission bits, octal."},
 			{Name: "owner", Type: "string", Doc: "Owning user."},
@@ -76,7 +76,7 @@ func (*Present) Info() module.Info {
     mode: "0644"`,
 		Notes: []string{
 			"Changing owner or group, or writing where the connecting user may not, needs root (sudo is used when the connecting user is not root).",
-			"The file is written to a temporary name beside it and renamed, so readers never see half a file.",
+			"The file is written to a temporary name beside it, given its mode, owner and group, and only then renamed, so readers never see half a file and the file never exists under its name with other permissions.",
 		},
 	}
 }
@@ -107,27 +107,34 @@ if [ ! -f "$p" ]; then echo "not a regular file"; exit 3; fi
 stat -c '%a %U %G %s' -- "$p" || exit 4
 sha256sum -- "$p" | cut -d' ' -f1`
 
-// writeScript replaces the file atomically when write is 1 (content on
-// stdin, written next to it and renamed over it, keeping the old file's
-// mode and ownership), then sets what was asked.
+// writeScript replaces the file atomically when write is 1: the content
+// (stdin) goes to a private temporary file next to it, which takes the old
+// file's mode and ownership (0644 for a new file) and then the requested
+// ones, and only then is renamed over the path, so the path never holds
+// the new content under other permissions. Ownership is set before the mode,
+// since chown clears set-user-ID bits. When write is 0 the requested mode,
+// owner and group are set on the file in place.
 const writeScript = `set -e
 p=$1; mode=$2; owner=$3; group=$4; write=$5
+f=$p
 if [ "$write" = 1 ]; then
-  t=$(mktemp "$(dirname -- "$p")/.soulstack.XXXXXX")
-  trap 'rm -f -- "$t"' EXIT
-  cat > "$t"
+  f=$(mktemp "$(dirname -- "$p")/.soulstack.XXXXXX")
+  trap 'rm -f -- "$f"' EXIT
+  cat > "$f"
   if [ -e "$p" ]; then
-    chmod --reference="$p" -- "$t"
-    chown --reference="$p" -- "$t" 2>/dev/null || true
+    chown --reference="$p" -- "$f" 2>/dev/null || true
+    chmod --reference="$p" -- "$f"
   else
-    chmod 0644 -- "$t"
+    chmod 0644 -- "$f"
   fi
-  mv -f -- "$t" "$p"
-  trap - EXIT
 fi
-if [ -n "$mode" ]; then chmod "$mode" -- "$p"; fi
-if [ -n "$owner" ]; then chown "$owner" -- "$p"; fi
-if [ -n "$group" ]; then chgrp "$group" -- "$p"; fi`
+if [ -n "$owner" ]; then chown "$owner" -- "$f"; fi
+if [ -n "$group" ]; then chgrp "$group" -- "$f"; fi
+if [ -n "$mode" ]; then chmod "$mode" -- "$f"; fi
+if [ "$write" = 1 ]; then
+  mv -f -- "$f" "$p"
+  trap - EXIT
+fi`
 
 // fileState is what statScript reports.
 type fileState struct {
@@ -167,6 +174,7 @@ func sameMode(a, b string) bool {
 
 // Run makes the file match: it reads the file's state in one round trip
 // and writes only what differs, so an unchanged file costs one command.
+// When run says content carries a secret, the output has no sha256.
 func (*Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p PresentParams
 	if err := module.DecodeParams(raw, &p); err != nil {
@@ -200,8 +208,13 @@ func (*Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	if before.exists && group == before.group {
 		group = ""
 	}
+	secretContent := p.Content != nil && run.SecretParam("content")
 	output := func(s fileState) map[string]any {
-		return map[string]any{"path": p.Path, "sha256": s.sha256, "size": s.size, "mode": fmt.Sprintf("%04s", s.mode), "owner": s.owner, "group": s.group}
+		out := map[string]any{"path": p.Path, "size": s.size, "mode": fmt.Sprintf("%04s", s.mode), "owner": s.owner, "group": s.group}
+		if !secretContent {
+			out["sha256"] = s.sha256
+		}
+		return out
 	}
 	if !write && mode == "" && owner == "" && group == "" {
 		return module.Result{Changed: false, Output: output(before)}, nil

@@ -55,11 +55,17 @@ func (t *Target) ReadKeeperFile(_ context.Context, name string) ([]byte, error) 
 // Run runs m with params on t.
 func Run(t testing.TB, m module.Module, target module.Target, params map[string]any) (module.Result, error) {
 	t.Helper()
+	return RunWith(t, m, module.RunInfo{}, target, params)
+}
+
+// RunWith runs m with params on t as part of the run run describes.
+func RunWith(t testing.TB, m module.Module, run module.RunInfo, target module.Target, params map[string]any) (module.Result, error) {
+	t.Helper()
 	raw, err := json.Marshal(module.ApplyDefaults(m.Info(), params))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m.Run(context.Background(), module.RunInfo{}, raw, target)
+	return m.Run(context.Background(), run, raw, target)
 }
 
 // Sh runs a shell command on the target and returns its stdout.

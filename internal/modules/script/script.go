@@ -69,7 +69,9 @@ func (*Ran) Info() module.Info {
       packages: [git, curl]`,
 		Notes: []string{
 			"Standard output must be valid JSON (an empty output counts as null); anything else fails the target.",
-			"Secrets belong in `event` or `env` values, never in the script text: every output channel masks secret-looking keys.",
+			"`event`, `env` and the script text travel over the connection's input, never in a command line, so other users of the soul cannot read them in its process list; " +
+				"the interpreter's arguments can be read there. Secrets belong in `event` or `env` values, not in the script text: " +
+				"every output channel masks secret-looking keys, and scenarios are stored as written.",
 		},
 	}
 }
@@ -88,13 +90,24 @@ func (*Ran) ValidateParams(v module.Values) error {
 	return errors.Join(errs...)
 }
 
-// runScript writes the script ($1) to a private temporary file and runs it
-// with the interpreter (the other arguments); standard input, which holds
-// the event, passes through to the script.
+// sourceVar is the environment variable that carries the script text to
+// runScript: environment values travel on the connection's input, so the
+// text never sits in a command line. It is reserved: a value given for it
+// in `env` is replaced.
+const sourceVar = "SOULSTACK_SCRIPT_SOURCE"
+
+// maxSource is the longest script accepted: Linux caps one environment
+// string, NAME=VALUE, at 128 KiB.
+const maxSource = 128<<10 - len(sourceVar) - 2
+
+// runScript writes the script ($SOULSTACK_SCRIPT_SOURCE) to a private
+// temporary file, removes the variable and runs the script with the
+// interpreter (the arguments); standard input, which holds the event,
+// passes through to the script.
 const runScript = `t=$(mktemp) || exit 125
 trap 'rm -f -- "$t"' EXIT
-printf '%s' "$1" > "$t"
-shift
+printf '%s' "$SOULSTACK_SCRIPT_SOURCE" > "$t"
+unset SOULSTACK_SCRIPT_SOURCE
 "$@" "$t"`
 
 // Run runs the script with the event as one JSON line on standard input.
@@ -115,6 +128,9 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 		}
 		src = string(b)
 	}
+	if len(src) > maxSource {
+		return module.Result{}, &module.Error{Code: "script.too_large", Message: fmt.Sprintf("the script is %d bytes; at most %d are accepted", len(src), maxSource)}
+	}
 	interp := strings.Fields(p.Interpreter)
 	if len(interp) == 0 {
 		interp = []string{"/bin/sh"}
@@ -127,8 +143,13 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 		}
 		event = b
 	}
-	argv := append([]string{"/bin/sh", "-c", runScript, "sh", src}, interp...)
-	res, err := t.Exec(ctx, module.Command{Argv: argv, Env: p.Env, Stdin: append(event, '\n')})
+	argv := append([]string{"/bin/sh", "-c", runScript, "sh"}, interp...)
+	env := make(map[string]string, len(p.Env)+1)
+	for k, v := range p.Env {
+		env[k] = v
+	}
+	env[sourceVar] = src
+	res, err := t.Exec(ctx, module.Command{Argv: argv, Env: env, Stdin: append(event, '\n')})
 	if err != nil {
 		return module.Result{}, err
 	}

@@ -1,6 +1,7 @@
 package script_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/soulstack/soulstack/internal/module"
@@ -35,6 +36,22 @@ printf '{"got":%s,"vm":"%s","changed":false}\n' "$event" "$VM_IP"`
 	_, err = moduletest.Run(t, m, tg, map[string]any{"source": "echo broken >&2; exit 2"})
 	if module.Code(err) != "script.failed" || err.Error() != "exit status 2: broken" {
 		t.Fatalf("failing script: %v", err)
+	}
+	// The script text reaches the interpreter byte for byte, and the
+	// variable that carried it is gone before the script runs.
+	res, err = moduletest.Run(t, m, tg, map[string]any{"source": "# it's \"ü\" \\ $x `id`\nprintf '{\"src\":\"%s\"}' \"${SOULSTACK_SCRIPT_SOURCE-unset}\"\n"})
+	if err != nil || res.Output.(map[string]any)["src"] != "unset" {
+		t.Fatalf("script text: %+v, %v", res, err)
+	}
+	// The largest script accepted runs; one byte more is refused up front.
+	big := "#" + strings.Repeat("x", 128<<10-len("SOULSTACK_SCRIPT_SOURCE")-2-len("#\necho 1")) + "\necho 1"
+	res, err = moduletest.Run(t, m, tg, map[string]any{"source": big})
+	if err != nil || res.Output != float64(1) {
+		t.Fatalf("largest script: %+v, %v", res, err)
+	}
+	_, err = moduletest.Run(t, m, tg, map[string]any{"source": big + "\n"})
+	if module.Code(err) != "script.too_large" {
+		t.Fatalf("script one byte too long: %v", err)
 	}
 	tg.Files = map[string][]byte{"handler.sh": []byte("echo '[1,2]'")}
 	res, err = moduletest.Run(t, m, tg, map[string]any{"path": "handler.sh"})

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/cloud"
 	"github.com/soulstack/soulstack/internal/modules/command"
@@ -49,6 +50,29 @@ func TestCatalogRegistered(t *testing.T) {
 	for _, c := range catalog {
 		if !slices.Contains(ids, c.id) {
 			t.Errorf("%s is not registered", c.id)
+		}
+	}
+}
+
+// TestPermissions: every keeper-side state names the permission its run's
+// creator needs, and it is one the keeper's RBAC knows (a typo would make
+// every scenario with the state unrunnable).
+func TestPermissions(t *testing.T) {
+	t.Parallel()
+	want := map[module.ID]auth.Permission{cloud.CreatedID: auth.CloudCreate, cloud.DestroyedID: auth.CloudDestroy, cloud.ResizedID: auth.CloudResize}
+	for _, m := range module.All() {
+		info := m.Info()
+		if !strings.HasPrefix(string(info.ID), "core.") {
+			continue
+		}
+		if got := auth.Permission(info.Permission); got != want[info.ID] {
+			t.Errorf("%s declares permission %q; want %q", info.ID, got, want[info.ID])
+		}
+		if info.Permission != "" && !auth.ValidPermission(auth.Permission(info.Permission)) {
+			t.Errorf("%s declares %q, which auth does not know", info.ID, info.Permission)
+		}
+		if auth.Can("operator", auth.Permission(info.Permission)) && info.Permission != "" {
+			t.Errorf("%s: the operator role holds %s", info.ID, info.Permission)
 		}
 	}
 }

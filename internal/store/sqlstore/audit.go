@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/soulstack/soulstack/internal/audit"
@@ -43,9 +44,9 @@ func (s *Store) AuditScan(ctx context.Context, fn func(audit.Event) error) (audi
 		return audit.Head{}, fmt.Errorf("begin audit scan: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // read-only
-	var head audit.Head
-	if err := tx.QueryRowContext(ctx, `SELECT seq, hash FROM audit_head WHERE id = 1`).Scan(&head.Seq, &head.Hash); err != nil {
-		return head, fmt.Errorf("read audit head: %w", err)
+	head, err := readHead(ctx, tx)
+	if err != nil {
+		return head, err
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT `+auditCols+` FROM audit_events ORDER BY seq`)
 	if err != nil {
@@ -62,6 +63,25 @@ func (s *Store) AuditScan(ctx context.Context, fn func(audit.Event) error) (audi
 		}
 	}
 	return head, rows.Err()
+}
+
+// AuditHead returns the chain head as the database records it.
+func (s *Store) AuditHead(ctx context.Context) (audit.Head, error) {
+	return readHead(ctx, s.db)
+}
+
+func readHead(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}) (audit.Head, error) {
+	var head audit.Head
+	err := q.QueryRowContext(ctx, `SELECT seq, hash, keyed_from FROM audit_head WHERE id = 1`).Scan(&head.Seq, &head.Hash, &head.KeyedFrom)
+	if errors.Is(err, sql.ErrNoRows) {
+		return audit.Head{Missing: true}, nil
+	}
+	if err != nil {
+		return head, fmt.Errorf("read audit head: %w", err)
+	}
+	return head, nil
 }
 
 // AuditRecord appends an event that goes with no registry change.

@@ -46,10 +46,45 @@ func (s *Store) CloudRequestGet(ctx context.Context, requestID string) (store.Cl
 	return r, nil
 }
 
+// CloudVMsCreated returns those of vmIDs that a completed create request
+// of provider recorded.
+func (s *Store) CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]bool, error) {
+	want := map[string]bool{}
+	for _, id := range vmIDs {
+		want[id] = true
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT vm_ids FROM cloud_requests WHERE provider = ? AND status = 'created'`), provider)
+	if err != nil {
+		return nil, fmt.Errorf("created VMs of provider %q: %w", provider, err)
+	}
+	defer rows.Close()
+	found := map[string]bool{}
+	for rows.Next() {
+		var raw string
+		if err := rows.Scan(&raw); err != nil {
+			return nil, fmt.Errorf("created VMs of provider %q: %w", provider, err)
+		}
+		var ids []string
+		if err := json.Unmarshal([]byte(raw), &ids); err != nil {
+			return nil, fmt.Errorf("created VMs of provider %q: decode %q: %w", provider, raw, err)
+		}
+		for _, id := range ids {
+			if want[id] {
+				found[id] = true
+			}
+		}
+	}
+	return found, rows.Err()
+}
+
 // CloudProvision stores the souls and tokens of a create with its audit.
 func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams) error {
 	now := s.stamp()
-	return s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+	actor := p.Actor
+	if actor == "" {
+		actor = store.ActorKeeper
+	}
+	return s.mutate(ctx, actor, func(tx *sql.Tx) (record, error) {
 		var vmIDs, sids []string
 		for _, so := range p.Souls {
 			conn, err := json.Marshal(so.Connection)
@@ -103,34 +138,37 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (s
 	now := s.stamp()
 	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
 		c = store.CloudCascade{}
-		if len(p.SIDs) > 0 {
-			args := []any{store.SoulDestroyed, now}
+		if len(p.SIDs) > 0 && len(p.VMIDs) > 0 {
+			// paired selects the given souls that really are this
+			// provider's VMs among vm_ids; everything below is limited to
+			// them.
+			paired := `sid IN (` + placeholders(len(p.SIDs)) + `) AND provider = ? AND vm_id <> '' AND vm_id IN (` + placeholders(len(p.VMIDs)) + `)`
+			var pairedArgs []any
 			for _, sid := range p.SIDs {
-				args = append(args, sid)
+				pairedArgs = append(pairedArgs, sid)
 			}
+			pairedArgs = append(pairedArgs, p.Provider)
+			for _, id := range p.VMIDs {
+				pairedArgs = append(pairedArgs, id)
+			}
+			args := append([]any{store.SoulDestroyed, now}, pairedArgs...)
 			args = append(args, store.SoulDestroyed)
-			res, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET status = ?, updated_at = ? WHERE sid IN (`+placeholders(len(p.SIDs))+`) AND status <> ?`), args...)
+			res, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET status = ?, updated_at = ? WHERE `+paired+` AND status <> ?`), args...)
 			if err != nil {
 				return record{}, fmt.Errorf("destroy souls: %w", err)
 			}
 			n, _ := res.RowsAffected()
 			c.SoulsDestroyed = int(n)
-			args = []any{"orphaned"}
-			for _, sid := range p.SIDs {
-				args = append(args, sid)
-			}
-			res, err = tx.ExecContext(ctx, s.q(`UPDATE soul_seeds SET status = ? WHERE sid IN (`+placeholders(len(p.SIDs))+`) AND status = 'active'`), args...)
+			args = append([]any{"orphaned"}, pairedArgs...)
+			res, err = tx.ExecContext(ctx, s.q(`UPDATE soul_seeds SET status = ? WHERE sid IN (SELECT sid FROM souls WHERE `+paired+`) AND status = 'active'`), args...)
 			if err != nil {
 				return record{}, fmt.Errorf("orphan soul seeds: %w", err)
 			}
 			n, _ = res.RowsAffected()
 			c.SeedsOrphaned = int(n)
-			args = []any{store.BootstrapBurned}
-			for _, sid := range p.SIDs {
-				args = append(args, sid)
-			}
+			args = append([]any{store.BootstrapBurned}, pairedArgs...)
 			args = append(args, store.BootstrapBurned)
-			res, err = tx.ExecContext(ctx, s.q(`UPDATE bootstrap_tokens SET status = ? WHERE sid IN (`+placeholders(len(p.SIDs))+`) AND status <> ?`), args...)
+			res, err = tx.ExecContext(ctx, s.q(`UPDATE bootstrap_tokens SET status = ? WHERE sid IN (SELECT sid FROM souls WHERE `+paired+`) AND status <> ?`), args...)
 			if err != nil {
 				return record{}, fmt.Errorf("burn bootstrap tokens: %w", err)
 			}

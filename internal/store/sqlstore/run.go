@@ -32,8 +32,10 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	return r, err
 }
 
-func (s *Store) runByKey(ctx context.Context, key string) (store.Run, error) {
-	r, err := scanRun(s.db.QueryRowContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE key = ?`), key))
+// runByKey returns the run that createdBy started with key: a re-run key
+// belongs to the token that used it, so another token's key names no run.
+func (s *Store) runByKey(ctx context.Context, createdBy, key string) (store.Run, error) {
+	r, err := scanRun(s.db.QueryRowContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE created_by = ? AND key = ?`), createdBy, key))
 	if err != nil {
 		return store.Run{}, notFound(err, "run", key)
 	}
@@ -53,7 +55,7 @@ func existing(r store.Run, digest string) (store.Run, bool, error) {
 func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.Run, bool, error) {
 	r := p.Run
 	if r.Key != "" {
-		if prev, err := s.runByKey(ctx, r.Key); err == nil {
+		if prev, err := s.runByKey(ctx, string(p.Actor), r.Key); err == nil {
 			return existing(prev, r.Digest)
 		}
 	}
@@ -75,13 +77,15 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 				return record{}, fmt.Errorf("enqueue run %s: %w", r.ID, err)
 			}
 		}
+		// No digest: equal digests would tell any audit reader that two
+		// runs had the same input, a guess of a secret input included.
 		return record{action: "run.started", object: "run/" + r.ID, payload: map[string]any{
-			"id": r.ID, "key": r.Key, "name": r.Name, "digest": r.Digest, "timeout": r.Timeout.String(), "input": r.InputMasked,
+			"id": r.ID, "key": r.Key, "name": r.Name, "timeout": r.Timeout.String(), "input": r.InputMasked,
 		}}, nil
 	})
 	if errors.Is(err, store.ErrExists) && r.Key != "" {
 		// A concurrent request with the same key won the insert.
-		prev, gerr := s.runByKey(ctx, r.Key)
+		prev, gerr := s.runByKey(ctx, string(p.Actor), r.Key)
 		if gerr != nil {
 			return store.Run{}, false, gerr
 		}
@@ -236,7 +240,15 @@ func (s *Store) RunStateSave(ctx context.Context, id, owner, sealed string) erro
 // RunFinish ends the run with its audit event.
 func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) error {
 	now := s.stamp()
-	return s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+	// The run's creator is the actor of run.finished: the keeper only
+	// carries out what that token asked for. created_by never changes, so
+	// reading it before the transaction is safe.
+	actor := store.ActorKeeper
+	var creator string
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT created_by FROM runs WHERE id = ?`), p.ID).Scan(&creator); err == nil && creator != "" {
+		actor = store.Actor(creator)
+	}
+	return s.mutate(ctx, actor, func(tx *sql.Tx) (record, error) {
 		q := `UPDATE runs SET phase = ?, error_code = ?, error_message = ?, outputs = ?, message = ?, finished_at = ?, started_at = COALESCE(started_at, ?) WHERE id = ? AND phase IN (?, ?)`
 		args := []any{p.Phase, p.ErrorCode, p.ErrorMsg, jsonText(p.Outputs), p.Message, now, now, p.ID, store.PhasePending, store.PhaseRunning}
 		if p.Owner != "" {
@@ -262,8 +274,8 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) error {
 func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (store.Run, error) {
 	now := s.stamp()
 	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
-		var phase string
-		if err := tx.QueryRowContext(ctx, s.q(`SELECT phase FROM runs WHERE id = ?`), p.Key).Scan(&phase); err != nil {
+		var phase, createdBy string
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT phase, created_by FROM runs WHERE id = ?`), p.Key).Scan(&phase, &createdBy); err != nil {
 			return record{}, notFound(err, "run", p.Key)
 		}
 		if store.Terminal(phase) {
@@ -278,7 +290,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (store.Run,
 		} else if _, err := tx.ExecContext(ctx, s.q(`UPDATE runs SET cancel_requested = ? WHERE id = ?`), true, p.Key); err != nil {
 			return record{}, fmt.Errorf("cancel run %s: %w", p.Key, err)
 		}
-		return record{action: "run.cancelled", object: "run/" + p.Key, payload: map[string]any{"id": p.Key, "phase_at_request": phase}}, nil
+		return record{action: "run.cancelled", object: "run/" + p.Key, payload: map[string]any{"id": p.Key, "phase_at_request": phase, "created_by": createdBy}}, nil
 	})
 	if err != nil {
 		return store.Run{}, err

@@ -55,6 +55,8 @@ type Store struct {
 	db      *sql.DB
 	dialect Dialect
 	now     func() time.Time
+	chain   *audit.Key       // seals every audit event
+	added   func(audit.Head) // told of each committed event
 }
 
 var _ store.Store = (*Store)(nil)
@@ -64,6 +66,20 @@ type Option func(*Store)
 
 // WithClock replaces time.Now, for tests.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// WithAuditKey sets the key under which every audit event is hashed.
+// Without it the store reads but refuses every mutation, since it could not
+// write their audit events.
+func WithAuditKey(k *audit.Key) Option { return func(s *Store) { s.chain = k } }
+
+// WithAuditAppended sets a function called with the new chain head after
+// each committed audit event (the keeper's checkpointer). It runs after the
+// commit, outside the transaction.
+func WithAuditAppended(fn func(audit.Head)) Option { return func(s *Store) { s.added = fn } }
+
+// ErrNoAuditKey is returned by every mutation of a store opened without an
+// audit key.
+var ErrNoAuditKey = errors.New("the store has no audit key: it cannot write audit events")
 
 // New returns a Store over db, whose schema is already migrated.
 func New(db *sql.DB, d Dialect, opts ...Option) *Store {
@@ -117,6 +133,9 @@ type record struct {
 // then appends fn's audit record; the mutation and its audit event commit
 // together or not at all.
 func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.Tx) (record, error)) error {
+	if s.chain == nil {
+		return ErrNoAuditKey
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -125,6 +144,9 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 
 	var head audit.Head
 	if err := tx.QueryRowContext(ctx, s.dialect.LockHead).Scan(&head.Seq, &head.Hash); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return errors.New("lock audit head: the chain head row is missing: the audit log was changed outside the keeper (run keeper audit verify)")
+		}
 		return fmt.Errorf("lock audit head: %w", err)
 	}
 	rec, err := fn(tx)
@@ -136,7 +158,7 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 		return err
 	}
 	ev := audit.Event{At: s.now(), ActorAID: string(actor), Action: rec.action, Object: rec.object, Payload: payload}
-	newHead := audit.Seal(&ev, head)
+	newHead := s.chain.Seal(&ev, head)
 	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO audit_events (seq, at, actor_aid, action, object, payload, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
 		ev.Seq, ev.At, ev.ActorAID, ev.Action, ev.Object, ev.Payload, ev.PrevHash, ev.Hash); err != nil {
 		return fmt.Errorf("write audit event %s: %w", rec.action, err)
@@ -146,6 +168,9 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit %s: %w", rec.action, err)
+	}
+	if s.added != nil {
+		s.added(newHead)
 	}
 	return nil
 }

@@ -4,24 +4,29 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-const tokenCols = `id, name, role, hash, created_by, created_at, expires_at, revoked_at`
+const tokenCols = `id, name, role, permissions, hash, created_by, created_at, expires_at, revoked_at`
 
 func scanToken(row interface{ Scan(...any) error }) (store.APIToken, error) {
 	var t store.APIToken
 	var expires, revoked sql.NullTime
-	err := row.Scan(&t.ID, &t.Name, &t.Role, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked)
+	var perms string
+	err := row.Scan(&t.ID, &t.Name, &t.Role, &perms, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked)
+	if perms != "" {
+		t.Permissions = strings.Split(perms, ",")
+	}
 	t.CreatedAt = t.CreatedAt.UTC()
 	t.ExpiresAt, t.RevokedAt = timePtr(expires), timePtr(revoked)
 	return t, err
 }
 
 func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (record, error) {
-	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-		t.ID, t.Name, t.Role, t.Hash, t.CreatedBy, t.CreatedAt, nullTime(t.ExpiresAt), nullTime(t.RevokedAt))
+	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		t.ID, t.Name, t.Role, strings.Join(t.Permissions, ","), t.Hash, t.CreatedBy, t.CreatedAt, nullTime(t.ExpiresAt), nullTime(t.RevokedAt))
 	if s.dialect.Classify(err) == UniqueViolation {
 		return record{}, &store.Error{Err: store.ErrExists, Kind: "token", Key: t.ID}
 	}
@@ -29,6 +34,9 @@ func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (
 		return record{}, fmt.Errorf("insert token %q: %w", t.Name, err)
 	}
 	payload := map[string]any{"id": t.ID, "name": t.Name, "role": t.Role}
+	if len(t.Permissions) > 0 {
+		payload["permissions"] = t.Permissions
+	}
 	if t.ExpiresAt != nil {
 		payload["expires_at"] = t.ExpiresAt.UTC()
 	}
@@ -70,6 +78,57 @@ func (s *Store) TokenBootstrap(ctx context.Context, params store.TokenCreatePara
 	return created && err == nil, err
 }
 
+// TokenAdminBootstrap stores an admin token minted from the host when no
+// active admin token exists (or with Force), in one transaction with the
+// check, so that two concurrent bootstraps mint one token.
+func (s *Store) TokenAdminBootstrap(ctx context.Context, params store.TokenAdminParams) (store.APIToken, error) {
+	t := params.Token
+	t.Role = "admin"
+	t.CreatedAt = s.stamp()
+	t.CreatedBy = string(params.Actor)
+	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		var active []string
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT id FROM api_tokens WHERE role = 'admin' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY id`), t.CreatedAt)
+		if err != nil {
+			return record{}, fmt.Errorf("list active admin tokens: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return record{}, fmt.Errorf("list active admin tokens: %w", err)
+			}
+			active = append(active, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return record{}, fmt.Errorf("list active admin tokens: %w", err)
+		}
+		if len(active) > 0 && !params.Force {
+			return record{}, &store.Error{Err: store.ErrActiveAdmin, Kind: "token", Key: active[0]}
+		}
+		rec, err := s.insertToken(ctx, tx, t)
+		if err != nil {
+			return record{}, err
+		}
+		payload, ok := rec.payload.(map[string]any)
+		if !ok {
+			payload = map[string]any{}
+			rec.payload = payload
+		}
+		payload["bootstrap"] = true
+		payload["force"] = params.Force
+		if params.Force {
+			payload["active_admins"] = active
+		}
+		return rec, nil
+	})
+	if err != nil {
+		return store.APIToken{}, err
+	}
+	return s.tokenGet(ctx, t.ID)
+}
+
 // errNothingToDo rolls back a mutation that turned out to be unnecessary.
 var errNothingToDo = fmt.Errorf("nothing to do")
 
@@ -79,6 +138,11 @@ func (s *Store) tokenGet(ctx context.Context, id string) (store.APIToken, error)
 		return store.APIToken{}, notFound(err, "token", id)
 	}
 	return t, nil
+}
+
+// TokenGet returns the token with the given id, revoked or not.
+func (s *Store) TokenGet(ctx context.Context, id string) (store.APIToken, error) {
+	return s.tokenGet(ctx, id)
 }
 
 // TokenGetByHash returns the token whose hash is hash, revoked or not.

@@ -27,7 +27,7 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	souls, tokens := cloudSouls()
-	if err := s.CloudProvision(ctx, store.CloudProvisionParams{RequestID: "req_1", Souls: souls, Tokens: tokens, Audit: map[string]any{"provider": "local"}}); err != nil {
+	if err := s.CloudProvision(ctx, store.CloudProvisionParams{RequestID: "req_1", Souls: souls, Tokens: tokens, Actor: "tok_creator", Audit: map[string]any{"provider": "local"}}); err != nil {
 		t.Fatal(err)
 	}
 	so, err := s.SoulGet(ctx, "vm-1.local.test")
@@ -41,7 +41,14 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 	if _, err := s.DB().Exec(`INSERT INTO soul_seeds (sid, scenario, input, status) VALUES ('vm-1.local.test', 'x', '{}', 'active')`); err != nil {
 		t.Fatal(err)
 	}
-	c, err := s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1", "vm-2"}, SIDs: []string{"vm-1.local.test", "vm-2.local.test"}, Actor: store.ActorKeeper})
+	owned, err := s.CloudVMsCreated(ctx, "local", []string{"vm-1", "vm-2", "vm-9"})
+	if err != nil || len(owned) != 2 || !owned["vm-1"] || !owned["vm-2"] {
+		t.Fatalf("created VMs of local = %v, %v", owned, err)
+	}
+	if owned, err := s.CloudVMsCreated(ctx, "other", []string{"vm-1"}); err != nil || len(owned) != 0 {
+		t.Fatalf("created VMs of another provider = %v, %v", owned, err)
+	}
+	c, err := s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1", "vm-2"}, SIDs: []string{"vm-1.local.test", "vm-2.local.test"}, Actor: "tok_creator"})
 	if err != nil || c != (store.CloudCascade{SoulsDestroyed: 2, SeedsOrphaned: 1, TokensBurned: 2}) {
 		t.Fatalf("cascade = %+v, %v", c, err)
 	}
@@ -54,7 +61,7 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 		t.Fatalf("souls = %+v", souls2)
 	}
 	// A second destroy changes nothing but is still recorded.
-	c, err = s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test"}, Actor: store.ActorKeeper})
+	c, err = s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test"}, Actor: "tok_creator"})
 	if err != nil || c != (store.CloudCascade{}) {
 		t.Fatalf("second cascade = %+v, %v", c, err)
 	}
@@ -79,6 +86,9 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 	for _, e := range events {
 		if e.Action == "cloud.provisioned" {
 			n++
+			if e.ActorAID != "tok_creator" {
+				t.Fatalf("cloud.provisioned by %q, want the run's creator: %s", e.ActorAID, e.Payload)
+			}
 		}
 	}
 	if n != 3 {
@@ -99,5 +109,71 @@ func testCloudAuditFailure(t *testing.T, b testdb.Backend) {
 	}
 	if toks, _ := s.BootstrapTokens(ctx, "vm-1.local.test"); len(toks) != 0 {
 		t.Fatalf("tokens kept after a failed audit: %+v", toks)
+	}
+}
+
+// testCloudDestroyFiltered: the destroy cascade touches only souls whose
+// provider and vm_id match the pair given: a hand-registered soul, a soul of
+// another VM or of another provider is never marked destroyed, whatever
+// sids says.
+func testCloudDestroyFiltered(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	mustProvider(t, s, "local")
+	mustProvider(t, s, "other")
+	if err := s.CloudRequestCreate(ctx, store.CloudRequest{RequestID: "req_1", RunID: "run_1", Step: "provision", Provider: "local", Count: 2}); err != nil {
+		t.Fatal(err)
+	}
+	souls, tokens := cloudSouls()
+	if err := s.CloudProvision(ctx, store.CloudProvisionParams{RequestID: "req_1", Souls: souls, Tokens: tokens, Actor: "tok_creator"}); err != nil {
+		t.Fatal(err)
+	}
+	conn := store.Connection{Transport: "ssh", User: "root", Port: 22}
+	// Hand-registered: no vm_id, even one that names the provider.
+	for _, so := range []store.Soul{{SID: "db.example.com", Connection: conn}, {SID: "pet.local.test", Provider: "local", Connection: conn}} {
+		if _, err := s.SoulCreate(ctx, store.SoulCreateParams{Soul: so, Actor: "tok_admin"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.DB().Exec(`INSERT INTO soul_seeds (sid, scenario, input, status) VALUES ('db.example.com', 'x', '{}', 'active')`); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		p    store.CloudDestroyParams
+	}{
+		{"hand-registered souls with a real VM", store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"db.example.com", "pet.local.test"}}},
+		{"hand-registered souls with an empty vm id", store.CloudDestroyParams{Provider: "local", VMIDs: []string{""}, SIDs: []string{"db.example.com", "pet.local.test"}}},
+		{"a soul of another VM", store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-2.local.test"}}},
+		{"the right pair under another provider", store.CloudDestroyParams{Provider: "other", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.p.Actor = "tok_creator"
+			c, err := s.CloudDestroy(ctx, tt.p)
+			if err != nil || c != (store.CloudCascade{}) {
+				t.Fatalf("cascade = %+v, %v; want nothing changed", c, err)
+			}
+		})
+	}
+	for _, sid := range []string{"db.example.com", "pet.local.test", "vm-1.local.test", "vm-2.local.test"} {
+		so, err := s.SoulGet(ctx, sid)
+		if err != nil || so.Status == store.SoulDestroyed {
+			t.Fatalf("soul %s = %+v, %v; want it untouched", sid, so, err)
+		}
+	}
+	if toks, _ := s.BootstrapTokens(ctx, "vm-2.local.test"); len(toks) != 1 || toks[0].Status != store.BootstrapIssued {
+		t.Fatalf("tokens of vm-2 = %+v", toks)
+	}
+	var seed string
+	if err := s.DB().QueryRow(`SELECT status FROM soul_seeds WHERE sid = 'db.example.com'`).Scan(&seed); err != nil || seed != "active" {
+		t.Fatalf("seed of the hand-registered soul = %q, %v", seed, err)
+	}
+	// The right pair, mixed with a hand-registered soul: only the pair.
+	c, err := s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test", "db.example.com"}, Actor: "tok_creator"})
+	if err != nil || c != (store.CloudCascade{SoulsDestroyed: 1, TokensBurned: 1}) {
+		t.Fatalf("cascade = %+v, %v", c, err)
+	}
+	if so, _ := s.SoulGet(ctx, "db.example.com"); so.Status != store.SoulActive {
+		t.Fatalf("hand-registered soul = %+v", so)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +33,26 @@ func testRunCreateKey(t *testing.T, b testdb.Backend) {
 	}
 	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_3", "k1", "other"), Actor: "tok_a", Enqueue: enqueue}); !errors.Is(err, store.ErrKeyConflict) {
 		t.Fatalf("same key, other content: %v", err)
+	}
+	// A key belongs to the actor that used it: another actor's key names no
+	// run, whether its content matches or not, so the answer says nothing
+	// about the other actor's run.
+	for i, digest := range []string{"other", "d1"} {
+		id := fmt.Sprintf("run_b%d", i)
+		r, created, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun(id, "k1", digest), Actor: store.Actor(fmt.Sprintf("tok_b%d", i)), Enqueue: enqueue})
+		if err != nil || !created || r.ID != id || r.Key != "k1" {
+			t.Fatalf("other actor, same key, digest %s: %+v %v %v", digest, r.ID, created, err)
+		}
+	}
+	mine, created, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_b9", "k1", "d1"), Actor: "tok_b1", Enqueue: enqueue})
+	if err != nil || created || mine.ID != "run_b1" {
+		t.Fatalf("second actor's own key again: %+v %v %v", mine.ID, created, err)
+	}
+	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_b8", "k1", "d2"), Actor: "tok_b1"}); !errors.Is(err, store.ErrKeyConflict) {
+		t.Fatalf("second actor's own key, other content: %v", err)
+	}
+	if first, _ := s.RunGet(ctx, "run_1"); first.CreatedBy != "tok_a" || first.Digest != "d1" {
+		t.Fatalf("the first actor's run changed: %+v", first)
 	}
 	// An enqueue failure leaves no run behind.
 	_, _, err = s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_4", "", "d4"), Actor: "tok_a", Enqueue: func(context.Context, *sql.Tx) error { return errors.New("queue down") }})
@@ -63,7 +84,7 @@ func testRunCreateKey(t *testing.T, b testdb.Backend) {
 		}
 	}
 	list, err := s.RunList(ctx, store.ListParams{Limit: 10})
-	if err != nil || len(list) != 2 || list[0].ID != "run_c"+ids[0][5:] && list[0].ID < list[1].ID {
+	if err != nil || len(list) != 4 || list[0].ID != "run_c"+ids[0][5:] && list[0].ID < list[1].ID {
 		t.Fatalf("list = %d runs, %v", len(list), err)
 	}
 }
@@ -152,10 +173,15 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 	events, _ := s.AuditList(ctx, store.AuditListParams{})
 	var actions []string
 	for _, e := range events {
-		actions = append(actions, e.Action)
+		actions = append(actions, e.Action+" by "+e.ActorAID)
 	}
-	if fmt.Sprint(actions) != "[run.started run.cancelled run.finished]" {
+	// run.started and run.finished carry the run's creator, never the
+	// keeper; run.cancelled carries who cancelled it.
+	if fmt.Sprint(actions) != "[run.started by tok_a run.cancelled by tok_b run.finished by tok_a]" {
 		t.Fatalf("audit = %v", actions)
+	}
+	if !strings.Contains(events[1].Payload, `"created_by":"tok_a"`) {
+		t.Fatalf("run.cancelled payload = %s", events[1].Payload)
 	}
 	// A Pending run is cancelled at once.
 	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_2", "", "d"), Actor: "tok_a"}); err != nil {

@@ -32,15 +32,22 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"Pagination", testPagination},
 		{"Souls", testSouls},
 		{"Tokens", testTokens},
+		{"TokenAdminBootstrap", testTokenAdminBootstrap},
 		{"AuditChain", testAuditChain},
 		{"AuditTamper", testAuditTamper},
 		{"AuditFailureFailsMutation", testAuditFailure},
 		{"AuditPayloadMasked", testAuditMasked},
+		{"AuditKeyed", testAuditKeyed},
+		{"AuditAttacks", testAuditAttacks},
+		{"AuditLegacyUpgrade", testAuditLegacyUpgrade},
+		{"AuditCheckpointer", testAuditCheckpointer},
+		{"AuditCheckpointConcurrent", testAuditCheckpointConcurrent},
 		{"RunCreateKey", testRunCreateKey},
 		{"RunLifecycle", testRunLifecycle},
 		{"SoulHostKey", testSoulHostKey},
 		{"CloudProvisionAndDestroy", testCloudProvisionAndDestroy},
 		{"CloudAuditFailure", testCloudAuditFailure},
+		{"CloudDestroyFiltered", testCloudDestroyFiltered},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -302,20 +309,94 @@ func testTokens(t *testing.T, b testdb.Backend) {
 	if got.RevokedAt == nil || got.Active(time.Now()) {
 		t.Fatalf("revoked token still active: %+v", got)
 	}
+	// A custom token keeps its explicit permission list (migration 00004).
+	custom, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_004", Name: "cloud-ci", Role: "custom", Permissions: []string{"run.create", "cloud.create"}, Hash: "h4"}, Actor: "tok_001"})
+	if err != nil || custom.Role != "custom" || fmt.Sprint(custom.Permissions) != "[run.create cloud.create]" {
+		t.Fatalf("custom token = %+v, %v", custom, err)
+	}
+	byID, err := s.TokenGet(ctx, "tok_004")
+	if err != nil || byID.Hash != "h4" || fmt.Sprint(byID.Permissions) != "[run.create cloud.create]" {
+		t.Fatalf("by id = %+v, %v", byID, err)
+	}
+	if byID, err := s.TokenGet(ctx, "tok_003"); err != nil || byID.RevokedAt == nil || byID.Permissions != nil {
+		t.Fatalf("revoked built-in token by id = %+v, %v", byID, err)
+	}
+	if _, err := s.TokenGet(ctx, "tok_999"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
 	list, err := s.TokenList(ctx, store.ListParams{})
-	if err != nil || len(list) != 2 || list[0].ID != "tok_001" || list[1].ID != "tok_003" {
+	if err != nil || len(list) != 3 || list[0].ID != "tok_001" || list[1].ID != "tok_003" || fmt.Sprint(list[2].Permissions) != "[run.create cloud.create]" {
 		t.Fatalf("list = %+v, %v", list, err)
+	}
+	events, _ := s.AuditList(ctx, store.AuditListParams{})
+	last := events[len(events)-1]
+	if last.Action != "token.created" || !strings.Contains(last.Payload, `"permissions":["run.create","cloud.create"]`) {
+		t.Fatalf("audit of the custom token = %s %s", last.Action, last.Payload)
+	}
+}
+
+func testTokenAdminBootstrap(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	mint := func(id string, force bool) (store.APIToken, error) {
+		return s.TokenAdminBootstrap(ctx, store.TokenAdminParams{Token: store.APIToken{ID: id, Name: "admin", Hash: "hash-" + id}, Actor: store.ActorHost, Force: force})
+	}
+	// An empty registry has no active admin: one is minted.
+	first, err := mint("tok_001", false)
+	if err != nil || first.Role != "admin" || first.CreatedBy != string(store.ActorHost) || first.ExpiresAt != nil {
+		t.Fatalf("mint on an empty registry: %+v, %v", first, err)
+	}
+	// With an active admin it is refused, naming it.
+	var se *store.Error
+	if _, err := mint("tok_002", false); !errors.As(err, &se) || !errors.Is(err, store.ErrActiveAdmin) || se.Key != "tok_001" {
+		t.Fatalf("mint with an active admin: %v, want ErrActiveAdmin naming tok_001", err)
+	}
+	// Admins that expired or were revoked, and non-admins, do not count.
+	soon := time.Now().Add(time.Hour).UTC()
+	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_003", Name: "soon", Role: "admin", Hash: "h3", ExpiresAt: &soon}, Actor: "tok_001"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TokenRevoke(ctx, store.DeleteParams{Key: "tok_001", Actor: "tok_003"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mint("tok_004", false); !errors.As(err, &se) || se.Key != "tok_003" {
+		t.Fatalf("mint while an admin that expires later is active: %v, want ErrActiveAdmin naming tok_003", err)
+	}
+	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_005", Name: "ops", Role: "operator", Hash: "h5"}, Actor: "tok_003"}); err != nil {
+		t.Fatal(err)
+	}
+	// The token expires (a literal time: it reads the same on both backends).
+	if _, err := s.DB().ExecContext(ctx, `UPDATE api_tokens SET expires_at = '2000-01-01 00:00:00' WHERE id = 'tok_003'`); err != nil {
+		t.Fatal(err)
+	}
+	minted, err := mint("tok_006", false)
+	if err != nil || minted.ID != "tok_006" || !minted.Active(time.Now()) {
+		t.Fatalf("mint after the last admin expired: %+v, %v", minted, err)
+	}
+	// Force mints beside an active admin.
+	if _, err := mint("tok_007", true); err != nil {
+		t.Fatalf("forced mint: %v", err)
+	}
+	var created []audit.Event
+	if _, err := s.AuditScan(ctx, func(e audit.Event) error {
+		if e.Action == "token.created" && e.ActorAID == string(store.ActorHost) {
+			created = append(created, e)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(created) != 3 || !strings.Contains(string(created[2].Payload), `"force":true`) || !strings.Contains(string(created[2].Payload), `"tok_006"`) {
+		t.Fatalf("audit of host-minted tokens = %+v", created)
 	}
 }
 
 func verifyChain(t *testing.T, s store.Store, wantEvents int64) audit.Report {
 	t.Helper()
-	var v audit.Verifier
-	head, err := s.AuditScan(ctx, func(e audit.Event) error { v.Add(e); return nil })
+	r, err := audit.Verify(ctx, s, testdb.AuditKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := v.Finish(head)
+	head := audit.Head{Seq: r.HeadSeq}
 	if !r.OK || r.Checked != wantEvents || head.Seq != wantEvents {
 		t.Fatalf("audit verify: %+v (head %d), want ok with %d events", r, head.Seq, wantEvents)
 	}
@@ -367,12 +448,11 @@ func testAuditChain(t *testing.T, b testdb.Backend) {
 
 func tamperReport(t *testing.T, s *sqlstore.Store) audit.Report {
 	t.Helper()
-	var v audit.Verifier
-	head, err := s.AuditScan(ctx, func(e audit.Event) error { v.Add(e); return nil })
+	r, err := audit.Verify(ctx, s, testdb.AuditKey, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v.Finish(head)
+	return r
 }
 
 func testAuditTamper(t *testing.T, b testdb.Backend) {
@@ -382,10 +462,10 @@ func testAuditTamper(t *testing.T, b testdb.Backend) {
 		wantSeq  int64
 		wantKind string
 	}{
-		{"edited payload", `UPDATE audit_events SET payload = '{"name":"evil"}' WHERE seq = 2`, 2, audit.ProblemEdited},
-		{"edited actor", `UPDATE audit_events SET actor_aid = 'tok_someone_else' WHERE seq = 3`, 3, audit.ProblemEdited},
-		{"deleted middle row", `DELETE FROM audit_events WHERE seq = 2`, 3, audit.ProblemDeleted},
-		{"deleted last row", `DELETE FROM audit_events WHERE seq = 4`, 4, audit.ProblemDeleted},
+		{"edited payload", `UPDATE audit_events SET payload = '{"name":"evil"}' WHERE seq = 2`, 2, audit.ProblemRowTampered},
+		{"edited actor", `UPDATE audit_events SET actor_aid = 'tok_someone_else' WHERE seq = 3`, 3, audit.ProblemRowTampered},
+		{"deleted middle row", `DELETE FROM audit_events WHERE seq = 2`, 3, audit.ProblemRowsMissing},
+		{"deleted last row", `DELETE FROM audit_events WHERE seq = 4`, 4, audit.ProblemTruncated},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

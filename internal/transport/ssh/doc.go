@@ -11,10 +11,14 @@
 // is ErrAuth at once. Code maps these to the dotted codes runs report.
 //
 // A Pool holds one connection per target for a whole run and dials each
-// host once however many goroutines ask for it. Client.Exec runs an argv
-// (quoted with Quote for the remote POSIX shell) or a shell script, with
-// stdin, environment variables passed through env(1), a working directory,
-// and sudo -n when the user is not root; every command runs with LC_ALL=C.
+// host once however many goroutines ask for it; a target is its address,
+// user, pinned host key and client key, so a connection is never shared
+// with a target holding another pin or other credentials. Client.Exec runs
+// an argv (quoted with Quote for the remote POSIX shell) or a shell script,
+// with stdin, environment variables sent on stdin ahead of the command's
+// own input (never in a command line another user could read), a working
+// directory, and sudo -n when the user is not root; every command runs
+// with LC_ALL=C.
 // A non-zero exit status is a Result, not an error.
 //
 // Key material and environment values never appear in errors or logs.

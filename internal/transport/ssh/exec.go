@@ -26,12 +26,14 @@ type Command struct {
 	Script string
 	// Stdin is sent to the command's standard input, then end of file.
 	Stdin []byte
-	// Env is set for the command through env(1) on the command line;
-	// sshd's setenv, which most servers refuse, is not used. Names must be
-	// shell identifiers. LC_ALL=C is always set first, so an LC_ALL here
-	// overrides it. The values sit in the command line, which other users
-	// of the host can read in its process list until the shell and env(1)
-	// have exec'd the command: send secrets on Stdin instead.
+	// Env is set for the command. The values travel on the session's
+	// standard input ahead of Stdin, read by a short shell prologue that
+	// exports them and execs the command with the rest of the input, so
+	// they never appear in a command line (which any user of the host can
+	// read in /proc/*/cmdline); sshd's setenv, which most servers refuse,
+	// is not used. Names must be shell identifiers not starting with
+	// "__soulstack_"; values may hold any byte but NUL. LC_ALL=C is always set first, so an LC_ALL here
+	// overrides it.
 	Env map[string]string
 	// Dir is the working directory; empty means the login directory.
 	Dir string
@@ -72,10 +74,10 @@ const cancelGrace = 5 * time.Second
 // the context's error when ctx ends first, in which case the remote
 // command's process group is sent SIGKILL, its session closed, and the
 // output captured so far returned. Error messages never contain the command
-// line, since it holds environment values.
+// line, since its arguments may hold data the caller does not want logged.
 func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 	sudo := cmd.Sudo && c.target.User != "root"
-	line, err := commandLine(cmd, sudo)
+	line, stdin, err := commandLine(cmd, sudo)
 	if err != nil {
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, err)
 	}
@@ -92,7 +94,7 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
 	}
-	res, err := c.run(ctx, marker, line, cmd.Stdin, sudo)
+	res, err := c.run(ctx, marker, line, stdin, sudo)
 	if err != nil {
 		return res, fmt.Errorf("ssh exec on %s: %w", c.target, err)
 	}
@@ -125,7 +127,7 @@ func (c *Client) run(ctx context.Context, marker, line string, stdin []byte, sud
 	sess.Stdout, sess.Stderr = stdout, pid
 	if err := sess.Start("echo " + marker + " $$ >&2; exec " + line); err != nil {
 		// x/crypto/ssh quotes the command line in this error, and the
-		// line holds environment values: never pass its text on.
+		// line holds the command's arguments: never pass its text on.
 		if errors.Is(err, io.EOF) || !c.alive() {
 			return Result{}, fmt.Errorf("start command: %w", ErrDisconnected)
 		}
@@ -217,7 +219,7 @@ func (c *Client) newSession(ctx context.Context) (*gossh.Session, error) {
 func (c *Client) killGroup(ctx context.Context, pid int, sudo bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
 	defer cancel()
-	line, err := commandLine(Command{Script: "kill -s KILL -- -" + strconv.Itoa(pid)}, sudo)
+	line, _, err := commandLine(Command{Script: "kill -s KILL -- -" + strconv.Itoa(pid)}, sudo)
 	if err != nil {
 		return
 	}
@@ -327,10 +329,15 @@ func sudoFailure(res Result) error {
 }
 
 // commandLine builds the command the login shell (which must be POSIX)
-// runs: [env LC_ALL=C sudo -n --] env LC_ALL=C [K=V…] program args…
-func commandLine(cmd Command, sudo bool) (string, error) {
-	bad := func(format string, args ...any) (string, error) {
-		return "", fmt.Errorf("%w: %s", ErrInvalidCommand, fmt.Sprintf(format, args...))
+// runs, and the standard input to send it:
+//
+//	[env LC_ALL=C sudo -n --] env LC_ALL=C [/bin/sh -c <envPrologue> sh] program args…
+//
+// With Env, the input starts with the environment header (see envHeader)
+// that the prologue consumes, followed by cmd.Stdin.
+func commandLine(cmd Command, sudo bool) (string, []byte, error) {
+	bad := func(format string, args ...any) (string, []byte, error) {
+		return "", nil, fmt.Errorf("%w: %s", ErrInvalidCommand, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case len(cmd.Argv) > 0 && cmd.Script != "":
@@ -365,35 +372,83 @@ func commandLine(cmd Command, sudo bool) (string, error) {
 		}
 		body = append([]string{"/bin/sh", "-c", `cd -- "$1" || exit; shift; exec "$@"`, "sh", cmd.Dir}, body...)
 	}
-	var words []string
-	names := make([]string, 0, len(cmd.Env))
-	for k := range cmd.Env {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, k := range names {
-		if !isName(k) {
-			return bad("environment variable name %q is not a shell identifier", k)
+	stdin := cmd.Stdin
+	if len(cmd.Env) > 0 {
+		header, err := envHeader(cmd.Env)
+		if err != nil {
+			return "", nil, err
 		}
-		if strings.IndexByte(cmd.Env[k], 0) >= 0 {
-			return bad("environment variable %s contains a NUL byte", k)
-		}
-		words = append(words, k+"="+cmd.Env[k])
+		body = append([]string{"/bin/sh", "-c", envPrologue, "sh"}, body...)
+		stdin = append(header, cmd.Stdin...)
 	}
 	var b strings.Builder
 	if sudo {
 		b.WriteString("env LC_ALL=C sudo -n -- ")
 	}
 	b.WriteString("env LC_ALL=C ")
-	if len(words) > 0 {
-		b.WriteString(quoteArgs(words))
-		b.WriteByte(' ')
-	}
 	b.WriteString(quoteArgs(body))
 	if b.Len() > maxCommandLine {
 		return bad("command line is %d bytes, over the %d a remote shell accepts", b.Len(), maxCommandLine)
 	}
-	return b.String(), nil
+	return b.String(), stdin, nil
+}
+
+// envPrologue reads the environment header from standard input, one
+// NAME=VALUE line per variable up to an empty line, exports each variable
+// with its value decoded by printf %b, and execs the command with the rest
+// of standard input. The shell's read builtin takes a pipe one byte at a
+// time, so not a byte past the header is consumed. A header cut short
+// fails with status 125 before the command runs.
+const envPrologue = `while :; do
+IFS= read -r __soulstack_l || { echo "soulstack: environment header cut short" >&2; exit 125; }
+[ -n "$__soulstack_l" ] || break
+__soulstack_v=$(printf '%bx' "${__soulstack_l#*=}") &&
+export "${__soulstack_l%%=*}=${__soulstack_v%x}" || exit 125
+done
+unset __soulstack_l __soulstack_v
+exec "$@"`
+
+// envReserved prefixes the prologue's own variables; Env names may not
+// start with it.
+const envReserved = "__soulstack_"
+
+// envHeader encodes env for envPrologue, sorted by name: one line
+// NAME=VALUE per variable, then an empty line. Printable ASCII other than
+// the backslash is written as it is; every other byte of a value (the
+// backslash, newlines and other control bytes, the bytes of UTF-8
+// sequences) as the printf %b octal escape \0ooo, so no value spans lines
+// and printf gives back exactly its bytes.
+func envHeader(env map[string]string) ([]byte, error) {
+	names := make([]string, 0, len(env))
+	for k := range env {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b []byte
+	for _, k := range names {
+		if !isName(k) {
+			return nil, fmt.Errorf("%w: environment variable name %q is not a shell identifier", ErrInvalidCommand, k)
+		}
+		if strings.HasPrefix(k, envReserved) {
+			return nil, fmt.Errorf("%w: environment variable names starting with %s are reserved", ErrInvalidCommand, envReserved)
+		}
+		v := env[k]
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, fmt.Errorf("%w: environment variable %s contains a NUL byte", ErrInvalidCommand, k)
+		}
+		b = append(b, k...)
+		b = append(b, '=')
+		for i := 0; i < len(v); i++ {
+			c := v[i]
+			if c >= 0x20 && c < 0x7f && c != '\\' {
+				b = append(b, c)
+				continue
+			}
+			b = append(b, '\\', '0', '0'+c>>6, '0'+c>>3&7, '0'+c&7)
+		}
+		b = append(b, '\n')
+	}
+	return append(b, '\n'), nil
 }
 
 func isName(s string) bool {

@@ -17,8 +17,6 @@ func TestCommandLine(t *testing.T) {
 	}{
 		{"argv", Command{Argv: []string{"echo", "a b"}}, false, `env LC_ALL=C echo 'a b'`},
 		{"script", Command{Script: "echo $HOME"}, false, `env LC_ALL=C /bin/sh -c 'echo $HOME'`},
-		{"env sorted", Command{Argv: []string{"true"}, Env: map[string]string{"B": "2 2", "A": "it's"}}, false,
-			`env LC_ALL=C 'A=it'\''s' 'B=2 2' true`},
 		{"sudo", Command{Argv: []string{"id"}}, true, `env LC_ALL=C sudo -n -- env LC_ALL=C id`},
 		{"dir", Command{Argv: []string{"ls"}, Dir: "/tmp/x y"}, false,
 			`env LC_ALL=C /bin/sh -c 'cd -- "$1" || exit; shift; exec "$@"' sh '/tmp/x y' ls`},
@@ -27,14 +25,42 @@ func TestCommandLine(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := commandLine(tt.cmd, tt.sudo)
+			got, stdin, err := commandLine(tt.cmd, tt.sudo)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tt.want {
-				t.Errorf("got  %s\nwant %s", got, tt.want)
+			if got != tt.want || stdin != nil {
+				t.Errorf("got  %s (stdin %q)\nwant %s", got, stdin, tt.want)
 			}
 		})
+	}
+}
+
+// Environment values go on standard input, never in the command line:
+// the line names the prologue only, and the input is the header the
+// prologue decodes followed by the command's own input.
+func TestCommandLineEnvOnStdin(t *testing.T) {
+	t.Parallel()
+	cmd := Command{
+		Argv:  []string{"true"},
+		Env:   map[string]string{"B": "2 2", "A": "it's \\ é\nx", "E": ""},
+		Stdin: []byte("program input"),
+	}
+	line, stdin, err := commandLine(cmd, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "env LC_ALL=C sudo -n -- env LC_ALL=C /bin/sh -c " + Quote(envPrologue) + " sh true"; line != want {
+		t.Errorf("line %s\nwant %s", line, want)
+	}
+	for _, v := range cmd.Env {
+		if v != "" && strings.Contains(line, v) {
+			t.Errorf("the line holds the value %q", v)
+		}
+	}
+	want := "A=it's \\0134 \\0303\\0251\\0012x\nB=2 2\nE=\n\nprogram input"
+	if string(stdin) != want {
+		t.Errorf("stdin %q\nwant  %q", stdin, want)
 	}
 }
 

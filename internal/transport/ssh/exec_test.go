@@ -42,6 +42,7 @@ func TestExec(t *testing.T) {
 		{name: "LC_ALL", cmd: ssh.Command{Script: `printf %s "$LC_ALL"`}, wantStdout: "C"},
 		{name: "LC_ALL in argv", cmd: ssh.Command{Argv: []string{"printenv", "LC_ALL"}}, wantStdout: "C\n"},
 		{name: "env", cmd: ssh.Command{Argv: []string{"printenv", "A", "B_2"}, Env: map[string]string{"A": "x y", "B_2": "$HOME"}}, wantStdout: "x y\n$HOME\n"},
+		{name: "env named like shell variables", cmd: ssh.Command{Argv: []string{"printenv", "l", "v", "m", "IFS"}, Env: map[string]string{"l": "1", "v": "2", "m": "3", "IFS": ":"}}, wantStdout: "1\n2\n3\n:\n"},
 		{name: "env overrides LC_ALL", cmd: ssh.Command{Argv: []string{"printenv", "LC_ALL"}, Env: map[string]string{"LC_ALL": "C.UTF-8"}}, wantStdout: "C.UTF-8\n"},
 		{name: "argv0 with =", cmd: ssh.Command{Argv: []string{"X=1", "y"}}, wantExit: 127},
 		{name: "dir", cmd: ssh.Command{Argv: []string{"pwd"}, Dir: dir}, wantStdout: dir + "\n"},
@@ -119,6 +120,7 @@ func TestExecInvalidCommands(t *testing.T) {
 		{"both", ssh.Command{Argv: []string{"true"}, Script: "true"}},
 		{"bad env name", ssh.Command{Argv: []string{"true"}, Env: map[string]string{"A-B": "secret-value"}}},
 		{"nul in env", ssh.Command{Argv: []string{"true"}, Env: map[string]string{"A": "secret\x00value"}}},
+		{"reserved env name", ssh.Command{Argv: []string{"true"}, Env: map[string]string{"__soulstack_l": "secret-value"}}},
 		{"nul in argv", ssh.Command{Argv: []string{"echo", "a\x00b"}}},
 		{"too long", ssh.Command{Script: strings.Repeat("x", 200<<10)}},
 	}
@@ -229,4 +231,107 @@ func waitGone(t *testing.T, pid int) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Environment values never appear in a command line on the host: while the
+// command runs, no /proc/*/cmdline holds them (sudo, which stays the
+// command's parent, used to show them for the whole run). The command sees
+// each value byte for byte and still gets its own standard input.
+func TestExecEnvNeverInCommandLines(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to log in as other users and to read every process's command line")
+	}
+	users := []struct {
+		name string
+		user func(testing.TB) string
+		sudo bool
+	}{
+		{"root", func(testing.TB) string { return "root" }, false},
+		{"non-root", sshtest.NonRootUser, false},
+		{"sudo", sshtest.NonRootSudoUser, true},
+	}
+	for _, u := range users {
+		t.Run(u.name, func(t *testing.T) {
+			t.Parallel()
+			c := connect(t, sshtest.Start(t, sshtest.Options{User: u.user(t)}), ssh.Options{})
+			canary := "canary-" + rand.Text()
+			env := map[string]string{
+				"SECRET":  canary,
+				"TRICKY":  "line one\nit's \"quoted\" $HOME `id` \\ %s %b \\0101 é ☃\n\n" + canary + "\n",
+				"EMPTY":   "",
+				"NEWLINE": "\n",
+			}
+			// A directory the command's user can write, for the handshake.
+			dir, err := os.MkdirTemp("", "envcanary")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(dir) })
+			if err := os.Chmod(dir, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			ready, goOn := filepath.Join(dir, "ready"), filepath.Join(dir, "go")
+			script := `printf '%s|' "$SECRET" "$TRICKY" "$EMPTY" "$NEWLINE" "${UNSET-unset}"
+touch "$1"
+while [ ! -e "$2" ]; do sleep 0.02; done
+cat`
+			type outcome struct {
+				res ssh.Result
+				err error
+			}
+			done := make(chan outcome, 1)
+			go func() {
+				res, err := c.Exec(t.Context(), ssh.Command{
+					Argv:  []string{"/bin/sh", "-c", script, "sh", ready, goOn},
+					Env:   env,
+					Stdin: []byte("the program's own\x00input\n"),
+					Sudo:  u.sudo,
+				})
+				done <- outcome{res, err}
+			}()
+			for {
+				if _, err := os.Stat(ready); err == nil {
+					break
+				}
+				select {
+				case o := <-done:
+					t.Fatalf("the command ended before it was ready: %v, exit %d, stderr %q", o.err, o.res.ExitCode, o.res.Stderr)
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			if leaks := cmdlinesHolding(t, canary); len(leaks) > 0 {
+				t.Errorf("the value is in command lines while the command runs: %q", leaks)
+			}
+			if err := os.WriteFile(goOn, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			o := <-done
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			want := canary + "|" + env["TRICKY"] + "||\n|unset|the program's own\x00input\n"
+			if string(o.res.Stdout) != want || o.res.ExitCode != 0 {
+				t.Errorf("exit %d stdout %q\nwant %q (stderr %q)", o.res.ExitCode, o.res.Stdout, want, o.res.Stderr)
+			}
+		})
+	}
+}
+
+// cmdlinesHolding returns the command lines of this host's processes that
+// contain s.
+func cmdlinesHolding(t *testing.T, s string) []string {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil || len(procs) == 0 {
+		t.Fatalf("list processes: %v (%d found)", err, len(procs))
+	}
+	var found []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			found = append(found, p+": "+string(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+		}
+	}
+	return found
 }

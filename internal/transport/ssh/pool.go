@@ -5,11 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	gossh "golang.org/x/crypto/ssh"
 )
 
-// Pool keeps one connection per target (user@host:port) for the length of a
-// run. It is safe for concurrent use: concurrent Gets for one target share
-// a single dial. A connection that dies is dropped and the next Get dials
+// Pool keeps one connection per target for the length of a run. A target is
+// its address, user, pinned host key and client key: a Get whose pinned host
+// key or client key differs from an open connection's dials a connection of
+// its own, so a connection made under one pin or one set of credentials is
+// never handed to a caller holding others. It is safe for concurrent use:
+// concurrent Gets for one target share a single dial. A connection that dies is dropped and the next Get dials
 // again, verifying the host key learned on first contact even when the
 // target pins none, so a changed key is never accepted on a reconnect.
 type Pool struct {
@@ -17,7 +22,7 @@ type Pool struct {
 
 	mu      sync.Mutex
 	closed  bool
-	entries map[string]*poolEntry
+	entries map[connKey]*poolEntry
 	learned map[string]string // host:port -> host key learned on first use
 }
 
@@ -33,7 +38,7 @@ type poolEntry struct {
 func NewPool(opts Options) *Pool {
 	return &Pool{
 		opts:    opts.WithDefaults(),
-		entries: make(map[string]*poolEntry),
+		entries: make(map[connKey]*poolEntry),
 		learned: make(map[string]string),
 	}
 }
@@ -43,7 +48,10 @@ func NewPool(opts Options) *Pool {
 // again under their own contexts. The returned Client belongs to the pool:
 // do not close it.
 func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
-	key := t.String()
+	key, err := keyOf(t)
+	if err != nil {
+		return nil, err // names the target already
+	}
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -89,6 +97,17 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 			if _, ok := p.learned[t.Addr()]; !ok {
 				p.learned[t.Addr()] = c.HostKey()
 			}
+			if key.host == "" {
+				// The connection verified the host key it presented: a
+				// Get that pins that very key may share it.
+				if pinned, _, _, _, err := gossh.ParseAuthorizedKey([]byte(c.HostKey())); err == nil {
+					alias := key
+					alias.host = gossh.FingerprintSHA256(pinned)
+					if _, ok := p.entries[alias]; !ok {
+						p.entries[alias] = e
+					}
+				}
+			}
 		}
 		e.client, e.err = c, err
 		e.gaveUp = err != nil && ctx.Err() != nil
@@ -108,7 +127,12 @@ func (p *Pool) Close() error {
 	}
 	p.closed = true
 	entries := make([]*poolEntry, 0, len(p.entries))
+	seen := make(map[*poolEntry]bool, len(p.entries))
 	for _, e := range p.entries {
+		if seen[e] {
+			continue // an alias of an entry already listed
+		}
+		seen[e] = true
 		e.cancel(ErrClosed)
 		entries = append(entries, e)
 	}
@@ -123,6 +147,29 @@ func (p *Pool) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// connKey identifies the connections a target may share: user@host:port,
+// the fingerprint of the pinned host key (empty when none is pinned) and
+// the fingerprint of the client key. Fingerprints rather than keys, so the
+// pool holds no more key material than its targets; the same key with
+// another comment is the same key.
+type connKey struct {
+	target string // user@host:port
+	host   string // SHA256 fingerprint of the pinned host key, or ""
+	client string // SHA256 fingerprint of the client key
+}
+
+func keyOf(t Target) (connKey, error) {
+	signer, pinned, err := t.WithDefaults().parse()
+	if err != nil {
+		return connKey{}, err
+	}
+	k := connKey{target: t.String(), client: gossh.FingerprintSHA256(signer.PublicKey())}
+	if pinned != nil {
+		k.host = gossh.FingerprintSHA256(pinned)
+	}
+	return k, nil
 }
 
 func isDone(ch <-chan struct{}) bool {

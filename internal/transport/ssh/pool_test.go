@@ -189,3 +189,109 @@ func TestPoolClose(t *testing.T) {
 		t.Errorf("exec after close: %v, want ErrDisconnected", err)
 	}
 }
+
+// A connection is shared only by targets with the same pinned host key and
+// client key: a soul whose pin is wrong, or whose key the server does not
+// accept, must not ride on a connection another soul at the same address
+// opened with its own credentials.
+func TestPoolKeysConnectionsByHostKeyAndClientKey(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	var dials dialCounter
+	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial})
+	defer pool.Close()
+
+	pinned := target(s)
+	pinned.HostKey = s.HostKey
+	first, err := pool.Get(t.Context(), pinned)
+	if err != nil {
+		t.Fatalf("get with the right pin: %v", err)
+	}
+
+	_, otherHostKey, err := sshtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	strangerKey, _, err := sshtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*ssh.Target)
+		want   error
+	}{
+		{"another pinned host key", func(tg *ssh.Target) { tg.HostKey = otherHostKey }, ssh.ErrHostKeyMismatch},
+		{"a client key the server does not accept", func(tg *ssh.Target) { tg.PrivateKey = strangerKey }, ssh.ErrAuth},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := pinned
+			tc.change(&tg)
+			c, err := pool.Get(t.Context(), tg)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("get = %v, %v; want %v", c == first, err, tc.want)
+			}
+		})
+	}
+
+	// The same keys written differently (another comment on the pin) share
+	// the connection, and so does an unpinned target's TOFU connection
+	// once it has verified the key a later target pins.
+	same := pinned
+	same.HostKey = s.HostKey + " renamed-comment"
+	if c, err := pool.Get(t.Context(), same); err != nil || c != first {
+		t.Fatalf("same keys, another comment: reused=%v err=%v", c == first, err)
+	}
+	before := dials.count()
+	tofu, err := pool.Get(t.Context(), target(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tofu == first || dials.count() != before+1 {
+		t.Fatalf("an unpinned target reused the pinned target's connection (%d dials)", dials.count()-before)
+	}
+	if res := exec(t, tofu, ssh.Command{Argv: []string{"true"}}); res.ExitCode != 0 {
+		t.Fatalf("true exited %d", res.ExitCode)
+	}
+}
+
+// A target that pins the key an unpinned target's connection verified
+// shares that connection instead of dialing again, so pinning on first
+// contact does not cost each run a second connection.
+func TestPoolPinAfterFirstContactReusesTheConnection(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	var dials dialCounter
+	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial})
+	defer pool.Close()
+	tofu, err := pool.Get(t.Context(), target(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := target(s)
+	pinned.HostKey = tofu.HostKey()
+	c, err := pool.Get(t.Context(), pinned)
+	if err != nil || c != tofu || dials.count() != 1 {
+		t.Fatalf("pinned get: reused=%v err=%v dials=%d", c == tofu, err, dials.count())
+	}
+}
+
+// A target whose keys do not parse fails before any dial: the pool needs
+// their fingerprints to know which connection the target may share.
+func TestPoolInvalidTargetDoesNotDial(t *testing.T) {
+	t.Parallel()
+	var dials dialCounter
+	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial})
+	defer pool.Close()
+	for _, tg := range []ssh.Target{
+		{Address: "127.0.0.1", User: "root", PrivateKey: []byte("not a key")},
+		{Address: "127.0.0.1", User: "root", PrivateKey: func() []byte { k, _, _ := sshtest.NewKey(); return k }(), HostKey: "ssh-ed25519 not-base64"},
+	} {
+		if _, err := pool.Get(t.Context(), tg); !errors.Is(err, ssh.ErrInvalidTarget) {
+			t.Errorf("get: %v, want ErrInvalidTarget", err)
+		}
+	}
+	if dials.count() != 0 {
+		t.Errorf("%d dials for invalid targets", dials.count())
+	}
+}

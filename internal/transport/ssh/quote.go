@@ -1,43 +1,15 @@
 package ssh
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/soulstack/soulstack/internal/shell"
+)
 
 // Quote returns s quoted for a POSIX shell, so that the shell reads it back
-// as exactly one word equal to s. Words made only of characters no shell
-// treats specially are returned as they are; anything else is put in single
-// quotes, where each single quote of s closes the quoting, is escaped, and
-// reopens it. The empty string becomes a pair of quotes:
-//
-//	/etc/hosts  ->  /etc/hosts
-//	it's        ->  'it'\''s'
-//	$HOME       ->  '$HOME'
-//	(empty)     ->  ''
-//
-// s must not contain a NUL byte, which no shell word can hold.
-func Quote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	if isSafeWord(s) {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-// isSafeWord reports whether s has only characters that are literal in
-// every position of an unquoted POSIX shell word.
-func isSafeWord(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("_-+./,:@%", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
+// as exactly one word equal to s; it is shell.Quote, which the scenario
+// function quote(s) uses too. s must not contain a NUL byte.
+func Quote(s string) string { return shell.Quote(s) }
 
 // quoteArgs quotes each word and joins them with spaces.
 func quoteArgs(args []string) string {
@@ -46,7 +18,7 @@ func quoteArgs(args []string) string {
 		if i > 0 {
 			b.WriteByte(' ')
 		}
-		b.WriteString(Quote(a))
+		b.WriteString(shell.Quote(a))
 	}
 	return b.String()
 }

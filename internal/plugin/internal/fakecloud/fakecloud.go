@@ -14,6 +14,9 @@
 //	                        and some text to stdout
 //	{"log_credentials": true}  log the provider's credentials in plain text,
 //	                        as a careless driver might
+//	{"api_key": "…"}        nothing but a secret-looking setting: its VMs'
+//	                        attributes carry its SHA-256 (config_api_sha256),
+//	                        so a test sees what the driver got
 //
 // The method names are those of driversdk.Driver. Its capabilities come from
 // the SOULSTACK_FAKECLOUD_CAPS variable ("resize,list,idempotency" when
@@ -54,6 +57,7 @@ type Config struct {
 	Fail           string `json:"fail,omitempty"`
 	Chatter        int    `json:"chatter,omitempty"`
 	LogCredentials bool   `json:"log_credentials,omitempty"`
+	APIKey         string `json:"api_key,omitempty"`
 }
 
 // Spec is the profile (and resize) spec the fake cloud understands.
@@ -276,6 +280,10 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 			"credentials_sha256": hex.EncodeToString(credsSum[:]),
 			"authorized_keys":    len(req.AuthorizedKeys),
 			"env":                envNames(),
+		}
+		if c, _ := config(req.Provider); c.APIKey != "" {
+			sum := sha256.Sum256([]byte(c.APIKey))
+			attrs["config_api_sha256"] = hex.EncodeToString(sum[:])
 		}
 		if len(req.Userdata) > 0 {
 			sum := sha256.Sum256([]byte(req.Userdata[i]))

@@ -1,0 +1,155 @@
+package secret
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Limits of a run's Set.
+const (
+	// MinValueLen is the shortest value a Set (or Register) accepts:
+	// masking "a" everywhere would destroy output without protecting
+	// anything.
+	MinValueLen = 6
+	// MaxRunValues is how many distinct values one run's Set holds. A run
+	// that registers more has its Set overflow: from then on every string
+	// its Set masks is replaced whole (see Set.Overflowed).
+	MaxRunValues = 1024
+	// maxKeeperValues bounds the keeper's own set; past it the oldest
+	// value is forgotten (the keeper's credentials are few; rotated ones
+	// are the ones that go).
+	maxKeeperValues = 4096
+)
+
+// Set is the text of the secrets one run has seen — its secret inputs, the
+// keys it resolved, the tokens it minted — masked in that run's events,
+// outputs, logs and errors and nowhere else. A Set holds at most
+// MaxRunValues distinct values of at least MinValueLen bytes; shorter
+// values are ignored. A run that adds more values than that makes its Set
+// overflow, and an overflowed Set masks every string whole: output is lost,
+// but no secret the Set could not hold leaks. A Set is safe for concurrent
+// use; the nil *Set masks as the package functions do (token patterns, key
+// names and the keeper's own secrets only).
+type Set struct {
+	mu       sync.Mutex
+	order    []string                 // values in the order they came
+	values   atomic.Pointer[[]string] // longest first; replaced, never changed
+	max      int
+	evict    bool // at max, forget the oldest value instead of overflowing
+	overflow atomic.Bool
+}
+
+// NewSet returns an empty Set with the limits of a run.
+func NewSet() *Set { return &Set{max: MaxRunValues} }
+
+// keeperSet holds the keeper's own secrets (its SSH key, credentials it
+// resolves): they belong to the keeper, not to a run, so every output
+// channel masks them.
+var keeperSet = &Set{max: maxKeeperValues, evict: true}
+
+// Register records the text of one of the keeper's own secrets (its SSH
+// private key, a credential the keeper resolved) so that every output
+// channel masks it. A run's secrets go to the run's Set, never here: a
+// value registered here rewrites every answer of the keeper. Values shorter
+// than MinValueLen are ignored.
+func Register(value string) { keeperSet.Add(value) }
+
+// Add records value (see Set); it implements module.Secrets.
+func (s *Set) Add(value string) {
+	if s == nil || len(value) < MinValueLen {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slices.Contains(s.order, value) {
+		return
+	}
+	if len(s.order) >= s.max {
+		if !s.evict {
+			s.overflow.Store(true)
+			return
+		}
+		s.order = slices.Delete(s.order, 0, 1)
+	}
+	s.order = append(s.order, value)
+	sorted := slices.Clone(s.order)
+	sortLongestFirst(sorted)
+	s.values.Store(&sorted)
+}
+
+// Values returns a copy of the values s holds, longest first.
+func (s *Set) Values() []string {
+	return slices.Clone(s.snapshot())
+}
+
+// Len is how many values s holds.
+func (s *Set) Len() int { return len(s.snapshot()) }
+
+// Overflowed reports whether more than MaxRunValues values were added to
+// s: it then masks every string whole.
+func (s *Set) Overflowed() bool { return s != nil && s.overflow.Load() }
+
+func (s *Set) snapshot() []string {
+	if s == nil {
+		return nil
+	}
+	if p := s.values.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// sortLongestFirst orders values so that a secret containing another is
+// replaced whole; equal lengths sort by text, so the order is stable.
+func sortLongestFirst(values []string) {
+	slices.SortFunc(values, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
+}
+
+// masker is what one masking pass replaces: the values of the keeper's
+// set and of a run's Set, longest first, and token patterns; redact masks
+// every string whole.
+type masker struct {
+	values []string
+	redact bool
+}
+
+// keeperMasker masks token patterns and the keeper's own secrets.
+func keeperMasker() masker { return masker{values: keeperSet.snapshot()} }
+
+// masker masks what keeperMasker does plus the values of s.
+func (s *Set) masker() masker {
+	k, own := keeperSet.snapshot(), s.snapshot()
+	if len(own) == 0 {
+		return masker{values: k, redact: s.Overflowed()}
+	}
+	if len(k) == 0 {
+		return masker{values: own, redact: s.Overflowed()}
+	}
+	all := make([]string, 0, len(k)+len(own))
+	all = append(append(all, k...), own...)
+	sortLongestFirst(all)
+	return masker{values: slices.Compact(all), redact: s.Overflowed()}
+}
+
+// str masks one string value.
+func (m masker) str(s string) string {
+	if m.redact {
+		if s == "" {
+			return s
+		}
+		return Masked
+	}
+	for _, v := range m.values {
+		if strings.Contains(s, v) {
+			s = strings.ReplaceAll(s, v, Masked)
+		}
+	}
+	return maskTokens(s)
+}
