@@ -114,6 +114,9 @@ func (d *Driver) ValidateProfile(ctx context.Context, p driversdk.Provider, prof
 	if err != nil {
 		return err
 	}
+	if err := cfg.allows(spec); err != nil {
+		return err
+	}
 	if _, err := fqdnSuffix(p); err != nil {
 		return err
 	}
@@ -160,6 +163,9 @@ func (d *Driver) plan(req driversdk.CreateRequest) (createPlan, error) {
 		return p, err
 	}
 	if p.spec, err = ParseSpec(req.Profile); err != nil {
+		return p, err
+	}
+	if err = p.cfg.allows(p.spec); err != nil {
 		return p, err
 	}
 	if p.suffix, err = fqdnSuffix(req.Provider); err != nil {
