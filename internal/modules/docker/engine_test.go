@@ -140,8 +140,10 @@ func TestDistroEngineInVM(t *testing.T) {
 		t.Fatalf("add alice: %+v, %v", res, err)
 	}
 
-	// A stopped engine is started again, with verify daemon too.
-	tg.Sh(t, "kill $(cat /run/docker.pid); i=0; while docker info >/dev/null 2>&1 && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done; ! docker info >/dev/null 2>&1")
+	// A stopped engine is started again, with verify daemon too, even
+	// when a stale pid file (a dockerd that died, a host restart) is left.
+	tg.ShFor(t, `pid=$(cat /run/docker.pid) && kill "$pid" && while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+! docker info >/dev/null 2>&1 && echo 999999 >/run/docker.pid`, 3*time.Minute)
 	res, _, err = run(t, tg, with("verify", "daemon"))
 	if err != nil || !res.Changed || !strings.Contains(output(res)["started_with"].(string), "dockerd") {
 		t.Fatalf("restart a stopped engine: %+v, %v", res, err)

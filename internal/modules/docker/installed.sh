@@ -73,6 +73,16 @@ start_daemon() {
 		started="/etc/init.d/docker start"
 		/etc/init.d/docker start >"$tmp/start" 2>&1 || return 1
 	elif command -v dockerd >/dev/null 2>&1; then
+		# A pid file of a dockerd that is gone (killed, or the host
+		# restarted) would stop a new one; a live one is left alone.
+		if [ -f /run/docker.pid ]; then
+			pid=$(cat /run/docker.pid 2>/dev/null)
+			if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+				printf 'dockerd (pid %s, /run/docker.pid) runs but does not answer docker info\n' "$pid" >"$tmp/start"
+				return 1
+			fi
+			rm -f /run/docker.pid
+		fi
 		flags=$(dockerd_flags)
 		started="dockerd$flags (detached; pid file /run/docker.pid, log /var/log/dockerd.log)"
 		# shellcheck disable=SC2086
