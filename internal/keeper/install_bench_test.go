@@ -374,9 +374,19 @@ func stepWindows(evs []client.RunEvent) ([3][2]time.Time, error) {
 	return w, nil
 }
 
-// sshdLog is where a local VM's sshd logs, in the VM's upper layer.
+// sshdLog is where a local VM's sshd logs, in the VM's upper layer: the
+// /var layer's own on a view of the host, the root's on a base.
 func sshdLog(state, vmID string) string {
-	return filepath.Join(state, "vms", vmID, "upper", "var", "log", "soulstack-local-sshd.log")
+	vm := filepath.Join(state, "vms", vmID)
+	if p := filepath.Join(vm, "layers", "var", "upper", "log", "soulstack-local-sshd.log"); fileExists(p) {
+		return p
+	}
+	return filepath.Join(vm, "upper", "var", "log", "soulstack-local-sshd.log")
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // acceptedConns counts the connections the VMs' sshd accepted so far.
