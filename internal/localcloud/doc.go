@@ -188,7 +188,7 @@
 //     give it only to VMs you would trust with root on the host (tests,
 //     a laptop), never to scenario authors you do not trust with the
 //     host. Only that VM is affected; the others keep the confinement
-//     above.
+//     above. Such a VM has the attribute nesting.
 //
 // Resize takes the same keys; cpus and memory_mb change live (no downtime),
 // the ones it leaves out stay, and ssh_user, base, base_root and nesting

@@ -269,6 +269,9 @@ func (v *vmRecord) info(running bool) driversdk.VM {
 	if v.Spec.Base != "" {
 		attrs["base"] = v.Spec.Base
 	}
+	if v.Spec.Nesting != "" {
+		attrs["nesting"] = v.Spec.Nesting // the VM is not confined as others are
+	}
 	if !v.CreatedAt.IsZero() {
 		attrs["created_at"] = v.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")
 	}

@@ -70,6 +70,9 @@ func TestDistroEngineInVM(t *testing.T) {
 	t.Parallel()
 	image := helloImage(t)
 	tg := moduletest.NewVMWith(t, moduletest.VMOptions{SSHUser: "deploy", Suffix: "docker.test", Base: "debian-bookworm", Nesting: "docker"})
+	if tg.Attributes["nesting"] != "docker" {
+		t.Errorf("VM attributes %v, want nesting docker", tg.Attributes)
+	}
 	if got := tg.Sh(t, "command -v docker dockerd || echo none"); got != "none" {
 		t.Fatalf("the base VM has Docker before the run: %q", got)
 	}
