@@ -231,7 +231,11 @@ func startFanoutKeeper(b *testing.B, dataDir string) *client.Client {
 // returns it with its events.
 func fanoutRun(b *testing.B, c *client.Client, req client.RunCreate) (*client.Run, []client.RunEvent) {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(b.Context(), 3*time.Minute)
+	wait := 3 * time.Minute
+	if d, err := time.ParseDuration(req.Timeout); err == nil && d+time.Minute > wait {
+		wait = d + time.Minute // a run with a longer timeout of its own
+	}
+	ctx, cancel := context.WithTimeout(b.Context(), wait)
 	defer cancel()
 	run, _, err := c.RunCreate(ctx, req)
 	if err != nil {

@@ -64,6 +64,8 @@ type bootConfig struct {
 	// Mask are host paths hidden in the VM under an empty read-only tmpfs
 	// (the driver's state dir, which holds the other VMs' layers).
 	Mask []string `json:"mask"`
+	// Nesting is the profile's nesting (see nesting_linux.go).
+	Nesting string `json:"nesting,omitempty"`
 }
 
 // Paths inside a VM.
@@ -156,10 +158,10 @@ func runInit() int {
 	// Stage 2 is this binary again, executed from a thread whose bounding
 	// set holds only vmCapabilities: PID 1 and everything after it have
 	// no others. /proc/self/exe still names the binary after the pivot.
-	if err := confineThread(); err != nil {
+	if err := confineThread(nestingCapabilities(bc.Nesting)...); err != nil {
 		return fail("confine the VM", err)
 	}
-	if err := confineSyscalls(); err != nil {
+	if err := confineSyscalls(bc.Nesting != ""); err != nil {
 		if _, known := seccompArch(); known {
 			return fail("confine the VM", err)
 		}

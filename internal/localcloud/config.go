@@ -63,7 +63,15 @@ type Config struct {
 	BasesDir string
 	// DebianMirror is where debootstrap fetches Debian bases from.
 	DebianMirror string
+	// AllowNesting lets profiles ask for nesting (see Spec.Nesting). It
+	// is the provider's, an admin's, to give: a nesting VM's root can
+	// reach the host.
+	AllowNesting bool
 }
+
+// NestingDocker is the one value of the profile key nesting: the VM
+// runs a container engine (see nesting_linux.go for what that costs).
+const NestingDocker = "docker"
 
 // DefaultDebianMirror is the Debian archive bases are built from.
 const DefaultDebianMirror = "http://deb.debian.org/debian"
@@ -111,6 +119,10 @@ type Spec struct {
 	// openssh-server, iproute2 and sudo), instead of the view of the
 	// host. It excludes BaseRoot.
 	Base string `json:"base,omitempty"`
+
+	// Nesting, when "docker", gives the VM what a container engine
+	// needs (see nestingCapabilities); the provider must allow it.
+	Nesting string `json:"nesting,omitempty"`
 
 	// baseDir is where Base was built, found at Create.
 	baseDir string
@@ -195,7 +207,7 @@ func decodeString(m map[string]json.RawMessage, key, field string) (string, bool
 // Problems are *driversdk.Error with code profile.invalid and a Field
 // prefixed "config.".
 func ParseConfig(raw json.RawMessage) (Config, error) {
-	m, err := objectKeys(raw, []string{"base_roots", "bases_dir", "debian_mirror", "host_ports", "state_dir", "subnet"}, "config.")
+	m, err := objectKeys(raw, []string{"allow_nesting", "base_roots", "bases_dir", "debian_mirror", "host_ports", "state_dir", "subnet"}, "config.")
 	if err != nil {
 		return Config{}, err
 	}
@@ -215,6 +227,11 @@ func ParseConfig(raw json.RawMessage) (Config, error) {
 			return Config{}, invalid("config.debian_mirror", "%q is not an http://, https:// or file:/ URL", u)
 		}
 		c.DebianMirror = u
+	}
+	if v, ok := m["allow_nesting"]; ok {
+		if err := json.Unmarshal(v, &c.AllowNesting); err != nil {
+			return Config{}, invalid("config.allow_nesting", "must be true or false")
+		}
 	}
 	if v, ok := m["base_roots"]; ok {
 		var roots []string
@@ -287,7 +304,7 @@ func parseSubnet(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
-var specKeys = []string{"base", "base_root", "cpus", "memory_mb", "ssh_user"}
+var specKeys = []string{"base", "base_root", "cpus", "memory_mb", "nesting", "ssh_user"}
 
 // ParseSpec decodes a profile spec strictly and fills in defaults. It
 // checks the values' types and ranges; whether base_root holds a usable
@@ -356,8 +373,25 @@ func (s *Spec) merge(raw json.RawMessage) error {
 		}
 		s.Base = b
 	}
+	if n, ok, err := decodeString(m, "nesting", "nesting"); err != nil {
+		return err
+	} else if ok {
+		if n != "" && n != NestingDocker {
+			return invalid("nesting", "%q is not a nesting this driver knows (known: %s)", n, NestingDocker)
+		}
+		s.Nesting = n
+	}
 	if s.Base != "" && s.BaseRoot != "" {
 		return invalid("base", "base and base_root exclude each other")
+	}
+	return nil
+}
+
+// allows refuses a spec that asks for what the provider config does not
+// give: nesting without allow_nesting.
+func (c Config) allows(s Spec) error {
+	if s.Nesting != "" && !c.AllowNesting {
+		return invalid("nesting", "the provider does not allow nesting: its config needs allow_nesting: true (a nesting VM's root can reach the host)")
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ func TestParseSpec(t *testing.T) {
 		{"unknown base", `{"base": "ubuntu"}`, Spec{}, "base"},
 		{"base and base_root", `{"base": "debian-bookworm", "base_root": "/srv/x"}`, Spec{}, "base"},
 		{"base root with a comma", `{"base_root": "/srv/a,b"}`, Spec{}, "base_root"},
+		{"nesting", `{"nesting": "docker"}`, Spec{CPUs: 1, MemoryMB: 1024, SSHUser: "root", Nesting: "docker"}, ""},
+		{"unknown nesting", `{"nesting": "kvm"}`, Spec{}, "nesting"},
+		{"nesting not a string", `{"nesting": true}`, Spec{}, "nesting"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseSpec(json.RawMessage(tc.in))
@@ -91,6 +94,8 @@ func TestParseConfig(t *testing.T) {
 		{"bases", `{"bases_dir": "/var/cache/bases/", "debian_mirror": "http://mirror.example/debian"}`,
 			Config{StateDir: DefaultStateDir, BasesDir: "/var/cache/bases", DebianMirror: "http://mirror.example/debian"}, ""},
 		{"relative bases dir", `{"bases_dir": "bases"}`, Config{}, "config.bases_dir"},
+		{"allow nesting", `{"allow_nesting": true}`, Config{StateDir: DefaultStateDir, AllowNesting: true}, ""},
+		{"allow nesting not a bool", `{"allow_nesting": "yes"}`, Config{}, "config.allow_nesting"},
 		{"mirror not a URL", `{"debian_mirror": "deb.debian.org"}`, Config{}, "config.debian_mirror"},
 		{"no host port", `{"host_ports": []}`, Config{StateDir: DefaultStateDir, HostPorts: []uint16{}}, ""},
 		{"host port out of range", `{"host_ports": [70000]}`, Config{}, "config.host_ports"},
@@ -224,6 +229,11 @@ func TestValidateProfileNotRoot(t *testing.T) {
 	err = d.ValidateProfile(context.Background(), driversdk.Provider{}, json.RawMessage(`{"gpus": 1}`))
 	if e := wantProfileInvalid(t, err); e.Field != "gpus" {
 		t.Errorf("Field = %q", e.Field)
+	}
+	// So is nesting the provider does not allow.
+	err = d.ValidateProfile(context.Background(), driversdk.Provider{}, json.RawMessage(`{"nesting": "docker"}`))
+	if e := wantProfileInvalid(t, err); e.Field != "nesting" || !strings.Contains(e.Message, "allow_nesting") {
+		t.Errorf("nesting without allow_nesting: %v", err)
 	}
 	// Create fails the same way before making anything.
 	state := filepath.Join(t.TempDir(), "state")

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -72,10 +73,10 @@ func lastCap() int {
 // capabilities, but every program it executes gets at most
 // vmCapabilities, and nothing can add others back. It locks the calling
 // goroutine to its thread for good: the restriction is the thread's.
-func confineThread() error {
+func confineThread(extra ...int) error {
 	runtime.LockOSThread()
 	keep := map[int]bool{}
-	for _, c := range vmCapabilities {
+	for _, c := range append(slices.Clone(vmCapabilities), extra...) {
 		keep[c] = true
 	}
 	for c := 0; c <= lastCap(); c++ {
@@ -213,7 +214,7 @@ func seccompArch() (uint32, bool) {
 // just before the init executes stage 2. It needs CAP_SYS_ADMIN (there is
 // no no_new_privs: setuid programs such as sudo must keep working). On an
 // architecture it does not know, it installs nothing and says so.
-func confineSyscalls() error {
+func confineSyscalls(nesting bool) error {
 	arch, ok := seccompArch()
 	if !ok {
 		return fmt.Errorf("no seccomp filter for %s", runtime.GOARCH)
@@ -242,7 +243,11 @@ func confineSyscalls() error {
 		prog = append(prog, unix.SockFilter{Code: jge, K: x32Bit, Jf: 1}, unix.SockFilter{Code: ret, K: eperm})
 	}
 	for _, nr := range deniedSyscalls {
-		prog = append(prog, unix.SockFilter{Code: jeq, K: uint32(nr), Jf: 1}, unix.SockFilter{Code: ret, K: eperm})
+		deny := eperm
+		if nesting && slices.Contains(keyringSyscalls, nr) {
+			deny = enosys
+		}
+		prog = append(prog, unix.SockFilter{Code: jeq, K: uint32(nr), Jf: 1}, unix.SockFilter{Code: ret, K: deny})
 	}
 	prog = append(prog, unix.SockFilter{Code: jeq, K: uint32(unix.SYS_CLONE3), Jf: 1}, unix.SockFilter{Code: ret, K: enosys})
 	for _, nr := range []uintptr{unix.SYS_UNSHARE, unix.SYS_CLONE} {

@@ -112,17 +112,18 @@
 // exhaustion
 // beyond the cgroup's cpu and memory limits (disk space of the state
 // dir's filesystem, for one). A base_root is trusted as a whole. Docker's
-// engine does not run in a VM (it needs SYS_ADMIN); the docker client
-// does.
+// engine does not run in such a VM (it needs SYS_ADMIN); the docker client
+// does. A VM made with nesting: docker (below) gives up most of this.
 //
 // # Provider config and profile
 //
-// The provider config (driversdk.Provider.Config) takes six optional
+// The provider config (driversdk.Provider.Config) takes seven optional
 // keys:
 //
 //	{"subnet": "10.213.0.0/24", "state_dir": "/var/lib/soulstack-local",
 //	 "host_ports": [8420], "base_roots": ["/srv/soulstack/bookworm"],
-//	 "bases_dir": "/var/lib/soulstack-local/bases", "debian_mirror": "http://deb.debian.org/debian"}
+//	 "bases_dir": "/var/lib/soulstack-local/bases", "debian_mirror": "http://deb.debian.org/debian",
+//	 "allow_nesting": false}
 //
 // subnet is the bridge's IPv4 network (/8 to /29). When set, a subnet that
 // overlaps any route (in every routing table) or address on the host is
@@ -143,12 +144,12 @@
 // provider config only by an admin.
 // bases_dir (default <state_dir>/bases) keeps the bases the driver builds
 // for the profile key base, from debian_mirror; they stay when the VMs
-// go.
+// go. allow_nesting (default false) lets profiles ask for nesting.
 //
-// The profile spec takes five optional keys; any other is profile.invalid
+// The profile spec takes six optional keys; any other is profile.invalid
 // naming the key:
 //
-//	{"cpus": 1, "memory_mb": 512, "ssh_user": "root", "base": "debian-bookworm"}
+//	{"cpus": 1, "memory_mb": 512, "ssh_user": "root", "base": "debian-bookworm", "nesting": "docker"}
 //
 // They are:
 //
@@ -175,10 +176,31 @@
 //     packages, use base, or make an immutable root once, for example
 //     debootstrap --include=openssh-server,iproute2,sudo bookworm /srv/soulstack/bookworm,
 //     and list it in base_roots.
+//   - nesting: docker lets a container engine run in the VM (Debian's
+//     docker.io: dockerd, containerd, runc), when the provider config has
+//     allow_nesting: true (otherwise profile.invalid, field nesting). The
+//     VM's processes then also have SYS_ADMIN (containers' mounts and
+//     namespaces), NET_ADMIN (their links, docker0), MKNOD and NET_RAW (in
+//     the set Docker gives every container, which runc cannot grant from a
+//     bounding set without them); the cgroup hierarchies are writable
+//     (runc makes the containers' cgroups below the VM's), and keyctl,
+//     add_key and request_key fail with ENOSYS instead of EPERM (runc goes
+//     on without a session keyring only then). User namespaces stay
+//     refused. Start dockerd yourself (no systemd), with the flag
+//     --storage-driver=vfs (overlay2 does not stack on the VM's overlay
+//     root); core.docker.installed does this. The cost: SYS_ADMIN lets
+//     root in the VM mount what the kernel offers (a devtmpfs with the
+//     host's disks among it), unmount the masks and raise its own cgroup
+//     limits, and NET_ADMIN and NET_RAW let it take or forge other VMs'
+//     addresses on the bridge. Root in a nesting VM can reach the host:
+//     give it only to VMs you would trust with root on the host (tests,
+//     a laptop), never to scenario authors you do not trust with the
+//     host. Only that VM is affected; the others keep the confinement
+//     above. Such a VM has the attribute nesting.
 //
 // Resize takes the same keys; cpus and memory_mb change live (no downtime),
-// the ones it leaves out stay, and ssh_user, base and base_root cannot
-// change.
+// the ones it leaves out stay, and ssh_user, base, base_root and nesting
+// cannot change.
 //
 // # Userdata
 //
@@ -267,7 +289,7 @@
 //
 // IPv4 only. A VM does not restart: after a host reboot its state is
 // stopped and it can only be destroyed. Software that needs systemd as PID 1
-// does not run, nor does Docker's engine (no SYS_ADMIN). ping works
+// does not run, nor does Docker's engine without nesting: docker. ping works
 // through ICMP sockets (no NET_RAW), not raw ones. A rename across /usr,
 // /etc, /var and the rest of / crosses overlays (EXDEV; mv copies). A
 // host firewall whose

@@ -114,6 +114,9 @@ func (d *Driver) ValidateProfile(ctx context.Context, p driversdk.Provider, prof
 	if err != nil {
 		return err
 	}
+	if err := cfg.allows(spec); err != nil {
+		return err
+	}
 	if _, err := fqdnSuffix(p); err != nil {
 		return err
 	}
@@ -160,6 +163,9 @@ func (d *Driver) plan(req driversdk.CreateRequest) (createPlan, error) {
 		return p, err
 	}
 	if p.spec, err = ParseSpec(req.Profile); err != nil {
+		return p, err
+	}
+	if err = p.cfg.allows(p.spec); err != nil {
 		return p, err
 	}
 	if p.suffix, err = fqdnSuffix(req.Provider); err != nil {
@@ -263,6 +269,9 @@ func (v *vmRecord) info(running bool) driversdk.VM {
 	}
 	if v.Spec.Base != "" {
 		attrs["base"] = v.Spec.Base
+	}
+	if v.Spec.Nesting != "" {
+		attrs["nesting"] = v.Spec.Nesting // the VM is not confined as others are
 	}
 	if !v.CreatedAt.IsZero() {
 		attrs["created_at"] = v.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")

@@ -417,6 +417,9 @@ func (d *Driver) resize(ctx context.Context, cfg Config, keeper string, ids []st
 		if s.Base != v.Spec.Base {
 			return nil, invalid("base", "cannot change on existing VMs")
 		}
+		if s.Nesting != v.Spec.Nesting {
+			return nil, invalid("nesting", "cannot change on existing VMs")
+		}
 		specs[i] = s
 	}
 	out := make([]driversdk.ResizeResult, 0, len(recs))

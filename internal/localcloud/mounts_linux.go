@@ -59,7 +59,7 @@ func buildRoot(bc bootConfig) error {
 			return fmt.Errorf("mount %s on /%s: %w", mt.fstype, mt.target, err)
 		}
 	}
-	if err := mountCgroups(filepath.Join(m, "sys/fs/cgroup")); err != nil {
+	if err := mountCgroups(filepath.Join(m, "sys/fs/cgroup"), bc.Nesting != ""); err != nil {
 		return err
 	}
 	if err := populateDev(filepath.Join(m, "dev")); err != nil {
@@ -95,14 +95,18 @@ func buildRoot(bc bootConfig) error {
 // so the VM sees its limits at the usual places
 // (/sys/fs/cgroup/memory/memory.limit_in_bytes on v1, memory.max on v2)
 // and software that makes cgroups (Docker) works.
-func mountCgroups(dir string) error {
+func mountCgroups(dir string, writable bool) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/cgroup", &st); err != nil {
 		return err
 	}
 	// Read-only: the VM's cgroup is the root of what it sees, and its
-	// limits are the host's to set.
-	const flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	// limits are the host's to set. A nesting VM's container engine
+	// makes cgroups of its own under it (see nesting_linux.go).
+	var flags uintptr = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if writable {
+		flags &^= unix.MS_RDONLY
+	}
 	if st.Type == unix.CGROUP2_SUPER_MAGIC {
 		if err := unix.Mount("cgroup2", dir, "cgroup2", flags, ""); err != nil {
 			return fmt.Errorf("mount cgroup2: %w", err)
@@ -146,7 +150,7 @@ func mountCgroups(dir string) error {
 			_ = os.Symlink(to, filepath.Join(dir, e.Name()))
 		}
 	}
-	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|flags, "mode=755,size=64k"); err != nil {
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_RDONLY|flags, "mode=755,size=64k"); err != nil {
 		return fmt.Errorf("make /sys/fs/cgroup read-only: %w", err)
 	}
 	return nil

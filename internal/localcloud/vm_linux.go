@@ -267,7 +267,7 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 	if !v.Spec.ownRoot() {
 		layers = viewLayers()
 	}
-	bc, err := json.Marshal(bootConfig{Dir: dir, Lower: v.Spec.lower(), Layers: layers, FQDN: v.FQDN, SSHUser: v.Spec.SSHUser, Mask: mask})
+	bc, err := json.Marshal(bootConfig{Dir: dir, Lower: v.Spec.lower(), Layers: layers, FQDN: v.FQDN, SSHUser: v.Spec.SSHUser, Mask: mask, Nesting: v.Spec.Nesting})
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,10 @@
 // Engine on Debian and Ubuntu souls.
 //
 // Run does its work in one SSH round trip: a shell script (installed.sh)
-// installs the engine when `docker --version` fails, adds the users to the
-// docker group, starts and verifies the engine as asked, and reports what
-// it did as JSON.
+// installs the engine when it is not there (a docker CLI without dockerd
+// is not Docker installed), adds the users to the docker group, starts
+// the engine when it does not answer and verifies it as asked, and
+// reports what it did as JSON.
 package docker
 
 import (
@@ -74,16 +75,17 @@ func (*Installed) Info() module.Info {
 			{Name: "compose", Type: module.TypeBool, Default: true, Doc: "Also install the Compose plugin."},
 			{Name: "source", Type: module.TypeString, Default: "docker", Enum: []string{"docker", "distro"}, Doc: "Where the packages come from."},
 			{Name: "users", Type: module.TypeList, Elem: module.TypeString, DefaultDoc: "the connecting user", Doc: "Users to add to the docker group."},
-			{Name: "verify", Type: module.TypeString, Default: "hello-world", Enum: []string{"hello-world", "daemon"}, Doc: "How to check the result: run the hello-world image after an install (needs a registry), or make sure the engine answers `docker info`, starting it when it does not (also when Docker was already installed)."},
+			{Name: "verify", Type: module.TypeString, Default: "hello-world", Enum: []string{"hello-world", "daemon"}, Doc: "How to check the result, on every run: make sure the engine answers `docker info` (starting it when it does not), and with `hello-world` also run `docker run --rm --pull never hello-world` and expect its greeting. The image must already be on the soul: the module never pulls it."},
 		},
 		Output: []module.Field{
 			{Name: "status", Type: "string", Doc: "ok, or already_installed."},
 			{Name: "docker_version", Type: "string", Doc: "Output of docker --version."},
 			{Name: "compose", Type: "bool", Doc: "Whether Compose works (`docker compose` or `docker-compose`)."},
 			{Name: "users_added", Type: "array<string>", Doc: "Users this run added to the docker group."},
+			{Name: "started_with", Type: "string", Doc: "How this run started the engine (the systemctl, init script or dockerd command line), or empty when it was running."},
 		},
-		ChangesWhen:   "Docker was installed, the docker group was created, a user was added to it, or the engine was started.",
-		UnchangedWhen: "`docker --version` already worked, every user was in the docker group and, with `verify: daemon`, the engine answered.",
+		ChangesWhen:   "Docker was installed (the engine was missing, even when a docker CLI was there), the docker group was created, a user was added to it, or the engine was started.",
+		UnchangedWhen: "`docker --version` worked and `dockerd` was installed, every user was in the docker group, and the engine answered `docker info`.",
 		Example: `- name: docker
   on: web-1.local.test
   module: core.docker.installed
@@ -93,9 +95,11 @@ func (*Installed) Info() module.Info {
 		Notes: []string{
 			"Drift is not tracked: if Docker is removed later, nothing notices until the scenario runs again.",
 			"Group membership takes effect at the user's next login. By default the connecting user is added (the user sudo ran for); root never is.",
+			"Installed means the engine is there: `docker --version` working and `dockerd` on the PATH. A lone docker CLI (a client for a remote engine) gets the engine installed from `source`.",
 			"When Docker is already installed nothing is installed, not even Compose: `compose` in the output says whether it works.",
 			"`source: docker` needs download.docker.com; `source: distro` works with the distribution's mirror (docker.io, and docker-compose-v2 or docker-compose).",
-			"Without systemd (containers, local VMs) the engine is started with its init script or as a detached dockerd; nothing starts it again at boot.",
+			"Starting the engine: with systemd as PID 1, `systemctl enable --now docker.service`; under SysV init, `/etc/init.d/docker start`; without either (containers, local VMs) `dockerd` detached in its own session with pid file /run/docker.pid and log /var/log/dockerd.log, and flags found by probing: `--storage-driver=vfs` when /var/lib/docker is on overlayfs, `--iptables=false` when iptables cannot list its filter table. Nothing starts a detached dockerd again at boot; `started_with` says what was run.",
+			"On a local VM (soul-cloud-local) the engine runs only with the profile key `nesting: docker`, which the provider config must allow (`allow_nesting: true`); see the local driver's documentation for what that costs in isolation.",
 		},
 	}
 }
@@ -129,6 +133,7 @@ type report struct {
 	Compose       bool     `json:"compose"`
 	UsersAdded    []string `json:"users_added"`
 	DockerVersion string   `json:"docker_version"`
+	StartedWith   string   `json:"started_with"`
 }
 
 // command returns the command Run sends to the soul for p.
@@ -208,5 +213,6 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 		"docker_version": r.DockerVersion,
 		"compose":        r.Compose,
 		"users_added":    added,
+		"started_with":   r.StartedWith,
 	}}, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +50,7 @@ func run(t *testing.T, tg *moduletest.VM, params map[string]any) (module.Result,
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	before := tg.Calls()
 	start := time.Now()
@@ -61,118 +60,45 @@ func run(t *testing.T, tg *moduletest.VM, params map[string]any) (module.Result,
 	return res, n, err
 }
 
-// TestAlreadyInstalledInVM runs the module over SSH, through sudo, in a
-// local VM that has the host's docker CLI but no engine (dockerd): this
-// host has none, and no network to install one. Docker counts as
-// installed, the docker group is made and the connecting user added once,
-// named users are added, an unknown user fails, and verify: daemon fails
-// while no engine answers docker info and passes when one does (a stub
-// docker command stands in for the engine). Offline installs fail with
-// docker.install_failed on the path each source takes.
-func TestAlreadyInstalledInVM(t *testing.T) {
+// TestLoneCLIInVM runs the module over SSH, through sudo, in a local VM
+// on the view of the host, which has the host's docker CLI but no engine
+// (dockerd). A lone CLI is not Docker installed: an unknown user fails
+// first, and then the module installs the engine from the source asked
+// for. Docker's own repository is out of reach here (the VM reaches only
+// Debian's archive), so source docker fails at download.docker.com with
+// docker.install_failed; source distro, with apt-get made to fail the way
+// it does offline, fails at apt-get install. Nothing says
+// already_installed, and no docker group is made.
+func TestLoneCLIInVM(t *testing.T) {
 	t.Parallel()
-	cli, err := exec.LookPath("docker")
-	if err != nil {
-		t.Skip("the test needs the docker CLI on the host (the VM shares the host's /usr)")
+	if _, err := exec.LookPath("docker"); err != nil {
+		t.Skip("the test needs a docker CLI on the host (the VM shares the host's /usr)")
+	}
+	if _, err := exec.LookPath("dockerd"); err == nil {
+		t.Skip("the host has a Docker engine; the test wants a lone CLI")
 	}
 	tg := newVM(t, "deploy")
 	if tg.Sh(t, "getent group docker || true") != "" {
-		t.Skip("the host already has a docker group; the test wants to see it made")
+		t.Skip("the host already has a docker group; the test wants to see it is not made")
 	}
-	wantOutput := func(res module.Result, changed bool, added ...string) map[string]any {
-		t.Helper()
-		out, _ := res.Output.(map[string]any)
-		if added == nil {
-			added = []string{}
-		}
-		if res.Changed != changed || out["status"] != "already_installed" ||
-			!strings.HasPrefix(out["docker_version"].(string), "Docker version ") ||
-			!slices.Equal(out["users_added"].([]string), added) {
-			t.Fatalf("result = %+v, want changed=%v users_added=%v", res, changed, added)
-		}
-		return out
+	if got := tg.Sh(t, "docker --version >/dev/null && echo cli; command -v dockerd || echo no engine"); got != "cli\nno engine" {
+		t.Fatalf("the VM has %q, want a CLI and no engine", got)
 	}
-	inGroup := func(user string) bool {
-		return slices.Contains(strings.Fields(tg.Sh(t, "id -nG "+user)), "docker")
-	}
-
-	// Defaults: compose, source docker, verify hello-world, the
-	// connecting user (SUDO_USER) added to a new docker group.
-	res, n, err := run(t, tg, map[string]any{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := wantOutput(res, true, "deploy")
-	if n != 1 {
-		t.Errorf("first run took %d round trips, want 1", n)
-	}
-	compose := exec.Command(cli, "compose", "version").Run() == nil
-	if out["compose"] != compose {
-		t.Errorf("compose = %v, want %v (as on the host)", out["compose"], compose)
-	}
-	if !inGroup("deploy") {
-		t.Fatal("deploy is not in the docker group")
-	}
-
-	start := time.Now()
-	res, n, err = run(t, tg, map[string]any{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantOutput(res, false)
-	if n != 1 {
-		t.Errorf("second run took %d round trips, want 1", n)
-	}
-	t.Logf("idempotent second run: %d round trip, %v", n, time.Since(start).Round(time.Millisecond))
-
-	tg.Sh(t, "useradd -m alice")
-	res, _, err = run(t, tg, map[string]any{"users": []any{"alice", "deploy"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantOutput(res, true, "alice")
-	if !inGroup("alice") {
-		t.Fatal("alice is not in the docker group")
-	}
-	if res, _, err = run(t, tg, map[string]any{"users": []any{"alice"}}); err != nil || res.Changed {
-		t.Fatalf("rerun with alice: %+v, %v", res, err)
-	}
-
-	_, _, err = run(t, tg, map[string]any{"users": []any{"ghost"}})
+	_, _, err := run(t, tg, map[string]any{"users": []any{"ghost"}})
 	if module.Code(err) != docker.CodeUserNotFound || !strings.Contains(err.Error(), "ghost") {
 		t.Fatalf("unknown user: %v (code %s)", err, module.Code(err))
 	}
-
-	// No engine here: docker info fails and nothing can start one.
-	_, _, err = run(t, tg, map[string]any{"verify": "daemon"})
-	if module.Code(err) != docker.CodeVerifyFailed || !strings.Contains(err.Error(), "docker info") {
-		t.Fatalf("verify daemon without an engine: %v (code %s)", err, module.Code(err))
+	// Defaults: source docker, through the VM's real network.
+	res, n, err := run(t, tg, map[string]any{})
+	if module.Code(err) != docker.CodeInstallFailed || !strings.Contains(err.Error(), "download.docker.com") || n != 1 {
+		t.Fatalf("lone CLI, source docker: %+v, %v (code %s) in %d round trips; want docker.install_failed at download.docker.com in 1",
+			res, err, module.Code(err), n)
 	}
-
-	// An engine that answers: a docker command earlier in sudo's PATH
-	// passes info and hands everything else to the real CLI.
-	tg.Sh(t, "printf '#!/bin/sh\\n[ \"$1\" = info ] && exit 0\\nexec "+cli+" \"$@\"\\n' >/usr/local/sbin/docker && chmod 0755 /usr/local/sbin/docker")
-	res, n, err = run(t, tg, map[string]any{"verify": "daemon"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantOutput(res, false)
-	if n != 1 {
-		t.Errorf("verify daemon took %d round trips, want 1", n)
-	}
-
-	// Not installed, offline: stubs earlier in sudo's PATH make docker
-	// missing and apt-get and curl fail the way they do without network
-	// access. Each source takes its own way and fails with install_failed.
-	tg.Sh(t, `printf '#!/bin/sh\nexit 127\n' >/usr/local/sbin/docker &&
-printf '#!/bin/sh\necho "E: offline (test stub): $*" >&2\nexit 100\n' >/usr/local/sbin/apt-get &&
-printf '#!/bin/sh\necho "curl: (6) offline (test stub)" >&2\nexit 6\n' >/usr/local/sbin/curl &&
-chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
+	tg.Sh(t, `printf '#!/bin/sh\necho "E: offline (test stub): $*" >&2\nexit 100\n' >/usr/local/sbin/apt-get && chmod 0755 /usr/local/sbin/apt-get`)
 	for _, tc := range []struct {
 		params map[string]any
 		want   string
 	}{
-		{map[string]any{"source": "docker"}, "download.docker.com"},
 		{map[string]any{"source": "distro"}, "apt-get install docker.io docker-compose"},
 		{map[string]any{"source": "distro", "compose": false}, "apt-get install docker.io:"},
 	} {
@@ -180,5 +106,8 @@ chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
 		if module.Code(err) != docker.CodeInstallFailed || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("install %v offline: %v (code %s), want %q", tc.params, err, module.Code(err), tc.want)
 		}
+	}
+	if got := tg.Sh(t, "getent group docker || echo none"); got != "none" {
+		t.Errorf("a failed install made the docker group: %q", got)
 	}
 }

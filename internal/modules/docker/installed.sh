@@ -14,7 +14,7 @@ export DEBIAN_FRONTEND=noninteractive
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
 
-changed=false installed=false daemon_started=false users_added=
+changed=false installed=false daemon_started=false users_added= started=
 
 fail() {
 	code=$1
@@ -45,15 +45,48 @@ daemon_ok() {
 	timeout 30 docker info >/dev/null 2>"$tmp/info"
 }
 
-# start_daemon starts the engine through systemd, the init script or, with
-# neither, dockerd in its own session; it fails when there is no engine.
+# engine_present reports whether Docker is installed: the CLI works and
+# the engine (dockerd) is there. A lone CLI is not Docker installed.
+engine_present() {
+	docker --version >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1
+}
+
+# dockerd_flags prints the flags a detached dockerd needs on this host,
+# found by probing: vfs storage when /var/lib/docker is on overlayfs
+# (overlay2 cannot stack on it), no iptables rules when iptables cannot
+# list the filter table (no netfilter for this kernel or sandbox).
+dockerd_flags() {
+	mkdir -p /var/lib/docker
+	[ "$(stat -f -c %T /var/lib/docker 2>/dev/null)" = overlayfs ] && printf ' --storage-driver=vfs'
+	iptables -w 5 -t filter -n -L >/dev/null 2>&1 || printf ' --iptables=false'
+}
+
+# start_daemon starts the engine through systemd when it is PID 1, the
+# init script under SysV init, or else dockerd detached in its own session
+# (pid file /run/docker.pid, log /var/log/dockerd.log; nothing restarts
+# it); it fails when there is no engine. $started says how it started.
 start_daemon() {
 	if [ -d /run/systemd/system ] && systemctl cat docker.service >/dev/null 2>&1; then
+		started="systemctl enable --now docker.service"
 		systemctl enable --now docker.service >"$tmp/start" 2>&1 || return 1
-	elif [ -x /etc/init.d/docker ]; then
+	elif [ -x /etc/init.d/docker ] && [ "$(cat /proc/1/comm 2>/dev/null)" = init ]; then
+		started="/etc/init.d/docker start"
 		/etc/init.d/docker start >"$tmp/start" 2>&1 || return 1
 	elif command -v dockerd >/dev/null 2>&1; then
-		setsid dockerd >>/var/log/dockerd.log 2>&1 </dev/null &
+		# A pid file of a dockerd that is gone (killed, or the host
+		# restarted) would stop a new one; a live one is left alone.
+		if [ -f /run/docker.pid ]; then
+			pid=$(cat /run/docker.pid 2>/dev/null)
+			if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+				printf 'dockerd (pid %s, /run/docker.pid) runs but does not answer docker info\n' "$pid" >"$tmp/start"
+				return 1
+			fi
+			rm -f /run/docker.pid
+		fi
+		flags=$(dockerd_flags)
+		started="dockerd$flags (detached; pid file /run/docker.pid, log /var/log/dockerd.log)"
+		# shellcheck disable=SC2086
+		setsid dockerd --pidfile /run/docker.pid $flags >>/var/log/dockerd.log 2>&1 </dev/null &
 	else
 		printf 'no Docker engine (dockerd) is installed\n' >"$tmp/start"
 		return 1
@@ -64,6 +97,7 @@ start_daemon() {
 		sleep 0.5
 		i=$((i + 1))
 	done
+	tail -n 3 /var/log/dockerd.log >>"$tmp/start" 2>/dev/null
 	return 1
 }
 
@@ -87,7 +121,7 @@ install_docker() {
 		[ -n "$codename" ] || fail 10 "no release codename in /etc/os-release"
 		command -v curl >/dev/null 2>&1 || apt_install ca-certificates curl
 		install -d -m 0755 /etc/apt/keyrings
-		curl -fsSL -o /etc/apt/keyrings/docker.asc.new "https://download.docker.com/linux/$dist/gpg" ||
+		curl -fsSL --connect-timeout 20 --max-time 120 -o /etc/apt/keyrings/docker.asc.new "https://download.docker.com/linux/$dist/gpg" ||
 			fail 10 "download Docker's apt repository key from download.docker.com failed"
 		chmod 0644 /etc/apt/keyrings/docker.asc.new && mv /etc/apt/keyrings/docker.asc.new /etc/apt/keyrings/docker.asc
 		printf 'deb [arch=%s signed-by=/etc/apt/keyrings/docker.asc] https://download.docker.com/linux/%s %s stable\n' \
@@ -108,10 +142,11 @@ for u in "$@"; do
 	id -u "$u" >/dev/null 2>&1 || fail 12 "user $u does not exist"
 done
 
-if ! docker --version >/dev/null 2>&1; then
+if ! engine_present; then
 	install_docker
 	installed=true changed=true
 	docker --version >/dev/null 2>&1 || fail 10 "docker --version fails after the install"
+	command -v dockerd >/dev/null 2>&1 || fail 10 "no Docker engine (dockerd) after the install"
 fi
 
 if [ $# -gt 0 ]; then
@@ -128,21 +163,26 @@ if [ $# -gt 0 ]; then
 	done
 fi
 
-# A fresh install is verified as asked; an existing one only when verify
-# is daemon (the engine must answer docker info).
-if [ "$installed" = true ] || [ "$verify" = daemon ]; then
-	if ! daemon_ok; then
-		start_daemon || fail 11 "the Docker daemon does not answer docker info: $(tail -n 3 "$tmp/info")$(tail -n 3 "$tmp/start" 2>/dev/null | sed 's/^/; start: /')"
-		daemon_started=true changed=true
-	fi
-	if [ "$installed" = true ] && [ "$verify" = hello-world ]; then
-		timeout 300 docker run --rm hello-world >"$tmp/hello" 2>&1 ||
-			fail 11 "docker run --rm hello-world failed: $(tail -n 5 "$tmp/hello")"
-	fi
+# Every run verifies: the engine must answer docker info (started when it
+# does not), and with verify hello-world the hello-world image must run
+# and greet.
+if ! daemon_ok; then
+	start_daemon || fail 11 "the Docker daemon does not answer docker info: $(tail -n 3 "$tmp/info")$(tail -n 3 "$tmp/start" 2>/dev/null | sed 's/^/; start: /')"
+	daemon_started=true changed=true
+fi
+if [ "$verify" = hello-world ]; then
+	# A present image only: nothing is pulled from a registry.
+	docker image inspect hello-world:latest >/dev/null 2>&1 ||
+		fail 11 "no hello-world:latest image on the soul, and the module never pulls one: load it first (docker load, or docker import), or use verify: daemon"
+	timeout 300 docker run --rm --pull never hello-world >"$tmp/hello" 2>&1 ||
+		fail 11 "docker run --rm --pull never hello-world failed: $(tail -n 5 "$tmp/hello")"
+	grep -q 'Hello from Docker!' "$tmp/hello" ||
+		fail 11 "docker run --rm --pull never hello-world printed no 'Hello from Docker!': $(head -c 300 "$tmp/hello")"
 fi
 
 version=$(docker --version 2>/dev/null | tr -d '"\\')
 has_compose=false
 compose_ok && has_compose=true
-printf '{"changed":%s,"installed":%s,"daemon_started":%s,"compose":%s,"users_added":[%s],"docker_version":"%s"}\n' \
-	"$changed" "$installed" "$daemon_started" "$has_compose" "$users_added" "$version"
+started=$(printf '%s' "$started" | tr -d '"\\')
+printf '{"changed":%s,"installed":%s,"daemon_started":%s,"compose":%s,"users_added":[%s],"docker_version":"%s","started_with":"%s"}\n' \
+	"$changed" "$installed" "$daemon_started" "$has_compose" "$users_added" "$version" "$started"

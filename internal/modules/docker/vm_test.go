@@ -14,7 +14,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// newVM starts a local VM (it has the host's docker CLI) logged into as
+// newVM starts a local VM on the view of the host (it has the host's
+// docker CLI, and no engine) logged into as
 // sshUser; see moduletest.NewVM.
 func newVM(t *testing.T, sshUser string) *moduletest.VM {
 	t.Helper()

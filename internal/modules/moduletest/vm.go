@@ -46,10 +46,45 @@ var _ module.Target = (*VM)(nil)
 // cannot run, or when a file in needs is missing on the host.
 func NewVM(t *testing.T, sshUser, suffix string, needs ...string) *VM {
 	t.Helper()
+	return NewVMWith(t, VMOptions{SSHUser: sshUser, Suffix: suffix, Needs: needs})
+}
+
+// BasesDir is where VMs of tests keep the bases the local driver builds
+// (the profile key base): every test package of this machine shares it,
+// so Debian is debootstrapped once (a minute or two), not per test.
+const BasesDir = "/var/cache/soulstack-localcloud-test/bases"
+
+// VMOptions says what NewVMWith makes.
+type VMOptions struct {
+	// SSHUser is the login user (root when empty); Suffix the FQDN suffix.
+	SSHUser, Suffix string
+	// Base is the profile's base ("debian-bookworm": a VM without the
+	// host's packages, on a base kept in BasesDir); empty means the view
+	// of the host.
+	Base string
+	// Nesting is the profile's nesting ("docker"); the provider config
+	// then allows it.
+	Nesting string
+	// Needs are host files without which the test is skipped.
+	Needs []string
+}
+
+// NewVMWith starts one local VM as o says; see NewVM. A VM on a base
+// gets 10 minutes to start, since the first one builds the base.
+func NewVMWith(t *testing.T, o VMOptions) *VM {
+	t.Helper()
+	sshUser, suffix := o.SSHUser, o.Suffix
+	if sshUser == "" {
+		sshUser = "root"
+	}
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 {
 		t.Skipf("local VMs need root on Linux (running as uid %d on %s)", os.Geteuid(), runtime.GOOS)
 	}
-	for _, f := range append([]string{"/usr/sbin/sshd"}, needs...) {
+	needs := o.Needs
+	if o.Base == "" {
+		needs = append([]string{"/usr/sbin/sshd"}, needs...)
+	}
+	for _, f := range needs {
 		if _, err := os.Stat(f); err != nil {
 			t.Skipf("the VM test needs %s on the host", f)
 		}
@@ -64,7 +99,18 @@ func NewVM(t *testing.T, sshUser, suffix string, needs ...string) *VM {
 		}
 	})
 	d := localcloud.New(localcloud.Options{})
-	prov := driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: json.RawMessage(`{"state_dir":"` + dir + `"}`)}
+	cfg := map[string]any{"state_dir": dir, "bases_dir": BasesDir}
+	profile := map[string]any{"cpus": 1, "memory_mb": 1024, "ssh_user": sshUser}
+	if o.Base != "" {
+		profile["base"] = o.Base
+	}
+	if o.Nesting != "" {
+		profile["nesting"] = o.Nesting
+		cfg["allow_nesting"] = true
+	}
+	rawCfg, _ := json.Marshal(cfg)
+	rawProfile, _ := json.Marshal(profile)
+	prov := driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: rawCfg}
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -77,11 +123,15 @@ func NewVM(t *testing.T, sshUser, suffix string, needs ...string) *VM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	timeout := time.Minute
+	if o.Base != "" {
+		timeout = 10 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	vms, err := d.Create(ctx, driversdk.CreateRequest{
 		Provider: prov, RequestID: "moduletest", Count: 1,
-		Profile:        json.RawMessage(`{"cpus": 1, "memory_mb": 1024, "ssh_user": "` + sshUser + `"}`),
+		Profile:        rawProfile,
 		AuthorizedKeys: []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))},
 	})
 	t.Cleanup(func() {
@@ -145,7 +195,13 @@ func (v *VM) Commands() []module.Command {
 // returns its trimmed standard output; a failure fails the test.
 func (v *VM) Sh(tb testing.TB, script string) string {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	return v.ShFor(tb, script, time.Minute)
+}
+
+// ShFor is Sh with a timeout other than a minute.
+func (v *VM) ShFor(tb testing.TB, script string, timeout time.Duration) string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	res, err := v.client.Exec(ctx, sshx.Command{Script: script, Sudo: true})
 	if err != nil || res.ExitCode != 0 {
