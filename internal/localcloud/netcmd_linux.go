@@ -52,7 +52,9 @@ func run(ctx context.Context, stdin string, name string, args ...string) ([]byte
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
-		if strings.Contains(msg, "Cannot find device") || strings.Contains(msg, "does not exist") {
+		// "No such device": the kernel removed a veth with its namespace
+		// between our check and the delete.
+		if strings.Contains(msg, "Cannot find device") || strings.Contains(msg, "No such device") || strings.Contains(msg, "does not exist") {
 			return nil, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), errNoDevice, msg)
 		}
 		if msg == "" || ctx.Err() != nil {
