@@ -57,19 +57,7 @@ func TestLocalCloudEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Whatever happens, leave no VM behind.
-	t.Cleanup(func() {
-		h, err := plugin.New(plugin.Config{PluginDir: filepath.Join(data, "plugins")})
-		if err != nil {
-			return
-		}
-		defer h.Close()
-		d, err := h.Driver(context.Background(), "local")
-		if err != nil {
-			return
-		}
-		p := driversdk.Provider{Name: "local", FQDNSuffix: "e2e.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
-		_ = destroyDriverVMs(context.Background(), d, p)
-	})
+	t.Cleanup(func() { destroyLocalVMs(t, filepath.Join(data, "plugins"), "e2e.test", state) })
 
 	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "spawn-local.yaml"), File: "spawn-local.yaml", Input: map[string]any{"count": 2}})
 	if err != nil {

@@ -15,8 +15,6 @@ import (
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/driversdk"
-	"github.com/soulstack/soulstack/internal/plugin"
 )
 
 // pkgRepo builds a flat apt repository with one package,
@@ -103,19 +101,8 @@ func TestPackagesPartialRerun(t *testing.T) {
 	if _, err := c.ProfileCreate(ctx, client.ProfileCreate{Name: "small", Provider: "local", Spec: map[string]any{"cpus": 1, "memory_mb": 512}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		h, err := plugin.New(plugin.Config{PluginDir: filepath.Join(data, "plugins")})
-		if err != nil {
-			return
-		}
-		defer h.Close()
-		d, err := h.Driver(context.Background(), "local")
-		if err != nil {
-			return
-		}
-		p := driversdk.Provider{Name: "local", FQDNSuffix: "pkg.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
-		_ = destroyDriverVMs(context.Background(), d, p)
-	})
+	// Whatever happens, leave no VM behind.
+	t.Cleanup(func() { destroyLocalVMs(t, filepath.Join(data, "plugins"), "pkg.test", state) })
 
 	// A VM whose apt knows only the local repository, copied into it as
 	// a tarball on the command's stdin.

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/driversdk"
-	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -101,19 +99,8 @@ func TestSoulStatusFollowsContact(t *testing.T) {
 	if _, err := c.ProfileCreate(ctx, client.ProfileCreate{Name: "small", Provider: "local", Spec: map[string]any{"cpus": 1, "memory_mb": 256}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		h, err := plugin.New(plugin.Config{PluginDir: filepath.Join(data, "plugins")})
-		if err != nil {
-			return
-		}
-		defer h.Close()
-		d, err := h.Driver(context.Background(), "local")
-		if err != nil {
-			return
-		}
-		p := driversdk.Provider{Name: "local", FQDNSuffix: "alive.test", Config: json.RawMessage(`{"state_dir":"` + state + `"}`)}
-		_ = destroyDriverVMs(context.Background(), d, p)
-	})
+	// Whatever happens, leave no VM behind.
+	t.Cleanup(func() { destroyLocalVMs(t, filepath.Join(data, "plugins"), "alive.test", state) })
 	toks, err := c.TokenList(ctx, client.ListOptions{})
 	if err != nil || len(toks.Items) != 1 {
 		t.Fatalf("tokens = %+v, %v", toks, err)
