@@ -48,6 +48,11 @@ type Config struct {
 	// BootstrapTokenTTL is how long a bootstrap token lives after its VM
 	// is reported created (a Go duration; default 1h).
 	BootstrapTokenTTL string `yaml:"bootstrap_token_ttl"`
+	// DrainTimeout is how long a stopping keeper (SIGTERM, SIGINT) lets
+	// the steps in flight finish before it cancels them (a Go duration;
+	// default 60s). Their runs are handed back and resume on the next
+	// keeper to start either way.
+	DrainTimeout string `yaml:"drain_timeout"`
 	// PluginDir is where the keeper finds soul-cloud-<driver>; empty
 	// means <data_dir>/plugins.
 	PluginDir string `yaml:"plugin_dir"`
@@ -188,6 +193,9 @@ func (c Config) WithDefaults() Config {
 	if c.BootstrapTokenTTL == "" {
 		c.BootstrapTokenTTL = "1h"
 	}
+	if c.DrainTimeout == "" {
+		c.DrainTimeout = "60s"
+	}
 	if c.PluginDir == "" {
 		c.PluginDir = filepath.Join(c.DataDir, "plugins")
 	}
@@ -219,6 +227,9 @@ func (c Config) Validate() error {
 	}
 	if c.AuditCheckpointEvery < 0 {
 		return fmt.Errorf("audit_checkpoint_every: %d is negative; want a number of events (default 100)", c.AuditCheckpointEvery)
+	}
+	if d, err := time.ParseDuration(c.DrainTimeout); err != nil || d <= 0 {
+		return fmt.Errorf("drain_timeout: %q is not a positive duration such as 60s", c.DrainTimeout)
 	}
 	if d, err := time.ParseDuration(c.BootstrapTokenTTL); err != nil || d <= 0 {
 		return fmt.Errorf("bootstrap_token_ttl: %q is not a positive duration such as 1h", c.BootstrapTokenTTL)

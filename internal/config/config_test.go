@@ -34,6 +34,8 @@ func TestTLSMode(t *testing.T) {
 		{name: "bad timeout", c: config.Config{HTTP: config.HTTP{ReadTimeout: "soon"}}, invalid: "http.read_timeout"},
 		{name: "bad cap", c: config.Config{HTTP: config.HTTP{MaxConnsPerClient: -1}}, invalid: "http.max_conns_per_client"},
 		{name: "bad metrics_listen", c: config.Config{MetricsListen: "nope"}, invalid: "metrics_listen"},
+		{name: "bad drain_timeout", c: config.Config{DrainTimeout: "1 minute"}, invalid: "drain_timeout"},
+		{name: "negative drain_timeout", c: config.Config{DrainTimeout: "-5s"}, invalid: "drain_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -66,5 +68,8 @@ func TestDefaultsOfTheEdge(t *testing.T) {
 	if c.HTTP.ReadHeaderTimeout != "10s" || c.HTTP.ReadTimeout != "60s" || c.HTTP.IdleTimeout != "120s" ||
 		c.HTTP.MaxConnsPerClient != 64 || c.HTTP.AuthFailureBurst != 10 || c.HTTP.AuthFailureInterval != "1s" || c.PluginPathLookup {
 		t.Fatalf("defaults: %+v path lookup %v", c.HTTP, c.PluginPathLookup)
+	}
+	if c.DrainTimeout != "60s" {
+		t.Fatalf("drain_timeout default = %q, want 60s", c.DrainTimeout)
 	}
 }

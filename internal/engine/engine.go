@@ -149,6 +149,11 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		if err := ctx.Err(); err != nil {
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.cancelled", ErrorMsg: err.Error(), Outputs: r.outputs()}
 		}
+		select {
+		case <-x.Drain: // the keeper is stopping: the checkpoint is current
+			return runner.Outcome{HandBack: true, Outputs: r.outputs()}
+		default:
+		}
 		fatal, err := r.step(ctx, s)
 		if err != nil {
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: codeOf(err), ErrorMsg: err.Error(), Outputs: r.outputs()}
@@ -337,6 +342,12 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 		}()
 	}
 	wg.Wait()
+	if cause := context.Cause(ctx); runner.LeftToResume(cause) {
+		// Cut to be resumed: the checkpoint keeps the step in flight, so
+		// that the resumed run repeats it if it is idempotent and fails
+		// run.interrupted if it is not.
+		return "", cause
+	}
 	if !s.Keeper {
 		r.recordContacts(ctx, s, results)
 	}

@@ -118,13 +118,15 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	if err := svc.runs.Start(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	drainTimeout := config.Duration(c.DrainTimeout)
+	stopRuns := func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 		defer cancel()
 		if err := svc.runs.Stop(stopCtx); err != nil {
 			log.Warn("stop runner", "err", err)
 		}
-	}()
+	}
+	defer stopRuns() // on every return; a no-op after the drain below
 	handler := api.New(api.Config{Store: svc.store, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
 		VerifyAudit:      AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval)})
@@ -158,7 +160,11 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
+	// Drain first, the API still answering: no run is claimed any more,
+	// the steps in flight finish (up to drain_timeout) and their runs are
+	// handed back to be resumed by the next keeper to start.
+	log.Info("shutting down: draining runs", "drain_timeout", c.DrainTimeout)
+	stopRuns()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

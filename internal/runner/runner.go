@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sort"
 	"sync"
 	"time"
 
@@ -47,6 +48,10 @@ type Outcome struct {
 	// Empty means "<ErrorCode>: <ErrorMsg>". A Succeeded run's message is
 	// the JSON of its outputs, whatever this holds.
 	Message string
+	// HandBack: the executor stopped between two steps because the keeper
+	// is draining; the run is checkpointed and is resumed later, its phase
+	// unchanged.
+	HandBack bool
 	// Outputs are the steps' outputs by step name, unmasked; the runner
 	// masks them before they are stored.
 	Outputs map[string]any
@@ -74,6 +79,9 @@ type Execution struct {
 	// Steps and Targets are what the store recorded before.
 	Steps   []store.RunStep
 	Targets []store.RunTarget
+	// Drain is closed when the keeper stops: the executor then hands the
+	// run back (Outcome.HandBack) before its next step.
+	Drain <-chan struct{}
 	// Secrets is the run's own set of secret values: what the executor
 	// adds to it (secret inputs, resolved keys, minted tokens) is masked in
 	// everything the Recorder stores for this run, and nowhere else. It is
@@ -109,6 +117,16 @@ type Runner struct {
 	wg    sync.WaitGroup
 	stop  context.CancelFunc
 
+	// drain is closed when the keeper starts to stop: executions hand
+	// their run back between two steps.
+	drain     chan struct{}
+	drainOnce sync.Once
+	stopOnce  sync.Once
+	stopErr   error
+
+	flightMu sync.Mutex
+	inFlight map[string]string // run id -> the step it executes
+
 	secretsMu sync.Mutex
 	secrets   map[string]*liveSecrets // by run id, while the run executes here
 }
@@ -139,7 +157,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	var err error
@@ -209,7 +227,9 @@ func (r *Runner) Hub() *Hub { return r.hub }
 // Start works the queue and recovers this keeper's orphaned runs, until
 // Stop.
 func (r *Runner) Start(ctx context.Context) error {
-	if err := r.river.Start(ctx); err != nil {
+	// The queue outlives ctx: Stop drains it, so that a signal cancelling
+	// ctx does not cut the steps in flight.
+	if err := r.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start queue: %w", err)
 	}
 	// Runs this keeper owned when it died cannot be live: recover them now.
@@ -233,14 +253,80 @@ func (r *Runner) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops taking jobs and waits for running ones to stop (their runs are
-// resumed by the next keeper to start).
+// Stop drains the runner: it stops taking jobs, lets every execution
+// finish the step it is in and hand its run back (checkpointed, lease
+// released, resumed by the next keeper to start or by another keeper), and
+// waits for them. When ctx ends first, the steps still in flight are
+// cancelled: their runs are left to be resumed as after a crash. Stop may
+// be called again; later calls wait for the first.
 func (r *Runner) Stop(ctx context.Context) error {
+	r.stopOnce.Do(func() { r.stopErr = r.stopNow(ctx) })
+	return r.stopErr
+}
+
+func (r *Runner) stopNow(ctx context.Context) error {
 	if r.stop != nil {
 		r.stop()
 	}
 	r.wg.Wait()
-	return r.river.StopAndCancel(ctx)
+	r.drainOnce.Do(func() { close(r.drain) })
+	done := make(chan struct{})
+	go r.logDrain(done)
+	defer close(done)
+	if err := r.river.Stop(ctx); err == nil {
+		return nil
+	}
+	r.log.Warn("drain timeout reached: cancelling the steps still in flight; their runs resume on the next start", "runs", r.flying())
+	hctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return r.river.StopAndCancel(hctx)
+}
+
+// DrainLogEvery is how often a draining runner says what it waits for.
+const DrainLogEvery = 2 * time.Second
+
+// logDrain logs the runs in flight until done.
+func (r *Runner) logDrain(done <-chan struct{}) {
+	t := time.NewTicker(DrainLogEvery)
+	defer t.Stop()
+	for {
+		if f := r.flying(); len(f) > 0 {
+			r.log.Info(fmt.Sprintf("draining: %d runs in flight", len(f)), "runs", f)
+		}
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// flying lists the runs executing here as "run_… step x", sorted.
+func (r *Runner) flying() []string {
+	r.flightMu.Lock()
+	defer r.flightMu.Unlock()
+	out := make([]string, 0, len(r.inFlight))
+	for id, step := range r.inFlight {
+		if step == "" {
+			out = append(out, id)
+			continue
+		}
+		out = append(out, id+" step "+step)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (r *Runner) setFlying(id, step string) {
+	r.flightMu.Lock()
+	r.inFlight[id] = step
+	r.flightMu.Unlock()
+}
+
+func (r *Runner) landed(id string) {
+	r.flightMu.Lock()
+	delete(r.inFlight, id)
+	r.flightMu.Unlock()
 }
 
 // recover re-enqueues runs that lost their executor.
@@ -354,4 +440,16 @@ func AddInputSecrets(set *secret.Set, input map[string]any, declared map[string]
 	}
 }
 
-var errLeaseLost = errors.New("lease lost")
+var (
+	errLeaseLost = errors.New("lease lost")
+	// ErrStopping is the cause of a run's context when the keeper's drain
+	// timeout cuts its step: the run is left to be resumed.
+	ErrStopping = errors.New("keeper stopping")
+)
+
+// LeftToResume reports whether cause (of a run's context) means the
+// execution was cut to be resumed later, rather than the run failing: the
+// keeper stopping or the lease lost. What a cut step did is not recorded.
+func LeftToResume(cause error) bool {
+	return errors.Is(cause, errLeaseLost) || errors.Is(cause, ErrStopping)
+}

@@ -46,6 +46,8 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	}
 	secrets := r.openSecrets(id)
 	defer r.closeSecrets(id)
+	r.setFlying(id, "")
+	defer r.landed(id)
 	log := slog.New(secrets.LogHandler(r.log.Handler())).With("run", id)
 	rec, err := newRecorder(ctx, r, run, secrets)
 	if err != nil {
@@ -67,7 +69,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	defer cancel(nil)
 	// Stopping the keeper (ctx) abandons the run without finishing it: the
 	// next keeper to start resumes it.
-	stopped := context.AfterFunc(ctx, func() { cancel(errLeaseLost) })
+	stopped := context.AfterFunc(ctx, func() { cancel(ErrStopping) })
 	defer stopped()
 
 	var hb sync.WaitGroup
@@ -95,7 +97,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		}
 	}()
 
-	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets, Secrets: secrets}
+	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets, Secrets: secrets, Drain: r.drain}
 	out := Outcome{Phase: store.PhaseFailed}
 	input, err := r.cfg.Sealer.Open(run.InputSealed)
 	if err == nil {
@@ -116,8 +118,16 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	hb.Wait()
 
 	switch {
-	case errors.Is(cause, errLeaseLost):
-		log.Info("run left to be resumed", "reason", "keeper stopping or lease lost")
+	case LeftToResume(cause):
+		log.Info("run left to be resumed", "reason", cause.Error())
+		return nil
+	case out.HandBack:
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer rcancel()
+		if err := r.cfg.Store.RunRelease(rctx, id, r.cfg.Owner); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+			log.Warn("release the lease of a handed-back run", "err", err)
+		}
+		log.Info("run handed back between two steps; it resumes on the next keeper to start")
 		return nil
 	case errors.Is(cause, errCancelRequested):
 		out.Phase, out.ErrorCode, out.ErrorMsg, out.Message = store.PhaseCancelled, "run.cancelled", "cancelled by request", ""
@@ -230,6 +240,9 @@ func (rec *recorder) eventCtx(ctx context.Context, kind, step, sid string, data 
 
 func (rec *recorder) Step(s store.RunStep) {
 	s.RunID = rec.run.ID
+	if s.Status == "running" {
+		rec.r.setFlying(rec.run.ID, s.Name)
+	}
 	if err := rec.r.cfg.Store.RunStepSave(context.WithoutCancel(rec.ctx), s); err != nil {
 		rec.r.log.Error("store run step", "run", rec.run.ID, "err", err)
 	}

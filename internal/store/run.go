@@ -139,6 +139,10 @@ type RunStore interface {
 	RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (Run, bool, error)
 	// RunHeartbeat renews owner's lease; ErrLeaseLost if it is gone.
 	RunHeartbeat(ctx context.Context, id, owner string) (cancelRequested bool, err error)
+	// RunRelease hands owner's lease back (a draining keeper): the run
+	// stays Running and any keeper may claim and resume it at once.
+	// ErrLeaseLost if owner does not hold it.
+	RunRelease(ctx context.Context, id, owner string) error
 	RunStepSave(ctx context.Context, s RunStep) error
 	RunTargetSave(ctx context.Context, t RunTarget) error
 	RunStateSave(ctx context.Context, id, owner, sealed string) error

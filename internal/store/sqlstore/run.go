@@ -198,6 +198,19 @@ func (s *Store) RunHeartbeat(ctx context.Context, id, owner string) (bool, error
 	return cancel, err
 }
 
+// RunRelease makes the lease stale at once: the heartbeat goes back to the
+// epoch, so RunsOrphaned and RunClaim of any keeper take the run over.
+func (s *Store) RunRelease(ctx context.Context, id, owner string) error {
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET heartbeat_at = ? WHERE id = ? AND owner = ? AND phase = ?`), time.Unix(0, 0).UTC(), id, owner, store.PhaseRunning)
+	if err != nil {
+		return fmt.Errorf("release run %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return &store.Error{Err: store.ErrLeaseLost, Kind: "run", Key: id}
+	}
+	return nil
+}
+
 // RunStepSave inserts or updates a step's state.
 func (s *Store) RunStepSave(ctx context.Context, st store.RunStep) error {
 	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO run_steps (run_id, step_index, name, module, status, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?)

@@ -124,6 +124,23 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 	if err := s.RunStateSave(ctx, "run_1", "keeper-a", "sealed:v1:old"); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("old owner saved state: %v", err)
 	}
+	// A draining keeper hands its lease back: another keeper may take the
+	// run over at once, without waiting for the heartbeat to go stale.
+	if err := s.RunRelease(ctx, "run_1", "keeper-a"); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("release by non-owner: %v", err)
+	}
+	if err := s.RunRelease(ctx, "run_1", "keeper-b"); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if ids, _ := s.RunsOrphaned(ctx, "", time.Now().Add(-time.Minute)); len(ids) != 1 {
+		t.Fatalf("a released run is not orphaned at once: %v", ids)
+	}
+	if r, ok, err := s.RunClaim(ctx, "run_1", "keeper-c", time.Now().Add(-time.Minute)); err != nil || !ok || r.Phase != store.PhaseRunning {
+		t.Fatalf("claim a released run = %+v %v %v", r, ok, err)
+	}
+	if _, ok, _ := s.RunClaim(ctx, "run_1", "keeper-b", time.Now().Add(time.Minute)); !ok {
+		t.Fatal("the lease did not come back to keeper-b")
+	}
 	started := time.Now().UTC()
 	if err := s.RunStepSave(ctx, store.RunStep{RunID: "run_1", Index: 0, Name: "hello", Module: "core.command.ran", Status: "running", StartedAt: &started}); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,195 @@
+package keeper_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/sshtest"
+)
+
+// terminate sends SIGTERM, as systemd does on every stop, and waits for a
+// clean exit; it returns the keeper's log.
+func (p *proc) terminate(t *testing.T) string {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.done:
+		logs := p.drain()
+		if err != nil {
+			t.Fatalf("keeper exited with %v after SIGTERM:\n%s", err, logs)
+		}
+		return logs
+	case <-time.After(120 * time.Second):
+		t.Fatalf("keeper did not stop within 120 s of SIGTERM:\n%s", p.drain())
+	}
+	return ""
+}
+
+// TestSIGTERMDrainsRunsInFlight: 20 runs of two commands each are in
+// flight when the keeper gets SIGTERM. The keeper lets the steps in
+// flight finish, hands the runs back and exits, saying what it waits for;
+// the restarted keeper resumes them: all 20 succeed and every command ran
+// exactly once.
+func TestSIGTERMDrainsRunsInFlight(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	ledger := filepath.Join(t.TempDir(), "ledger")
+	sc := `inputs:
+  tag: {type: string}
+steps:
+  - name: first
+    on: h.local.test
+    module: core.command.ran
+    params: {cmd: "sleep 2; echo ${ input.tag } first >> ` + ledger + `"}
+  - name: second
+    on: h.local.test
+    module: core.command.ran
+    params: {cmd: "sleep 2; echo ${ input.tag } second >> ` + ledger + `"}
+`
+	const n = 20
+	ctx := context.Background()
+	ids := make([]string, n)
+	for i := range ids {
+		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc, Input: map[string]any{"tag": fmt.Sprintf("r%02d", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = run.ID
+	}
+	for _, id := range ids {
+		waitFor(t, c, id, "a step running", func(r *client.Run) bool { return stepRunning("first")(r) || stepRunning("second")(r) })
+	}
+	logs := k.terminate(t)
+	if !strings.Contains(logs, "draining: ") || !strings.Contains(logs, "runs in flight") {
+		t.Fatalf("the keeper did not say what it waited for while draining:\n%s", logs)
+	}
+
+	k = serve(t, dir)
+	c = adminClient(t, k, data)
+	for _, id := range ids {
+		final := waitFor(t, c, id, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+		if final.Phase != "Succeeded" {
+			t.Errorf("run %s = %s %+v", id, final.Phase, final.Error)
+		}
+	}
+	b, err := os.ReadFile(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		count[l]++
+	}
+	for i := 0; i < n; i++ {
+		for _, step := range []string{"first", "second"} {
+			if line := fmt.Sprintf("r%02d %s", i, step); count[line] != 1 {
+				t.Errorf("command %q ran %d times, want exactly once", line, count[line])
+			}
+		}
+	}
+	if len(count) != 2*n {
+		t.Errorf("ledger has %d distinct lines, want %d:\n%s", len(count), 2*n, b)
+	}
+}
+
+// TestDrainTimeoutHandsRunsBack: with a drain_timeout shorter than the
+// steps in flight, the keeper cancels them and exits; after the restart
+// the idempotent step runs again and its run succeeds, without repeating
+// the finished step, while the non-idempotent command is not repeated and
+// its run fails run.interrupted, as after a crash.
+func TestDrainTimeoutHandsRunsBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	cfg := filepath.Join(dir, "keeper.yml")
+	if err := os.WriteFile(cfg, []byte("drain_timeout: 1s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := serve(t, dir, "--config", cfg)
+	c := adminClient(t, k, data)
+	up := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "up.local.test", up)
+
+	// The second host is "booting": registered, its sshd not started yet,
+	// so that the idempotent step waits for it past the drain timeout.
+	priv, _, err := sshtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	keyPath := filepath.Join(t.TempDir(), "booting.key")
+	_ = os.WriteFile(keyPath, priv, 0o600)
+	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: "booting.local.test", Address: "127.0.0.1", Connection: client.Connection{User: up.User, Port: port, KeyRef: "file:" + keyPath}}); err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	counter, managed, slow := filepath.Join(work, "counter"), filepath.Join(work, "managed"), filepath.Join(work, "slow")
+	idem := `steps:
+  - name: count
+    on: up.local.test
+    module: core.command.ran
+    params: {cmd: "echo once >> ` + counter + `"}
+  - name: place
+    on: booting.local.test
+    module: core.file.present
+    connect: {retries: 100, delay: 500ms}
+    params: {path: ` + managed + `, content: "placed\n"}
+`
+	nonIdem := "steps:\n  - name: slow\n    on: up.local.test\n    module: core.command.ran\n    params: {cmd: 'echo once >> " + slow + "; sleep 60'}\n"
+	ctx := context.Background()
+	r1, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: idem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: nonIdem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, r1.ID, "step place running", stepRunning("place"))
+	waitFor(t, c, r2.ID, "step slow running", stepRunning("slow"))
+	for i := 0; i < 100; i++ { // until the command itself has started
+		if b, _ := os.ReadFile(slow); len(b) > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	logs := k.terminate(t)
+	if !strings.Contains(logs, "drain timeout reached") {
+		t.Fatalf("the keeper did not say it cut the steps in flight:\n%s", logs)
+	}
+
+	sshtest.Start(t, sshtest.Options{Port: port, ClientKey: priv, User: up.User})
+	k = serve(t, dir, "--config", cfg)
+	c = adminClient(t, k, data)
+	final := waitFor(t, c, r1.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	if final.Phase != "Succeeded" {
+		t.Fatalf("resumed run = %s %+v\nsteps %+v", final.Phase, final.Error, final.Steps)
+	}
+	if b, _ := os.ReadFile(counter); string(b) != "once\n" {
+		t.Fatalf("the finished step ran again after the restart: counter = %q", b)
+	}
+	if b, _ := os.ReadFile(managed); string(b) != "placed\n" {
+		t.Fatalf("managed file = %q", b)
+	}
+	final = waitFor(t, c, r2.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	if final.Phase != "Failed" || final.Error == nil || final.Error.Code != "run.interrupted" || !strings.Contains(final.Error.Message, `"slow"`) {
+		t.Fatalf("non-idempotent run = %s %+v", final.Phase, final.Error)
+	}
+	if b, _ := os.ReadFile(slow); string(b) != "once\n" {
+		t.Fatalf("the interrupted command ran again: %q", b)
+	}
+}
