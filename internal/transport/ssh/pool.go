@@ -173,7 +173,10 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 		dctx, cancel := context.WithCancelCause(ctx)
 		e := &poolEntry{done: make(chan struct{}), cancel: cancel}
 		p.entries[key] = e
-		if t.HostKey == "" {
+		if t.HostKey == "" && p.opts.IdleTimeout <= 0 {
+			// Within one run the key learned first is the host's. A pool
+			// that outlives runs leaves pinning to its callers: a host
+			// rebuilt at the address meanwhile is theirs to judge.
 			t.HostKey = p.learned[t.Addr()]
 		}
 		p.mu.Unlock()
