@@ -126,7 +126,6 @@ type Client struct {
 	closeErr  error
 
 	busy     atomic.Int64 // commands holding a session slot
-	cut      atomic.Bool  // a command was cancelled: close once none runs
 	lastUsed atomic.Int64 // opts.Now in unix nanoseconds when a command last held or released a slot
 }
 

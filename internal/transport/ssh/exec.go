@@ -89,16 +89,7 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 	case c.slots <- struct{}{}:
 		c.busy.Add(1)
 		c.touch()
-		defer func() {
-			c.touch()
-			if c.busy.Add(-1) == 0 && c.cut.Load() {
-				// What a cancelled command left on the host ends
-				// with the connection, as it did when each run had its
-				// own; the pool dials a fresh one at the next Get.
-				_ = c.Close()
-			}
-			<-c.slots
-		}()
+		defer func() { c.touch(); c.busy.Add(-1); <-c.slots }()
 	case <-ctx.Done():
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
 	}
@@ -106,9 +97,6 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
 	}
 	res, err := c.run(ctx, marker, line, stdin, sudo)
-	if ctx.Err() != nil {
-		c.cut.Store(true)
-	}
 	if err != nil {
 		return res, fmt.Errorf("ssh exec on %s: %w", c.target, err)
 	}
