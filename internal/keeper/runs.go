@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/config"
@@ -27,9 +26,6 @@ type services struct {
 	runs    *runner.Runner
 	plugins *plugin.Host
 	cloud   *cloudService
-	// ssh is the connection pool every run shares; closed after the
-	// runner has stopped.
-	ssh *ssh.Pool
 }
 
 // newServices wires the run queue and the engine (the data key that seals
@@ -91,10 +87,6 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		plugins.Close()
 		return nil, err
 	}
-	// Connections outlive runs, closed when idle or when their soul is
-	// deleted through this keeper (other keepers close theirs when idle).
-	pool := ssh.NewPool(ssh.Options{Logger: log.With("component", "ssh"), IdleTimeout: SSHIdleTimeout})
-	pooled := poolStore{Store: reg, pool: pool}
 	exec := &engine.Executor{
 		Store:     reg,
 		Load:      loadPlan,
@@ -104,7 +96,6 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 			return append(b, '\n'), err
 		},
 		SSH:        ssh.Options{Logger: log.With("component", "ssh")},
-		SSHPool:    pool,
 		FilesDir:   files,
 		Logger:     log,
 		Keeper:     keeperTarget,
@@ -115,32 +106,9 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 	})
 	if err != nil {
 		plugins.Close()
-		pool.Close()
 		return nil, err
 	}
-	return &services{store: pooled, ssh: pool, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, keeperID: keeperID, drivers: plugins.Driver, resolve: credentials}}, nil
-}
-
-// SSHIdleTimeout is how long a keeper keeps an SSH connection no command
-// uses.
-const SSHIdleTimeout = 60 * time.Second
-
-// poolStore closes a soul's pooled connections when the soul is deleted.
-type poolStore struct {
-	store.Store
-	pool *ssh.Pool
-}
-
-// SoulDelete deletes the soul and closes the connections to it.
-func (s poolStore) SoulDelete(ctx context.Context, p store.DeleteParams) error {
-	so, gerr := s.Store.SoulGet(ctx, p.Key)
-	if err := s.Store.SoulDelete(ctx, p); err != nil {
-		return err
-	}
-	if gerr == nil {
-		s.pool.Drop(engine.SoulConnName(so))
-	}
-	return nil
+	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, keeperID: keeperID, drivers: plugins.Driver, resolve: credentials}}, nil
 }
 
 // dataKey returns the key that seals secrets at rest: from data_key_ref
