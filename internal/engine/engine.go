@@ -49,8 +49,11 @@ type Executor struct {
 	KeeperKey []byte
 	Resolve   func(ctx context.Context, ref string) ([]byte, error)
 	SSH       ssh.Options
-	FilesDir  string
-	Logger    *slog.Logger
+	// SSHPool, when set, is the connection pool runs share (the keeper's,
+	// with an idle timeout); nil gives each run a pool of its own.
+	SSHPool  *ssh.Pool
+	FilesDir string
+	Logger   *slog.Logger
 	// Keeper is the target of keeper-side modules.
 	Keeper module.Target
 	// Authorizer re-checks the run's creator when a step whose module
@@ -129,7 +132,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	if sshOpts.Logger != nil {
 		sshOpts.Logger = slog.New(secrets.LogHandler(sshOpts.Logger.Handler()))
 	}
-	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Options: sshOpts, FilesDir: e.FilesDir})
+	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Options: sshOpts, Pool: e.SSHPool, FilesDir: e.FilesDir})
 	defer souls.Close()
 	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {

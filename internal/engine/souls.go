@@ -27,6 +27,8 @@ type Souls struct {
 	files   string // the keeper's files directory
 	resolve func(ctx context.Context, ref string) ([]byte, error)
 
+	shared bool // pool is the keeper's, not the run's: Close leaves it open
+
 	mu    sync.Mutex
 	souls map[string]store.Soul
 	seen  map[string]bool // souls whose contact this run recorded
@@ -48,6 +50,10 @@ type SoulsConfig struct {
 	FilesDir string
 	// Options are the transport's options.
 	Options ssh.Options
+	// Pool, when set, is a connection pool shared with other runs (the
+	// keeper's, with an idle timeout), which Close leaves open; nil means
+	// a pool of the run's own, made with Options.
+	Pool *ssh.Pool
 	// ReadyTimeout bounds the wait for a cloud-made soul's cloud-init
 	// when the step has no deadline; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
@@ -62,7 +68,10 @@ func NewSouls(cfg SoulsConfig) *Souls {
 	if s.resolve == nil {
 		s.resolve = resolveLocal
 	}
-	s.pool = ssh.NewPool(cfg.Options)
+	s.pool, s.shared = cfg.Pool, cfg.Pool != nil
+	if s.pool == nil {
+		s.pool = ssh.NewPool(cfg.Options)
+	}
 	return s
 }
 
@@ -78,8 +87,24 @@ func resolveLocal(_ context.Context, ref string) ([]byte, error) {
 	return []byte(v + "\n"), nil
 }
 
-// Close closes every connection of the run.
-func (s *Souls) Close() error { return s.pool.Close() }
+// Close closes every connection of the run; those of a shared pool stay
+// open for the next runs.
+func (s *Souls) Close() error {
+	if s.shared {
+		return nil
+	}
+	return s.pool.Close()
+}
+
+// SoulConnName names the connections to soul so in a pool (ssh.Pool.Drop):
+// user@host:port.
+func SoulConnName(so store.Soul) string {
+	addr := so.Address
+	if addr == "" {
+		addr = so.PrimaryIP
+	}
+	return ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User}.String()
+}
 
 // Lookup returns the registered soul sid, or an error with code
 // soul.not_found.

@@ -303,6 +303,10 @@ func (s *Server) launch(clientPub string) error {
 	s.cmd.Stdout = s.stderr
 	s.cmd.Stderr = s.stderr
 	s.cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	// Session children hold the log pipe open while their connections
+	// live (a client's pool may keep them for minutes): once sshd itself
+	// has exited, Wait stops waiting for them.
+	s.cmd.WaitDelay = 500 * time.Millisecond
 	if err := s.cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return fmt.Errorf("start %s: %w", SSHD, err)

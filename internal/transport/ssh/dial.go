@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -68,6 +69,13 @@ type Options struct {
 	MaxSessions int
 	// Logger receives connection retries at debug level; nil discards.
 	Logger *slog.Logger
+	// IdleTimeout, for a Pool, closes a connection no command has used
+	// for that long; 0 keeps connections until Pool.Close (a pool that
+	// lives for one run). A pool shared across runs sets it.
+	IdleTimeout time.Duration
+	// Now reads the clock that idle times are measured on; nil means
+	// time.Now. Tests inject one they move by hand.
+	Now func() time.Time
 }
 
 // WithDefaults returns a copy of o with nil and zero fields set.
@@ -86,6 +94,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	return o
 }
@@ -113,6 +124,9 @@ type Client struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	busy     atomic.Int64 // commands holding a session slot
+	lastUsed atomic.Int64 // opts.Now in unix nanoseconds when a command last held or released a slot
 }
 
 func newClient(t Target, conn *gossh.Client, hostKey string, opts Options) *Client {
@@ -124,6 +138,7 @@ func newClient(t Target, conn *gossh.Client, hostKey string, opts Options) *Clie
 		slots:   make(chan struct{}, opts.MaxSessions),
 		done:    make(chan struct{}),
 	}
+	c.touch()
 	// The watcher ends with the connection, which Close ends.
 	go func() {
 		conn.Wait()
@@ -155,6 +170,25 @@ func (c *Client) Close() error {
 // Done returns a channel closed when the connection has ended, closed by
 // either side or broken.
 func (c *Client) Done() <-chan struct{} { return c.done }
+
+// touch records that the connection is in use now.
+func (c *Client) touch() { c.lastUsed.Store(c.opts.Now().UnixNano()) }
+
+// idleSince reports whether no command holds the connection and none has
+// since before t.
+func (c *Client) idleSince(t time.Time) bool {
+	return c.busy.Load() == 0 && c.lastUsed.Load() < t.UnixNano()
+}
+
+// healthy asks the server for a reply over the connection: a connection
+// whose peer is gone fails it where alive may not have noticed yet.
+func (c *Client) healthy() bool {
+	if !c.alive() {
+		return false
+	}
+	_, _, err := c.conn.SendRequest("keepalive@openssh.com", true, nil)
+	return err == nil
+}
 
 func (c *Client) alive() bool {
 	select {

@@ -87,7 +87,9 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 	}
 	select {
 	case c.slots <- struct{}{}:
-		defer func() { <-c.slots }()
+		c.busy.Add(1)
+		c.touch()
+		defer func() { c.touch(); c.busy.Add(-1); <-c.slots }()
 	case <-ctx.Done():
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 )
@@ -17,11 +18,19 @@ import (
 // concurrent Gets for one target share a single dial. A connection that dies is dropped and the next Get dials
 // again, verifying the host key learned on first contact even when the
 // target pins none, so a changed key is never accepted on a reconnect.
+//
+// A pool with Options.IdleTimeout outlives runs: a connection no command
+// has used for that long is closed (Sweep, which the pool runs on its own
+// every half timeout), and an idle connection is health-checked with a
+// keepalive request before it is handed out again, a dead one redialled.
+// A connection lost while a command runs on it still fails that command
+// (ErrDisconnected): the pool never runs anything again by itself.
 type Pool struct {
 	opts Options
 
 	mu      sync.Mutex
 	closed  bool
+	stop    chan struct{} // closed by Close: ends the sweeper
 	entries map[connKey]*poolEntry
 	learned map[string]string // host:port -> host key learned on first use
 }
@@ -36,11 +45,89 @@ type poolEntry struct {
 
 // NewPool returns an empty pool whose connections use opts.
 func NewPool(opts Options) *Pool {
-	return &Pool{
+	p := &Pool{
 		opts:    opts.WithDefaults(),
+		stop:    make(chan struct{}),
 		entries: make(map[connKey]*poolEntry),
 		learned: make(map[string]string),
 	}
+	if p.opts.IdleTimeout > 0 {
+		go p.sweeper(p.opts.IdleTimeout / 2)
+	}
+	return p
+}
+
+func (p *Pool) sweeper(every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-tk.C:
+			p.Sweep()
+		}
+	}
+}
+
+// Sweep closes the connections no command has used for the pool's
+// IdleTimeout, measured on Options.Now, and returns how many it closed. It
+// does nothing when the pool has no IdleTimeout.
+func (p *Pool) Sweep() int {
+	if p.opts.IdleTimeout <= 0 {
+		return 0
+	}
+	before := p.opts.Now().Add(-p.opts.IdleTimeout)
+	return p.drop(func(_ connKey, c *Client) bool { return c.idleSince(before) })
+}
+
+// Drop closes the pool's connections to user@host:port (Target.String),
+// whichever keys they were made with, in use or not: the soul behind them
+// is gone. It returns how many it closed.
+func (p *Pool) Drop(target string) int {
+	return p.drop(func(k connKey, _ *Client) bool { return k.target == target })
+}
+
+// drop removes and closes the established connections match selects,
+// aliases included.
+func (p *Pool) drop(match func(connKey, *Client) bool) int {
+	p.mu.Lock()
+	var gone []*Client
+	picked := map[*poolEntry]bool{}
+	for k, e := range p.entries {
+		if !isDone(e.done) || e.client == nil {
+			continue
+		}
+		if picked[e] || match(k, e.client) {
+			picked[e] = true
+		}
+	}
+	for k, e := range p.entries {
+		if picked[e] {
+			delete(p.entries, k)
+		}
+	}
+	for e := range picked {
+		gone = append(gone, e.client)
+	}
+	p.mu.Unlock()
+	for _, c := range gone {
+		_ = c.Close()
+	}
+	return len(gone)
+}
+
+// Len returns the number of established connections the pool holds.
+func (p *Pool) Len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	seen := map[*poolEntry]bool{}
+	for _, e := range p.entries {
+		if isDone(e.done) && e.client != nil {
+			seen[e] = true
+		}
+	}
+	return len(seen)
 }
 
 // Get returns the pool's connection to t, dialing it if there is none. If a
@@ -60,11 +147,19 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 		}
 		if e, ok := p.entries[key]; ok {
 			if isDone(e.done) && e.client != nil && !e.client.alive() {
-				delete(p.entries, key) // the connection died: dial again
+				p.forget(e) // the connection died: dial again
 				p.mu.Unlock()
 				continue
 			}
 			p.mu.Unlock()
+			if isDone(e.done) && e.client != nil && p.opts.IdleTimeout > 0 && e.client.busy.Load() == 0 && !e.client.healthy() {
+				// Idle between runs and dead without a word: dial again.
+				p.mu.Lock()
+				p.forget(e)
+				p.mu.Unlock()
+				_ = e.client.Close()
+				continue
+			}
 			select {
 			case <-e.done:
 			case <-ctx.Done():
@@ -78,7 +173,10 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 		dctx, cancel := context.WithCancelCause(ctx)
 		e := &poolEntry{done: make(chan struct{}), cancel: cancel}
 		p.entries[key] = e
-		if t.HostKey == "" {
+		if t.HostKey == "" && p.opts.IdleTimeout <= 0 {
+			// Within one run the key learned first is the host's. A pool
+			// that outlives runs leaves pinning to its callers: a host
+			// rebuilt at the address meanwhile is theirs to judge.
 			t.HostKey = p.learned[t.Addr()]
 		}
 		p.mu.Unlock()
@@ -126,6 +224,7 @@ func (p *Pool) Close() error {
 		return nil
 	}
 	p.closed = true
+	close(p.stop)
 	entries := make([]*poolEntry, 0, len(p.entries))
 	seen := make(map[*poolEntry]bool, len(p.entries))
 	for _, e := range p.entries {
@@ -170,6 +269,15 @@ func keyOf(t Target) (connKey, error) {
 		k.host = gossh.FingerprintSHA256(pinned)
 	}
 	return k, nil
+}
+
+// forget removes entry e and its aliases; p.mu is held.
+func (p *Pool) forget(e *poolEntry) {
+	for k, x := range p.entries {
+		if x == e {
+			delete(p.entries, k)
+		}
+	}
 }
 
 func isDone(ch <-chan struct{}) bool {
