@@ -126,16 +126,7 @@ func TestDrainTimeoutHandsRunsBack(t *testing.T) {
 
 	// The second host is "booting": registered, its sshd not started yet,
 	// so that the idempotent step waits for it past the drain timeout.
-	priv, _, err := sshtest.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	keyPath := filepath.Join(t.TempDir(), "booting.key")
-	_ = os.WriteFile(keyPath, priv, 0o600)
-	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: "booting.local.test", Address: "127.0.0.1", Connection: client.Connection{User: up.User, Port: port, KeyRef: "file:" + keyPath}}); err != nil {
-		t.Fatal(err)
-	}
+	boot := addBootingSoul(t, c, "booting.local.test", up.User)
 	work := t.TempDir()
 	counter, managed, slow := filepath.Join(work, "counter"), filepath.Join(work, "managed"), filepath.Join(work, "slow")
 	idem := `steps:
@@ -172,7 +163,7 @@ func TestDrainTimeoutHandsRunsBack(t *testing.T) {
 		t.Fatalf("the keeper did not say it cut the steps in flight:\n%s", logs)
 	}
 
-	sshtest.Start(t, sshtest.Options{Port: port, ClientKey: priv, User: up.User})
+	boot()
 	k = serve(t, dir, "--config", cfg)
 	c = adminClient(t, k, data)
 	final := waitFor(t, c, r1.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })

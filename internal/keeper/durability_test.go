@@ -66,16 +66,7 @@ func TestKill9ResumesIdempotentStep(t *testing.T) {
 	addSoul(t, c, "up.local.test", up)
 
 	// The second host is "booting": registered, its sshd not started yet.
-	priv, _, err := sshtest.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	keyPath := filepath.Join(t.TempDir(), "booting.key")
-	_ = os.WriteFile(keyPath, priv, 0o600)
-	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: "booting.local.test", Address: "127.0.0.1", Connection: client.Connection{User: up.User, Port: port, KeyRef: "file:" + keyPath}}); err != nil {
-		t.Fatal(err)
-	}
+	boot := addBootingSoul(t, c, "booting.local.test", up.User)
 	work := t.TempDir()
 	counter, managed := filepath.Join(work, "counter"), filepath.Join(work, "managed")
 	sc := `steps:
@@ -99,7 +90,7 @@ func TestKill9ResumesIdempotentStep(t *testing.T) {
 	}
 	<-k.done
 
-	sshtest.Start(t, sshtest.Options{Port: port, ClientKey: priv, User: up.User})
+	boot()
 	k = serve(t, dir)
 	c = adminClient(t, k, data)
 	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
@@ -281,4 +272,24 @@ steps:
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// addBootingSoul registers sid as a host that is still booting: its sshd
+// is not started yet, so steps on it wait in their connect retries. The
+// returned boot starts that sshd, for user, with the soul's key.
+func addBootingSoul(t *testing.T, c *client.Client, sid, user string) (boot func()) {
+	t.Helper()
+	priv, _, err := sshtest.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	keyPath := filepath.Join(t.TempDir(), "booting.key")
+	if err := os.WriteFile(keyPath, priv, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{User: user, Port: port, KeyRef: "file:" + keyPath}}); err != nil {
+		t.Fatal(err)
+	}
+	return func() { sshtest.Start(t, sshtest.Options{Port: port, ClientKey: priv, User: user}) }
 }

@@ -431,18 +431,7 @@ func TestResumedRunStillMasksItsSecrets(t *testing.T) {
 	c := adminClient(t, k, data)
 	up := sshtest.Start(t, sshtest.Options{})
 	addSoul(t, c, "up.local.test", up)
-	priv, _, err := sshtest.NewKey()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	keyPath := filepath.Join(t.TempDir(), "booting.key")
-	if err := os.WriteFile(keyPath, priv, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: "booting.local.test", Address: "127.0.0.1", Connection: client.Connection{User: up.User, Port: port, KeyRef: "file:" + keyPath}}); err != nil {
-		t.Fatal(err)
-	}
+	boot := addBootingSoul(t, c, "booting.local.test", up.User)
 	const canary = "resume-canary-0f3e91"
 	managed := filepath.Join(t.TempDir(), "managed")
 	sc := `inputs:
@@ -472,7 +461,7 @@ steps:
 	}
 	<-k.done
 
-	sshtest.Start(t, sshtest.Options{Port: port, ClientKey: priv, User: up.User})
+	boot()
 	k = serve(t, dir)
 	c = adminClient(t, k, data)
 	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
