@@ -1,8 +1,6 @@
 package pkg_test
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -25,6 +23,7 @@ import (
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/localcloud"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/modules/moduletest"
 	sshx "github.com/soulstack/soulstack/internal/transport/ssh"
 	"golang.org/x/crypto/ssh"
 )
@@ -284,31 +283,11 @@ test -r `+r.dir+`/Packages`)
 // same path.
 func (v *vm) upload(t testing.TB, dir string) {
 	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tw.WriteHeader(&tar.Header{Name: e.Name(), Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
+	tarball := moduletest.DirTar(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	q := "'" + strings.ReplaceAll(dir, "'", `'\''`) + "'"
-	res, err := v.exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", "mkdir -p -m 755 " + q + " && tar -x -o -C " + q}, Stdin: buf.Bytes()})
+	res, err := v.exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", "mkdir -p -m 755 " + q + " && tar -x -o -C " + q}, Stdin: tarball})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("copy %s into the VM: %v (exit %d) %s", dir, err, res.ExitCode, res.Stderr)
 	}
