@@ -2,7 +2,9 @@
 // creates a CA in a directory of the data dir (ECDSA P-256, private keys
 // mode 0600), issues the keeper's HTTPS server certificate for the names
 // and addresses it is reached by, renews that certificate when it nears
-// expiry or no longer covers them, and names the CA by its fingerprint.
+// expiry or no longer covers them, issues souls their short-lived client
+// certificates (IssueClient, VerifyClient), and names the CA by its
+// fingerprint.
 //
 // The fingerprint is the SHA-256 of the CA certificate's DER, printed as
 // "sha256:" followed by 64 lowercase hex digits (Fingerprint). ParseFingerprint
