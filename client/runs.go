@@ -38,16 +38,6 @@ func (c *Client) RunCancel(ctx context.Context, id string) (*Run, error) {
 	return call[Run](ctx, c, http.MethodPost, "/v1/runs/"+esc(id)+"/cancel", nil, nil)
 }
 
-// Terminal reports whether a phase is final.
-func Terminal(phase string) bool {
-	return phase == "Succeeded" || phase == "Failed" || phase == "Cancelled"
-}
-
-// EventStreamDenied is the kind of the last event of a stream whose token
-// the keeper refused while streaming (revoked, expired, or no longer
-// allowed run.read); its data is the Problem.
-const EventStreamDenied = "stream.denied"
-
 // RunEvents streams a run's events after afterSeq (0: from the start)
 // until the run has finished and every event was delivered, fn returns an
 // error, or ctx ends. A broken stream is resumed with Last-Event-ID. A
@@ -125,7 +115,7 @@ func (c *Client) streamOnce(ctx context.Context, id string, last *int64, fn func
 				return true, fmt.Errorf("decode run event: %w", err)
 			}
 			data.Reset()
-			if ev.Kind == "stream.end" {
+			if ev.Kind == EventStreamEnd {
 				return true, nil
 			}
 			if ev.Kind == EventStreamDenied {

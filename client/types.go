@@ -246,7 +246,7 @@ type RunError struct {
 // RunTarget is one target's result in one step.
 type RunTarget struct {
 	SID        string          `json:"sid"`
-	Status     string          `json:"status" enum:"ok,changed,failed,skipped,unreachable,running"`
+	Status     TargetStatus    `json:"status" enum:"ok,changed,failed,skipped,unreachable,running"`
 	Changed    bool            `json:"changed"`
 	Output     json.RawMessage `json:"output"`
 	Error      *RunError       `json:"error,omitempty"`
@@ -258,7 +258,7 @@ type RunTarget struct {
 type RunStep struct {
 	Name    string      `json:"name"`
 	Module  string      `json:"module"`
-	Status  string      `json:"status"`
+	Status  StepStatus  `json:"status" enum:"running,ok,changed,failed,skipped" doc:"The step's summary over its targets (SummarizeStep): skipped when every target was skipped."`
 	Targets []RunTarget `json:"targets"`
 }
 
@@ -267,7 +267,7 @@ type Run struct {
 	ID         string          `json:"id"`
 	Key        string          `json:"key,omitempty"`
 	Name       string          `json:"name"`
-	Phase      string          `json:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled"`
+	Phase      Phase           `json:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled"`
 	CreatedAt  time.Time       `json:"created_at"`
 	CreatedBy  string          `json:"created_by"`
 	StartedAt  *time.Time      `json:"started_at"`
@@ -287,13 +287,18 @@ type RunList struct {
 }
 
 // RunEvent is one event of a run's stream (GET /v1/runs/{id}/events).
+// Kind says which type Data holds (Decode returns it): run.phase
+// RunPhaseData, step.started StepStartedData, target.result
+// TargetResultData, log LogData, step.finished StepFinishedData,
+// step.interrupted StepInterruptedData, run.finished RunFinishedData; the
+// stream's own stream.end (no data) and stream.denied (a Problem).
 type RunEvent struct {
-	Seq  int64           `json:"seq"`
+	Seq  int64           `json:"seq" doc:"The event's number in its run, from 1; resume after it with Last-Event-ID."`
 	At   time.Time       `json:"at"`
-	Kind string          `json:"kind" doc:"run.phase, step.started, step.finished, target.result, log, run.finished"`
-	Step string          `json:"step,omitempty"`
-	SID  string          `json:"sid,omitempty"`
-	Data json.RawMessage `json:"data"`
+	Kind EventKind       `json:"kind" enum:"run.phase,step.started,target.result,log,step.finished,step.interrupted,run.finished,stream.end,stream.denied" doc:"What the event reports; it names the type of data (RunPhaseData, StepStartedData, TargetResultData, LogData, StepFinishedData, StepInterruptedData, RunFinishedData; a Problem for stream.denied)."`
+	Step string          `json:"step,omitempty" required:"false" doc:"The step the event is about."`
+	SID  string          `json:"sid,omitempty" required:"false" doc:"The target the event is about (keeper for keeper-side steps)."`
+	Data json.RawMessage `json:"data" doc:"The kind's data object."`
 }
 
 // Orphan is a VM a driver has, made by a keeper (it carries a request

@@ -107,6 +107,7 @@ func New(cfg Config) *Server {
 	s.metrics = newMetrics()
 	s.api.UseMiddleware(s.observe)
 
+	s.eventSchemas() // the run vocabulary, documented even without the run routes
 	s.registerHealth()
 	s.registerProviders()
 	s.registerProfiles()

@@ -586,6 +586,40 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 	if !strings.HasPrefix(doc.OpenAPI, "3.1") {
 		t.Errorf("openapi version %q", doc.OpenAPI)
 	}
+	// The run vocabulary: the event envelope and each kind's data, with
+	// the kinds and statuses as enums.
+	var comps struct {
+		Components struct {
+			Schemas map[string]struct {
+				Description string `json:"description"`
+				Properties  map[string]struct {
+					Enum []string `json:"enum"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(b, &comps); err != nil {
+		t.Fatal(err)
+	}
+	schemas := comps.Components.Schemas
+	if got := strings.Join(schemas["RunEvent"].Properties["kind"].Enum, ","); got != "run.phase,step.started,target.result,log,step.finished,step.interrupted,run.finished,stream.end,stream.denied" {
+		t.Errorf("RunEvent.kind enum = %q", got)
+	}
+	for name, kind := range map[string]client.EventKind{
+		"RunPhaseData": client.EventRunPhase, "StepStartedData": client.EventStepStarted, "TargetResultData": client.EventTargetResult,
+		"LogData": client.EventLog, "StepFinishedData": client.EventStepFinished, "StepInterruptedData": client.EventStepInterrupted,
+		"RunFinishedData": client.EventRunFinished,
+	} {
+		if !strings.Contains(schemas[name].Description, string(kind)) {
+			t.Errorf("schema %s: description %q does not name kind %s", name, schemas[name].Description, kind)
+		}
+	}
+	if got := strings.Join(schemas["TargetResultData"].Properties["status"].Enum, ","); got != "ok,changed,failed,skipped,unreachable" {
+		t.Errorf("TargetResultData.status enum = %q", got)
+	}
+	if got := strings.Join(schemas["StepFinishedData"].Properties["status"].Enum, ","); got != "ok,changed,failed,skipped" {
+		t.Errorf("StepFinishedData.status enum = %q", got)
+	}
 	if _, ok := doc.Paths["/v1/providers"]["post"]["responses"].(map[string]any)["409"]; !ok {
 		t.Errorf("provider-create does not document 409")
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -70,7 +71,7 @@ type runOutput struct {
 
 func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (client.Run, error) {
 	out := client.Run{
-		ID: r.ID, Key: r.Key, Name: r.Name, Phase: r.Phase, CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy,
+		ID: r.ID, Key: r.Key, Name: r.Name, Phase: client.Phase(r.Phase), CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Timeout: r.Timeout.String(), Input: r.InputMasked,
 		Outputs: r.Outputs, Message: r.Message, Steps: []client.RunStep{},
 	}
@@ -85,12 +86,12 @@ func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (clie
 		return out, err
 	}
 	for _, st := range steps {
-		ws := client.RunStep{Name: st.Name, Module: st.Module, Status: st.Status, Targets: []client.RunTarget{}}
+		ws := client.RunStep{Name: st.Name, Module: st.Module, Status: client.StepStatus(st.Status), Targets: []client.RunTarget{}}
 		for _, t := range targets {
 			if t.StepIndex != st.Index {
 				continue
 			}
-			wt := client.RunTarget{SID: t.SID, Status: t.Status, Changed: t.Changed, Output: t.Output, Attempts: t.Attempts, DurationMS: t.DurationMS}
+			wt := client.RunTarget{SID: t.SID, Status: client.TargetStatus(t.Status), Changed: t.Changed, Output: t.Output, Attempts: t.Attempts, DurationMS: t.DurationMS}
 			if t.ErrorCode != "" {
 				wt.Error = &client.RunError{Code: t.ErrorCode, Message: t.ErrorMsg}
 			}
@@ -235,7 +236,7 @@ func (s *Server) registerRuns() {
 			"The token is checked again every few seconds while the stream lasts: once it is revoked, expired or no longer holds run.read, " +
 			"the stream ends with an event of kind stream.denied whose data is the problem (code auth.invalid_token or auth.forbidden).",
 		Errors:    []int{http.StatusNotFound},
-		Responses: map[string]*huma.Response{"200": {Description: "An SSE stream of RunEvent", Content: map[string]*huma.MediaType{"text/event-stream": {}}}},
+		Responses: map[string]*huma.Response{"200": {Description: "An SSE stream of RunEvent; each kind's data is the schema of the same name (see components)", Content: map[string]*huma.MediaType{"text/event-stream": {Schema: s.eventSchemas()}}}},
 	}, auth.RunRead, false, func(ctx context.Context, in *struct {
 		ID          string `path:"id"`
 		LastEventID string `header:"Last-Event-ID" doc:"Resume after this event."`
@@ -254,6 +255,22 @@ func (s *Server) registerRuns() {
 		}
 		return &huma.StreamResponse{Body: func(hctx huma.Context) { s.streamEvents(hctx, in.ID, after) }}, nil
 	})
+}
+
+// eventSchemas puts the run vocabulary in the OpenAPI document: RunEvent
+// and the data schema of each kind (RunPhaseData, StepStartedData…),
+// described with the kind that carries it. It returns RunEvent's schema.
+func (s *Server) eventSchemas() *huma.Schema {
+	reg := s.api.OpenAPI().Components.Schemas
+	for _, d := range []client.EventData{client.RunPhaseData{}, client.StepStartedData{}, client.TargetResultData{}, client.LogData{},
+		client.StepFinishedData{}, client.StepInterruptedData{}, client.RunFinishedData{}} {
+		t := reflect.TypeOf(d)
+		reg.Schema(t, true, t.Name())
+		if sc := reg.Map()[t.Name()]; sc != nil {
+			sc.Description = fmt.Sprintf("The data of a run event of kind %s.", d.EventKind())
+		}
+	}
+	return reg.Schema(reflect.TypeOf(client.RunEvent{}), true, "RunEvent")
 }
 
 // StreamRecheck is how often an event stream checks its token again. A
@@ -297,7 +314,7 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 			return
 		}
 		for _, e := range evs {
-			b, _ := json.Marshal(client.RunEvent{Seq: e.Seq, At: e.At, Kind: e.Kind, Step: e.Step, SID: e.SID, Data: e.Data})
+			b, _ := json.Marshal(client.RunEvent{Seq: e.Seq, At: e.At, Kind: client.EventKind(e.Kind), Step: e.Step, SID: e.SID, Data: e.Data})
 			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, b)
 			after = e.Seq
 		}
@@ -308,7 +325,7 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 			continue
 		}
 		if store.Terminal(run.Phase) {
-			fmt.Fprintf(w, "event: stream.end\ndata: {\"kind\":\"stream.end\",\"seq\":%d}\n\n", after)
+			fmt.Fprintf(w, "event: %[1]s\ndata: {\"kind\":\"%[1]s\",\"seq\":%[2]d}\n\n", client.EventStreamEnd, after)
 			if flusher != nil {
 				flusher.Flush()
 			}

@@ -95,14 +95,14 @@ func (v *liveView) event(ev client.RunEvent) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.p.apply(ev)
-	if ev.Kind == "log" {
+	if ev.Kind == client.EventLog {
 		width, _ := v.t.size()
 		io.WriteString(v.t.w, v.erase()+fit(eventLine(ev), width-1)+"\n")
 		v.shown = 0
 		v.draw()
 		return
 	}
-	if v.now().Sub(v.drawn) >= redrawAfter || ev.Kind == "run.finished" {
+	if v.now().Sub(v.drawn) >= redrawAfter || ev.Kind == client.EventRunFinished {
 		v.draw()
 	}
 }

@@ -17,96 +17,9 @@ import (
 // of a terminal (progress), and a finished run into its recap. The
 // commands only decide where and when to write them.
 
-// Target statuses.
-const (
-	statusOK          = "ok"
-	statusChanged     = "changed"
-	statusFailed      = "failed"
-	statusSkipped     = "skipped"
-	statusUnreachable = "unreachable"
-	statusRunning     = "running"
-)
-
-// eventData is the union of the fields run events carry in data; each
-// kind fills some of them.
-type eventData struct {
-	Phase      string          `json:"phase"`
-	Resumed    bool            `json:"resumed"`
-	Module     string          `json:"module"`
-	Status     string          `json:"status"`
-	Changed    *bool           `json:"changed"`
-	Error      json.RawMessage `json:"error"`
-	Attempts   int             `json:"attempts"`
-	DurationMS int64           `json:"duration_ms"`
-	// Targets is the list of SIDs a step runs on, or their number.
-	Targets json.RawMessage `json:"targets"`
-	// A log line's text, under one of these names.
-	Line    string `json:"line"`
-	Message string `json:"message"`
-	Text    string `json:"text"`
-	Stream  string `json:"stream"`
-}
-
-func decodeEventData(raw json.RawMessage) eventData {
-	var d eventData
-	if len(raw) > 0 {
-		_ = json.Unmarshal(raw, &d)
-	}
-	return d
-}
-
-// runError decodes an error given as {code, message} or as plain text.
-func (d eventData) runError() *client.RunError {
-	if len(d.Error) == 0 || string(d.Error) == "null" {
-		return nil
-	}
-	var e client.RunError
-	if json.Unmarshal(d.Error, &e) == nil && (e.Code != "" || e.Message != "") {
-		return &e
-	}
-	var s string
-	if json.Unmarshal(d.Error, &s) == nil && s != "" {
-		return &client.RunError{Message: s}
-	}
-	return nil
-}
-
-// targetStatus is the status a target.result reports, derived from its
-// error and changed flag when the event does not name it.
-func (d eventData) targetStatus() string {
-	switch {
-	case d.Status != "":
-		return d.Status
-	case d.runError() != nil:
-		return statusFailed
-	case d.Changed != nil && *d.Changed:
-		return statusChanged
-	case d.Changed != nil:
-		return statusOK
-	}
-	return ""
-}
-
-// targetList returns the SIDs and the number of targets a step.started
-// event announces.
-func (d eventData) targetList() ([]string, int) {
-	if len(d.Targets) == 0 {
-		return nil, 0
-	}
-	var sids []string
-	if json.Unmarshal(d.Targets, &sids) == nil {
-		return sids, len(sids)
-	}
-	var n int
-	if json.Unmarshal(d.Targets, &n) == nil {
-		return nil, n
-	}
-	return nil, 0
-}
-
-func (d eventData) logText() string {
-	return firstNonEmpty(d.Line, d.Message, d.Text)
-}
+// The CLI reads runs in client's vocabulary (client.RunEvent.Decode, the
+// Phase, StepStatus and TargetStatus constants); it defines no status of
+// its own.
 
 // errorText is "code: message", or whichever of them is set.
 func errorText(e *client.RunError) string {
@@ -130,51 +43,10 @@ func eventTime(t time.Time) string {
 // eventLine is one event as a plain line: time, kind, step and SID when
 // the event has them, and what happened.
 func eventLine(ev client.RunEvent) string {
-	d := decodeEventData(ev.Data)
-	var detail string
-	switch ev.Kind {
-	case "run.phase":
-		detail = d.Phase
-		if d.Resumed {
-			detail += " (resumed)"
-		}
-	case "step.started":
-		detail = d.Module
-		if sids, n := d.targetList(); len(sids) > 0 {
-			detail = strings.TrimSpace(detail + " on " + strings.Join(sids, ", "))
-		} else if n > 0 {
-			detail = strings.TrimSpace(fmt.Sprintf("%s on %d target(s)", detail, n))
-		}
-	case "target.result":
-		detail = d.targetStatus()
-		if d.DurationMS > 0 {
-			detail += " " + shortDuration(time.Duration(d.DurationMS)*time.Millisecond)
-		}
-		if d.Attempts > 1 {
-			detail += fmt.Sprintf(" after %d attempts", d.Attempts)
-		}
-		if e := d.runError(); e != nil {
-			detail += " " + errorText(e)
-		}
-	case "step.finished":
-		detail = d.Status
-		if e := d.runError(); e != nil {
-			detail += " " + errorText(e)
-		}
-	case "step.interrupted":
-		detail = strings.TrimSpace(d.Module + " was running when the keeper stopped")
-	case "log":
-		detail = d.logText()
-		if d.Stream != "" {
-			detail = d.Stream + ": " + detail
-		}
-	case "run.finished":
-		detail = d.Phase
-		if e := d.runError(); e != nil {
-			detail += " " + errorText(e)
-		}
-	default:
-		detail = compactJSON(ev.Data)
+	detail := compactJSON(ev.Data)
+	data, err := ev.Decode()
+	if err == nil {
+		detail = eventDetail(data)
 	}
 	fields := []string{eventTime(ev.At), fmt.Sprintf("%-13s", ev.Kind)}
 	for _, f := range []string{ev.Step, ev.SID, strings.TrimSpace(detail)} {
@@ -185,12 +57,52 @@ func eventLine(ev client.RunEvent) string {
 	return strings.TrimRight(strings.Join(fields, " "), " ")
 }
 
+// eventDetail says what an event's data reports, for a plain line.
+func eventDetail(data client.EventData) string {
+	switch d := data.(type) {
+	case client.RunPhaseData:
+		if d.Resumed {
+			return string(d.Phase) + " (resumed)"
+		}
+		return string(d.Phase)
+	case client.StepStartedData:
+		if len(d.Targets) > 0 {
+			return d.Module + " on " + strings.Join(d.Targets, ", ")
+		}
+		return d.Module
+	case client.TargetResultData:
+		detail := string(d.Status)
+		if d.DurationMS > 0 {
+			detail += " " + shortDuration(time.Duration(d.DurationMS)*time.Millisecond)
+		}
+		if d.Attempts > 1 {
+			detail += fmt.Sprintf(" after %d attempts", d.Attempts)
+		}
+		if d.Error != nil {
+			detail += " " + errorText(d.Error)
+		}
+		return detail
+	case client.StepFinishedData:
+		return string(d.Status)
+	case client.StepInterruptedData:
+		return d.Module + " was running when the keeper stopped"
+	case client.LogData:
+		return d.Message
+	case client.RunFinishedData:
+		if d.Error != nil {
+			return string(d.Phase) + " " + errorText(d.Error)
+		}
+		return string(d.Phase)
+	}
+	return ""
+}
+
 // progress is a run as its events tell it so far: the live view of
 // `soulctl run` on a terminal. Feed it events with apply; render it with
 // lines.
 type progress struct {
 	id, name string
-	phase    string
+	phase    client.Phase
 	err      *client.RunError
 	start    time.Time // the first event
 	end      time.Time // run.finished
@@ -198,19 +110,21 @@ type progress struct {
 }
 
 type stepProgress struct {
-	name, module, status string
-	total                int // announced targets; 0 when unknown
-	started, finished    time.Time
-	targets              []*targetProgress
+	name, module      string
+	status            client.StepStatus
+	interrupted       bool // step.interrupted: shown as such, its status failed
+	started, finished time.Time
+	targets           []*targetProgress
 }
 
 type targetProgress struct {
-	sid, status string
-	err         *client.RunError
+	sid    string
+	status client.TargetStatus
+	err    *client.RunError
 }
 
 func newProgress(id, name string) *progress {
-	return &progress{id: id, name: name, phase: "Pending"}
+	return &progress{id: id, name: name, phase: client.PhasePending}
 }
 
 // finished reports whether run.finished was seen.
@@ -222,7 +136,7 @@ func (p *progress) step(name string, at time.Time) *stepProgress {
 			return s
 		}
 	}
-	s := &stepProgress{name: name, status: statusRunning, started: at}
+	s := &stepProgress{name: name, status: client.StepRunning, started: at}
 	p.steps = append(p.steps, s)
 	return s
 }
@@ -238,69 +152,37 @@ func (s *stepProgress) target(sid string) *targetProgress {
 	return t
 }
 
-// apply takes one event into the view.
+// apply takes one event into the view. Events of kinds this client does
+// not know, or whose data does not fit their kind, change nothing.
 func (p *progress) apply(ev client.RunEvent) {
 	if p.start.IsZero() {
 		p.start = ev.At
 	}
-	d := decodeEventData(ev.Data)
-	switch ev.Kind {
-	case "run.phase":
-		if d.Phase != "" {
-			p.phase = d.Phase
-		}
-	case "step.started":
+	data, err := ev.Decode()
+	if err != nil {
+		return
+	}
+	switch d := data.(type) {
+	case client.RunPhaseData:
+		p.phase = d.Phase
+	case client.StepStartedData:
 		s := p.step(ev.Step, ev.At)
-		s.started, s.status = ev.At, statusRunning
-		if d.Module != "" {
-			s.module = d.Module
-		}
-		sids, n := d.targetList()
-		for _, sid := range sids {
+		s.started, s.status, s.module = ev.At, client.StepRunning, d.Module
+		for _, sid := range d.Targets {
 			s.target(sid)
 		}
-		if n > 0 {
-			s.total = n
-		}
-	case "target.result":
+	case client.TargetResultData:
+		t := p.step(ev.Step, ev.At).target(ev.SID)
+		t.status, t.err = d.Status, d.Error
+	case client.StepFinishedData:
 		s := p.step(ev.Step, ev.At)
-		t := s.target(firstNonEmpty(ev.SID, "keeper"))
-		t.status, t.err = d.targetStatus(), d.runError()
-	case "step.finished":
+		s.finished, s.status = ev.At, d.Status
+	case client.StepInterruptedData:
 		s := p.step(ev.Step, ev.At)
-		s.finished = ev.At
-		s.status = d.Status
-		if s.status == "" {
-			s.status = s.summaryStatus()
-		}
-	case "step.interrupted":
-		s := p.step(ev.Step, ev.At)
-		s.finished, s.status = ev.At, "interrupted"
-		if d.Module != "" {
-			s.module = d.Module
-		}
-	case "run.finished":
-		p.end = ev.At
-		if d.Phase != "" {
-			p.phase = d.Phase
-		}
-		p.err = d.runError()
+		s.finished, s.status, s.interrupted, s.module = ev.At, client.StepFailed, true, d.Module
+	case client.RunFinishedData:
+		p.end, p.phase, p.err = ev.At, d.Phase, d.Error
 	}
-}
-
-// summaryStatus is the status of a step judged from its targets: failed
-// when one failed, else changed when one changed, else ok.
-func (s *stepProgress) summaryStatus() string {
-	st := statusOK
-	for _, t := range s.targets {
-		switch t.status {
-		case statusFailed, statusUnreachable:
-			return statusFailed
-		case statusChanged:
-			st = statusChanged
-		}
-	}
-	return st
 }
 
 // counts returns how many targets have each status, and how many have
@@ -309,8 +191,8 @@ func (s *stepProgress) counts() (map[string]int, int) {
 	c := map[string]int{}
 	done := 0
 	for _, t := range s.targets {
-		if t.status != "" && t.status != statusRunning {
-			c[t.status]++
+		if t.status.Done() {
+			c[string(t.status)]++
 			done++
 		}
 	}
@@ -344,13 +226,16 @@ func (p *progress) lines(now time.Time, width int) []string {
 	}
 	for _, s := range p.steps {
 		c, done := s.counts()
-		total := max(s.total, len(s.targets))
+		status := string(s.status)
+		if s.interrupted {
+			status = "interrupted"
+		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "  %-*s  %-11s  %d/%d", nameWidth, s.name, s.status, done, total)
+		fmt.Fprintf(&b, "  %-*s  %-11s  %d/%d", nameWidth, s.name, status, done, len(s.targets))
 		var counts []string
-		for _, st := range []string{statusOK, statusChanged, statusFailed, statusSkipped, statusUnreachable} {
-			if c[st] > 0 {
-				counts = append(counts, fmt.Sprintf("%s=%d", st, c[st]))
+		for _, st := range client.TargetStatuses {
+			if n := c[string(st)]; n > 0 {
+				counts = append(counts, fmt.Sprintf("%s=%d", st, n))
 			}
 		}
 		if len(counts) > 0 {
@@ -363,13 +248,13 @@ func (p *progress) lines(now time.Time, width int) []string {
 		fmt.Fprintf(&b, "  %s", shortDuration(stepEnd.Sub(s.started)))
 		hosts := make([]string, len(s.targets))
 		for i, t := range s.targets {
-			hosts[i] = t.sid + "=" + firstNonEmpty(t.status, "…")
+			hosts[i] = t.sid + "=" + firstNonEmpty(string(t.status), "…")
 		}
 		out = append(out, fitList(b.String(), hosts, width))
 
 		var failed []*targetProgress
 		for _, t := range s.targets {
-			if t.err != nil || t.status == statusFailed || t.status == statusUnreachable {
+			if t.status.Bad() {
 				failed = append(failed, t)
 			}
 		}
@@ -474,15 +359,15 @@ func recap(r *client.Run) string {
 				bySID[t.SID] = c
 			}
 			switch t.Status {
-			case statusOK:
+			case client.TargetOK:
 				c.ok++
-			case statusChanged:
+			case client.TargetChanged:
 				c.changed++
-			case statusFailed:
+			case client.TargetFailed:
 				c.failed++
-			case statusSkipped:
+			case client.TargetSkipped:
 				c.skipped++
-			case statusUnreachable:
+			case client.TargetUnreachable:
 				c.unreachable++
 			}
 		}

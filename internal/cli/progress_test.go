@@ -15,7 +15,7 @@ import (
 var t0 = time.Date(2026, 11, 30, 6, 28, 0, 0, time.UTC)
 
 // ev builds an event at t0+ms.
-func ev(ms int, kind, step, sid, data string) client.RunEvent {
+func ev(ms int, kind client.EventKind, step, sid, data string) client.RunEvent {
 	if data == "" {
 		data = "{}"
 	}
@@ -30,14 +30,14 @@ var twoHosts = []client.RunEvent{
 	ev(310, "target.result", "provision", "keeper", `{"status":"changed","changed":true,"attempts":1,"duration_ms":300}`),
 	ev(320, "step.finished", "provision", "", `{"status":"changed"}`),
 	ev(330, "step.started", "base", "", `{"module":"core.pkg.installed","targets":["web-1","web-2"]}`),
-	ev(400, "log", "base", "web-2", `{"line":"connection refused, retrying (2/3)"}`),
+	ev(400, "log", "base", "web-2", `{"message":"connection refused, retrying (2/3)"}`),
 	ev(1500, "target.result", "base", "web-1", `{"status":"ok","changed":false,"attempts":1,"duration_ms":1170}`),
 	ev(2330, "target.result", "base", "web-2", `{"status":"unreachable","changed":false,"attempts":3,"duration_ms":2000,"error":{"code":"ssh.unreachable","message":"dial tcp 127.0.0.2:22: connection refused"}}`),
 	ev(2340, "step.finished", "base", "", `{"status":"failed"}`),
-	ev(2350, "step.started", "motd", "", `{"module":"core.file.present","targets":2}`),
-	ev(2400, "target.result", "motd", "web-2", `{"status":"skipped"}`),
-	ev(2600, "target.result", "motd", "web-1", `{"changed":true}`),
-	ev(2610, "step.finished", "motd", "", `{}`),
+	ev(2350, "step.started", "motd", "", `{"index":2,"module":"core.file.present","targets":["web-2","web-1"]}`),
+	ev(2400, "target.result", "motd", "web-2", `{"status":"skipped","changed":false,"attempts":0,"duration_ms":0,"error":{"code":"target.failed_earlier","message":"web-2 failed in step \"base\""}}`),
+	ev(2600, "target.result", "motd", "web-1", `{"status":"changed","changed":true,"attempts":1,"duration_ms":0}`),
+	ev(2610, "step.finished", "motd", "", `{"index":2,"status":"changed","changed":true,"counts":{"changed":1,"skipped":1}}`),
 	ev(2620, "run.finished", "", "", `{"phase":"Failed","error":{"code":"run.failed","message":"1 target failed"}}`),
 }
 
@@ -49,7 +49,7 @@ func TestEventLine(t *testing.T) {
 	}
 	got = append(got,
 		eventLine(ev(2700, "stream.lag", "", "", `{"n":1}`)),
-		eventLine(ev(2800, "log", "", "", `{"message":"keeper says hi","stream":"stderr"}`)),
+		eventLine(ev(2800, "log", "", "", `{"message":"keeper says hi"}`)),
 		eventLine(ev(2900, "target.result", "x", "h", `{"error":"plain text error"}`)),
 		eventLine(ev(3000, "run.phase", "", "", `{"phase":"Running","resumed":true}`)),
 		eventLine(ev(3100, "step.interrupted", "provision", "", `{"index":0,"module":"core.cloud.created"}`)),
@@ -63,14 +63,14 @@ func TestEventLine(t *testing.T) {
 2026-11-30T06:28:01.500Z target.result base web-1 ok 1.2s
 2026-11-30T06:28:02.330Z target.result base web-2 unreachable 2.0s after 3 attempts ssh.unreachable: dial tcp 127.0.0.2:22: connection refused
 2026-11-30T06:28:02.340Z step.finished base failed
-2026-11-30T06:28:02.350Z step.started  motd core.file.present on 2 target(s)
-2026-11-30T06:28:02.400Z target.result motd web-2 skipped
+2026-11-30T06:28:02.350Z step.started  motd core.file.present on web-2, web-1
+2026-11-30T06:28:02.400Z target.result motd web-2 skipped target.failed_earlier: web-2 failed in step "base"
 2026-11-30T06:28:02.600Z target.result motd web-1 changed
-2026-11-30T06:28:02.610Z step.finished motd
+2026-11-30T06:28:02.610Z step.finished motd changed
 2026-11-30T06:28:02.620Z run.finished  Failed run.failed: 1 target failed
 2026-11-30T06:28:02.700Z stream.lag    {"n":1}
-2026-11-30T06:28:02.800Z log           stderr: keeper says hi
-2026-11-30T06:28:02.900Z target.result x h failed plain text error
+2026-11-30T06:28:02.800Z log           keeper says hi
+2026-11-30T06:28:02.900Z target.result x h {"error":"plain text error"}
 2026-11-30T06:28:03.000Z run.phase     Running (resumed)
 2026-11-30T06:28:03.100Z step.interrupted provision core.cloud.created was running when the keeper stopped`
 	if g := strings.Join(got, "\n"); g != want {

@@ -241,7 +241,7 @@ func (a *app) waitRun(ctx context.Context, c *client.Client, run *client.Run, p 
 // otherwise. The error prints the phase to stderr only when asked
 // (with -o json): a recap on stdout has already said it.
 func phaseExit(r *client.Run, say bool) error {
-	if r.Phase == "Succeeded" {
+	if r.Phase == client.PhaseSucceeded {
 		return nil
 	}
 	if !say {

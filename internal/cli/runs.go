@@ -50,7 +50,7 @@ func (a *app) runsListCommand() *cobra.Command {
 			now := time.Now()
 			t := &table{header: []string{"ID", "NAME", "PHASE", "CREATED", "DURATION"}}
 			for _, r := range items {
-				t.add(r.ID, r.Name, r.Phase, timestamp(r.CreatedAt), durationCell(&r, now))
+				t.add(r.ID, r.Name, string(r.Phase), timestamp(r.CreatedAt), durationCell(&r, now))
 			}
 			return p.print(client.RunList{Items: items}, t)
 		}),
@@ -246,7 +246,7 @@ func (v runView) render(w io.Writer) error {
 	rec := record{
 		{"ID", r.ID},
 		{"Name", r.Name},
-		{"Phase", r.Phase},
+		{"Phase", string(r.Phase)},
 		{"Key", r.Key},
 		{"Created", timestamp(r.CreatedAt)},
 		{"Created by", r.CreatedBy},
@@ -265,14 +265,14 @@ func (v runView) render(w io.Writer) error {
 		t := &table{header: []string{"STEP", "MODULE", "SID", "STATUS", "CHANGED", "ATTEMPTS", "DURATION", "ERROR"}}
 		for _, s := range r.Steps {
 			if len(s.Targets) == 0 {
-				t.add(s.Name, s.Module, "", s.Status, "", "", "", "")
+				t.add(s.Name, s.Module, "", string(s.Status), "", "", "", "")
 			}
 			for _, tg := range s.Targets {
 				attempts := ""
 				if tg.Attempts > 0 {
 					attempts = strconv.Itoa(tg.Attempts)
 				}
-				t.add(s.Name, s.Module, tg.SID, tg.Status, yesNo(tg.Changed), attempts,
+				t.add(s.Name, s.Module, tg.SID, string(tg.Status), yesNo(tg.Changed), attempts,
 					shortDuration(time.Duration(tg.DurationMS)*time.Millisecond), errorText(tg.Error))
 			}
 		}

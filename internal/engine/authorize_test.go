@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/module"
@@ -64,9 +65,9 @@ type recorder struct {
 	targets []store.RunTarget
 }
 
-func (r *recorder) Event(string, string, string, any) {}
-func (r *recorder) Step(store.RunStep)                {}
-func (r *recorder) Checkpoint([]byte) error           { return nil }
+func (r *recorder) Event(string, string, client.EventData) {}
+func (r *recorder) Step(store.RunStep)                     {}
+func (r *recorder) Checkpoint([]byte) error                { return nil }
 func (r *recorder) Target(t store.RunTarget, _ any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/expr"
 	"github.com/soulstack/soulstack/internal/module"
@@ -24,15 +25,6 @@ import (
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
-)
-
-// Target statuses.
-const (
-	StatusOK          = "ok"
-	StatusChanged     = "changed"
-	StatusFailed      = "failed"
-	StatusSkipped     = "skipped"
-	StatusUnreachable = "unreachable"
 )
 
 // DefaultForks bounds how many targets of one step run at once.
@@ -86,10 +78,10 @@ type state struct {
 }
 
 type stepState struct {
-	Index   int    `json:"index"`
-	Status  string `json:"status"`
-	Changed bool   `json:"changed"`
-	Output  any    `json:"output"`
+	Index   int               `json:"index"`
+	Status  client.StepStatus `json:"status"`
+	Changed bool              `json:"changed"`
+	Output  any               `json:"output"`
 }
 
 // Execute runs the plan of x.Run.
@@ -140,8 +132,8 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
 			s := plan.Steps[i]
 			msg := fmt.Sprintf("the keeper stopped while step %q (%s) was running; it is not idempotent, so it is not repeated — check what it did before running again", s.Name, s.ID)
-			rec.Event("step.interrupted", s.Name, "", map[string]any{"index": i, "module": string(s.ID)})
-			rec.Step(store.RunStep{Index: i, Name: s.Name, Module: string(s.ID), Status: StatusFailed, FinishedAt: now()})
+			rec.Event(s.Name, "", client.StepInterruptedData{Index: i, Module: string(s.ID)})
+			rec.Step(store.RunStep{Index: i, Name: s.Name, Module: string(s.ID), Status: string(client.StepFailed), FinishedAt: now()})
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.interrupted", ErrorMsg: msg, Outputs: r.outputs()}
 		}
 	}
@@ -273,7 +265,7 @@ func (r *run) vars() expr.Vars {
 	defer r.mu.Unlock()
 	steps := make(map[string]any, len(r.st.Done))
 	for name, s := range r.st.Done {
-		steps[name] = expr.StepValue(s.Output, s.Changed, s.Status)
+		steps[name] = expr.StepValue(s.Output, s.Changed, string(s.Status))
 	}
 	return expr.Vars{Input: r.input, Steps: steps}
 }
@@ -292,7 +284,7 @@ func (r *run) checkpoint() error {
 // targetResult is one target's outcome in a step.
 type targetResult struct {
 	sid      string
-	status   string
+	status   client.TargetStatus
 	changed  bool
 	output   any
 	code     string
@@ -312,14 +304,14 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	if err := r.checkpoint(); err != nil {
 		return "", err
 	}
-	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: "running", StartedAt: now()})
+	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: string(client.StepRunning), StartedAt: now()})
 	vars := r.vars()
 
 	sids, err := s.Targets(ctx, vars)
 	if err != nil {
 		return "", err
 	}
-	r.rec.Event("step.started", s.Name, "", map[string]any{"index": idx, "module": id, "targets": sids})
+	r.rec.Event(s.Name, "", client.StepStartedData{Index: idx, Module: id, Targets: sids})
 
 	forks := s.Forks
 	if forks <= 0 {
@@ -335,7 +327,7 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				results[i] = targetResult{sid: sid, status: StatusFailed, code: "run.cancelled", msg: "the run stopped before this target started"}
+				results[i] = targetResult{sid: sid, status: client.TargetFailed, code: "run.cancelled", msg: "the run stopped before this target started"}
 				r.report(s, results[i])
 				return
 			}
@@ -364,7 +356,7 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	} else {
 		bySID := map[string]any{}
 		for _, t := range results {
-			if t.status != StatusSkipped {
+			if t.status != client.TargetSkipped {
 				bySID[t.sid] = t.output
 			}
 		}
@@ -375,7 +367,7 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	r.st.InFlight = nil
 	var failedHere []string
 	for _, t := range results {
-		if t.status == StatusFailed || t.status == StatusUnreachable {
+		if t.status == client.TargetFailed || t.status == client.TargetUnreachable {
 			r.st.Failed[t.sid] = s.Name
 			failedHere = append(failedHere, t.sid)
 			if len(r.st.Errors) < maxRunErrors {
@@ -387,8 +379,8 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	if err := r.checkpoint(); err != nil {
 		return "", err
 	}
-	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: status, FinishedAt: now()})
-	r.rec.Event("step.finished", s.Name, "", map[string]any{"index": idx, "status": status, "changed": changed, "counts": counts(results)})
+	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: string(status), FinishedAt: now()})
+	r.rec.Event(s.Name, "", client.StepFinishedData{Index: idx, Status: status, Changed: changed, Counts: counts(results)})
 	if len(failedHere) > 0 && (s.AnyErrorsFatal || s.Keeper) {
 		return fmt.Sprintf("step %q failed on %s%s", s.Name, strings.Join(failedHere, ", "), fatalNote(s)), nil
 	}
@@ -402,52 +394,34 @@ func fatalNote(s *scenario.PlanStep) string {
 	return ""
 }
 
-func counts(results []targetResult) map[string]int {
-	c := map[string]int{}
+func counts(results []targetResult) map[client.TargetStatus]int {
+	c := map[client.TargetStatus]int{}
 	for _, t := range results {
 		c[t.status]++
 	}
 	return c
 }
 
-// stepStatus summarises targets: failed if any failed or was unreachable,
-// else changed if any changed, else ok, or skipped when all were skipped.
-func stepStatus(results []targetResult) (string, bool) {
-	status, changed, anyRan := StatusSkipped, false, false
-	for _, t := range results {
-		switch t.status {
-		case StatusFailed, StatusUnreachable:
-			status = StatusFailed
-		case StatusChanged:
-			changed = true
-		}
-		if t.status != StatusSkipped {
-			anyRan = true
-		}
+// stepStatus summarises targets with the one rule of client.SummarizeStep.
+func stepStatus(results []targetResult) (client.StepStatus, bool) {
+	statuses := make([]client.TargetStatus, len(results))
+	for i, t := range results {
+		statuses[i] = t.status
 	}
-	if status == StatusFailed {
-		return status, changed
-	}
-	if !anyRan {
-		return StatusSkipped, false
-	}
-	if changed {
-		return StatusChanged, true
-	}
-	return StatusOK, false
+	return client.SummarizeStep(statuses)
 }
 
 // report records one target's result and its event.
 func (r *run) report(s *scenario.PlanStep, t targetResult) {
 	r.rec.Target(store.RunTarget{
-		StepIndex: s.Index, SID: t.sid, Status: t.status, Changed: t.changed, ErrorCode: t.code, ErrorMsg: t.msg,
+		StepIndex: s.Index, SID: t.sid, Status: string(t.status), Changed: t.changed, ErrorCode: t.code, ErrorMsg: t.msg,
 		Attempts: t.attempts, DurationMS: t.took.Milliseconds(),
 	}, t.output)
-	data := map[string]any{"status": t.status, "changed": t.changed, "attempts": t.attempts, "duration_ms": t.took.Milliseconds()}
+	data := client.TargetResultData{Status: t.status, Changed: t.changed, Attempts: t.attempts, DurationMS: t.took.Milliseconds()}
 	if t.code != "" {
-		data["error"] = map[string]any{"code": t.code, "message": t.msg}
+		data.Error = &client.RunError{Code: t.code, Message: t.msg}
 	}
-	r.rec.Event("target.result", s.Name, t.sid, data)
+	r.rec.Event(s.Name, t.sid, data)
 }
 
 // target runs the step on one target.
@@ -466,7 +440,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	failedIn, failedBefore := r.st.Failed[sid]
 	r.mu.Unlock()
 	if failedBefore && !s.Keeper {
-		res.status, res.code, res.msg = StatusSkipped, "target.failed_earlier", fmt.Sprintf("%s failed in step %q", sid, failedIn)
+		res.status, res.code, res.msg = client.TargetSkipped, "target.failed_earlier", fmt.Sprintf("%s failed in step %q", sid, failedIn)
 		return res
 	}
 	if !s.Keeper {
@@ -481,7 +455,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		return fail(res, err)
 	}
 	if !ok {
-		res.status = StatusSkipped
+		res.status = client.TargetSkipped
 		return res
 	}
 	if err := r.authorize(ctx, info); err != nil {
@@ -510,7 +484,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 			retry = ssh.RetryPolicy{Attempts: s.Connect.Retries + 1, Interval: s.Connect.Delay}
 		}
 		if r.souls.AwaitsReady(sid) {
-			r.rec.Event("log", s.Name, sid, map[string]any{"message": "first contact with a cloud-made soul: waiting until its cloud-init has finished"})
+			r.rec.Event(s.Name, sid, client.LogData{Message: "first contact with a cloud-made soul: waiting until its cloud-init has finished"})
 		}
 		target, err = r.souls.Target(ctx, sid, retry, info.NeedsRoot)
 		if err != nil {
@@ -529,7 +503,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		if err == nil || attempt >= s.Retries || ctx.Err() != nil || errors.Is(err, ssh.ErrDisconnected) {
 			break
 		}
-		r.rec.Event("log", s.Name, sid, map[string]any{"message": fmt.Sprintf("attempt %d of %d failed: %s; retrying", attempt+1, s.Retries+1, codeOf(err))})
+		r.rec.Event(s.Name, sid, client.LogData{Message: fmt.Sprintf("attempt %d of %d failed: %s; retrying", attempt+1, s.Retries+1, codeOf(err))})
 		select {
 		case <-ctx.Done():
 		case <-time.After(s.RetryDelay):
@@ -564,9 +538,9 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	case failedNow:
 		return fail(res, err)
 	}
-	res.status = StatusOK
+	res.status = client.TargetOK
 	if res.changed {
-		res.status = StatusChanged
+		res.status = client.TargetChanged
 	}
 	return res
 }
@@ -580,14 +554,14 @@ func (r *run) recordContacts(ctx context.Context, s *scenario.PlanStep, results 
 		switch {
 		case t.reached:
 			contacts = append(contacts, Contact{SID: t.sid, Reached: true})
-		case t.status == StatusUnreachable:
+		case t.status == client.TargetUnreachable:
 			contacts = append(contacts, Contact{SID: t.sid, Unreachable: true, Code: t.code, Error: r.secrets.MaskString(t.msg)})
 		}
 	}
 	actor := store.Actor(r.creator)
 	if err := r.souls.Record(context.WithoutCancel(ctx), r.id, actor, contacts); err != nil {
 		r.log.Warn("soul status not recorded", "step", s.Name, "err", err)
-		r.rec.Event("log", s.Name, "", map[string]any{"message": "the souls' status could not be recorded: " + err.Error()})
+		r.rec.Event(s.Name, "", client.LogData{Message: "the souls' status could not be recorded: " + err.Error()})
 	}
 }
 
@@ -633,9 +607,9 @@ func codeOf(err error) string {
 // fail fills res from err: unreachable for connection failures, failed
 // otherwise, with the error's stable code.
 func fail(res targetResult, err error) targetResult {
-	res.status = StatusFailed
+	res.status = client.TargetFailed
 	if errors.Is(err, ssh.ErrUnreachable) {
-		res.status = StatusUnreachable
+		res.status = client.TargetUnreachable
 	}
 	res.code = codeOf(err)
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -35,9 +35,9 @@ func cloudStep(t *testing.T, c *client.Client, module, params string) (*client.R
 // stepStatus is the run's phase, its one step's status and, when the step
 // failed, the error's code.
 func stepStatus(r *client.Run) string {
-	s := r.Phase
+	s := string(r.Phase)
 	for _, st := range r.Steps {
-		s += " " + st.Status
+		s += " " + string(st.Status)
 		for _, tg := range st.Targets {
 			if tg.Error != nil {
 				s += " " + tg.Error.Code

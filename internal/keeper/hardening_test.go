@@ -171,7 +171,7 @@ func TestRunSoulWithOtherKeyGetsNoSharedConnection(t *testing.T) {
 		if tg.Error != nil {
 			code = tg.Error.Code
 		}
-		got[tg.SID] = tg.Status + " " + code
+		got[tg.SID] = string(tg.Status) + " " + code
 	}
 	if got["good.local.test"] != "changed " || !strings.HasSuffix(got["other.local.test"], " ssh.auth_failed") {
 		t.Fatalf("targets = %v; want good changed and other failing with ssh.auth_failed", got)

@@ -39,7 +39,7 @@ func TestRunMessage(t *testing.T) {
 		scenario string
 		input    map[string]any
 		timeout  string
-		phase    string
+		phase    client.Phase
 		code     string
 		message  string // the whole message, unless it is the outputs
 		outputs  string // a step output that must stay in outputs

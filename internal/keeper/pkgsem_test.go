@@ -151,9 +151,9 @@ steps:
 		if err := json.Unmarshal(tg.Output, &out); err != nil {
 			t.Fatalf("run %d: output %s: %v", i+1, tg.Output, err)
 		}
-		wantStatus, present := "changed", "installed"
+		wantStatus, present := client.TargetChanged, "installed"
 		if !wantChanged {
-			wantStatus, present = "ok", "already_installed"
+			wantStatus, present = client.TargetOK, "already_installed"
 		}
 		got := map[string][]string{"installed": out.Installed, "already_installed": out.AlreadyInstalled}
 		if tg.Status != wantStatus || tg.Changed != wantChanged || out.Status != "partial" ||

@@ -1,11 +1,13 @@
 package keeper_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +63,22 @@ func waitRun(t *testing.T, c *client.Client, id string) *client.Run {
 	return r
 }
 
+// strictEvent fails unless the event is in the run vocabulary: a known
+// kind whose data has exactly the fields of its client type.
+func strictEvent(t *testing.T, e client.RunEvent) {
+	t.Helper()
+	data, err := e.Decode()
+	if err != nil {
+		t.Fatalf("event %d: %v", e.Seq, err)
+	}
+	v := reflect.New(reflect.TypeOf(data))
+	dec := json.NewDecoder(bytes.NewReader(e.Data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v.Interface()); err != nil {
+		t.Fatalf("event %d (%s): data %s is not %T: %v", e.Seq, e.Kind, e.Data, data, err)
+	}
+}
+
 func TestRunHelloOverSSH(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -110,9 +128,10 @@ func TestRunHelloOverSSH(t *testing.T) {
 	if err := json.Unmarshal([]byte(final.Message), &msg); err != nil || msg["show"] == nil {
 		t.Fatalf("message = %q", final.Message)
 	}
-	kinds := map[string]int{}
+	kinds := map[client.EventKind]int{}
 	for i, e := range events {
 		kinds[e.Kind]++
+		strictEvent(t, e)
 		if i > 0 && e.Seq != events[i-1].Seq+1 {
 			t.Fatalf("event seq gap: %d after %d", e.Seq, events[i-1].Seq)
 		}

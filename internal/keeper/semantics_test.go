@@ -14,7 +14,7 @@ import (
 func targetStatuses(s client.RunStep) map[string]string {
 	out := map[string]string{}
 	for _, tg := range s.Targets {
-		out[tg.SID] = tg.Status
+		out[tg.SID] = string(tg.Status)
 	}
 	return out
 }

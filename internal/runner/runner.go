@@ -20,6 +20,7 @@ import (
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
@@ -59,8 +60,9 @@ type Outcome struct {
 
 // Recorder persists what an execution does as it goes.
 type Recorder interface {
-	// Event appends an event; data is masked before it is stored.
-	Event(kind, step, sid string, data any)
+	// Event appends the event of data's kind about step and sid (either
+	// may be empty); data is masked before it is stored.
+	Event(step, sid string, data client.EventData)
 	// Step saves a step's state.
 	Step(s store.RunStep)
 	// Target saves one target's result; its output is masked.

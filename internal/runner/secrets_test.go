@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
@@ -30,7 +31,7 @@ func (g *gatedExec) Execute(ctx context.Context, x runner.Execution, rec runner.
 	own, _ := x.Input["own"].(string)
 	x.Secrets.Add(own)
 	line := "texts: " + strings.Join(g.all, " ")
-	rec.Event("log", "s", "", map[string]any{"message": line})
+	rec.Event("s", "", client.LogData{Message: line})
 	rec.Target(store.RunTarget{StepIndex: 0, SID: "keeper", Status: "ok", ErrorMsg: line}, map[string]any{"stdout": line})
 	g.mu.Lock()
 	g.started++

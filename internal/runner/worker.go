@@ -11,6 +11,7 @@ import (
 
 	"github.com/riverqueue/river"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -57,7 +58,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	if len(rec.steps) > 0 || run.StateSealed != "" {
 		resumed = true
 	}
-	rec.Event("run.phase", "", "", map[string]any{"phase": store.PhaseRunning, "resumed": resumed})
+	rec.Event("", "", client.RunPhaseData{Phase: client.PhaseRunning, Resumed: resumed})
 
 	deadline := run.CreatedAt.Add(run.Timeout)
 	if run.StartedAt != nil {
@@ -155,11 +156,11 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		}
 		return fmt.Errorf("finish run %s: %w", id, err)
 	}
-	data := map[string]any{"phase": out.Phase}
+	data := client.RunFinishedData{Phase: client.Phase(out.Phase)}
 	if out.ErrorCode != "" {
-		data["error"] = map[string]any{"code": out.ErrorCode, "message": finish.ErrorMsg}
+		data.Error = &client.RunError{Code: out.ErrorCode, Message: finish.ErrorMsg}
 	}
-	rec.eventCtx(fctx, "run.finished", "", "", data)
+	rec.eventCtx(fctx, "", "", data)
 	log.Info("run finished", "phase", out.Phase, "code", out.ErrorCode)
 	return nil
 }
@@ -218,18 +219,20 @@ func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.
 	return rec, err
 }
 
-func (rec *recorder) Event(kind, step, sid string, data any) {
-	rec.eventCtx(context.WithoutCancel(rec.ctx), kind, step, sid, data)
+func (rec *recorder) Event(step, sid string, data client.EventData) {
+	rec.eventCtx(context.WithoutCancel(rec.ctx), step, sid, data)
 }
 
-func (rec *recorder) eventCtx(ctx context.Context, kind, step, sid string, data any) {
-	b, err := json.Marshal(rec.secrets.Mask(data))
+// eventCtx stores one event: its kind is data's, its data the masked JSON
+// of data (the client type's encoding, secrets replaced).
+func (rec *recorder) eventCtx(ctx context.Context, step, sid string, data client.EventData) {
+	b, err := rec.secrets.MarshalMasked(data)
 	if err != nil {
 		b = []byte(`{}`)
 	}
 	rec.mu.Lock()
 	rec.seq++
-	e := store.RunEvent{RunID: rec.run.ID, Seq: rec.seq, At: time.Now(), Kind: kind, Step: step, SID: sid, Data: b}
+	e := store.RunEvent{RunID: rec.run.ID, Seq: rec.seq, At: time.Now(), Kind: string(data.EventKind()), Step: step, SID: sid, Data: b}
 	err = rec.r.cfg.Store.RunEventAppend(ctx, e)
 	rec.mu.Unlock()
 	if err != nil {
@@ -240,7 +243,7 @@ func (rec *recorder) eventCtx(ctx context.Context, kind, step, sid string, data 
 
 func (rec *recorder) Step(s store.RunStep) {
 	s.RunID = rec.run.ID
-	if s.Status == "running" {
+	if s.Status == string(client.StepRunning) {
 		rec.r.setFlying(rec.run.ID, s.Name)
 	}
 	if err := rec.r.cfg.Store.RunStepSave(context.WithoutCancel(rec.ctx), s); err != nil {

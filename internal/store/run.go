@@ -6,21 +6,22 @@ import (
 	"encoding/json"
 	"errors"
 	"time"
+
+	"github.com/soulstack/soulstack/client"
 )
 
-// Run phases.
+// Run phases, as stored: the text of client's Phase constants, which
+// define and document them.
 const (
-	PhasePending   = "Pending"
-	PhaseRunning   = "Running"
-	PhaseSucceeded = "Succeeded"
-	PhaseFailed    = "Failed"
-	PhaseCancelled = "Cancelled"
+	PhasePending   = string(client.PhasePending)
+	PhaseRunning   = string(client.PhaseRunning)
+	PhaseSucceeded = string(client.PhaseSucceeded)
+	PhaseFailed    = string(client.PhaseFailed)
+	PhaseCancelled = string(client.PhaseCancelled)
 )
 
 // Terminal reports whether phase is final.
-func Terminal(phase string) bool {
-	return phase == PhaseSucceeded || phase == PhaseFailed || phase == PhaseCancelled
-}
+func Terminal(phase string) bool { return client.Phase(phase).Terminal() }
 
 // Run errors.
 var (

@@ -296,7 +296,7 @@ func (k *keeper) wait(ctx context.Context, id string) (*client.Run, error) {
 			return last, err
 		}
 		last = r
-		if client.Terminal(r.Phase) {
+		if r.Phase.Terminal() {
 			return r, nil
 		}
 		select {
@@ -310,7 +310,7 @@ func (k *keeper) wait(ctx context.Context, id string) (*client.Run, error) {
 // setRun copies a run into the model, masking sensitive text.
 func setRun(ctx context.Context, m *runModel, r *client.Run, secrets *secret.Set) diag.Diagnostics {
 	m.ID = types.StringValue(r.ID)
-	m.Phase = types.StringValue(r.Phase)
+	m.Phase = types.StringValue(string(r.Phase))
 	m.Message = types.StringValue(secrets.MaskString(r.Message))
 	out := strings.TrimSpace(string(r.Outputs))
 	if out == "" || out == "null" {
@@ -319,7 +319,7 @@ func setRun(ctx context.Context, m *runModel, r *client.Run, secrets *secret.Set
 	m.Outputs = types.StringValue(scrubJSON(out, secrets))
 	steps := map[string]string{}
 	for _, s := range r.Steps {
-		steps[s.Name] = s.Status
+		steps[s.Name] = string(s.Status)
 	}
 	v, diags := types.MapValueFrom(ctx, types.StringType, steps)
 	m.Steps = v
@@ -337,7 +337,7 @@ func failure(r *client.Run, secrets *secret.Set) string {
 	b.WriteString(".")
 	for _, s := range r.Steps {
 		for _, t := range s.Targets {
-			if t.Status != "failed" && t.Status != "unreachable" {
+			if !t.Status.Bad() {
 				continue
 			}
 			fmt.Fprintf(&b, "\nstep %q (%s) on %s: %s", s.Name, s.Module, t.SID, t.Status)
@@ -411,8 +411,8 @@ func (r *runResource) finish(ctx context.Context, m *runModel, run *client.Run, 
 				"Apply again to look at it again, or raise wait_timeout_sec.", last.ID, last.Phase, m.WaitTimeoutSec.ValueInt64(), last.ID))
 	case err != nil:
 		addError(diags, nil, "Cannot follow run "+run.ID, err)
-	case last.Phase != "Succeeded":
-		diags.AddError(fmt.Sprintf("Run %s %s", last.ID, strings.ToLower(last.Phase)), failure(last, secrets))
+	case last.Phase != client.PhaseSucceeded:
+		diags.AddError(fmt.Sprintf("Run %s %s", last.ID, strings.ToLower(string(last.Phase))), failure(last, secrets))
 	}
 }
 
@@ -460,7 +460,7 @@ func (r *runResource) Delete(ctx context.Context, req resource.DeleteRequest, re
 	if resp.Diagnostics.HasError() || m.OnDestroyScenario.IsNull() || m.OnDestroyScenario.ValueString() == "" {
 		return
 	}
-	if m.Phase.ValueString() != "Succeeded" {
+	if client.Phase(m.Phase.ValueString()) != client.PhaseSucceeded {
 		resp.Diagnostics.AddWarning("on_destroy_scenario skipped",
 			fmt.Sprintf("Run %s ended %s, so there are no outputs to undo; on_destroy_scenario did not run.", m.ID.ValueString(), m.Phase.ValueString()))
 		return
