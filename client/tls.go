@@ -28,6 +28,10 @@ type Options struct {
 	// case are accepted). The server certificate must still name the host
 	// and chain to the pinned certificate.
 	CAFingerprint string
+	// Transport, when set, carries the requests instead of the network
+	// (the keeper's MCP server calls its own API in process this way);
+	// CAFile and CAFingerprint then do not apply.
+	Transport http.RoundTripper
 }
 
 // CertificateError is returned when the keeper presents a certificate the
@@ -80,8 +84,17 @@ func ParseFingerprint(s string) ([]byte, error) {
 }
 
 // httpClient builds the HTTP client for o.
+// HTTPClient returns the HTTP client New uses for these options: the
+// keeper's trust settings, a 60 s timeout per request. soulctl mcp talks to
+// the keeper's /mcp with it.
+func (o Options) HTTPClient() (*http.Client, error) { return o.httpClient() }
+
 func (o Options) httpClient() (*http.Client, error) {
 	hc := &http.Client{Timeout: 60 * time.Second}
+	if o.Transport != nil {
+		hc.Transport = o.Transport
+		return hc, nil
+	}
 	if o.CAFile == "" && o.CAFingerprint == "" {
 		return hc, nil
 	}

@@ -166,6 +166,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.runsCommand(),
 		a.cloudCommand(),
 		a.versionCommand(),
+		a.mcpCommand(),
 	)
 	return root
 }
@@ -185,20 +186,9 @@ func (a *app) action(f func(cmd *cobra.Command, args []string, p *printer) error
 
 // client returns a client for the configured keeper and token.
 func (a *app) client() (*client.Client, error) {
-	a.resolvedURL = firstNonEmpty(a.keeperURL, a.env.Getenv(EnvKeeper), client.DefaultURL)
-	token, source, err := a.resolveToken()
+	token, opts, err := a.connection()
 	if err != nil {
 		return nil, err
-	}
-	a.tokenSource = source
-	opts := client.Options{
-		CAFile:        firstNonEmpty(a.caFile, a.env.Getenv(EnvCA)),
-		CAFingerprint: firstNonEmpty(a.caFingerprint, a.env.Getenv(EnvCAFingerprint)),
-	}
-	if opts.CAFingerprint != "" {
-		if _, err := client.ParseFingerprint(opts.CAFingerprint); err != nil {
-			return nil, usageErrorf("--ca-fingerprint: %v", err)
-		}
 	}
 	c, err := client.NewWithOptions(a.resolvedURL, token, opts)
 	if err != nil {
@@ -208,6 +198,27 @@ func (a *app) client() (*client.Client, error) {
 		return nil, usageErrorf("--keeper: %v", err)
 	}
 	return c, nil
+}
+
+// connection resolves the keeper's URL (into a.resolvedURL), the token
+// and the trust options from the flags and the environment.
+func (a *app) connection() (string, client.Options, error) {
+	a.resolvedURL = firstNonEmpty(a.keeperURL, a.env.Getenv(EnvKeeper), client.DefaultURL)
+	token, source, err := a.resolveToken()
+	if err != nil {
+		return "", client.Options{}, err
+	}
+	a.tokenSource = source
+	opts := client.Options{
+		CAFile:        firstNonEmpty(a.caFile, a.env.Getenv(EnvCA)),
+		CAFingerprint: firstNonEmpty(a.caFingerprint, a.env.Getenv(EnvCAFingerprint)),
+	}
+	if opts.CAFingerprint != "" {
+		if _, err := client.ParseFingerprint(opts.CAFingerprint); err != nil {
+			return "", client.Options{}, usageErrorf("--ca-fingerprint: %v", err)
+		}
+	}
+	return token, opts, nil
 }
 
 // resolveToken picks the API token: the flag, the environment, then the

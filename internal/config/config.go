@@ -86,6 +86,16 @@ type Config struct {
 	// between two checkpoints (it also writes one at start and on
 	// shutdown); 0 means 100.
 	AuditCheckpointEvery int `yaml:"audit_checkpoint_every"`
+	// MCP configures the Model Context Protocol server at /mcp.
+	MCP MCP `yaml:"mcp"`
+}
+
+// MCP configures /mcp. Reads follow the token's permissions, as REST does.
+type MCP struct {
+	// AllowWrites enables the tools that change state (run_start,
+	// run_cancel) for tokens that hold their permission. Off by default:
+	// a model can read and validate, not act.
+	AllowWrites bool `yaml:"allow_writes"`
 }
 
 // TLS is the API listener's certificate. With cert_file and key_file the

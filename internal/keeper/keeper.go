@@ -131,7 +131,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		VerifyAudit:      AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval)})
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           withMCP(handler, svc.store, c, log),
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: config.Duration(c.HTTP.ReadHeaderTimeout),
 		ReadTimeout:       config.Duration(c.HTTP.ReadTimeout),

@@ -1,0 +1,79 @@
+package mcp
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+// schemaFor is the JSON schema of T as a tool's input or output: the SDK's
+// inference from the Go type (objects admit no other properties), with
+// json.RawMessage as any JSON value, and the descriptions and enums of the
+// wire types' doc, jsonschema and enum tags, so that a model reads what
+// the OpenAPI document says.
+func schemaFor[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[json.RawMessage](): {},
+	}})
+	if err != nil {
+		panic(fmt.Sprintf("mcp: schema of %T: %v", *new(T), err)) // a programmer error in a tool's types
+	}
+	annotate(reflect.TypeFor[T](), s, map[reflect.Type]bool{})
+	return s
+}
+
+// annotate copies the doc and enum tags of t's fields into s.
+func annotate(t reflect.Type, s *jsonschema.Schema, seen map[reflect.Type]bool) {
+	if s == nil {
+		return
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Slice, reflect.Array:
+		if t != reflect.TypeFor[json.RawMessage]() {
+			annotate(t.Elem(), s.Items, seen)
+		}
+		return
+	case reflect.Map:
+		annotate(t.Elem(), s.AdditionalProperties, seen)
+		return
+	case reflect.Struct:
+	default:
+		return
+	}
+	if seen[t] {
+		return
+	}
+	seen[t] = true
+	defer delete(seen, t)
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || f.Anonymous {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		ps := s.Properties[name]
+		if ps == nil {
+			continue
+		}
+		if doc := f.Tag.Get("doc"); doc != "" && ps.Description == "" {
+			ps.Description = doc
+		}
+		if enum := f.Tag.Get("enum"); enum != "" && f.Type.Kind() == reflect.String {
+			for _, v := range strings.Split(enum, ",") {
+				ps.Enum = append(ps.Enum, v)
+			}
+		}
+		annotate(f.Type, ps, seen)
+	}
+}
