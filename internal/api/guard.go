@@ -11,7 +11,7 @@ import (
 // Guard authenticates the requests of a handler served beside the API
 // (the keeper's /mcp) exactly as the API's own routes do: the bearer
 // token, the failed-authentication budget of the client address, and a
-// problem+json answer (401 auth.invalid_token / auth.no_token, 429
+// problem+json answer (401 auth.invalid_token / auth.missing_token, 429
 // auth.rate_limited) that stops the request. next finds the principal with
 // Caller. Permissions are next's to check.
 func (s *Server) Guard(next http.Handler) http.Handler {
