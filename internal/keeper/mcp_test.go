@@ -509,3 +509,49 @@ func TestMCPOverStdio(t *testing.T) {
 		t.Fatal("timed out")
 	}
 }
+
+// TestMCPSessionBoundToToken performs two attacks on a real keeper: a
+// viewer presents an operator's MCP session id to start a run in it, and
+// an operator whose token was revoked goes on using its open session.
+// Both are refused and nothing runs.
+func TestMCPSessionBoundToToken(t *testing.T) {
+	t.Parallel()
+	mk := startMCPKeeper(t, true)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := connectHTTP(ctx, mk.k, mk.operTok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	callTool(ctx, t, s, "runs_list", nil, nil)
+
+	args, _ := json.Marshal(map[string]any{"scenario": mcpScenario, "input": map[string]any{"pin": canaryInput}})
+	body := `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"run_start","arguments":` + string(args) + `}}`
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, mk.k.addr+"/mcp", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+mk.viewer)
+	req.Header.Set("Mcp-Session-Id", s.ID())
+	req.Header.Set("Mcp-Protocol-Version", s.InitializeResult().ProtocolVersion)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("another token in the operator's session: %d, want 403", resp.StatusCode)
+	}
+
+	if err := mk.admin.TokenRevoke(ctx, mk.operID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.CallTool(ctx, &sdk.CallToolParams{Name: "run_start", Arguments: map[string]any{"scenario": mcpScenario, "input": map[string]any{"pin": canaryInput}}})
+	if err == nil && !res.IsError {
+		t.Fatalf("a revoked token's session started a run: %s", resultText(res))
+	}
+	runs, err := mk.admin.RunList(ctx, client.ListOptions{})
+	if err != nil || len(runs.Items) != 0 {
+		t.Fatalf("runs after the attacks: %+v %v", runs, err)
+	}
+}
