@@ -130,8 +130,9 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	handler := api.New(api.Config{Store: svc.store, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
 		VerifyAudit:      AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval)})
+	withMCPHandler, stopMCP := withMCP(handler, svc.store, c, log)
 	srv := &http.Server{
-		Handler:           withMCP(handler, svc.store, c, log),
+		Handler:           withMCPHandler,
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: config.Duration(c.HTTP.ReadHeaderTimeout),
 		ReadTimeout:       config.Duration(c.HTTP.ReadTimeout),
@@ -140,6 +141,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		// as their run.
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(stopMCP)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	if c.MetricsListen != "" {

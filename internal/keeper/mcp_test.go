@@ -555,3 +555,20 @@ func TestMCPSessionBoundToToken(t *testing.T) {
 		t.Fatalf("runs after the attacks: %+v %v", runs, err)
 	}
 }
+
+// TestMCPSessionDoesNotHoldShutdown: a keeper stopped while an MCP client
+// holds a session open (its standing event stream) exits cleanly, without
+// waiting for the client to leave.
+func TestMCPSessionDoesNotHoldShutdown(t *testing.T) {
+	t.Parallel()
+	mk := startMCPKeeper(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := connectHTTP(ctx, mk.k, mk.viewer, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	callTool(ctx, t, s, "souls_list", nil, nil)
+	mk.k.interrupt(t)
+}
