@@ -1,6 +1,9 @@
 // Package client is the typed Go client of the keeper's Operator REST API
-// and the API's wire types. soulctl, the Terraform provider and tests use
-// it; it imports nothing from the server.
+// and the API's wire types, including the one vocabulary of runs (phases,
+// step and target statuses, event kinds and their data: events.go) that the
+// keeper emits and every reader decodes. soulctl, the Terraform provider,
+// the keeper's MCP server and tests use it; it imports nothing from the
+// server.
 package client
 
 import (

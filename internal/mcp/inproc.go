@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"sync"
@@ -29,6 +30,13 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 	w := &pipeWriter{header: http.Header{}, pw: pw, started: make(chan struct{})}
 	go func() {
 		defer func() {
+			// As net/http does, a panicking handler fails its request, not
+			// the keeper.
+			if v := recover(); v != nil {
+				w.WriteHeader(http.StatusInternalServerError)
+				_ = pw.CloseWithError(fmt.Errorf("the API handler panicked: %v", v))
+				return
+			}
 			w.WriteHeader(http.StatusOK) // a handler that wrote nothing answered 200
 			_ = pw.Close()
 		}()

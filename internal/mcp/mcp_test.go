@@ -104,3 +104,19 @@ func TestErrorOf(t *testing.T) {
 		t.Errorf("internal: %q", got)
 	}
 }
+
+// TestInProcessPanic: a handler that panics fails its request with 500;
+// the process goes on.
+func TestInProcessPanic(t *testing.T) {
+	t.Parallel()
+	h := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") })
+	req, _ := http.NewRequest(http.MethodGet, "http://keeper.in-process/v1/souls", nil)
+	resp, err := (&http.Client{Transport: inProcess{h: h}}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("status %d, want 500", resp.StatusCode)
+	}
+}
