@@ -68,7 +68,7 @@ async function show() {
 }
 
 function signInPage() {
-  const input = h('input', {type: 'password', id: 'token', name: 'token', autocomplete: 'off', required: true,
+  const input = h('input', {type: 'password', id: 'token', autocomplete: 'off', required: true,
     placeholder: 'sst_…', spellcheck: 'false'});
   const msg = h('div', {id: 'signin-error'});
   const form = h('form', {class: 'card signin', id: 'signin', onsubmit: async (e) => {
