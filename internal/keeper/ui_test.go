@@ -15,6 +15,7 @@ import (
 
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"golang.org/x/crypto/ssh"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/sshtest"
@@ -321,6 +322,20 @@ func TestWebUI(t *testing.T) {
 	}
 	b.screenshot("run-done")
 
+	// Cancel from the UI: a second run, held at its gate until cancelled.
+	gate2 := filepath.Join(t.TempDir(), "gate")
+	defer os.WriteFile(gate2, nil, 0o644) // releases the host's loop whatever happens
+	run2, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: gatedScenario(gate2), Input: map[string]any{"db_password": uiCanary}, Key: "ui-cancel"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.open("#/runs/"+run2.ID, `tr[data-step="wait"] td[data-status="running"]`)
+	b.run(chromedp.Click(chromedp.CSS("#cancel")))
+	b.wait(`#run-phase[data-phase="Cancelled"]`)
+	if r, err := c.RunGet(ctx, run2.ID); err != nil || r.Phase != "Cancelled" {
+		t.Fatalf("run cancelled from the UI is %v (%v)", r, err)
+	}
+
 	// Every page, at laptop width.
 	pages := []struct{ route, sel, name string }{
 		{"#/runs", `#runs tr[data-run="` + run.ID + `"]`, "runs"},
@@ -342,6 +357,40 @@ func TestWebUI(t *testing.T) {
 	fp := get(b, chromedp.Text(chromedp.CSS(`[data-host-key]`)))
 	if !strings.Contains(fp, "SHA256:") {
 		t.Fatalf("souls page shows no host key fingerprint: %q", fp)
+	}
+	soul, err := c.SoulGet(ctx, "web-1.local.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostKey, _, _, _, err := ssh.ParseAuthorizedKey([]byte(soul.Connection.HostKey))
+	if err != nil {
+		t.Fatalf("pinned host key %q: %v", soul.Connection.HostKey, err)
+	}
+	if want := ssh.FingerprintSHA256(hostKey); !strings.Contains(fp, want) {
+		t.Fatalf("souls page shows %q, want the pinned key's fingerprint %s", fp, want)
+	}
+
+	// Profiles: created and deleted through the page; bad input is
+	// reported with its code and creates nothing.
+	b.open("#/profiles", "#profile-create")
+	b.run(chromedp.WaitReady(chromedp.CSS(`#pr-provider option[value="lab"]`)))
+	b.run(chromedp.SendKeys(chromedp.CSS("#pr-name"), "Bad_Name"), chromedp.SendKeys(chromedp.CSS("#pr-spec"), `{"image": "debian-12"}`),
+		chromedp.Click(chromedp.CSS("#profile-create button[type=submit]")))
+	b.wait(`#profile-create .error`)
+	if code := get(b, chromedp.Text(chromedp.CSS(`#profile-create .error strong`))); code != "name.invalid" {
+		t.Fatalf("bad profile name reported as %q, want name.invalid", code)
+	}
+	eval[string](b, `document.querySelector('#pr-name').value = ''`)
+	b.run(chromedp.SendKeys(chromedp.CSS("#pr-name"), "medium"),
+		chromedp.Click(chromedp.CSS("#profile-create button[type=submit]")))
+	b.wait(`#profiles tr[data-key="medium"]`)
+	if p, err := c.ProfileGet(ctx, "medium"); err != nil || !strings.Contains(string(p.Spec), "debian-12") {
+		t.Fatalf("profile made in the UI = %+v, %v", p, err)
+	}
+	eval[bool](b, `(window.confirm = () => true, true)`)
+	b.run(chromedp.Click(chromedp.CSS(`[data-delete="medium"]`)), chromedp.WaitNotPresent(chromedp.CSS(`#profiles tr[data-key="medium"]`)))
+	if _, err := c.ProfileGet(ctx, "medium"); err == nil {
+		t.Fatal("the profile deleted in the UI still exists")
 	}
 
 	// The filters reach the API: a name that matches, one that does not.
