@@ -13,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/ssh"
 
@@ -50,6 +53,7 @@ type browser struct {
 	mu        sync.Mutex
 	responses map[network.RequestID]string // API answers of this page load: request id -> URL
 	seen      map[string][]string          // bodies of API answers collected so far, by URL
+	problems  []string                     // script exceptions, console errors, policy violations
 }
 
 func newBrowser(t *testing.T, base, shots string) *browser {
@@ -74,11 +78,34 @@ func newBrowser(t *testing.T, base, shots string) *browser {
 	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{MaxTotalBufferSize: ptr(int64(64 << 20)), MaxResourceBufferSize: ptr(int64(8 << 20))}); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
+	if _, err := chromedp.Call(ctx, cdplog.Enable, cdp.Empty{}); err != nil {
+		t.Fatal(err)
+	}
 	err := chromedp.Listen(ctx, func(ev any) {
-		if e, ok := ev.(*network.EventResponseReceived); ok && strings.Contains(e.Response.URL, "/v1/") {
-			b.mu.Lock()
-			b.responses[e.RequestID] = e.Response.URL
-			b.mu.Unlock()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		switch e := ev.(type) {
+		case *network.EventResponseReceived:
+			if strings.Contains(e.Response.URL, "/v1/") {
+				b.responses[e.RequestID] = e.Response.URL
+			}
+		case *runtime.EventExceptionThrown:
+			d := e.ExceptionDetails
+			text := d.Text
+			if d.Exception != nil {
+				text += " " + d.Exception.Description
+			}
+			b.problems = append(b.problems, fmt.Sprintf("exception at %s:%d: %s", d.URL, d.LineNumber+1, text))
+		case *runtime.EventConsoleAPICalled:
+			if e.Type == runtime.ConsoleAPICalledTypeError {
+				b.problems = append(b.problems, "console.error")
+			}
+		case *cdplog.EventEntryAdded:
+			// Refused API requests are logged as failed loads; the rest
+			// (a policy violation, a script error) is a defect.
+			if e.Entry.Level == cdplog.EntryLevelError && e.Entry.Source != cdplog.EntrySourceNetwork {
+				b.problems = append(b.problems, fmt.Sprintf("%s: %s (%s)", e.Entry.Source, e.Entry.Text, e.Entry.URL))
+			}
 		}
 	})
 	if err != nil {
@@ -531,4 +558,11 @@ fetch(%q, {method: 'POST', mode: 'no-cors', credentials: 'include', headers: {'C
 		t.Fatal(err)
 	}
 	b.open("#/runs", "#token")
+
+	// Nothing went wrong in the pages themselves, on any of them.
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.problems) > 0 {
+		t.Fatalf("the pages reported %d problem(s):\n%s", len(b.problems), strings.Join(b.problems, "\n"))
+	}
 }
