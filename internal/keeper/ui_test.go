@@ -2,6 +2,7 @@ package keeper_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -275,6 +276,69 @@ steps:
 `
 }
 
+// checkEventDecoding runs the UI's event module (js/events.js, the one
+// place that knows the stream's shapes) in the page over an SSE text with
+// every kind of event and the variants older keepers sent.
+func checkEventDecoding(t *testing.T, b *browser) {
+	t.Helper()
+	stream := strings.Join([]string{
+		`id: 1` + "\n" + `event: run.phase` + "\n" + `data: {"seq":1,"at":"2026-01-02T03:04:05Z","kind":"run.phase","data":{"phase":"Running","resumed":true}}`,
+		`: keepalive`,
+		`id: 2` + "\n" + `event: step.started` + "\n" + `data: {"seq":2,"kind":"step.started","step":"base","data":{"index":0,"module":"core.pkg.installed","targets":["a","b"]}}`,
+		`id: 3` + "\n" + `data: {"seq":3,"kind":"step.started","step":"next","data":{"targets":2}}`,
+		`id: 4` + "\n" + `data: {"seq":4,"kind":"target.result","step":"base","sid":"a","data":{"status":"changed","changed":true,"attempts":2,"duration_ms":1500}}`,
+		`id: 5` + "\n" + `data: {"seq":5,"kind":"target.result","step":"base","sid":"b","data":{"error":"no route to host"}}`,
+		`id: 6` + "\n" + `data: {"seq":6,"kind":"target.result","step":"base","sid":"c","data":{"changed":false}}`,
+		`id: 7` + "\n" + `data: {"seq":7,"kind":"step.finished","step":"base","data":{"status":"failed","error":{"code":"ssh.unreachable","message":"x"}}}`,
+		`id: 8` + "\n" + `data: {"seq":8,"kind":"log","step":"base","sid":"a","data":{"line":"hello","stream":"stdout"}}`,
+		`id: 9` + "\n" + `data: {"seq":9,"kind":"log","data":{"text":"plain"}}`,
+		`id: 10` + "\n" + `data: {"seq":10,"kind":"run.finished","data":{"phase":"Failed","error":{"code":"run.failed","message":"m"}}}`,
+		`id: 11` + "\n" + `data: {"seq":11,"kind":"something.new","data":{"x":1}}`,
+		`event: stream.denied` + "\n" + `data: {"seq":11,"kind":"stream.denied","data":{"code":"auth.forbidden","status":403}}`,
+		`event: stream.end` + "\n" + `data: {"kind":"stream.end","seq":11}`,
+		`id: 12` + "\n" + `data: {"seq":12,"kind":"log","da`,
+	}, "\n\n")
+	got := eval[struct {
+		Rest    string           `json:"rest"`
+		Updates []map[string]any `json:"updates"`
+	}](b, fmt.Sprintf(`(async () => {
+		const ev = await import('/ui/js/events.js');
+		const {events, rest} = ev.parse(%q);
+		return {rest, updates: events.map(ev.decode).map(u => ({...u, at: u.at ? u.at.toISOString() : null}))};
+	})()`, stream))
+	want := []string{
+		`{"type":"phase","seq":1,"phase":"Running","resumed":true,"at":"2026-01-02T03:04:05.000Z"}`,
+		`{"type":"step-started","seq":2,"step":"base","module":"core.pkg.installed","targets":["a","b"]}`,
+		`{"type":"step-started","seq":3,"step":"next","targets":[]}`,
+		`{"type":"target","seq":4,"sid":"a","status":"changed","changed":true,"attempts":2,"durationMs":1500,"error":null}`,
+		`{"type":"target","seq":5,"sid":"b","status":"failed","error":{"code":"","message":"no route to host"}}`,
+		`{"type":"target","seq":6,"sid":"c","status":"ok"}`,
+		`{"type":"step-finished","seq":7,"status":"failed","error":{"code":"ssh.unreachable","message":"x"}}`,
+		`{"type":"log","seq":8,"sid":"a","text":"hello","stream":"stdout"}`,
+		`{"type":"log","seq":9,"text":"plain"}`,
+		`{"type":"finished","seq":10,"phase":"Failed","error":{"code":"run.failed","message":"m"}}`,
+		`{"type":"other","seq":11,"kind":"something.new"}`,
+		`{"type":"denied","problem":{"code":"auth.forbidden","status":403}}`,
+		`{"type":"end","seq":11}`,
+	}
+	if len(got.Updates) != len(want) || !strings.HasPrefix(got.Rest, "id: 12") {
+		t.Fatalf("events.js parsed %d events (rest %q), want %d:\n%v", len(got.Updates), got.Rest, len(want), got.Updates)
+	}
+	for i, w := range want {
+		var fields map[string]any
+		if err := json.Unmarshal([]byte(w), &fields); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range fields {
+			gv, _ := json.Marshal(got.Updates[i][k])
+			wv, _ := json.Marshal(v)
+			if string(gv) != string(wv) {
+				t.Errorf("event %d: %s = %s, want %s (decoded %v)", i+1, k, gv, wv, got.Updates[i])
+			}
+		}
+	}
+}
+
 // TestWebUI drives the web UI in a real headless Chromium against a real
 // keeper and a real sshd: sign-in, a run watched live until it is green,
 // every page at laptop and phone width, RBAC and CSRF refusals, and the
@@ -315,6 +379,7 @@ func TestWebUI(t *testing.T) {
 	b := newBrowser(t, k.addr, shots)
 	b.open("", "#token")
 	b.screenshot("signin")
+	checkEventDecoding(t, b)
 	b.signIn(admin)
 	cookie := eval[string](b, `document.cookie`)
 	if strings.Contains(cookie, "sst_") || strings.Contains(cookie, "soulstack_session") {

@@ -187,13 +187,17 @@ export async function runPage(main, {id, signal}) {
 
   const draw = () => {
     const terminal = TERMINAL.has(state.phase);
+    const shownLog = body.querySelector('details.log');
+    const logOpen = shownLog ? shownLog.open : state.logs.length > 0 && state.logs.length < 50;
     replace(head,
       h('h1', {}, 'Run ', h('span', {class: 'mono'}, run.id)),
       h('dl', {class: 'facts'},
         h('dt', {}, 'Scenario'), h('dd', {}, run.name || '—'),
         h('dt', {}, 'Phase'), h('dd', {id: 'run-phase', 'data-phase': state.phase}, badge(state.phase)),
         h('dt', {}, 'Created'), h('dd', {}, time(run.created_at), ' by ', h('span', {class: 'mono'}, run.created_by)),
-        h('dt', {}, 'Duration'), h('dd', {}, runDuration(run) || (state.phase === 'Running' ? 'running' : '—')),
+        h('dt', {}, 'Duration'), h('dd', {}, !terminal && run.started_at
+          ? h('span', {class: 'elapsed', dataset: {started: new Date(run.started_at).getTime()}}, runDuration(run))
+          : runDuration(run) || '—'),
         run.key ? [h('dt', {}, 'Key'), h('dd', {class: 'mono'}, run.key)] : null),
       !terminal && api.can('run.cancel') ? h('button', {type: 'button', class: 'danger', id: 'cancel', onclick: (e) => cancel(e.target)}, 'Cancel run') : null,
       state.error ? h('div', {class: 'error'}, h('strong', {}, state.error.code || 'error'), ' ', state.error.message) : null);
@@ -205,7 +209,7 @@ export async function runPage(main, {id, signal}) {
         run.message && run.phase !== 'Succeeded' ? [h('h2', {}, 'Message'), h('pre', {class: 'json'}, run.message)] : null,
       ] : null,
       h('h2', {}, 'Input'), json(run.input ?? {}, 'json'),
-      h('details', {class: 'log', open: state.logs.length > 0 && state.logs.length < 50},
+      h('details', {class: 'log', open: logOpen},
         h('summary', {}, 'Log (' + state.logs.length + ')'),
         h('ol', {}, state.logs.map(l => h('li', {}, h('span', {class: 'muted'}, l.at ? l.at.toISOString().slice(11, 23) : ''), ' ',
           [l.step, l.sid].filter(Boolean).join(' '), ' ', l.stream ? l.stream + ': ' : '', l.text)))));
@@ -243,6 +247,7 @@ export async function runPage(main, {id, signal}) {
         refresh().catch(e => status.replaceChildren(errorBox(e)));
         return;
       }
+      if (u.type === events.PHASE && u.phase === 'Running' && !run.started_at && u.at) run.started_at = u.at.toISOString();
       if (live || u.type === events.LOG) state.apply(u);
       if (live) status.textContent = 'Live: following the run\'s events.';
       if (!pending) { // a burst of events is drawn once
