@@ -142,6 +142,9 @@ func TestSessionCookieBoundary(t *testing.T) {
 			strings.Join(s.Permissions, ",") != "provider.read,profile.read,soul.read,run.read,audit.read" {
 			t.Fatalf("whoami for a viewer bearer = %s", b)
 		}
+		if me, err := k.client(viewer).Whoami(context.Background()); err != nil || me.Role != "viewer" || me.Via != "bearer" || len(me.Permissions) != 5 {
+			t.Fatalf("client.Whoami = %+v, %v", me, err)
+		}
 		_, b = send(t, http.DefaultClient, "GET", k.url+"/v1/whoami", map[string]string{"Cookie": sess}, "")
 		if err := json.Unmarshal(b, &s); err != nil || s.Role != "admin" || s.Via != "cookie" || s.CSRF != csrf {
 			t.Fatalf("whoami for the cookie session = %s", b)
