@@ -129,8 +129,11 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// ServeHTTP serves the API; unknown routes get a problem document.
+// ServeHTTP serves the API; unknown routes get a problem document. No
+// answer is ever sniffed into another type (a page of another origin
+// cannot run a JSON answer as a script).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeProblem(w, problem(http.StatusNotFound, "route.not_found", "no route "+r.Method+" "+r.URL.Path))
 		return

@@ -118,6 +118,9 @@ func TestSessionCookieBoundary(t *testing.T) {
 			if resp.StatusCode != tc.status || problemCode(b) != tc.code {
 				t.Fatalf("%s %s = %d %s, want %d %s", tc.method, tc.path, resp.StatusCode, b, tc.status, tc.code)
 			}
+			if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Errorf("%s %s: no X-Content-Type-Options: nosniff", tc.method, tc.path)
+			}
 			if tc.created == "" {
 				return
 			}
