@@ -36,7 +36,7 @@ export function replace(el, ...children) {
 export function table(columns, items, opts = {}) {
   const head = h('thead', {}, h('tr', {}, columns.map(c => h('th', {scope: 'col', class: c.class}, c.label))));
   const rows = items.map(it => h('tr', opts.row ? opts.row(it) : {},
-    columns.map(c => h('td', {'data-label': c.label, class: c.class}, c.cell(it)))));
+    columns.map(c => h('td', {'data-label': c.label, class: c.class}, h('div', {class: 'v'}, c.cell(it))))));
   if (items.length === 0) {
     rows.push(h('tr', {class: 'empty'}, h('td', {colspan: columns.length}, opts.empty || 'Nothing here yet.')));
   }
