@@ -34,10 +34,12 @@ export async function runsPage(main, {params, signal, navigate}) {
   const more = h('div', {class: 'more'});
   replace(main, h('h1', {}, 'Runs'), filters, list, more);
   let items = [];
-  const load = async (after) => {
+  let pages = 0;
+  const load = async (after, again) => {
     const page = await api.call('GET', '/v1/runs' + api.query({limit: 50, phase, name, after}));
     if (signal.aborted) return;
-    items = items.concat(page.items);
+    items = again ? page.items : items.concat(page.items);
+    if (!again) pages++;
     replace(list, table([
       {label: 'Run', cell: runLink},
       {label: 'Scenario', cell: r => r.name || '—'},
@@ -49,6 +51,12 @@ export async function runsPage(main, {params, signal, navigate}) {
     replace(more, page.next ? h('button', {type: 'button', onclick: () => load(page.next)}, 'Load more') : null);
   };
   await load('');
+  // While the first page is all that is shown, it follows new runs and
+  // phase changes every few seconds.
+  const poll = setInterval(() => {
+    if (pages === 1 && !document.hidden) load('', true).catch(() => {});
+  }, 4000);
+  signal.addEventListener('abort', () => clearInterval(poll));
 }
 
 // runState is what the live view shows, built from events while the run
