@@ -125,6 +125,7 @@ func New(cfg Config) *Server {
 	if cfg.UI != nil {
 		s.mux.Handle("GET /ui/", cfg.UI)
 		s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+		s.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
 	}
 	return s
 }

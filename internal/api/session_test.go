@@ -198,8 +198,8 @@ func TestSessionCookieSecureOverTLS(t *testing.T) {
 	}
 }
 
-// TestUIServed: the keeper serves the embedded UI under /ui/ with a
-// strict content security policy, and /ui redirects there.
+// TestUIServed: the keeper hands /ui/ to the UI handler, and /ui and /
+// redirect there; other unknown paths stay problems.
 func TestUIServed(t *testing.T) {
 	t.Parallel()
 	k := start(t, testdb.SQLite)
@@ -215,6 +215,14 @@ func TestUIServed(t *testing.T) {
 	resp, _ = send(t, noRedirect, "GET", srv.URL+"/ui", nil, "")
 	if resp.StatusCode != http.StatusMovedPermanently || resp.Header.Get("Location") != "/ui/" {
 		t.Fatalf("GET /ui = %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, _ = send(t, noRedirect, "GET", srv.URL+"/", nil, "")
+	if resp.StatusCode != http.StatusFound || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("GET / = %d %s", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	resp, b = send(t, http.DefaultClient, "GET", srv.URL+"/nothing", nil, "")
+	if resp.StatusCode != http.StatusNotFound || problemCode(b) != "route.not_found" {
+		t.Fatalf("GET /nothing = %d %s", resp.StatusCode, b)
 	}
 	resp, b = send(t, http.DefaultClient, "POST", srv.URL+"/ui/", nil, "x")
 	if resp.StatusCode != http.StatusMethodNotAllowed && resp.StatusCode != http.StatusNotFound {
