@@ -414,6 +414,24 @@ func TestWebUI(t *testing.T) {
 	}
 	b.screenshot("run-done")
 
+	// A failed run: the failed target in red with its error, the message.
+	failed, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: `name: ui-failing
+steps:
+  - name: broken
+    on: web-1.local.test
+    module: core.command.ran
+    params: {cmd: "echo no disk >&2; exit 3"}
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.open("#/runs/"+failed.ID, `#run-phase[data-phase="Failed"]`)
+	b.wait(`tr[data-step="broken"] td[data-sid="web-1.local.test"][data-status="failed"] .cell-error`)
+	if msg := get(b, chromedp.Text(chromedp.CSS(`tr[data-step="broken"] .cell-error`))); !strings.Contains(msg, "command.failed") && !strings.Contains(msg, "exit") {
+		t.Fatalf("failed target shows %q", msg)
+	}
+	b.screenshot("run-failed")
+
 	// Cancel from the UI: a second run, held at its gate until cancelled.
 	gate2 := filepath.Join(t.TempDir(), "gate")
 	defer os.WriteFile(gate2, nil, 0o644) // releases the host's loop whatever happens
@@ -431,7 +449,7 @@ func TestWebUI(t *testing.T) {
 	// Every page, at laptop width.
 	pages := []struct{ route, sel, name string }{
 		{"#/runs", `#runs tr[data-run="` + run.ID + `"]`, "runs"},
-		{"#/runs?phase=Failed", `#runs tr.empty`, "runs-filtered"},
+		{"#/runs?phase=Failed", `#runs tr[data-run="` + failed.ID + `"]`, "runs-filtered"},
 		{"#/souls", `#souls [data-host-key]`, "souls"},
 		{"#/providers", `#providers tr[data-key="lab"]`, "providers"},
 		{"#/profiles", `#profiles tr[data-key="small"]`, "profiles"},
@@ -485,7 +503,12 @@ func TestWebUI(t *testing.T) {
 		t.Fatal("the profile deleted in the UI still exists")
 	}
 
-	// The filters reach the API: a name that matches, one that does not.
+	// The filters reach the API: a phase, a name that matches, one that
+	// does not.
+	b.open("#/runs?phase=Failed", `#runs tr[data-run="`+failed.ID+`"]`)
+	if n := eval[int](b, `document.querySelectorAll('#runs tr[data-run]').length`); n != 1 {
+		t.Fatalf("phase=Failed lists %d runs, want the one failed run", n)
+	}
 	b.open("#/runs?name=GATED", `#runs tr[data-run="`+run.ID+`"]`)
 	b.open("#/runs?name=nothing-like-it", `#runs tr.empty`)
 
