@@ -522,6 +522,7 @@ steps:
 		}
 	}
 	b.open("#/runs/"+run.ID, "#grid")
+	b.noSideScroll("a run's page")
 	b.screenshot("run-phone")
 	b.run(chromedp.ResetViewport())
 
