@@ -47,6 +47,9 @@ type Config struct {
 	// VerifyAudit verifies the audit log with the audit key and the signed
 	// checkpoints (GET /v1/audit?verify=true); nil: verification fails.
 	VerifyAudit func(context.Context) (audit.Report, error)
+	// UI, when set, is the web UI, served at /ui/ (internal/ui). It signs
+	// in through POST /v1/session and then calls the API with the cookie.
+	UI http.Handler
 }
 
 // Server is the Operator API as an http.Handler.
@@ -101,6 +104,8 @@ func New(cfg Config) *Server {
 		"Errors are RFC 9457 problems with a stable dotted code."
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API token: Authorization: Bearer sst_…"},
+		"session": {Type: "apiKey", In: "cookie", Name: SessionCookie, Description: "The web UI's session (POST /v1/session). " +
+			"State-changing requests it authenticates also need an Origin header naming the keeper and X-CSRF-Token (GET /v1/whoami); 403 auth.csrf_failed otherwise."},
 	}
 	hc.Transformers = append(hc.Transformers, maskTransformer)
 	s.api = humago.New(s.mux, hc)
@@ -117,11 +122,20 @@ func New(cfg Config) *Server {
 	s.registerRuns()
 	s.registerCloud()
 	s.registerModules()
+	s.registerSession()
+	if cfg.UI != nil {
+		s.mux.Handle("GET /ui/", cfg.UI)
+		s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+		s.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	}
 	return s
 }
 
-// ServeHTTP serves the API; unknown routes get a problem document.
+// ServeHTTP serves the API; unknown routes get a problem document. No
+// answer is ever sniffed into another type (a page of another origin
+// cannot run a JSON answer as a script).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeProblem(w, problem(http.StatusNotFound, "route.not_found", "no route "+r.Method+" "+r.URL.Path))
 		return
@@ -168,7 +182,7 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 		op.Metadata = map[string]any{}
 	}
 	if !public {
-		op.Security = []map[string][]string{{"bearer": {}}}
+		op.Security = []map[string][]string{{"bearer": {}}, {"session": {}}}
 		op.Metadata["permission"] = string(perm)
 		if perm != auth.Authenticated {
 			op.Description += "\n\nPermission: `" + string(perm) + "`."
@@ -192,15 +206,22 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 	})
 }
 
-// authorize authenticates the bearer token and checks perm.
+// authorize authenticates the bearer token (or the web UI's session
+// cookie, with its cross-site checks: session.go) and checks perm.
 func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
-		p, prob := s.permit(ctx.Context(), hostOf(ctx.RemoteAddr()), ctx.Header("Authorization"), perm)
+		header, cookie := credential(ctx.Header("Authorization"), func() (*http.Cookie, error) { return huma.ReadCookie(ctx, SessionCookie) })
+		p, prob := s.permit(ctx.Context(), hostOf(ctx.RemoteAddr()), header, perm)
+		if prob == nil && cookie != "" && !safeMethod(ctx.Method()) {
+			if err := checkCSRF(ctx, cookie); err != nil {
+				prob, _ = problemFor(err)
+			}
+		}
 		if prob != nil {
 			s.writeHumaProblem(ctx, prob)
 			return
 		}
-		next(huma.WithValue(ctx, principalKey{}, p))
+		next(huma.WithValue(huma.WithValue(ctx, principalKey{}, p), sessionKey{}, cookie))
 	}
 }
 

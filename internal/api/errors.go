@@ -143,6 +143,10 @@ func problemFor(err error) (*client.Problem, bool) {
 	if errors.As(err, &fe) {
 		return problem(http.StatusForbidden, "auth.forbidden", err.Error()), true
 	}
+	var ce *csrfError
+	if errors.As(err, &ce) {
+		return problem(http.StatusForbidden, "auth.csrf_failed", err.Error()), true
+	}
 	var up *auth.UnknownPermissionError
 	if errors.As(err, &up) {
 		return invalid("token.permission_unknown", fmt.Sprintf("body.permissions[%d]", up.Index),

@@ -179,8 +179,12 @@ func (s *Server) registerRuns() {
 
 	register(s, huma.Operation{
 		OperationID: "run-list", Method: http.MethodGet, Path: "/v1/runs", Tags: tags, Summary: "List runs, newest first",
-	}, auth.RunRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.RunList }, error) {
-		rs, err := s.store.RunList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+	}, auth.RunRead, false, func(ctx context.Context, in *struct {
+		ListInput
+		Phase string `query:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled" doc:"Only runs in this phase."`
+		Name  string `query:"name" maxLength:"200" doc:"Only runs whose scenario name contains this text (ignoring ASCII case)."`
+	}) (*struct{ Body client.RunList }, error) {
+		rs, err := s.store.RunList(ctx, store.RunListParams{ListParams: store.ListParams{Limit: in.Limit + 1, After: in.After}, Phase: in.Phase, NameContains: in.Name})
 		if err != nil {
 			return nil, err
 		}
@@ -293,7 +297,7 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 	w.WriteHeader(http.StatusOK)
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
-	header := r.Header.Get("Authorization")
+	header, _ := credential(r.Header.Get("Authorization"), func() (*http.Cookie, error) { return r.Cookie(SessionCookie) })
 	checked := s.now()
 	for {
 		if now := s.now(); now.Sub(checked) >= StreamRecheck {

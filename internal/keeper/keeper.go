@@ -25,6 +25,7 @@ import (
 	"github.com/soulstack/soulstack/internal/store/postgres"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
+	"github.com/soulstack/soulstack/internal/ui"
 	"github.com/soulstack/soulstack/internal/version"
 )
 
@@ -128,7 +129,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	}
 	defer stopRuns() // on every return; a no-op after the drain below
 	handler := api.New(api.Config{Store: svc.store, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
-		VerifyAudit:      AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints),
+		VerifyAudit: AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval)})
 	withMCPHandler, stopMCP := withMCP(handler, svc.store, c, log)
 	srv := &http.Server{

@@ -122,6 +122,16 @@ type RunFinishParams struct {
 	Message   string
 }
 
+// RunListParams pages through runs, optionally filtered.
+type RunListParams struct {
+	ListParams
+	// Phase, when set, keeps the runs in that phase.
+	Phase string
+	// NameContains, when set, keeps the runs whose scenario name contains
+	// it (ignoring ASCII case, literally: % and _ are not wildcards).
+	NameContains string
+}
+
 // RunStore persists runs, their steps, targets and events.
 type RunStore interface {
 	// RunCreate inserts a run. A key is scoped to the actor: with a key the
@@ -130,9 +140,9 @@ type RunStore interface {
 	// A key only other actors used names no run: a new one is created.
 	RunCreate(ctx context.Context, p RunCreateParams) (run Run, created bool, err error)
 	RunGet(ctx context.Context, id string) (Run, error)
-	// RunList lists runs newest first; After is the id of the last run of
-	// the previous page.
-	RunList(ctx context.Context, p ListParams) ([]Run, error)
+	// RunList lists runs newest first, those that match p's filters;
+	// After is the id of the last run of the previous page.
+	RunList(ctx context.Context, p RunListParams) ([]Run, error)
 	RunSteps(ctx context.Context, id string) ([]RunStep, []RunTarget, error)
 	// RunClaim makes owner the run's executor if the run is not finished
 	// and has no live owner (none, owner itself, or a heartbeat older than

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/soulstack/soulstack/internal/store"
@@ -107,13 +108,20 @@ func (s *Store) RunGet(ctx context.Context, id string) (store.Run, error) {
 	return r, nil
 }
 
-// RunList lists runs newest first.
-func (s *Store) RunList(ctx context.Context, p store.ListParams) ([]store.Run, error) {
+// RunList lists runs newest first, filtered by phase and name.
+func (s *Store) RunList(ctx context.Context, p store.RunListParams) ([]store.Run, error) {
 	after := p.After
 	if after == "" {
 		after = "~" // sorts after every id
 	}
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE id < ? ORDER BY id DESC LIMIT ?`), after, limitOf(p.Limit))
+	query, args := `SELECT `+runCols+` FROM runs WHERE id < ?`, []any{after}
+	if p.Phase != "" {
+		query, args = query+` AND phase = ?`, append(args, p.Phase)
+	}
+	if p.NameContains != "" {
+		query, args = query+` AND LOWER(name) LIKE LOWER(?) ESCAPE '\'`, append(args, "%"+likeEscaper.Replace(p.NameContains)+"%")
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(query+` ORDER BY id DESC LIMIT ?`), append(args, limitOf(p.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
@@ -128,6 +136,9 @@ func (s *Store) RunList(ctx context.Context, p store.ListParams) ([]store.Run, e
 	}
 	return out, rows.Err()
 }
+
+// likeEscaper makes a text match itself in a LIKE pattern with ESCAPE '\'.
+var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // RunSteps returns a run's steps and targets in order.
 func (s *Store) RunSteps(ctx context.Context, id string) ([]store.RunStep, []store.RunTarget, error) {

@@ -83,7 +83,7 @@ func testRunCreateKey(t *testing.T, b testdb.Backend) {
 			t.Fatalf("concurrent creates with one key made different runs: %v", ids)
 		}
 	}
-	list, err := s.RunList(ctx, store.ListParams{Limit: 10})
+	list, err := s.RunList(ctx, store.RunListParams{ListParams: store.ListParams{Limit: 10}})
 	if err != nil || len(list) != 4 || list[0].ID != "run_c"+ids[0][5:] && list[0].ID < list[1].ID {
 		t.Fatalf("list = %d runs, %v", len(list), err)
 	}

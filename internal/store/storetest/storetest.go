@@ -44,6 +44,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"AuditCheckpointConcurrent", testAuditCheckpointConcurrent},
 		{"RunCreateKey", testRunCreateKey},
 		{"RunLifecycle", testRunLifecycle},
+		{"RunListFilters", testRunListFilters},
 		{"SoulHostKey", testSoulHostKey},
 		{"SoulContact", testSoulContact},
 		{"SoulContactConcurrent", testSoulContactConcurrent},

@@ -1,0 +1,80 @@
+// api.js is the UI's only way to the keeper: the REST API with the session
+// cookie (the browser attaches it; scripts never see it), the CSRF value
+// on every state-changing request, and problems turned into errors.
+
+let session = null; // GET /v1/whoami: {id, name, role, permissions, via, csrf}
+let onSignedOut = () => {};
+
+// Problem is a non-2xx answer: problem holds the RFC 9457 document with
+// its stable dotted code.
+export class Problem extends Error {
+  constructor(problem, status) {
+    super((problem && (problem.detail || problem.title)) || 'HTTP ' + status);
+    this.problem = problem || {};
+    this.status = status;
+    this.code = this.problem.code || '';
+  }
+}
+
+// call sends one request and returns the decoded JSON answer (null for
+// 204). A 401 means the session is gone: the sign-in page is shown.
+export async function call(method, path, body) {
+  const headers = {Accept: 'application/json'};
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (method !== 'GET' && method !== 'HEAD' && session && session.csrf) headers['X-CSRF-Token'] = session.csrf;
+  const res = await fetch(path, {
+    method, headers, credentials: 'same-origin', cache: 'no-store', redirect: 'error',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (res.status === 204) return null;
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch { data = null; }
+  if (!res.ok) {
+    if (res.status === 401 && path !== '/v1/session' && path !== '/v1/whoami') {
+      session = null;
+      onSignedOut();
+    }
+    throw new Problem(data || {status: res.status, title: res.statusText}, res.status);
+  }
+  return data;
+}
+
+// query builds ?a=b&… from the set values of params.
+export function query(params) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') q.set(k, v);
+  const s = q.toString();
+  return s ? '?' + s : '';
+}
+
+// loadSession asks who the cookie signs in; null when nobody is.
+export async function loadSession() {
+  try {
+    session = await call('GET', '/v1/whoami');
+  } catch (e) {
+    if (e.status !== 401) throw e;
+    session = null;
+  }
+  return session;
+}
+
+// signIn posts the token once; the keeper keeps it in an HttpOnly cookie.
+export async function signIn(token) {
+  session = await call('POST', '/v1/session', {token});
+  return session;
+}
+
+export async function signOut() {
+  try { await call('DELETE', '/v1/session'); } finally { session = null; }
+}
+
+export function current() { return session; }
+
+// can reports whether the signed-in token holds a permission. It only
+// decides what the UI shows: the keeper checks every request itself.
+export function can(permission) {
+  return !!session && session.permissions.includes(permission);
+}
+
+export function whenSignedOut(fn) { onSignedOut = fn; }
