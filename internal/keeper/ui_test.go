@@ -278,20 +278,20 @@ steps:
 
 // checkEventDecoding runs the UI's event module (js/events.js, the one
 // place that knows the stream's shapes) in the page over an SSE text with
-// every kind of event and the variants older keepers sent.
+// every kind of event of the run vocabulary (docs/run-events.md).
 func checkEventDecoding(t *testing.T, b *browser) {
 	t.Helper()
 	stream := strings.Join([]string{
 		`id: 1` + "\n" + `event: run.phase` + "\n" + `data: {"seq":1,"at":"2026-01-02T03:04:05Z","kind":"run.phase","data":{"phase":"Running","resumed":true}}`,
 		`: keepalive`,
 		`id: 2` + "\n" + `event: step.started` + "\n" + `data: {"seq":2,"kind":"step.started","step":"base","data":{"index":0,"module":"core.pkg.installed","targets":["a","b"]}}`,
-		`id: 3` + "\n" + `data: {"seq":3,"kind":"step.started","step":"next","data":{"targets":2}}`,
+		`id: 3` + "\n" + `data: {"seq":3,"kind":"step.started","step":"next","data":{"index":1,"module":"core.command.ran","targets":["keeper"]}}`,
 		`id: 4` + "\n" + `data: {"seq":4,"kind":"target.result","step":"base","sid":"a","data":{"status":"changed","changed":true,"attempts":2,"duration_ms":1500}}`,
-		`id: 5` + "\n" + `data: {"seq":5,"kind":"target.result","step":"base","sid":"b","data":{"error":"no route to host"}}`,
-		`id: 6` + "\n" + `data: {"seq":6,"kind":"target.result","step":"base","sid":"c","data":{"changed":false}}`,
-		`id: 7` + "\n" + `data: {"seq":7,"kind":"step.finished","step":"base","data":{"status":"failed","error":{"code":"ssh.unreachable","message":"x"}}}`,
-		`id: 8` + "\n" + `data: {"seq":8,"kind":"log","step":"base","sid":"a","data":{"line":"hello","stream":"stdout"}}`,
-		`id: 9` + "\n" + `data: {"seq":9,"kind":"log","data":{"text":"plain"}}`,
+		`id: 5` + "\n" + `data: {"seq":5,"kind":"target.result","step":"base","sid":"b","data":{"status":"unreachable","attempts":1,"duration_ms":3,"error":{"code":"ssh.unreachable","message":"no route to host"}}}`,
+		`id: 6` + "\n" + `data: {"seq":6,"kind":"target.result","step":"base","sid":"c","data":{"status":"ok","changed":false}}`,
+		`id: 7` + "\n" + `data: {"seq":7,"kind":"step.finished","step":"base","data":{"index":0,"status":"failed","changed":true,"counts":{"changed":1,"ok":1,"unreachable":1}}}`,
+		`id: 8` + "\n" + `data: {"seq":8,"kind":"log","step":"base","sid":"a","data":{"message":"hello"}}`,
+		`id: 9` + "\n" + `data: {"seq":9,"kind":"step.interrupted","step":"next","data":{"index":1,"module":"core.command.ran"}}`,
 		`id: 10` + "\n" + `data: {"seq":10,"kind":"run.finished","data":{"phase":"Failed","error":{"code":"run.failed","message":"m"}}}`,
 		`id: 11` + "\n" + `data: {"seq":11,"kind":"something.new","data":{"x":1}}`,
 		`event: stream.denied` + "\n" + `data: {"seq":11,"kind":"stream.denied","data":{"code":"auth.forbidden","status":403}}`,
@@ -309,13 +309,13 @@ func checkEventDecoding(t *testing.T, b *browser) {
 	want := []string{
 		`{"type":"phase","seq":1,"phase":"Running","resumed":true,"at":"2026-01-02T03:04:05.000Z"}`,
 		`{"type":"step-started","seq":2,"step":"base","module":"core.pkg.installed","targets":["a","b"]}`,
-		`{"type":"step-started","seq":3,"step":"next","targets":[]}`,
+		`{"type":"step-started","seq":3,"step":"next","module":"core.command.ran","targets":["keeper"]}`,
 		`{"type":"target","seq":4,"sid":"a","status":"changed","changed":true,"attempts":2,"durationMs":1500,"error":null}`,
-		`{"type":"target","seq":5,"sid":"b","status":"failed","error":{"code":"","message":"no route to host"}}`,
-		`{"type":"target","seq":6,"sid":"c","status":"ok"}`,
-		`{"type":"step-finished","seq":7,"status":"failed","error":{"code":"ssh.unreachable","message":"x"}}`,
-		`{"type":"log","seq":8,"sid":"a","text":"hello","stream":"stdout"}`,
-		`{"type":"log","seq":9,"text":"plain"}`,
+		`{"type":"target","seq":5,"sid":"b","status":"unreachable","error":{"code":"ssh.unreachable","message":"no route to host"}}`,
+		`{"type":"target","seq":6,"sid":"c","status":"ok","changed":false}`,
+		`{"type":"step-finished","seq":7,"status":"failed","changed":true,"counts":{"changed":1,"ok":1,"unreachable":1}}`,
+		`{"type":"log","seq":8,"sid":"a","text":"hello"}`,
+		`{"type":"log","seq":9,"step":"next","text":"core.command.ran was running when the keeper stopped"}`,
 		`{"type":"finished","seq":10,"phase":"Failed","error":{"code":"run.failed","message":"m"}}`,
 		`{"type":"other","seq":11,"kind":"something.new"}`,
 		`{"type":"denied","problem":{"code":"auth.forbidden","status":403}}`,

@@ -7,26 +7,14 @@
 export const PHASE = 'phase', STEP_STARTED = 'step-started', TARGET = 'target', STEP_FINISHED = 'step-finished',
   LOG = 'log', FINISHED = 'finished', END = 'end', DENIED = 'denied', OTHER = 'other';
 
-// runError reads an error given as {code, message} or as text.
+// The event kinds, statuses and data fields are the run vocabulary of
+// client/events.go (docs/run-events.md); this module reads exactly those
+// shapes and guesses nothing: a kind it does not know is OTHER.
+
+// runError reads a {code, message} error, or null when there is none.
 function runError(e) {
-  if (!e) return null;
-  if (typeof e === 'string') return {code: '', message: e};
-  if (e.code || e.message) return {code: e.code || '', message: e.message || ''};
-  return null;
-}
-
-// targetList reads step.started's targets: a list of SIDs, or a count.
-function targetList(t) {
-  if (Array.isArray(t)) return t.map(String);
-  return [];
-}
-
-function targetStatus(d) {
-  if (d.status) return d.status;
-  if (runError(d.error)) return 'failed';
-  if (d.changed === true) return 'changed';
-  if (d.changed === false) return 'ok';
-  return '';
+  if (!e || typeof e !== 'object') return null;
+  return {code: e.code || '', message: e.message || ''};
 }
 
 // decode turns one RunEvent into an update: {type, seq, at, step, sid, …}.
@@ -37,16 +25,16 @@ export function decode(ev) {
     case 'run.phase':
       return {...base, type: PHASE, phase: d.phase || '', resumed: !!d.resumed};
     case 'step.started':
-      return {...base, type: STEP_STARTED, index: d.index, module: d.module || '', targets: targetList(d.targets)};
+      return {...base, type: STEP_STARTED, index: d.index, module: d.module || '', targets: Array.isArray(d.targets) ? d.targets.map(String) : []};
     case 'target.result':
-      return {...base, type: TARGET, status: targetStatus(d), changed: !!d.changed, attempts: d.attempts || 0,
+      return {...base, type: TARGET, status: d.status || '', changed: !!d.changed, attempts: d.attempts || 0,
         durationMs: d.duration_ms, error: runError(d.error)};
     case 'step.finished':
-      return {...base, type: STEP_FINISHED, index: d.index, status: d.status || '', changed: !!d.changed, error: runError(d.error)};
+      return {...base, type: STEP_FINISHED, index: d.index, status: d.status || '', changed: !!d.changed, counts: d.counts || {}};
     case 'step.interrupted':
       return {...base, type: LOG, text: (d.module ? d.module + ' ' : '') + 'was running when the keeper stopped'};
     case 'log':
-      return {...base, type: LOG, text: d.line || d.message || d.text || '', stream: d.stream || ''};
+      return {...base, type: LOG, text: d.message || ''};
     case 'run.finished':
       return {...base, type: FINISHED, phase: d.phase || '', error: runError(d.error)};
     case 'stream.end':

@@ -118,7 +118,7 @@ class RunState {
         break;
       }
       case events.STEP_FINISHED:
-        this.step(u.step).status = u.status || 'ok';
+        this.step(u.step).status = u.status;
         break;
       case events.LOG:
         this.logs.push(u);
