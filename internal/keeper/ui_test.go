@@ -389,12 +389,20 @@ func TestWebUI(t *testing.T) {
 		t.Fatal("the signed-in page still holds the token in its DOM")
 	}
 
-	// A run started outside the browser, watched live: running, then green.
+	// A run started from soulctl, outside the browser, watched live:
+	// running, then green.
 	gate := filepath.Join(t.TempDir(), "gate")
-	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: gatedScenario(gate), Input: map[string]any{"db_password": uiCanary}, Key: "ui"})
-	if err != nil {
+	scenarioFile := filepath.Join(t.TempDir(), "ui-gated.yaml")
+	if err := os.WriteFile(scenarioFile, []byte(gatedScenario(gate)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	start := exec.Command(soulctlBinary(t), "--keeper", k.addr, "run", scenarioFile, "--input", "db_password="+uiCanary, "--key", "ui", "--detach")
+	start.Env = append(os.Environ(), "SOULSTACK_TOKEN="+admin)
+	out, err := start.CombinedOutput()
+	if err != nil {
+		t.Fatalf("soulctl run --detach: %v\n%s", err, out)
+	}
+	run := client.Run{ID: strings.TrimSpace(string(out))}
 	b.open("#/runs/"+run.ID, "#grid")
 	b.wait(`tr[data-step="wait"] td[data-sid="web-1.local.test"][data-status="running"]`, `#cancel`)
 	b.screenshot("run-live")
