@@ -35,6 +35,11 @@ const (
 	DefaultTimeout = 15 * time.Minute
 	// MaxTimeout bounds what a run may ask for.
 	MaxTimeout = 24 * time.Hour
+	// RecoverEvery is how often a keeper looks for runs whose lease went
+	// stale (their keeper died) and re-enqueues them: a run is taken over
+	// between StaleAfter and StaleAfter+RecoverEvery after its last
+	// heartbeat.
+	RecoverEvery = HeartbeatEvery
 )
 
 // Outcome is how an execution ended.
@@ -239,7 +244,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		t := time.NewTicker(StaleAfter / 2)
+		t := time.NewTicker(RecoverEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -315,6 +320,20 @@ func (r *Runner) flying() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// takeOff marks run id as executing here unless it already is: a second
+// queue job for a run this keeper executes (several keepers re-enqueue a
+// stale run, each once per RecoverEvery) must not claim it again, which the
+// lease alone would allow since the owner is this keeper.
+func (r *Runner) takeOff(id string) bool {
+	r.flightMu.Lock()
+	defer r.flightMu.Unlock()
+	if _, ok := r.inFlight[id]; ok {
+		return false
+	}
+	r.inFlight[id] = ""
+	return true
 }
 
 func (r *Runner) setFlying(id, step string) {

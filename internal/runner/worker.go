@@ -34,6 +34,10 @@ const CodeTooManySecrets = "run.too_many_secrets"
 func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	r := w.r
 	id := job.Args.RunID
+	if !r.takeOff(id) {
+		return nil // executing here already, from another job
+	}
+	defer r.landed(id)
 	run, ok, err := r.cfg.Store.RunClaim(ctx, id, r.cfg.Owner, time.Now().Add(-StaleAfter))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -46,8 +50,6 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	}
 	secrets := r.openSecrets(id)
 	defer r.closeSecrets(id)
-	r.setFlying(id, "")
-	defer r.landed(id)
 	log := slog.New(secrets.LogHandler(r.log.Handler())).With("run", id)
 	rec, err := newRecorder(ctx, r, run, secrets)
 	if err != nil {

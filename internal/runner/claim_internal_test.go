@@ -1,0 +1,110 @@
+package runner
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/testdb"
+)
+
+// blockingExec counts its executions and holds each until release.
+type blockingExec struct {
+	started atomic.Int32
+	running chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingExec) Execute(ctx context.Context, x Execution, rec Recorder) Outcome {
+	b.started.Add(1)
+	b.running <- struct{}{}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+	}
+	return Outcome{Phase: store.PhaseSucceeded}
+}
+
+// TestDuplicateJobsDoNotExecuteARunTwice: when a stale run is re-enqueued
+// by several keepers, more than one queue job for it may reach the keeper
+// that took it over. Its lease names that keeper, so only the runner's own
+// record of what it executes keeps the extra jobs from executing the run a
+// second time alongside the first.
+func TestDuplicateJobsDoNotExecuteARunTwice(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := testdb.SQLite.Open(t)
+	sealer, err := secret.NewSealer(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := &blockingExec{running: make(chan struct{}, 8), release: make(chan struct{})}
+	r, err := New(ctx, Config{Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: "keeper-test", Workers: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.Stop(sctx)
+	})
+	run, _, err := r.Submit(ctx, SubmitParams{Name: "once", Scenario: "steps: []", Actor: "tok_test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-exec.running
+	const extra = 3
+	for range extra {
+		if _, err := r.river.Insert(ctx, RunArgs{RunID: run.ID}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Wait until the queue has worked the extra jobs (the first one is
+	// still running).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var done int
+		if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM river_job WHERE state = 'completed'`).Scan(&done); err != nil {
+			t.Fatal(err)
+		}
+		if done == extra {
+			break
+		}
+		if n := exec.started.Load(); n > 1 {
+			t.Fatalf("the run is executing %d times at once, want 1", n)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the %d extra jobs completed within 30 s", done, extra)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := exec.started.Load(); n != 1 {
+		t.Fatalf("the run was executed %d times at once, want 1", n)
+	}
+	close(exec.release)
+	for {
+		got, err := st.RunGet(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if store.Terminal(got.Phase) {
+			if got.Phase != store.PhaseSucceeded {
+				t.Fatalf("run = %s %s", got.Phase, got.ErrorCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run did not finish")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := exec.started.Load(); n != 1 {
+		t.Fatalf("the run was executed %d times, want 1", n)
+	}
+}
