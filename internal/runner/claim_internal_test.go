@@ -108,3 +108,65 @@ func TestDuplicateJobsDoNotExecuteARunTwice(t *testing.T) {
 		t.Fatalf("the run was executed %d times, want 1", n)
 	}
 }
+
+// TestStuckJobOfDeadKeeperIsRequeued: a keeper that took a run's queue job
+// and died before it claimed the run leaves the job "running" in the queue
+// and the run Pending without a lease. Another keeper (here: this one,
+// started later) gives the run a fresh job and executes it.
+func TestStuckJobOfDeadKeeperIsRequeued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := testdb.SQLite.Open(t)
+	sealer, err := secret.NewSealer(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := &blockingExec{running: make(chan struct{}, 8), release: make(chan struct{})}
+	close(exec.release)
+	r, err := New(ctx, Config{Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: "keeper-live", Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := r.Submit(ctx, SubmitParams{Name: "stuck", Scenario: "steps: []", Actor: "tok_test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a keeper dying between taking the job and claiming the run
+	// leaves behind.
+	res, err := st.DB().ExecContext(ctx, `UPDATE river_job SET state = 'running', attempt = 1,
+		attempted_at = strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 minute'), attempted_by = '["keeper-dead"]'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("%d queue jobs, want 1", n)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.Stop(sctx)
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := st.RunGet(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if store.Terminal(got.Phase) {
+			if got.Phase != store.PhaseSucceeded {
+				t.Fatalf("run = %s %s", got.Phase, got.ErrorCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run is still %s 30 s after a keeper started: its stuck job was not replaced", got.Phase)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := exec.started.Load(); n != 1 {
+		t.Fatalf("the run was executed %d times, want 1", n)
+	}
+}

@@ -134,6 +134,10 @@ type Runner struct {
 
 	secretsMu sync.Mutex
 	secrets   map[string]*liveSecrets // by run id, while the run executes here
+
+	// requeued holds the stuck queue jobs this keeper re-enqueued a run
+	// for (see stuckJobs); only the recovery loop uses it.
+	requeued map[int64]bool
 }
 
 // liveSecrets is the secret set of a run executing in this process; users
@@ -162,7 +166,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, requeued: map[int64]bool{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	var err error
@@ -348,7 +352,9 @@ func (r *Runner) landed(id string) {
 	r.flightMu.Unlock()
 }
 
-// recover re-enqueues runs that lost their executor.
+// recover re-enqueues runs that lost their executor: Running runs whose
+// lease is stale (or owned by owner, this keeper before it restarted), and
+// Pending runs whose queue job is stuck with a dead keeper (stuckJobs).
 func (r *Runner) recover(ctx context.Context, owner string) {
 	ids, err := r.cfg.Store.RunsOrphaned(ctx, owner, time.Now().Add(-StaleAfter))
 	if err != nil {
@@ -362,6 +368,7 @@ func (r *Runner) recover(ctx context.Context, owner string) {
 		}
 		r.log.Warn("recovering a run whose keeper stopped", "run", id)
 	}
+	r.stuckJobs(ctx)
 }
 
 // SubmitParams asks for a run.
