@@ -151,7 +151,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	// Finishing must not be cut short by the keeper stopping.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer fcancel()
-	if err := r.cfg.Store.RunFinish(fctx, finish); err != nil {
+	if err := r.persist(fctx, "run finish", func(ctx context.Context) error { return r.cfg.Store.RunFinish(ctx, finish) }); err != nil {
 		if errors.Is(err, store.ErrLeaseLost) {
 			return nil
 		}
@@ -232,7 +232,7 @@ func (rec *recorder) eventCtx(ctx context.Context, kind, step, sid string, data 
 	rec.mu.Lock()
 	rec.seq++
 	e := store.RunEvent{RunID: rec.run.ID, Seq: rec.seq, At: time.Now(), Kind: kind, Step: step, SID: sid, Data: b}
-	err = rec.r.cfg.Store.RunEventAppend(ctx, e)
+	err = rec.r.persist(ctx, "run event", func(ctx context.Context) error { return rec.r.cfg.Store.RunEventAppend(ctx, e) })
 	rec.mu.Unlock()
 	if err != nil {
 		rec.r.log.Error("store run event", "run", rec.run.ID, "err", err)
@@ -245,7 +245,7 @@ func (rec *recorder) Step(s store.RunStep) {
 	if s.Status == "running" {
 		rec.r.setFlying(rec.run.ID, s.Name)
 	}
-	if err := rec.r.cfg.Store.RunStepSave(context.WithoutCancel(rec.ctx), s); err != nil {
+	if err := rec.r.persist(context.WithoutCancel(rec.ctx), "run step", func(ctx context.Context) error { return rec.r.cfg.Store.RunStepSave(ctx, s) }); err != nil {
 		rec.r.log.Error("store run step", "run", rec.run.ID, "err", err)
 	}
 }
@@ -258,11 +258,14 @@ func (rec *recorder) Target(t store.RunTarget, output any) {
 	}
 	t.Output = b
 	t.ErrorMsg = rec.secrets.MaskString(t.ErrorMsg)
-	if err := rec.r.cfg.Store.RunTargetSave(context.WithoutCancel(rec.ctx), t); err != nil {
+	if err := rec.r.persist(context.WithoutCancel(rec.ctx), "run target", func(ctx context.Context) error { return rec.r.cfg.Store.RunTargetSave(ctx, t) }); err != nil {
 		rec.r.log.Error("store run target", "run", rec.run.ID, "err", err)
 	}
 }
 
 func (rec *recorder) Checkpoint(state []byte) error {
-	return rec.r.cfg.Store.RunStateSave(context.WithoutCancel(rec.ctx), rec.run.ID, rec.r.cfg.Owner, rec.r.cfg.Sealer.Seal(state))
+	sealed := rec.r.cfg.Sealer.Seal(state)
+	return rec.r.persist(context.WithoutCancel(rec.ctx), "run checkpoint", func(ctx context.Context) error {
+		return rec.r.cfg.Store.RunStateSave(ctx, rec.run.ID, rec.r.cfg.Owner, sealed)
+	})
 }
