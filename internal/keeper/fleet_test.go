@@ -499,3 +499,103 @@ func TestFleetRollingRestart(t *testing.T) {
 	}
 	f.verifyAudit(2)
 }
+
+// TestFleetRefusesAnotherDataKey: a keeper pointed at the fleet's database
+// with another data key (a mistake, or a keeper that is not one of ours)
+// would fail every run it claims and append audit rows under another key.
+// It refuses to start, naming data_key_ref, and writes nothing: no audit
+// row, no checkpoint in the shared directory, no claimed run.
+func TestFleetRefusesAnotherDataKey(t *testing.T) {
+	t.Parallel()
+	f := newFleet(t, 1, "")
+	sids := f.hosts(1)
+	ctx := context.Background()
+	// A run handed back by a drain: Running, its lease released, which
+	// any keeper on the database may claim.
+	run, _, err := f.client(0).RunCreate(ctx, client.RunCreate{Scenario: fleetScenario(filepath.Join(t.TempDir(), "ledger"), "1"), Input: map[string]any{"tag": "a", "host": sids[0]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, f.client(0), run.ID, "step first running", stepRunning("first"))
+	f.procs[0].terminate(t)
+	if _, phase := f.owner(run.ID); phase != "Running" {
+		t.Fatalf("the handed-back run is %s", phase)
+	}
+	var headBefore int64
+	if err := f.db.QueryRow(`SELECT seq FROM audit_head`).Scan(&headBefore); err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	other := filepath.Join(dir, "other.key")
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(other, []byte(base64.StdEncoding.EncodeToString(raw)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shared, err := os.ReadFile(f.cfgs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	var cpDir string
+	for _, l := range strings.Split(string(shared), "\n") {
+		switch {
+		case strings.HasPrefix(l, "data_key_ref:"):
+			l = fmt.Sprintf("data_key_ref: %q", "file:"+other)
+		case strings.HasPrefix(l, "data_dir:"):
+			l = fmt.Sprintf("data_dir: %q", filepath.Join(dir, "data"))
+		case strings.HasPrefix(l, "audit_checkpoint_dir:"):
+			cpDir = strings.Trim(strings.TrimPrefix(l, "audit_checkpoint_dir: "), `"`)
+		}
+		lines = append(lines, l)
+	}
+	cfg := filepath.Join(dir, "keeper.yml")
+	if err := os.WriteFile(cfg, []byte(strings.Join(lines, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cpsBefore, _ := filepath.Glob(filepath.Join(cpDir, "*"))
+	cmd := exec.Command(keeperBin, "serve", "--listen", "127.0.0.1:0", "--config", cfg)
+	cmd.Dir = dir
+	var out []byte
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		out, err = cmd.CombinedOutput()
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill() // the process this test started, by PID
+		<-done
+		t.Fatalf("the keeper with another data key kept serving:\n%s", out)
+	}
+	if err == nil || !strings.Contains(string(out), "keeper.data_key_mismatch") || !strings.Contains(string(out), "data_key_ref file:"+other) {
+		t.Fatalf("keeper with another data key: %v\n%s", err, out)
+	}
+	var headAfter int64
+	if err := f.db.QueryRow(`SELECT seq FROM audit_head`).Scan(&headAfter); err != nil {
+		t.Fatal(err)
+	}
+	if headAfter != headBefore {
+		t.Fatalf("the refused keeper appended audit rows: head %d -> %d", headBefore, headAfter)
+	}
+	if cps, _ := filepath.Glob(filepath.Join(cpDir, "*")); len(cps) != len(cpsBefore) {
+		t.Fatalf("the refused keeper wrote a checkpoint into the shared directory: %v -> %v", cpsBefore, cps)
+	}
+	if o, phase := f.owner(run.ID); o != 0 || phase != "Running" {
+		t.Fatalf("after the refused keeper the run is %s, owner index %d", phase, o)
+	}
+
+	// The fleet's own keeper resumes the run; the chain is intact.
+	f.start(0)
+	final := waitFor(t, f.client(0), run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	if final.Phase != "Succeeded" {
+		t.Fatalf("the fleet's run = %s %+v", final.Phase, final.Error)
+	}
+	f.procs[0].interrupt(t)
+	f.verifyAudit(0)
+}
