@@ -26,6 +26,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/sshtest"
+	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // chaosRow is one line of the fault x outcome table.
@@ -649,4 +650,54 @@ func TestChaosSlowSoul(t *testing.T) {
 		t.Error("the keeper does not answer /healthz")
 	}
 	report(t, chaosRow{Fault: "slow soul exceeds its 2 s step timeout", Runs: 2, Outcome: fmt.Sprintf("slow run: %s %s after %.1f s; next run Succeeded", final.Phase, code, took.Seconds()), Keeper: "up", Duration: time.Since(start)})
+}
+
+// TestChaosKill9FleetRandom: two keepers on one PostgreSQL; 10 times a
+// randomly chosen keeper (seeded) is killed with SIGKILL at a random point
+// while runs are submitted to both, and restarted. Runs move between the
+// keepers through the queue and the leases; every accepted run ends
+// Succeeded or Failed run.interrupted, and no command runs twice.
+func TestChaosKill9FleetRandom(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(chaosSeed(t), 14))
+	var f *fleet
+	if os.Getenv(testdb.EnvPostgres) != "" {
+		f = newFleet(t, 2, "")
+	} else { // scripts/chaos on its own: a server of the test's own
+		f = newFleetOn(t, startPostgres(t).url, 2, "")
+	}
+	sids := f.hosts(2)
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	sc := fleetScenario(ledgerPath, "0.3")
+	var ids []string
+	tags := map[string]string{}
+	const kills = 10
+	for kill := 0; kill < kills; kill++ {
+		for j := 0; j < 2+rng.IntN(3); j++ {
+			tag := fmt.Sprintf("k%02d-%d", kill, j)
+			run, _, err := f.client(j%2).RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": sids[j%2]}})
+			if err != nil {
+				t.Fatalf("submit %s: %v", tag, err)
+			}
+			ids = append(ids, run.ID)
+			tags[run.ID] = tag
+		}
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		victim := rng.IntN(2)
+		f.kill9(victim)
+		f.start(victim)
+	}
+	final, outcome := settle(t, func() *client.Client { return f.client(0) }, ids, 120*time.Second, "Succeeded", "Failed run.interrupted")
+	checkLedger(t, ledgerPath, final, tags)
+	keeper := "both restarted, answer /healthz; audit chain valid"
+	for i := range f.procs {
+		if !healthy(f.procs[i]) {
+			t.Errorf("keeper %d does not answer /healthz after the kills", i)
+			keeper = "a keeper does not answer /healthz"
+		}
+		f.procs[i].interrupt(t)
+	}
+	f.verifyAudit(1)
+	report(t, chaosRow{Fault: "kill -9 x10 of a random keeper of two on one PostgreSQL", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
 }

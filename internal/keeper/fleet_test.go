@@ -42,7 +42,13 @@ type fleet struct {
 // then the others.
 func newFleet(t *testing.T, n int, extraConfig string) *fleet {
 	t.Helper()
-	f := &fleet{t: t, url: testdb.FreshPostgres(t)}
+	return newFleetOn(t, testdb.FreshPostgres(t), n, extraConfig)
+}
+
+// newFleetOn is newFleet on the empty PostgreSQL database url.
+func newFleetOn(t *testing.T, url string, n int, extraConfig string) *fleet {
+	t.Helper()
+	f := &fleet{t: t, url: url}
 	shared := t.TempDir()
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
