@@ -282,8 +282,18 @@ func startPostgres(t *testing.T) *privatePostgres {
 	if out, err := p.as(filepath.Join(p.bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "soulstack", "--auth=trust", "-E", "UTF8").CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	if err := p.pg("start"); err != nil {
-		t.Fatal(err)
+	// The free port may be taken before the server binds it (other tests
+	// run meanwhile): try a few.
+	for attempt := 0; ; attempt++ {
+		err := p.pg("start")
+		if err == nil {
+			break
+		}
+		if attempt == 4 {
+			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			t.Fatalf("%v\n%s", err, log)
+		}
+		p.port = freePort(t)
 	}
 	p.url = fmt.Sprintf("postgres://soulstack@127.0.0.1:%d/postgres?sslmode=disable", p.port)
 	return p

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,5 +169,83 @@ func TestStuckJobOfDeadKeeperIsRequeued(t *testing.T) {
 	}
 	if n := exec.started.Load(); n != 1 {
 		t.Fatalf("the run was executed %d times, want 1", n)
+	}
+}
+
+// heartbeatFails is a store whose heartbeats fail as when the database is
+// unreachable from this keeper, once fail is set.
+type heartbeatFails struct {
+	store.Store
+	fail atomic.Bool
+}
+
+func (h *heartbeatFails) RunHeartbeat(ctx context.Context, id, owner string) (bool, error) {
+	if h.fail.Load() {
+		return false, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	}
+	return h.Store.RunHeartbeat(ctx, id, owner)
+}
+
+// causeExec records the cause that ended its execution.
+type causeExec struct {
+	running chan struct{}
+	cause   chan error
+}
+
+func (c *causeExec) Execute(ctx context.Context, x Execution, rec Recorder) Outcome {
+	c.running <- struct{}{}
+	<-ctx.Done()
+	c.cause <- context.Cause(ctx)
+	return Outcome{Phase: store.PhaseFailed, ErrorCode: "test.stopped"}
+}
+
+// TestUnrenewableLeaseStopsExecution: a keeper that cannot renew a run's
+// lease (its database unreachable from here, maybe not from the other
+// keepers) stops executing the run before the lease goes stale and another
+// keeper may claim it, and leaves it to be resumed: the run is not
+// finished here, and two keepers never execute it at once.
+func TestUnrenewableLeaseStopsExecution(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sqlStore := testdb.SQLite.Open(t)
+	st := &heartbeatFails{Store: sqlStore}
+	sealer, err := secret.NewSealer(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := &causeExec{running: make(chan struct{}, 8), cause: make(chan error, 8)}
+	r, err := New(ctx, Config{Store: st, DB: sqlStore.DB(), Queue: sqlStore.Queue(), Sealer: sealer, Exec: exec, Owner: "keeper-cut-off", Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.Stop(sctx)
+	}()
+	run, _, err := r.Submit(ctx, SubmitParams{Name: "cut-off", Scenario: "steps: []", Actor: "tok_test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-exec.running
+	st.fail.Store(true)
+	var cause error
+	select {
+	case cause = <-exec.cause:
+	case <-time.After(StaleAfter + 10*time.Second):
+		t.Fatalf("the execution went on %s after its lease could no longer be renewed", StaleAfter+10*time.Second)
+	}
+	if !errors.Is(cause, errLeaseLost) {
+		t.Fatalf("the execution ended with %v, want the lease given up", cause)
+	}
+	got, err := sqlStore.RunGet(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Phase != store.PhaseRunning || got.ErrorCode != "" {
+		t.Fatalf("run = %s %q, want it left Running to be resumed", got.Phase, got.ErrorCode)
 	}
 }

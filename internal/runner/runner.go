@@ -40,6 +40,12 @@ const (
 	// between StaleAfter and StaleAfter+RecoverEvery after its last
 	// heartbeat.
 	RecoverEvery = HeartbeatEvery
+	// LeaseGiveUp is how long an execution goes on without renewing its
+	// lease (its database unreachable from this keeper) before it stops
+	// and leaves the run to be resumed: one heartbeat before the lease
+	// goes stale and another keeper may claim the run, so that two keepers
+	// never execute it at once.
+	LeaseGiveUp = StaleAfter - HeartbeatEvery
 )
 
 // Outcome is how an execution ended.

@@ -80,20 +80,35 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		defer hb.Done()
 		t := time.NewTicker(HeartbeatEvery)
 		defer t.Stop()
+		renewed := time.Now()
 		for {
 			select {
 			case <-runCtx.Done():
 				return
 			case <-t.C:
-				cancelReq, err := r.cfg.Store.RunHeartbeat(runCtx, id, r.cfg.Owner)
+				// Bounded by the give-up time, so that a database that does
+				// not answer at all still lets the give-up happen in time.
+				giveUp := renewed.Add(LeaseGiveUp)
+				hctx, hcancel := context.WithDeadline(runCtx, giveUp)
+				cancelReq, err := r.cfg.Store.RunHeartbeat(hctx, id, r.cfg.Owner)
+				hcancel()
 				switch {
 				case errors.Is(err, store.ErrLeaseLost):
 					cancel(errLeaseLost)
 					return
+				case err != nil && !time.Now().Before(giveUp):
+					// Another keeper may take the run over soon: stop
+					// executing it here rather than both at once.
+					log.Error("the run's lease could not be renewed in time; stopping it here, to be resumed by the keeper that claims it next", "since", time.Since(renewed).Round(time.Second), "err", err)
+					cancel(errLeaseLost)
+					return
 				case err != nil:
 					log.Warn("heartbeat failed", "err", err)
-				case cancelReq:
-					cancel(errCancelRequested)
+				default:
+					renewed = time.Now()
+					if cancelReq {
+						cancel(errCancelRequested)
+					}
 				}
 			}
 		}
