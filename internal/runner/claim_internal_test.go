@@ -249,3 +249,46 @@ func TestUnrenewableLeaseStopsExecution(t *testing.T) {
 		t.Fatalf("run = %s %q, want it left Running to be resumed", got.Phase, got.ErrorCode)
 	}
 }
+
+// TestRecoveryEnqueuesAStaleRunOnce: the recovery loop looks every
+// RecoverEvery; a stale run whose job waits in the queue (every worker
+// busy) gets no second job from the same keeper until StaleAfter has
+// passed, so that jobs do not pile up.
+func TestRecoveryEnqueuesAStaleRunOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := testdb.SQLite.Open(t)
+	sealer, err := secret.NewSealer(make([]byte, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(ctx, Config{Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: &blockingExec{}, Owner: "keeper-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := r.Submit(ctx, SubmitParams{Name: "stale", Scenario: "steps: []", Actor: "tok_test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Claimed by a keeper that died: Running, its heartbeat long stale.
+	if _, ok, err := st.RunClaim(ctx, run.ID, "keeper-dead", time.Now().Add(-StaleAfter)); err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	if _, err := st.DB().ExecContext(ctx, `UPDATE runs SET heartbeat_at = ? WHERE id = ?`, time.Now().Add(-time.Minute).UTC(), run.ID); err != nil {
+		t.Fatal(err)
+	}
+	jobs := func() int {
+		var n int
+		if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM river_job`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := jobs()
+	for range 3 { // the runner is not started: the jobs stay in the queue
+		r.recover(ctx, "")
+	}
+	if n := jobs() - before; n != 1 {
+		t.Fatalf("three recovery passes enqueued %d jobs for one stale run, want 1", n)
+	}
+}

@@ -142,8 +142,10 @@ type Runner struct {
 	secrets   map[string]*liveSecrets // by run id, while the run executes here
 
 	// requeued holds the stuck queue jobs this keeper re-enqueued a run
-	// for (see stuckJobs); only the recovery loop uses it.
-	requeued map[int64]bool
+	// for (see stuckJobs), and recovered when it last re-enqueued each
+	// stale run; only the recovery loop uses them.
+	requeued  map[int64]bool
+	recovered map[string]time.Time
 }
 
 // liveSecrets is the secret set of a run executing in this process; users
@@ -172,7 +174,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, requeued: map[int64]bool{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	var err error
@@ -367,11 +369,24 @@ func (r *Runner) recover(ctx context.Context, owner string) {
 		r.log.Error("look for orphaned runs", "err", err)
 		return
 	}
+	now := time.Now()
+	for id, at := range r.recovered {
+		if now.Sub(at) >= StaleAfter {
+			delete(r.recovered, id)
+		}
+	}
 	for _, id := range ids {
+		// One job per stale run per StaleAfter from each keeper: while
+		// every worker is busy the job waits in the queue, and a new one
+		// every RecoverEvery would only pile up.
+		if _, ok := r.recovered[id]; ok {
+			continue
+		}
 		if _, err := r.river.Insert(ctx, RunArgs{RunID: id}, nil); err != nil {
 			r.log.Error("re-enqueue orphaned run", "run", id, "err", err)
 			continue
 		}
+		r.recovered[id] = now
 		r.log.Warn("recovering a run whose keeper stopped", "run", id)
 	}
 	r.stuckJobs(ctx)
