@@ -266,7 +266,14 @@ func startPostgres(t *testing.T) *privatePostgres {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &privatePostgres{bin: pgBin(t), dir: dir, port: freePort(t)}
+	p := &privatePostgres{dir: dir}
+	t.Cleanup(func() {
+		if p.port != 0 {
+			_ = p.pg("stop", "-m", "immediate")
+		}
+		os.RemoveAll(dir)
+	})
+	p.bin, p.port = pgBin(t), freePort(t)
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -275,10 +282,6 @@ func startPostgres(t *testing.T) *privatePostgres {
 			t.Fatalf("chown the PostgreSQL dir to postgres: %v", err)
 		}
 	}
-	t.Cleanup(func() {
-		_ = p.pg("stop", "-m", "immediate")
-		os.RemoveAll(dir)
-	})
 	if out, err := p.as(filepath.Join(p.bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "soulstack", "--auth=trust", "-E", "UTF8").CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
