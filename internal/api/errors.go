@@ -89,6 +89,15 @@ func newFrameworkError(status int, msg string, errs ...error) huma.StatusError {
 	return problem(status, code, msg, details...)
 }
 
+// translate lets the store say whether err is a database outage or a full
+// disk (store.Translator); err is unchanged otherwise.
+func (s *Server) translate(err error) error {
+	if t, ok := s.store.(store.Translator); ok {
+		return t.TranslateError(err)
+	}
+	return err
+}
+
 // problemFor maps an error returned by a handler to a problem. Errors it
 // does not know become a 500 whose detail says nothing internal; the caller
 // logs the cause.
@@ -122,6 +131,12 @@ func problemFor(err error) (*client.Problem, bool) {
 		case errors.Is(err, store.ErrLastAdmin):
 			return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
 		}
+	}
+	switch {
+	case errors.Is(err, store.ErrUnavailable):
+		return problem(http.StatusServiceUnavailable, "store.unavailable", "the keeper cannot reach its database right now; nothing was changed; retry in a moment"), true
+	case errors.Is(err, store.ErrStorageFull):
+		return problem(http.StatusInsufficientStorage, "store.full", "the keeper's database has no space left; nothing was changed; free space on its disk"), true
 	}
 	var rl *rateLimitedError
 	if errors.As(err, &rl) {

@@ -299,6 +299,7 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 	defer keepalive.Stop()
 	header, _ := credential(r.Header.Get("Authorization"), func() (*http.Cookie, error) { return r.Cookie(SessionCookie) })
 	checked := s.now()
+	finished, graceLeft := false, 5
 	for {
 		if now := s.now(); now.Sub(checked) >= StreamRecheck {
 			if _, prob := s.permit(ctx, hostOf(r.RemoteAddr), header, auth.RunRead); prob != nil {
@@ -321,11 +322,23 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 			b, _ := json.Marshal(client.RunEvent{Seq: e.Seq, At: e.At, Kind: client.EventKind(e.Kind), Step: e.Step, SID: e.SID, Data: e.Data})
 			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Kind, b)
 			after = e.Seq
+			finished = finished || e.Kind == "run.finished"
 		}
 		if flusher != nil {
 			flusher.Flush()
 		}
 		if len(evs) == 500 {
+			continue
+		}
+		if store.Terminal(run.Phase) && !finished && graceLeft > 0 && run.FinishedAt != nil && s.now().Sub(*run.FinishedAt) < 5*time.Second {
+			// The executing keeper, maybe another one, appends run.finished
+			// just after it commits the phase: give it that moment.
+			graceLeft--
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
 			continue
 		}
 		if store.Terminal(run.Phase) {

@@ -115,7 +115,10 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 	if ok {
 		return so, nil
 	}
-	so, err := s.store.SoulGet(ctx, sid)
+	err := retryStore(ctx, s.store, func(ctx context.Context) (err error) {
+		so, err = s.store.SoulGet(ctx, sid)
+		return err
+	})
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Soul{}, &module.Error{Code: "soul.not_found", Message: fmt.Sprintf("soul %q is not registered", sid)}
 	}
@@ -131,7 +134,9 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 // pin records the host key a soul presented on first contact. A key
 // pinned meanwhile by another run must be the same one.
 func (s *Souls) pin(ctx context.Context, sid string, t ssh.Target, hostKey string) error {
-	err := s.store.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: sid, HostKey: hostKey, Actor: store.ActorKeeper})
+	err := retryStore(ctx, s.store, func(ctx context.Context) error {
+		return s.store.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: sid, HostKey: hostKey, Actor: store.ActorKeeper})
+	})
 	if errors.Is(err, store.ErrExists) {
 		so, gerr := s.store.SoulGet(ctx, sid)
 		if gerr == nil && sameKey(so.Connection.HostKey, hostKey) {
@@ -266,7 +271,11 @@ func (s *Souls) Record(ctx context.Context, runID string, actor store.Actor, con
 	if len(p.Reached) == 0 && len(p.Unreachable) == 0 {
 		return nil
 	}
-	trs, err := s.store.SoulContact(ctx, p)
+	var trs []store.SoulTransition
+	err := retryStore(ctx, s.store, func(ctx context.Context) (err error) {
+		trs, err = s.store.SoulContact(ctx, p)
+		return err
+	})
 	changed := make(map[string]store.SoulTransition, len(trs))
 	for _, tr := range trs {
 		changed[tr.SID] = tr

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -42,14 +44,25 @@ func stepRunning(name string) func(*client.Run) bool {
 	}
 }
 
+// freePort returns a free loopback port below Linux's ephemeral range
+// (32768-60999), for a server a test starts later or restarts. A port from
+// that range (what 127.0.0.1:0 gives) may meanwhile become the source port
+// of a client retrying a connection to it — the keeper waiting for a
+// booting host, or for its database — which then connects to itself and
+// holds the port, so that the server cannot bind it.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for i := 0; i < 200; i++ {
+		port := 20000 + mathrand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free loopback port between 20000 and 32000")
+	return 0
 }
 
 // TestKill9ResumesIdempotentStep kills the keeper with SIGKILL while an

@@ -74,6 +74,9 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		return err
 	}
 	defer st.Close()
+	if err := checkDataKey(ctx, st, c); err != nil {
+		return err
+	}
 	// Deferred before the runner's stop, so it runs after it: the last
 	// checkpoint covers the events of runs that stop late.
 	defer func() {

@@ -36,6 +36,17 @@ const (
 	DefaultTimeout = 15 * time.Minute
 	// MaxTimeout bounds what a run may ask for.
 	MaxTimeout = 24 * time.Hour
+	// RecoverEvery is how often a keeper looks for runs whose lease went
+	// stale (their keeper died) and re-enqueues them: a run is taken over
+	// between StaleAfter and StaleAfter+RecoverEvery after its last
+	// heartbeat.
+	RecoverEvery = HeartbeatEvery
+	// LeaseGiveUp is how long an execution goes on without renewing its
+	// lease (its database unreachable from this keeper) before it stops
+	// and leaves the run to be resumed: one heartbeat before the lease
+	// goes stale and another keeper may claim the run, so that two keepers
+	// never execute it at once.
+	LeaseGiveUp = StaleAfter - HeartbeatEvery
 )
 
 // Outcome is how an execution ended.
@@ -131,6 +142,12 @@ type Runner struct {
 
 	secretsMu sync.Mutex
 	secrets   map[string]*liveSecrets // by run id, while the run executes here
+
+	// requeued holds the stuck queue jobs this keeper re-enqueued a run
+	// for (see stuckJobs), and recovered when it last re-enqueued each
+	// stale run; only the recovery loop uses them.
+	requeued  map[int64]bool
+	recovered map[string]time.Time
 }
 
 // liveSecrets is the secret set of a run executing in this process; users
@@ -159,7 +176,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	var err error
@@ -241,7 +258,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		t := time.NewTicker(StaleAfter / 2)
+		t := time.NewTicker(RecoverEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -319,6 +336,20 @@ func (r *Runner) flying() []string {
 	return out
 }
 
+// takeOff marks run id as executing here unless it already is: a second
+// queue job for a run this keeper executes (several keepers re-enqueue a
+// stale run, each once per RecoverEvery) must not claim it again, which the
+// lease alone would allow since the owner is this keeper.
+func (r *Runner) takeOff(id string) bool {
+	r.flightMu.Lock()
+	defer r.flightMu.Unlock()
+	if _, ok := r.inFlight[id]; ok {
+		return false
+	}
+	r.inFlight[id] = ""
+	return true
+}
+
 func (r *Runner) setFlying(id, step string) {
 	r.flightMu.Lock()
 	r.inFlight[id] = step
@@ -331,20 +362,36 @@ func (r *Runner) landed(id string) {
 	r.flightMu.Unlock()
 }
 
-// recover re-enqueues runs that lost their executor.
+// recover re-enqueues runs that lost their executor: Running runs whose
+// lease is stale (or owned by owner, this keeper before it restarted), and
+// Pending runs whose queue job is stuck with a dead keeper (stuckJobs).
 func (r *Runner) recover(ctx context.Context, owner string) {
 	ids, err := r.cfg.Store.RunsOrphaned(ctx, owner, time.Now().Add(-StaleAfter))
 	if err != nil {
 		r.log.Error("look for orphaned runs", "err", err)
 		return
 	}
+	now := time.Now()
+	for id, at := range r.recovered {
+		if now.Sub(at) >= StaleAfter {
+			delete(r.recovered, id)
+		}
+	}
 	for _, id := range ids {
+		// One job per stale run per StaleAfter from each keeper: while
+		// every worker is busy the job waits in the queue, and a new one
+		// every RecoverEvery would only pile up.
+		if _, ok := r.recovered[id]; ok {
+			continue
+		}
 		if _, err := r.river.Insert(ctx, RunArgs{RunID: id}, nil); err != nil {
 			r.log.Error("re-enqueue orphaned run", "run", id, "err", err)
 			continue
 		}
+		r.recovered[id] = now
 		r.log.Warn("recovering a run whose keeper stopped", "run", id)
 	}
+	r.stuckJobs(ctx)
 }
 
 // SubmitParams asks for a run.

@@ -35,6 +35,10 @@ const CodeTooManySecrets = "run.too_many_secrets"
 func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	r := w.r
 	id := job.Args.RunID
+	if !r.takeOff(id) {
+		return nil // executing here already, from another job
+	}
+	defer r.landed(id)
 	run, ok, err := r.cfg.Store.RunClaim(ctx, id, r.cfg.Owner, time.Now().Add(-StaleAfter))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -47,8 +51,6 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	}
 	secrets := r.openSecrets(id)
 	defer r.closeSecrets(id)
-	r.setFlying(id, "")
-	defer r.landed(id)
 	log := slog.New(secrets.LogHandler(r.log.Handler())).With("run", id)
 	rec, err := newRecorder(ctx, r, run, secrets)
 	if err != nil {
@@ -79,20 +81,35 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		defer hb.Done()
 		t := time.NewTicker(HeartbeatEvery)
 		defer t.Stop()
+		renewed := time.Now()
 		for {
 			select {
 			case <-runCtx.Done():
 				return
 			case <-t.C:
-				cancelReq, err := r.cfg.Store.RunHeartbeat(runCtx, id, r.cfg.Owner)
+				// Bounded by the give-up time, so that a database that does
+				// not answer at all still lets the give-up happen in time.
+				giveUp := renewed.Add(LeaseGiveUp)
+				hctx, hcancel := context.WithDeadline(runCtx, giveUp)
+				cancelReq, err := r.cfg.Store.RunHeartbeat(hctx, id, r.cfg.Owner)
+				hcancel()
 				switch {
 				case errors.Is(err, store.ErrLeaseLost):
 					cancel(errLeaseLost)
 					return
+				case err != nil && !time.Now().Before(giveUp):
+					// Another keeper may take the run over soon: stop
+					// executing it here rather than both at once.
+					log.Error("the run's lease could not be renewed in time; stopping it here, to be resumed by the keeper that claims it next", "since", time.Since(renewed).Round(time.Second), "err", err)
+					cancel(errLeaseLost)
+					return
 				case err != nil:
 					log.Warn("heartbeat failed", "err", err)
-				case cancelReq:
-					cancel(errCancelRequested)
+				default:
+					renewed = time.Now()
+					if cancelReq {
+						cancel(errCancelRequested)
+					}
 				}
 			}
 		}
@@ -150,7 +167,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	// Finishing must not be cut short by the keeper stopping.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer fcancel()
-	if err := r.cfg.Store.RunFinish(fctx, finish); err != nil {
+	if err := r.persist(fctx, "run finish", func(ctx context.Context) error { return r.cfg.Store.RunFinish(ctx, finish) }); err != nil {
 		if errors.Is(err, store.ErrLeaseLost) {
 			return nil
 		}
@@ -233,7 +250,7 @@ func (rec *recorder) eventCtx(ctx context.Context, step, sid string, data client
 	rec.mu.Lock()
 	rec.seq++
 	e := store.RunEvent{RunID: rec.run.ID, Seq: rec.seq, At: time.Now(), Kind: string(data.EventKind()), Step: step, SID: sid, Data: b}
-	err = rec.r.cfg.Store.RunEventAppend(ctx, e)
+	err = rec.r.persist(ctx, "run event", func(ctx context.Context) error { return rec.r.cfg.Store.RunEventAppend(ctx, e) })
 	rec.mu.Unlock()
 	if err != nil {
 		rec.r.log.Error("store run event", "run", rec.run.ID, "err", err)
@@ -246,7 +263,7 @@ func (rec *recorder) Step(s store.RunStep) {
 	if s.Status == string(client.StepRunning) {
 		rec.r.setFlying(rec.run.ID, s.Name)
 	}
-	if err := rec.r.cfg.Store.RunStepSave(context.WithoutCancel(rec.ctx), s); err != nil {
+	if err := rec.r.persist(context.WithoutCancel(rec.ctx), "run step", func(ctx context.Context) error { return rec.r.cfg.Store.RunStepSave(ctx, s) }); err != nil {
 		rec.r.log.Error("store run step", "run", rec.run.ID, "err", err)
 	}
 }
@@ -259,11 +276,14 @@ func (rec *recorder) Target(t store.RunTarget, output any) {
 	}
 	t.Output = b
 	t.ErrorMsg = rec.secrets.MaskString(t.ErrorMsg)
-	if err := rec.r.cfg.Store.RunTargetSave(context.WithoutCancel(rec.ctx), t); err != nil {
+	if err := rec.r.persist(context.WithoutCancel(rec.ctx), "run target", func(ctx context.Context) error { return rec.r.cfg.Store.RunTargetSave(ctx, t) }); err != nil {
 		rec.r.log.Error("store run target", "run", rec.run.ID, "err", err)
 	}
 }
 
 func (rec *recorder) Checkpoint(state []byte) error {
-	return rec.r.cfg.Store.RunStateSave(context.WithoutCancel(rec.ctx), rec.run.ID, rec.r.cfg.Owner, rec.r.cfg.Sealer.Seal(state))
+	sealed := rec.r.cfg.Sealer.Seal(state)
+	return rec.r.persist(context.WithoutCancel(rec.ctx), "run checkpoint", func(ctx context.Context) error {
+		return rec.r.cfg.Store.RunStateSave(ctx, rec.run.ID, rec.r.cfg.Owner, sealed)
+	})
 }

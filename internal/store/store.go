@@ -26,7 +26,24 @@ var (
 	// ErrActiveAdmin: an active admin token exists, so none is minted
 	// from the host.
 	ErrActiveAdmin = errors.New("an active admin token exists")
+	// ErrUnavailable: the database cannot be reached now (down,
+	// restarting, connection refused or cut); nothing was changed and the
+	// same call may succeed in a moment.
+	ErrUnavailable = errors.New("the database is unavailable")
+	// ErrStorageFull: the database has no space left to write; nothing
+	// was changed.
+	ErrStorageFull = errors.New("the database's storage is full")
 )
+
+// Translator is what a Store may also implement: TranslateError returns
+// err wrapped with ErrUnavailable or ErrStorageFull when the database
+// driver error under it means one of them, and err unchanged otherwise.
+// Callers that branch on a database outage (the API's error mapping, the
+// runner's retries) find it by type assertion; without it nothing is
+// translated.
+type Translator interface {
+	TranslateError(err error) error
+}
 
 // Error is a store failure about one object: Kind is "provider", "profile",
 // "soul" or "token"; Key is its name or id; Ref is the missing or dependent

@@ -5,10 +5,15 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
@@ -34,15 +39,33 @@ var Dialect = sqlstore.Dialect{
 func classify(err error) sqlstore.Violation {
 	var e *pgconn.PgError
 	if !errors.As(err, &e) {
+		if unreachable(err) {
+			return sqlstore.Unavailable
+		}
 		return sqlstore.NoViolation
 	}
-	switch e.Code {
-	case "23505": // unique_violation
+	switch {
+	case e.Code == "23505": // unique_violation
 		return sqlstore.UniqueViolation
-	case "23503": // foreign_key_violation
+	case e.Code == "23503": // foreign_key_violation
 		return sqlstore.ForeignKeyViolation
+	case strings.HasPrefix(e.Code, "08"), // connection_exception
+		e.Code == "57P01", e.Code == "57P02", e.Code == "57P03": // admin_shutdown, crash_shutdown, cannot_connect_now
+		return sqlstore.Unavailable
+	case e.Code == "53100": // disk_full
+		return sqlstore.StorageFull
 	}
 	return sqlstore.NoViolation
+}
+
+// unreachable reports whether err, not from the server, means the server
+// cannot be reached: a failed connect, a connection refused, reset or cut.
+func unreachable(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // Open connects to the database at url and migrates it.

@@ -15,6 +15,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver"
@@ -40,13 +41,21 @@ var Dialect = sqlstore.Dialect{
 func classify(err error) sqlstore.Violation {
 	var e *sqlite.Error
 	if !errors.As(err, &e) {
+		if errors.Is(err, syscall.ENOSPC) {
+			return sqlstore.StorageFull
+		}
 		return sqlstore.NoViolation
+	}
+	if e.Code()&0xff == sqlite3.SQLITE_IOERR && strings.Contains(e.Error(), "disk is full") {
+		return sqlstore.StorageFull
 	}
 	switch e.Code() {
 	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
 		return sqlstore.UniqueViolation
 	case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
 		return sqlstore.ForeignKeyViolation
+	case sqlite3.SQLITE_FULL:
+		return sqlstore.StorageFull
 	case sqlite3.SQLITE_CONSTRAINT_TRIGGER:
 		// ON DELETE RESTRICT is enforced like a trigger and reports this code.
 		if strings.Contains(e.Error(), "FOREIGN KEY constraint failed") {

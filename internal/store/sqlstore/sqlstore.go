@@ -29,6 +29,11 @@ const (
 	NoViolation Violation = iota
 	UniqueViolation
 	ForeignKeyViolation
+	// Unavailable: the database cannot be reached (down, restarting,
+	// connection refused or cut).
+	Unavailable
+	// StorageFull: the database has no space left.
+	StorageFull
 )
 
 // Dialect is what differs between the SQL backends.
@@ -59,7 +64,25 @@ type Store struct {
 	added   func(audit.Head) // told of each committed event
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store      = (*Store)(nil)
+	_ store.Translator = (*Store)(nil)
+)
+
+// TranslateError wraps err with store.ErrUnavailable or store.ErrStorageFull
+// when the dialect classifies the driver error under it so.
+func (s *Store) TranslateError(err error) error {
+	if err == nil || errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrStorageFull) {
+		return err
+	}
+	switch s.dialect.Classify(err) {
+	case Unavailable:
+		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+	case StorageFull:
+		return fmt.Errorf("%w: %w", store.ErrStorageFull, err)
+	}
+	return err
+}
 
 // Option configures a Store.
 type Option func(*Store)

@@ -1,0 +1,716 @@
+//go:build chaos
+
+// The chaos suite: faults injected into real keeper, PostgreSQL, sshd and
+// plugin processes. Run it with scripts/chaos (which prints the table of
+// fault x outcome) or `go test -tags chaos -run '^TestChaos' ./internal/keeper/`.
+// SOULSTACK_CHAOS_SEED fixes the random kill points; SOULSTACK_CHAOS_REPORT
+// names a file each test appends its table rows to.
+
+package keeper_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/sshtest"
+	"github.com/soulstack/soulstack/internal/testdb"
+)
+
+// chaosRow is one line of the fault x outcome table.
+type chaosRow struct {
+	Fault    string // what was injected
+	Runs     int    // runs accepted
+	Outcome  string // how they ended, by phase and code
+	Keeper   string // what the keeper did
+	Verdict  string // PASS or FAIL
+	Duration time.Duration
+}
+
+var reportMu sync.Mutex
+
+// report logs the row and appends it, tab-separated, to the file
+// SOULSTACK_CHAOS_REPORT names.
+func report(t *testing.T, row chaosRow) {
+	t.Helper()
+	row.Verdict = "PASS"
+	if t.Failed() {
+		row.Verdict = "FAIL"
+	}
+	line := strings.Join([]string{row.Fault, strconv.Itoa(row.Runs), row.Outcome, row.Keeper, row.Verdict, fmt.Sprintf("%.0fs", row.Duration.Seconds())}, "\t")
+	t.Logf("chaos: %s", line)
+	path := os.Getenv("SOULSTACK_CHAOS_REPORT")
+	if path == "" {
+		return
+	}
+	reportMu.Lock()
+	defer reportMu.Unlock()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Errorf("chaos report: %v", err)
+		return
+	}
+	defer f.Close()
+	fmt.Fprintln(f, line)
+}
+
+// chaosSeed returns SOULSTACK_CHAOS_SEED, or a fresh seed; either way it
+// is logged, so that a failing sequence of faults can be replayed.
+func chaosSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("SOULSTACK_CHAOS_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("SOULSTACK_CHAOS_SEED=%q: %v", s, err)
+		}
+		seed = n
+	}
+	t.Logf("chaos seed %d (SOULSTACK_CHAOS_SEED=%d replays it)", seed, seed)
+	return seed
+}
+
+// healthy reports whether the keeper answers /healthz with 200.
+func healthy(k *proc) bool {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(k.addr + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// settle waits until every run is terminal (failing the test for any run
+// still not terminal after within) and returns the final runs and a
+// summary "N Phase[ code]" sorted by count. Every run must end in a phase
+// allowed names ("Succeeded" or "Failed <code>"); an accepted run that is
+// not found is lost and fails the test.
+func settle(t *testing.T, c func() *client.Client, ids []string, within time.Duration, allowed ...string) (map[string]*client.Run, string) {
+	t.Helper()
+	final := map[string]*client.Run{}
+	deadline := time.Now().Add(within)
+	for len(final) < len(ids) && time.Now().Before(deadline) {
+		for _, id := range ids {
+			if final[id] != nil {
+				continue
+			}
+			r, err := c().RunGet(context.Background(), id)
+			if err != nil {
+				var p *client.Problem
+				if asProblem(err, &p) && p.Status == http.StatusNotFound {
+					t.Errorf("run %s was accepted and is lost: %v", id, err)
+					final[id] = &client.Run{ID: id, Phase: "Lost"}
+				}
+				continue
+			}
+			if client.Terminal(r.Phase) {
+				final[id] = r
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ok := map[string]bool{}
+	for _, a := range allowed {
+		ok[a] = true
+	}
+	counts := map[string]int{}
+	for _, id := range ids {
+		r := final[id]
+		if r == nil {
+			t.Errorf("run %s is not terminal %s after the fault", id, within)
+			counts["not terminal"]++
+			continue
+		}
+		key := string(r.Phase)
+		if r.Error != nil && r.Error.Code != "" {
+			key += " " + r.Error.Code
+		}
+		counts[key]++
+		if !ok[key] && r.Phase != "Lost" {
+			t.Errorf("run %s ended %s (%+v), want one of %v", id, key, r.Error, allowed)
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return counts[keys[i]] > counts[keys[j]] || counts[keys[i]] == counts[keys[j]] && keys[i] < keys[j]
+	})
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", counts[k], k)
+	}
+	return final, strings.Join(parts, ", ")
+}
+
+func asProblem(err error, p **client.Problem) bool {
+	x, ok := err.(*client.Problem)
+	if ok {
+		*p = x
+	}
+	return ok
+}
+
+// checkLedger checks that no command ran twice and that every command of
+// a Succeeded run ran exactly once; tags maps run id to the tag its
+// commands write.
+func checkLedger(t *testing.T, path string, final map[string]*client.Run, tags map[string]string) {
+	t.Helper()
+	count := ledger(t, path)
+	for line, n := range count {
+		if n > 1 {
+			t.Errorf("command %q ran %d times", line, n)
+		}
+	}
+	for id, r := range final {
+		if r.Phase != "Succeeded" {
+			continue
+		}
+		for _, step := range []string{"first", "second"} {
+			if count[tags[id]+" "+step] != 1 {
+				t.Errorf("run %s succeeded but its command %q ran %d times", id, tags[id]+" "+step, count[tags[id]+" "+step])
+			}
+		}
+	}
+}
+
+// TestChaosKill9Random kills the keeper with SIGKILL 20 times at random
+// points (seeded) while runs are submitted and executing, restarting it
+// each time. Every accepted run ends Succeeded or, when a command was in
+// flight, Failed run.interrupted; no command runs twice.
+func TestChaosKill9Random(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(chaosSeed(t), 13))
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.3"), "${ input.host }", "h.local.test")
+	var ids []string
+	tags := map[string]string{}
+	const kills = 20
+	for kill := 0; kill < kills; kill++ {
+		for j := 0; j < 1+rng.IntN(3); j++ {
+			tag := fmt.Sprintf("k%02d-%d", kill, j)
+			run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": "h.local.test"}})
+			if err != nil {
+				t.Fatalf("submit %s: %v", tag, err)
+			}
+			ids = append(ids, run.ID)
+			tags[run.ID] = tag
+		}
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		if err := k.cmd.Process.Kill(); err != nil { // the keeper this test started, by PID
+			t.Fatal(err)
+		}
+		<-k.done
+		k = serve(t, dir)
+		c = adminClient(t, k, data)
+	}
+	final, outcome := settle(t, func() *client.Client { return c }, ids, 120*time.Second, "Succeeded", "Failed run.interrupted")
+	checkLedger(t, ledgerPath, final, tags)
+	keeper := "restarted 20 times, answers /healthz"
+	if !healthy(k) {
+		t.Error("the keeper does not answer /healthz after the kills")
+		keeper = "does not answer /healthz"
+	}
+	report(t, chaosRow{Fault: "keeper kill -9 x20 at random points", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
+}
+
+// privatePostgres is a PostgreSQL server of the test's own, which the
+// test may stop and start.
+type privatePostgres struct {
+	bin, dir string
+	port     int
+	url      string
+}
+
+// pgBin finds the newest PostgreSQL server binaries.
+func pgBin(t *testing.T) string {
+	t.Helper()
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Strings(dirs)
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if _, err := os.Stat(filepath.Join(dirs[i], "initdb")); err == nil {
+			return dirs[i]
+		}
+	}
+	t.Fatal("no PostgreSQL server binaries under /usr/lib/postgresql (scripts/test installs them)")
+	return ""
+}
+
+// startPostgres initialises and starts a PostgreSQL server on a free
+// loopback port, run as the postgres user when the test runs as root
+// (initdb refuses root); it is stopped and removed when the test ends.
+func startPostgres(t *testing.T) *privatePostgres {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "soulstack-chaos-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &privatePostgres{dir: dir}
+	t.Cleanup(func() {
+		if p.port != 0 {
+			_ = p.pg("stop", "-m", "immediate")
+		}
+		os.RemoveAll(dir)
+	})
+	p.bin, p.port = pgBin(t), freePort(t)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := exec.Command("chown", "postgres", dir).Run(); err != nil {
+			t.Fatalf("chown the PostgreSQL dir to postgres: %v", err)
+		}
+	}
+	if out, err := p.as(filepath.Join(p.bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "soulstack", "--auth=trust", "-E", "UTF8").CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	// The free port may be taken before the server binds it (other tests
+	// run meanwhile): try a few.
+	for attempt := 0; ; attempt++ {
+		err := p.pg("start")
+		if err == nil {
+			break
+		}
+		if attempt == 4 {
+			log, _ := os.ReadFile(filepath.Join(dir, "server.log"))
+			t.Fatalf("%v\n%s", err, log)
+		}
+		p.port = freePort(t)
+	}
+	p.url = fmt.Sprintf("postgres://soulstack@127.0.0.1:%d/postgres?sslmode=disable", p.port)
+	return p
+}
+
+func (p *privatePostgres) as(name string, args ...string) *exec.Cmd {
+	if os.Geteuid() == 0 {
+		return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
+	}
+	return exec.Command(name, args...)
+}
+
+// pg runs pg_ctl action (start, stop, restart) and waits for it.
+func (p *privatePostgres) pg(action string, args ...string) error {
+	all := append([]string{"-D", filepath.Join(p.dir, "data"), "-l", filepath.Join(p.dir, "server.log"), "-w", "-t", "60",
+		"-o", fmt.Sprintf("-c listen_addresses=127.0.0.1 -p %d -k %s -c fsync=off", p.port, p.dir), action}, args...)
+	if out, err := p.as(filepath.Join(p.bin, "pg_ctl"), all...).CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl %s: %v\n%s", action, err, out)
+	}
+	return nil
+}
+
+// TestChaosPostgresRestart stops the keeper's PostgreSQL for a few
+// seconds while runs execute, then starts it again. The keeper keeps
+// answering /healthz, and every run ends Succeeded or Failed with a
+// precise code once the database is back.
+func TestChaosPostgresRestart(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	pg := startPostgres(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	k := serve(t, dir, "--database-url", pg.url, "--data-dir", data)
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	sc := fleetScenario(ledgerPath, "1")
+	var ids []string
+	tags := map[string]string{}
+	for i := 0; i < 10; i++ {
+		tag := fmt.Sprintf("r%02d", i)
+		run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": "h.local.test"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.ID)
+		tags[run.ID] = tag
+	}
+	waitFor(t, c, ids[0], "a step running", func(r *client.Run) bool { return stepRunning("first")(r) || stepRunning("second")(r) })
+	if err := pg.pg("stop", "-m", "fast"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	keeper := "answered /healthz while the database was down"
+	if !healthy(k) {
+		keeper = "did not answer /healthz while the database was down"
+		t.Error("the keeper does not answer /healthz while its database is down")
+	}
+	// A run submitted while the database is down is refused, not lost.
+	_, _, downErr := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": "down", "host": "h.local.test"}})
+	if p, ok := downErr.(*client.Problem); !ok || p.Status != http.StatusServiceUnavailable || p.Code != "store.unavailable" {
+		t.Errorf("submit while the database was down: %v, want 503 store.unavailable", downErr)
+	}
+	if err := pg.pg("start"); err != nil {
+		t.Fatal(err)
+	}
+	final, outcome := settle(t, func() *client.Client { return c }, ids, 120*time.Second, "Succeeded", "Failed run.interrupted")
+	checkLedger(t, ledgerPath, final, tags)
+	if !healthy(k) {
+		t.Error("the keeper does not answer /healthz after the database came back")
+	}
+	// And it works again.
+	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": "after", "host": "h.local.test"}})
+	if err != nil {
+		t.Fatalf("submit after the database came back: %v", err)
+	}
+	if r := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) }); r.Phase != "Succeeded" {
+		t.Errorf("run after the database came back = %s %+v", r.Phase, r.Error)
+	}
+	refused := "refused"
+	if p, ok := downErr.(*client.Problem); ok {
+		refused = fmt.Sprintf("refused %d %s", p.Status, p.Code)
+	}
+	if os.Getenv("CHAOS_DEBUG") != "" {
+		t.Log(k.drain())
+	}
+	report(t, chaosRow{Fault: "PostgreSQL stopped 3 s mid-run", Runs: len(ids), Outcome: outcome, Keeper: keeper + "; submit while down " + refused, Duration: time.Since(start)})
+}
+
+// TestChaosPluginCrashAndHang: the cloud driver plugin crashes (exits)
+// during Create, or hangs in it. The run fails with the driver's precise
+// code (driver.crashed) or the step's timeout (run.timeout), the keeper
+// stays up, and the next run on a sane provider of the same driver
+// succeeds (a new plugin process).
+func TestChaosPluginCrashAndHang(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	buildFakeDriver(t, filepath.Join(data, "plugins"))
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	ctx := context.Background()
+	for name, cfg := range map[string]map[string]any{"crashes": {"crash": "Create"}, "hangs": {"hang": "Create"}, "sane": {}} {
+		if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: name, Driver: "fake", FQDNSuffix: name + ".test", Config: cfg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create := func(provider string) *client.Run {
+		sc := "steps:\n  - name: make\n    on: keeper\n    module: core.cloud.created\n    timeout: 3s\n    params: {provider: " + provider + ", profile: {cpus: 1}}\n"
+		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	}
+	targetCode := func(r *client.Run) string {
+		for _, s := range r.Steps {
+			for _, tg := range s.Targets {
+				if tg.Error != nil {
+					return tg.Error.Code
+				}
+			}
+		}
+		return ""
+	}
+	var outcomes []string
+	for _, tc := range []struct{ provider, want string }{{"crashes", "driver.crashed"}, {"hangs", "run.timeout"}, {"sane", ""}} {
+		r := create(tc.provider)
+		got := targetCode(r)
+		switch {
+		case tc.want == "" && r.Phase != "Succeeded":
+			t.Errorf("create on %s after the faults = %s %+v", tc.provider, r.Phase, r.Error)
+		case tc.want != "" && (r.Phase != "Failed" || got != tc.want):
+			t.Errorf("create on %s = %s, target code %q, want Failed %s (%+v)", tc.provider, r.Phase, got, tc.want, r.Error)
+		}
+		if !healthy(k) {
+			t.Errorf("the keeper does not answer /healthz after the plugin on %s", tc.provider)
+		}
+		outcomes = append(outcomes, fmt.Sprintf("%s: %s %s", tc.provider, r.Phase, got))
+	}
+	report(t, chaosRow{Fault: "plugin crash / hang during Create", Runs: 3, Outcome: strings.Join(outcomes, "; "), Keeper: "up; the next Create gets a new plugin process", Duration: time.Since(start)})
+}
+
+// sshdSessions returns the PIDs of the per-connection processes of the
+// sshd srv (its listener's children).
+func sshdSessions(t *testing.T, srv *sshtest.Server) []int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(srv.Dir, "sshd.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command("pgrep", "-P", strings.TrimSpace(string(b))).Output()
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+// TestChaosSSHCut kills the sshd process serving the keeper's connection
+// while a command runs on it. The step fails with a precise transport code
+// at once (not at its timeout), and the next run reconnects and succeeds.
+func TestChaosSSHCut(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	marker := filepath.Join(t.TempDir(), "started")
+	sc := "steps:\n  - name: long\n    on: h.local.test\n    module: core.command.ran\n    params: {cmd: 'echo started >> " + marker + "; sleep 60'}\n"
+	ctx := context.Background()
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		if b, _ := os.ReadFile(marker); len(b) > 0 {
+			break
+		}
+		if i > 300 {
+			t.Fatal("the command never started")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pids := sshdSessions(t, srv)
+	if len(pids) == 0 {
+		t.Fatal("no sshd session process to kill")
+	}
+	cut := time.Now()
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL) // sshd session processes of the server this test started
+	}
+	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	took := time.Since(cut)
+	code := ""
+	for _, s := range final.Steps {
+		for _, tg := range s.Targets {
+			if tg.Error != nil {
+				code = tg.Error.Code
+			}
+		}
+	}
+	if final.Phase != "Failed" || code == "" || code == "run.timeout" {
+		t.Errorf("run with its SSH connection cut = %s, target code %q (%+v)", final.Phase, code, final.Error)
+	}
+	again, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: again\n    on: h.local.test\n    module: core.command.ran\n    params: {cmd: 'true'}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := waitFor(t, c, again.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) }); r.Phase != "Succeeded" {
+		t.Errorf("the next run on the host = %s %+v", r.Phase, r.Error)
+	}
+	if !healthy(k) {
+		t.Error("the keeper does not answer /healthz")
+	}
+	report(t, chaosRow{Fault: "SSH connection cut mid-command (sshd session killed)", Runs: 2,
+		Outcome: fmt.Sprintf("cut run: %s %s after %.1f s; next run: reconnects, Succeeded", final.Phase, code, took.Seconds()), Keeper: "up", Duration: time.Since(start)})
+}
+
+// TestChaosSQLiteDiskFull fills the filesystem of the keeper's SQLite
+// database (a small tmpfs) while runs are submitted and executing. The
+// keeper stays up; a submission it cannot store is refused with a precise
+// code, never accepted and lost; once space is freed every accepted run
+// ends and new runs succeed.
+func TestChaosSQLiteDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("the disk-full chaos test mounts a tmpfs: run it as root (scripts/chaos does)")
+	}
+	t.Parallel()
+	start := time.Now()
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "small")
+	if err := os.MkdirAll(mnt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=48m,mode=0700", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		// The keeper killed by serve's cleanup may not have exited yet.
+		var out []byte
+		var err error
+		for i := 0; i < 50; i++ {
+			if out, err = exec.Command("umount", mnt).CombinedOutput(); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Errorf("umount %s: %v\n%s", mnt, err, out)
+		_ = exec.Command("umount", "-l", mnt).Run()
+	})
+	data := filepath.Join(mnt, "data")
+	k := serve(t, dir, "--data-dir", data)
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	// The commands print 64 KiB each, which the keeper stores.
+	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "1.5"), "; echo ${ input.tag }", "; head -c 65536 /dev/zero | base64; echo ${ input.tag }")
+	ctx := context.Background()
+	var ids []string
+	tags := map[string]string{}
+	submit := func(tag string) error {
+		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": "h.local.test"}})
+		if err != nil {
+			return err
+		}
+		ids = append(ids, run.ID)
+		tags[run.ID] = tag
+		return nil
+	}
+	for i := 0; i < 5; i++ {
+		if err := submit(fmt.Sprintf("before%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, c, ids[0], "a step running", stepRunning("first"))
+	// Fill the filesystem.
+	filler := filepath.Join(mnt, "filler")
+	if out, err := exec.Command("dd", "if=/dev/zero", "of="+filler, "bs=1M").CombinedOutput(); err == nil || !strings.Contains(string(out), "No space left") {
+		t.Fatalf("dd did not fill the tmpfs: %v\n%s", err, out)
+	}
+	var refused []string
+	for i := 0; i < 5; i++ {
+		if err := submit(fmt.Sprintf("full%d", i)); err != nil {
+			p, ok := err.(*client.Problem)
+			if !ok {
+				t.Errorf("submit on a full disk: %v (want a problem with a code)", err)
+				continue
+			}
+			refused = append(refused, fmt.Sprintf("%d %s", p.Status, p.Code))
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	keeper := "answered /healthz on the full disk"
+	if !healthy(k) {
+		keeper = "did not answer /healthz on the full disk"
+		t.Error("the keeper does not answer /healthz with its disk full")
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := submit("after"); err != nil {
+		t.Fatalf("submit after space was freed: %v", err)
+	}
+	final, outcome := settle(t, func() *client.Client { return c }, ids, 120*time.Second, "Succeeded", "Failed run.interrupted")
+	checkLedger(t, ledgerPath, final, tags)
+	if r := final[ids[len(ids)-1]]; r == nil || r.Phase != "Succeeded" {
+		t.Errorf("the run after space was freed = %+v", r)
+	}
+	sort.Strings(refused)
+	logs := k.interrupt(t)
+	keeper += fmt.Sprintf("; %d run writes waited for space (retried)", strings.Count(logs, "database write failed; retrying"))
+	report(t, chaosRow{Fault: "SQLite disk full (48 MB tmpfs)", Runs: len(ids), Outcome: outcome + fmt.Sprintf("; %d submissions refused on the full disk: %s", len(refused), strings.Join(refused, ", ")), Keeper: keeper, Duration: time.Since(start)})
+}
+
+// TestChaosSlowSoul: a host slower than the step's timeout. The step fails
+// run.timeout at its timeout, the run is not left Running, and the host's
+// next, quick step succeeds.
+func TestChaosSlowSoul(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	sc := "steps:\n  - name: slow\n    on: h.local.test\n    module: core.command.ran\n    timeout: 2s\n    params: {cmd: 'sleep 30'}\n"
+	ctx := context.Background()
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	code := ""
+	for _, s := range final.Steps {
+		for _, tg := range s.Targets {
+			if tg.Error != nil {
+				code = tg.Error.Code
+			}
+		}
+	}
+	if final.Phase != "Failed" || code != "run.timeout" {
+		t.Errorf("slow run = %s, target code %q (%+v)", final.Phase, code, final.Error)
+	}
+	took := final.FinishedAt.Sub(*final.StartedAt)
+	again, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: quick\n    on: h.local.test\n    module: core.command.ran\n    params: {cmd: 'true'}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := waitFor(t, c, again.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) }); r.Phase != "Succeeded" {
+		t.Errorf("the next run = %s %+v", r.Phase, r.Error)
+	}
+	if !healthy(k) {
+		t.Error("the keeper does not answer /healthz")
+	}
+	report(t, chaosRow{Fault: "slow soul exceeds its 2 s step timeout", Runs: 2, Outcome: fmt.Sprintf("slow run: %s %s after %.1f s; next run Succeeded", final.Phase, code, took.Seconds()), Keeper: "up", Duration: time.Since(start)})
+}
+
+// TestChaosKill9FleetRandom: two keepers on one PostgreSQL; 10 times a
+// randomly chosen keeper (seeded) is killed with SIGKILL at a random point
+// while runs are submitted to both, and restarted. Runs move between the
+// keepers through the queue and the leases; every accepted run ends
+// Succeeded or Failed run.interrupted, and no command runs twice.
+func TestChaosKill9FleetRandom(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(chaosSeed(t), 14))
+	var f *fleet
+	if os.Getenv(testdb.EnvPostgres) != "" {
+		f = newFleet(t, 2, "")
+	} else { // scripts/chaos on its own: a server of the test's own
+		f = newFleetOn(t, startPostgres(t).url, 2, "")
+	}
+	sids := f.hosts(2)
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	sc := fleetScenario(ledgerPath, "0.3")
+	var ids []string
+	tags := map[string]string{}
+	const kills = 10
+	for kill := 0; kill < kills; kill++ {
+		for j := 0; j < 2+rng.IntN(3); j++ {
+			tag := fmt.Sprintf("k%02d-%d", kill, j)
+			run, _, err := f.client(j%2).RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": sids[j%2]}})
+			if err != nil {
+				t.Fatalf("submit %s: %v", tag, err)
+			}
+			ids = append(ids, run.ID)
+			tags[run.ID] = tag
+		}
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		victim := rng.IntN(2)
+		f.kill9(victim)
+		f.start(victim)
+	}
+	final, outcome := settle(t, func() *client.Client { return f.client(0) }, ids, 120*time.Second, "Succeeded", "Failed run.interrupted")
+	checkLedger(t, ledgerPath, final, tags)
+	keeper := "both restarted, answer /healthz; audit chain valid"
+	for i := range f.procs {
+		if !healthy(f.procs[i]) {
+			t.Errorf("keeper %d does not answer /healthz after the kills", i)
+			keeper = "a keeper does not answer /healthz"
+		}
+		f.procs[i].interrupt(t)
+	}
+	f.verifyAudit(1)
+	report(t, chaosRow{Fault: "kill -9 x10 of a random keeper of two on one PostgreSQL", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
+}
