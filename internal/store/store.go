@@ -105,6 +105,13 @@ type Soul struct {
 	// LastError is why the step that made the soul unreachable could not
 	// reach it; empty while it is reachable.
 	LastError string
+	// CertSerial is the serial (lowercase hex) of the client certificate
+	// the soul holds since it joined, empty when it has none (never
+	// joined, or destroyed); CertNotAfter is its expiry, JoinedAt when the
+	// soul joined.
+	CertSerial   string
+	CertNotAfter *time.Time
+	JoinedAt     *time.Time
 }
 
 // APIToken is an Operator API token. Only the hash of the token is stored.
@@ -195,6 +202,7 @@ type AuditListParams struct {
 type Store interface {
 	RunStore
 	CloudStore
+	JoinStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)
