@@ -47,6 +47,9 @@ type Config struct {
 	// VerifyAudit verifies the audit log with the audit key and the signed
 	// checkpoints (GET /v1/audit?verify=true); nil: verification fails.
 	VerifyAudit func(context.Context) (audit.Report, error)
+	// Join enables POST /v1/join, /v1/join/renew and the soul binary's
+	// download (join.go); nil: the keeper serves none of them.
+	Join *JoinConfig
 }
 
 // Server is the Operator API as an http.Handler.
@@ -65,10 +68,36 @@ type Server struct {
 	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
 	// keyConflicts limits re-run key conflicts per token.
 	keyConflicts *keyConflicts
+	join         *joinState // Config.Join
 }
 
 // New builds the API over cfg.Store.
 func New(cfg Config) *Server {
+	s := newServer(cfg)
+	s.registerHealth()
+	s.registerProviders()
+	s.registerProfiles()
+	s.registerSouls()
+	s.registerSeeds()
+	s.registerTokens()
+	s.registerAudit()
+	s.registerRuns()
+	s.registerCloud()
+	s.registerModules()
+	s.registerJoin()
+	return s
+}
+
+// NewAgent builds the agent listener's API: only the join routes, the
+// soul binary's download and the health check (cfg.Join must be set).
+func NewAgent(cfg Config) *Server {
+	s := newServer(cfg)
+	s.registerHealth()
+	s.registerJoin()
+	return s
+}
+
+func newServer(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -95,6 +124,16 @@ func New(cfg Config) *Server {
 
 		keyConflicts: newKeyConflicts(),
 	}
+	if j := cfg.Join; j != nil {
+		burst, interval := j.FailureBurst, j.FailureInterval
+		if burst <= 0 {
+			burst = 10
+		}
+		if interval <= 0 {
+			interval = time.Second
+		}
+		s.join = &joinState{cfg: *j, limiter: newAuthLimiter(burst, interval, cfg.Now)}
+	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
 	hc.Info.Description = "Registries (providers, profiles, souls, API tokens) and the hash-chained audit log. " +
@@ -106,16 +145,6 @@ func New(cfg Config) *Server {
 	s.api = humago.New(s.mux, hc)
 	s.metrics = newMetrics()
 	s.api.UseMiddleware(s.observe)
-
-	s.registerHealth()
-	s.registerProviders()
-	s.registerProfiles()
-	s.registerSouls()
-	s.registerTokens()
-	s.registerAudit()
-	s.registerRuns()
-	s.registerCloud()
-	s.registerModules()
 	return s
 }
 

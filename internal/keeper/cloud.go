@@ -28,7 +28,35 @@ write_files:
   - path: /etc/soulstack/bootstrap.json
     permissions: "0600"
     content: |
-      {"keeper": "{{ .KeeperURL }}", "sid": "{{ .SID }}", "token": "{{ .Token }}"}
+      {"keeper": "{{ .KeeperURL }}", "ca_fingerprint": "{{ .CAFingerprint }}", "sid": "{{ .SID }}", "token": "{{ .Token }}"}
+{{- if .AgentURL }}
+  - path: /etc/soulstack/ca.crt
+    permissions: "0644"
+    encoding: b64
+    content: {{ .CAPEMBase64 }}
+  - path: /etc/soulstack/start-agent.sh
+    permissions: "0755"
+    content: |
+      #!/bin/sh
+      # Fetch the soul agent from the keeper, join, and start it.
+      set -eu
+      bin={{ .StateDir }}/bin
+      mkdir -p "$bin"
+      curl -fsS --retry 10 --retry-delay 1 --retry-connrefused --cacert /etc/soulstack/ca.crt -o "$bin/soul.part" "{{ .AgentURL }}"
+      echo "{{ .AgentSHA256 }}  $bin/soul.part" | sha256sum -c -
+      chmod 0755 "$bin/soul.part"
+      mv "$bin/soul.part" "$bin/soul"
+      "$bin/soul" join
+      if [ -d /run/systemd/system ]; then
+        printf '[Unit]\nDescription=Soul Stack agent\nAfter=network-online.target\n[Service]\nExecStart=%s run\nRestart=always\n[Install]\nWantedBy=multi-user.target\n' "$bin/soul" > /etc/systemd/system/soul.service
+        systemctl daemon-reload
+        systemctl enable --now soul.service
+      else
+        setsid -f "$bin/soul" run >>/var/log/soul.log 2>&1 </dev/null
+      fi
+runcmd:
+  - /etc/soulstack/start-agent.sh
+{{- end }}
 `
 
 // keeperTarget is the target of keeper-side steps: it runs no commands,
@@ -43,6 +71,7 @@ type keeperTarget struct {
 	ttl       time.Duration
 	keeperURL string
 	keeperID  string // the deployment id, store.DeploymentID
+	agent     *agentSide
 }
 
 var (
@@ -50,7 +79,7 @@ var (
 	_ module.Target = (*keeperTarget)(nil)
 )
 
-func newKeeperTarget(c config.Config, st store.Store, keeperID, files string, sshKey []byte,
+func newKeeperTarget(c config.Config, st store.Store, keeperID, files string, sshKey []byte, agent *agentSide,
 	drivers func(context.Context, string) (driversdk.Driver, error),
 	resolve func(context.Context, string) ([]byte, error)) (*keeperTarget, error) {
 	signer, err := gossh.ParsePrivateKey(sshKey)
@@ -77,6 +106,7 @@ func newKeeperTarget(c config.Config, st store.Store, keeperID, files string, ss
 		ttl:       ttl,
 		keeperURL: c.KeeperURL,
 		keeperID:  keeperID,
+		agent:     agent,
 	}, nil
 }
 
@@ -98,9 +128,16 @@ func (k *keeperTarget) KeeperID() string            { return k.keeperID }
 func (k *keeperTarget) Userdata(u cloud.UserdataVars) (string, error) {
 	host, _, _ := strings.Cut(u.SID, ".")
 	var b bytes.Buffer
-	err := k.tmpl.Execute(&b, map[string]any{
+	vars := k.agent.userdataVars(u.Driver)
+	for key, v := range map[string]any{
 		"SID": u.SID, "Hostname": host, "Index": u.Index, "Token": u.Token,
 		"AuthorizedKey": u.AuthorizedKey, "KeeperURL": k.keeperURL,
-	})
+	} {
+		vars[key] = v
+	}
+	if adv := k.agent.advertised(u.Driver); adv != "" {
+		vars["KeeperURL"] = adv
+	}
+	err := k.tmpl.Execute(&b, vars)
 	return b.String(), err
 }

@@ -63,6 +63,9 @@ type UserdataVars struct {
 	Index         int    // 1-based position in the batch
 	Token         string // the VM's plain bootstrap token
 	AuthorizedKey string
+	// Driver is the provider's driver: the keeper advertises the address
+	// VMs of that driver reach it at.
+	Driver string
 }
 
 func host(t module.Target) (Host, error) {
@@ -291,7 +294,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 			if names != nil {
 				sid = names[i]
 			}
-			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: plain[i], AuthorizedKey: h.AuthorizedKey()})
+			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: plain[i], AuthorizedKey: h.AuthorizedKey(), Driver: prov.Driver})
 			if err != nil {
 				return module.Result{}, &module.Error{Code: "cloud.userdata_invalid", Message: "render cloud_init: " + err.Error()}
 			}
