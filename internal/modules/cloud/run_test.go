@@ -863,3 +863,40 @@ func TestCreatedAddressChoice(t *testing.T) {
 		})
 	}
 }
+
+// TestCreatedSeeds: each created soul gets the step's seeds, created by
+// the run's creator; a seed whose scenario is invalid fails the step with
+// cloud.seed_invalid naming it, before the driver is asked for anything.
+func TestCreatedSeeds(t *testing.T) {
+	t.Parallel()
+	h, ctx := setup(t)
+	seed := "steps:\n  - name: grow\n    on: keeper\n    module: core.cloud.resized\n    params: {provider: acme, vm_ids: [\"${ input.sid }\"], profile: small}\n"
+	for name, tc := range map[string]struct {
+		seeds []any
+		want  string
+	}{
+		"unknown module": {[]any{map[string]any{"scenario": seed}, map[string]any{"scenario": "steps:\n  - name: x\n    on: keeper\n    module: core.nope.done\n"}}, "seeds[1].scenario:"},
+		"empty scenario": {[]any{map[string]any{"scenario": " "}}, "seeds[0].scenario: must be"},
+		"sid in input":   {[]any{map[string]any{"scenario": seed, "input": map[string]any{"sid": "x"}}}, "seeds[0].input.sid"},
+		"not yaml":       {[]any{map[string]any{"scenario": "steps: [\n"}}, "seeds[0].scenario"},
+	} {
+		_, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 1, "seeds": tc.seeds})
+		if module.Code(err) != "cloud.seed_invalid" || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: err = %v; want cloud.seed_invalid with %q", name, err, tc.want)
+		}
+	}
+	if len(h.cloud.vms) != 0 {
+		t.Fatalf("invalid seeds still made %d VMs", len(h.cloud.vms))
+	}
+	res, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 2, "seeds": []any{map[string]any{"scenario": seed, "input": map[string]any{"size": "m"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range res.Output.(map[string]any)["hosts"].([]any) {
+		sid := host.(map[string]any)["sid"].(string)
+		seeds, err := h.st.Seeds(ctx, sid)
+		if err != nil || len(seeds) != 1 || seeds[0].Scenario != seed || seeds[0].CreatedBy != "tok_creator" || seeds[0].Status != store.SeedActive || string(seeds[0].Input) != `{"size":"m"}` {
+			t.Fatalf("seeds of %s = %+v, %v", sid, seeds, err)
+		}
+	}
+}
