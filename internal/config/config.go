@@ -63,7 +63,7 @@ type Config struct {
 	// authorizes the keeper's key and writes /etc/soulstack/bootstrap.json.
 	// It sees .SID, .Hostname, .Index, .Token, .AuthorizedKey, .KeeperURL
 	// (the advertised agent URL), .CAFingerprint, .CAPEMBase64, .AgentURL
-	// and .AgentSHA256 (empty without an agent binary).
+	// .AgentSHA256 (empty without an agent binary), .StateDir and .HostKeyDir.
 	CloudInit string `yaml:"cloud_init"`
 	// BootstrapTokenTTL is how long a bootstrap token lives after its VM
 	// is reported created (a Go duration; default 1h).

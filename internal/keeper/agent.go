@@ -161,7 +161,13 @@ func (a *agentSide) advertised(driver string) string {
 
 // userdataVars are the agent's values for the cloud_init template.
 func (a *agentSide) userdataVars(driver string) map[string]any {
-	v := map[string]any{"CAFingerprint": "", "CAPEMBase64": "", "AgentURL": "", "AgentSHA256": "", "StateDir": "/var/lib/soulstack"}
+	// A local VM's sshd keeps its host key in /etc/soulstack-local; its
+	// /etc/ssh shows the host's public keys, which are not the VM's.
+	hostKeyDir := "/etc/ssh"
+	if driver == localDriver {
+		hostKeyDir = "/etc/soulstack-local"
+	}
+	v := map[string]any{"CAFingerprint": "", "CAPEMBase64": "", "AgentURL": "", "AgentSHA256": "", "StateDir": "/var/lib/soulstack", "HostKeyDir": hostKeyDir}
 	if a == nil {
 		return v
 	}

@@ -113,7 +113,8 @@ func (*Created) Info() module.Info {
 			{Name: "name", Type: module.TypeString, Doc: "Base name of the VM batch: the keeper predicts FQDN = `<name>-<index>.<suffix>`. Required with self_onboard."},
 			{Name: "self_onboard", Type: module.TypeBool, Doc: "The VM onboards itself from cloud-init: the keeper predicts FQDNs and bakes per-VM tokens into userdata. Needs name and the provider's fqdn_suffix."},
 			{Name: "seeds", Type: module.TypeList, Elem: module.TypeObject, Doc: "Soul seeds stored for every created soul: `[{scenario, input}]`, scenario as YAML text, input an object. " +
-				"When the soul joins (soul join), the keeper starts one run per seed targeting it, created by this run's creator, with the seed's input plus `sid`, the soul's SID (so the seed says `on: \"${ input.sid }\"`)."},
+				"When the soul joins (soul join), the keeper starts one run per seed targeting it, created by this run's creator, with the seed's input plus `sid`, the soul's SID (so the seed says `on: \"${ input.sid }\"`). " +
+				"The step's params are interpolated first: inside a scenario, write the seed's own expressions as `$${ … }`."},
 		},
 		Exclusive: []module.Group{{Params: []string{"userdata", "generate_userdata", "self_onboard"}}},
 		Output: []module.Field{
