@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,6 +28,8 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/pki"
+	"github.com/soulstack/soulstack/internal/soulid"
+	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // buildSoul builds the soul agent into dir and returns its path.
@@ -327,4 +330,316 @@ func waitKeyedRun(t *testing.T, c *client.Client, key string) *client.Run {
 	}
 	t.Fatalf("no run with key %s", key)
 	return nil
+}
+
+// joinKeeper is a keeper with VMs that have bootstrap tokens but do not
+// join by themselves (no agent binary): the refusal tests' ground.
+type joinKeeper struct {
+	k      *proc
+	c      *client.Client
+	data   string
+	state  string
+	agent  string
+	pool   *x509.CertPool
+	fp     string
+	sids   []string
+	tokens map[string]string
+	vmIDs  map[string]string
+}
+
+func startJoinKeeper(t *testing.T, backend string, count int, extra string) *joinKeeper {
+	t.Helper()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	plugins := filepath.Join(data, "plugins")
+	buildLocalDriver(t, plugins)
+	args := []string{"--config", keeperConfig(t, dir, extra)}
+	if backend == "postgres" {
+		args = append(args, "--database-url", testdb.FreshPostgres(t))
+	}
+	k := serve(t, dir, args...)
+	j := &joinKeeper{k: k, data: data, agent: agentURL(t, k), c: adminClient(t, k, data), state: t.TempDir(), tokens: map[string]string{}, vmIDs: map[string]string{}}
+	j.pool, j.fp = keeperCA(t, data)
+	ctx := context.Background()
+	if _, err := j.c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "refuse.test", Config: map[string]any{"state_dir": j.state}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyLocalVMs(t, plugins, "refuse.test", j.state) })
+	run, out := cloudStep(t, j.c, "core.cloud.created", fmt.Sprintf("{provider: local, profile: {memory_mb: 128}, count: %d, self_onboard: true, name: r}", count))
+	if stepStatus(run) != "Succeeded changed" {
+		t.Fatalf("create: %s\n%s", stepStatus(run), describeSteps(run.Steps))
+	}
+	raw, _ := json.Marshal(out["hosts"])
+	var hosts []struct {
+		SID  string `json:"sid"`
+		VMID string `json:"vm_id"`
+	}
+	if err := json.Unmarshal(raw, &hosts); err != nil || len(hosts) != count {
+		t.Fatalf("hosts = %s", raw)
+	}
+	for _, h := range hosts {
+		j.sids = append(j.sids, h.SID)
+		j.vmIDs[h.SID] = h.VMID
+		j.tokens[h.SID] = vmToken(t, j.state, h.SID)
+	}
+	return j
+}
+
+// status is a soul's status and certificate serial.
+func (j *joinKeeper) status(t *testing.T, sid string) string {
+	t.Helper()
+	so, err := j.c.SoulGet(context.Background(), sid)
+	if err != nil {
+		return "gone"
+	}
+	return so.Status + "/" + so.CertSerial
+}
+
+// soulJoin runs the soul binary's join by hand.
+func soulJoin(t *testing.T, soul string, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command(soul, append([]string{"join", "--bootstrap", filepath.Join(t.TempDir(), "none.json")}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// pinnedKeyDir writes the soul's pinned host key as an sshd .pub file.
+func pinnedKeyDir(t *testing.T, c *client.Client, sid string) string {
+	t.Helper()
+	so, err := c.SoulGet(context.Background(), sid)
+	if err != nil || so.Connection.HostKey == "" {
+		t.Fatalf("soul %s has no pinned key: %+v %v", sid, so, err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ssh_host_ed25519_key.pub"), []byte(so.Connection.HostKey+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestJoinRefusals: against a real keeper with real local VMs on SQLite
+// and PostgreSQL, every way a join or a renewal can be refused is its
+// own case; each answers its own code, is audited as join.refused with
+// that reason, and changes nothing. Then soul join by hand succeeds,
+// renewal replaces the serial (the old certificate no longer renews),
+// destroy and delete revoke, and a client over its refusal budget is
+// refused even with a valid token.
+func TestJoinRefusals(t *testing.T) {
+	requireLocalVMs(t)
+	t.Parallel()
+	soul := buildSoul(t, t.TempDir())
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			testJoinRefusals(t, backend, soul)
+		})
+	}
+}
+
+func testJoinRefusals(t *testing.T, backend, soul string) {
+	j := startJoinKeeper(t, backend, 5, "http: {auth_failure_burst: 30, auth_failure_interval: 1h}\n")
+	ctx := context.Background()
+	a, b, cSID, d, e := j.sids[0], j.sids[1], j.sids[2], j.sids[3], j.sids[4]
+	refuse := func(t *testing.T, sid, token, csr string, wantStatus int, wantCode string) {
+		t.Helper()
+		before := j.status(t, sid)
+		status, code := postJoin(t, j.agent, j.pool, "/v1/join", client.JoinRequest{SID: sid, Token: token, CSR: csr})
+		if status != wantStatus || code != wantCode {
+			t.Fatalf("join = %d %s; want %d %s", status, code, wantStatus, wantCode)
+		}
+		if after := j.status(t, sid); after != before {
+			t.Fatalf("a refused join changed soul %s: %s -> %s", sid, before, after)
+		}
+		if n := auditCount(t, j.c, "join.refused", `"reason":"`+wantCode+`"`); n < 1 {
+			t.Fatalf("no join.refused event with reason %s", wantCode)
+		}
+	}
+	t.Run("UnknownToken", func(t *testing.T) {
+		refuse(t, a, "sbt_"+strings.Repeat("x", 43), newCSRPEM(t, a), 401, "join.token_unknown")
+	})
+	t.Run("WrongSID", func(t *testing.T) {
+		refuse(t, a, j.tokens[b], newCSRPEM(t, a), 401, "join.sid_mismatch")
+		if got := j.status(t, b); got != "pending/" {
+			t.Fatalf("the token's own soul changed: %s", got)
+		}
+	})
+	t.Run("MalformedCSR", func(t *testing.T) {
+		refuse(t, a, j.tokens[a], "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n", 400, "join.invalid")
+	})
+	t.Run("MalformedHostKey", func(t *testing.T) {
+		before := j.status(t, a)
+		status, code := postJoin(t, j.agent, j.pool, "/v1/join", client.JoinRequest{SID: a, Token: j.tokens[a], CSR: newCSRPEM(t, a), HostKeys: []string{"ssh-ed25519 not-base64"}})
+		if status != 400 || code != "join.invalid" || j.status(t, a) != before {
+			t.Fatalf("join with a malformed host key = %d %s", status, code)
+		}
+	})
+	t.Run("WrongKeeperCA", func(t *testing.T) {
+		other, err := pki.LoadOrCreateCA(t.TempDir(), time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := soulJoin(t, soul, "--keeper", j.agent, "--token", j.tokens[a], "--sid", a, "--ca-fingerprint", other.Fingerprint(), "--state-dir", t.TempDir(), "--host-key-dir", pinnedKeyDir(t, j.c, a))
+		if err == nil || !strings.Contains(out, "pinned fingerprint") {
+			t.Fatalf("soul join trusted a keeper of another CA: %v\n%s", err, out)
+		}
+		if got := j.status(t, a); got != "pending/" {
+			t.Fatalf("soul %s after a join against the wrong CA: %s", a, got)
+		}
+	})
+	t.Run("HostKeyMismatch", func(t *testing.T) {
+		fake, _ := fakeHostKeyDir(t)
+		out, err := soulJoin(t, soul, "--keeper", j.agent, "--token", j.tokens[a], "--sid", a, "--ca-fingerprint", j.fp, "--state-dir", t.TempDir(), "--host-key-dir", fake)
+		if err == nil || !strings.Contains(out, "join.host_key_mismatch") {
+			t.Fatalf("a soul reporting another host key than the pinned one joined: %v\n%s", err, out)
+		}
+		if got := j.status(t, a); got != "pending/" {
+			t.Fatalf("soul %s after a refused join: %s", a, got)
+		}
+	})
+
+	// By hand, with flags only: the identity lands in the state dir with
+	// the right modes and the registry holds its serial.
+	stateA := t.TempDir()
+	out, err := soulJoin(t, soul, "--keeper", j.agent, "--token", j.tokens[a], "--sid", a, "--ca-fingerprint", j.fp, "--state-dir", stateA, "--host-key-dir", pinnedKeyDir(t, j.c, a))
+	if err != nil {
+		t.Fatalf("soul join: %v\n%s", err, out)
+	}
+	for name, mode := range map[string]os.FileMode{"soul.key": 0o600, "agent.json": 0o600, "soul.crt": 0o644, "ca.crt": 0o644} {
+		fi, err := os.Stat(filepath.Join(stateA, name))
+		if err != nil || fi.Mode().Perm() != mode {
+			t.Fatalf("%s: %v, %v; want mode %v", name, fi, err, mode)
+		}
+	}
+	idA, err := soulid.Load(stateA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serialA := pki.SerialHex(idA.Certificate())
+	if got := j.status(t, a); got != "active/"+serialA {
+		t.Fatalf("joined soul = %s; want active/%s", got, serialA)
+	}
+
+	t.Run("Replay", func(t *testing.T) {
+		refuse(t, a, j.tokens[a], newCSRPEM(t, a), 401, "join.token_used")
+	})
+	t.Run("BurnedToken", func(t *testing.T) {
+		run, _ := cloudStep(t, j.c, "core.cloud.destroyed", fmt.Sprintf("{provider: local, vm_ids: [%s], sids: [%s]}", j.vmIDs[cSID], cSID))
+		if stepStatus(run) != "Succeeded changed" {
+			t.Fatalf("destroy: %s", stepStatus(run))
+		}
+		refuse(t, cSID, j.tokens[cSID], newCSRPEM(t, cSID), 401, "join.token_burned")
+	})
+	t.Run("RenewWithoutCertificate", func(t *testing.T) {
+		status, code := postJoin(t, j.agent, j.pool, "/v1/join/renew", client.RenewRequest{CSR: newCSRPEM(t, a)})
+		if status != 401 || code != "join.cert_missing" {
+			t.Fatalf("renew without a client certificate = %d %s", status, code)
+		}
+	})
+	t.Run("RenewReplacesSerial", func(t *testing.T) {
+		old := t.TempDir()
+		copyDir(t, stateA, old)
+		if err := idA.Renew(ctx); err != nil {
+			t.Fatal(err)
+		}
+		renewed := pki.SerialHex(idA.Certificate())
+		if renewed == serialA || j.status(t, a) != "active/"+renewed {
+			t.Fatalf("after renewal the soul is %s (old serial %s, new %s)", j.status(t, a), serialA, renewed)
+		}
+		reloaded, err := soulid.Load(stateA)
+		if err != nil || pki.SerialHex(reloaded.Certificate()) != renewed {
+			t.Fatalf("the state dir does not hold the renewed certificate: %v", err)
+		}
+		stale, err := soulid.Load(old)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var se *soulid.Error
+		if err := stale.Renew(ctx); !errors.As(err, &se) || se.Code != "join.cert_revoked" {
+			t.Fatalf("renewal with the replaced certificate: %v", err)
+		}
+		if j.status(t, a) != "active/"+renewed {
+			t.Fatal("a refused renewal changed the soul")
+		}
+		if n := auditCount(t, j.c, "soul.cert_renewed", renewed); n != 1 {
+			t.Fatalf("%d soul.cert_renewed events", n)
+		}
+	})
+	t.Run("DestroyRevokes", func(t *testing.T) {
+		run, _ := cloudStep(t, j.c, "core.cloud.destroyed", fmt.Sprintf("{provider: local, vm_ids: [%s], sids: [%s]}", j.vmIDs[a], a))
+		if stepStatus(run) != "Succeeded changed" {
+			t.Fatalf("destroy: %s", stepStatus(run))
+		}
+		if got := j.status(t, a); got != "destroyed/" {
+			t.Fatalf("destroyed soul = %s; want its serial cleared", got)
+		}
+		var se *soulid.Error
+		if err := idA.Renew(ctx); !errors.As(err, &se) || se.Code != "join.soul_destroyed" {
+			t.Fatalf("renewal of a destroyed soul: %v", err)
+		}
+	})
+	t.Run("DeleteRevokes", func(t *testing.T) {
+		stateD := t.TempDir()
+		if out, err := soulJoin(t, soul, "--keeper", j.agent, "--token", j.tokens[d], "--sid", d, "--ca-fingerprint", j.fp, "--state-dir", stateD, "--host-key-dir", pinnedKeyDir(t, j.c, d)); err != nil {
+			t.Fatalf("soul join: %v\n%s", err, out)
+		}
+		if err := j.c.SoulDelete(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		idD, err := soulid.Load(stateD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var se *soulid.Error
+		if err := idD.Renew(ctx); !errors.As(err, &se) || se.Code != "join.soul_unknown" {
+			t.Fatalf("renewal of a deleted soul: %v", err)
+		}
+	})
+	t.Run("RateLimited", func(t *testing.T) {
+		limited := false
+		for i := 0; i < 40 && !limited; i++ {
+			status, code := postJoin(t, j.agent, j.pool, "/v1/join", client.JoinRequest{SID: e, Token: "sbt_guess" + fmt.Sprint(i), CSR: newCSRPEM(t, e)})
+			limited = status == 429 && code == "join.rate_limited"
+			if !limited && status != 401 {
+				t.Fatalf("guess %d = %d %s", i, status, code)
+			}
+		}
+		if !limited {
+			t.Fatal("40 refused joins in a row were never rate-limited")
+		}
+		// Even the right token is refused now, and changes nothing.
+		status, code := postJoin(t, j.agent, j.pool, "/v1/join", client.JoinRequest{SID: e, Token: j.tokens[e], CSR: newCSRPEM(t, e)})
+		if status != 429 || code != "join.rate_limited" || j.status(t, e) != "pending/" {
+			t.Fatalf("a limited client's valid join = %d %s, soul %s", status, code, j.status(t, e))
+		}
+		if n := auditCount(t, j.c, "join.refused", "join.rate_limited"); n != 1 {
+			t.Fatalf("%d join.refused join.rate_limited events; want one per burst", n)
+		}
+	})
+	list, err := j.c.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 1000}, Verify: true})
+	if err != nil || list.Verify == nil || !list.Verify.OK {
+		t.Fatalf("audit chain after the refusals: %+v, %v", list.Verify, err)
+	}
+	for sid, token := range j.tokens {
+		if n := auditCount(t, j.c, "join.refused", token) + auditCount(t, j.c, "soul.joined", token); n != 0 {
+			t.Fatalf("the audit log holds the plain token of %s", sid)
+		}
+	}
+}
+
+// copyDir copies the files of src into dst.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := e.Info()
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, fi.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
