@@ -58,6 +58,12 @@ type Config struct {
 	// VMs. Empty: "soul" next to the keeper's executable, else in the
 	// plugin dir; without one, userdata only leaves the bootstrap file.
 	AgentBinary string `yaml:"agent_binary"`
+	// AgentCertValidity is the lifetime of the client certificates souls
+	// get at join and renewal (a Go duration; default 24h). The agent
+	// renews after two thirds of it; a destroyed soul's certificate is
+	// refused at once, and lapses by then wherever the refusal has not
+	// reached.
+	AgentCertValidity string `yaml:"agent_cert_validity"`
 	// CloudInit is the text/template of generated userdata
 	// (generate_userdata, self_onboard); empty means a built-in one that
 	// authorizes the keeper's key and writes /etc/soulstack/bootstrap.json.
@@ -219,6 +225,9 @@ func (c Config) WithDefaults() Config {
 		}
 		c.AgentListen = net.JoinHostPort("0.0.0.0", port)
 	}
+	if c.AgentCertValidity == "" {
+		c.AgentCertValidity = "24h"
+	}
 	if c.BootstrapTokenTTL == "" {
 		c.BootstrapTokenTTL = "1h"
 	}
@@ -267,6 +276,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.AgentListen); err != nil {
 			return fmt.Errorf("agent_listen: %q is not host:port or %q: %w", c.AgentListen, AgentListenOff, err)
 		}
+	}
+	if d, err := time.ParseDuration(c.AgentCertValidity); err != nil || d < time.Second {
+		return fmt.Errorf("agent_cert_validity: %q is not a duration of at least 1s such as 24h", c.AgentCertValidity)
 	}
 	if c.AdvertiseURL != "" {
 		u, err := url.Parse(c.AdvertiseURL)

@@ -215,7 +215,7 @@ func (a *agentSide) hostPorts() []int {
 // joinConfig is the API's join configuration.
 func (a *agentSide) joinConfig(c config.Config) *api.JoinConfig {
 	return &api.JoinConfig{
-		CA: a.ca, AgentURLs: a.agentURLs, AgentBinary: a.binary,
+		CA: a.ca, AgentURLs: a.agentURLs, AgentBinary: a.binary, CertTTL: config.Duration(c.AgentCertValidity),
 		FailureBurst: c.HTTP.AuthFailureBurst, FailureInterval: config.Duration(c.HTTP.AuthFailureInterval),
 	}
 }

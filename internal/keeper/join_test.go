@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -642,4 +643,108 @@ func copyDir(t *testing.T, src, dst string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestJoinTokenExpired: a bootstrap token past its TTL (counted from the
+// VM's creation) is refused with join.token_expired, audited, and the
+// soul stays pending.
+func TestJoinTokenExpired(t *testing.T) {
+	requireLocalVMs(t)
+	t.Parallel()
+	j := startJoinKeeper(t, "sqlite", 1, "bootstrap_token_ttl: 1ms\n")
+	sid := j.sids[0]
+	status, code := postJoin(t, j.agent, j.pool, "/v1/join", client.JoinRequest{SID: sid, Token: j.tokens[sid], CSR: newCSRPEM(t, sid)})
+	if status != 401 || code != "join.token_expired" {
+		t.Fatalf("join with an expired token = %d %s", status, code)
+	}
+	if got := j.status(t, sid); got != "pending/" {
+		t.Fatalf("soul after a refused join = %s", got)
+	}
+	if n := auditCount(t, j.c, "join.refused", `"reason":"join.token_expired"`); n != 1 {
+		t.Fatalf("%d join.refused join.token_expired events; want 1", n)
+	}
+}
+
+// TestSoulRunRenews: soul run renews its certificate before it expires
+// (agent_cert_validity 4s: after about 2.7s) again and again, each time
+// replacing the registry's serial; once the soul is destroyed, the next
+// renewal is refused and soul run exits with join.soul_destroyed.
+func TestSoulRunRenews(t *testing.T) {
+	requireLocalVMs(t)
+	t.Parallel()
+	soul := buildSoul(t, t.TempDir())
+	j := startJoinKeeper(t, "sqlite", 1, "agent_cert_validity: 4s\n")
+	sid := j.sids[0]
+	stateDir := t.TempDir()
+	if out, err := soulJoin(t, soul, "--keeper", j.agent, "--token", j.tokens[sid], "--sid", sid, "--ca-fingerprint", j.fp, "--state-dir", stateDir, "--host-key-dir", pinnedKeyDir(t, j.c, sid)); err != nil {
+		t.Fatalf("soul join: %v\n%s", err, out)
+	}
+	first := j.status(t, sid)
+	logs := &lockedBuffer{}
+	cmd := exec.Command(soul, "run", "--state-dir", stateDir, "--renew-retry", "200ms")
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill() // the process this test started, by PID
+		}
+	})
+	seen := map[string]bool{first: true}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(seen) < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("soul run renewed %d times in 60s; statuses %v\n%s", len(seen)-1, seen, logs.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+		s := j.status(t, sid)
+		if !strings.HasPrefix(s, "active/") {
+			t.Fatalf("soul = %s", s)
+		}
+		seen[s] = true
+	}
+	id, err := soulid.Load(stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur := "active/" + pki.SerialHex(id.Certificate()); j.status(t, sid) != cur {
+		// The file may lag one renewal behind at most; read again.
+		time.Sleep(time.Second)
+		if id, err = soulid.Load(stateDir); err != nil || j.status(t, sid) != "active/"+pki.SerialHex(id.Certificate()) {
+			t.Fatalf("state dir holds %s, registry %s", cur, j.status(t, sid))
+		}
+	}
+	run, _ := cloudStep(t, j.c, "core.cloud.destroyed", fmt.Sprintf("{provider: local, vm_ids: [%s], sids: [%s]}", j.vmIDs[sid], sid))
+	if stepStatus(run) != "Succeeded changed" {
+		t.Fatalf("destroy: %s", stepStatus(run))
+	}
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(logs.String(), "join.soul_destroyed") {
+			t.Fatalf("soul run after destroy: %v\n%s", err, logs.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("soul run kept going after its soul was destroyed:\n%s", logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer a process writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

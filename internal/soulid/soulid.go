@@ -526,13 +526,23 @@ func mustFingerprint(c *x509.Certificate) []byte {
 	return sum[:]
 }
 
-// RenewAt is when a certificate valid from notBefore to notAfter is
-// renewed: at two thirds of its lifetime.
-func RenewAt(notBefore, notAfter time.Time) time.Time {
-	return notBefore.Add(notAfter.Sub(notBefore) * 2 / 3)
+// RenewAt is when a certificate that expires at notAfter is renewed, seen
+// at now (when it was obtained or loaded): after two thirds of the time it
+// has left, and never sooner than MinRenewWait from now. (Its NotBefore is
+// backdated for clock skew, so it does not tell when it was issued.)
+func RenewAt(now, notAfter time.Time) time.Time {
+	wait := notAfter.Sub(now) * 2 / 3
+	if wait < MinRenewWait {
+		wait = MinRenewWait
+	}
+	return now.Add(wait)
 }
 
-// RenewLoop renews the certificate at RenewAt, retrying a failed renewal
+// MinRenewWait is the shortest pause between two renewals.
+const MinRenewWait = time.Second
+
+// RenewLoop renews the certificate at RenewAt (two thirds of the time the
+// current one has left), retrying a failed renewal
 // every retry (at most until the certificate expires, then it goes on at
 // the same pace), until ctx ends. A refusal that will not change
 // (join.cert_revoked, join.soul_destroyed, join.soul_unknown) ends the
@@ -543,7 +553,7 @@ func (id *Identity) RenewLoop(ctx context.Context, log *slog.Logger, retry time.
 	}
 	for {
 		c := id.Certificate()
-		wait := time.Until(RenewAt(c.NotBefore, c.NotAfter))
+		wait := time.Until(RenewAt(time.Now(), c.NotAfter))
 		select {
 		case <-ctx.Done():
 			return nil
