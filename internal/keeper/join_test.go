@@ -268,13 +268,51 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 		t.Fatalf("seed run = %s by %s (want by %s) %+v\n%s", seedRun.Phase, seedRun.CreatedBy, final.CreatedBy, seedRun.Error, describeSteps(seedRun.Steps))
 	}
 
+	// The seed's run is keyed by soul and seed: asking for it again (as a
+	// re-join or a second keeper would) returns the same run.
+	again, created, err := c.RunCreate(ctx, client.RunCreate{Scenario: seeds.Items[0].Scenario, File: "seed.yaml", Key: key,
+		Input: map[string]any{"greeting": "hello-seed", "sid": sid}})
+	if err != nil || created || again.ID != seedRun.ID {
+		t.Fatalf("the seed's run again = %+v created=%v, %v; want run %s", again, created, err, seedRun.ID)
+	}
+
+	// POST /v1/souls/{sid}/seeds: checked with input.sid (a precise 422,
+	// nothing stored), refused to a viewer, and on a joined soul it runs
+	// at once, created by the caller.
+	_, err = c.SeedAdd(ctx, sid, client.SeedCreate{Scenario: "steps:\n  - name: x\n    on: \"${ input.sid }\"\n    module: core.nope.done\n"})
+	var p *client.Problem
+	if !errors.As(err, &p) || p.Status != 422 || p.Code != "seed.scenario_invalid" || len(p.Errors) == 0 || !strings.HasPrefix(p.Errors[0].Location, "seed.yaml:") {
+		t.Fatalf("invalid seed = %v", err)
+	}
+	viewer, err := c.TokenCreate(ctx, client.TokenCreate{Name: "looker", Role: "viewer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vc, _ := client.New(k.addr, viewer.Token)
+	if _, err := vc.SeedAdd(ctx, sid, client.SeedCreate{Scenario: seeds.Items[0].Scenario}); !errors.As(err, &p) || p.Status != 403 {
+		t.Fatalf("a viewer added a seed: %v", err)
+	}
+	if l, err := vc.SeedList(ctx, sid); err != nil || len(l.Items) != 1 {
+		t.Fatalf("seeds as a viewer = %+v, %v", l, err)
+	}
+	added, err := c.SeedAdd(ctx, sid, client.SeedCreate{Scenario: "steps:\n  - name: two\n    on: \"${ input.sid }\"\n    module: core.command.ran\n    params: {cmd: \"echo ${ input.n } > /root/second\"}\n", Input: map[string]any{"n": 2}})
+	if err != nil || added.RunID == "" || added.Status != "active" {
+		t.Fatalf("seed added to a joined soul = %+v, %v", added, err)
+	}
+	if r := waitRun(t, c, added.RunID); r.Phase != "Succeeded" || r.Key != fmt.Sprintf("seed:%s:%d", sid, added.ID) {
+		t.Fatalf("the added seed's run = %s %s %+v", r.Phase, r.Key, r.Error)
+	}
+	if n := auditCount(t, c, "seed.added", sid); n != 1 {
+		t.Fatalf("%d seed.added events; want 1", n)
+	}
+
 	// An SSH step verifies against the pinned key and sees the seed's
 	// work, the agent running and the bootstrap file gone.
 	check := fmt.Sprintf(`steps:
   - name: look
     on: %s
     module: core.command.ran
-    params: {cmd: "cat /root/seeded; test ! -e /etc/soulstack/bootstrap.json && echo spent; stat -c %%a /var/lib/soulstack/soul.key; pgrep -f 'soul run' >/dev/null && echo running"}
+    params: {cmd: "cat /root/seeded /root/second; test ! -e /etc/soulstack/bootstrap.json && echo spent; stat -c %%a /var/lib/soulstack/soul.key; pgrep -f 'soul run' >/dev/null && echo running"}
 `, sid)
 	run, _, err = c.RunCreate(ctx, client.RunCreate{Scenario: check, File: "check.yaml"})
 	if err != nil {
@@ -285,7 +323,7 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	if final.Phase == "Succeeded" {
 		_ = json.Unmarshal(final.Steps[0].Targets[0].Output, &look)
 	}
-	if final.Phase != "Succeeded" || look.Stdout != "hello-seed\nspent\n600\nrunning\n" {
+	if final.Phase != "Succeeded" || look.Stdout != "hello-seed\n2\nspent\n600\nrunning\n" {
 		t.Fatalf("check = %s %q %+v\n%s", final.Phase, look.Stdout, final.Error, describeSteps(final.Steps))
 	}
 }
