@@ -73,7 +73,7 @@ type Server struct {
 
 // New builds the API over cfg.Store.
 func New(cfg Config) *Server {
-	s := newServer(cfg)
+	s := newServer(cfg, false)
 	s.registerHealth()
 	s.registerProviders()
 	s.registerProfiles()
@@ -88,16 +88,16 @@ func New(cfg Config) *Server {
 	return s
 }
 
-// NewAgent builds the agent listener's API: only the join routes, the
-// soul binary's download and the health check (cfg.Join must be set).
+// NewAgent builds the agent listener's API: only the join routes and the
+// soul binary's download (cfg.Join must be set); no OpenAPI document,
+// docs, health or metrics routes.
 func NewAgent(cfg Config) *Server {
-	s := newServer(cfg)
-	s.registerHealth()
+	s := newServer(cfg, true)
 	s.registerJoin()
 	return s
 }
 
-func newServer(cfg Config) *Server {
+func newServer(cfg Config, agent bool) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -142,6 +142,9 @@ func newServer(cfg Config) *Server {
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API token: Authorization: Bearer sst_…"},
 	}
 	hc.Transformers = append(hc.Transformers, maskTransformer)
+	if agent {
+		hc.OpenAPIPath, hc.DocsPath, hc.SchemasPath = "", "", ""
+	}
 	s.api = humago.New(s.mux, hc)
 	s.metrics = newMetrics()
 	s.api.UseMiddleware(s.observe)

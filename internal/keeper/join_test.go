@@ -632,6 +632,27 @@ func testJoinRefusals(t *testing.T, backend, soul string) {
 			t.Fatalf("renewal of a deleted soul: %v", err)
 		}
 	})
+	t.Run("AgentListenerServesOnlyJoin", func(t *testing.T) {
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: j.pool, ServerName: "localhost"}}}
+		for _, path := range []string{"/v1/souls", "/openapi.json", "/metrics", "/healthz", "/v1/tokens"} {
+			resp, err := hc.Get(j.agent + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 404 {
+				t.Fatalf("agent listener GET %s = %d; want 404", path, resp.StatusCode)
+			}
+		}
+		resp, err := hc.Get(j.agent + "/v1/agent/soul")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 404 {
+			t.Fatalf("agent binary without agent_binary = %d; want 404", resp.StatusCode)
+		}
+	})
 	t.Run("RateLimited", func(t *testing.T) {
 		limited := false
 		for i := 0; i < 40 && !limited; i++ {
