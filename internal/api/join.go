@@ -21,6 +21,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/store"
@@ -342,6 +343,11 @@ func (s *Server) submitSeed(ctx context.Context, sd store.SoulSeed) (store.Run, 
 	input, err := seedInput(sd.Input, sd.SID)
 	if err != nil {
 		return store.Run{}, fmt.Errorf("seed %d input: %w", sd.ID, err)
+	}
+	// The creator must still be allowed to start runs: a revoked or
+	// expired token's seeds do not run.
+	if err := (auth.Checker{Tokens: s.store, Now: s.now}).Authorize(ctx, sd.CreatedBy, auth.RunCreate); err != nil {
+		return store.Run{}, fmt.Errorf("seed %d: its creator %w", sd.ID, err)
 	}
 	checked, problems := s.check(fmt.Sprintf("seed-%d.yaml", sd.ID), sd.Scenario, input)
 	if len(problems) > 0 {

@@ -43,6 +43,7 @@ func (s *Server) registerSeeds() {
 		OperationID: "seed-add", Method: http.MethodPost, Path: "/v1/souls/{sid}/seeds", Tags: tags,
 		Summary: "Add a seed to a soul",
 		Description: "The scenario is checked with the seed's input plus sid (422 seed.scenario_invalid lists every problem). " +
+			"A seed runs as its creator, so the caller needs run.create (and the permission each keeper-side step declares) besides soul.create. " +
 			"It runs, created by the caller, when the soul joins; on a soul that has joined already it runs at once. " +
 			"Audit seed.added.",
 		DefaultStatus: http.StatusCreated,
@@ -61,11 +62,20 @@ func (s *Server) registerSeeds() {
 		if in.Body.Scenario == "" {
 			return nil, invalid("seed.scenario_invalid", "body.scenario", "must not be empty")
 		}
-		if err := s.checkSeed(in.SID, in.Body.Scenario, in.Body.Input); err != nil {
+		needs, err := s.checkSeed(in.SID, in.Body.Scenario, in.Body.Input)
+		if err != nil {
+			return nil, err
+		}
+		// A seed runs as its creator: adding one is starting a run later.
+		caller := principal(ctx)
+		if err := caller.Require(auth.RunCreate); err != nil {
+			return nil, err
+		}
+		if err := requireStepPermissions(caller, needs); err != nil {
 			return nil, err
 		}
 		input := objectJSON(in.Body.Input)
-		actor := principal(ctx).Actor()
+		actor := caller.Actor()
 		sd, err := s.store.SeedAdd(ctx, store.SeedAddParams{Seed: store.SoulSeed{SID: in.SID, Scenario: in.Body.Scenario, Input: input, CreatedBy: string(actor)}, Actor: actor})
 		if err != nil {
 			return nil, err
@@ -82,19 +92,20 @@ func (s *Server) registerSeeds() {
 	})
 }
 
-// checkSeed validates a seed's scenario with its input plus sid.
-func (s *Server) checkSeed(sid, text string, input map[string]any) error {
+// checkSeed validates a seed's scenario with its input plus sid and
+// returns the permissions its steps need.
+func (s *Server) checkSeed(sid, text string, input map[string]any) ([]StepPermission, error) {
 	if s.check == nil {
-		return nil
+		return nil, nil
 	}
 	in, _ := seedInput(objectJSON(input), sid)
-	_, problems := s.check("seed.yaml", text, in)
+	checked, problems := s.check("seed.yaml", text, in)
 	if len(problems) == 0 {
-		return nil
+		return checked.Needs, nil
 	}
 	detail := fmt.Sprintf("the seed's scenario has %d problem(s); nothing was stored", len(problems))
 	if len(problems) == 1 {
 		detail = problems[0].Location + ": " + problems[0].Message
 	}
-	return problem(http.StatusUnprocessableEntity, "seed.scenario_invalid", detail, problems...)
+	return nil, problem(http.StatusUnprocessableEntity, "seed.scenario_invalid", detail, problems...)
 }

@@ -3,6 +3,7 @@ package keeper
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"text/template"
@@ -15,6 +16,7 @@ import (
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/cloud"
+	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -140,4 +142,23 @@ func (k *keeperTarget) Userdata(u cloud.UserdataVars) (string, error) {
 	}
 	err := k.tmpl.Execute(&b, vars)
 	return b.String(), err
+}
+
+var _ cloud.SeedChecker = (*keeperTarget)(nil)
+
+// CheckSeed validates a seed's scenario as a run of it would be.
+func (k *keeperTarget) CheckSeed(name, text string, input map[string]any) []string {
+	_, err := scenario.Load(name, []byte(text), input)
+	if err == nil {
+		return nil
+	}
+	var se *scenario.Error
+	if errors.As(err, &se) && len(se.Problems) > 0 {
+		out := make([]string, len(se.Problems))
+		for i, p := range se.Problems {
+			out[i] = p.Pos.String() + ": " + p.Message
+		}
+		return out
+	}
+	return []string{name + ": " + err.Error()}
 }

@@ -292,6 +292,15 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	if _, err := vc.SeedAdd(ctx, sid, client.SeedCreate{Scenario: seeds.Items[0].Scenario}); !errors.As(err, &p) || p.Status != 403 {
 		t.Fatalf("a viewer added a seed: %v", err)
 	}
+	// soul.create alone does not start runs: a seed runs as its creator.
+	registrar, err := c.TokenCreate(ctx, client.TokenCreate{Name: "registrar", Permissions: []string{"soul.create", "soul.read"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, _ := client.New(k.addr, registrar.Token)
+	if _, err := rc.SeedAdd(ctx, sid, client.SeedCreate{Scenario: seeds.Items[0].Scenario}); !errors.As(err, &p) || p.Status != 403 || !strings.Contains(p.Detail, "run.create") {
+		t.Fatalf("a token without run.create added a seed: %v", err)
+	}
 	if l, err := vc.SeedList(ctx, sid); err != nil || len(l.Items) != 1 {
 		t.Fatalf("seeds as a viewer = %+v, %v", l, err)
 	}

@@ -281,7 +281,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 	if names != nil {
 		sample = names[0]
 	}
-	if err := checkSeeds(p.Seeds, sample); err != nil {
+	if err := checkSeeds(h, p.Seeds, sample); err != nil {
 		return module.Result{}, err
 	}
 	plain := make([]string, p.Count)

@@ -13,6 +13,7 @@ import (
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/cloud"
+	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/testdb"
@@ -169,7 +170,24 @@ func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 	return fmt.Sprintf("#cloud-config\n# sid=%s index=%d token=%s\n", u.SID, u.Index, u.Token), nil
 }
 func (h *keeperHost) BootstrapTTL() time.Duration { return time.Hour }
-func (h *keeperHost) KeeperID() string            { return "kd-cloudtest" }
+
+// CheckSeed checks seeds with the scenario package, as the keeper does.
+func (h *keeperHost) CheckSeed(name, text string, input map[string]any) []string {
+	_, err := scenario.Load(name, []byte(text), input)
+	var se *scenario.Error
+	if errors.As(err, &se) {
+		var out []string
+		for _, p := range se.Problems {
+			out = append(out, p.Pos.String()+": "+p.Message)
+		}
+		return out
+	}
+	if err != nil {
+		return []string{name + ": " + err.Error()}
+	}
+	return nil
+}
+func (h *keeperHost) KeeperID() string { return "kd-cloudtest" }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {
 	t.Helper()

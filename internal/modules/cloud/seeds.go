@@ -1,18 +1,25 @@
 package cloud
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/soulstack/soulstack/internal/module"
-	"github.com/soulstack/soulstack/internal/scenario"
 )
+
+// SeedChecker is an optional interface of Host: it validates a seed's
+// scenario text with its input and returns the problems found, each as
+// "location: message". A Host without it stores seeds unchecked (they
+// are checked again when their run is created).
+type SeedChecker interface {
+	CheckSeed(name, text string, input map[string]any) []string
+}
 
 // checkSeeds validates each seed's scenario with its input plus sid (the
 // first predicted SID, or what the first one would be): a seed that could
 // never run fails the step before anything is made.
-func checkSeeds(seeds []SeedParam, sid string) error {
+func checkSeeds(h Host, seeds []SeedParam, sid string) error {
+	checker, _ := h.(SeedChecker)
 	for i, sd := range seeds {
 		loc := fmt.Sprintf("seeds[%d]", i)
 		if strings.TrimSpace(sd.Scenario) == "" {
@@ -21,21 +28,15 @@ func checkSeeds(seeds []SeedParam, sid string) error {
 		if _, ok := sd.Input["sid"]; ok {
 			return &module.Error{Code: "cloud.seed_invalid", Message: loc + ".input.sid: is set by the keeper to the soul's SID; leave it out"}
 		}
+		if checker == nil {
+			continue
+		}
 		input := map[string]any{"sid": sid}
 		for k, v := range sd.Input {
 			input[k] = v
 		}
-		_, err := scenario.Load(loc+".scenario", []byte(sd.Scenario), input)
-		var se *scenario.Error
-		if errors.As(err, &se) && len(se.Problems) > 0 {
-			var parts []string
-			for _, p := range se.Problems {
-				parts = append(parts, p.Pos.String()+": "+p.Message)
-			}
-			return &module.Error{Code: "cloud.seed_invalid", Message: strings.Join(parts, "; ")}
-		}
-		if err != nil {
-			return &module.Error{Code: "cloud.seed_invalid", Message: loc + ".scenario: " + err.Error()}
+		if problems := checker.CheckSeed(loc+".scenario", sd.Scenario, input); len(problems) > 0 {
+			return &module.Error{Code: "cloud.seed_invalid", Message: strings.Join(problems, "; ")}
 		}
 	}
 	return nil
