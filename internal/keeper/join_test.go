@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"database/sql"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -30,6 +31,7 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/soulid"
+	"github.com/soulstack/soulstack/internal/store/sqlite"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
@@ -304,9 +306,19 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	if l, err := vc.SeedList(ctx, sid); err != nil || len(l.Items) != 1 {
 		t.Fatalf("seeds as a viewer = %+v, %v", l, err)
 	}
-	added, err := c.SeedAdd(ctx, sid, client.SeedCreate{Scenario: "steps:\n  - name: two\n    on: \"${ input.sid }\"\n    module: core.command.ran\n    params: {cmd: \"echo ${ input.n } > /root/second\"}\n", Input: map[string]any{"n": 2}})
+	added, err := c.SeedAdd(ctx, sid, client.SeedCreate{
+		Scenario: "steps:\n  - name: two\n    on: \"${ input.sid }\"\n    module: core.command.ran\n    params: {cmd: \"echo ${ input.n } > /root/second; printf %s '${ input.db_password }' > /root/pw\"}\n",
+		Input:    map[string]any{"n": 2, "db_password": "pw-s3cret-XYZ"}})
 	if err != nil || added.RunID == "" || added.Status != "active" {
 		t.Fatalf("seed added to a joined soul = %+v, %v", added, err)
+	}
+	// Its secret-looking input is sealed at rest and masked in answers.
+	listed, _ := c.SeedList(ctx, sid)
+	if raw, _ := json.Marshal(listed); strings.Contains(string(raw), "pw-s3cret-XYZ") {
+		t.Fatalf("GET seeds shows the secret input: %s", raw)
+	}
+	if n := seedRowsWith(t, data, "pw-s3cret-XYZ"); n != 0 {
+		t.Fatalf("%d soul_seeds rows hold the secret input in clear", n)
 	}
 	if r := waitRun(t, c, added.RunID); r.Phase != "Succeeded" || r.Key != fmt.Sprintf("seed:%s:%d", sid, added.ID) {
 		t.Fatalf("the added seed's run = %s %s %+v", r.Phase, r.Key, r.Error)
@@ -321,7 +333,7 @@ func TestSelfOnboardLocalVM(t *testing.T) {
   - name: look
     on: %s
     module: core.command.ran
-    params: {cmd: "cat /root/seeded /root/second; test ! -e /etc/soulstack/bootstrap.json && echo spent; stat -c %%a /var/lib/soulstack/soul.key; pgrep -f 'soul run' >/dev/null && echo running"}
+    params: {cmd: "cat /root/seeded /root/second; rev /root/pw; echo; test ! -e /etc/soulstack/bootstrap.json && echo spent; stat -c %%a /var/lib/soulstack/soul.key; pgrep -f 'soul run' >/dev/null && echo running"}
 `, sid)
 	run, _, err = c.RunCreate(ctx, client.RunCreate{Scenario: check, File: "check.yaml"})
 	if err != nil {
@@ -332,7 +344,7 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	if final.Phase == "Succeeded" {
 		_ = json.Unmarshal(final.Steps[0].Targets[0].Output, &look)
 	}
-	if final.Phase != "Succeeded" || look.Stdout != "hello-seed\n2\nspent\n600\nrunning\n" {
+	if final.Phase != "Succeeded" || look.Stdout != "hello-seed\n2\nZYX-terc3s-wp\nspent\n600\nrunning\n" {
 		t.Fatalf("check = %s %q %+v\n%s", final.Phase, look.Stdout, final.Error, describeSteps(final.Steps))
 	}
 }
@@ -358,6 +370,25 @@ func vmToken(t *testing.T, state, sid string) string {
 		t.Fatalf("no userdata of %s under %s", sid, state)
 	}
 	return token
+}
+
+// seedRowsWith counts the soul_seeds rows of a keeper's SQLite registry
+// whose input holds text.
+func seedRowsWith(t *testing.T, dataDir, text string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(dataDir, "keeper.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n, all int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM soul_seeds`).Scan(&all); err != nil || all == 0 {
+		t.Fatalf("soul_seeds rows = %d, %v", all, err)
+	}
+	if err := db.QueryRow(`SELECT COUNT(*) FROM soul_seeds WHERE input LIKE ?`, "%"+text+"%").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // waitKeyedRun waits for the run with key to exist and finish.
