@@ -1,6 +1,7 @@
 package keeper
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -18,6 +19,7 @@ import (
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/pki"
+	"github.com/soulstack/soulstack/internal/store"
 )
 
 // LocalGatewayName is the name every local VM's /etc/hosts gives the
@@ -218,4 +220,35 @@ func (a *agentSide) joinConfig(c config.Config) *api.JoinConfig {
 		CA: a.ca, AgentURLs: a.agentURLs, AgentBinary: a.binary, CertTTL: config.Duration(c.AgentCertValidity),
 		FailureBurst: c.HTTP.AuthFailureBurst, FailureInterval: config.Duration(c.HTTP.AuthFailureInterval),
 	}
+}
+
+// soulGetter is the registry read AuthorizeSoul needs.
+type soulGetter interface {
+	SoulGet(ctx context.Context, sid string) (store.Soul, error)
+}
+
+// AuthorizeSoul is the rule for a soul that authenticates with its client
+// certificate (renewal applies it in the store; the agent bus calls this):
+// the certificate verifies against the keeper CA for client auth at now,
+// and the soul it names exists, is not destroyed, and holds exactly this
+// certificate's serial. A refusal is *store.JoinRefusedError with
+// join.cert_invalid, join.soul_unknown, join.soul_destroyed or
+// join.cert_revoked.
+func (a *agentSide) AuthorizeSoul(ctx context.Context, souls soulGetter, cert *x509.Certificate, now time.Time) (store.Soul, error) {
+	sid, err := a.ca.VerifyClient(cert, now)
+	if err != nil {
+		return store.Soul{}, &store.JoinRefusedError{Reason: "join.cert_invalid", Detail: "the client certificate does not verify against the keeper CA: " + err.Error()}
+	}
+	so, err := souls.SoulGet(ctx, sid)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Soul{}, &store.JoinRefusedError{Reason: store.JoinSoulNotFound, SID: sid, Detail: "no such soul"}
+	case err != nil:
+		return store.Soul{}, err
+	case so.Status == store.SoulDestroyed:
+		return store.Soul{}, &store.JoinRefusedError{Reason: store.JoinSoulDestroyed, SID: sid, Detail: "the soul is destroyed"}
+	case so.CertSerial == "" || so.CertSerial != pki.SerialHex(cert):
+		return store.Soul{}, &store.JoinRefusedError{Reason: store.JoinCertRevoked, SID: sid, Detail: "the presented certificate is not the soul's current one"}
+	}
+	return so, nil
 }
