@@ -87,6 +87,8 @@ type joinRefused struct {
 	code   string
 	msg    string
 	loc    string
+	// retryAfter is sent as Retry-After with a 429.
+	retryAfter time.Duration
 }
 
 func (e *joinRefused) Error() string { return e.code + ": " + e.msg }
@@ -138,8 +140,9 @@ func (s *Server) joinCall(ctx context.Context, sid string, call func() (*joinOut
 		if first {
 			s.auditJoinRefused(ctx, host, sid, "join.rate_limited")
 		}
-		return nil, problem(http.StatusTooManyRequests, "join.rate_limited",
-			fmt.Sprintf("too many refused joins from %s; try again in %ss", host, retryAfterSeconds(s.join.limiter.interval)))
+		return nil, &joinRefused{status: http.StatusTooManyRequests, code: "join.rate_limited",
+			msg:        fmt.Sprintf("too many refused joins from %s; try again in %ss", host, retryAfterSeconds(s.join.limiter.interval)),
+			retryAfter: s.join.limiter.interval}
 	}
 	out, err := call()
 	if err == nil {
@@ -147,22 +150,21 @@ func (s *Server) joinCall(ctx context.Context, sid string, call func() (*joinOut
 	}
 	var jr *joinRefused
 	var sr *store.JoinRefusedError
+	code := ""
 	switch {
 	case errors.As(err, &sr):
-		jr = &joinRefused{status: http.StatusUnauthorized, code: sr.Reason, msg: sr.Detail}
+		code = sr.Reason
 		if sid == "" {
 			sid = sr.SID
 		}
 	case errors.As(err, &jr):
+		code = jr.code
 	default:
 		return nil, err
 	}
 	s.join.limiter.fail(host)
-	s.auditJoinRefused(ctx, host, sid, jr.code)
-	if jr.loc != "" {
-		return nil, problem(jr.status, jr.code, jr.loc+": "+jr.msg, client.ProblemError{Location: jr.loc, Message: jr.msg})
-	}
-	return nil, problem(jr.status, jr.code, jr.msg)
+	s.auditJoinRefused(ctx, host, sid, code)
+	return nil, err // problemFor maps it
 }
 
 func (s *Server) auditJoinRefused(ctx context.Context, host, sid, reason string) {
