@@ -74,6 +74,8 @@ type keeperTarget struct {
 	keeperURL string
 	keeperID  string // the deployment id, store.DeploymentID
 	agent     *agentSide
+	// joinTemplate: the cloud_init template runs the agent's join.
+	joinTemplate bool
 }
 
 var (
@@ -109,6 +111,8 @@ func newKeeperTarget(c config.Config, st store.Store, keeperID, files string, ss
 		keeperURL: c.KeeperURL,
 		keeperID:  keeperID,
 		agent:     agent,
+
+		joinTemplate: c.CloudInit == "" || strings.Contains(c.CloudInit, ".AgentURL"),
 	}, nil
 }
 
@@ -161,4 +165,14 @@ func (k *keeperTarget) CheckSeed(name, text string, input map[string]any) []stri
 		return out
 	}
 	return []string{name + ": " + err.Error()}
+}
+
+var _ cloud.SelfJoiner = (*keeperTarget)(nil)
+
+// JoinsByItself reports whether the userdata of a self_onboard VM of
+// driver installs the agent and joins: the keeper serves a soul binary,
+// advertises an agent URL for that driver, and the cloud_init template is
+// the built-in one or uses .AgentURL.
+func (k *keeperTarget) JoinsByItself(driver string) bool {
+	return k.joinTemplate && k.agent != nil && k.agent.binary != "" && k.agent.advertised(driver) != ""
 }

@@ -84,6 +84,10 @@ type Connection struct {
 	Port      int    `json:"port"`
 	KeyRef    string `json:"key_ref,omitempty"`
 	HostKey   string `json:"host_key,omitempty"` // pinned on first contact
+	// AwaitJoin: the soul joins by itself (self_onboard with the agent)
+	// and its host key is pinned from what it reports then; SSH waits for
+	// that pin instead of trusting the first key presented.
+	AwaitJoin bool `json:"await_join,omitempty"`
 }
 
 // Soul is a managed host, identified by its SID.

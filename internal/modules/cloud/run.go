@@ -368,7 +368,8 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 		hostKey, _ := vm.Attributes["ssh_host_key"].(string)
 		souls[i] = store.Soul{
 			SID: sid, Provider: prov.Name, VMID: vm.ID, Address: addr, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
-			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey},
+			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey,
+				AwaitJoin: p.SelfOnboard && hostKey == "" && joinsByItself(h, prov.Driver)},
 		}
 		tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: hashes[i], ExpiresAt: created.Add(h.BootstrapTTL())}
 		for _, sd := range p.Seeds {
@@ -600,4 +601,9 @@ func checkPairing(ctx context.Context, st Registry, provider string, vmIDs, sids
 		carried[so.VMID] = sid
 	}
 	return nil
+}
+
+func joinsByItself(h Host, driver string) bool {
+	j, ok := h.(SelfJoiner)
+	return ok && j.JoinsByItself(driver)
 }

@@ -918,3 +918,38 @@ func TestCreatedSeeds(t *testing.T) {
 		}
 	}
 }
+
+// joiningHost is a keeper whose self_onboard userdata joins by itself.
+type joiningHost struct{ *keeperHost }
+
+func (joiningHost) JoinsByItself(driver string) bool { return driver == "fake" }
+
+// TestCreatedSelfOnboardAwaitsJoin: a self_onboard soul whose keeper's
+// userdata joins, and whose driver reported no host key, is made to wait
+// for its join's pin (no trust on first use); without self_onboard, or
+// with a keeper that does not join, it is not.
+func TestCreatedSelfOnboardAwaitsJoin(t *testing.T) {
+	t.Parallel()
+	h, ctx := setup(t)
+	j := joiningHost{h}
+	for _, tc := range []struct {
+		host   module.Target
+		params map[string]any
+		want   bool
+	}{
+		{j, map[string]any{"provider": "acme", "count": 1, "self_onboard": true, "name": "a"}, true},
+		{j, map[string]any{"provider": "acme", "count": 1, "generate_userdata": true}, false},
+		{h, map[string]any{"provider": "acme", "count": 1, "self_onboard": true, "name": "b"}, false},
+	} {
+		raw, _ := json.Marshal(module.ApplyDefaults((&cloud.Created{}).Info(), tc.params))
+		res, err := (&cloud.Created{}).Run(ctx, module.RunInfo{ID: "run_test", Step: "provision", Creator: "tok_creator"}, raw, tc.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid := res.Output.(map[string]any)["hosts"].([]any)[0].(map[string]any)["sid"].(string)
+		so, _ := h.st.SoulGet(ctx, sid)
+		if so.Connection.AwaitJoin != tc.want {
+			t.Errorf("%v: await_join = %v, want %v", tc.params, so.Connection.AwaitJoin, tc.want)
+		}
+	}
+}

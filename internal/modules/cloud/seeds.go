@@ -41,3 +41,12 @@ func checkSeeds(h Host, seeds []SeedParam, sid string) error {
 	}
 	return nil
 }
+
+// SelfJoiner is an optional interface of Host: JoinsByItself reports
+// whether a self_onboard VM of driver runs the agent's join from its
+// userdata. Such a soul's SSH host key is pinned when it joins, and SSH
+// waits for that (store.Connection.AwaitJoin). Without it, or when the
+// driver reported the VM's host key, nothing waits.
+type SelfJoiner interface {
+	JoinsByItself(driver string) bool
+}
