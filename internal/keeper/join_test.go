@@ -168,8 +168,8 @@ func auditCount(t *testing.T, c *client.Client, action, needle string) int {
 	return n
 }
 
-// TestSelfOnboardLocalVM: core.cloud.created {self_onboard: true, seeds}
-// through a real keeper makes a real local VM that, from its userdata
+// TestSelfOnboardLocalVM: examples/onboard-local.yaml (core.cloud.created
+// {self_onboard: true, seeds}) through a real keeper makes a real local VM that, from its userdata
 // alone, fetches the soul binary from the agent listener (checked against
 // the CA and its sha256), runs soul join and soul run: the soul becomes
 // active with its certificate serial and the VM's own host key pinned,
@@ -194,25 +194,7 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	}
 	t.Cleanup(func() { destroyLocalVMs(t, plugins, "join.test", state) })
 
-	scenario := `steps:
-  - name: provision
-    on: keeper
-    module: core.cloud.created
-    params:
-      provider: local
-      profile: {cpus: 1, memory_mb: 256}
-      self_onboard: true
-      name: auto
-      seeds:
-        - scenario: |
-            steps:
-              - name: mark
-                on: "$${ input.sid }"
-                module: core.file.present
-                params: {path: /root/seeded, content: "$${ input.greeting }\n"}
-          input: {greeting: hello-seed}
-`
-	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: scenario, File: "onboard.yaml"})
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "onboard-local.yaml"), File: "onboard-local.yaml", Input: map[string]any{"count": 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
