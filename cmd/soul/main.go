@@ -90,6 +90,7 @@ func newJoin() *cobra.Command {
 	fs.StringVar(&flags.CAFingerprint, "ca-fingerprint", "", "sha256:<hex> of the keeper CA; overrides the bootstrap file")
 	fs.StringVar(&o.StateDir, "state-dir", soulid.DefaultStateDir, "where the identity is kept")
 	fs.StringVar(&o.HostKeyDir, "host-key-dir", soulid.DefaultHostKeyDir, "directory of ssh_host_*_key.pub reported to the keeper")
+	fs.DurationVar(&o.RetryFor, "retry-for", 0, "keep trying this long while the keeper is unreachable, does not know the token yet or rate-limits (cloud-init passes 3m)")
 	return cmd
 }
 

@@ -48,7 +48,7 @@ write_files:
       echo "{{ .AgentSHA256 }}  $bin/soul.part" | sha256sum -c -
       chmod 0755 "$bin/soul.part"
       mv "$bin/soul.part" "$bin/soul"
-      "$bin/soul" join --host-key-dir {{ .HostKeyDir }}
+      "$bin/soul" join --retry-for 3m --host-key-dir {{ .HostKeyDir }}
       if [ -d /run/systemd/system ]; then
         printf '[Unit]\nDescription=Soul Stack agent\nAfter=network-online.target\n[Service]\nExecStart=%s run\nRestart=always\n[Install]\nWantedBy=multi-user.target\n' "$bin/soul" > /etc/systemd/system/soul.service
         systemctl daemon-reload

@@ -122,8 +122,27 @@ type JoinOptions struct {
 	// BootstrapPath, when set, is removed after a successful join: the
 	// token is spent.
 	BootstrapPath string
-	// Timeout bounds the join call (default 30s).
+	// Timeout bounds one join call (default 30s).
 	Timeout time.Duration
+	// RetryFor keeps trying, every RetryEvery (default 2s), while the
+	// keeper cannot be reached, does not know the token yet (a VM may
+	// boot before the keeper has recorded it) or rate-limits; other
+	// refusals are final. Zero: one attempt.
+	RetryFor   time.Duration
+	RetryEvery time.Duration
+}
+
+// retryable reports whether a join failure may pass by itself.
+func retryable(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code {
+	case "join.unreachable", "join.token_unknown", "join.rate_limited":
+		return true
+	}
+	return false
 }
 
 // Join generates the soul's key, asks the keeper for a certificate with
@@ -157,6 +176,9 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 	if o.Timeout <= 0 {
 		o.Timeout = 30 * time.Second
 	}
+	if o.RetryEvery <= 0 {
+		o.RetryEvery = 2 * time.Second
+	}
 	hostKeys, err := HostKeys(o.HostKeyDir)
 	if err != nil {
 		return nil, err
@@ -174,7 +196,19 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 	}
 	hc := &http.Client{Timeout: o.Timeout, Transport: &http.Transport{TLSClientConfig: pinnedTLS(fp, nil), Proxy: nil}}
 	var resp client.JoinResponse
-	err = post(ctx, hc, strings.TrimSuffix(o.Keeper, "/")+JoinPath, client.JoinRequest{SID: o.SID, Token: o.Token, CSR: string(csr), HostKeys: hostKeys}, &resp)
+	req := client.JoinRequest{SID: o.SID, Token: o.Token, CSR: string(csr), HostKeys: hostKeys}
+	deadline := time.Now().Add(o.RetryFor)
+	for {
+		err = post(ctx, hc, strings.TrimSuffix(o.Keeper, "/")+JoinPath, req, &resp)
+		if err == nil || !retryable(err) || time.Now().Add(o.RetryEvery).After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(o.RetryEvery):
+		}
+	}
 	if err != nil {
 		return nil, err
 	}

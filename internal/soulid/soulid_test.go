@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -172,4 +173,61 @@ func pemDecode(text string) ([]byte, string) {
 		return nil, string(rest)
 	}
 	return block.Bytes, string(rest)
+}
+
+// TestJoinRetries: a token the keeper does not know yet (the VM booted
+// before the keeper recorded it) is tried again within RetryFor; a final
+// refusal (join.token_used) is not.
+func TestJoinRetries(t *testing.T) {
+	t.Parallel()
+	ca, err := pki.LoadOrCreateCA(t.TempDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var calls int
+	refuse := "join.token_unknown"
+	url := serveTLS(t, ca, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		calls++
+		n, code := calls, refuse
+		mu.Unlock()
+		var req struct{ SID, CSR string }
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		if n <= 2 || code == "join.token_used" {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(401)
+			_ = json.NewEncoder(w).Encode(map[string]any{"status": 401, "code": code, "detail": "no"})
+			return
+		}
+		csr, _ := x509.ParseCertificateRequest(pemBody(t, req.CSR))
+		c, err := ca.IssueClient(csr, req.SID, time.Hour, time.Now())
+		if err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"sid": req.SID, "certificate": string(c.PEM), "ca": string(ca.PEM), "not_after": c.Cert.NotAfter, "nats": map[string]any{"urls": []string{}}})
+	}))
+	opts := JoinOptions{Bootstrap: Bootstrap{Keeper: url, SID: "web-1.x.test", Token: "sbt_x", CAFingerprint: ca.Fingerprint()},
+		StateDir: t.TempDir(), HostKeyDir: t.TempDir(), RetryEvery: 10 * time.Millisecond}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls
+	}
+	var e *Error
+	if _, err := Join(context.Background(), opts); !errors.As(err, &e) || e.Code != "join.token_unknown" || count() != 1 {
+		t.Fatalf("without RetryFor: %v after %d calls", err, count())
+	}
+	opts.RetryFor = time.Minute
+	if _, err := Join(context.Background(), opts); err != nil || count() != 3 {
+		t.Fatalf("with RetryFor: %v after %d calls; want success on the third", err, count())
+	}
+	mu.Lock()
+	calls, refuse = 0, "join.token_used"
+	mu.Unlock()
+	opts.StateDir = t.TempDir()
+	if _, err := Join(context.Background(), opts); !errors.As(err, &e) || e.Code != "join.token_used" || count() != 1 {
+		t.Fatalf("a final refusal: %v after %d calls; want one call", err, count())
+	}
 }
