@@ -219,6 +219,9 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	if so.Status != "active" || so.CertSerial == "" || so.CertNotAfter == nil || so.Connection.HostKey == "" || so.Connection.HostKey != pinnedAtCreate.Connection.HostKey {
 		t.Fatalf("joined soul = %+v (pinned at create %q)", so, pinnedAtCreate.Connection.HostKey)
 	}
+	if final.FinishedAt != nil {
+		t.Logf("the VM joined %s after its create finished", so.JoinedAt.Sub(*final.FinishedAt).Round(time.Millisecond))
+	}
 	if n := auditCount(t, c, "soul.joined", so.CertSerial); n != 1 {
 		t.Fatalf("%d soul.joined events with serial %s; want 1", n, so.CertSerial)
 	}
