@@ -248,3 +248,14 @@ func (c *Client) CloudOrphans(ctx context.Context, provider string) (*OrphanList
 func (c *Client) CloudOrphansDestroy(ctx context.Context, in OrphansDestroy) (*OrphanList, error) {
 	return call[OrphanList](ctx, c, http.MethodPost, "/v1/cloud/orphans/destroy", nil, in)
 }
+
+// SeedList lists a soul's seeds.
+func (c *Client) SeedList(ctx context.Context, sid string) (*SeedList, error) {
+	return call[SeedList](ctx, c, http.MethodGet, "/v1/souls/"+esc(sid)+"/seeds", nil, nil)
+}
+
+// SeedAdd adds a seed to a soul; on a soul that joined already it runs at
+// once (Seed.RunID).
+func (c *Client) SeedAdd(ctx context.Context, sid string, in SeedCreate) (*Seed, error) {
+	return call[Seed](ctx, c, http.MethodPost, "/v1/souls/"+esc(sid)+"/seeds", nil, in)
+}

@@ -123,6 +123,9 @@ type Soul struct {
 	UpdatedAt    time.Time       `json:"updated_at"`
 	LastSeenAt   *time.Time      `json:"last_seen_at" doc:"When a command last ran on it (recorded at most once per run); null before the first contact."`
 	LastError    string          `json:"last_error,omitempty" required:"false" doc:"Why the step that made it unreachable could not reach it; empty while it is reachable."`
+	CertSerial   string          `json:"cert_serial,omitempty" required:"false" doc:"Serial (hex) of the client certificate the soul holds since it joined; empty when it has none."`
+	CertNotAfter *time.Time      `json:"cert_not_after,omitempty" required:"false" doc:"When that certificate expires."`
+	JoinedAt     *time.Time      `json:"joined_at,omitempty" required:"false" doc:"When the soul joined (soul join); null if it never did."`
 }
 
 // SoulCreate is the body of POST /v1/souls: register an existing host.

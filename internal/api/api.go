@@ -50,6 +50,9 @@ type Config struct {
 	// UI, when set, is the web UI, served at /ui/ (internal/ui). It signs
 	// in through POST /v1/session and then calls the API with the cookie.
 	UI http.Handler
+	// Join enables POST /v1/join, /v1/join/renew and the soul binary's
+	// download (join.go); nil: the keeper serves none of them.
+	Join *JoinConfig
 }
 
 // Server is the Operator API as an http.Handler.
@@ -68,10 +71,43 @@ type Server struct {
 	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
 	// keyConflicts limits re-run key conflicts per token.
 	keyConflicts *keyConflicts
+	join         *joinState // Config.Join
 }
 
 // New builds the API over cfg.Store.
 func New(cfg Config) *Server {
+	s := newServer(cfg, false)
+	s.eventSchemas() // the run vocabulary, documented even without the run routes
+	s.registerHealth()
+	s.registerProviders()
+	s.registerProfiles()
+	s.registerSouls()
+	s.registerSeeds()
+	s.registerTokens()
+	s.registerAudit()
+	s.registerRuns()
+	s.registerCloud()
+	s.registerModules()
+	s.registerJoin()
+	s.registerSession()
+	if cfg.UI != nil {
+		s.mux.Handle("GET /ui/", cfg.UI)
+		s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
+		s.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
+	}
+	return s
+}
+
+// NewAgent builds the agent listener's API: only the join routes and the
+// soul binary's download (cfg.Join must be set); no OpenAPI document,
+// docs, health or metrics routes.
+func NewAgent(cfg Config) *Server {
+	s := newServer(cfg, true)
+	s.registerJoin()
+	return s
+}
+
+func newServer(cfg Config, agent bool) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -98,6 +134,16 @@ func New(cfg Config) *Server {
 
 		keyConflicts: newKeyConflicts(),
 	}
+	if j := cfg.Join; j != nil {
+		burst, interval := j.FailureBurst, j.FailureInterval
+		if burst <= 0 {
+			burst = 10
+		}
+		if interval <= 0 {
+			interval = time.Second
+		}
+		s.join = &joinState{cfg: *j, limiter: newAuthLimiter(burst, interval, cfg.Now)}
+	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies
 	hc.Info.Description = "Registries (providers, profiles, souls, API tokens) and the hash-chained audit log. " +
@@ -108,26 +154,12 @@ func New(cfg Config) *Server {
 			"State-changing requests it authenticates also need an Origin header naming the keeper and X-CSRF-Token (GET /v1/whoami); 403 auth.csrf_failed otherwise."},
 	}
 	hc.Transformers = append(hc.Transformers, maskTransformer)
+	if agent {
+		hc.OpenAPIPath, hc.DocsPath, hc.SchemasPath = "", "", ""
+	}
 	s.api = humago.New(s.mux, hc)
 	s.metrics = newMetrics()
 	s.api.UseMiddleware(s.observe)
-
-	s.eventSchemas() // the run vocabulary, documented even without the run routes
-	s.registerHealth()
-	s.registerProviders()
-	s.registerProfiles()
-	s.registerSouls()
-	s.registerTokens()
-	s.registerAudit()
-	s.registerRuns()
-	s.registerCloud()
-	s.registerModules()
-	s.registerSession()
-	if cfg.UI != nil {
-		s.mux.Handle("GET /ui/", cfg.UI)
-		s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
-		s.mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusFound))
-	}
 	return s
 }
 

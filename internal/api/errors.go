@@ -132,6 +132,17 @@ func problemFor(err error) (*client.Problem, bool) {
 			return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
 		}
 	}
+	var jr *joinRefused
+	if errors.As(err, &jr) {
+		if jr.loc != "" {
+			return problem(jr.status, jr.code, jr.loc+": "+jr.msg, client.ProblemError{Location: jr.loc, Message: jr.msg}), true
+		}
+		return problem(jr.status, jr.code, jr.msg), true
+	}
+	var refused *store.JoinRefusedError
+	if errors.As(err, &refused) {
+		return problem(http.StatusUnauthorized, refused.Reason, refused.Detail), true
+	}
 	switch {
 	case errors.Is(err, store.ErrUnavailable):
 		return problem(http.StatusServiceUnavailable, "store.unavailable", "the keeper cannot reach its database right now; nothing was changed; retry in a moment"), true
@@ -181,6 +192,10 @@ func permissionNames(ps []auth.Permission) []string {
 // headersFor returns the response headers that go with an error's
 // problem: Retry-After for a rate limit.
 func headersFor(err error) http.Header {
+	var jr *joinRefused
+	if errors.As(err, &jr) && jr.retryAfter > 0 {
+		return http.Header{"Retry-After": {retryAfterSeconds(jr.retryAfter)}}
+	}
 	var limited *keyConflictsLimitedError
 	if errors.As(err, &limited) {
 		return http.Header{"Retry-After": {strconv.Itoa(int(limited.RetryAfter / time.Second))}}

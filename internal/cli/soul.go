@@ -17,6 +17,8 @@ func (a *app) soulCommand() *cobra.Command {
 		a.soulListCommand(),
 		a.soulGetCommand(),
 		a.soulDeleteCommand(),
+		a.soulSeedsCommand(),
+		a.soulSeedCommand(),
 	)
 }
 
@@ -148,7 +150,17 @@ func soulRecord(s *client.Soul) record {
 		{"Updated", timestamp(s.UpdatedAt)},
 		{"Last contact", lastContact(s.LastSeenAt)},
 		{"Last error", s.LastError},
+		{"Joined", lastContact(s.JoinedAt)},
+		{"Cert serial", s.CertSerial},
+		{"Cert expires", optionalTime(s.CertNotAfter)},
 	}
+}
+
+func optionalTime(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return timestamp(*t)
 }
 
 // lastContact shows when a command last ran on a soul: "never" before the

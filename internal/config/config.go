@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -40,10 +42,34 @@ type Config struct {
 	// KeeperURL is the address new VMs use to reach the keeper, written
 	// into generated userdata; empty means http://<listen>.
 	KeeperURL string `yaml:"keeper_url"`
+	// AdvertiseURL is the https URL VMs reach the agent listener at
+	// (agent_listen), baked into their userdata with the keeper CA's
+	// fingerprint. Empty: a local provider's VMs get
+	// https://soulstack-local-gateway:<agent port> (the bridge's address,
+	// in each local VM's /etc/hosts); other providers' get keeper_url's
+	// host with the agent port, which real clouds rarely reach: set it.
+	AdvertiseURL string `yaml:"advertise_url"`
+	// AgentListen is the agent listener's address: HTTPS with the
+	// keeper's own CA, serving only the join routes and the soul binary.
+	// Empty: all interfaces on the listen port + 1 (port 0, a free one,
+	// when listen's port is 0); "off" disables it (and self-onboarding).
+	AgentListen string `yaml:"agent_listen"`
+	// AgentBinary is the soul binary the agent listener serves to new
+	// VMs. Empty: "soul" next to the keeper's executable, else in the
+	// plugin dir; without one, userdata only leaves the bootstrap file.
+	AgentBinary string `yaml:"agent_binary"`
+	// AgentCertValidity is the lifetime of the client certificates souls
+	// get at join and renewal (a Go duration; default 24h). The agent
+	// renews after two thirds of it; a destroyed soul's certificate is
+	// refused at once, and lapses by then wherever the refusal has not
+	// reached.
+	AgentCertValidity string `yaml:"agent_cert_validity"`
 	// CloudInit is the text/template of generated userdata
 	// (generate_userdata, self_onboard); empty means a built-in one that
 	// authorizes the keeper's key and writes /etc/soulstack/bootstrap.json.
-	// It sees .SID, .Hostname, .Index, .Token, .AuthorizedKey, .KeeperURL.
+	// It sees .SID, .Hostname, .Index, .Token, .AuthorizedKey, .KeeperURL
+	// (the advertised agent URL), .CAFingerprint, .CAPEMBase64, .AgentURL
+	// .AgentSHA256 (empty without an agent binary), .StateDir and .HostKeyDir.
 	CloudInit string `yaml:"cloud_init"`
 	// BootstrapTokenTTL is how long a bootstrap token lives after its VM
 	// is reported created (a Go duration; default 1h).
@@ -200,6 +226,18 @@ func (c Config) WithDefaults() Config {
 	if h.AuthFailureBurst == 0 {
 		h.AuthFailureBurst = 10
 	}
+	if c.AgentListen == "" {
+		port := "0"
+		if _, p, err := net.SplitHostPort(c.Listen); err == nil && p != "0" {
+			if n, err := strconv.Atoi(p); err == nil && n < 65535 {
+				port = strconv.Itoa(n + 1)
+			}
+		}
+		c.AgentListen = net.JoinHostPort("0.0.0.0", port)
+	}
+	if c.AgentCertValidity == "" {
+		c.AgentCertValidity = "24h"
+	}
 	if c.BootstrapTokenTTL == "" {
 		c.BootstrapTokenTTL = "1h"
 	}
@@ -244,6 +282,20 @@ func (c Config) Validate() error {
 	if d, err := time.ParseDuration(c.BootstrapTokenTTL); err != nil || d <= 0 {
 		return fmt.Errorf("bootstrap_token_ttl: %q is not a positive duration such as 1h", c.BootstrapTokenTTL)
 	}
+	if c.AgentListen != AgentListenOff {
+		if _, _, err := net.SplitHostPort(c.AgentListen); err != nil {
+			return fmt.Errorf("agent_listen: %q is not host:port or %q: %w", c.AgentListen, AgentListenOff, err)
+		}
+	}
+	if d, err := time.ParseDuration(c.AgentCertValidity); err != nil || d < time.Second {
+		return fmt.Errorf("agent_cert_validity: %q is not a duration of at least 1s such as 24h", c.AgentCertValidity)
+	}
+	if c.AdvertiseURL != "" {
+		u, err := url.Parse(c.AdvertiseURL)
+		if err != nil || u.Scheme != "https" || u.Hostname() == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return fmt.Errorf("advertise_url: %q is not https://host:port (the agent listener as VMs reach it)", c.AdvertiseURL)
+		}
+	}
 	if c.CloudInit != "" {
 		if _, err := template.New("cloud_init").Parse(c.CloudInit); err != nil {
 			return fmt.Errorf("cloud_init: %w", err)
@@ -275,6 +327,9 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// AgentListenOff disables the agent listener.
+const AgentListenOff = "off"
 
 // SQLitePath is the embedded database file.
 func (c Config) SQLitePath() string { return filepath.Join(c.DataDir, "keeper.db") }

@@ -185,6 +185,11 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 	if err != nil {
 		return nil, err
 	}
+	if so.Connection.HostKey == "" && so.Connection.AwaitJoin && so.Status != store.SoulDestroyed {
+		if so, err = s.awaitJoin(ctx, sid); err != nil {
+			return nil, err
+		}
+	}
 	if so.Status == store.SoulDestroyed {
 		return nil, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is destroyed", sid)}
 	}

@@ -114,7 +114,14 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	}
 	stopWatch := watchAdminTokens(ctx, st, log)
 	defer stopWatch()
-	svc, err := newServices(ctx, st, c, log)
+	agent, err := newAgentSide(c, log, time.Now())
+	if err != nil {
+		return err
+	}
+	if agent.ln != nil {
+		defer agent.ln.Close()
+	}
+	svc, err := newServices(ctx, st, c, agent, log)
 	if err != nil {
 		return err
 	}
@@ -131,9 +138,10 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		}
 	}
 	defer stopRuns() // on every return; a no-op after the drain below
+	join := agent.joinConfig(c)
 	handler := api.New(api.Config{Store: svc.store, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Cloud: svc.cloud,
 		VerifyAudit: AuditVerifier(st, akey, c.AuditCheckpointDir, checkpoints), UI: ui.Handler(),
-		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval)})
+		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: config.Duration(c.HTTP.AuthFailureInterval), Join: join})
 	withMCPHandler, stopMCP := withMCP(handler, svc.store, c, log)
 	srv := &http.Server{
 		Handler:           withMCPHandler,
@@ -146,8 +154,12 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	srv.RegisterOnShutdown(stopMCP)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
+	if agent.ln != nil {
+		asrv := agent.serve(c, api.NewAgent(api.Config{Store: svc.store, Logger: log, Version: version.String(), Runs: svc.runs, Check: scenarioChecker(st), Join: join}), log, errc)
+		defer asrv.Close()
+	}
 	if c.MetricsListen != "" {
 		msrv, err := serveMetrics(c, handler, log, errc)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/soulstack/soulstack/internal/config"
@@ -19,8 +20,10 @@ const envKeeperDirs = "SOULSTACK_KEEPER_DIRS"
 const envKeeperPorts = "SOULSTACK_KEEPER_PORTS"
 
 // keeperDirsEnv is the plugin environment naming the keeper's data dir
-// and plugin dir, absolute, as a list like $PATH, and its listen port.
-func keeperDirsEnv(c config.Config) []string {
+// and plugin dir, absolute, as a list like $PATH, and its listen port
+// with the extra ports VMs may reach (the agent listener's; the agent
+// bus adds its own the same way).
+func keeperDirsEnv(c config.Config, extraPorts ...int) []string {
 	var dirs []string
 	for _, d := range []string{c.DataDir, c.PluginDir} {
 		if a, err := filepath.Abs(d); err == nil {
@@ -28,8 +31,15 @@ func keeperDirsEnv(c config.Config) []string {
 		}
 	}
 	env := []string{envKeeperDirs + "=" + strings.Join(dirs, string(os.PathListSeparator))}
+	var ports []string
 	if _, port, err := net.SplitHostPort(c.Listen); err == nil && port != "0" {
-		env = append(env, envKeeperPorts+"="+port)
+		ports = append(ports, port)
+	}
+	for _, p := range extraPorts {
+		ports = append(ports, strconv.Itoa(p))
+	}
+	if len(ports) > 0 {
+		env = append(env, envKeeperPorts+"="+strings.Join(ports, ","))
 	}
 	return env
 }

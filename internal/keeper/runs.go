@@ -31,7 +31,7 @@ type services struct {
 // newServices wires the run queue and the engine (the data key that seals
 // secret inputs, this keeper's stable id, its SSH key and files
 // directory), the credentials resolver and the PluginHost.
-func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *slog.Logger) (*services, error) {
+func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent *agentSide, log *slog.Logger) (*services, error) {
 	key, err := dataKey(c)
 	if err != nil {
 		return nil, err
@@ -78,11 +78,11 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, log *
 		}
 		return []byte(v), err
 	}
-	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Env: keeperDirsEnv(c), Logger: log.With("component", "plugin")})
+	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Env: keeperDirsEnv(c, agent.hostPorts()...), Logger: log.With("component", "plugin")})
 	if err != nil {
 		return nil, err
 	}
-	keeperTarget, err := newKeeperTarget(c, reg, keeperID, files, sshKey, plugins.Driver, credentials)
+	keeperTarget, err := newKeeperTarget(c, reg, keeperID, files, sshKey, agent, plugins.Driver, credentials)
 	if err != nil {
 		plugins.Close()
 		return nil, err

@@ -8,10 +8,11 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-// sealedStore is the registry as the keeper uses it: a provider's config
-// values under secret-looking keys (api_key, password, …) are sealed under
-// the data key before they are stored, like secret run inputs, and opened
-// when a provider is read, so that drivers get them in clear and the
+// sealedStore is the registry as the keeper uses it: the values under
+// secret-looking keys (api_key, password, …) of a provider's config and of
+// a soul seed's input are sealed under the data key before they are
+// stored, like secret run inputs, and opened when they are read, so that
+// drivers and seed runs get them in clear and the
 // database, its WAL and its backups never hold them. API answers mask them
 // by their key names.
 type sealedStore struct {
@@ -70,4 +71,70 @@ func (s sealedStore) open(p store.Provider, err error) (store.Provider, error) {
 	}
 	p.Config = opened
 	return p, nil
+}
+
+// SeedAdd seals the seed's secret-looking input values, like a
+// provider's config.
+func (s sealedStore) SeedAdd(ctx context.Context, p store.SeedAddParams) (store.SoulSeed, error) {
+	var err error
+	if p.Seed.Input, err = s.sealSeed(p.Seed.Input); err != nil {
+		return store.SoulSeed{}, err
+	}
+	sd, err := s.Store.SeedAdd(ctx, p)
+	if err != nil {
+		return sd, err
+	}
+	return s.openSeed(sd)
+}
+
+// CloudProvision seals the secret-looking input values of the seeds it
+// stores.
+func (s sealedStore) CloudProvision(ctx context.Context, p store.CloudProvisionParams) error {
+	seeds := make([]store.SoulSeed, len(p.Seeds))
+	for i, sd := range p.Seeds {
+		var err error
+		if sd.Input, err = s.sealSeed(sd.Input); err != nil {
+			return err
+		}
+		seeds[i] = sd
+	}
+	p.Seeds = seeds
+	return s.Store.CloudProvision(ctx, p)
+}
+
+// Seeds lists a soul's seeds with their inputs opened.
+func (s sealedStore) Seeds(ctx context.Context, sid string) ([]store.SoulSeed, error) {
+	seeds, err := s.Store.Seeds(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	for i := range seeds {
+		if seeds[i], err = s.openSeed(seeds[i]); err != nil {
+			return nil, err
+		}
+	}
+	return seeds, nil
+}
+
+func (s sealedStore) sealSeed(input []byte) ([]byte, error) {
+	if len(input) == 0 {
+		return input, nil
+	}
+	sealed, err := s.sealer.SealFields(input)
+	if err != nil {
+		return nil, fmt.Errorf("seal seed input: %w", err)
+	}
+	return sealed, nil
+}
+
+func (s sealedStore) openSeed(sd store.SoulSeed) (store.SoulSeed, error) {
+	if len(sd.Input) == 0 {
+		return sd, nil
+	}
+	opened, err := s.sealer.OpenFields(sd.Input)
+	if err != nil {
+		return sd, fmt.Errorf("open input of seed %d of soul %q: %w", sd.ID, sd.SID, err)
+	}
+	sd.Input = opened
+	return sd, nil
 }

@@ -96,7 +96,7 @@
 //     filter.
 //   - The network: from the bridge, the host answers only DNS (port 53),
 //     ICMP and the TCP ports of the provider's host_ports (by default the
-//     keeper's listen port), on any of its addresses; other TCP
+//     keeper's listen port and its agent listener's), on any of its addresses; other TCP
 //     connections are reset and everything else refused. Egress
 //     goes out masqueraded, except to 169.254.0.0/16 (cloud metadata
 //     services). VMs of one state dir reach each other; VMs of another
@@ -135,8 +135,8 @@
 // drivers with different state dirs can share a host: each has its own
 // bridge and table. host_ports are the TCP ports on the host's own
 // addresses VMs may connect to; [] allows none. Without the key, it is the
-// keeper's listen port (the keeper names it to soul-cloud-local in
-// $SOULSTACK_KEEPER_PORTS), or 8420, the keeper's default, when the
+// keeper's listen port and its agent listener's port, where VMs join (the
+// keeper names them to soul-cloud-local in $SOULSTACK_KEEPER_PORTS), or 8420, the keeper's default, when the
 // driver runs without a keeper. VMs reach the keeper there when it
 // listens on more than loopback (self_onboard). base_roots are the
 // directories profiles may name as base_root: profiles, inline ones in

@@ -45,6 +45,9 @@ type CloudProvisionParams struct {
 	Actor  Actor
 	Souls  []Soul
 	Tokens []BootstrapToken
+	// Seeds are stored with the souls, status active (their SID names one
+	// of Souls).
+	Seeds []SoulSeed
 	// Audit is the payload of cloud.provisioned (masked before it is
 	// stored; it must never hold a plain token).
 	Audit map[string]any
@@ -88,7 +91,8 @@ type CloudStore interface {
 	// CloudProvision stores the outcome of a create (see
 	// CloudProvisionParams); an audit failure fails it and nothing is kept.
 	CloudProvision(ctx context.Context, p CloudProvisionParams) error
-	// CloudDestroy moves souls to destroyed, their active seeds to orphaned
+	// CloudDestroy moves souls to destroyed (clearing their certificate
+	// serial, which revokes it), their active seeds to orphaned
 	// and their bootstrap tokens to burned, and writes cloud.provisioned,
 	// in one transaction.
 	CloudDestroy(ctx context.Context, p CloudDestroyParams) (CloudCascade, error)

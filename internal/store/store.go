@@ -101,6 +101,10 @@ type Connection struct {
 	Port      int    `json:"port"`
 	KeyRef    string `json:"key_ref,omitempty"`
 	HostKey   string `json:"host_key,omitempty"` // pinned on first contact
+	// AwaitJoin: the soul joins by itself (self_onboard with the agent)
+	// and its host key is pinned from what it reports then; SSH waits for
+	// that pin instead of trusting the first key presented.
+	AwaitJoin bool `json:"await_join,omitempty"`
 }
 
 // Soul is a managed host, identified by its SID.
@@ -122,6 +126,13 @@ type Soul struct {
 	// LastError is why the step that made the soul unreachable could not
 	// reach it; empty while it is reachable.
 	LastError string
+	// CertSerial is the serial (lowercase hex) of the client certificate
+	// the soul holds since it joined, empty when it has none (never
+	// joined, or destroyed); CertNotAfter is its expiry, JoinedAt when the
+	// soul joined.
+	CertSerial   string
+	CertNotAfter *time.Time
+	JoinedAt     *time.Time
 }
 
 // APIToken is an Operator API token. Only the hash of the token is stored.
@@ -212,6 +223,7 @@ type AuditListParams struct {
 type Store interface {
 	RunStore
 	CloudStore
+	JoinStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)

@@ -55,6 +55,14 @@ type CreatedParams struct {
 	GenerateUserdata bool   `json:"generate_userdata,omitempty"`
 	Name             string `json:"name,omitempty"`
 	SelfOnboard      bool   `json:"self_onboard,omitempty"`
+	// Seeds are stored for every created soul and run when it joins.
+	Seeds []SeedParam `json:"seeds,omitempty"`
+}
+
+// SeedParam is one entry of core.cloud.created's seeds.
+type SeedParam struct {
+	Scenario string         `json:"scenario"`
+	Input    map[string]any `json:"input,omitempty"`
 }
 
 // DestroyedParams are the params of core.cloud.destroyed.
@@ -104,6 +112,9 @@ func (*Created) Info() module.Info {
 			{Name: "generate_userdata", Type: module.TypeBool, Doc: "Generate userdata from keeper.yml cloud_init."},
 			{Name: "name", Type: module.TypeString, Doc: "Base name of the VM batch: the keeper predicts FQDN = `<name>-<index>.<suffix>`. Required with self_onboard."},
 			{Name: "self_onboard", Type: module.TypeBool, Doc: "The VM onboards itself from cloud-init: the keeper predicts FQDNs and bakes per-VM tokens into userdata. Needs name and the provider's fqdn_suffix."},
+			{Name: "seeds", Type: module.TypeList, Elem: module.TypeObject, Doc: "Soul seeds stored for every created soul: `[{scenario, input}]`, scenario as YAML text, input an object. " +
+				"When the soul joins (soul join), the keeper starts one run per seed targeting it, created by this run's creator, with the seed's input plus `sid`, the soul's SID (so the seed says `on: \"${ input.sid }\"`). " +
+				"The step's params are interpolated first: inside a scenario, write the seed's own expressions as `$${ … }`."},
 		},
 		Exclusive: []module.Group{{Params: []string{"userdata", "generate_userdata", "self_onboard"}}},
 		Output: []module.Field{
@@ -139,6 +150,11 @@ func (*Created) Info() module.Info {
 				"anything is made (cloud.address_invalid); a VM without the address asked for fails it after the create (cloud.address_missing; " +
 				"the VMs are tagged with the request, soulctl cloud orphans lists them). Choose private when the keeper is in the VMs' network.",
 			"Souls rows created by this step have no creating actor (keeper-internal action).",
+			"With self_onboard the userdata fetches the soul agent from the keeper's agent listener (advertise_url, checked against the keeper CA's fingerprint and the binary's sha256), " +
+				"runs `soul join` and starts `soul run`. The join uses the VM's one-time bootstrap token (issued, bound to the SID, valid for bootstrap_token_ttl from creation): " +
+				"the soul becomes active and its SSH host key is pinned from what the agent reported, so there is no trust-on-first-use window. " +
+				"Each seed's scenario is checked when the step runs, with its input plus sid (cloud.seed_invalid names seeds[i] and the problem); an invalid seed fails the step before anything is made. " +
+				"Seed runs are keyed by soul and seed: a second join does not run a seed twice.",
 			"Ready means ready: a later step targets such a soul only once its cloud-init has finished " +
 				"(`cloud-init status --wait` over the first connection, within the step's timeout; a refused key is retried " +
 				"meanwhile, since cloud-init may not have written it yet). A cloud-init that failed fails the target with " +

@@ -63,6 +63,9 @@ type UserdataVars struct {
 	Index         int    // 1-based position in the batch
 	Token         string // the VM's plain bootstrap token
 	AuthorizedKey string
+	// Driver is the provider's driver: the keeper advertises the address
+	// VMs of that driver reach it at.
+	Driver string
 }
 
 func host(t module.Target) (Host, error) {
@@ -274,6 +277,13 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 			names = append(names, sid)
 		}
 	}
+	sample := fmt.Sprintf("%s-1.%s", p.Name, prov.FQDNSuffix)
+	if names != nil {
+		sample = names[0]
+	}
+	if err := checkSeeds(h, p.Seeds, sample); err != nil {
+		return module.Result{}, err
+	}
 	plain := make([]string, p.Count)
 	hashes := make([]string, p.Count)
 	for i := range plain {
@@ -291,7 +301,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 			if names != nil {
 				sid = names[i]
 			}
-			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: plain[i], AuthorizedKey: h.AuthorizedKey()})
+			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: plain[i], AuthorizedKey: h.AuthorizedKey(), Driver: prov.Driver})
 			if err != nil {
 				return module.Result{}, &module.Error{Code: "cloud.userdata_invalid", Message: "render cloud_init: " + err.Error()}
 			}
@@ -336,6 +346,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 	}
 	souls := make([]store.Soul, len(vms))
 	tokens := make([]store.BootstrapToken, len(vms))
+	var seeds []store.SoulSeed
 	hosts := make([]any, len(vms))
 	vmIDs := make([]string, len(vms))
 	for i, vm := range vms {
@@ -357,16 +368,24 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 		hostKey, _ := vm.Attributes["ssh_host_key"].(string)
 		souls[i] = store.Soul{
 			SID: sid, Provider: prov.Name, VMID: vm.ID, Address: addr, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
-			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey},
+			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey,
+				AwaitJoin: p.SelfOnboard && hostKey == "" && joinsByItself(h, prov.Driver)},
 		}
 		tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: hashes[i], ExpiresAt: created.Add(h.BootstrapTTL())}
+		for _, sd := range p.Seeds {
+			in, _ := json.Marshal(sd.Input)
+			if sd.Input == nil {
+				in = []byte(`{}`)
+			}
+			seeds = append(seeds, store.SoulSeed{SID: sid, Scenario: sd.Scenario, Input: in, CreatedBy: run.Creator})
+		}
 		hosts[i] = map[string]any{"sid": sid, "vm_id": vm.ID, "address": addr, "primary_ip": vm.PrimaryIP,
 			"public_ip": vm.PublicIP, "private_ip": vm.PrivateIP, "addresses": addressesOut(vm),
 			"attributes": vm.Attributes, "bootstrap_token": plain[i]}
 		vmIDs[i] = vm.ID
 	}
 	if err := h.Registry().CloudProvision(ctx, store.CloudProvisionParams{
-		RequestID: requestID, Souls: souls, Tokens: tokens, Actor: store.Actor(run.Creator),
+		RequestID: requestID, Souls: souls, Tokens: tokens, Seeds: seeds, Actor: store.Actor(run.Creator),
 		Audit: map[string]any{"outcome": "ok", "changed": true, "provider": prov.Name, "run_id": run.ID, "step": run.Step, "count": len(vms)},
 	}); err != nil {
 		return fail("cloud.registry_failed", "the VMs were created but could not be registered: "+err.Error())
@@ -582,4 +601,9 @@ func checkPairing(ctx context.Context, st Registry, provider string, vmIDs, sids
 		carried[so.VMID] = sid
 	}
 	return nil
+}
+
+func joinsByItself(h Host, driver string) bool {
+	j, ok := h.(SelfJoiner)
+	return ok && j.JoinsByItself(driver)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/cloud"
+	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/testdb"
@@ -169,7 +170,24 @@ func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 	return fmt.Sprintf("#cloud-config\n# sid=%s index=%d token=%s\n", u.SID, u.Index, u.Token), nil
 }
 func (h *keeperHost) BootstrapTTL() time.Duration { return time.Hour }
-func (h *keeperHost) KeeperID() string            { return "kd-cloudtest" }
+
+// CheckSeed checks seeds with the scenario package, as the keeper does.
+func (h *keeperHost) CheckSeed(name, text string, input map[string]any) []string {
+	_, err := scenario.Load(name, []byte(text), input)
+	var se *scenario.Error
+	if errors.As(err, &se) {
+		var out []string
+		for _, p := range se.Problems {
+			out = append(out, p.Pos.String()+": "+p.Message)
+		}
+		return out
+	}
+	if err != nil {
+		return []string{name + ": " + err.Error()}
+	}
+	return nil
+}
+func (h *keeperHost) KeeperID() string { return "kd-cloudtest" }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {
 	t.Helper()
@@ -861,5 +879,77 @@ func TestCreatedAddressChoice(t *testing.T) {
 				t.Fatalf("soul = %+v, %v; want address %s", so, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestCreatedSeeds: each created soul gets the step's seeds, created by
+// the run's creator; a seed whose scenario is invalid fails the step with
+// cloud.seed_invalid naming it, before the driver is asked for anything.
+func TestCreatedSeeds(t *testing.T) {
+	t.Parallel()
+	h, ctx := setup(t)
+	seed := "steps:\n  - name: grow\n    on: keeper\n    module: core.cloud.resized\n    params: {provider: acme, vm_ids: [\"${ input.sid }\"], profile: small}\n"
+	for name, tc := range map[string]struct {
+		seeds []any
+		want  string
+	}{
+		"unknown module": {[]any{map[string]any{"scenario": seed}, map[string]any{"scenario": "steps:\n  - name: x\n    on: keeper\n    module: core.nope.done\n"}}, "seeds[1].scenario:"},
+		"empty scenario": {[]any{map[string]any{"scenario": " "}}, "seeds[0].scenario: must be"},
+		"sid in input":   {[]any{map[string]any{"scenario": seed, "input": map[string]any{"sid": "x"}}}, "seeds[0].input.sid"},
+		"not yaml":       {[]any{map[string]any{"scenario": "steps: [\n"}}, "seeds[0].scenario"},
+	} {
+		_, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 1, "seeds": tc.seeds})
+		if module.Code(err) != "cloud.seed_invalid" || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: err = %v; want cloud.seed_invalid with %q", name, err, tc.want)
+		}
+	}
+	if len(h.cloud.vms) != 0 {
+		t.Fatalf("invalid seeds still made %d VMs", len(h.cloud.vms))
+	}
+	res, err := run(t, &cloud.Created{}, h, map[string]any{"provider": "acme", "count": 2, "seeds": []any{map[string]any{"scenario": seed, "input": map[string]any{"size": "m"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, host := range res.Output.(map[string]any)["hosts"].([]any) {
+		sid := host.(map[string]any)["sid"].(string)
+		seeds, err := h.st.Seeds(ctx, sid)
+		if err != nil || len(seeds) != 1 || seeds[0].Scenario != seed || seeds[0].CreatedBy != "tok_creator" || seeds[0].Status != store.SeedActive || string(seeds[0].Input) != `{"size":"m"}` {
+			t.Fatalf("seeds of %s = %+v, %v", sid, seeds, err)
+		}
+	}
+}
+
+// joiningHost is a keeper whose self_onboard userdata joins by itself.
+type joiningHost struct{ *keeperHost }
+
+func (joiningHost) JoinsByItself(driver string) bool { return driver == "fake" }
+
+// TestCreatedSelfOnboardAwaitsJoin: a self_onboard soul whose keeper's
+// userdata joins, and whose driver reported no host key, is made to wait
+// for its join's pin (no trust on first use); without self_onboard, or
+// with a keeper that does not join, it is not.
+func TestCreatedSelfOnboardAwaitsJoin(t *testing.T) {
+	t.Parallel()
+	h, ctx := setup(t)
+	j := joiningHost{h}
+	for _, tc := range []struct {
+		host   module.Target
+		params map[string]any
+		want   bool
+	}{
+		{j, map[string]any{"provider": "acme", "count": 1, "self_onboard": true, "name": "a"}, true},
+		{j, map[string]any{"provider": "acme", "count": 1, "generate_userdata": true}, false},
+		{h, map[string]any{"provider": "acme", "count": 1, "self_onboard": true, "name": "b"}, false},
+	} {
+		raw, _ := json.Marshal(module.ApplyDefaults((&cloud.Created{}).Info(), tc.params))
+		res, err := (&cloud.Created{}).Run(ctx, module.RunInfo{ID: "run_test", Step: "provision", Creator: "tok_creator"}, raw, tc.host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sid := res.Output.(map[string]any)["hosts"].([]any)[0].(map[string]any)["sid"].(string)
+		so, _ := h.st.SoulGet(ctx, sid)
+		if so.Connection.AwaitJoin != tc.want {
+			t.Errorf("%v: await_join = %v, want %v", tc.params, so.Connection.AwaitJoin, tc.want)
+		}
 	}
 }

@@ -108,11 +108,19 @@ func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams
 				return record{}, fmt.Errorf("insert bootstrap token of %q: %w", t.SID, err)
 			}
 		}
+		for _, sd := range p.Seeds {
+			if _, err := s.insertSeed(ctx, tx, sd, now); err != nil {
+				return record{}, err
+			}
+		}
 		ids, _ := json.Marshal(vmIDs)
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE cloud_requests SET status = 'created', vm_ids = ?, finished_at = ? WHERE request_id = ?`), string(ids), now, p.RequestID); err != nil {
 			return record{}, fmt.Errorf("record cloud request %s: %w", p.RequestID, err)
 		}
 		payload := map[string]any{"action": "created", "request_id": p.RequestID, "vm_ids": vmIDs, "sids": sids, "bootstraps_issued": len(p.Tokens)}
+		if len(p.Seeds) > 0 {
+			payload["seeds_added"] = len(p.Seeds)
+		}
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
@@ -153,7 +161,7 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (s
 			}
 			args := append([]any{store.SoulDestroyed, now}, pairedArgs...)
 			args = append(args, store.SoulDestroyed)
-			res, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET status = ?, updated_at = ? WHERE `+paired+` AND status <> ?`), args...)
+			res, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET status = ?, updated_at = ?, cert_serial = '' WHERE `+paired+` AND status <> ?`), args...)
 			if err != nil {
 				return record{}, fmt.Errorf("destroy souls: %w", err)
 			}

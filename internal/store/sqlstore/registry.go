@@ -209,19 +209,20 @@ func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) er
 // what scanSoul reads.
 const (
 	soulCols       = `sid, status, address, provider, vm_id, primary_ip, attributes, connection, created_by_aid, created_at, updated_at`
-	soulSelectCols = soulCols + `, last_seen_at, last_error`
+	soulSelectCols = soulCols + `, last_seen_at, last_error, cert_serial, cert_not_after, joined_at`
 )
 
 func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
 	var s store.Soul
 	var attrs, conn string
 	var provider, createdBy sql.NullString
-	var seen sql.NullTime
-	err := row.Scan(&s.SID, &s.Status, &s.Address, &provider, &s.VMID, &s.PrimaryIP, &attrs, &conn, &createdBy, &s.CreatedAt, &s.UpdatedAt, &seen, &s.LastError)
+	var seen, notAfter, joined sql.NullTime
+	err := row.Scan(&s.SID, &s.Status, &s.Address, &provider, &s.VMID, &s.PrimaryIP, &attrs, &conn, &createdBy, &s.CreatedAt, &s.UpdatedAt, &seen, &s.LastError,
+		&s.CertSerial, &notAfter, &joined)
 	if err != nil {
 		return s, err
 	}
-	s.LastSeenAt = timePtr(seen)
+	s.LastSeenAt, s.CertNotAfter, s.JoinedAt = timePtr(seen), timePtr(notAfter), timePtr(joined)
 	s.Provider = provider.String
 	s.Attributes = json.RawMessage(attrs)
 	if createdBy.Valid {

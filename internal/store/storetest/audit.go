@@ -330,8 +330,12 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 	db := s.DB()
 	// Back to the schema before migration 00006, as an older keeper left it
 	// (so without the migrations after it either: 00008, souls' last
-	// contact; 00010, the deployment id).
+	// contact; 00010, the deployment id; 00011, souls' certificates and
+	// seeds' creators).
 	for _, q := range []string{
+		`ALTER TABLE soul_seeds DROP COLUMN created_at`, `ALTER TABLE soul_seeds DROP COLUMN created_by`,
+		`ALTER TABLE souls DROP COLUMN joined_at`, `ALTER TABLE souls DROP COLUMN cert_not_after`, `ALTER TABLE souls DROP COLUMN cert_serial`,
+		`DELETE FROM goose_db_version WHERE version_id = 11`,
 		`DROP TABLE keeper_deployment`, `DELETE FROM goose_db_version WHERE version_id = 10`,
 		`ALTER TABLE souls DROP COLUMN last_error`, `ALTER TABLE souls DROP COLUMN last_seen_at`, `DELETE FROM goose_db_version WHERE version_id = 8`,
 		`ALTER TABLE audit_head DROP COLUMN keyed_from`, `DELETE FROM goose_db_version WHERE version_id = 6`,
@@ -355,8 +359,8 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	applied, err := b.Migrate(ctx, db)
-	if err != nil || !slices.Equal(applied, []int64{6, 8, 10}) {
-		t.Fatalf("migrate = %v, %v; want [6 8 10]", applied, err)
+	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11}) {
+		t.Fatalf("migrate = %v, %v; want [6 8 10 11]", applied, err)
 	}
 	head, err := s.AuditHead(ctx)
 	if err != nil || head.KeyedFrom != 4 {

@@ -52,6 +52,10 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"CloudAuditFailure", testCloudAuditFailure},
 		{"CloudDestroyFiltered", testCloudDestroyFiltered},
 		{"DeploymentID", testDeploymentID},
+		{"SoulJoin", testSoulJoin},
+		{"SoulJoinPinned", testSoulJoinPinned},
+		{"SoulJoinConcurrent", testSoulJoinConcurrent},
+		{"SeedAdd", testSeedAdd},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

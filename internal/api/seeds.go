@@ -1,0 +1,111 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+func seedWire(sd store.SoulSeed) client.Seed {
+	in := map[string]any{}
+	_ = json.Unmarshal(sd.Input, &in)
+	return client.Seed{ID: sd.ID, SID: sd.SID, Scenario: sd.Scenario, Input: in, Status: sd.Status, CreatedBy: sd.CreatedBy, CreatedAt: sd.CreatedAt}
+}
+
+func (s *Server) registerSeeds() {
+	tags := []string{"souls"}
+	register(s, huma.Operation{
+		OperationID: "seed-list", Method: http.MethodGet, Path: "/v1/souls/{sid}/seeds", Tags: tags,
+		Summary: "List a soul's seeds", Errors: []int{http.StatusNotFound},
+	}, auth.SoulRead, false, func(ctx context.Context, in *sidInput) (*struct{ Body client.SeedList }, error) {
+		if _, err := s.store.SoulGet(ctx, in.SID); err != nil {
+			return nil, err
+		}
+		seeds, err := s.store.Seeds(ctx, in.SID)
+		if err != nil {
+			return nil, err
+		}
+		out := &struct{ Body client.SeedList }{Body: client.SeedList{Items: make([]client.Seed, 0, len(seeds))}}
+		for _, sd := range seeds {
+			out.Body.Items = append(out.Body.Items, seedWire(sd))
+		}
+		return out, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "seed-add", Method: http.MethodPost, Path: "/v1/souls/{sid}/seeds", Tags: tags,
+		Summary: "Add a seed to a soul",
+		Description: "The scenario is checked with the seed's input plus sid (422 seed.scenario_invalid lists every problem). " +
+			"A seed runs as its creator, so the caller needs run.create (and the permission each keeper-side step declares) besides soul.create. " +
+			"It runs, created by the caller, when the soul joins; on a soul that has joined already it runs at once. " +
+			"Audit seed.added.",
+		DefaultStatus: http.StatusCreated,
+		Errors:        []int{http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, auth.SoulCreate, false, func(ctx context.Context, in *struct {
+		SID  string `path:"sid" doc:"The soul's id."`
+		Body client.SeedCreate
+	}) (*struct{ Body client.Seed }, error) {
+		so, err := s.store.SoulGet(ctx, in.SID)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := in.Body.Input["sid"]; ok {
+			return nil, invalid("seed.input_invalid", "body.input.sid", "is set by the keeper to the soul's SID; leave it out")
+		}
+		if in.Body.Scenario == "" {
+			return nil, invalid("seed.scenario_invalid", "body.scenario", "must not be empty")
+		}
+		needs, err := s.checkSeed(in.SID, in.Body.Scenario, in.Body.Input)
+		if err != nil {
+			return nil, err
+		}
+		// A seed runs as its creator: adding one is starting a run later.
+		caller := principal(ctx)
+		if err := caller.Require(auth.RunCreate); err != nil {
+			return nil, err
+		}
+		if err := requireStepPermissions(caller, needs); err != nil {
+			return nil, err
+		}
+		input := objectJSON(in.Body.Input)
+		actor := caller.Actor()
+		sd, err := s.store.SeedAdd(ctx, store.SeedAddParams{Seed: store.SoulSeed{SID: in.SID, Scenario: in.Body.Scenario, Input: input, CreatedBy: string(actor)}, Actor: actor})
+		if err != nil {
+			return nil, err
+		}
+		out := seedWire(sd)
+		if so.JoinedAt != nil && so.Status == store.SoulActive && s.runs != nil && s.check != nil {
+			run, err := s.submitSeed(context.WithoutCancel(ctx), sd)
+			if err != nil {
+				return nil, err
+			}
+			out.RunID = run.ID
+		}
+		return &struct{ Body client.Seed }{Body: out}, nil
+	})
+}
+
+// checkSeed validates a seed's scenario with its input plus sid and
+// returns the permissions its steps need.
+func (s *Server) checkSeed(sid, text string, input map[string]any) ([]StepPermission, error) {
+	if s.check == nil {
+		return nil, nil
+	}
+	in, _ := seedInput(objectJSON(input), sid)
+	checked, problems := s.check("seed.yaml", text, in)
+	if len(problems) == 0 {
+		return checked.Needs, nil
+	}
+	detail := fmt.Sprintf("the seed's scenario has %d problem(s); nothing was stored", len(problems))
+	if len(problems) == 1 {
+		detail = problems[0].Location + ": " + problems[0].Message
+	}
+	return nil, problem(http.StatusUnprocessableEntity, "seed.scenario_invalid", detail, problems...)
+}

@@ -1,0 +1,206 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+var _ store.JoinStore = (*Store)(nil)
+
+func refused(reason, sid, format string, args ...any) error {
+	return &store.JoinRefusedError{Reason: reason, SID: sid, Detail: fmt.Sprintf(format, args...)}
+}
+
+// SoulJoin consumes a bootstrap token and makes its soul active, in one
+// transaction with soul.joined.
+func (s *Store) SoulJoin(ctx context.Context, p store.SoulJoinParams) (store.Soul, error) {
+	now := s.stamp()
+	err := s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+		var t store.BootstrapToken
+		var expires sql.NullTime
+		err := tx.QueryRowContext(ctx, s.q(`SELECT id, sid, expires_at, status FROM bootstrap_tokens WHERE hash = ?`), p.TokenHash).
+			Scan(&t.ID, &t.SID, &expires, &t.Status)
+		if errors.Is(err, sql.ErrNoRows) {
+			return record{}, refused(store.JoinTokenUnknown, p.SID, "no bootstrap token matches")
+		}
+		if err != nil {
+			return record{}, fmt.Errorf("look up bootstrap token: %w", err)
+		}
+		switch {
+		case t.SID != p.SID:
+			return record{}, refused(store.JoinSIDMismatch, p.SID, "the bootstrap token is bound to another soul")
+		case t.Status == store.BootstrapUsed:
+			return record{}, refused(store.JoinTokenUsed, p.SID, "the bootstrap token was already used")
+		case t.Status == store.BootstrapBurned:
+			return record{}, refused(store.JoinTokenBurned, p.SID, "the bootstrap token was burned when its soul was destroyed")
+		case t.Status != store.BootstrapIssued:
+			return record{}, refused(store.JoinTokenUnknown, p.SID, "the bootstrap token is %s", t.Status)
+		case expires.Valid && !p.Now.Before(expires.Time):
+			return record{}, refused(store.JoinTokenExpired, p.SID, "the bootstrap token expired at %s", expires.Time.UTC().Format(time.RFC3339))
+		}
+		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
+		if err != nil {
+			return record{}, notFound(err, "soul", p.SID)
+		}
+		if so.Status == store.SoulDestroyed {
+			return record{}, refused(store.JoinSoulDestroyed, p.SID, "the soul is destroyed")
+		}
+		if pinned := so.Connection.HostKey; pinned != "" && !containsKey(p.HostKeys, pinned) {
+			return record{}, refused(store.JoinHostKeyMismatch, p.SID, "none of the reported host keys is the one pinned for this soul")
+		} else if pinned == "" {
+			so.Connection.HostKey = p.HostKey
+		}
+		conn, err := json.Marshal(so.Connection)
+		if err != nil {
+			return record{}, err
+		}
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE bootstrap_tokens SET status = ? WHERE id = ? AND status = ?`), store.BootstrapUsed, t.ID, store.BootstrapIssued)
+		if err != nil {
+			return record{}, fmt.Errorf("use bootstrap token: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return record{}, refused(store.JoinTokenUsed, p.SID, "the bootstrap token was already used")
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET status = ?, connection = ?, cert_serial = ?, cert_not_after = ?, joined_at = ?, last_error = '', updated_at = ? WHERE sid = ?`),
+			store.SoulActive, string(conn), p.CertSerial, p.CertNotAfter.UTC(), now, now, p.SID); err != nil {
+			return record{}, fmt.Errorf("join soul %q: %w", p.SID, err)
+		}
+		payload := map[string]any{"sid": p.SID, "from": so.Status, "serial": p.CertSerial, "not_after": p.CertNotAfter.UTC().Format(time.RFC3339), "host_key": so.Connection.HostKey}
+		for k, v := range p.Audit {
+			payload[k] = v
+		}
+		return record{action: "soul.joined", object: "soul/" + p.SID, payload: payload}, nil
+	})
+	if err != nil {
+		return store.Soul{}, err
+	}
+	return s.SoulGet(ctx, p.SID)
+}
+
+// containsKey reports whether keys holds key (type and base64 compared,
+// comments ignored).
+func containsKey(keys []string, key string) bool {
+	for _, k := range keys {
+		if sameKey(k, key) {
+			return true
+		}
+	}
+	return false
+}
+
+func sameKey(a, b string) bool {
+	var fa, fb [2]string
+	n, _ := fmt.Sscan(a, &fa[0], &fa[1])
+	m, _ := fmt.Sscan(b, &fb[0], &fb[1])
+	return n == 2 && m == 2 && fa == fb
+}
+
+// SoulRenewCert replaces a soul's certificate serial.
+func (s *Store) SoulRenewCert(ctx context.Context, p store.SoulRenewParams) (store.Soul, error) {
+	now := s.stamp()
+	err := s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return record{}, refused(store.JoinSoulNotFound, p.SID, "no such soul")
+		}
+		if err != nil {
+			return record{}, fmt.Errorf("look up soul %q: %w", p.SID, err)
+		}
+		switch {
+		case so.Status == store.SoulDestroyed:
+			return record{}, refused(store.JoinSoulDestroyed, p.SID, "the soul is destroyed")
+		case so.CertSerial == "" || so.CertSerial != p.OldSerial:
+			return record{}, refused(store.JoinCertRevoked, p.SID, "the presented certificate is not the soul's current one")
+		}
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET cert_serial = ?, cert_not_after = ?, updated_at = ? WHERE sid = ? AND cert_serial = ?`),
+			p.CertSerial, p.CertNotAfter.UTC(), now, p.SID, p.OldSerial)
+		if err != nil {
+			return record{}, fmt.Errorf("renew certificate of soul %q: %w", p.SID, err)
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return record{}, refused(store.JoinCertRevoked, p.SID, "the presented certificate is not the soul's current one")
+		}
+		return record{action: "soul.cert_renewed", object: "soul/" + p.SID, payload: map[string]any{
+			"sid": p.SID, "old_serial": p.OldSerial, "serial": p.CertSerial, "not_after": p.CertNotAfter.UTC().Format(time.RFC3339)}}, nil
+	})
+	if err != nil {
+		return store.Soul{}, err
+	}
+	return s.SoulGet(ctx, p.SID)
+}
+
+// insertSeed adds one active seed inside tx.
+func (s *Store) insertSeed(ctx context.Context, tx *sql.Tx, sd store.SoulSeed, now time.Time) (int64, error) {
+	var id int64
+	err := tx.QueryRowContext(ctx, s.q(`INSERT INTO soul_seeds (sid, scenario, input, status, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING id`),
+		sd.SID, sd.Scenario, jsonText(sd.Input), store.SeedActive, sd.CreatedBy, now).Scan(&id)
+	switch s.dialect.Classify(err) {
+	case ForeignKeyViolation:
+		return 0, &store.Error{Err: store.ErrNotFound, Kind: "soul", Key: sd.SID}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("insert seed of soul %q: %w", sd.SID, err)
+	}
+	return id, nil
+}
+
+// SeedAdd stores one seed with seed.added.
+func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (store.SoulSeed, error) {
+	var id int64
+	now := s.stamp()
+	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+		var status string
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT status FROM souls WHERE sid = ?`), p.Seed.SID).Scan(&status); err != nil {
+			return record{}, notFound(err, "soul", p.Seed.SID)
+		}
+		var err error
+		if id, err = s.insertSeed(ctx, tx, p.Seed, now); err != nil {
+			return record{}, err
+		}
+		return record{action: "seed.added", object: "soul/" + p.Seed.SID, payload: map[string]any{
+			"sid": p.Seed.SID, "seed_id": id, "created_by": p.Seed.CreatedBy}}, nil
+	})
+	if err != nil {
+		return store.SoulSeed{}, err
+	}
+	seeds, err := s.Seeds(ctx, p.Seed.SID)
+	if err != nil {
+		return store.SoulSeed{}, err
+	}
+	for _, sd := range seeds {
+		if sd.ID == id {
+			return sd, nil
+		}
+	}
+	return store.SoulSeed{}, fmt.Errorf("seed %d of soul %q vanished", id, p.Seed.SID)
+}
+
+// Seeds lists a soul's seeds by id.
+func (s *Store) Seeds(ctx context.Context, sid string) ([]store.SoulSeed, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, scenario, input, status, created_by, created_at FROM soul_seeds WHERE sid = ? ORDER BY id`), sid)
+	if err != nil {
+		return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
+	}
+	defer rows.Close()
+	out := []store.SoulSeed{}
+	for rows.Next() {
+		var sd store.SoulSeed
+		var input string
+		var created sql.NullTime
+		if err := rows.Scan(&sd.ID, &sd.SID, &sd.Scenario, &input, &sd.Status, &sd.CreatedBy, &created); err != nil {
+			return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
+		}
+		sd.Input = json.RawMessage(input)
+		if created.Valid {
+			sd.CreatedAt = created.Time.UTC()
+		}
+		out = append(out, sd)
+	}
+	return out, rows.Err()
+}
