@@ -80,8 +80,8 @@ type Config struct {
 	// after wire.MissedHeartbeats of them without one. 0 means
 	// wire.DefaultHeartbeat.
 	Heartbeat time.Duration
-	// OnPresence, when set, is called (from one goroutine, in order) when
-	// a soul's agent comes (present) or goes.
+	// OnPresence, when set, is called (from one goroutine of the bus, in
+	// order) when a soul's agent comes (present) or goes.
 	OnPresence func(sid string, present bool)
 	// SessionTTL and MaxCommand: 0 means the defaults above.
 	SessionTTL, MaxCommand time.Duration
@@ -106,7 +106,8 @@ type Server struct {
 
 	refused atomic.Int64
 
-	presenceMu sync.Mutex // serializes OnPresence calls
+	events    chan presenceEvent
+	delivered chan struct{}
 
 	mu       sync.Mutex
 	present  map[string]*presence
@@ -142,7 +143,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Account == "" {
 		cfg.Account = server.DEFAULT_GLOBAL_ACCOUNT
 	}
-	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -200,6 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("bus: %w", err)
 	}
 	go s.watch()
+	go s.deliver()
 	s.log.Info("bus ready", "urls", s.urls, "embedded", s.ns != nil)
 	return s, nil
 }
@@ -286,6 +288,7 @@ func (s *Server) Refused() int64 { return s.refused.Load() }
 func (s *Server) Close() error {
 	close(s.stop)
 	<-s.done
+	<-s.delivered
 	s.shutdown()
 	return nil
 }
@@ -328,13 +331,33 @@ func (s *Server) heartbeat(m *nats.Msg) {
 	}
 }
 
-// notify calls OnPresence; watch and heartbeat run it from the NATS
-// callback goroutine or the watcher, never concurrently for one soul.
+// notify queues a presence change for OnPresence, which deliver calls in
+// order from its own goroutine: a slow registry never holds up the
+// heartbeats.
 func (s *Server) notify(sid string, present bool) {
-	if s.cfg.OnPresence != nil {
-		s.presenceMu.Lock()
-		defer s.presenceMu.Unlock()
-		s.cfg.OnPresence(sid, present)
+	if s.cfg.OnPresence == nil {
+		return
+	}
+	select {
+	case s.events <- presenceEvent{sid, present}:
+	case <-s.stop:
+	}
+}
+
+type presenceEvent struct {
+	sid     string
+	present bool
+}
+
+func (s *Server) deliver() {
+	defer close(s.delivered)
+	for {
+		select {
+		case e := <-s.events:
+			s.cfg.OnPresence(e.sid, e.present)
+		case <-s.stop:
+			return
+		}
 	}
 }
 

@@ -110,7 +110,14 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	}
 	stopWatch := watchAdminTokens(ctx, st, log)
 	defer stopWatch()
-	svc, err := newServices(ctx, st, c, log)
+	agents, err := startBus(ctx, c, st, log)
+	if err != nil {
+		return err
+	}
+	if agents != nil {
+		defer agents.Close()
+	}
+	svc, err := newServices(ctx, st, c, log, agents)
 	if err != nil {
 		return err
 	}

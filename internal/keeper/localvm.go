@@ -19,8 +19,9 @@ const envKeeperDirs = "SOULSTACK_KEEPER_DIRS"
 const envKeeperPorts = "SOULSTACK_KEEPER_PORTS"
 
 // keeperDirsEnv is the plugin environment naming the keeper's data dir
-// and plugin dir, absolute, as a list like $PATH, and its listen port.
-func keeperDirsEnv(c config.Config) []string {
+// and plugin dir, absolute, as a list like $PATH, and its listen port
+// with the extra ports (the embedded bus's), comma-separated.
+func keeperDirsEnv(c config.Config, extra ...string) []string {
 	var dirs []string
 	for _, d := range []string{c.DataDir, c.PluginDir} {
 		if a, err := filepath.Abs(d); err == nil {
@@ -28,8 +29,17 @@ func keeperDirsEnv(c config.Config) []string {
 		}
 	}
 	env := []string{envKeeperDirs + "=" + strings.Join(dirs, string(os.PathListSeparator))}
+	var ports []string
 	if _, port, err := net.SplitHostPort(c.Listen); err == nil && port != "0" {
-		env = append(env, envKeeperPorts+"="+port)
+		ports = append(ports, port)
+	}
+	for _, p := range extra {
+		if p != "" && p != "0" {
+			ports = append(ports, p)
+		}
+	}
+	if len(ports) > 0 {
+		env = append(env, envKeeperPorts+"="+strings.Join(ports, ","))
 	}
 	return env
 }
