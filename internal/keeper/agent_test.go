@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/config"
@@ -137,6 +139,14 @@ func (k *agentKeeper) agents(t *testing.T, ids ...bustest.Identity) *bustest.Age
 	return bustest.StartAgents(t, bustest.AgentSpec{URLs: k.urls, Identities: ids, Heartbeat: 300 * time.Millisecond})
 }
 
+// waitPresent waits until the keeper logged sid's agent present.
+func (k *agentKeeper) waitPresent(t *testing.T, sid string) {
+	t.Helper()
+	bustest.WaitFor(t, 20*time.Second, sid+"'s agent", func() bool {
+		return strings.Contains(k.logs.String(), `msg="bus: agent present" component=bus sid=`+sid)
+	})
+}
+
 func (k *agentKeeper) waitStatus(t *testing.T, sid, status string) *client.Soul {
 	t.Helper()
 	var so *client.Soul
@@ -231,5 +241,43 @@ func TestAgentTransport(t *testing.T) {
 	}
 	if n := k.audited(t, "soul.activated", "soul/"+sid); n != 1 {
 		t.Errorf("%d soul.activated events, want 1 (the agent's return)", n)
+	}
+}
+
+// TestAgentOfDeletedSoulIsCutOff: once a soul leaves the registry its
+// agent's connection is closed within a heartbeat interval and the
+// identity cannot reconnect, while another soul's agent carries on.
+func TestAgentOfDeletedSoulIsCutOff(t *testing.T) {
+	t.Parallel()
+	k := startAgentKeeper(t)
+	gone := k.soul(t, "gone.local.test")
+	stays := k.soul(t, "stays.local.test")
+	k.agents(t, stays)
+	k.waitPresent(t, stays.SID)
+	tc, err := gone.TLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	nc, err := nats.Connect(strings.Join(k.urls, ","), nats.Secure(tc), nats.NoReconnect(), nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+	if err != nil {
+		t.Fatalf("the registered soul cannot connect: %v", err)
+	}
+	defer nc.Close()
+	if err := k.c.SoulDelete(t.Context(), gone.SID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the deleted soul's connection is still open")
+	}
+	if again, err := nats.Connect(strings.Join(k.urls, ","), nats.Secure(tc), nats.NoReconnect()); err == nil {
+		again.Close()
+		t.Fatal("the deleted soul's identity reconnected")
+	}
+	run := k.run(t, fmt.Sprintf("steps:\n  - {name: one, on: %q, module: core.command.ran, params: {cmd: \"true\"}}\n", stays.SID))
+	if run.Phase != "Succeeded" {
+		t.Fatalf("the other soul's run = %s\n%s", run.Phase, describeSteps(run.Steps))
 	}
 }
