@@ -42,6 +42,9 @@ type Config struct {
 	Version string
 	// ReconnectWait is the pause between reconnection attempts; 0 means 1s.
 	ReconnectWait time.Duration
+	// Exec runs one command; nil means Run. Benchmarks of the bus itself
+	// set one that spawns nothing.
+	Exec func(ctx context.Context, req wire.ExecRequest) Outcome
 }
 
 // ErrConfig means Config is incomplete.
@@ -73,7 +76,10 @@ func Serve(ctx context.Context, cfg Config) error {
 	if wait <= 0 {
 		wait = time.Second
 	}
-	a := &agent{sid: cfg.SID, log: log, running: map[string]context.CancelFunc{}}
+	a := &agent{sid: cfg.SID, log: log, run: cfg.Exec, running: map[string]context.CancelFunc{}}
+	if a.run == nil {
+		a.run = Run
+	}
 	runCtx, stopRuns := context.WithCancel(ctx)
 	defer stopRuns()
 	a.ctx = runCtx
@@ -133,6 +139,7 @@ func Serve(ctx context.Context, cfg Config) error {
 type agent struct {
 	sid string
 	log *slog.Logger
+	run func(ctx context.Context, req wire.ExecRequest) Outcome
 	nc  *nats.Conn
 	ctx context.Context // ends when Serve returns; commands run under it
 
@@ -141,22 +148,18 @@ type agent struct {
 	running map[string]context.CancelFunc
 }
 
-// exec runs one command and sends its output parts and end to the reply
-// subject. A message without a reply subject is ignored.
+// exec runs one command and sends its output parts and end to the
+// command's reply subject. A request without a usable id is ignored.
 func (a *agent) exec(m *nats.Msg) {
-	if m.Reply == "" {
-		return
-	}
 	var req wire.ExecRequest
-	if err := json.Unmarshal(m.Data, &req); err != nil {
-		a.reply(m.Reply, nil, nil, wire.ExecEnd{Code: "agent.invalid_request", Error: "the request cannot be decoded: " + err.Error()})
+	if err := json.Unmarshal(m.Data, &req); err != nil || !wire.ValidID(req.ID) {
+		a.log.Warn("ignored an undecodable command", "err", err)
 		return
 	}
+	replyTo := wire.ReplySubject(a.sid, req.ID)
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.mu.Lock()
-	if req.ID != "" {
-		a.running[req.ID] = cancel
-	}
+	a.running[req.ID] = cancel
 	a.mu.Unlock()
 	a.wg.Add(1)
 	go func() {
@@ -167,8 +170,8 @@ func (a *agent) exec(m *nats.Msg) {
 			a.mu.Unlock()
 			cancel()
 		}()
-		out := Run(ctx, req)
-		a.reply(m.Reply, out.Stdout, out.Stderr, out.ExecEnd)
+		out := a.run(ctx, req)
+		a.reply(replyTo, out.Stdout, out.Stderr, out.ExecEnd)
 	}()
 }
 

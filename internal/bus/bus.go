@@ -37,9 +37,6 @@ const (
 	// then and the agent reconnects through the callout, so an identity
 	// revoked on an external cluster stops working within it.
 	DefaultSessionTTL = 15 * time.Minute
-	// DefaultMaxCommand bounds how long after receiving a command a soul
-	// may still reply to it.
-	DefaultMaxCommand = 24 * time.Hour
 	// DefaultMaxPayload is the embedded server's max_payload.
 	DefaultMaxPayload = 8 << 20
 	// keeperUser is the embedded server's user for the keeper itself.
@@ -83,8 +80,8 @@ type Config struct {
 	// OnPresence, when set, is called (from one goroutine of the bus, in
 	// order) when a soul's agent comes (present) or goes.
 	OnPresence func(sid string, present bool)
-	// SessionTTL and MaxCommand: 0 means the defaults above.
-	SessionTTL, MaxCommand time.Duration
+	// SessionTTL: 0 means DefaultSessionTTL.
+	SessionTTL time.Duration
 	// MaxOutput is the per-stream output limit sent with each command; 0
 	// means the SSH transport's default.
 	MaxOutput int
@@ -136,9 +133,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
-	}
-	if cfg.MaxCommand <= 0 {
-		cfg.MaxCommand = DefaultMaxCommand
 	}
 	if cfg.Account == "" {
 		cfg.Account = server.DEFAULT_GLOBAL_ACCOUNT

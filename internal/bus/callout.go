@@ -64,10 +64,9 @@ func (s *Server) authorize(ctx context.Context, rc *jwt.AuthorizationRequestClai
 	uc.Name = userName(sid, serial)
 	uc.Audience = s.account
 	uc.Sub.Allow.Add(wire.ExecSubject(sid), wire.CancelSubject(sid))
-	uc.Pub.Allow.Add(wire.HeartbeatSubject(sid))
-	// Replies only to the commands the soul received, one command's
-	// output parts and end each.
-	uc.Resp = &jwt.ResponsePermission{MaxMsgs: wire.MaxReplies, Expires: s.cfg.MaxCommand}
+	// Its heartbeats and the replies to its own commands, nothing else:
+	// no inbox, no other soul's subjects.
+	uc.Pub.Allow.Add(wire.HeartbeatSubject(sid), wire.ReplyWildcard(sid))
 	expires := cert.NotAfter
 	if ttl := now.Add(s.cfg.SessionTTL); ttl.Before(expires) {
 		expires = ttl

@@ -66,7 +66,7 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 	if err := ctx.Err(); err != nil {
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
 	}
-	inbox := c.s.nc.NewInbox()
+	inbox := wire.ReplySubject(c.sid, id)
 	parts := make(chan *nats.Msg, wire.MaxReplies+1)
 	sub, err := c.s.nc.ChanSubscribe(inbox, parts)
 	if err != nil {

@@ -3,6 +3,7 @@ package bus_test
 import (
 	"crypto/tls"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -136,7 +137,7 @@ func TestSoulCannotPublishAsAnotherSoul(t *testing.T) {
 		{wire.HeartbeatSubject(victim.SID), hb},
 		{wire.ExecSubject(victim.SID), req},
 		{wire.ExecSubject(mallory.SID), req},
-		{"_INBOX.forged", end},
+		{wire.ReplySubject(victim.SID, "x"), end},
 		{"$SYS.REQ.USER.AUTH", []byte("x")},
 	} {
 		if err := a.nc.Publish(p.subject, p.data); err != nil {
@@ -160,15 +161,16 @@ func TestSoulCannotPublishAsAnotherSoul(t *testing.T) {
 	}
 }
 
-// A soul may reply only to a command it received, with that command's
-// parts: a reply to a command sent to another soul is refused.
-func TestSoulCannotReplyToAnotherSoulsCommand(t *testing.T) {
+// A soul may reply only under its own token: output for another soul's
+// command is refused, and the other soul's command gets its own agent's
+// answer; a reply to its own command goes through.
+func TestSoulCannotReplyForAnotherSoul(t *testing.T) {
 	t.Parallel()
 	e := startBus(t)
 	mallory := e.soul(t, "web.prod.example.com")
 	victim := e.soul(t, "db.prod.example.com")
 	a := connectAs(t, e, mallory)
-	// mallory receives its own commands on its own subject...
+	// mallory plays its own agent by hand...
 	own := make(chan *nats.Msg, 1)
 	if _, err := a.nc.ChanSubscribe(wire.ExecSubject(mallory.SID), own); err != nil {
 		t.Fatal(err)
@@ -184,29 +186,35 @@ func TestSoulCannotReplyToAnotherSoulsCommand(t *testing.T) {
 	mc, _ := e.bus.Agent(mallory.SID)
 	done := make(chan error, 1)
 	go func() {
-		_, err := mc.Exec(t.Context(), transport.Command{Argv: []string{"true"}})
+		res, err := mc.Exec(t.Context(), transport.Command{Argv: []string{"true"}})
+		if err == nil && res.ExitCode != 3 {
+			err = fmt.Errorf("exit %d, want mallory's 3", res.ExitCode)
+		}
 		done <- err
 	}()
 	m := <-own
-	// The victim's command goes to an inbox mallory never saw: mallory
-	// guesses it from its own (same keeper connection, same prefix).
-	guess := m.Reply[:strings.LastIndex(m.Reply, ".")+1] + "guess"
-	forged, _ := json.Marshal(wire.ExecEnd{ExitCode: 0})
-	fm := nats.NewMsg(guess)
-	fm.Header.Set(wire.PartHeader, wire.PartEnd)
-	fm.Data = forged
-	a.nc.PublishMsg(fm)
-	a.nc.Flush()
-	requireViolations(t, a, 1)
-	res, err := vc.Exec(t.Context(), transport.Command{Script: "echo real"})
-	if err != nil || string(res.Stdout) != "real\n" {
-		t.Fatalf("the victim's command: %q, %v", res.Stdout, err)
+	var req wire.ExecRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		t.Fatal(err)
 	}
-	// mallory's reply to its own command is allowed.
-	end := nats.NewMsg(m.Reply)
-	end.Header.Set(wire.PartHeader, wire.PartEnd)
-	end.Data, _ = json.Marshal(wire.ExecEnd{ExitCode: 3})
-	if err := a.nc.PublishMsg(end); err != nil {
+	forge := func(subject string, exit int) *nats.Msg {
+		fm := nats.NewMsg(subject)
+		fm.Header.Set(wire.PartHeader, wire.PartEnd)
+		fm.Data, _ = json.Marshal(wire.ExecEnd{ExitCode: exit})
+		return fm
+	}
+	// The same command id under the victim's token, a wildcard-looking
+	// subject and the request's own reply field: all refused.
+	for _, subject := range []string{wire.ReplySubject(victim.SID, req.ID), wire.ReplyPrefix + wire.Token(victim.SID) + ".x", "_INBOX.x"} {
+		a.nc.PublishMsg(forge(subject, 0))
+	}
+	a.nc.Flush()
+	requireViolations(t, a, 3)
+	res, err := vc.Exec(t.Context(), transport.Command{Script: "echo real; exit 4"})
+	if err != nil || string(res.Stdout) != "real\n" || res.ExitCode != 4 {
+		t.Fatalf("the victim's command: %q exit %d, %v", res.Stdout, res.ExitCode, err)
+	}
+	if err := a.nc.PublishMsg(forge(wire.ReplySubject(mallory.SID, req.ID), 3)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

@@ -5,10 +5,16 @@
 //
 // Subjects, with <tok> = Token(sid):
 //
-//	soulstack.soul.<tok>.exec    keeper -> soul, request; the reply subject
-//	                             receives the output parts and the end
-//	soulstack.soul.<tok>.cancel  keeper -> soul, CancelRequest
-//	soulstack.hb.<tok>           soul -> keeper, Heartbeat
+//	soulstack.soul.<tok>.exec        keeper -> soul, ExecRequest
+//	soulstack.soul.<tok>.cancel      keeper -> soul, CancelRequest
+//	soulstack.reply.<tok>.<id>       soul -> keeper, the output parts and
+//	                                 the end of command <id>
+//	soulstack.hb.<tok>               soul -> keeper, Heartbeat
+//
+// Replies go to a subject of the soul's own rather than to an inbox (NATS
+// allow_responses), so that a reply still goes through after the soul
+// reconnects to another node of a cluster, and a soul may publish only
+// under its own token: it can never answer for another soul.
 package wire
 
 import (
@@ -21,6 +27,7 @@ import (
 // Subject prefixes.
 const (
 	SoulPrefix      = "soulstack.soul."
+	ReplyPrefix     = "soulstack.reply."
 	HeartbeatPrefix = "soulstack.hb."
 	// HeartbeatWildcard is what the keeper subscribes to.
 	HeartbeatWildcard = HeartbeatPrefix + "*"
@@ -37,8 +44,8 @@ const (
 // max_payload.
 const ChunkSize = 512 << 10
 
-// MaxReplies is how many reply messages one command may send (output parts
-// and the end): the response permission a soul's user gets.
+// MaxReplies bounds the reply messages of one command (output parts and
+// the end) a keeper buffers.
 const MaxReplies = 256
 
 // tokenEncoding spells a SID as one subject token: base32 with the
@@ -67,6 +74,18 @@ func ExecSubject(sid string) string { return SoulPrefix + Token(sid) + ".exec" }
 
 // CancelSubject is where cancellations for sid are sent.
 func CancelSubject(sid string) string { return SoulPrefix + Token(sid) + ".cancel" }
+
+// ReplySubject is where sid's agent sends the output of command id (a
+// NATS token: no dots or wildcards).
+func ReplySubject(sid, id string) string { return ReplyPrefix + Token(sid) + "." + id }
+
+// ReplyWildcard is every reply subject of sid: what its user may publish.
+func ReplyWildcard(sid string) string { return ReplyPrefix + Token(sid) + ".>" }
+
+// ValidID reports whether id can be the last token of a reply subject.
+func ValidID(id string) bool {
+	return id != "" && len(id) <= 64 && !strings.ContainsAny(id, ". *>\t\r\n")
+}
 
 // HeartbeatSubject is where sid's agent sends heartbeats.
 func HeartbeatSubject(sid string) string { return HeartbeatPrefix + Token(sid) }
