@@ -67,6 +67,11 @@ type Config struct {
 	// ClusterCAs verify an external cluster's server certificates; nil
 	// means the keeper's CA.
 	ClusterCAs *x509.CertPool
+	// KeeperCert is the client certificate the keeper presents to an
+	// external cluster, whose tls block verifies every client (souls'
+	// certificates are then checked by the server and again by the
+	// callout); nil presents none.
+	KeeperCert *tls.Certificate
 	// CA is the keeper's CA: souls' certificates must chain to it, and the
 	// embedded server's certificate is ServerCert.
 	CA         *pki.CA
@@ -112,6 +117,25 @@ type Server struct {
 
 	stop chan struct{}
 	done chan struct{}
+
+	epochMu sync.Mutex
+	epoch   chan struct{} // closed when the keeper's connection drops
+}
+
+// currentEpoch returns a channel closed when the keeper's own connection
+// next drops: replies sent while it reconnects are lost, so the commands
+// in flight then cannot know their outcome.
+func (s *Server) currentEpoch() <-chan struct{} {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	return s.epoch
+}
+
+func (s *Server) newEpoch() {
+	s.epochMu.Lock()
+	defer s.epochMu.Unlock()
+	close(s.epoch)
+	s.epoch = make(chan struct{})
 }
 
 type presence struct {
@@ -150,22 +174,34 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cfg.CA.Cert)
-	opts := []nats.Option{nats.Name("soulstack keeper"), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond)}
+	s.epoch = make(chan struct{})
+	opts := []nats.Option{nats.Name("soulstack keeper"), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			s.log.Warn("bus: the keeper's connection was lost; commands in flight end as disconnected", "err", err)
+			s.newEpoch()
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { s.log.Info("bus: the keeper reconnected", "url", c.ConnectedUrlRedacted()) }),
+	}
 	var url string
 	if cfg.Listen != "" {
 		password, err := s.startEmbedded(pool)
 		if err != nil {
 			return nil, err
 		}
-		url = s.ns.ClientURL()
-		opts = append(opts, nats.UserInfo(keeperUser, password), nats.Secure(&tls.Config{RootCAs: pool, ServerName: hostOf(s.ns.Addr()), MinVersion: tls.VersionTLS12}))
+		host := selfHost(s.ns.Addr())
+		url = "tls://" + net.JoinHostPort(host, strconv.Itoa(s.ns.Addr().(*net.TCPAddr).Port))
+		opts = append(opts, nats.UserInfo(keeperUser, password), nats.Secure(&tls.Config{RootCAs: pool, ServerName: host, MinVersion: tls.VersionTLS12}))
 	} else {
 		url = cfg.URL
 		roots := cfg.ClusterCAs
 		if roots == nil {
 			roots = pool
 		}
-		opts = append(opts, nats.Secure(&tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}))
+		tc := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+		if cfg.KeeperCert != nil {
+			tc.Certificates = []tls.Certificate{*cfg.KeeperCert}
+		}
+		opts = append(opts, nats.Secure(tc))
 		switch {
 		case cfg.CredsFile != "":
 			opts = append(opts, nats.UserCredentials(cfg.CredsFile))
@@ -257,9 +293,17 @@ func (s *Server) startEmbedded(pool *x509.CertPool) (string, error) {
 	return password, nil
 }
 
-func hostOf(a net.Addr) string {
-	h, _, _ := net.SplitHostPort(a.String())
-	return h
+// selfHost is the address the keeper reaches its own embedded server on:
+// the listen host, or loopback for an unspecified one (0.0.0.0, ::), which
+// the server certificate covers either way.
+func selfHost(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	switch {
+	case !ok || ta.IP.IsUnspecified():
+		return "127.0.0.1"
+	default:
+		return ta.IP.String()
+	}
 }
 
 // AgentURLs are the URLs souls connect to (the join answer's nats.urls).

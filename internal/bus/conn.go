@@ -73,6 +73,7 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
 	}
 	defer sub.Unsubscribe()
+	dropped := c.s.currentEpoch()
 	msg := &nats.Msg{Subject: wire.ExecSubject(c.sid), Reply: inbox, Data: data}
 	if err := c.s.nc.PublishMsg(msg); err != nil {
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
@@ -109,6 +110,8 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 			}
 		case <-c.gone:
 			return res, fmt.Errorf("agent exec on %s: %w", c.sid, ErrDisconnected)
+		case <-dropped:
+			return res, fmt.Errorf("agent exec on %s: %w: the keeper's own bus connection dropped", c.sid, ErrDisconnected)
 		case <-ctx.Done():
 			b, _ := json.Marshal(wire.CancelRequest{ID: id})
 			_ = c.s.nc.Publish(wire.CancelSubject(c.sid), b)

@@ -2,6 +2,10 @@ package keeper
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -154,6 +158,11 @@ func externalBus(ctx context.Context, c config.Config, cfg *bus.Config) error {
 		secret.Register(strings.TrimSpace(pw))
 		cfg.Password = strings.TrimSpace(pw)
 	}
+	cert, err := keeperClientCert(cfg.CA)
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	cfg.KeeperCert = cert
 	if n.CAFile != "" {
 		b, err := os.ReadFile(n.CAFile)
 		if err != nil {
@@ -176,4 +185,28 @@ func busPort(b *bus.Server) string {
 	}
 	_, port, _ := net.SplitHostPort(b.Addr().String())
 	return port
+}
+
+// keeperClientCert issues the keeper, in memory, a client certificate
+// from its CA for an external cluster that verifies every client. It names
+// no registered soul, so the callout would refuse it as a soul; the keeper
+// authenticates as the cluster's auth user.
+func keeperClientCert(ca *pki.CA) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		return nil, err
+	}
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := ca.IssueClient(csr, "keeper.soulstack.invalid", 0, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{cc.Cert.Raw}, PrivateKey: key, Leaf: cc.Cert}, nil
 }
