@@ -177,7 +177,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	s.epoch = make(chan struct{})
 	opts := []nats.Option{nats.Name("soulstack keeper"), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			s.log.Warn("bus: the keeper's connection was lost; commands in flight end as disconnected", "err", err)
+			if err != nil { // nil: Close
+				s.log.Warn("bus: the keeper's connection was lost; commands in flight end as disconnected", "err", err)
+			}
 			s.newEpoch()
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) { s.log.Info("bus: the keeper reconnected", "url", c.ConnectedUrlRedacted()) }),
@@ -232,7 +234,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	go s.watch()
 	go s.deliver()
-	s.log.Info("bus ready", "urls", s.urls, "embedded", s.ns != nil)
+	s.log.Info("bus ready", "urls", s.urls, "embedded", s.ns != nil, "connected", s.nc.ConnectedUrlRedacted())
 	return s, nil
 }
 

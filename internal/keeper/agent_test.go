@@ -53,15 +53,30 @@ type agentKeeper struct {
 	logs *syncBuffer
 }
 
-var busReady = regexp.MustCompile(`msg="bus ready" component=bus urls=\[([^\]]+)\]`)
+var busReady = regexp.MustCompile(`msg="bus ready" component=bus urls="?\[([^\]]+)\]`)
 
 // testHeartbeat keeps presence tests short; the default is 5s.
 const testHeartbeat = "300ms"
 
 func startAgentKeeper(t *testing.T) *agentKeeper {
 	t.Helper()
-	cfg := config.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: config.Log{Level: "info"},
-		NATS: config.NATS{Listen: "127.0.0.1:0", Heartbeat: testHeartbeat}}.WithDefaults()
+	return startAgentKeeperWith(t, config.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: config.Log{Level: "info"},
+		NATS: config.NATS{Listen: "127.0.0.1:0", Heartbeat: testHeartbeat}})
+}
+
+// connectedNode is the NATS URL the keeper's own connection went to.
+func (k *agentKeeper) connectedNode(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`msg="bus ready" .* connected=(\S+)`).FindStringSubmatch(k.logs.String())
+	if m == nil {
+		t.Fatal("the keeper logged no connected URL")
+	}
+	return m[1]
+}
+
+func startAgentKeeperWith(t *testing.T, cfg config.Config) *agentKeeper {
+	t.Helper()
+	cfg = cfg.WithDefaults()
 	logs := &syncBuffer{}
 	log := keeper.NewLogger(logs, cfg)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -192,6 +192,28 @@ func RunAgentIfAsked() {
 // Agents is a running agent process.
 type Agents struct {
 	Cmd *exec.Cmd
+	log lockedBuffer
+}
+
+// Log is what the process logged (warnings and errors).
+func (a *Agents) Log() string { return a.log.String() }
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b = append(l.b, p...)
+	return len(p), nil
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.b)
 }
 
 // Stop ends the process (SIGTERM, then SIGKILL) and waits for it.
@@ -229,12 +251,17 @@ func StartAgents(tb testing.TB, spec AgentSpec) *Agents {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envAgent+"="+string(b))
-	cmd.Stderr = os.Stderr
+	a := &Agents{Cmd: cmd}
+	cmd.Stderr = &a.log
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
-	a := &Agents{Cmd: cmd}
-	tb.Cleanup(a.Stop)
+	tb.Cleanup(func() {
+		a.Stop()
+		if tb.Failed() && a.Log() != "" {
+			tb.Logf("agent process %d log:\n%s", cmd.Process.Pid, a.Log())
+		}
+	})
 	return a
 }
 
