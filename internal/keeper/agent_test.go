@@ -74,7 +74,7 @@ func (k *agentKeeper) connectedNode(t *testing.T) string {
 	return m[1]
 }
 
-func startAgentKeeperWith(t *testing.T, cfg config.Config) *agentKeeper {
+func startAgentKeeperWith(t testing.TB, cfg config.Config) *agentKeeper {
 	t.Helper()
 	cfg = cfg.WithDefaults()
 	logs := &syncBuffer{}
@@ -126,7 +126,7 @@ func startAgentKeeperWith(t *testing.T, cfg config.Config) *agentKeeper {
 
 // closedPort returns a loopback port nothing listens on: SSH to it is
 // refused at once.
-func closedPort(t *testing.T) int {
+func closedPort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -140,7 +140,7 @@ func closedPort(t *testing.T) int {
 // soul registers sid with an SSH address nothing answers on, and issues
 // its identity from the keeper's CA (recorded as the soul's current
 // certificate).
-func (k *agentKeeper) soul(t *testing.T, sid string) bustest.Identity {
+func (k *agentKeeper) soul(t testing.TB, sid string) bustest.Identity {
 	t.Helper()
 	if _, err := k.c.SoulCreate(t.Context(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(t)}}); err != nil {
 		t.Fatal(err)
@@ -150,12 +150,12 @@ func (k *agentKeeper) soul(t *testing.T, sid string) bustest.Identity {
 	return id
 }
 
-func (k *agentKeeper) agents(t *testing.T, ids ...bustest.Identity) *bustest.Agents {
+func (k *agentKeeper) agents(t testing.TB, ids ...bustest.Identity) *bustest.Agents {
 	return bustest.StartAgents(t, bustest.AgentSpec{URLs: k.urls, Identities: ids, Heartbeat: 300 * time.Millisecond})
 }
 
 // waitPresent waits until the keeper logged sid's agent present.
-func (k *agentKeeper) waitPresent(t *testing.T, sid string) {
+func (k *agentKeeper) waitPresent(t testing.TB, sid string) {
 	t.Helper()
 	bustest.WaitFor(t, 20*time.Second, sid+"'s agent", func() bool {
 		return strings.Contains(k.logs.String(), `msg="bus: agent present" component=bus sid=`+sid)

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/internal/agent"
+	"github.com/soulstack/soulstack/internal/agent/wire"
 	"github.com/soulstack/soulstack/internal/pki"
 )
 
@@ -152,18 +153,25 @@ type AgentSpec struct {
 	URLs       []string   `json:"urls"`
 	Identities []Identity `json:"identities"`
 	Heartbeat  time.Duration
+	// NoExec answers every command with exit 0 without running anything:
+	// for benchmarks of the bus itself.
+	NoExec bool `json:"no_exec"`
 }
 
 // RunAgentIfAsked turns the test binary into an agent process when
 // StartAgents started it: it serves every identity of the spec until
 // SIGTERM and exits. Call it first in TestMain.
 func RunAgentIfAsked() {
-	spec := os.Getenv(envAgent)
-	if spec == "" {
+	path := os.Getenv(envAgent)
+	if path == "" {
 		return
 	}
 	var s AgentSpec
-	if err := json.Unmarshal([]byte(spec), &s); err != nil {
+	spec, err := os.ReadFile(path)
+	if err == nil {
+		err = json.Unmarshal(spec, &s)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "agent spec:", err)
 		os.Exit(2)
 	}
@@ -177,10 +185,14 @@ func RunAgentIfAsked() {
 			fmt.Fprintln(os.Stderr, "agent identity:", err)
 			os.Exit(2)
 		}
+		cfg := agent.Config{SID: id.SID, URLs: s.URLs, TLS: tc, Logger: log.With("sid", id.SID), Heartbeat: s.Heartbeat, ReconnectWait: 200 * time.Millisecond}
+		if s.NoExec {
+			cfg.Exec = func(context.Context, wire.ExecRequest) agent.Outcome { return agent.Outcome{} }
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := agent.Serve(ctx, agent.Config{SID: id.SID, URLs: s.URLs, TLS: tc, Logger: log.With("sid", id.SID), Heartbeat: s.Heartbeat, ReconnectWait: 200 * time.Millisecond}); err != nil {
+			if err := agent.Serve(ctx, cfg); err != nil {
 				fmt.Fprintln(os.Stderr, "agent:", err)
 			}
 		}()
@@ -249,8 +261,12 @@ func StartAgents(tb testing.TB, spec AgentSpec) *Agents {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envAgent+"="+string(b))
+	path := filepath.Join(tb.TempDir(), "agent-spec.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), envAgent+"="+path)
 	a := &Agents{Cmd: cmd}
 	cmd.Stderr = &a.log
 	if err := cmd.Start(); err != nil {
