@@ -86,6 +86,9 @@ func Serve(ctx context.Context, cfg Config) error {
 	nc, err := nats.Connect(strings.Join(cfg.URLs, ","),
 		nats.Secure(cfg.TLS),
 		nats.Name("soul "+cfg.SID),
+		// Generous: after a keeper restart every soul reconnects at once,
+		// and a handshake cut short only adds to the storm.
+		nats.Timeout(15*time.Second),
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(wait),

@@ -2,6 +2,8 @@ package bus_test
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,7 +38,7 @@ func BenchmarkAgentFanout(b *testing.B) {
 func fanout(b *testing.B, n int, noExec bool) {
 	ca := bustest.NewCA(b)
 	reg := bustest.NewRegistry()
-	srv, err := bus.Start(b.Context(), bus.Config{Listen: "127.0.0.1:0", CA: ca.CA, ServerCert: ca.ServerCert, Identities: reg, Heartbeat: 5 * time.Second})
+	srv, err := bus.Start(b.Context(), bus.Config{Logger: benchLogger(), Listen: "127.0.0.1:0", CA: ca.CA, ServerCert: ca.ServerCert, Identities: reg, Heartbeat: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,4 +102,9 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchLogger shows the bus's warnings (refusals, errors) on stderr.
+func benchLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }

@@ -108,8 +108,9 @@ type Server struct {
 
 	refused atomic.Int64
 
-	events    chan presenceEvent
-	delivered chan struct{}
+	calloutSem chan struct{}
+	events     chan presenceEvent
+	delivered  chan struct{}
 
 	mu       sync.Mutex
 	present  map[string]*presence
@@ -161,7 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Account == "" {
 		cfg.Account = server.DEFAULT_GLOBAL_ACCOUNT
 	}
-	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
+	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), calloutSem: make(chan struct{}, calloutWorkers), delivered: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -273,8 +274,8 @@ func (s *Server) startEmbedded(pool *x509.CertPool) (string, error) {
 		NoLog:       true,
 		NoSigs:      true,
 		TLSConfig:   tc,
-		TLSTimeout:  5,
-		AuthTimeout: 5,
+		TLSTimeout:  10,
+		AuthTimeout: 10,
 		MaxPayload:  DefaultMaxPayload,
 		Users:       []*server.User{{Username: keeperUser, Password: password}},
 		AuthCallout: &server.AuthCallout{Issuer: pub, AuthUsers: []string{keeperUser}},

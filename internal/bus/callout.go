@@ -103,8 +103,22 @@ func leafCert(t *jwt.ClientTLS) (*x509.Certificate, error) {
 	return cert, nil
 }
 
-// callout serves auth callout requests on the keeper's connection.
+// callout serves an auth callout request on the keeper's connection, in
+// a goroutine of its own (at most calloutWorkers at once): NATS delivers a
+// subscription's messages one by one, and a storm of reconnecting souls
+// must not queue past the server's auth timeout.
 func (s *Server) callout(m *nats.Msg) {
+	s.calloutSem <- struct{}{}
+	go func() {
+		defer func() { <-s.calloutSem }()
+		s.answer(m)
+	}()
+}
+
+// calloutWorkers bounds the callout answers computed at once.
+const calloutWorkers = 32
+
+func (s *Server) answer(m *nats.Msg) {
 	rc, err := jwt.DecodeAuthorizationRequestClaims(string(m.Data))
 	if err != nil {
 		s.log.Warn("bus: undecodable authorization request", "err", err)

@@ -197,7 +197,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 			s.mu.Lock()
 			s.ready[sid] = true
 			s.mu.Unlock()
-			return &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo, transport: "agent"}, nil
+			return &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo}, nil
 		}
 	}
 	key := s.keeper
@@ -234,7 +234,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 		}
 		return nil, err
 	}
-	st := &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo, transport: "ssh"}
+	st := &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo}
 	if awaits {
 		if err := awaitReady(ctx, c, sid, s.readyTimeout); err != nil {
 			return nil, err

@@ -185,7 +185,7 @@ func RunAgentIfAsked() {
 			fmt.Fprintln(os.Stderr, "agent identity:", err)
 			os.Exit(2)
 		}
-		cfg := agent.Config{SID: id.SID, URLs: s.URLs, TLS: tc, Logger: log.With("sid", id.SID), Heartbeat: s.Heartbeat, ReconnectWait: 200 * time.Millisecond}
+		cfg := agent.Config{SID: id.SID, URLs: s.URLs, TLS: tc, Logger: log.With("sid", id.SID), Heartbeat: s.Heartbeat, ReconnectWait: time.Second}
 		if s.NoExec {
 			cfg.Exec = func(context.Context, wire.ExecRequest) agent.Outcome { return agent.Outcome{} }
 		}
