@@ -18,7 +18,8 @@ import (
 // at once through the embedded server and waits for every answer: the
 // bus's share of a step fanned out to N souls. The agents are simulated
 // in 4 processes, each agent with its own certificate and NATS
-// connection (admitted through the auth callout); they answer without
+// connection (admitted through the auth callout; each process starts one
+// agent every 2 ms); they answer without
 // spawning a process (noexec) or by running true(1) (exec). Reported:
 // wall time per fan-out and the CPU time of this process (the keeper side:
 // embedded NATS server, callout, presence, Conn) per target.
@@ -51,7 +52,7 @@ func fanout(b *testing.B, n int, noExec bool) {
 	}
 	const procs = 4
 	for p := range procs {
-		bustest.StartAgents(b, bustest.AgentSpec{URLs: srv.AgentURLs(), Identities: ids[p*n/procs : (p+1)*n/procs], Heartbeat: 5 * time.Second, NoExec: noExec})
+		bustest.StartAgents(b, bustest.AgentSpec{URLs: srv.AgentURLs(), Identities: ids[p*n/procs : (p+1)*n/procs], Heartbeat: 5 * time.Second, NoExec: noExec, Stagger: 2 * time.Millisecond})
 	}
 	start := time.Now()
 	bustest.WaitFor(b, 10*time.Minute, "every agent present", func() bool {

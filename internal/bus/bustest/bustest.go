@@ -156,6 +156,9 @@ type AgentSpec struct {
 	// NoExec answers every command with exit 0 without running anything:
 	// for benchmarks of the bus itself.
 	NoExec bool `json:"no_exec"`
+	// Stagger is the pause between starting two agents of the process, as
+	// a fleet that does not connect all in the same millisecond.
+	Stagger time.Duration `json:"stagger"`
 }
 
 // RunAgentIfAsked turns the test binary into an agent process when
@@ -188,6 +191,9 @@ func RunAgentIfAsked() {
 		cfg := agent.Config{SID: id.SID, URLs: s.URLs, TLS: tc, Logger: log.With("sid", id.SID), Heartbeat: s.Heartbeat, ReconnectWait: time.Second}
 		if s.NoExec {
 			cfg.Exec = func(context.Context, wire.ExecRequest) agent.Outcome { return agent.Outcome{} }
+		}
+		if s.Stagger > 0 {
+			time.Sleep(s.Stagger)
 		}
 		wg.Add(1)
 		go func() {
