@@ -87,6 +87,10 @@ type Config struct {
 	OnPresence func(sid string, present bool)
 	// SessionTTL: 0 means DefaultSessionTTL.
 	SessionTTL time.Duration
+	// Revalidate is how often every soul that had a session since start is
+	// checked against Identities (one lookup each); 0 means every
+	// Heartbeat. Revoke cuts a soul off at once in between.
+	Revalidate time.Duration
 	// MaxOutput is the per-stream output limit sent with each command; 0
 	// means the SSH transport's default.
 	MaxOutput int
@@ -158,6 +162,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.SessionTTL <= 0 {
 		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.Revalidate <= 0 {
+		cfg.Revalidate = cfg.Heartbeat
 	}
 	if cfg.Account == "" {
 		cfg.Account = server.DEFAULT_GLOBAL_ACCOUNT
@@ -408,6 +415,7 @@ func (s *Server) watch() {
 	defer close(s.done)
 	t := time.NewTicker(s.cfg.Heartbeat)
 	defer t.Stop()
+	last := time.Now()
 	for {
 		select {
 		case <-s.stop:
@@ -415,7 +423,10 @@ func (s *Server) watch() {
 		case <-t.C:
 		}
 		s.expire()
-		s.revalidate()
+		if time.Since(last) >= s.cfg.Revalidate {
+			s.revalidate()
+			last = time.Now()
+		}
 	}
 }
 
@@ -449,7 +460,7 @@ func (s *Server) revalidate() {
 		sessions[sid] = serial
 	}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Heartbeat)
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Revalidate)
 	defer cancel()
 	for sid, serial := range sessions {
 		want, ok, err := s.cfg.Identities.SoulCert(ctx, sid)

@@ -100,7 +100,10 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, log *slog.Lo
 	cfg := bus.Config{
 		CA: ca, Identities: soulIdentities{souls: st}, OnPresence: recordPresence(st, log),
 		Heartbeat: config.Duration(n.Heartbeat), SessionTTL: config.Duration(n.SessionTTL),
-		Advertise: n.Advertise, Logger: log.With("component", "bus"),
+		// Six heartbeats (30 s by default): one registry lookup per soul
+		// each time. Destroy cuts a soul off within it.
+		Revalidate: 6 * config.Duration(n.Heartbeat),
+		Advertise:  n.Advertise, Logger: log.With("component", "bus"),
 	}
 	if n.External() {
 		if err := externalBus(ctx, c, &cfg); err != nil {
