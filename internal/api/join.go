@@ -36,9 +36,10 @@ type JoinConfig struct {
 	// CertTTL is the lifetime of a client certificate (0:
 	// pki.ClientValidity).
 	CertTTL time.Duration
-	// AgentURLs returns the agent bus's URLs for the answer (nats.urls);
-	// nil, or an empty list, while the keeper serves no bus.
-	AgentURLs func() []string
+	// AgentURLs returns the agent bus's URLs for soul sid's answer
+	// (nats.urls): where that soul reaches the bus; nil, or an empty list,
+	// while the keeper serves no bus.
+	AgentURLs func(ctx context.Context, sid string) []string
 	// AgentBinary is the soul binary served at GET /v1/agent/soul (empty:
 	// the route answers 404 agent.binary_missing).
 	AgentBinary string
@@ -255,7 +256,7 @@ func (s *Server) doJoin(ctx context.Context, b client.JoinRequest) (*joinOutput,
 		return nil, err
 	}
 	s.startSeeds(ctx, so)
-	return &joinOutput{Body: s.joinAnswer(b.SID, cert)}, nil
+	return &joinOutput{Body: s.joinAnswer(ctx, b.SID, cert)}, nil
 }
 
 func nonNilList(l []string) []string {
@@ -265,10 +266,10 @@ func nonNilList(l []string) []string {
 	return l
 }
 
-func (s *Server) joinAnswer(sid string, cert pki.ClientCert) client.JoinResponse {
+func (s *Server) joinAnswer(ctx context.Context, sid string, cert pki.ClientCert) client.JoinResponse {
 	urls := []string{}
 	if s.join.cfg.AgentURLs != nil {
-		if u := s.join.cfg.AgentURLs(); u != nil {
+		if u := s.join.cfg.AgentURLs(ctx, sid); u != nil {
 			urls = u
 		}
 	}
@@ -297,7 +298,7 @@ func (s *Server) doRenew(ctx context.Context, b client.RenewRequest) (*joinOutpu
 	if _, err := s.store.SoulRenewCert(ctx, store.SoulRenewParams{SID: sid, OldSerial: pki.SerialHex(peer), CertSerial: cert.Serial, CertNotAfter: cert.Cert.NotAfter}); err != nil {
 		return nil, err
 	}
-	return &joinOutput{Body: s.joinAnswer(sid, cert)}, nil
+	return &joinOutput{Body: s.joinAnswer(ctx, sid, cert)}, nil
 }
 
 // startSeeds starts one run per active seed of a soul that just joined,

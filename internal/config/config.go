@@ -100,6 +100,8 @@ type Config struct {
 	MetricsListen string `yaml:"metrics_listen"`
 	// HTTP bounds what one client can hold of the API listener.
 	HTTP HTTP `yaml:"http"`
+	// NATS is the agent transport's message bus (docs/agent.md).
+	NATS NATS `yaml:"nats"`
 
 	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
 	// file: or vault:), resolved at start; empty means the audit key is
@@ -253,6 +255,7 @@ func (c Config) WithDefaults() Config {
 	if c.AuditCheckpointEvery == 0 {
 		c.AuditCheckpointEvery = 100
 	}
+	c.NATS = c.NATS.withDefaults(c.Listen, c.AgentListen)
 	return c
 }
 
@@ -308,6 +311,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.HTTP.validate(); err != nil {
+		return err
+	}
+	if err := c.NATS.validate(); err != nil {
 		return err
 	}
 	if c.MetricsListen != "" {

@@ -24,6 +24,7 @@ import (
 	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/transport"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
 
@@ -43,7 +44,11 @@ type Executor struct {
 	SSH       ssh.Options
 	// SSHPool, when set, is the connection pool runs share (the keeper's,
 	// with an idle timeout); nil gives each run a pool of its own.
-	SSHPool  *ssh.Pool
+	SSHPool *ssh.Pool
+	// Agents, when set, are the souls whose agent is connected to the
+	// keeper's bus: a step reaches such a soul through its agent, and
+	// every other soul over SSH. Nil means SSH only.
+	Agents   transport.Agents
 	FilesDir string
 	Logger   *slog.Logger
 	// Keeper is the target of keeper-side modules.
@@ -124,7 +129,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	if sshOpts.Logger != nil {
 		sshOpts.Logger = slog.New(secrets.LogHandler(sshOpts.Logger.Handler()))
 	}
-	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Options: sshOpts, Pool: e.SSHPool, FilesDir: e.FilesDir})
+	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Options: sshOpts, Pool: e.SSHPool, Agents: e.Agents, FilesDir: e.FilesDir})
 	defer souls.Close()
 	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
@@ -479,9 +484,9 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	if s.Keeper {
 		target = r.e.Keeper
 	} else {
-		retry := ssh.RetryPolicy{}
+		retry := transport.RetryPolicy{}
 		if s.Connect != nil {
-			retry = ssh.RetryPolicy{Attempts: s.Connect.Retries + 1, Interval: s.Connect.Delay}
+			retry = transport.RetryPolicy{Attempts: s.Connect.Retries + 1, Interval: s.Connect.Delay}
 		}
 		if r.souls.AwaitsReady(sid) {
 			r.rec.Event(s.Name, sid, client.LogData{Message: "first contact with a cloud-made soul: waiting until its cloud-init has finished"})
@@ -500,7 +505,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	for attempt := 0; ; attempt++ {
 		res.attempts = attempt + 1
 		out, err = s.Module.Run(ctx, r.info(s), raw, target)
-		if err == nil || attempt >= s.Retries || ctx.Err() != nil || errors.Is(err, ssh.ErrDisconnected) {
+		if err == nil || attempt >= s.Retries || ctx.Err() != nil || errors.Is(err, transport.ErrDisconnected) {
 			break
 		}
 		r.rec.Event(s.Name, sid, client.LogData{Message: fmt.Sprintf("attempt %d of %d failed: %s; retrying", attempt+1, s.Retries+1, codeOf(err))})
@@ -598,7 +603,7 @@ func codeOf(err error) string {
 	if errors.As(err, &me) && me.Code != "" {
 		return me.Code
 	}
-	if c := ssh.Code(err); c != "" {
+	if c := transport.Code(err); c != "" {
 		return c
 	}
 	return module.Code(err)
@@ -608,7 +613,7 @@ func codeOf(err error) string {
 // otherwise, with the error's stable code.
 func fail(res targetResult, err error) targetResult {
 	res.status = client.TargetFailed
-	if errors.Is(err, ssh.ErrUnreachable) {
+	if errors.Is(err, transport.ErrUnreachable) {
 		res.status = client.TargetUnreachable
 	}
 	res.code = codeOf(err)

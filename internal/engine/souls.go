@@ -14,14 +14,18 @@ import (
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/transport"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
 
-// Souls reaches souls over SSH for one run: one pooled connection per host
-// for the whole run, keys resolved from their references and held in
-// memory only, host keys pinned on first contact and verified after.
+// Souls reaches souls for one run: through the soul's agent when it is
+// connected to the keeper's bus (Agents), else over SSH, with one pooled
+// connection per host for the whole run, keys resolved from their
+// references and held in memory only, host keys pinned on first contact
+// and verified after.
 type Souls struct {
 	store   store.Store
+	agents  transport.Agents
 	pool    *ssh.Pool
 	keeper  []byte // the keeper's own private key, for souls without key_ref
 	files   string // the keeper's files directory
@@ -54,6 +58,9 @@ type SoulsConfig struct {
 	// keeper's, with an idle timeout), which Close leaves open; nil means
 	// a pool of the run's own, made with Options.
 	Pool *ssh.Pool
+	// Agents, when set, are the souls reached through their agent rather
+	// than SSH (transport.Agents); nil means SSH only.
+	Agents transport.Agents
 	// ReadyTimeout bounds the wait for a cloud-made soul's cloud-init
 	// when the step has no deadline; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
@@ -61,7 +68,7 @@ type SoulsConfig struct {
 
 // NewSouls returns the soul reacher of one run; Close it when the run ends.
 func NewSouls(cfg SoulsConfig) *Souls {
-	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
+	s := &Souls{store: cfg.Store, agents: cfg.Agents, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
 	if s.readyTimeout <= 0 {
 		s.readyTimeout = DefaultReadyTimeout
 	}
@@ -176,11 +183,11 @@ func (s *Souls) AwaitsReady(sid string) bool {
 	return ok && awaitsReady(so) && !s.ready[sid]
 }
 
-// Target connects to a soul (once per run) and returns it as a module
-// target. A soul that awaits readiness (awaitsReady) is dialled with its
+// Target returns a soul as a module target: through its agent when one is
+// connected (Agents), else over SSH, connecting once per run. A soul that awaits readiness (awaitsReady) is dialled with its
 // key refusals retried, and its cloud-init waited for (awaitReady) before
 // it is returned. sudo wraps commands in sudo -n when the user is not root.
-func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, sudo bool) (module.Target, error) {
+func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPolicy, sudo bool) (module.Target, error) {
 	so, err := s.Lookup(ctx, sid)
 	if err != nil {
 		return nil, err
@@ -193,6 +200,16 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 	if so.Status == store.SoulDestroyed {
 		return nil, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is destroyed", sid)}
 	}
+	if s.agents != nil {
+		if c, ok := s.agents.Agent(sid); ok {
+			// A running agent means the soul's userdata has run to the
+			// point of starting it: no cloud-init wait.
+			s.mu.Lock()
+			s.ready[sid] = true
+			s.mu.Unlock()
+			return &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo}, nil
+		}
+	}
 	key := s.keeper
 	if so.Connection.KeyRef != "" {
 		if key, err = s.resolve(ctx, so.Connection.KeyRef); err != nil {
@@ -204,7 +221,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 		addr = so.PrimaryIP
 	}
 	awaits := s.AwaitsReady(sid)
-	if awaits && retry == (ssh.RetryPolicy{}) {
+	if awaits && retry == (transport.RetryPolicy{}) {
 		retry = ReadyConnectRetry
 	}
 	// A soul that is not ready may refuse the key until its cloud-init
@@ -227,7 +244,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry ssh.RetryPolicy, s
 		}
 		return nil, err
 	}
-	st := &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, client: c, sudo: sudo}
+	st := &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo}
 	if awaits {
 		if err := awaitReady(ctx, c, sid, s.readyTimeout); err != nil {
 			return nil, err
@@ -341,13 +358,15 @@ func (d KeeperFiles) ReadKeeperFile(_ context.Context, name string) ([]byte, err
 	return b, nil
 }
 
-// soulTarget is a module.Target over one SSH connection.
+// soulTarget is a module.Target over one transport connection: an SSH
+// client or a soul's agent.
 type soulTarget struct {
 	KeeperFiles
-	sid    string
-	client *ssh.Client
-	sudo   bool
-	ran    atomic.Bool // a command ran over the connection (any exit code)
+	sid       string
+	conn      transport.Conn
+	transport string // "ssh" or "agent"
+	sudo      bool
+	ran       atomic.Bool // a command ran over the connection (any exit code)
 }
 
 var (
@@ -358,7 +377,7 @@ var (
 func (t *soulTarget) SID() string { return t.sid }
 
 func (t *soulTarget) Exec(ctx context.Context, cmd module.Command) (module.ExecResult, error) {
-	res, err := t.client.Exec(ctx, ssh.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo})
+	res, err := t.conn.Exec(ctx, transport.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo})
 	if err != nil {
 		return module.ExecResult{}, err
 	}

@@ -46,16 +46,16 @@ type agentSide struct {
 	binary       string
 	binarySum    string
 	tls          *tls.Config
-	// busURLs returns the agent bus's URLs for join answers; nil while
-	// the keeper serves no bus (the bus sets it when it is wired).
-	busURLs func() []string
+	// busURLs returns the agent bus's URLs for soul sid's join answer; nil
+	// while the keeper serves no bus (see agentBusURLs).
+	busURLs func(ctx context.Context, sid string) []string
 }
 
-func (a *agentSide) agentURLs() []string {
+func (a *agentSide) agentURLs(ctx context.Context, sid string) []string {
 	if a.busURLs == nil {
 		return nil
 	}
-	return a.busURLs()
+	return a.busURLs(ctx, sid)
 }
 
 // newAgentSide loads the keeper CA and binds the agent listener, before
@@ -207,11 +207,11 @@ func (a *agentSide) serve(c config.Config, h http.Handler, log *slog.Logger, err
 
 // hostPorts are the ports local VMs must reach on the host for the
 // agent: the agent listener's.
-func (a *agentSide) hostPorts() []int {
+func (a *agentSide) hostPorts() []string {
 	if a == nil || a.ln == nil {
 		return nil
 	}
-	return []int{a.port}
+	return []string{strconv.Itoa(a.port)}
 }
 
 // joinConfig is the API's join configuration.

@@ -172,9 +172,9 @@ func TestServeGivenCertificate(t *testing.T) {
 	if _, err := c.ProviderList(context.Background(), client.ListOptions{}); err != nil {
 		t.Fatalf("client with the CA file: %v", err)
 	}
-	// The keeper's own CA exists for the souls (the agent listener and
-	// their client certificates), but the API listener got no
-	// certificate from it.
+	// The keeper's own CA exists for the souls (the agent listener, the
+	// agent bus and their client certificates), but the API listener got
+	// no certificate from it.
 	if _, err := os.Stat(filepath.Join(dir, ".keeper", "tls", pki.ServerCertFile)); err == nil {
 		t.Fatal("the keeper made its own API server certificate although a certificate was configured")
 	}

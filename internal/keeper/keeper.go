@@ -121,7 +121,15 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	if agent.ln != nil {
 		defer agent.ln.Close()
 	}
-	svc, err := newServices(ctx, st, c, agent, log)
+	agents, err := startBus(ctx, c, st, log)
+	if err != nil {
+		return err
+	}
+	if agents != nil {
+		defer agents.Close()
+		agent.busURLs = agentBusURLs(c, agent, agents, st)
+	}
+	svc, err := newServices(ctx, st, c, agent, log, agents)
 	if err != nil {
 		return err
 	}

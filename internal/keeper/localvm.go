@@ -4,7 +4,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"github.com/soulstack/soulstack/internal/config"
@@ -21,9 +20,9 @@ const envKeeperPorts = "SOULSTACK_KEEPER_PORTS"
 
 // keeperDirsEnv is the plugin environment naming the keeper's data dir
 // and plugin dir, absolute, as a list like $PATH, and its listen port
-// with the extra ports VMs may reach (the agent listener's; the agent
-// bus adds its own the same way).
-func keeperDirsEnv(c config.Config, extraPorts ...int) []string {
+// with the extra ports VMs may reach (the agent listener's and the
+// embedded bus's), comma-separated.
+func keeperDirsEnv(c config.Config, extra ...string) []string {
 	var dirs []string
 	for _, d := range []string{c.DataDir, c.PluginDir} {
 		if a, err := filepath.Abs(d); err == nil {
@@ -35,8 +34,10 @@ func keeperDirsEnv(c config.Config, extraPorts ...int) []string {
 	if _, port, err := net.SplitHostPort(c.Listen); err == nil && port != "0" {
 		ports = append(ports, port)
 	}
-	for _, p := range extraPorts {
-		ports = append(ports, strconv.Itoa(p))
+	for _, p := range extra {
+		if p != "" && p != "0" {
+			ports = append(ports, p)
+		}
 	}
 	if len(ports) > 0 {
 		env = append(env, envKeeperPorts+"="+strings.Join(ports, ","))

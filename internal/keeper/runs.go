@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/bus"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/plugin"
@@ -30,8 +31,10 @@ type services struct {
 
 // newServices wires the run queue and the engine (the data key that seals
 // secret inputs, this keeper's stable id, its SSH key and files
-// directory), the credentials resolver and the PluginHost.
-func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent *agentSide, log *slog.Logger) (*services, error) {
+// directory), the credentials resolver and the PluginHost. agents, when
+// not nil, is the bus through which souls with a connected agent are
+// reached.
+func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent *agentSide, log *slog.Logger, agents *bus.Server) (*services, error) {
 	key, err := dataKey(c)
 	if err != nil {
 		return nil, err
@@ -78,7 +81,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 		}
 		return []byte(v), err
 	}
-	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Env: keeperDirsEnv(c, agent.hostPorts()...), Logger: log.With("component", "plugin")})
+	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Env: keeperDirsEnv(c, append(agent.hostPorts(), busPort(agents))...), Logger: log.With("component", "plugin")})
 	if err != nil {
 		return nil, err
 	}
@@ -100,6 +103,9 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 		Logger:     log,
 		Keeper:     keeperTarget,
 		Authorizer: auth.Checker{Tokens: st},
+	}
+	if agents != nil {
+		exec.Agents = agents
 	}
 	runs, err := runner.New(ctx, runner.Config{
 		Store: reg, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: exec, Owner: owner, Logger: log,

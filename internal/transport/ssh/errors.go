@@ -3,37 +3,41 @@ package ssh
 import (
 	"errors"
 	"fmt"
+
+	"github.com/soulstack/soulstack/internal/transport"
 )
 
-// Sentinel errors. Callers branch on them with errors.Is; Code maps each one
-// to the stable dotted code that runs and the API report.
+// Sentinel errors. Callers branch on them with errors.Is; Code (and
+// transport.Code) maps each one to the stable dotted code that runs and the
+// API report. ErrUnreachable, ErrDisconnected and ErrInvalidCommand also
+// match the transport package's classes of the same name.
 var (
 	// ErrUnreachable means no SSH connection could be set up within the
 	// target's retry policy: the host refused or dropped the connection, or
 	// the TCP dial or SSH handshake timed out.
-	ErrUnreachable = errors.New("host unreachable")
+	ErrUnreachable error = transport.NewSentinel("host unreachable", "ssh.unreachable", transport.ErrUnreachable)
 	// ErrAuth means the server rejected the private key. It is never retried.
-	ErrAuth = errors.New("authentication failed")
+	ErrAuth error = transport.NewSentinel("authentication failed", "ssh.auth_failed", nil)
 	// ErrHostKeyMismatch means the server presented a host key other than
 	// the pinned one. It is never retried and never silently accepted.
-	ErrHostKeyMismatch = errors.New("host key mismatch")
+	ErrHostKeyMismatch error = transport.NewSentinel("host key mismatch", "ssh.host_key_mismatch", nil)
 	// ErrInvalidTarget means the target itself is unusable: no address or
 	// user, an unparsable private key or pinned host key.
-	ErrInvalidTarget = errors.New("invalid target")
+	ErrInvalidTarget error = transport.NewSentinel("invalid target", "ssh.invalid_target", nil)
 	// ErrInvalidCommand means a command cannot be sent: no argv or script,
 	// an invalid environment variable name, a NUL byte, or a command line
 	// longer than a remote shell accepts.
-	ErrInvalidCommand = errors.New("invalid command")
+	ErrInvalidCommand error = transport.NewSentinel("invalid command", "ssh.invalid_command", transport.ErrInvalidCommand)
 	// ErrSudoPassword means sudo asked for a password; commands run with
 	// sudo -n need a NOPASSWD rule for the connecting user.
-	ErrSudoPassword = errors.New("sudo requires a password")
+	ErrSudoPassword error = transport.NewSentinel("sudo requires a password", "ssh.sudo_password_required", nil)
 	// ErrSudoMissing means the command needed sudo and the host has none.
-	ErrSudoMissing = errors.New("sudo is not installed")
+	ErrSudoMissing error = transport.NewSentinel("sudo is not installed", "ssh.sudo_missing", nil)
 	// ErrDisconnected means the connection failed while a command ran, so
 	// its outcome is unknown.
-	ErrDisconnected = errors.New("connection lost")
+	ErrDisconnected error = transport.NewSentinel("connection lost", "ssh.disconnected", transport.ErrDisconnected)
 	// ErrClosed means the pool or client was already closed.
-	ErrClosed = errors.New("closed")
+	ErrClosed error = transport.NewSentinel("closed", "ssh.closed", nil)
 )
 
 // codes maps each sentinel to its stable dotted code.
@@ -88,6 +92,9 @@ func (e *ConnectError) Error() string {
 	return msg
 }
 
+// TransportCode returns the code of the failure's kind (transport.Coder).
+func (e *ConnectError) TransportCode() string { return Code(e) }
+
 // Unwrap returns both the kind and the cause, so errors.Is matches the
 // sentinel and errors.As finds a HostKeyMismatchError.
 func (e *ConnectError) Unwrap() []error {
@@ -114,3 +121,6 @@ func (e *HostKeyMismatchError) Error() string {
 
 // Is reports whether target is ErrHostKeyMismatch.
 func (e *HostKeyMismatchError) Is(target error) bool { return target == ErrHostKeyMismatch }
+
+// TransportCode returns "ssh.host_key_mismatch" (transport.Coder).
+func (e *HostKeyMismatchError) TransportCode() string { return "ssh.host_key_mismatch" }

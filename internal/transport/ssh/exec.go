@@ -15,48 +15,25 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/soulstack/soulstack/internal/transport"
 )
 
-// Command is what Exec runs: Argv or Script, not both.
-type Command struct {
-	// Argv is a program and its arguments, each quoted for the remote
-	// shell so that the program receives them byte for byte.
-	Argv []string
-	// Script is shell text run by /bin/sh -c.
-	Script string
-	// Stdin is sent to the command's standard input, then end of file.
-	Stdin []byte
-	// Env is set for the command. The values travel on the session's
-	// standard input ahead of Stdin, read by a short shell prologue that
-	// exports them and execs the command with the rest of the input, so
-	// they never appear in a command line (which any user of the host can
-	// read in /proc/*/cmdline); sshd's setenv, which most servers refuse,
-	// is not used. Names must be shell identifiers not starting with
-	// "__soulstack_"; values may hold any byte but NUL. LC_ALL=C is always set first, so an LC_ALL here
-	// overrides it.
-	Env map[string]string
-	// Dir is the working directory; empty means the login directory.
-	Dir string
-	// Sudo runs the command as root: when the target user is not root the
-	// command is wrapped in "sudo -n --", which fails at once with
-	// ErrSudoPassword instead of prompting.
-	Sudo bool
-}
+// Command is what Exec runs (transport.Command): Argv or Script, not
+// both. Env values travel on the session's standard input ahead of Stdin,
+// read by a short shell prologue that exports them and execs the command
+// with the rest of the input, so they never appear in a command line
+// (which any user of the host can read in /proc/*/cmdline); sshd's setenv,
+// which most servers refuse, is not used. Dir empty means the login
+// directory. Sudo wraps the command in "sudo -n --" when the target user
+// is not root, which fails at once with ErrSudoPassword instead of
+// prompting.
+type Command = transport.Command
 
-// Result is how a command ended. A non-zero exit code is a result, not an
-// error.
-type Result struct {
-	Stdout   []byte
-	Stderr   []byte
-	ExitCode int
-	// Signal is the name of the signal that killed the command ("KILL"),
-	// if one did; ExitCode is then 128 plus its number.
-	Signal string
-	// StdoutTruncated and StderrTruncated report that the stream went past
-	// Options.MaxOutput: the captured bytes end with a truncation marker.
-	StdoutTruncated bool
-	StderrTruncated bool
-}
+// Result is how a command ended (transport.Result). A non-zero exit code
+// is a result, not an error; StdoutTruncated and StderrTruncated report
+// that a stream went past Options.MaxOutput.
+type Result = transport.Result
 
 // maxCommandLine is the longest command line built: sshd hands it, behind
 // the PID line, to the login shell as one argument, which Linux caps at
@@ -123,8 +100,8 @@ func (c *Client) run(ctx context.Context, marker, line string, stdin []byte, sud
 	if err != nil {
 		return Result{}, fmt.Errorf("open session: %w", err)
 	}
-	stdout := &capture{max: c.opts.MaxOutput}
-	stderr := &capture{max: c.opts.MaxOutput}
+	stdout := transport.NewCapture(c.opts.MaxOutput)
+	stderr := transport.NewCapture(c.opts.MaxOutput)
 	pid := newPIDSniffer(marker, stderr)
 	sess.Stdout, sess.Stderr = stdout, pid
 	if err := sess.Start("echo " + marker + " $$ >&2; exec " + line); err != nil {
@@ -309,9 +286,9 @@ func (s *pidSniffer) flush() {
 	}
 }
 
-func result(stdout, stderr *capture) Result {
-	out, outCut := stdout.bytes()
-	errb, errCut := stderr.bytes()
+func result(stdout, stderr *transport.Capture) Result {
+	out, outCut := stdout.Bytes()
+	errb, errCut := stderr.Bytes()
 	return Result{Stdout: out, Stderr: errb, StdoutTruncated: outCut, StderrTruncated: errCut}
 }
 
@@ -465,44 +442,4 @@ func isName(s string) bool {
 		return false
 	}
 	return true
-}
-
-// capture keeps the first max bytes written to it and counts the rest.
-type capture struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	max     int
-	dropped int64
-}
-
-var _ io.Writer = (*capture)(nil)
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	room := c.max - c.buf.Len()
-	if room >= len(p) {
-		c.buf.Write(p)
-		return len(p), nil
-	}
-	if room > 0 {
-		c.buf.Write(p[:room])
-	} else {
-		room = 0
-	}
-	c.dropped += int64(len(p) - room)
-	return len(p), nil
-}
-
-// bytes returns a copy of what was kept, followed by a truncation marker
-// when anything was dropped.
-func (c *capture) bytes() ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := bytes.Clone(c.buf.Bytes())
-	if c.dropped == 0 {
-		return out, false
-	}
-	out = fmt.Appendf(out, "\n[output truncated: %d bytes over the %d-byte limit dropped]\n", c.dropped, c.max)
-	return out, true
 }

@@ -64,23 +64,6 @@ func TestCommandLineEnvOnStdin(t *testing.T) {
 	}
 }
 
-func TestCapture(t *testing.T) {
-	t.Parallel()
-	c := &capture{max: 5}
-	c.Write([]byte("abc"))
-	c.Write([]byte("defg"))
-	c.Write([]byte("hij"))
-	out, cut := c.bytes()
-	if !cut || !bytes.HasPrefix(out, []byte("abcde\n[output truncated: 5 bytes")) {
-		t.Errorf("got %q, %v", out, cut)
-	}
-	c = &capture{max: 5}
-	c.Write([]byte("abcde"))
-	if out, cut := c.bytes(); cut || string(out) != "abcde" {
-		t.Errorf("exactly full: got %q, %v", out, cut)
-	}
-}
-
 func TestPIDSniffer(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

@@ -3,6 +3,7 @@ package ssh
 import (
 	"bytes"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/transport"
 	"net"
 	"strconv"
 	"time"
@@ -46,11 +47,8 @@ type Target struct {
 }
 
 // RetryPolicy says how many times a connection is attempted and how long to
-// wait between attempts. Zero fields take the defaults (3 attempts, 10 s).
-type RetryPolicy struct {
-	Attempts int
-	Interval time.Duration
-}
+// wait between attempts (transport.RetryPolicy).
+type RetryPolicy = transport.RetryPolicy
 
 // Addr returns host:port, with the default port when none is set.
 func (t Target) Addr() string {

@@ -1,0 +1,220 @@
+// Package agent is the soul side of the agent transport: Serve keeps one
+// outbound NATS connection to the keeper's bus, authenticated by the
+// soul's client certificate, sends heartbeats, and runs the module
+// commands the keeper sends (Run) with the same semantics as the SSH
+// transport. It imports no server or database package: the soul binary
+// links it.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/soulstack/soulstack/internal/agent/wire"
+)
+
+// Config configures Serve.
+type Config struct {
+	// SID is the soul's id, the one its certificate names.
+	SID string
+	// URLs are the bus's NATS URLs (tls://host:port), as the join answer
+	// gives them.
+	URLs []string
+	// TLS carries the soul's identity: GetClientCertificate returning its
+	// current certificate (so that a renewed one is used on the next
+	// reconnect) and RootCAs holding the keeper's CA.
+	TLS *tls.Config
+	// Logger receives the agent's log; nil discards it.
+	Logger *slog.Logger
+	// Heartbeat is the interval between heartbeats; 0 means
+	// wire.DefaultHeartbeat.
+	Heartbeat time.Duration
+	// Version is reported in heartbeats.
+	Version string
+	// ReconnectWait is the pause between reconnection attempts; 0 means 1s.
+	ReconnectWait time.Duration
+	// Exec runs one command; nil means Run. Benchmarks of the bus itself
+	// set one that spawns nothing.
+	Exec func(ctx context.Context, req wire.ExecRequest) Outcome
+}
+
+// ErrConfig means Config is incomplete.
+var ErrConfig = errors.New("agent: invalid config")
+
+// Serve runs the agent until ctx ends: it connects (retrying while the bus
+// cannot be reached or refuses it), subscribes to the soul's command
+// subjects, sends heartbeats, and runs each command in its own goroutine.
+// Commands still running when ctx ends are killed. It returns nil when ctx
+// ends, an error when the config is invalid.
+func Serve(ctx context.Context, cfg Config) error {
+	switch {
+	case cfg.SID == "":
+		return fmt.Errorf("%w: no SID", ErrConfig)
+	case len(cfg.URLs) == 0:
+		return fmt.Errorf("%w: no NATS URLs", ErrConfig)
+	case cfg.TLS == nil:
+		return fmt.Errorf("%w: no TLS config (the soul's certificate and the keeper's CA)", ErrConfig)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	interval := cfg.Heartbeat
+	if interval <= 0 {
+		interval = wire.DefaultHeartbeat
+	}
+	wait := cfg.ReconnectWait
+	if wait <= 0 {
+		wait = time.Second
+	}
+	a := &agent{sid: cfg.SID, log: log, run: cfg.Exec, running: map[string]context.CancelFunc{}}
+	if a.run == nil {
+		a.run = Run
+	}
+	runCtx, stopRuns := context.WithCancel(ctx)
+	defer stopRuns()
+	a.ctx = runCtx
+	nc, err := nats.Connect(strings.Join(cfg.URLs, ","),
+		nats.Secure(cfg.TLS),
+		nats.Name("soul "+cfg.SID),
+		// Generous: after a keeper restart every soul reconnects at once,
+		// and a handshake cut short only adds to the storm.
+		nats.Timeout(15*time.Second),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(wait),
+		nats.ReconnectJitter(wait/4, wait/4),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("bus connection lost", "err", err)
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("bus connection back", "url", c.ConnectedUrlRedacted()) }),
+		nats.ConnectHandler(func(c *nats.Conn) { log.Info("connected to the bus", "url", c.ConnectedUrlRedacted()) }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("bus connection attempt failed", "err", err)
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			log.Warn("bus error", "err", err)
+		}),
+	)
+	if err != nil {
+		return fmt.Errorf("agent: connect to the bus: %w", err)
+	}
+	defer nc.Close()
+	a.nc = nc
+	if _, err := nc.Subscribe(wire.ExecSubject(cfg.SID), a.exec); err != nil {
+		return fmt.Errorf("agent: subscribe: %w", err)
+	}
+	if _, err := nc.Subscribe(wire.CancelSubject(cfg.SID), a.cancel); err != nil {
+		return fmt.Errorf("agent: subscribe: %w", err)
+	}
+	hb, _ := json.Marshal(wire.Heartbeat{SID: cfg.SID, IntervalMS: interval.Milliseconds(), Version: cfg.Version})
+	beat := func() {
+		if nc.IsConnected() {
+			if err := nc.Publish(wire.HeartbeatSubject(cfg.SID), hb); err != nil {
+				log.Warn("heartbeat", "err", err)
+			}
+		}
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	beat()
+	for {
+		select {
+		case <-ctx.Done():
+			stopRuns()
+			a.wg.Wait()
+			return nil
+		case <-ticker.C:
+			beat()
+		}
+	}
+}
+
+type agent struct {
+	sid string
+	log *slog.Logger
+	run func(ctx context.Context, req wire.ExecRequest) Outcome
+	nc  *nats.Conn
+	ctx context.Context // ends when Serve returns; commands run under it
+
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	running map[string]context.CancelFunc
+}
+
+// exec runs one command and sends its output parts and end to the
+// command's reply subject. A request without a usable id is ignored.
+func (a *agent) exec(m *nats.Msg) {
+	var req wire.ExecRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil || !wire.ValidID(req.ID) {
+		a.log.Warn("ignored an undecodable command", "err", err)
+		return
+	}
+	replyTo := wire.ReplySubject(a.sid, req.ID)
+	ctx, cancel := context.WithCancel(a.ctx)
+	a.mu.Lock()
+	a.running[req.ID] = cancel
+	a.mu.Unlock()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer func() {
+			a.mu.Lock()
+			delete(a.running, req.ID)
+			a.mu.Unlock()
+			cancel()
+		}()
+		out := a.run(ctx, req)
+		a.reply(replyTo, out.Stdout, out.Stderr, out.ExecEnd)
+	}()
+}
+
+func (a *agent) cancel(m *nats.Msg) {
+	var req wire.CancelRequest
+	if json.Unmarshal(m.Data, &req) != nil {
+		return
+	}
+	a.mu.Lock()
+	cancel := a.running[req.ID]
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+// reply sends stdout and stderr in parts of at most wire.ChunkSize bytes,
+// then the end.
+func (a *agent) reply(subject string, stdout, stderr []byte, end wire.ExecEnd) {
+	send := func(part string, data []byte) {
+		msg := nats.NewMsg(subject)
+		msg.Header.Set(wire.PartHeader, part)
+		msg.Data = data
+		if err := a.nc.PublishMsg(msg); err != nil {
+			a.log.Warn("send command output", "err", err)
+		}
+	}
+	for _, s := range []struct {
+		part string
+		data []byte
+	}{{wire.PartStdout, stdout}, {wire.PartStderr, stderr}} {
+		for d := s.data; len(d) > 0; {
+			n := min(len(d), wire.ChunkSize)
+			send(s.part, d[:n])
+			d = d[n:]
+		}
+	}
+	b, _ := json.Marshal(end)
+	send(wire.PartEnd, b)
+	if err := a.nc.Flush(); err != nil {
+		a.log.Warn("flush command output", "err", err)
+	}
+}

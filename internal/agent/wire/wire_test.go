@@ -1,0 +1,41 @@
+package wire_test
+
+import (
+	"regexp"
+	"testing"
+
+	"github.com/soulstack/soulstack/internal/agent/wire"
+)
+
+func TestToken(t *testing.T) {
+	t.Parallel()
+	one := regexp.MustCompile(`^[0-9a-v]+$`)
+	for _, sid := range []string{"web-1.example.com", "a", "db.prod.acme.test", "x*y>z", "UPPER.case"} {
+		t.Run(sid, func(t *testing.T) {
+			t.Parallel()
+			tok := wire.Token(sid)
+			if !one.MatchString(tok) {
+				t.Fatalf("token %q of %q is not one plain subject token", tok, sid)
+			}
+			got, err := wire.SID(tok)
+			if err != nil || got != sid {
+				t.Fatalf("SID(%q) = %q, %v; want %q", tok, got, err, sid)
+			}
+			hb, err := wire.HeartbeatSID(wire.HeartbeatSubject(sid))
+			if err != nil || hb != sid {
+				t.Fatalf("HeartbeatSID = %q, %v", hb, err)
+			}
+		})
+	}
+	if wire.Token("a.b") == wire.Token("a-b") || wire.Token("ab") == wire.Token("a.b") {
+		t.Error("distinct SIDs share a token")
+	}
+	for _, bad := range []string{"", "W", "0", "soulstack", "c5h6.x"} {
+		if sid, err := wire.SID(bad); err == nil {
+			t.Errorf("SID(%q) = %q, want an error", bad, sid)
+		}
+	}
+	if _, err := wire.HeartbeatSID("soulstack.hb.c5h6.x"); err == nil {
+		t.Error("a heartbeat subject with two tokens was accepted")
+	}
+}

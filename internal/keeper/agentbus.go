@@ -1,0 +1,62 @@
+package keeper
+
+import (
+	"context"
+	"net"
+
+	"github.com/soulstack/soulstack/internal/bus"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+func init() {
+	// The bus admits a soul only with the certificate the registry says it
+	// holds: the serial its join (or last renewal) stored, cleared when it
+	// is destroyed.
+	soulCertSerial = func(so store.Soul) string { return so.CertSerial }
+}
+
+// soulDrivers finds the driver a soul was made with.
+type soulDrivers interface {
+	SoulGet(ctx context.Context, sid string) (store.Soul, error)
+	ProviderGet(ctx context.Context, name string) (store.Provider, error)
+}
+
+// agentBusURLs returns where each soul reaches the bus, for its join
+// answer: nats.advertise or the external cluster's URLs when given, else
+// the embedded bus's port on the host the soul's VMs reach the keeper at —
+// soulstack-local-gateway for local VMs, like the agent listener's URL.
+func agentBusURLs(c config.Config, side *agentSide, b *bus.Server, st soulDrivers) func(ctx context.Context, sid string) []string {
+	if c.NATS.External() || len(c.NATS.Advertise) > 0 {
+		return func(context.Context, string) []string { return b.AgentURLs() }
+	}
+	port := busPort(b)
+	listenHost, _, _ := net.SplitHostPort(c.NATS.Listen)
+	return func(ctx context.Context, sid string) []string {
+		driver := ""
+		if so, err := st.SoulGet(ctx, sid); err == nil && so.Provider != "" {
+			if p, err := st.ProviderGet(ctx, so.Provider); err == nil {
+				driver = p.Driver
+			}
+		}
+		host := listenHost
+		switch {
+		case driver == localDriver:
+			host = LocalGatewayName
+		case side != nil && side.fallbackHost != "":
+			host = side.fallbackHost
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			// Listening on every address names none a soul can dial: the
+			// agent listener's advertised host is the best guess.
+			if side != nil && side.ln != nil {
+				host = LocalGatewayName
+			} else {
+				return b.AgentURLs()
+			}
+		}
+		return []string{"tls://" + net.JoinHostPort(host, port)}
+	}
+}
+
+

@@ -1,0 +1,125 @@
+// Package transport is the seam between the engine and the ways a command
+// reaches a soul: SSH (transport/ssh) and the soul's agent over the message
+// bus (internal/bus on the keeper, internal/agent on the soul). Both run a
+// Command and report a Result with the same semantics, and both classify
+// their failures with the sentinels and codes of this package, so that the
+// engine neither imports a transport to decide whether a target was
+// unreachable nor builds a transport's own types.
+package transport
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Command is one program run on a soul: Argv or Script, not both.
+type Command struct {
+	// Argv is a program and its arguments, delivered byte for byte.
+	Argv []string
+	// Script is shell text run by /bin/sh -c.
+	Script string
+	// Stdin is sent to the command's standard input, then end of file.
+	Stdin []byte
+	// Env is set for the command, after LC_ALL=C (so an LC_ALL here
+	// overrides it). Names must be shell identifiers not starting with
+	// "__soulstack_"; values may hold any byte but NUL. No transport puts
+	// the values on a command line.
+	Env map[string]string
+	// Dir is the working directory; empty means the login directory of
+	// the transport's user (root's home for an agent running as root).
+	Dir string
+	// Sudo runs the command as root: a transport whose user is not root
+	// wraps it in "sudo -n --", which fails at once instead of prompting.
+	Sudo bool
+}
+
+// Result is how a command ended. A non-zero exit code is a result, not an
+// error.
+type Result struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int
+	// Signal is the name of the signal that killed the command ("KILL"),
+	// if one did; ExitCode is then 128 plus its number.
+	Signal string
+	// StdoutTruncated and StderrTruncated report that the stream went past
+	// the transport's output limit: the captured bytes end with a
+	// truncation marker (TruncationMarker).
+	StdoutTruncated bool
+	StderrTruncated bool
+}
+
+// Conn runs commands on one soul. Exec returns the command's Result; its
+// errors are transport failures classified by the sentinels below (and
+// Code), or the context's error when ctx ends first, in which case the
+// command's process group has been killed and the output captured so far
+// is returned.
+type Conn interface {
+	Exec(ctx context.Context, cmd Command) (Result, error)
+}
+
+// Agents are the souls whose agent is connected to the keeper's bus now.
+// Agent returns a Conn to soul sid and true when its agent is connected
+// (it sent a heartbeat recently); false means the caller uses SSH.
+type Agents interface {
+	Agent(sid string) (Conn, bool)
+}
+
+// RetryPolicy says how many times a connection is attempted and how long to
+// wait between attempts; the zero value means the transport's default.
+type RetryPolicy struct {
+	Attempts int
+	Interval time.Duration
+}
+
+// Classes of transport failure, matched with errors.Is on the errors of
+// every transport (whose own sentinels wrap them).
+var (
+	// ErrUnreachable means no connection to the soul could be set up: the
+	// step's target is "unreachable", not "failed".
+	ErrUnreachable = errors.New("unreachable")
+	// ErrDisconnected means the connection failed while a command ran, so
+	// its outcome is unknown: such a step is never retried.
+	ErrDisconnected = errors.New("disconnected")
+	// ErrInvalidCommand means the command cannot be sent as given.
+	ErrInvalidCommand = errors.New("invalid command")
+)
+
+// Coder is implemented by transport errors that carry a stable dotted code
+// ("ssh.unreachable", "agent.disconnected").
+type Coder interface {
+	TransportCode() string
+}
+
+// Code returns the stable dotted code of the first transport error in
+// err's chain, or "" when there is none.
+func Code(err error) string {
+	var c Coder
+	if errors.As(err, &c) {
+		return c.TransportCode()
+	}
+	return ""
+}
+
+// Sentinel is a transport's own sentinel error: it matches itself and, with
+// errors.Is, the class it belongs to, and it carries its stable code.
+type Sentinel struct {
+	msg   string
+	code  string
+	class error
+}
+
+// NewSentinel returns a sentinel with message msg and code, of class (one
+// of the Err* classes above, or nil for none).
+func NewSentinel(msg, code string, class error) *Sentinel {
+	return &Sentinel{msg: msg, code: code, class: class}
+}
+
+func (s *Sentinel) Error() string { return s.msg }
+
+// TransportCode returns the sentinel's stable code.
+func (s *Sentinel) TransportCode() string { return s.code }
+
+// Is reports whether target is the sentinel's class.
+func (s *Sentinel) Is(target error) bool { return s.class != nil && target == s.class }
