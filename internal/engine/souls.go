@@ -183,6 +183,35 @@ func (s *Souls) AwaitsReady(sid string) bool {
 	return ok && awaitsReady(so) && !s.ready[sid]
 }
 
+// AgentGrace is how long after its join a soul's agent is expected to
+// connect: the agent starts right after `soul join`, so a step on a soul
+// that joined this recently (its seeds, typically) waits for the agent,
+// for the rest of this window, before it falls back to SSH.
+const AgentGrace = 30 * time.Second
+
+// agentOf returns the agent connection of soul so, waiting for it while
+// the soul is within AgentGrace of its join.
+func (s *Souls) agentOf(ctx context.Context, so store.Soul) (transport.Conn, bool) {
+	c, ok := s.agents.Agent(so.SID)
+	if ok || so.JoinedAt == nil {
+		return c, ok
+	}
+	deadline := so.JoinedAt.Add(AgentGrace)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-tick.C:
+		}
+		if c, ok := s.agents.Agent(so.SID); ok {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
 // Target returns a soul as a module target: through its agent when one is
 // connected (Agents), else over SSH, connecting once per run. A soul that awaits readiness (awaitsReady) is dialled with its
 // key refusals retried, and its cloud-init waited for (awaitReady) before
@@ -201,7 +230,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 		return nil, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is destroyed", sid)}
 	}
 	if s.agents != nil {
-		if c, ok := s.agents.Agent(sid); ok {
+		if c, ok := s.agentOf(ctx, so); ok {
 			// A running agent means the soul's userdata has run to the
 			// point of starting it: no cloud-init wait.
 			s.mu.Lock()

@@ -312,8 +312,9 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 		t.Fatalf("%d seed.added events; want 1", n)
 	}
 
-	// An SSH step verifies against the pinned key and sees the seed's
-	// work, the agent running and the bootstrap file gone.
+	// A later step (through the agent, which is connected now; SSH against
+	// the joined key is TestSoulsTargetAwaitsJoin's) sees the seed's work,
+	// the agent running and the bootstrap file gone.
 	check := fmt.Sprintf(`steps:
   - name: look
     on: %s
