@@ -58,5 +58,3 @@ func agentBusURLs(c config.Config, side *agentSide, b *bus.Server, st soulDriver
 		return []string{"tls://" + net.JoinHostPort(host, port)}
 	}
 }
-
-
