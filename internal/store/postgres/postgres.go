@@ -28,6 +28,7 @@ var Dialect = sqlstore.Dialect{
 	LockHead:          `SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE`,
 	Classify:          classify,
 	SnapshotIsolation: sql.LevelRepeatableRead,
+	AttributeIs:       `souls.attributes @> jsonb_build_object(?::text, ?::text)`, // GIN souls_attributes
 	Queue:             func(db *sql.DB) riverdriver.Driver[*sql.Tx] { return riverdatabasesql.New(db) },
 }
 

@@ -34,6 +34,7 @@ var Dialect = sqlstore.Dialect{
 	LockHead:          `SELECT seq, hash FROM audit_head WHERE id = 1`, // BEGIN IMMEDIATE already holds the write lock
 	Classify:          classify,
 	SnapshotIsolation: sql.LevelDefault,
+	AttributeIs:       `EXISTS (SELECT 1 FROM json_each(souls.attributes) AS a WHERE a.key = ? AND a.type = 'text' AND a.value = ?)`,
 	Queue:             func(db *sql.DB) riverdriver.Driver[*sql.Tx] { return riversqlite.New(db) },
 }
 
