@@ -246,7 +246,7 @@ func (s *Server) registerRuns() {
 		LastEventID string `header:"Last-Event-ID" doc:"Resume after this event."`
 		After       int64  `query:"after" doc:"Resume after this event (for clients that cannot set headers)."`
 	}) (*huma.StreamResponse, error) {
-		if _, err := s.store.RunGet(ctx, in.ID); err != nil {
+		if _, err := s.store.RunPhase(ctx, in.ID); err != nil {
 			return nil, err
 		}
 		after := in.After
@@ -308,7 +308,10 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 			checked = now
 		}
 		wake := s.runs.Hub().Wait(id)
-		run, err := s.store.RunGet(ctx, id)
+		// The phase alone, read before the events: a run seen finished
+		// has written all of them. (RunGet would read the scenario, the
+		// sealed input and state on every tick.)
+		phase, err := s.store.RunPhase(ctx, id)
 		if err != nil {
 			return
 		}
@@ -328,7 +331,7 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 		if len(evs) == 500 {
 			continue
 		}
-		if store.Terminal(run.Phase) {
+		if store.Terminal(phase) {
 			fmt.Fprintf(w, "event: %[1]s\ndata: {\"kind\":\"%[1]s\",\"seq\":%[2]d}\n\n", client.EventStreamEnd, after)
 			if flusher != nil {
 				flusher.Flush()

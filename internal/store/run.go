@@ -140,6 +140,9 @@ type RunStore interface {
 	// A key only other actors used names no run: a new one is created.
 	RunCreate(ctx context.Context, p RunCreateParams) (run Run, created bool, err error)
 	RunGet(ctx context.Context, id string) (Run, error)
+	// RunPhase returns only a run's phase: one indexed column, for
+	// pollers (the event stream) that must not read the whole run.
+	RunPhase(ctx context.Context, id string) (string, error)
 	// RunList lists runs newest first, those that match p's filters;
 	// After is the id of the last run of the previous page.
 	RunList(ctx context.Context, p RunListParams) ([]Run, error)

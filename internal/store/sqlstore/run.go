@@ -108,6 +108,15 @@ func (s *Store) RunGet(ctx context.Context, id string) (store.Run, error) {
 	return r, nil
 }
 
+// RunPhase returns a run's phase alone.
+func (s *Store) RunPhase(ctx context.Context, id string) (string, error) {
+	var phase string
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT phase FROM runs WHERE id = ?`), id).Scan(&phase); err != nil {
+		return "", notFound(err, "run", id)
+	}
+	return phase, nil
+}
+
 // RunList lists runs newest first, filtered by phase and name.
 func (s *Store) RunList(ctx context.Context, p store.RunListParams) ([]store.Run, error) {
 	after := p.After
