@@ -300,7 +300,8 @@ func (s *Store) SoulSearch(ctx context.Context, p store.SoulListParams) ([]store
 		query, args = query+` AND provider = ?`, append(args, p.Provider)
 	}
 	if p.Label != nil {
-		query, args = query+` AND `+s.dialect.AttributeIs, append(args, p.Label.Key, p.Label.Value)
+		cond, a := s.dialect.AttributeIs(p.Label.Key, p.Label.Value)
+		query, args = query+` AND `+cond, append(args, a...)
 	}
 	rows, err := s.db.QueryContext(ctx, s.q(query+` ORDER BY sid LIMIT ?`), append(args, limitOf(p.Limit))...)
 	if err != nil {

@@ -25,7 +25,7 @@ func testSoulFilters(t *testing.T, b testdb.Backend) {
 		{"a4", store.SoulPending, "hcloud", `{"role":"web","dc":"nbg1"}`},
 		{"a5", store.SoulActive, "local", `{"role":"web","n":1}`},
 		{"a6", store.SoulActive, "hcloud", `{"roleX":"web","n":"1","deep":{"role":"web"}}`},
-		{"a7", store.SoulDestroyed, "local", `{"role":"web "}`},
+		{"a7", store.SoulDestroyed, "local", `{"role":"web ","a.b":"x","q\"k":"y","[0]":"z"}`},
 	}
 	for _, so := range souls {
 		if _, err := s.SoulCreate(ctx, store.SoulCreateParams{Soul: store.Soul{
@@ -63,11 +63,15 @@ func testSoulFilters(t *testing.T, b testdb.Backend) {
 		{store.SoulListParams{Provider: "ghost"}, ""},
 		{store.SoulListParams{Label: label("role", "web")}, "a1,a3,a4,a5"},
 		{store.SoulListParams{Label: label("dc", "fsn1")}, "a1"},
-		{store.SoulListParams{Label: label("n", "1")}, "a6"},         // a5's n is the number 1, not the string
-		{store.SoulListParams{Label: label("role", "we")}, ""},       // whole value, not a prefix
-		{store.SoulListParams{Label: label("role", "web%")}, ""},     // no wildcards
-		{store.SoulListParams{Label: label("ro%", "web")}, ""},       // nor in the key
-		{store.SoulListParams{Label: label("deep.role", "web")}, ""}, // keys are not paths
+		{store.SoulListParams{Label: label("n", "1")}, "a6"},               // a5's n is the number 1, not the string
+		{store.SoulListParams{Label: label("role", "we")}, ""},             // whole value, not a prefix
+		{store.SoulListParams{Label: label("role", "web%")}, ""},           // no wildcards
+		{store.SoulListParams{Label: label("ro%", "web")}, ""},             // nor in the key
+		{store.SoulListParams{Label: label("deep.role", "web")}, ""},       // keys are not paths
+		{store.SoulListParams{Label: label("a.b", "x")}, "a7"},             // a dot in a key is literal
+		{store.SoulListParams{Label: label(`q"k`, "y")}, "a7"},             // so is a double quote
+		{store.SoulListParams{Label: label("[0]", "z")}, "a7"},             // and brackets
+		{store.SoulListParams{Label: label("deep", `{"role":"web"}`)}, ""}, // an object is not a string
 		{store.SoulListParams{Status: store.SoulActive, Provider: "local", Label: label("role", "web")}, "a5"},
 		{store.SoulListParams{ListParams: store.ListParams{Limit: 1}, Provider: "local", Label: label("role", "web")}, "a3,a5"},
 		{store.SoulListParams{ListParams: store.ListParams{After: "a3"}, Label: label("role", "web")}, "a4,a5"},
