@@ -1,6 +1,8 @@
 package storetest
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -93,4 +95,49 @@ func describe(p store.SoulListParams) string {
 		d += fmt.Sprintf(" label=%s=%s", p.Label.Key, p.Label.Value)
 	}
 	return d
+}
+
+// SoulFiltersMigration checks migration 00016 on a registry made at
+// version 10: the souls' list indexes appear, the souls stay and filter.
+// indexes is the dialect's query for the names of the souls table's
+// indexes.
+func SoulFiltersMigration(t *testing.T, db *sql.DB, indexes string, upTo func(ctx context.Context, version int64) error, up func(ctx context.Context) error) {
+	t.Helper()
+	if err := upTo(ctx, 10); err != nil {
+		t.Fatalf("migrate to version 10: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO souls (sid, status, address, attributes, created_at, updated_at) VALUES ('old.local.test', 'unreachable', '10.0.0.9', '{"role":"db"}', '2026-01-01 00:00:00', '2026-01-01 00:00:00')`); err != nil {
+		t.Fatalf("insert a soul before the migration: %v", err)
+	}
+	names := func() map[string]bool {
+		t.Helper()
+		rows, err := db.QueryContext(ctx, indexes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]bool{}
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			out[n] = true
+		}
+		return out
+	}
+	if before := names(); before["souls_status_sid"] || before["souls_provider_sid"] {
+		t.Fatalf("indexes before migration 00016: %v", before)
+	}
+	if err := up(ctx); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	after := names()
+	if !after["souls_status_sid"] || !after["souls_provider_sid"] {
+		t.Fatalf("indexes after migration 00016: %v", after)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM souls WHERE status = 'unreachable' AND sid > ''`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the soul made before the migration: %d, %v", n, err)
+	}
 }
