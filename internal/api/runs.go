@@ -246,7 +246,7 @@ func (s *Server) registerRuns() {
 		LastEventID string `header:"Last-Event-ID" doc:"Resume after this event."`
 		After       int64  `query:"after" doc:"Resume after this event (for clients that cannot set headers)."`
 	}) (*huma.StreamResponse, error) {
-		if _, err := s.store.RunPhase(ctx, in.ID); err != nil {
+		if _, err := s.store.RunHead(ctx, in.ID); err != nil {
 			return nil, err
 		}
 		after := in.After
@@ -308,10 +308,7 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 			checked = now
 		}
 		wake := s.runs.Hub().Wait(id)
-		// The phase alone, read before the events: a run seen finished
-		// has written all of them. (RunGet would read the scenario, the
-		// sealed input and state on every tick.)
-		phase, err := s.store.RunPhase(ctx, id)
+		run, err := s.store.RunHead(ctx, id) // not RunGet: no scenario, sealed input or state per tick
 		if err != nil {
 			return
 		}
@@ -331,7 +328,7 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 		if len(evs) == 500 {
 			continue
 		}
-		if store.Terminal(phase) {
+		if store.Terminal(run.Phase) {
 			fmt.Fprintf(w, "event: %[1]s\ndata: {\"kind\":\"%[1]s\",\"seq\":%[2]d}\n\n", client.EventStreamEnd, after)
 			if flusher != nil {
 				flusher.Flush()

@@ -23,7 +23,7 @@ import (
 // countingStore is the real store, counting the reads of whole runs.
 type countingStore struct {
 	store.Store
-	runGets, runPhases atomic.Int64
+	runGets, runHeads atomic.Int64
 }
 
 func (c *countingStore) RunGet(ctx context.Context, id string) (store.Run, error) {
@@ -31,9 +31,9 @@ func (c *countingStore) RunGet(ctx context.Context, id string) (store.Run, error
 	return c.Store.RunGet(ctx, id)
 }
 
-func (c *countingStore) RunPhase(ctx context.Context, id string) (string, error) {
-	c.runPhases.Add(1)
-	return c.Store.RunPhase(ctx, id)
+func (c *countingStore) RunHead(ctx context.Context, id string) (store.RunHead, error) {
+	c.runHeads.Add(1)
+	return c.Store.RunHead(ctx, id)
 }
 
 // hubOnly is the run service of a keeper whose runs are written by
@@ -49,7 +49,7 @@ func (h hubOnly) Hub() *runner.Hub { return h.hub }
 // 1,200 events while it is watched (more than one 500-event read) delivers
 // each event once, in order, then stream.end once the run has finished;
 // and it never reads the whole run (scenario, sealed input and state) to
-// learn the phase: RunGet is not called at all, RunPhase once per tick.
+// learn the phase: RunGet is not called at all, RunHead once per tick.
 func TestStreamReadsOnlyNewEvents(t *testing.T) {
 	t.Parallel()
 	for _, b := range testdb.Backends() {
@@ -145,8 +145,8 @@ func TestStreamReadsOnlyNewEvents(t *testing.T) {
 			if n := st.runGets.Load() - gets; n != 0 {
 				t.Fatalf("the stream read the whole run %d times; it must read only the phase", n)
 			}
-			if n := st.runPhases.Load(); n < 2 {
-				t.Fatalf("RunPhase called %d times: the stream did not poll the phase", n)
+			if n := st.runHeads.Load(); n < 2 {
+				t.Fatalf("RunHead called %d times: the stream did not poll the phase", n)
 			}
 		})
 	}

@@ -108,13 +108,15 @@ func (s *Store) RunGet(ctx context.Context, id string) (store.Run, error) {
 	return r, nil
 }
 
-// RunPhase returns a run's phase alone.
-func (s *Store) RunPhase(ctx context.Context, id string) (string, error) {
-	var phase string
-	if err := s.db.QueryRowContext(ctx, s.q(`SELECT phase FROM runs WHERE id = ?`), id).Scan(&phase); err != nil {
-		return "", notFound(err, "run", id)
+// RunHead returns a run's phase and finish time alone.
+func (s *Store) RunHead(ctx context.Context, id string) (store.RunHead, error) {
+	var h store.RunHead
+	var finished sql.NullTime
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT phase, finished_at FROM runs WHERE id = ?`), id).Scan(&h.Phase, &finished); err != nil {
+		return store.RunHead{}, notFound(err, "run", id)
 	}
-	return phase, nil
+	h.FinishedAt = timePtr(finished)
+	return h, nil
 }
 
 // RunList lists runs newest first, filtered by phase and name.
