@@ -5,6 +5,7 @@ import (
 	"unicode"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -13,7 +14,7 @@ type soulListInput struct {
 	ListInput
 	Status   string `query:"status" enum:"pending,active,unreachable,destroyed" doc:"Only souls in this status."`
 	Provider string `query:"provider" maxLength:"63" doc:"Only souls made by this provider."`
-	Label    string `query:"label" maxLength:"1200" doc:"Only souls whose attribute KEY is the string VALUE, written KEY=VALUE (the whole value, no wildcards)."`
+	Label    string `query:"label" maxLength:"1200" doc:"Only souls whose attribute KEY is the string VALUE, written KEY=VALUE (the whole value, no wildcards). A secret-looking KEY (masked in responses) or a VALUE holding a token is refused: soul.label_secret."`
 }
 
 // Limits of a label filter's key and value.
@@ -42,7 +43,7 @@ func (in *soulListInput) params() (store.SoulListParams, error) {
 
 // parseLabel reads KEY=VALUE: the key is 1 to 128 characters without '='
 // or spaces, the value at most 1024 characters; neither holds control
-// characters.
+// characters, and neither is a secret (soul.label_secret).
 func parseLabel(location, s string) (*store.Label, *client.Problem) {
 	key, value, ok := strings.Cut(s, "=")
 	switch {
@@ -60,6 +61,16 @@ func parseLabel(location, s string) (*store.Label, *client.Problem) {
 	}
 	if i := strings.IndexFunc(value, unicode.IsControl); i >= 0 {
 		return nil, invalid("soul.label_invalid", location, "the value has a control character at byte %d", i+len(key)+1)
+	}
+	// A masked attribute must not become an oracle: matching on it would
+	// confirm a guessed secret that responses show as "***". A value the
+	// masking would hide (a token, a keeper secret) is refused the same
+	// way, and neither is echoed.
+	if secret.IsSensitiveKey(key) {
+		return nil, invalid("soul.label_secret", location, "attribute %q is secret-looking and masked in responses: souls cannot be filtered by it", key)
+	}
+	if secret.MaskString(key) != key || secret.MaskString(value) != value {
+		return nil, invalid("soul.label_secret", location, "the label holds a secret (a token or a keeper secret): souls cannot be filtered by it")
 	}
 	return &store.Label{Key: key, Value: value}, nil
 }

@@ -105,3 +105,45 @@ func TestSoulListFilters(t *testing.T) {
 		}
 	})
 }
+
+// TestSoulListLabelNoSecretOracle performs the attack against a real
+// keeper: a viewer, who sees a soul's vault_token attribute as "***",
+// tries to confirm a guessed value through ?label=; and a token stored in
+// a plain attribute is probed the same way. Each probe is refused with
+// soul.label_secret without echoing the guess, whether the guess is right
+// or wrong, so the answer tells nothing.
+func TestSoulListLabelNoSecretOracle(t *testing.T) {
+	t.Parallel()
+	eachBackend(t, func(t *testing.T, k *keeper) {
+		const canary = "canary-vault-7f3a91"
+		apiToken := "sst_" + strings.Repeat("Q", 43)
+		if _, err := k.store.SoulCreate(context.Background(), store.SoulCreateParams{Soul: store.Soul{
+			SID: "vault-1", Status: store.SoulActive, Address: "10.0.0.1",
+			Attributes: json.RawMessage(`{"vault_token":"` + canary + `","X-Api-Key":"k1","note":"` + apiToken + `"}`),
+		}, Actor: store.ActorKeeper}); err != nil {
+			t.Fatal(err)
+		}
+		var tok client.TokenCreated
+		if err := json.Unmarshal(k.expect("POST", "/v1/tokens", k.admin, `{"name":"peek","role":"viewer"}`, 201, ""), &tok); err != nil {
+			t.Fatal(err)
+		}
+		if b := k.expect("GET", "/v1/souls/vault-1", tok.Token, "", 200, ""); strings.Contains(string(b), canary) || strings.Contains(string(b), apiToken) {
+			t.Fatalf("the soul leaks its secrets to a viewer: %s", b)
+		}
+		for _, probe := range []string{
+			"vault_token=" + canary, "vault_token=wrong-guess", "VAULT_TOKEN=" + canary, "x-api-key=k1",
+			"note=" + apiToken, "note=sst_" + strings.Repeat("R", 43),
+		} {
+			for _, who := range []string{tok.Token, k.admin} {
+				b := k.expect("GET", "/v1/souls?"+url.Values{"label": {probe}}.Encode(), who, "", 422, "soul.label_secret")
+				if strings.Contains(string(b), canary) || strings.Contains(string(b), "sst_") || strings.Contains(string(b), "wrong-guess") {
+					t.Fatalf("the refusal echoes the probe: %s", b)
+				}
+			}
+		}
+		// A plain attribute still filters.
+		if b := k.expect("GET", "/v1/souls?label=note=plain", tok.Token, "", 200, ""); !strings.Contains(string(b), `"items":[]`) {
+			t.Fatalf("plain label: %s", b)
+		}
+	})
+}
