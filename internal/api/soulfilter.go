@@ -3,6 +3,7 @@ package api
 import (
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/secret"
@@ -55,6 +56,8 @@ func parseLabel(location, s string) (*store.Label, *client.Problem) {
 		return nil, invalid("soul.label_invalid", location, "the attribute key is %d bytes long; at most %d are allowed", len(key), maxLabelKey)
 	case len(value) > maxLabelValue:
 		return nil, invalid("soul.label_invalid", location, "the value is %d bytes long; at most %d are allowed", len(value), maxLabelValue)
+	case !utf8.ValidString(s):
+		return nil, invalid("soul.label_invalid", location, "is not valid UTF-8")
 	}
 	if i := strings.IndexFunc(key, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }); i >= 0 {
 		return nil, invalid("soul.label_invalid", location, "the attribute key has a space or control character at byte %d", i)

@@ -82,6 +82,7 @@ func TestSoulListFilters(t *testing.T) {
 			{"label=%3Dweb", "soul.label_invalid", "query.label"},
 			{"label=ro%20le=web", "soul.label_invalid", "query.label"},
 			{"label=role=w%0Aeb", "soul.label_invalid", "query.label"},
+			{"label=role=w%FFeb", "soul.label_invalid", "query.label"},
 			{"label=" + strings.Repeat("k", 129) + "=v", "soul.label_invalid", "query.label"},
 			{"label=k=" + strings.Repeat("v", 1025), "soul.label_invalid", "query.label"},
 			{"label=k=" + strings.Repeat("v", 1300), "request.invalid", "query.label"},
