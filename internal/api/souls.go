@@ -66,10 +66,22 @@ func (s *Server) registerSouls() {
 
 	register(s, huma.Operation{
 		OperationID: "soul-list", Method: http.MethodGet, Path: "/v1/souls", Tags: tags,
-		Summary: "List souls by SID",
-	}, auth.SoulRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.SoulList }, error) {
-		items, next, err := listPage(ctx, in, s.store.SoulList, func(so store.Soul) string { return so.SID }, soulWire)
-		return &struct{ Body client.SoulList }{Body: client.SoulList{Items: items, Next: next}}, err
+		Summary: "List souls by SID", Description: "Filters (status, provider, label) combine: a soul is listed when it matches every one given.",
+	}, auth.SoulRead, false, func(ctx context.Context, in *soulListInput) (*struct{ Body client.SoulList }, error) {
+		p, err := in.params()
+		if err != nil {
+			return nil, err
+		}
+		rs, err := s.store.SoulSearch(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		rs, next := page(rs, in.Limit, func(so store.Soul) string { return so.SID })
+		items := make([]client.Soul, 0, len(rs))
+		for _, so := range rs {
+			items = append(items, soulWire(so))
+		}
+		return &struct{ Body client.SoulList }{Body: client.SoulList{Items: items, Next: next}}, nil
 	})
 
 	register(s, huma.Operation{

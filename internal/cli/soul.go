@@ -61,17 +61,23 @@ Attribute values are strings.`,
 }
 
 func (a *app) soulListCommand() *cobra.Command {
-	return &cobra.Command{
+	var f client.SoulFilter
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List souls",
-		Args:  cobra.NoArgs,
+		Long: `List souls by SID. The filters combine: a soul is listed when it matches
+every one given. --label KEY=VALUE matches an attribute whose value is the
+string VALUE exactly.`,
+		Example: `  soulctl soul list --status unreachable
+  soulctl soul list --provider local --label role=web`,
+		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
 			items, err := listAll(cmd.Context(), func(ctx context.Context, o client.ListOptions) ([]client.Soul, string, error) {
-				l, err := c.SoulList(ctx, o)
+				l, err := c.SoulSearch(ctx, o, f)
 				if err != nil {
 					return nil, "", err
 				}
@@ -87,6 +93,11 @@ func (a *app) soulListCommand() *cobra.Command {
 			return p.print(client.SoulList{Items: items}, t)
 		}),
 	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.Status, "status", "", "only souls in this status: pending, active, unreachable or destroyed")
+	fs.StringVar(&f.Provider, "provider", "", "only souls made by this provider")
+	fs.StringVar(&f.Label, "label", "", "only souls whose attribute KEY is VALUE, written KEY=VALUE")
+	return cmd
 }
 
 func (a *app) soulGetCommand() *cobra.Command {

@@ -122,6 +122,12 @@ type RunFinishParams struct {
 	Message   string
 }
 
+// RunHead is the little of a run a poller needs.
+type RunHead struct {
+	Phase      string
+	FinishedAt *time.Time
+}
+
 // RunListParams pages through runs, optionally filtered.
 type RunListParams struct {
 	ListParams
@@ -140,6 +146,10 @@ type RunStore interface {
 	// A key only other actors used names no run: a new one is created.
 	RunCreate(ctx context.Context, p RunCreateParams) (run Run, created bool, err error)
 	RunGet(ctx context.Context, id string) (Run, error)
+	// RunHead returns only a run's phase and finish time, by primary key,
+	// for pollers (the event stream) that must not read the whole run
+	// (scenario, sealed input and state).
+	RunHead(ctx context.Context, id string) (RunHead, error)
 	// RunList lists runs newest first, those that match p's filters;
 	// After is the id of the last run of the previous page.
 	RunList(ctx context.Context, p RunListParams) ([]Run, error)

@@ -163,6 +163,25 @@ type ListParams struct {
 	After string
 }
 
+// SoulListParams pages through souls by SID, keeping those that match
+// every filter set. An empty filter matches every soul.
+type SoulListParams struct {
+	ListParams
+	// Status keeps the souls in that status.
+	Status string
+	// Provider keeps the souls made by that provider.
+	Provider string
+	// Label, when set, keeps the souls whose attribute Label.Key is the
+	// string Label.Value.
+	Label *Label
+}
+
+// Label is an attribute key and the string value it must have.
+type Label struct {
+	Key   string
+	Value string
+}
+
 // Actor is who performs a mutation: an API token id, or "keeper" for
 // keeper-internal actions. It is recorded as the audit event's actor_aid.
 type Actor string
@@ -240,6 +259,8 @@ type Store interface {
 	SoulCreate(ctx context.Context, p SoulCreateParams) (Soul, error)
 	SoulGet(ctx context.Context, sid string) (Soul, error)
 	SoulList(ctx context.Context, p ListParams) ([]Soul, error)
+	// SoulSearch is SoulList keeping only the souls that match p's filters.
+	SoulSearch(ctx context.Context, p SoulListParams) ([]Soul, error)
 	SoulDelete(ctx context.Context, p DeleteParams) error
 	// SoulPinHostKey records the host key first seen for a soul (audit
 	// soul.host_key_pinned). It never replaces a pinned key: a soul that

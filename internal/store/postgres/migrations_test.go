@@ -45,3 +45,15 @@ func TestDeploymentMigration(t *testing.T) {
 		func(ctx context.Context, v int64) error { return postgres.MigrateTo(ctx, db, v) },
 		func(ctx context.Context) error { _, err := postgres.Migrate(ctx, db); return err })
 }
+
+func TestSoulFiltersMigration(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("pgx", testdb.FreshPostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storetest.SoulFiltersMigration(t, db, `SELECT indexname FROM pg_indexes WHERE tablename = 'souls'`,
+		func(ctx context.Context, v int64) error { return postgres.MigrateTo(ctx, db, v) },
+		func(ctx context.Context) error { _, err := postgres.Migrate(ctx, db); return err })
+}

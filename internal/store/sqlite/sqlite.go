@@ -35,7 +35,16 @@ var Dialect = sqlstore.Dialect{
 	LockHead:          `SELECT seq, hash FROM audit_head WHERE id = 1`, // BEGIN IMMEDIATE already holds the write lock
 	Classify:          classify,
 	SnapshotIsolation: sql.LevelDefault,
+	AttributeIs:       attributeIs,
 	Queue:             func(db *sql.DB) riverdriver.Driver[*sql.Tx] { return riversqlite.New(db) },
+}
+
+// attributeIs matches a top-level attribute that is a JSON string; keys
+// are compared whole (dots, brackets and quotes in them are literal). At
+// 10,000 souls a filter that matches few scans them all: about 10 ms
+// (json_extract with a quoted path is no faster).
+func attributeIs(key, value string) (string, []any) {
+	return `EXISTS (SELECT 1 FROM json_each(souls.attributes) AS a WHERE a.key = ? AND a.type = 'text' AND a.value = ?)`, []any{key, value}
 }
 
 func classify(err error) sqlstore.Violation {

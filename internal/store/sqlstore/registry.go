@@ -287,7 +287,24 @@ func (s *Store) SoulGet(ctx context.Context, sid string) (store.Soul, error) {
 
 // SoulList lists souls by SID.
 func (s *Store) SoulList(ctx context.Context, params store.ListParams) ([]store.Soul, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid > ? ORDER BY sid LIMIT ?`), params.After, limitOf(params.Limit))
+	return s.SoulSearch(ctx, store.SoulListParams{ListParams: params})
+}
+
+// SoulSearch lists souls by SID, filtered by status, provider and an
+// attribute's value (indexes: 00016_soul_filters).
+func (s *Store) SoulSearch(ctx context.Context, p store.SoulListParams) ([]store.Soul, error) {
+	query, args := `SELECT `+soulSelectCols+` FROM souls WHERE sid > ?`, []any{p.After}
+	if p.Status != "" {
+		query, args = query+` AND status = ?`, append(args, p.Status)
+	}
+	if p.Provider != "" {
+		query, args = query+` AND provider = ?`, append(args, p.Provider)
+	}
+	if p.Label != nil {
+		cond, a := s.dialect.AttributeIs(p.Label.Key, p.Label.Value)
+		query, args = query+` AND `+cond, append(args, a...)
+	}
+	rows, err := s.db.QueryContext(ctx, s.q(query+` ORDER BY sid LIMIT ?`), append(args, limitOf(p.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("list souls: %w", err)
 	}

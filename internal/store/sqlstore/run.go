@@ -108,6 +108,17 @@ func (s *Store) RunGet(ctx context.Context, id string) (store.Run, error) {
 	return r, nil
 }
 
+// RunHead returns a run's phase and finish time alone.
+func (s *Store) RunHead(ctx context.Context, id string) (store.RunHead, error) {
+	var h store.RunHead
+	var finished sql.NullTime
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT phase, finished_at FROM runs WHERE id = ?`), id).Scan(&h.Phase, &finished); err != nil {
+		return store.RunHead{}, notFound(err, "run", id)
+	}
+	h.FinishedAt = timePtr(finished)
+	return h, nil
+}
+
 // RunList lists runs newest first, filtered by phase and name.
 func (s *Store) RunList(ctx context.Context, p store.RunListParams) ([]store.Run, error) {
 	after := p.After

@@ -50,6 +50,9 @@ type Dialect struct {
 	// SnapshotIsolation is the isolation level under which a read-only
 	// transaction sees one consistent snapshot.
 	SnapshotIsolation sql.IsolationLevel
+	// AttributeIs returns a condition on the souls table and its
+	// arguments: true when the soul's attribute key is the string value.
+	AttributeIs func(key, value string) (string, []any)
 	// Queue returns the River driver over the same database, for the
 	// durable run queue.
 	Queue func(*sql.DB) riverdriver.Driver[*sql.Tx]

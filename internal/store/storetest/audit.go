@@ -328,6 +328,14 @@ func testAuditAttacks(t *testing.T, b testdb.Backend) {
 func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 	s := b.Open(t)
 	db := s.DB()
+	for _, q := range []string{ // 00016, the souls' list indexes: an older keeper had none
+		`DROP INDEX souls_status_sid`, `DROP INDEX souls_provider_sid`, `DROP INDEX IF EXISTS souls_attributes`, `DELETE FROM goose_db_version WHERE version_id = 16`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	// Back to the schema before migration 00006, as an older keeper left it
 	// (so without the migrations after it either: 00008, souls' last
 	// contact; 00010, the deployment id; 00011, souls' certificates and
@@ -359,8 +367,8 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	applied, err := b.Migrate(ctx, db)
-	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11}) {
-		t.Fatalf("migrate = %v, %v; want [6 8 10 11]", applied, err)
+	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11, 16}) {
+		t.Fatalf("migrate = %v, %v; want [6 8 10 11 16]", applied, err)
 	}
 	head, err := s.AuditHead(ctx)
 	if err != nil || head.KeyedFrom != 4 {

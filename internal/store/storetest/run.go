@@ -27,6 +27,12 @@ func testRunCreateKey(t *testing.T, b testdb.Backend) {
 	if err != nil || !created || r.Phase != store.PhasePending || r.Timeout != 15*time.Minute || r.Key != "k1" || enqueued != 1 {
 		t.Fatalf("create = %+v, %v, %v (enqueued %d)", r, created, err, enqueued)
 	}
+	if h, err := s.RunHead(ctx, "run_1"); err != nil || h.Phase != store.PhasePending || h.FinishedAt != nil {
+		t.Fatalf("head of run_1 = %+v, %v", h, err)
+	}
+	if _, err := s.RunHead(ctx, "run_none"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("phase of an unknown run: %v", err)
+	}
 	again, created, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_2", "k1", "d1"), Actor: "tok_a", Enqueue: enqueue})
 	if err != nil || created || again.ID != "run_1" || enqueued != 1 {
 		t.Fatalf("same key, same content: %+v %v %v (enqueued %d)", again.ID, created, err, enqueued)

@@ -31,6 +31,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"ConcurrentProfileAndProviderDelete", testConcurrentProfileVsDelete},
 		{"Pagination", testPagination},
 		{"Souls", testSouls},
+		{"SoulFilters", testSoulFilters},
 		{"Tokens", testTokens},
 		{"TokenAdminBootstrap", testTokenAdminBootstrap},
 		{"AuditChain", testAuditChain},
