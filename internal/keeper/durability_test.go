@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -54,15 +55,33 @@ func freePort(t *testing.T) int {
 	t.Helper()
 	for i := 0; i < 200; i++ {
 		port := 20000 + mathrand.IntN(12000)
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			continue
+		if portsFree(port) {
+			return port
 		}
-		l.Close()
-		return port
 	}
 	t.Fatal("no free loopback port between 20000 and 32000")
 	return 0
+}
+
+// portsFree reports whether a keeper listening on port could bind all it
+// binds by default: the API on loopback, the agent listener (port + 1)
+// and the agent bus (port + 2) on every address.
+func portsFree(port int) bool {
+	addrs := []string{fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf(":%d", port+1), fmt.Sprintf(":%d", port+config.NATSPortOffset)}
+	var open []net.Listener
+	defer func() {
+		for _, l := range open {
+			l.Close()
+		}
+	}()
+	for _, a := range addrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return false
+		}
+		open = append(open, l)
+	}
+	return true
 }
 
 // TestKill9ResumesIdempotentStep kills the keeper with SIGKILL while an
