@@ -27,6 +27,9 @@ type services struct {
 	runs    *runner.Runner
 	plugins *plugin.Host
 	cloud   *cloudService
+	// ssh is the connection pool every run shares; closed after the
+	// runner has stopped.
+	ssh *ssh.Pool
 }
 
 // newServices wires the run queue and the engine (the data key that seals
@@ -90,6 +93,11 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 		plugins.Close()
 		return nil, err
 	}
+	// Connections outlive runs, closed when idle or when their soul is
+	// deleted through this keeper (other keepers close theirs when idle).
+	// Each run re-checks a warm connection's host key first (ssh.Scope).
+	pool := ssh.NewPool(ssh.Options{Logger: log.With("component", "ssh"), IdleTimeout: config.Duration(c.SSH.IdleTimeout), MaxIdle: c.SSH.MaxIdle})
+	pooled := poolStore{Store: reg, pool: pool}
 	exec := &engine.Executor{
 		Store:     reg,
 		Load:      loadPlan,
@@ -99,6 +107,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 			return append(b, '\n'), err
 		},
 		SSH:        ssh.Options{Logger: log.With("component", "ssh")},
+		SSHPool:    pool,
 		FilesDir:   files,
 		Logger:     log,
 		Keeper:     keeperTarget,
@@ -112,9 +121,28 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 	})
 	if err != nil {
 		plugins.Close()
+		pool.Close()
 		return nil, err
 	}
-	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, keeperID: keeperID, drivers: plugins.Driver, resolve: credentials}}, nil
+	return &services{store: pooled, ssh: pool, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, keeperID: keeperID, drivers: plugins.Driver, resolve: credentials}}, nil
+}
+
+// poolStore closes a soul's pooled connections when the soul is deleted.
+type poolStore struct {
+	store.Store
+	pool *ssh.Pool
+}
+
+// SoulDelete deletes the soul and closes the connections to it.
+func (s poolStore) SoulDelete(ctx context.Context, p store.DeleteParams) error {
+	so, gerr := s.Store.SoulGet(ctx, p.Key)
+	if err := s.Store.SoulDelete(ctx, p); err != nil {
+		return err
+	}
+	if gerr == nil {
+		s.pool.Drop(engine.SoulConnName(so))
+	}
+	return nil
 }
 
 // dataKey returns the key that seals secrets at rest: from data_key_ref

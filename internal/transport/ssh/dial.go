@@ -73,6 +73,10 @@ type Options struct {
 	// for that long; 0 keeps connections until Pool.Close (a pool that
 	// lives for one run). A pool shared across runs sets it.
 	IdleTimeout time.Duration
+	// MaxIdle, for a Pool, caps the connections it keeps open with no
+	// command on them: past it, the least recently used idle ones are
+	// closed when a connection is added and at each sweep. 0 means no cap.
+	MaxIdle int
 	// Now reads the clock that idle times are measured on; nil means
 	// time.Now. Tests inject one they move by hand.
 	Now func() time.Time

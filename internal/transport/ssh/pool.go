@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -71,14 +72,19 @@ func (p *Pool) sweeper(every time.Duration) {
 }
 
 // Sweep closes the connections no command has used for the pool's
-// IdleTimeout, measured on Options.Now, and returns how many it closed. It
-// does nothing when the pool has no IdleTimeout.
+// IdleTimeout, measured on Options.Now, and the least recently used idle
+// ones beyond Options.MaxIdle, and returns how many it closed. It does
+// nothing when the pool has no IdleTimeout.
 func (p *Pool) Sweep() int {
 	if p.opts.IdleTimeout <= 0 {
 		return 0
 	}
 	before := p.opts.Now().Add(-p.opts.IdleTimeout)
-	return p.drop(func(_ connKey, c *Client) bool { return c.idleSince(before) })
+	n := p.drop(func(_ connKey, c *Client) bool { return c.idleSince(before) })
+	if p.opts.MaxIdle > 0 {
+		n += p.trimIdle()
+	}
+	return n
 }
 
 // Drop closes the pool's connections to user@host:port (Target.String),
@@ -135,15 +141,22 @@ func (p *Pool) Len() int {
 // again under their own contexts. The returned Client belongs to the pool:
 // do not close it.
 func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
+	c, _, err := p.get(ctx, t)
+	return c, err
+}
+
+// get is Get, also reporting whether this call dialed the connection
+// (fresh) rather than reusing one.
+func (p *Pool) get(ctx context.Context, t Target) (_ *Client, fresh bool, _ error) {
 	key, err := keyOf(t)
 	if err != nil {
-		return nil, err // names the target already
+		return nil, false, err // names the target already
 	}
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, fmt.Errorf("ssh pool: get %s: %w", t, ErrClosed)
+			return nil, false, fmt.Errorf("ssh pool: get %s: %w", t, ErrClosed)
 		}
 		if e, ok := p.entries[key]; ok {
 			if isDone(e.done) && e.client != nil && !e.client.alive() {
@@ -163,12 +176,12 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 			select {
 			case <-e.done:
 			case <-ctx.Done():
-				return nil, fmt.Errorf("ssh connect %s: %w", t, context.Cause(ctx))
+				return nil, false, fmt.Errorf("ssh connect %s: %w", t, context.Cause(ctx))
 			}
 			if e.gaveUp && ctx.Err() == nil {
 				continue // the dialer gave up, not the host
 			}
-			return e.client, e.err
+			return e.client, false, e.err
 		}
 		dctx, cancel := context.WithCancelCause(ctx)
 		e := &poolEntry{done: make(chan struct{}), cancel: cancel}
@@ -211,8 +224,41 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 		e.gaveUp = err != nil && ctx.Err() != nil
 		close(e.done)
 		p.mu.Unlock()
-		return c, err
+		if err == nil && p.opts.MaxIdle > 0 {
+			p.trimIdle()
+		}
+		return c, err == nil, err
 	}
+}
+
+// dropClient removes c from the pool and closes it.
+func (p *Pool) dropClient(c *Client) {
+	p.drop(func(_ connKey, x *Client) bool { return x == c })
+}
+
+// trimIdle closes the least recently used idle connections beyond
+// Options.MaxIdle.
+func (p *Pool) trimIdle() int {
+	p.mu.Lock()
+	var idle []*Client
+	seen := map[*Client]bool{}
+	for _, e := range p.entries {
+		if isDone(e.done) && e.client != nil && !seen[e.client] && e.client.busy.Load() == 0 {
+			seen[e.client] = true
+			idle = append(idle, e.client)
+		}
+	}
+	p.mu.Unlock()
+	extra := len(idle) - p.opts.MaxIdle
+	if extra <= 0 {
+		return 0
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].lastUsed.Load() < idle[j].lastUsed.Load() })
+	gone := map[*Client]bool{}
+	for _, c := range idle[:extra] {
+		gone[c] = true
+	}
+	return p.drop(func(_ connKey, c *Client) bool { return gone[c] && c.busy.Load() == 0 })
 }
 
 // Close closes every connection, cancels dials in progress and makes later
