@@ -1,0 +1,168 @@
+package ssh_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/sshtest"
+	"github.com/soulstack/soulstack/internal/transport/ssh"
+)
+
+// pinned is target(s) with s's host key pinned, as the engine targets a
+// soul after its first contact.
+func pinned(s *sshtest.Server) ssh.Target {
+	t := target(s)
+	t.HostKey = s.HostKey
+	return t
+}
+
+func logins(s *sshtest.Server) int { return strings.Count(s.Log(), "Accepted publickey") }
+
+func isClosed(c *ssh.Client) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestScopesShareAWarmConnectionAfterAHostKeyCheck(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	var dials dialCounter
+	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial, IdleTimeout: time.Hour})
+	defer pool.Close()
+
+	first, err := pool.Scope().Get(t.Context(), pinned(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, first, ssh.Command{Argv: []string{"true"}})
+	if dials.count() != 1 {
+		t.Fatalf("the first scope dialed %d times, want 1 (its own handshake verified the key)", dials.count())
+	}
+
+	run := pool.Scope()
+	for i := range 3 {
+		c, err := run.Get(t.Context(), pinned(s))
+		if err != nil {
+			t.Fatalf("get %d of the second scope: %v", i, err)
+		}
+		if c != first {
+			t.Fatalf("get %d of the second scope made a new connection", i)
+		}
+		exec(t, c, ssh.Command{Argv: []string{"true"}})
+	}
+	// One connection logged in; the second scope's one check dialed
+	// without authenticating, and only once.
+	if n := logins(s); n != 1 {
+		t.Fatalf("%d logins for two scopes, want 1:\n%s", n, s.Log())
+	}
+	if dials.count() != 2 {
+		t.Fatalf("%d dials, want 2: the connection and one host key check", dials.count())
+	}
+}
+
+func TestScopeRefusesAWarmConnectionWhoseHostChangedKey(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour})
+	defer pool.Close()
+	old, err := pool.Scope().Get(t.Context(), pinned(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, old, ssh.Command{Argv: []string{"true"}})
+
+	// The server restarts in the same place with a new host key; the
+	// session process behind the warm connection lives on.
+	tg := pinned(s)
+	s.Stop()
+	sshtest.Start(t, sshtest.Options{Port: s.Port, ClientKey: s.ClientKey})
+	if isClosed(old) {
+		t.Fatal("the warm connection died with its listener; the test proves nothing")
+	}
+
+	_, err = pool.Scope().Get(t.Context(), tg)
+	var m *ssh.HostKeyMismatchError
+	if !errors.Is(err, ssh.ErrHostKeyMismatch) || !errors.As(err, &m) {
+		t.Fatalf("get after the host key changed: %v, want ssh.host_key_mismatch", err)
+	}
+	if m.Pinned == m.Presented || m.Presented == "" {
+		t.Fatalf("mismatch names pinned %q, presented %q", m.Pinned, m.Presented)
+	}
+	if !isClosed(old) || pool.Len() != 0 {
+		t.Fatalf("the refused warm connection is kept: closed %v, %d in the pool", isClosed(old), pool.Len())
+	}
+}
+
+func TestScopeDoesNotVouchForAWarmConnectionWhoseListenerIsGone(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour})
+	defer pool.Close()
+	old, err := pool.Scope().Get(t.Context(), pinned(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := pinned(s)
+	s.Stop() // the session process stays, nothing listens any more
+	if isClosed(old) {
+		t.Fatal("the warm connection died with its listener; the test proves nothing")
+	}
+	_, err = pool.Scope().Get(t.Context(), tg)
+	if !errors.Is(err, ssh.ErrUnreachable) {
+		t.Fatalf("get with no listener: %v, want ssh.unreachable as on a cold run", err)
+	}
+	if !isClosed(old) {
+		t.Fatal("the unverifiable warm connection is still open")
+	}
+}
+
+func TestScopeKeepsAWarmConnectionAcrossARestartWithTheSameKey(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour})
+	defer pool.Close()
+	old, err := pool.Scope().Get(t.Context(), pinned(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := pinned(s)
+	s.Stop()
+	sshtest.Start(t, sshtest.Options{Port: s.Port, ClientKey: s.ClientKey, HostKey: s.HostPrivateKey})
+	c, err := pool.Scope().Get(t.Context(), tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != old {
+		t.Fatal("the host showed the pinned key, yet the warm connection was not reused")
+	}
+	if res := exec(t, c, ssh.Command{Argv: []string{"echo", "ok"}}); string(res.Stdout) != "ok\n" {
+		t.Fatalf("stdout %q", res.Stdout)
+	}
+}
+
+func TestPoolMaxIdleClosesTheLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
+	servers := sshtest.StartN(t, 3, sshtest.Options{})
+	clock := &manualClock{now: time.Unix(1_000_000, 0)}
+	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour, MaxIdle: 2, Now: clock.Now})
+	defer pool.Close()
+	var clients []*ssh.Client
+	for _, s := range servers {
+		c, err := pool.Get(t.Context(), target(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		clock.Add(time.Second)
+	}
+	if pool.Len() != 2 || !isClosed(clients[0]) || isClosed(clients[1]) || isClosed(clients[2]) {
+		t.Fatalf("max_idle 2 with 3 idle connections: %d kept, closed %v %v %v; want the oldest closed",
+			pool.Len(), isClosed(clients[0]), isClosed(clients[1]), isClosed(clients[2]))
+	}
+}
