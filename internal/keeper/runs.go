@@ -88,18 +88,20 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 	if err != nil {
 		return nil, err
 	}
-	keeperTarget, err := newKeeperTarget(c, reg, keeperID, files, sshKey, agent, plugins.Driver, credentials)
-	if err != nil {
-		plugins.Close()
-		return nil, err
-	}
-	// Connections outlive runs, closed when idle or when their soul is
-	// deleted through this keeper (other keepers close theirs when idle).
-	// Each run re-checks a warm connection's host key first (ssh.Scope).
+	// Connections outlive runs, closed when idle (ssh.idle_timeout), past
+	// ssh.max_idle, or when their soul is deleted or destroyed through this
+	// keeper (other keepers close theirs when idle). Each run re-checks a
+	// warm connection's host key before its first use (ssh.Scope).
 	pool := ssh.NewPool(ssh.Options{Logger: log.With("component", "ssh"), IdleTimeout: config.Duration(c.SSH.IdleTimeout), MaxIdle: c.SSH.MaxIdle})
 	pooled := poolStore{Store: reg, pool: pool}
+	keeperTarget, err := newKeeperTarget(c, pooled, keeperID, files, sshKey, agent, plugins.Driver, credentials)
+	if err != nil {
+		plugins.Close()
+		pool.Close()
+		return nil, err
+	}
 	exec := &engine.Executor{
-		Store:     reg,
+		Store:     pooled,
 		Load:      loadPlan,
 		KeeperKey: sshKey,
 		Resolve: func(ctx context.Context, ref string) ([]byte, error) {
@@ -163,4 +165,34 @@ func dataKey(c config.Config) ([]byte, error) {
 	}
 	secret.Register(v)
 	return secret.DecodeKey(v)
+}
+
+// CloudDestroy records the destruction of VMs and closes the connections
+// to the souls it marked destroyed.
+func (s poolStore) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error) {
+	var souls []store.Soul
+	for _, sid := range p.SIDs {
+		if so, err := s.Store.SoulGet(ctx, sid); err == nil {
+			souls = append(souls, so)
+		}
+	}
+	c, err := s.Store.CloudDestroy(ctx, p)
+	if err != nil {
+		return c, err
+	}
+	for _, so := range souls {
+		if after, err := s.Store.SoulGet(ctx, so.SID); err != nil || after.Status == store.SoulDestroyed {
+			s.pool.Drop(engine.SoulConnName(so))
+		}
+	}
+	return c, nil
+}
+
+// TranslateError keeps the wrapped store's error translation
+// (store.Translator), which the engine's registry writes rely on.
+func (s poolStore) TranslateError(err error) error {
+	if t, ok := s.Store.(store.Translator); ok {
+		return t.TranslateError(err)
+	}
+	return err
 }

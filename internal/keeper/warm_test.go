@@ -68,7 +68,13 @@ func TestRunsShareWarmConnections(t *testing.T) {
 	if n := accepted(srv); n != 1 {
 		t.Fatalf("two runs made %d SSH connections, want 1:\n%s", n, srv.Log())
 	}
+	// The second run's host key check made a connection of its own that
+	// ended before authentication; its sshd process may take a moment to
+	// exit.
 	sessions := sshdSessions(t, srv)
+	for deadline := time.Now().Add(10 * time.Second); len(sessions) != 1 && time.Now().Before(deadline); sessions = sshdSessions(t, srv) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if len(sessions) != 1 {
 		t.Fatalf("%d sshd sessions open between runs, want 1", len(sessions))
 	}
@@ -91,5 +97,47 @@ func TestRunsShareWarmConnections(t *testing.T) {
 			t.Fatalf("the deleted soul's connection is still open: sshd sessions %v", sshdSessions(t, srv))
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestIdleWarmConnectionIsClosed: with ssh.idle_timeout set in keeper.yml,
+// the keeper closes a connection no run has used for that long, and the
+// next run dials a new one.
+func TestIdleWarmConnectionIsClosed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keeper.yml")
+	if err := os.WriteFile(cfg, []byte("ssh:\n  idle_timeout: 1s\n  max_idle: 10\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := serve(t, dir, "--config", cfg)
+	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "idle.local.test", srv)
+	sc := "steps:\n  - name: one\n    on: idle.local.test\n    module: core.command.ran\n    params: {cmd: 'true'}\n"
+	runOnce := func(what string) {
+		t.Helper()
+		run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		final := waitFor(t, c, run.ID, what, func(r *client.Run) bool { return client.Terminal(r.Phase) })
+		if final.Phase != "Succeeded" {
+			t.Fatalf("%s: run %s %+v", what, final.Phase, final.Error)
+		}
+	}
+	runOnce("the first run")
+	// The sweeper closes the connection once it has been idle for 1s;
+	// the deadline only bounds a broken sweeper.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(sshdSessions(t, srv)) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle connection is still open: sshd sessions %v", sshdSessions(t, srv))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	runOnce("the run after the idle timeout")
+	if n := accepted(srv); n != 2 {
+		t.Fatalf("%d SSH logins, want 2 (the idle connection closed, a new one dialed)", n)
 	}
 }
