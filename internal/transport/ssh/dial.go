@@ -184,14 +184,34 @@ func (c *Client) idleSince(t time.Time) bool {
 	return c.busy.Load() == 0 && c.lastUsed.Load() < t.UnixNano()
 }
 
-// healthy asks the server for a reply over the connection: a connection
-// whose peer is gone fails it where alive may not have noticed yet.
-func (c *Client) healthy() bool {
+// HealthTimeout bounds the keepalive a pool sends over an idle connection
+// before reusing it (or the target's ConnectTimeout, when shorter). A peer
+// behind a link that went down answers nothing and resets nothing: without
+// a bound the request would wait forever.
+const HealthTimeout = 3 * time.Second
+
+// healthy asks the server for a reply over the connection within limit: a
+// connection whose peer is gone fails it where alive may not have noticed
+// yet. It gives up when ctx ends.
+func (c *Client) healthy(ctx context.Context, limit time.Duration) bool {
 	if !c.alive() {
 		return false
 	}
-	_, _, err := c.conn.SendRequest("keepalive@openssh.com", true, nil)
-	return err == nil
+	replied := make(chan error, 1)
+	go func() {
+		_, _, err := c.conn.SendRequest("keepalive@openssh.com", true, nil)
+		replied <- err // a dead connection's Close ends a request left waiting
+	}()
+	tm := time.NewTimer(limit)
+	defer tm.Stop()
+	select {
+	case err := <-replied:
+		return err == nil
+	case <-tm.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (c *Client) alive() bool {

@@ -165,8 +165,12 @@ func (p *Pool) get(ctx context.Context, t Target) (_ *Client, fresh bool, _ erro
 				continue
 			}
 			p.mu.Unlock()
-			if isDone(e.done) && e.client != nil && p.opts.IdleTimeout > 0 && e.client.busy.Load() == 0 && !e.client.healthy() {
-				// Idle between runs and dead without a word: dial again.
+			if isDone(e.done) && e.client != nil && p.opts.IdleTimeout > 0 && e.client.busy.Load() == 0 && !e.client.healthy(ctx, min(HealthTimeout, t.WithDefaults().ConnectTimeout)) {
+				if ctx.Err() != nil {
+					return nil, false, fmt.Errorf("ssh connect %s: %w", t, context.Cause(ctx))
+				}
+				// Idle between runs and dead without a word, or behind
+				// a link that no longer answers: dial again.
 				p.mu.Lock()
 				p.forget(e)
 				p.mu.Unlock()

@@ -1,8 +1,12 @@
 package ssh_test
 
 import (
+	"context"
 	"errors"
+	"net"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +168,73 @@ func TestPoolMaxIdleClosesTheLeastRecentlyUsed(t *testing.T) {
 	if pool.Len() != 2 || !isClosed(clients[0]) || isClosed(clients[1]) || isClosed(clients[2]) {
 		t.Fatalf("max_idle 2 with 3 idle connections: %d kept, closed %v %v %v; want the oldest closed",
 			pool.Len(), isClosed(clients[0]), isClosed(clients[1]), isClosed(clients[2]))
+	}
+}
+
+// blackholeDialer dials real TCP connections whose writes it can make
+// vanish, as on a link that went down: nothing answers, nothing resets.
+type blackholeDialer struct {
+	mu    sync.Mutex
+	conns []*blackholeConn
+}
+
+type blackholeConn struct {
+	net.Conn
+	silent atomic.Bool
+}
+
+func (c *blackholeConn) Write(b []byte) (int, error) {
+	if c.silent.Load() {
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+func (d *blackholeDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	bc := &blackholeConn{Conn: c}
+	d.mu.Lock()
+	d.conns = append(d.conns, bc)
+	d.mu.Unlock()
+	return bc, nil
+}
+
+// silence makes the connections dialed so far drop what is written on them.
+func (d *blackholeDialer) silence() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		c.silent.Store(true)
+	}
+}
+
+// An idle connection whose peer stopped answering is not waited on for
+// ever: its keepalive gives up and the Get dials again.
+func TestPoolRedialsAnIdleConnectionThatNoLongerAnswers(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	var d blackholeDialer
+	pool := ssh.NewPool(ssh.Options{DialContext: d.dial, IdleTimeout: time.Hour})
+	defer pool.Close()
+	first, err := pool.Get(t.Context(), target(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.silence()
+	second, err := pool.Get(t.Context(), target(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatal("the connection that no longer answers was handed out again")
+	}
+	if !isClosed(first) {
+		t.Fatal("the connection that no longer answers was left open")
+	}
+	if res := exec(t, second, ssh.Command{Argv: []string{"echo", "ok"}}); string(res.Stdout) != "ok\n" {
+		t.Fatalf("stdout %q on the redialled connection", res.Stdout)
 	}
 }
