@@ -2,6 +2,8 @@ package keeper_test
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -140,4 +142,40 @@ func TestIdleWarmConnectionIsClosed(t *testing.T) {
 	if n := accepted(srv); n != 2 {
 		t.Fatalf("%d SSH logins, want 2 (the idle connection closed, a new one dialed)", n)
 	}
+}
+
+// keeperConnsTo counts the keeper process's established TCP connections
+// to ip:port, from its file descriptors and /proc/<pid>/net/tcp.
+func keeperConnsTo(t *testing.T, k *proc, ip string, port int) int {
+	t.Helper()
+	pid := strconv.Itoa(k.cmd.Process.Pid)
+	fds, err := os.ReadDir("/proc/" + pid + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/" + pid + "/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "socket:[") {
+			inodes[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	addr := net.ParseIP(ip).To4()
+	if addr == nil {
+		t.Fatalf("%q is not an IPv4 address", ip)
+	}
+	// /proc/net/tcp writes an IPv4 address as the hex of its 32-bit value
+	// in host (little endian) order.
+	want := fmt.Sprintf("%02X%02X%02X%02X:%04X", addr[3], addr[2], addr[1], addr[0], port)
+	raw, err := os.ReadFile("/proc/" + pid + "/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 9 && f[2] == want && f[3] == "01" && inodes[f[9]] {
+			n++
+		}
+	}
+	return n
 }

@@ -25,7 +25,10 @@ import (
 // every half timeout), and an idle connection is health-checked with a
 // keepalive request before it is handed out again, a dead one redialled.
 // A connection lost while a command runs on it still fails that command
-// (ErrDisconnected): the pool never runs anything again by itself.
+// (ErrDisconnected): the pool never runs anything again by itself. Options.MaxIdle
+// caps the idle connections kept. Callers that share such a pool across
+// runs get connections through a Scope per run, which re-checks a warm
+// connection's host key before the run's first use of it.
 type Pool struct {
 	opts Options
 
