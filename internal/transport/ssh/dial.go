@@ -130,6 +130,7 @@ type Client struct {
 	closeErr  error
 
 	busy     atomic.Int64 // commands holding a session slot
+	retired  atomic.Bool  // out of the pool: the last command to finish closes it
 	lastUsed atomic.Int64 // opts.Now in unix nanoseconds when a command last held or released a slot
 }
 
@@ -174,6 +175,14 @@ func (c *Client) Close() error {
 // Done returns a channel closed when the connection has ended, closed by
 // either side or broken.
 func (c *Client) Done() <-chan struct{} { return c.done }
+
+// retire closes the connection once no command runs on it any more.
+func (c *Client) retire() {
+	c.retired.Store(true)
+	if c.busy.Load() == 0 {
+		_ = c.Close()
+	}
+}
 
 // touch records that the connection is in use now.
 func (c *Client) touch() { c.lastUsed.Store(c.opts.Now().UnixNano()) }

@@ -238,9 +238,17 @@ func (p *Pool) get(ctx context.Context, t Target) (_ *Client, fresh bool, _ erro
 	}
 }
 
-// dropClient removes c from the pool and closes it.
-func (p *Pool) dropClient(c *Client) {
-	p.drop(func(_ connKey, x *Client) bool { return x == c })
+// retireClient removes c from the pool and closes it once the commands
+// running on it (other runs') have finished: no new one starts on it.
+func (p *Pool) retireClient(c *Client) {
+	p.mu.Lock()
+	for k, e := range p.entries {
+		if isDone(e.done) && e.client == c {
+			delete(p.entries, k)
+		}
+	}
+	p.mu.Unlock()
+	c.retire()
 }
 
 // trimIdle closes the least recently used idle connections beyond

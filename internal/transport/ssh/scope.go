@@ -21,8 +21,9 @@ import (
 // being reached over the old connection and never refused.
 //
 // A presented key that differs fails the Get with ErrHostKeyMismatch and
-// closes the warm connection; a listener that cannot be reached closes it
-// too and the Get dials afresh, failing as a cold run would. Later Gets of
+// takes the warm connection out of the pool (closed once the commands other
+// runs still have on it end); a listener that cannot be reached does the
+// same and the Get dials afresh, failing as a cold run would. Later Gets of
 // the same target in the scope reuse the checked connection without a
 // check. A connection the scope dialed itself was verified by its own
 // handshake.
@@ -96,7 +97,7 @@ func (s *Scope) first(ctx context.Context, t Target) (*Client, error) {
 	if err == nil {
 		return c, nil
 	}
-	s.pool.dropClient(c)
+	s.pool.retireClient(c)
 	if errors.Is(err, ErrHostKeyMismatch) || ctx.Err() != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -236,5 +238,53 @@ func TestPoolRedialsAnIdleConnectionThatNoLongerAnswers(t *testing.T) {
 	}
 	if res := exec(t, second, ssh.Command{Argv: []string{"echo", "ok"}}); string(res.Stdout) != "ok\n" {
 		t.Fatalf("stdout %q on the redialled connection", res.Stdout)
+	}
+}
+
+// A host key change another scope finds does not cut a command an earlier
+// scope is running on the warm connection; the connection is closed once
+// that command ends and is never handed out again.
+func TestScopeLetsARunningCommandFinishOnARetiredConnection(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour})
+	defer pool.Close()
+	tg := pinned(s)
+	old, err := pool.Scope().Get(t.Context(), tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := filepath.Join(t.TempDir(), "started")
+	release := filepath.Join(t.TempDir(), "release")
+	result := make(chan ssh.Result, 1)
+	go func() {
+		res, err := old.Exec(t.Context(), ssh.Command{Script: "touch " + started + "; while [ ! -e " + release + " ]; do sleep 0.05; done; echo done"})
+		if err != nil {
+			t.Error(err)
+		}
+		result <- res
+	}()
+	for {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Stop()
+	sshtest.Start(t, sshtest.Options{Port: s.Port, ClientKey: s.ClientKey})
+	if _, err := pool.Scope().Get(t.Context(), tg); !errors.Is(err, ssh.ErrHostKeyMismatch) {
+		t.Fatalf("get after the host key changed: %v, want ssh.host_key_mismatch", err)
+	}
+	if isClosed(old) {
+		t.Fatal("the command running on the warm connection was cut")
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-result; string(res.Stdout) != "done\n" {
+		t.Fatalf("the running command's stdout %q, want done", res.Stdout)
+	}
+	if !isClosed(old) || pool.Len() != 0 {
+		t.Fatalf("after its last command the retired connection: closed %v, %d in the pool", isClosed(old), pool.Len())
 	}
 }
