@@ -89,7 +89,8 @@ func (s *Scope) first(ctx context.Context, t Target) (*Client, error) {
 	if err != nil || fresh {
 		return c, err
 	}
-	want := t.WithDefaults().HostKey
+	pin := t.WithDefaults().HostKey
+	want := pin
 	if want == "" {
 		want = c.HostKey() // verified when the connection was made
 	}
@@ -98,10 +99,12 @@ func (s *Scope) first(ctx context.Context, t Target) (*Client, error) {
 		return c, nil
 	}
 	s.pool.retireClient(c)
-	if errors.Is(err, ErrHostKeyMismatch) || ctx.Err() != nil {
+	if (pin != "" && errors.Is(err, ErrHostKeyMismatch)) || ctx.Err() != nil {
 		return nil, err
 	}
-	// The listener did not answer the check: the warm connection cannot
+	// The listener did not answer the check, or, for a target that pins
+	// no key, presents another than the warm connection's (the caller
+	// would pin a key the host no longer has): the warm connection cannot
 	// be vouched for, so the target is dialed as on a cold run, with its
 	// retry policy and its precise error.
 	c, _, err = s.pool.get(ctx, t)

@@ -288,3 +288,31 @@ func TestScopeLetsARunningCommandFinishOnARetiredConnection(t *testing.T) {
 		t.Fatalf("after its last command the retired connection: closed %v, %d in the pool", isClosed(old), pool.Len())
 	}
 }
+
+// A target that pins no key (a soul registered again at a host's address,
+// first contact) is not refused for a key only a warm connection made
+// before remembers: it gets a new connection and the key the host
+// presents now.
+func TestScopeRedialsAnUnpinnedTargetWhoseHostChangedKey(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour})
+	defer pool.Close()
+	tg := target(s) // no pinned key
+	old, err := pool.Scope().Get(t.Context(), tg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	rebuilt := sshtest.Start(t, sshtest.Options{Port: s.Port, ClientKey: s.ClientKey})
+	c, err := pool.Scope().Get(t.Context(), tg)
+	if err != nil {
+		t.Fatalf("unpinned get after the host changed key: %v", err)
+	}
+	if c == old || c.HostKey() != rebuilt.HostKey {
+		t.Fatalf("got the warm connection (%v) or the old key %q, want a new connection with %q", c == old, c.HostKey(), rebuilt.HostKey)
+	}
+	if !isClosed(old) {
+		t.Fatal("the stale warm connection is still open")
+	}
+}
