@@ -102,6 +102,8 @@ type Config struct {
 	HTTP HTTP `yaml:"http"`
 	// NATS is the agent transport's message bus (docs/agent.md).
 	NATS NATS `yaml:"nats"`
+	// SSH configures the connections kept to souls across runs.
+	SSH SSH `yaml:"ssh"`
 
 	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
 	// file: or vault:), resolved at start; empty means the audit key is
@@ -256,6 +258,7 @@ func (c Config) WithDefaults() Config {
 		c.AuditCheckpointEvery = 100
 	}
 	c.NATS = c.NATS.withDefaults(c.Listen, c.AgentListen)
+	c.SSH = c.SSH.withDefaults()
 	return c
 }
 
@@ -314,6 +317,9 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := c.NATS.validate(); err != nil {
+		return err
+	}
+	if err := c.SSH.validate(); err != nil {
 		return err
 	}
 	if c.MetricsListen != "" {

@@ -24,9 +24,12 @@ import (
 // references and held in memory only, host keys pinned on first contact
 // and verified after.
 type Souls struct {
-	store   store.Store
-	agents  transport.Agents
-	pool    *ssh.Pool
+	store  store.Store
+	agents transport.Agents
+	pool   *ssh.Pool
+	conns  interface {
+		Get(ctx context.Context, t ssh.Target) (*ssh.Client, error)
+	} // pool, or the run's scope of a shared pool
 	keeper  []byte // the keeper's own private key, for souls without key_ref
 	files   string // the keeper's files directory
 	resolve func(ctx context.Context, ref string) ([]byte, error)
@@ -78,6 +81,11 @@ func NewSouls(cfg SoulsConfig) *Souls {
 	s.pool, s.shared = cfg.Pool, cfg.Pool != nil
 	if s.pool == nil {
 		s.pool = ssh.NewPool(cfg.Options)
+		s.conns = s.pool
+	} else {
+		// A warm connection from an earlier run is reused only once its
+		// host has shown the pinned key again this run (ssh.Scope).
+		s.conns = s.pool.Scope()
 	}
 	return s
 }
@@ -256,7 +264,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 	// A soul that is not ready may refuse the key until its cloud-init
 	// has written it: that is retried too, within the policy.
 	t := ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key, HostKey: so.Connection.HostKey, Retry: retry, RetryAuth: awaits}
-	c, err := s.pool.Get(ctx, t)
+	c, err := s.conns.Get(ctx, t)
 	if err == nil && so.Connection.HostKey == "" {
 		err = s.pin(ctx, sid, t, c.HostKey())
 	}

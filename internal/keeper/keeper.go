@@ -134,6 +134,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 		return err
 	}
 	defer svc.plugins.Close()
+	defer svc.ssh.Close()
 	if err := svc.runs.Start(ctx); err != nil {
 		return err
 	}

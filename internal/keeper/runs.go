@@ -27,6 +27,9 @@ type services struct {
 	runs    *runner.Runner
 	plugins *plugin.Host
 	cloud   *cloudService
+	// ssh is the connection pool every run shares; closed after the
+	// runner has stopped.
+	ssh *ssh.Pool
 }
 
 // newServices wires the run queue and the engine (the data key that seals
@@ -85,13 +88,20 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 	if err != nil {
 		return nil, err
 	}
-	keeperTarget, err := newKeeperTarget(c, reg, keeperID, files, sshKey, agent, plugins.Driver, credentials)
+	// Connections outlive runs, closed when idle (ssh.idle_timeout), past
+	// ssh.max_idle, or when their soul is deleted or destroyed through this
+	// keeper (other keepers close theirs when idle). Each run re-checks a
+	// warm connection's host key before its first use (ssh.Scope).
+	pool := ssh.NewPool(ssh.Options{Logger: log.With("component", "ssh"), IdleTimeout: config.Duration(c.SSH.IdleTimeout), MaxIdle: c.SSH.MaxIdle})
+	pooled := poolStore{Store: reg, pool: pool}
+	keeperTarget, err := newKeeperTarget(c, pooled, keeperID, files, sshKey, agent, plugins.Driver, credentials)
 	if err != nil {
 		plugins.Close()
+		pool.Close()
 		return nil, err
 	}
 	exec := &engine.Executor{
-		Store:     reg,
+		Store:     pooled,
 		Load:      loadPlan,
 		KeeperKey: sshKey,
 		Resolve: func(ctx context.Context, ref string) ([]byte, error) {
@@ -99,6 +109,7 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 			return append(b, '\n'), err
 		},
 		SSH:        ssh.Options{Logger: log.With("component", "ssh")},
+		SSHPool:    pool,
 		FilesDir:   files,
 		Logger:     log,
 		Keeper:     keeperTarget,
@@ -112,9 +123,28 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 	})
 	if err != nil {
 		plugins.Close()
+		pool.Close()
 		return nil, err
 	}
-	return &services{store: reg, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, keeperID: keeperID, drivers: plugins.Driver, resolve: credentials}}, nil
+	return &services{store: pooled, ssh: pool, runs: runs, plugins: plugins, cloud: &cloudService{st: reg, keeperID: keeperID, drivers: plugins.Driver, resolve: credentials}}, nil
+}
+
+// poolStore closes a soul's pooled connections when the soul is deleted.
+type poolStore struct {
+	store.Store
+	pool *ssh.Pool
+}
+
+// SoulDelete deletes the soul and closes the connections to it.
+func (s poolStore) SoulDelete(ctx context.Context, p store.DeleteParams) error {
+	so, gerr := s.Store.SoulGet(ctx, p.Key)
+	if err := s.Store.SoulDelete(ctx, p); err != nil {
+		return err
+	}
+	if gerr == nil {
+		s.pool.Drop(engine.SoulConnName(so))
+	}
+	return nil
 }
 
 // dataKey returns the key that seals secrets at rest: from data_key_ref
@@ -135,4 +165,34 @@ func dataKey(c config.Config) ([]byte, error) {
 	}
 	secret.Register(v)
 	return secret.DecodeKey(v)
+}
+
+// CloudDestroy records the destruction of VMs and closes the connections
+// to the souls it marked destroyed.
+func (s poolStore) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error) {
+	var souls []store.Soul
+	for _, sid := range p.SIDs {
+		if so, err := s.Store.SoulGet(ctx, sid); err == nil {
+			souls = append(souls, so)
+		}
+	}
+	c, err := s.Store.CloudDestroy(ctx, p)
+	if err != nil {
+		return c, err
+	}
+	for _, so := range souls {
+		if after, err := s.Store.SoulGet(ctx, so.SID); err != nil || after.Status == store.SoulDestroyed {
+			s.pool.Drop(engine.SoulConnName(so))
+		}
+	}
+	return c, nil
+}
+
+// TranslateError keeps the wrapped store's error translation
+// (store.Translator), which the engine's registry writes rely on.
+func (s poolStore) TranslateError(err error) error {
+	if t, ok := s.Store.(store.Translator); ok {
+		return t.TranslateError(err)
+	}
+	return err
 }

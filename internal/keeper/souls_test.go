@@ -242,7 +242,23 @@ func TestSoulStatusFollowsContact(t *testing.T) {
 		t.Fatalf("%d contact events after a run on an active soul, want 3", n)
 	}
 
-	// Destroyed: no contact changes it.
+	// The keeper keeps its connection to the soul between runs...
+	so, _ = c.SoulGet(ctx, sid)
+	vmAddr, vmPort := so.Address, so.Connection.Port
+	if vmAddr == "" {
+		vmAddr = so.PrimaryIP
+	}
+	if vmPort == 0 {
+		vmPort = 22
+	}
+	if n := keeperConnsTo(t, k, vmAddr, vmPort); n != 1 {
+		t.Fatalf("the keeper holds %d connections to the soul between runs, want 1 (warm)", n)
+	}
+
+	// Destroyed: no contact changes it. The VM's link goes down first, so
+	// that the VM's end closing cannot close the keeper's: the keeper
+	// must close it itself.
+	vmNet(t, state, vmID, "link", "set", "eth0", "down")
 	hosts := []any{map[string]any{"sid": sid, "vm_id": vmID}}
 	run, _, err = c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "destroy-local.yaml"), File: "destroy-local.yaml", Input: map[string]any{"hosts": hosts}})
 	if err != nil {
@@ -250,6 +266,10 @@ func TestSoulStatusFollowsContact(t *testing.T) {
 	}
 	if final := waitRun(t, c, run.ID); final.Phase != "Succeeded" {
 		t.Fatalf("destroy = %s %+v", final.Phase, final.Error)
+	}
+	// ...and closes it when the soul is destroyed.
+	if n := keeperConnsTo(t, k, vmAddr, vmPort); n != 0 {
+		t.Fatalf("the keeper still holds %d connections to the destroyed soul", n)
 	}
 	gone := hello()
 	so, _ = c.SoulGet(ctx, sid)

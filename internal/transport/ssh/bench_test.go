@@ -116,3 +116,56 @@ func fanout(b *testing.B, n int, f func(i int) error) {
 		}
 	}
 }
+
+// BenchmarkCheckHostKey compares, on one local sshd, what a run pays to
+// reuse a warm connection (Pool.CheckHostKey: TCP and key exchange, no
+// login) with what a cold connection costs (dial: key exchange, login)
+// and with a keepalive over the open connection. Each sub-benchmark's
+// ns/op is one of them, one at a time; the server's per-connection
+// process start is in the first two.
+func BenchmarkCheckHostKey(b *testing.B) {
+	s := sshtest.Start(b, sshtest.Options{})
+	tg := target(s)
+	tg.HostKey = s.HostKey
+	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour})
+	defer pool.Close()
+	b.Run("check", func(b *testing.B) {
+		for b.Loop() {
+			if err := pool.CheckHostKey(b.Context(), tg, s.HostKey); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("dial", func(b *testing.B) {
+		for b.Loop() {
+			c, err := ssh.Dial(b.Context(), tg, ssh.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+	b.Run("dial+exec", func(b *testing.B) {
+		for b.Loop() {
+			c, err := ssh.Dial(b.Context(), tg, ssh.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Exec(b.Context(), ssh.Command{Argv: []string{"true"}}); err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
+	b.Run("warm-exec", func(b *testing.B) {
+		c, err := pool.Get(b.Context(), tg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			if _, err := c.Exec(b.Context(), ssh.Command{Argv: []string{"true"}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -73,6 +73,10 @@ type Options struct {
 	// for that long; 0 keeps connections until Pool.Close (a pool that
 	// lives for one run). A pool shared across runs sets it.
 	IdleTimeout time.Duration
+	// MaxIdle, for a Pool, caps the connections it keeps open with no
+	// command on them: past it, the least recently used idle ones are
+	// closed when a connection is added and at each sweep. 0 means no cap.
+	MaxIdle int
 	// Now reads the clock that idle times are measured on; nil means
 	// time.Now. Tests inject one they move by hand.
 	Now func() time.Time
@@ -126,6 +130,7 @@ type Client struct {
 	closeErr  error
 
 	busy     atomic.Int64 // commands holding a session slot
+	retired  atomic.Bool  // out of the pool: the last command to finish closes it
 	lastUsed atomic.Int64 // opts.Now in unix nanoseconds when a command last held or released a slot
 }
 
@@ -171,6 +176,14 @@ func (c *Client) Close() error {
 // either side or broken.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
+// retire closes the connection once no command runs on it any more.
+func (c *Client) retire() {
+	c.retired.Store(true)
+	if c.busy.Load() == 0 {
+		_ = c.Close()
+	}
+}
+
 // touch records that the connection is in use now.
 func (c *Client) touch() { c.lastUsed.Store(c.opts.Now().UnixNano()) }
 
@@ -180,14 +193,34 @@ func (c *Client) idleSince(t time.Time) bool {
 	return c.busy.Load() == 0 && c.lastUsed.Load() < t.UnixNano()
 }
 
-// healthy asks the server for a reply over the connection: a connection
-// whose peer is gone fails it where alive may not have noticed yet.
-func (c *Client) healthy() bool {
+// HealthTimeout bounds the keepalive a pool sends over an idle connection
+// before reusing it (or the target's ConnectTimeout, when shorter). A peer
+// behind a link that went down answers nothing and resets nothing: without
+// a bound the request would wait forever.
+const HealthTimeout = 3 * time.Second
+
+// healthy asks the server for a reply over the connection within limit: a
+// connection whose peer is gone fails it where alive may not have noticed
+// yet. It gives up when ctx ends.
+func (c *Client) healthy(ctx context.Context, limit time.Duration) bool {
 	if !c.alive() {
 		return false
 	}
-	_, _, err := c.conn.SendRequest("keepalive@openssh.com", true, nil)
-	return err == nil
+	replied := make(chan error, 1)
+	go func() {
+		_, _, err := c.conn.SendRequest("keepalive@openssh.com", true, nil)
+		replied <- err // a dead connection's Close ends a request left waiting
+	}()
+	tm := time.NewTimer(limit)
+	defer tm.Stop()
+	select {
+	case err := <-replied:
+		return err == nil
+	case <-tm.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (c *Client) alive() bool {

@@ -66,7 +66,13 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 	case c.slots <- struct{}{}:
 		c.busy.Add(1)
 		c.touch()
-		defer func() { c.touch(); c.busy.Add(-1); <-c.slots }()
+		defer func() {
+			c.touch()
+			if c.busy.Add(-1) == 0 && c.retired.Load() {
+				_ = c.Close() // the pool let it go while this command ran
+			}
+			<-c.slots
+		}()
 	case <-ctx.Done():
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
 	}

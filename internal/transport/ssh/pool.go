@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -24,7 +25,10 @@ import (
 // every half timeout), and an idle connection is health-checked with a
 // keepalive request before it is handed out again, a dead one redialled.
 // A connection lost while a command runs on it still fails that command
-// (ErrDisconnected): the pool never runs anything again by itself.
+// (ErrDisconnected): the pool never runs anything again by itself. Options.MaxIdle
+// caps the idle connections kept. Callers that share such a pool across
+// runs get connections through a Scope per run, which re-checks a warm
+// connection's host key before the run's first use of it.
 type Pool struct {
 	opts Options
 
@@ -71,14 +75,19 @@ func (p *Pool) sweeper(every time.Duration) {
 }
 
 // Sweep closes the connections no command has used for the pool's
-// IdleTimeout, measured on Options.Now, and returns how many it closed. It
-// does nothing when the pool has no IdleTimeout.
+// IdleTimeout, measured on Options.Now, and the least recently used idle
+// ones beyond Options.MaxIdle, and returns how many it closed. It does
+// nothing when the pool has no IdleTimeout.
 func (p *Pool) Sweep() int {
 	if p.opts.IdleTimeout <= 0 {
 		return 0
 	}
 	before := p.opts.Now().Add(-p.opts.IdleTimeout)
-	return p.drop(func(_ connKey, c *Client) bool { return c.idleSince(before) })
+	n := p.drop(func(_ connKey, c *Client) bool { return c.idleSince(before) })
+	if p.opts.MaxIdle > 0 {
+		n += p.trimIdle()
+	}
+	return n
 }
 
 // Drop closes the pool's connections to user@host:port (Target.String),
@@ -135,15 +144,22 @@ func (p *Pool) Len() int {
 // again under their own contexts. The returned Client belongs to the pool:
 // do not close it.
 func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
+	c, _, err := p.get(ctx, t)
+	return c, err
+}
+
+// get is Get, also reporting whether this call dialed the connection
+// (fresh) rather than reusing one.
+func (p *Pool) get(ctx context.Context, t Target) (_ *Client, fresh bool, _ error) {
 	key, err := keyOf(t)
 	if err != nil {
-		return nil, err // names the target already
+		return nil, false, err // names the target already
 	}
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
-			return nil, fmt.Errorf("ssh pool: get %s: %w", t, ErrClosed)
+			return nil, false, fmt.Errorf("ssh pool: get %s: %w", t, ErrClosed)
 		}
 		if e, ok := p.entries[key]; ok {
 			if isDone(e.done) && e.client != nil && !e.client.alive() {
@@ -152,8 +168,12 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 				continue
 			}
 			p.mu.Unlock()
-			if isDone(e.done) && e.client != nil && p.opts.IdleTimeout > 0 && e.client.busy.Load() == 0 && !e.client.healthy() {
-				// Idle between runs and dead without a word: dial again.
+			if isDone(e.done) && e.client != nil && p.opts.IdleTimeout > 0 && e.client.busy.Load() == 0 && !e.client.healthy(ctx, min(HealthTimeout, t.WithDefaults().ConnectTimeout)) {
+				if ctx.Err() != nil {
+					return nil, false, fmt.Errorf("ssh connect %s: %w", t, context.Cause(ctx))
+				}
+				// Idle between runs and dead without a word, or behind
+				// a link that no longer answers: dial again.
 				p.mu.Lock()
 				p.forget(e)
 				p.mu.Unlock()
@@ -163,12 +183,12 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 			select {
 			case <-e.done:
 			case <-ctx.Done():
-				return nil, fmt.Errorf("ssh connect %s: %w", t, context.Cause(ctx))
+				return nil, false, fmt.Errorf("ssh connect %s: %w", t, context.Cause(ctx))
 			}
 			if e.gaveUp && ctx.Err() == nil {
 				continue // the dialer gave up, not the host
 			}
-			return e.client, e.err
+			return e.client, false, e.err
 		}
 		dctx, cancel := context.WithCancelCause(ctx)
 		e := &poolEntry{done: make(chan struct{}), cancel: cancel}
@@ -211,8 +231,49 @@ func (p *Pool) Get(ctx context.Context, t Target) (*Client, error) {
 		e.gaveUp = err != nil && ctx.Err() != nil
 		close(e.done)
 		p.mu.Unlock()
-		return c, err
+		if err == nil && p.opts.MaxIdle > 0 {
+			p.trimIdle()
+		}
+		return c, err == nil, err
 	}
+}
+
+// retireClient removes c from the pool and closes it once the commands
+// running on it (other runs') have finished: no new one starts on it.
+func (p *Pool) retireClient(c *Client) {
+	p.mu.Lock()
+	for k, e := range p.entries {
+		if isDone(e.done) && e.client == c {
+			delete(p.entries, k)
+		}
+	}
+	p.mu.Unlock()
+	c.retire()
+}
+
+// trimIdle closes the least recently used idle connections beyond
+// Options.MaxIdle.
+func (p *Pool) trimIdle() int {
+	p.mu.Lock()
+	var idle []*Client
+	seen := map[*Client]bool{}
+	for _, e := range p.entries {
+		if isDone(e.done) && e.client != nil && !seen[e.client] && e.client.busy.Load() == 0 {
+			seen[e.client] = true
+			idle = append(idle, e.client)
+		}
+	}
+	p.mu.Unlock()
+	extra := len(idle) - p.opts.MaxIdle
+	if extra <= 0 {
+		return 0
+	}
+	sort.Slice(idle, func(i, j int) bool { return idle[i].lastUsed.Load() < idle[j].lastUsed.Load() })
+	gone := map[*Client]bool{}
+	for _, c := range idle[:extra] {
+		gone[c] = true
+	}
+	return p.drop(func(_ connKey, c *Client) bool { return gone[c] && c.busy.Load() == 0 })
 }
 
 // Close closes every connection, cancels dials in progress and makes later

@@ -1,0 +1,39 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// SSH configures the connections the keeper keeps to souls across runs.
+// A connection is keyed by address, user, pinned host key and client key;
+// each run re-checks a warm connection's host key before its first use
+// (docs/performance.md, "Warm connections").
+type SSH struct {
+	// IdleTimeout closes a connection no command has used for that long
+	// (a Go duration; default 60s).
+	IdleTimeout string `yaml:"idle_timeout"`
+	// MaxIdle caps the connections kept open with no command on them
+	// (default 1000); past it the least recently used are closed.
+	MaxIdle int `yaml:"max_idle"`
+}
+
+func (s SSH) withDefaults() SSH {
+	if s.IdleTimeout == "" {
+		s.IdleTimeout = "60s"
+	}
+	if s.MaxIdle == 0 {
+		s.MaxIdle = 1000
+	}
+	return s
+}
+
+func (s SSH) validate() error {
+	if d, err := time.ParseDuration(s.IdleTimeout); err != nil || d <= 0 {
+		return fmt.Errorf("ssh.idle_timeout: %q is not a positive duration such as 60s", s.IdleTimeout)
+	}
+	if s.MaxIdle < 1 {
+		return fmt.Errorf("ssh.max_idle: %d must be at least 1 (default 1000)", s.MaxIdle)
+	}
+	return nil
+}
