@@ -298,6 +298,7 @@ func TestFanOutStepIsWrittenInBatches(t *testing.T) {
 	// full batches (each one or two transactions), plus the steps, the
 	// checkpoint and the flushes at step and run end. One transaction per
 	// row would be > 400.
+	t.Logf("%d targets: %d store transactions: %v", n, writes, ops)
 	if writes > 30 {
 		t.Fatalf("%d store transactions for %d targets, want far fewer: %v", writes, n, ops)
 	}
