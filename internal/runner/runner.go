@@ -69,7 +69,9 @@ type Outcome struct {
 	Outputs map[string]any
 }
 
-// Recorder persists what an execution does as it goes.
+// Recorder persists what an execution does as it goes. Events and target
+// results may be buffered and written in batches; Step and Checkpoint
+// store everything recorded before them first.
 type Recorder interface {
 	// Event appends the event of data's kind about step and sid (either
 	// may be empty); data is masked before it is stored.

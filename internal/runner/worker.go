@@ -134,6 +134,11 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	cause := context.Cause(runCtx)
 	cancel(nil)
 	hb.Wait()
+	// What the execution buffered is stored however it ended, before the
+	// run is finished, handed back or left to be resumed.
+	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	_ = rec.flush(ectx)
+	ecancel()
 
 	switch {
 	case LeftToResume(cause):
@@ -178,6 +183,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		data.Error = &client.RunError{Code: out.ErrorCode, Message: finish.ErrorMsg}
 	}
 	rec.eventCtx(fctx, "", "", data)
+	_ = rec.flush(fctx)
 	log.Info("run finished", "phase", out.Phase, "code", out.ErrorCode)
 	return nil
 }
@@ -206,17 +212,52 @@ func orEmpty(m map[string]any) map[string]any {
 	return m
 }
 
+// A step's target results and events are written in batches rather than
+// one transaction each: the recorder buffers them and flushes the buffer
+//   - when it holds FlushAt items (targets and events together), in the
+//     goroutine that added the last one;
+//   - FlushEvery after the first item entered an empty buffer (a timer);
+//   - before any step state is saved and before any checkpoint, so that
+//     neither a step marked done nor a checkpoint ever claims results that
+//     are not stored;
+//   - when the execution returns (run end, drain hand-back, cancel, lost
+//     lease) and after the run's final event.
+//
+// Flushes are serialised and each batch is one transaction (targets first,
+// then events), so events reach the store, and the event stream that reads
+// them by seq, in seq order: a batch appears at once. A batch is retried
+// like any single write (persist); one the database refuses for good is
+// written again row by row so that one bad row costs only itself.
+//
+// What a crash loses: only what was buffered and not yet flushed, i.e. at
+// most FlushEvery (or FlushAt items) of results of a step that is not
+// checkpointed yet. The next keeper resumes or interrupts that step by the
+// existing rules (a step without checkpoint is run again or marked
+// interrupted), so no step is ever recorded done without its results.
+const (
+	FlushAt    = 64
+	FlushEvery = 50 * time.Millisecond
+)
+
 // recorder is the Recorder of one execution: it numbers events, masks
-// what it stores with the run's secrets and wakes SSE readers.
+// what it stores with the run's secrets, writes them in batches and wakes
+// SSE readers.
 type recorder struct {
 	r       *Runner
 	ctx     context.Context
 	run     store.Run
 	secrets *secret.Set
-	mu      sync.Mutex
-	seq     int64
 	steps   []store.RunStep
 	targets []store.RunTarget
+
+	// flushMu serialises flushes, so batches are stored in seq order.
+	flushMu sync.Mutex
+	// mu guards seq and the buffer.
+	mu         sync.Mutex
+	seq        int64
+	bufEvents  []store.RunEvent
+	bufTargets []store.RunTarget
+	timer      *time.Timer
 }
 
 func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.Set) (*recorder, error) {
@@ -240,7 +281,7 @@ func (rec *recorder) Event(step, sid string, data client.EventData) {
 	rec.eventCtx(context.WithoutCancel(rec.ctx), step, sid, data)
 }
 
-// eventCtx stores one event: its kind is data's, its data the masked JSON
+// eventCtx buffers one event: its kind is data's, its data the masked JSON
 // of data (the client type's encoding, secrets replaced).
 func (rec *recorder) eventCtx(ctx context.Context, step, sid string, data client.EventData) {
 	b, err := rec.secrets.MarshalMasked(data)
@@ -249,25 +290,108 @@ func (rec *recorder) eventCtx(ctx context.Context, step, sid string, data client
 	}
 	rec.mu.Lock()
 	rec.seq++
-	e := store.RunEvent{RunID: rec.run.ID, Seq: rec.seq, At: time.Now(), Kind: string(data.EventKind()), Step: step, SID: sid, Data: b}
-	err = rec.r.persist(ctx, "run event", func(ctx context.Context) error { return rec.r.cfg.Store.RunEventAppend(ctx, e) })
+	rec.bufEvents = append(rec.bufEvents, store.RunEvent{RunID: rec.run.ID, Seq: rec.seq, At: time.Now(), Kind: string(data.EventKind()), Step: step, SID: sid, Data: b})
+	full := rec.bufferedLocked()
 	rec.mu.Unlock()
-	if err != nil {
-		rec.r.log.Error("store run event", "run", rec.run.ID, "err", err)
+	if full {
+		_ = rec.flushFull(ctx)
 	}
-	rec.r.hub.Notify(rec.run.ID)
 }
 
+// bufferedLocked arms the flush timer for a buffer that just stopped
+// being empty and reports whether the buffer is full. rec.mu is held.
+func (rec *recorder) bufferedLocked() bool {
+	if rec.timer == nil {
+		rec.timer = time.AfterFunc(FlushEvery, func() { _ = rec.flush(context.WithoutCancel(rec.ctx)) })
+	}
+	return len(rec.bufEvents)+len(rec.bufTargets) >= FlushAt
+}
+
+// flush writes what is buffered: the targets in one transaction, then the
+// events in one. It returns the first write that failed for good (after
+// persist's retries and the row-by-row fallback).
+func (rec *recorder) flush(ctx context.Context) error { return rec.flushIf(ctx, false) }
+
+// flushFull flushes only if the buffer is still full once it is this
+// goroutine's turn: of the goroutines that filled it at once, one writes.
+func (rec *recorder) flushFull(ctx context.Context) error { return rec.flushIf(ctx, true) }
+
+func (rec *recorder) flushIf(ctx context.Context, onlyFull bool) error {
+	rec.flushMu.Lock()
+	defer rec.flushMu.Unlock()
+	rec.mu.Lock()
+	if onlyFull && len(rec.bufEvents)+len(rec.bufTargets) < FlushAt {
+		rec.mu.Unlock()
+		return nil
+	}
+	events, targets := rec.bufEvents, rec.bufTargets
+	rec.bufEvents, rec.bufTargets = nil, nil
+	if rec.timer != nil {
+		rec.timer.Stop()
+		rec.timer = nil
+	}
+	rec.mu.Unlock()
+	st := rec.r.cfg.Store
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	if len(targets) > 0 {
+		keep(rec.write(ctx, "run targets", len(targets),
+			func(ctx context.Context) error { return st.RunTargetsSave(ctx, targets) },
+			func(ctx context.Context, i int) error { return st.RunTargetSave(ctx, targets[i]) }))
+	}
+	if len(events) > 0 {
+		keep(rec.write(ctx, "run events", len(events),
+			func(ctx context.Context) error { return st.RunEventsAppend(ctx, events) },
+			func(ctx context.Context, i int) error { return st.RunEventAppend(ctx, events[i]) }))
+		rec.r.hub.Notify(rec.run.ID)
+	}
+	return first
+}
+
+// write stores one batch with persist's retries; a batch refused for a
+// reason retrying does not cure is written again row by row, so that the
+// rows the database accepts are kept.
+func (rec *recorder) write(ctx context.Context, what string, n int, batch func(context.Context) error, row func(context.Context, int) error) error {
+	err := rec.r.persist(ctx, what, batch)
+	if err == nil {
+		return nil
+	}
+	if rec.r.transient(err) || n == 1 {
+		rec.r.log.Error("store "+what, "run", rec.run.ID, "rows", n, "err", err)
+		return err
+	}
+	rec.r.log.Warn("a batch was refused; storing its rows one by one", "what", what, "run", rec.run.ID, "rows", n, "err", err)
+	var first error
+	for i := range n {
+		if err := rec.r.persist(ctx, what, func(ctx context.Context) error { return row(ctx, i) }); err != nil {
+			rec.r.log.Error("store "+what, "run", rec.run.ID, "row", i, "err", err)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+// Step saves a step's state after flushing the buffer: a step is never
+// stored done before its targets' results and events are.
 func (rec *recorder) Step(s store.RunStep) {
 	s.RunID = rec.run.ID
 	if s.Status == string(client.StepRunning) {
 		rec.r.setFlying(rec.run.ID, s.Name)
 	}
-	if err := rec.r.persist(context.WithoutCancel(rec.ctx), "run step", func(ctx context.Context) error { return rec.r.cfg.Store.RunStepSave(ctx, s) }); err != nil {
+	ctx := context.WithoutCancel(rec.ctx)
+	_ = rec.flush(ctx)
+	if err := rec.r.persist(ctx, "run step", func(ctx context.Context) error { return rec.r.cfg.Store.RunStepSave(ctx, s) }); err != nil {
 		rec.r.log.Error("store run step", "run", rec.run.ID, "err", err)
 	}
 }
 
+// Target buffers one target's result, its output and error masked.
 func (rec *recorder) Target(t store.RunTarget, output any) {
 	t.RunID = rec.run.ID
 	b, err := json.Marshal(rec.secrets.Mask(output))
@@ -276,14 +400,25 @@ func (rec *recorder) Target(t store.RunTarget, output any) {
 	}
 	t.Output = b
 	t.ErrorMsg = rec.secrets.MaskString(t.ErrorMsg)
-	if err := rec.r.persist(context.WithoutCancel(rec.ctx), "run target", func(ctx context.Context) error { return rec.r.cfg.Store.RunTargetSave(ctx, t) }); err != nil {
-		rec.r.log.Error("store run target", "run", rec.run.ID, "err", err)
+	rec.mu.Lock()
+	rec.bufTargets = append(rec.bufTargets, t)
+	full := rec.bufferedLocked()
+	rec.mu.Unlock()
+	if full {
+		_ = rec.flushFull(context.WithoutCancel(rec.ctx))
 	}
 }
 
+// Checkpoint flushes the buffer, then seals and saves state: a checkpoint
+// never claims a step done whose results are not stored, so it fails when
+// they could not be.
 func (rec *recorder) Checkpoint(state []byte) error {
+	ctx := context.WithoutCancel(rec.ctx)
+	if err := rec.flush(ctx); err != nil {
+		return fmt.Errorf("store the step's results before its checkpoint: %w", err)
+	}
 	sealed := rec.r.cfg.Sealer.Seal(state)
-	return rec.r.persist(context.WithoutCancel(rec.ctx), "run checkpoint", func(ctx context.Context) error {
+	return rec.r.persist(ctx, "run checkpoint", func(ctx context.Context) error {
 		return rec.r.cfg.Store.RunStateSave(ctx, rec.run.ID, rec.r.cfg.Owner, sealed)
 	})
 }

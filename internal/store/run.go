@@ -166,6 +166,9 @@ type RunStore interface {
 	RunRelease(ctx context.Context, id, owner string) error
 	RunStepSave(ctx context.Context, s RunStep) error
 	RunTargetSave(ctx context.Context, t RunTarget) error
+	// RunTargetsSave saves several targets' results (as RunTargetSave
+	// each) in one transaction: all of them or none.
+	RunTargetsSave(ctx context.Context, ts []RunTarget) error
 	RunStateSave(ctx context.Context, id, owner, sealed string) error
 	// RunFinish ends the run and writes audit run.finished in one
 	// transaction.
@@ -174,6 +177,10 @@ type RunStore interface {
 	// is cancelled at once. ErrFinished for a finished run.
 	RunCancel(ctx context.Context, p DeleteParams) (Run, error)
 	RunEventAppend(ctx context.Context, e RunEvent) error
+	// RunEventsAppend stores several events, in the order given, in one
+	// transaction: all of them or none (a seq already stored fails the
+	// whole batch).
+	RunEventsAppend(ctx context.Context, es []RunEvent) error
 	RunEvents(ctx context.Context, id string, afterSeq int64, limit int) ([]RunEvent, error)
 	// RunsOrphaned lists Running runs whose owner is owner (pass the
 	// keeper's own id only at start, when none of its runs can be live)

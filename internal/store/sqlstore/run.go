@@ -244,18 +244,59 @@ func (s *Store) RunStepSave(ctx context.Context, st store.RunStep) error {
 	return nil
 }
 
-// RunTargetSave inserts or replaces one target's result.
-func (s *Store) RunTargetSave(ctx context.Context, t store.RunTarget) error {
+const saveTargetSQL = `INSERT INTO run_targets (run_id, step_index, sid, status, changed, output, error_code, error_message, attempts, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (run_id, step_index, sid) DO UPDATE SET status = excluded.status, changed = excluded.changed, output = excluded.output,
+		error_code = excluded.error_code, error_message = excluded.error_message, attempts = excluded.attempts, duration_ms = excluded.duration_ms`
+
+func targetArgs(t store.RunTarget) []any {
 	output := string(t.Output)
 	if output == "" {
 		output = "null"
 	}
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO run_targets (run_id, step_index, sid, status, changed, output, error_code, error_message, attempts, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (run_id, step_index, sid) DO UPDATE SET status = excluded.status, changed = excluded.changed, output = excluded.output,
-		error_code = excluded.error_code, error_message = excluded.error_message, attempts = excluded.attempts, duration_ms = excluded.duration_ms`),
-		t.RunID, t.StepIndex, t.SID, t.Status, t.Changed, output, t.ErrorCode, t.ErrorMsg, t.Attempts, t.DurationMS)
-	if err != nil {
+	return []any{t.RunID, t.StepIndex, t.SID, t.Status, t.Changed, output, t.ErrorCode, t.ErrorMsg, t.Attempts, t.DurationMS}
+}
+
+// RunTargetSave inserts or replaces one target's result.
+func (s *Store) RunTargetSave(ctx context.Context, t store.RunTarget) error {
+	if _, err := s.db.ExecContext(ctx, s.q(saveTargetSQL), targetArgs(t)...); err != nil {
 		return fmt.Errorf("save target %s of run %s: %w", t.SID, t.RunID, err)
+	}
+	return nil
+}
+
+// RunTargetsSave inserts or replaces several targets' results in one
+// transaction.
+func (s *Store) RunTargetsSave(ctx context.Context, ts []store.RunTarget) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	return s.batch(ctx, "save targets", saveTargetSQL, len(ts), func(i int) ([]any, string) {
+		return targetArgs(ts[i]), fmt.Sprintf("save target %s of run %s", ts[i].SID, ts[i].RunID)
+	})
+}
+
+// batch executes query once per row (args(i) gives its arguments and the
+// words of its error) through one prepared statement in one transaction,
+// committed only when every row is written.
+func (s *Store) batch(ctx context.Context, what, query string, n int, args func(i int) ([]any, string)) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("%s: begin: %w", what, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	stmt, err := tx.PrepareContext(ctx, s.q(query))
+	if err != nil {
+		return fmt.Errorf("%s: prepare: %w", what, err)
+	}
+	defer stmt.Close()
+	for i := range n {
+		a, words := args(i)
+		if _, err := stmt.ExecContext(ctx, a...); err != nil {
+			return fmt.Errorf("%s (batch of %d, none stored): %w", words, n, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("%s: commit a batch of %d: %w", what, n, err)
 	}
 	return nil
 }
@@ -335,14 +376,29 @@ func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (store.Run,
 	return s.RunGet(ctx, p.Key)
 }
 
+const appendEventSQL = `INSERT INTO run_events (run_id, seq, at, kind, step, sid, data) VALUES (?, ?, ?, ?, ?, ?, ?)`
+
+func eventArgs(e store.RunEvent) []any {
+	return []any{e.RunID, e.Seq, e.At.UTC().Truncate(time.Microsecond), e.Kind, e.Step, e.SID, jsonText(e.Data)}
+}
+
 // RunEventAppend stores one event; the caller numbers them.
 func (s *Store) RunEventAppend(ctx context.Context, e store.RunEvent) error {
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO run_events (run_id, seq, at, kind, step, sid, data) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		e.RunID, e.Seq, e.At.UTC().Truncate(time.Microsecond), e.Kind, e.Step, e.SID, jsonText(e.Data))
-	if err != nil {
+	if _, err := s.db.ExecContext(ctx, s.q(appendEventSQL), eventArgs(e)...); err != nil {
 		return fmt.Errorf("append event %d of run %s: %w", e.Seq, e.RunID, err)
 	}
 	return nil
+}
+
+// RunEventsAppend stores several events in one transaction, in the order
+// given; the caller numbers them.
+func (s *Store) RunEventsAppend(ctx context.Context, es []store.RunEvent) error {
+	if len(es) == 0 {
+		return nil
+	}
+	return s.batch(ctx, "append events", appendEventSQL, len(es), func(i int) ([]any, string) {
+		return eventArgs(es[i]), fmt.Sprintf("append event %d of run %s", es[i].Seq, es[i].RunID)
+	})
 }
 
 // RunEvents returns events after afterSeq in order.

@@ -45,6 +45,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"AuditCheckpointConcurrent", testAuditCheckpointConcurrent},
 		{"RunCreateKey", testRunCreateKey},
 		{"RunLifecycle", testRunLifecycle},
+		{"RunBatches", testRunBatches},
 		{"RunListFilters", testRunListFilters},
 		{"SoulHostKey", testSoulHostKey},
 		{"SoulContact", testSoulContact},
