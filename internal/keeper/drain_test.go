@@ -73,11 +73,14 @@ steps:
 	for _, id := range ids {
 		waitFor(t, c, id, "a step running", func(r *client.Run) bool { return stepRunning("first")(r) || stepRunning("second")(r) })
 	}
+	stopping := time.Now()
 	logs := k.terminate(t)
+	t.Logf("SIGTERM to exit with %d runs in flight: %s", n, time.Since(stopping).Round(time.Millisecond))
 	if !strings.Contains(logs, "draining: ") || !strings.Contains(logs, "runs in flight") {
 		t.Fatalf("the keeper did not say what it waited for while draining:\n%s", logs)
 	}
 
+	restarted := time.Now()
 	k = serve(t, dir)
 	c = adminClient(t, k, data)
 	for _, id := range ids {
@@ -86,6 +89,7 @@ steps:
 			t.Errorf("run %s = %s %+v", id, final.Phase, final.Error)
 		}
 	}
+	t.Logf("restart to all %d runs Succeeded: %s", n, time.Since(restarted).Round(time.Millisecond))
 	b, err := os.ReadFile(ledger)
 	if err != nil {
 		t.Fatal(err)
