@@ -442,24 +442,6 @@ func TestChaosPluginCrashAndHang(t *testing.T) {
 	report(t, chaosRow{Fault: "plugin crash / hang during Create", Runs: 3, Outcome: strings.Join(outcomes, "; "), Keeper: "up; the next Create gets a new plugin process", Duration: time.Since(start)})
 }
 
-// sshdSessions returns the PIDs of the per-connection processes of the
-// sshd srv (its listener's children).
-func sshdSessions(t *testing.T, srv *sshtest.Server) []int {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(srv.Dir, "sshd.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := exec.Command("pgrep", "-P", strings.TrimSpace(string(b))).Output()
-	var pids []int
-	for _, f := range strings.Fields(string(out)) {
-		if n, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, n)
-		}
-	}
-	return pids
-}
-
 // TestChaosSSHCut kills the sshd process serving the keeper's connection
 // while a command runs on it. The step fails with a precise transport code
 // at once (not at its timeout), and the next run reconnects and succeeds.
