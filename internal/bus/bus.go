@@ -468,9 +468,37 @@ func (s *Server) revalidate() {
 			continue // the next round tries again
 		}
 		if !ok || want != serial {
-			s.revoke(sid, serial)
+			s.revoke(sid, serial, "sweep")
 		}
 	}
+}
+
+// Recheck asks the registry at once about souls sids, those of them with
+// a session: one that is destroyed, unknown or whose certificate was
+// replaced is disconnected now, as the sweep would later. The keeper calls
+// it after it deleted or destroyed souls or renewed a certificate; a soul
+// whose identity still holds keeps its session. A failed lookup leaves the
+// soul to the sweep. It returns the souls revoked.
+func (s *Server) Recheck(ctx context.Context, sids ...string) []string {
+	var revoked []string
+	for _, sid := range sids {
+		s.mu.Lock()
+		serial, ok := s.sessions[sid]
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		want, valid, err := s.cfg.Identities.SoulCert(ctx, sid)
+		if err != nil {
+			s.log.Warn("bus: recheck a soul's identity (the sweep will)", "sid", sid, "err", err)
+			continue
+		}
+		if !valid || want != serial {
+			s.revoke(sid, serial, "registry change")
+			revoked = append(revoked, sid)
+		}
+	}
+	return revoked
 }
 
 // Revoke closes the sessions of soul sid now and forgets its presence: the
@@ -483,10 +511,12 @@ func (s *Server) Revoke(sid string) {
 	s.mu.Lock()
 	serial := s.sessions[sid]
 	s.mu.Unlock()
-	s.revoke(sid, serial)
+	s.revoke(sid, serial, "revoked")
 }
 
-func (s *Server) revoke(sid, serial string) {
+// revoke closes soul sid's sessions of certificate serial; why ("sweep",
+// "registry change", "revoked") is logged.
+func (s *Server) revoke(sid, serial, why string) {
 	s.mu.Lock()
 	if s.sessions[sid] == serial {
 		delete(s.sessions, sid)
@@ -498,7 +528,7 @@ func (s *Server) revoke(sid, serial string) {
 	}
 	s.mu.Unlock()
 	kicked := s.kick(sid, serial)
-	s.log.Info("bus: soul identity revoked", "sid", sid, "serial", serial, "connections_closed", kicked)
+	s.log.Info("bus: soul identity revoked", "sid", sid, "serial", serial, "by", why, "connections_closed", kicked)
 	if wasPresent {
 		s.notify(sid, false)
 	}
