@@ -91,6 +91,13 @@ type Config struct {
 	// checked against Identities (one lookup each); 0 means every
 	// Heartbeat. Revoke cuts a soul off at once in between.
 	Revalidate time.Duration
+	// CalloutWorkers is how many auth callout answers are computed at
+	// once (0 means 32) and CalloutQueue how many requests may wait for
+	// one (0 means 1024, under 2 s of admission here). A request beyond
+	// both is refused at once as busy (Busy counts them): the agent
+	// retries after its reconnect delay and jitter instead of holding a
+	// socket until the server's auth timeout.
+	CalloutWorkers, CalloutQueue int
 	// MaxOutput is the per-stream output limit sent with each command; 0
 	// means the SSH transport's default.
 	MaxOutput int
@@ -111,10 +118,12 @@ type Server struct {
 	urls    []string
 
 	refused atomic.Int64
+	busy    atomic.Int64
 
-	calloutSem chan struct{}
-	events     chan presenceEvent
-	delivered  chan struct{}
+	calloutQ  chan *nats.Msg
+	calloutWG sync.WaitGroup
+	events    chan presenceEvent
+	delivered chan struct{}
 
 	mu       sync.Mutex
 	present  map[string]*presence
@@ -169,13 +178,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Account == "" {
 		cfg.Account = server.DEFAULT_GLOBAL_ACCOUNT
 	}
-	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), calloutSem: make(chan struct{}, calloutWorkers), delivered: make(chan struct{})}
+	if cfg.CalloutWorkers <= 0 {
+		cfg.CalloutWorkers = defaultCalloutWorkers
+	}
+	if cfg.CalloutQueue <= 0 {
+		cfg.CalloutQueue = defaultCalloutQueue
+	}
+	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.calloutQ = make(chan *nats.Msg, cfg.CalloutQueue)
 	var err error
 	if s.issuer, err = newIssuer(cfg.IssuerSeed); err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
@@ -228,15 +244,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.shutdown()
 		return nil, fmt.Errorf("bus: connect the keeper to %s: %w", url, err)
 	}
+	for range cfg.CalloutWorkers {
+		s.calloutWG.Add(1)
+		go s.calloutWorker()
+	}
 	if _, err := s.nc.QueueSubscribe(AuthCalloutSubject, "soulstack-keepers", s.callout); err != nil {
+		close(s.stop) // the callout workers
 		s.shutdown()
 		return nil, fmt.Errorf("bus: subscribe to the auth callout: %w", err)
 	}
 	if _, err := s.nc.Subscribe(wire.HeartbeatWildcard, s.heartbeat); err != nil {
+		close(s.stop) // the callout workers
 		s.shutdown()
 		return nil, fmt.Errorf("bus: subscribe to heartbeats: %w", err)
 	}
 	if err := s.nc.Flush(); err != nil {
+		close(s.stop) // the callout workers
 		s.shutdown()
 		return nil, fmt.Errorf("bus: %w", err)
 	}
@@ -331,12 +354,20 @@ func (s *Server) Addr() net.Addr {
 // Refused counts the souls the callout refused since Start.
 func (s *Server) Refused() int64 { return s.refused.Load() }
 
+// CalloutBacklog is how many auth callout requests wait for a worker.
+func (s *Server) CalloutBacklog() int { return len(s.calloutQ) }
+
+// Busy counts the connections the callout turned away because admission
+// was saturated (CalloutWorkers busy and CalloutQueue full) since Start.
+func (s *Server) Busy() int64 { return s.busy.Load() }
+
 // Close stops tracking, closes the keeper's connection and shuts the
 // embedded server down.
 func (s *Server) Close() error {
 	close(s.stop)
 	<-s.done
 	<-s.delivered
+	s.calloutWG.Wait()
 	s.shutdown()
 	return nil
 }
