@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,12 @@ type Config struct {
 	Version string
 	// ReconnectWait is the pause between reconnection attempts; 0 means 1s.
 	ReconnectWait time.Duration
+	// Jitter bounds the random delay the agent waits before its first
+	// connection and adds to ReconnectWait before each reconnection, so
+	// that a fleet started (or cut off) at once arrives spread out rather
+	// than all in the same second: 0 means the heartbeat interval, a
+	// negative value none.
+	Jitter time.Duration
 	// Exec runs one command; nil means Run. Benchmarks of the bus itself
 	// set one that spawns nothing.
 	Exec func(ctx context.Context, req wire.ExecRequest) Outcome
@@ -76,6 +83,20 @@ func Serve(ctx context.Context, cfg Config) error {
 	if wait <= 0 {
 		wait = time.Second
 	}
+	jitter := cfg.Jitter
+	switch {
+	case jitter == 0:
+		jitter = interval
+	case jitter < 0:
+		jitter = 0
+	}
+	if jitter > 0 {
+		select {
+		case <-time.After(rand.N(jitter)):
+		case <-ctx.Done():
+			return nil
+		}
+	}
 	a := &agent{sid: cfg.SID, log: log, run: cfg.Exec, running: map[string]context.CancelFunc{}}
 	if a.run == nil {
 		a.run = Run
@@ -92,7 +113,11 @@ func Serve(ctx context.Context, cfg Config) error {
 		nats.RetryOnFailedConnect(true),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(wait),
-		nats.ReconnectJitter(wait/4, wait/4),
+		nats.ReconnectJitter(max(jitter, wait/4), max(jitter, wait/4)),
+		// A refusal may be the keeper's admission being saturated (or its
+		// registry briefly down): keep retrying, as for any other failure,
+		// rather than give up after two refusals in a row.
+		nats.IgnoreAuthErrorAbort(),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("bus connection lost", "err", err)
 		}),

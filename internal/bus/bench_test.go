@@ -31,12 +31,40 @@ func BenchmarkAgentFanout(b *testing.B) {
 			if n > 1000 && mode == "exec" {
 				continue // 10,000 fork+exec on 2 cores measures the kernel
 			}
-			b.Run(fmt.Sprintf("agents=%d/%s", n, mode), func(b *testing.B) { fanout(b, n, mode == "noexec") })
+			b.Run(fmt.Sprintf("agents=%d/%s", n, mode), func(b *testing.B) {
+				// Agents are started a few ms apart per process: 2,000 a
+				// second in all up to 2,000 agents, 500 a second beyond
+				// (see docs/performance.md on connection storms).
+				stagger := 2 * time.Millisecond
+				if n > 2000 {
+					stagger = 8 * time.Millisecond
+				}
+				fanout(b, n, mode == "noexec", stagger, 0)
+			})
 		}
 	}
 }
 
-func fanout(b *testing.B, n int, noExec bool) {
+// BenchmarkAgentStorm is BenchmarkAgentFanout's noexec fan-out with 4,000
+// agents all started at the same moment (no stagger): the connection
+// storm of a fleet booting, or reconnecting after a keeper restart. With
+// jitter=none the agents connect at once and retry every second; with
+// jitter=heartbeat (the agent's default) each waits a random delay up to
+// its heartbeat interval (5 s) first and adds up to as much to each retry.
+// The log line "agents connected and present in" is the connect time;
+// the callout's busy refusals are reported.
+//
+//	go test -run '^$' -bench BenchmarkAgentStorm -benchtime 1x -timeout 30m ./internal/bus/
+func BenchmarkAgentStorm(b *testing.B) {
+	for _, j := range []struct {
+		name   string
+		jitter time.Duration
+	}{{"none", -1}, {"heartbeat", 0}} {
+		b.Run("agents=4000/jitter="+j.name, func(b *testing.B) { fanout(b, 4000, true, 0, j.jitter) })
+	}
+}
+
+func fanout(b *testing.B, n int, noExec bool, stagger, jitter time.Duration) {
 	ca := bustest.NewCA(b)
 	reg := bustest.NewRegistry()
 	srv, err := bus.Start(b.Context(), bus.Config{Logger: benchLogger(), Listen: "127.0.0.1:0", CA: ca.CA, ServerCert: ca.ServerCert, Identities: reg, Heartbeat: 5 * time.Second})
@@ -51,17 +79,10 @@ func fanout(b *testing.B, n int, noExec bool) {
 		reg.Set(ids[i].SID, ids[i].Serial)
 	}
 	const procs = 4
-	// Agents are started a few ms apart per process: 2,000 a second in
-	// all up to 2,000 agents, 500 a second beyond (see docs/performance.md
-	// on connection storms).
-	stagger := 2 * time.Millisecond
-	if n > 2000 {
-		stagger = 8 * time.Millisecond
-	}
-	for p := range procs {
-		bustest.StartAgents(b, bustest.AgentSpec{URLs: srv.AgentURLs(), Identities: ids[p*n/procs : (p+1)*n/procs], Heartbeat: 5 * time.Second, NoExec: noExec, Stagger: stagger})
-	}
 	start := time.Now()
+	for p := range procs {
+		bustest.StartAgents(b, bustest.AgentSpec{URLs: srv.AgentURLs(), Identities: ids[p*n/procs : (p+1)*n/procs], Heartbeat: 5 * time.Second, NoExec: noExec, Stagger: stagger, Jitter: jitter})
+	}
 	bustest.WaitFor(b, 10*time.Minute, "every agent present", func() bool {
 		for i := len(ids) - 1; i >= 0; i-- {
 			if !srv.Present(ids[i].SID) {
@@ -70,7 +91,8 @@ func fanout(b *testing.B, n int, noExec bool) {
 		}
 		return true
 	})
-	b.Logf("%d agents connected and present in %v", n, time.Since(start).Round(time.Millisecond))
+	connect := time.Since(start)
+	b.Logf("%d agents connected and present in %v (callout: %d turned away busy, %d refused)", n, connect.Round(time.Millisecond), srv.Busy(), srv.Refused())
 	conns := make([]transport.Conn, n)
 	for i, id := range ids {
 		conns[i], _ = srv.Agent(id.SID)
@@ -104,6 +126,8 @@ func fanout(b *testing.B, n int, noExec bool) {
 	b.StopTimer()
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*n), "keeper-cpu-µs/target")
 	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "wall-ms/fanout")
+	b.ReportMetric(connect.Seconds(), "connect-s")
+	b.ReportMetric(float64(srv.Busy()), "callout-busy")
 }
 
 func cpuTime() time.Duration {

@@ -91,6 +91,13 @@ type Config struct {
 	// checked against Identities (one lookup each); 0 means every
 	// Heartbeat. Revoke cuts a soul off at once in between.
 	Revalidate time.Duration
+	// CalloutWorkers is how many auth callout answers are computed at
+	// once (0 means 32) and CalloutQueue how many requests may wait for
+	// one (0 means 1024, under 2 s of admission here). A request beyond
+	// both is refused at once as busy (Busy counts them): the agent
+	// retries after its reconnect delay and jitter instead of holding a
+	// socket until the server's auth timeout.
+	CalloutWorkers, CalloutQueue int
 	// MaxOutput is the per-stream output limit sent with each command; 0
 	// means the SSH transport's default.
 	MaxOutput int
@@ -111,10 +118,12 @@ type Server struct {
 	urls    []string
 
 	refused atomic.Int64
+	busy    atomic.Int64
 
-	calloutSem chan struct{}
-	events     chan presenceEvent
-	delivered  chan struct{}
+	calloutQ  chan *nats.Msg
+	calloutWG sync.WaitGroup
+	events    chan presenceEvent
+	delivered chan struct{}
 
 	mu       sync.Mutex
 	present  map[string]*presence
@@ -169,13 +178,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Account == "" {
 		cfg.Account = server.DEFAULT_GLOBAL_ACCOUNT
 	}
-	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), calloutSem: make(chan struct{}, calloutWorkers), delivered: make(chan struct{})}
+	if cfg.CalloutWorkers <= 0 {
+		cfg.CalloutWorkers = defaultCalloutWorkers
+	}
+	if cfg.CalloutQueue <= 0 {
+		cfg.CalloutQueue = defaultCalloutQueue
+	}
+	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.calloutQ = make(chan *nats.Msg, cfg.CalloutQueue)
 	var err error
 	if s.issuer, err = newIssuer(cfg.IssuerSeed); err != nil {
 		return nil, fmt.Errorf("bus: %w", err)
@@ -228,15 +244,22 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.shutdown()
 		return nil, fmt.Errorf("bus: connect the keeper to %s: %w", url, err)
 	}
+	for range cfg.CalloutWorkers {
+		s.calloutWG.Add(1)
+		go s.calloutWorker()
+	}
 	if _, err := s.nc.QueueSubscribe(AuthCalloutSubject, "soulstack-keepers", s.callout); err != nil {
+		close(s.stop) // the callout workers
 		s.shutdown()
 		return nil, fmt.Errorf("bus: subscribe to the auth callout: %w", err)
 	}
 	if _, err := s.nc.Subscribe(wire.HeartbeatWildcard, s.heartbeat); err != nil {
+		close(s.stop) // the callout workers
 		s.shutdown()
 		return nil, fmt.Errorf("bus: subscribe to heartbeats: %w", err)
 	}
 	if err := s.nc.Flush(); err != nil {
+		close(s.stop) // the callout workers
 		s.shutdown()
 		return nil, fmt.Errorf("bus: %w", err)
 	}
@@ -331,12 +354,20 @@ func (s *Server) Addr() net.Addr {
 // Refused counts the souls the callout refused since Start.
 func (s *Server) Refused() int64 { return s.refused.Load() }
 
+// CalloutBacklog is how many auth callout requests wait for a worker.
+func (s *Server) CalloutBacklog() int { return len(s.calloutQ) }
+
+// Busy counts the connections the callout turned away because admission
+// was saturated (CalloutWorkers busy and CalloutQueue full) since Start.
+func (s *Server) Busy() int64 { return s.busy.Load() }
+
 // Close stops tracking, closes the keeper's connection and shuts the
 // embedded server down.
 func (s *Server) Close() error {
 	close(s.stop)
 	<-s.done
 	<-s.delivered
+	s.calloutWG.Wait()
 	s.shutdown()
 	return nil
 }
@@ -468,9 +499,37 @@ func (s *Server) revalidate() {
 			continue // the next round tries again
 		}
 		if !ok || want != serial {
-			s.revoke(sid, serial)
+			s.revoke(sid, serial, "sweep")
 		}
 	}
+}
+
+// Recheck asks the registry at once about souls sids, those of them with
+// a session: one that is destroyed, unknown or whose certificate was
+// replaced is disconnected now, as the sweep would later. The keeper calls
+// it after it deleted or destroyed souls or renewed a certificate; a soul
+// whose identity still holds keeps its session. A failed lookup leaves the
+// soul to the sweep. It returns the souls revoked.
+func (s *Server) Recheck(ctx context.Context, sids ...string) []string {
+	var revoked []string
+	for _, sid := range sids {
+		s.mu.Lock()
+		serial, ok := s.sessions[sid]
+		s.mu.Unlock()
+		if !ok {
+			continue
+		}
+		want, valid, err := s.cfg.Identities.SoulCert(ctx, sid)
+		if err != nil {
+			s.log.Warn("bus: recheck a soul's identity (the sweep will)", "sid", sid, "err", err)
+			continue
+		}
+		if !valid || want != serial {
+			s.revoke(sid, serial, "registry change")
+			revoked = append(revoked, sid)
+		}
+	}
+	return revoked
 }
 
 // Revoke closes the sessions of soul sid now and forgets its presence: the
@@ -483,10 +542,12 @@ func (s *Server) Revoke(sid string) {
 	s.mu.Lock()
 	serial := s.sessions[sid]
 	s.mu.Unlock()
-	s.revoke(sid, serial)
+	s.revoke(sid, serial, "revoked")
 }
 
-func (s *Server) revoke(sid, serial string) {
+// revoke closes soul sid's sessions of certificate serial; why ("sweep",
+// "registry change", "revoked") is logged.
+func (s *Server) revoke(sid, serial, why string) {
 	s.mu.Lock()
 	if s.sessions[sid] == serial {
 		delete(s.sessions, sid)
@@ -498,7 +559,7 @@ func (s *Server) revoke(sid, serial string) {
 	}
 	s.mu.Unlock()
 	kicked := s.kick(sid, serial)
-	s.log.Info("bus: soul identity revoked", "sid", sid, "serial", serial, "connections_closed", kicked)
+	s.log.Info("bus: soul identity revoked", "sid", sid, "serial", serial, "by", why, "connections_closed", kicked)
 	if wasPresent {
 		s.notify(sid, false)
 	}

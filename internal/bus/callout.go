@@ -35,6 +35,7 @@ var (
 	errUnknownSoul  = errors.New("the soul is unknown, destroyed or holds no certificate")
 	errStaleSerial  = errors.New("the certificate was replaced (serial differs from the registry's)")
 	errRegistryDown = errors.New("the registry cannot be read")
+	errBusy         = errors.New("the keeper is busy admitting other souls; retry")
 )
 
 // authorize answers one auth callout request: it checks the TLS client
@@ -103,20 +104,49 @@ func leafCert(t *jwt.ClientTLS) (*x509.Certificate, error) {
 	return cert, nil
 }
 
-// callout serves an auth callout request on the keeper's connection, in
-// a goroutine of its own (at most calloutWorkers at once): NATS delivers a
-// subscription's messages one by one, and a storm of reconnecting souls
-// must not queue past the server's auth timeout.
+// callout takes an auth callout request off the keeper's connection:
+// NATS delivers a subscription's messages one by one, so it only queues
+// the request for a callout worker. When the workers are all busy and the
+// queue is full it refuses the connection at once (errBusy) rather than
+// let it wait past the server's auth timeout while more pile up.
 func (s *Server) callout(m *nats.Msg) {
-	s.calloutSem <- struct{}{}
-	go func() {
-		defer func() { <-s.calloutSem }()
-		s.answer(m)
-	}()
+	select {
+	case s.calloutQ <- m:
+	default:
+		s.busy.Add(1)
+		s.refuseBusy(m)
+	}
 }
 
-// calloutWorkers bounds the callout answers computed at once.
-const calloutWorkers = 32
+// Callout defaults (Config.CalloutWorkers, Config.CalloutQueue).
+const (
+	defaultCalloutWorkers = 32
+	defaultCalloutQueue   = 1024
+)
+
+func (s *Server) calloutWorker() {
+	defer s.calloutWG.Done()
+	for {
+		select {
+		case m := <-s.calloutQ:
+			s.answer(m)
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// refuseBusy answers a request with errBusy without looking at the
+// registry: one JWT decode and one signature.
+func (s *Server) refuseBusy(m *nats.Msg) {
+	rc, err := jwt.DecodeAuthorizationRequestClaims(string(m.Data))
+	if err != nil {
+		s.log.Warn("bus: undecodable authorization request", "err", err)
+		return
+	}
+	s.log.Debug("bus: soul turned away (admission saturated)", "host", rc.ClientInformation.Host)
+	s.respond(m, rc, "", errBusy)
+}
 
 func (s *Server) answer(m *nats.Msg) {
 	rc, err := jwt.DecodeAuthorizationRequestClaims(string(m.Data))
@@ -127,16 +157,24 @@ func (s *Server) answer(m *nats.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	sid, serial, userJWT, aerr := s.authorize(ctx, rc)
-	cr := jwt.NewAuthorizationResponseClaims(rc.UserNkey)
-	cr.Audience = rc.Server.ID
 	if aerr != nil {
 		s.log.Warn("bus: soul refused", "sid", sid, "serial", serial, "host", rc.ClientInformation.Host, "reason", aerr)
-		cr.Error = aerr.Error()
 		s.refused.Add(1)
 	} else {
 		s.log.Debug("bus: soul authorized", "sid", sid, "serial", serial)
-		cr.Jwt = userJWT
 		s.noteSession(sid, serial)
+	}
+	s.respond(m, rc, userJWT, aerr)
+}
+
+// respond sends the callout's answer: the user JWT, or the refusal.
+func (s *Server) respond(m *nats.Msg, rc *jwt.AuthorizationRequestClaims, userJWT string, aerr error) {
+	cr := jwt.NewAuthorizationResponseClaims(rc.UserNkey)
+	cr.Audience = rc.Server.ID
+	if aerr != nil {
+		cr.Error = aerr.Error()
+	} else {
+		cr.Jwt = userJWT
 	}
 	token, err := cr.Encode(s.issuer)
 	if err != nil {

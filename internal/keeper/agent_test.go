@@ -213,6 +213,9 @@ func TestAgentTransport(t *testing.T) {
 	const sid = "agent-1.local.test"
 	id := k.soul(t, sid)
 	a := k.agents(t, id)
+	// Registered through the API the soul is active already; the agent
+	// connects after its start jitter.
+	k.waitPresent(t, sid)
 	k.waitStatus(t, sid, "active")
 
 	out := filepath.Join(t.TempDir(), "out")

@@ -101,7 +101,8 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, log *slog.Lo
 		CA: ca, Identities: soulIdentities{souls: st}, OnPresence: recordPresence(st, log),
 		Heartbeat: config.Duration(n.Heartbeat), SessionTTL: config.Duration(n.SessionTTL),
 		// Six heartbeats (30 s by default): one registry lookup per soul
-		// each time. Destroy cuts a soul off within it.
+		// each time; the keeper that deletes, destroys or renews a soul
+		// rechecks it at once (revokingStore).
 		Revalidate: 6 * config.Duration(n.Heartbeat),
 		Advertise:  n.Advertise, Logger: log.With("component", "bus"),
 	}

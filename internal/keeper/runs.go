@@ -46,7 +46,10 @@ func newServices(ctx context.Context, st *sqlstore.Store, c config.Config, agent
 	if err != nil {
 		return nil, err
 	}
-	reg := sealedStore{Store: st, sealer: sealer}
+	var reg store.Store = sealedStore{Store: st, sealer: sealer}
+	if agents != nil {
+		reg = revokingStore{Store: reg, bus: agents}
+	}
 	owner, err := loadOrCreateID(c.DataDir)
 	if err != nil {
 		return nil, err

@@ -159,6 +159,9 @@ type AgentSpec struct {
 	// Stagger is the pause between starting two agents of the process, as
 	// a fleet that does not connect all in the same millisecond.
 	Stagger time.Duration `json:"stagger"`
+	// Jitter is each agent's agent.Config.Jitter: 0 its default (the
+	// heartbeat interval), negative none.
+	Jitter time.Duration `json:"jitter"`
 }
 
 // RunAgentIfAsked turns the test binary into an agent process when
@@ -188,7 +191,7 @@ func RunAgentIfAsked() {
 			fmt.Fprintln(os.Stderr, "agent identity:", err)
 			os.Exit(2)
 		}
-		cfg := agent.Config{SID: id.SID, URLs: s.URLs, TLS: tc, Logger: log.With("sid", id.SID), Heartbeat: s.Heartbeat, ReconnectWait: time.Second}
+		cfg := agent.Config{SID: id.SID, URLs: s.URLs, TLS: tc, Logger: log.With("sid", id.SID), Heartbeat: s.Heartbeat, ReconnectWait: time.Second, Jitter: s.Jitter}
 		if s.NoExec {
 			cfg.Exec = func(context.Context, wire.ExecRequest) agent.Outcome { return agent.Outcome{} }
 		}
