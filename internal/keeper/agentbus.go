@@ -3,8 +3,8 @@ package keeper
 import (
 	"context"
 	"net"
+	"net/url"
 
-	"github.com/soulstack/soulstack/internal/bus"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -24,13 +24,13 @@ type soulDrivers interface {
 
 // agentBusURLs returns where each soul reaches the bus, for its join
 // answer: nats.advertise or the external cluster's URLs when given, else
-// the embedded bus's port on the host the soul's VMs reach the keeper at —
-// soulstack-local-gateway for local VMs, like the agent listener's URL.
-func agentBusURLs(c config.Config, side *agentSide, b *bus.Server, st soulDrivers) func(ctx context.Context, sid string) []string {
+// the embedded bus's port on the host the soul reaches the keeper at:
+// soulstack-local-gateway for local VMs, else advertise_url's host, else
+// keeper_url's, like the agent listener's URL.
+func agentBusURLs(c config.Config, side *agentSide, port string, busURLs func() []string, st soulDrivers) func(ctx context.Context, sid string) []string {
 	if c.NATS.External() || len(c.NATS.Advertise) > 0 {
-		return func(context.Context, string) []string { return b.AgentURLs() }
+		return func(context.Context, string) []string { return busURLs() }
 	}
-	port := busPort(b)
 	listenHost, _, _ := net.SplitHostPort(c.NATS.Listen)
 	return func(ctx context.Context, sid string) []string {
 		driver := ""
@@ -43,6 +43,12 @@ func agentBusURLs(c config.Config, side *agentSide, b *bus.Server, st soulDriver
 		switch {
 		case driver == localDriver:
 			host = LocalGatewayName
+		case side != nil && side.advertise != "":
+			// Where souls reach the agent listener (advertise_url), they
+			// reach the bus beside it.
+			if u, err := url.Parse(side.advertise); err == nil && u.Hostname() != "" {
+				host = u.Hostname()
+			}
 		case side != nil && side.fallbackHost != "":
 			host = side.fallbackHost
 		}
@@ -52,7 +58,7 @@ func agentBusURLs(c config.Config, side *agentSide, b *bus.Server, st soulDriver
 			if side != nil && side.ln != nil {
 				host = LocalGatewayName
 			} else {
-				return b.AgentURLs()
+				return busURLs()
 			}
 		}
 		return []string{"tls://" + net.JoinHostPort(host, port)}

@@ -127,7 +127,7 @@ func Run(ctx context.Context, c config.Config, log *slog.Logger, ready chan<- ne
 	}
 	if agents != nil {
 		defer agents.Close()
-		agent.busURLs = agentBusURLs(c, agent, agents, st)
+		agent.busURLs = agentBusURLs(c, agent, busPort(agents), agents.AgentURLs, st)
 	}
 	svc, err := newServices(ctx, st, c, agent, log, agents)
 	if err != nil {
