@@ -1,10 +1,9 @@
 package main
 
 import (
-	"errors"
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/soulstack/soulstack/internal/deptest"
 )
 
 // TestDeps keeps the client side free of the server: soulctl, its commands
@@ -12,10 +11,6 @@ import (
 // or any database driver.
 func TestDeps(t *testing.T) {
 	t.Parallel()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not found:", err)
-	}
 	forbidden := []string{
 		"github.com/soulstack/soulstack/internal/store",
 		"github.com/soulstack/soulstack/internal/api",
@@ -31,22 +26,7 @@ func TestDeps(t *testing.T) {
 	} {
 		t.Run(pkg, func(t *testing.T) {
 			t.Parallel()
-			out, err := exec.Command(goTool, "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
-			if err != nil {
-				var stderr []byte
-				var ee *exec.ExitError
-				if errors.As(err, &ee) {
-					stderr = ee.Stderr
-				}
-				t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
-			}
-			for _, dep := range strings.Fields(string(out)) {
-				for _, f := range forbidden {
-					if dep == f || strings.HasPrefix(dep, f+"/") {
-						t.Errorf("%s depends on %s (forbidden: %s)", pkg, dep, f)
-					}
-				}
-			}
+			deptest.Forbid(t, pkg, forbidden...)
 		})
 	}
 }

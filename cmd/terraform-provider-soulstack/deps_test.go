@@ -1,10 +1,9 @@
 package main
 
 import (
-	"errors"
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/soulstack/soulstack/internal/deptest"
 )
 
 // TestDeps keeps the provider on the client side: it talks to the keeper
@@ -12,10 +11,6 @@ import (
 // handlers, its store, its runner or any database driver.
 func TestDeps(t *testing.T) {
 	t.Parallel()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("go tool not found:", err)
-	}
 	forbidden := []string{
 		"github.com/soulstack/soulstack/internal/store",
 		"github.com/soulstack/soulstack/internal/api",
@@ -27,21 +22,5 @@ func TestDeps(t *testing.T) {
 		"modernc.org/sqlite",
 		"github.com/jackc/pgx",
 	}
-	pkg := "github.com/soulstack/soulstack/cmd/terraform-provider-soulstack"
-	out, err := exec.Command(goTool, "list", "-deps", "-f", "{{.ImportPath}}", pkg).Output()
-	if err != nil {
-		var stderr []byte
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			stderr = ee.Stderr
-		}
-		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, stderr)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		for _, f := range forbidden {
-			if dep == f || strings.HasPrefix(dep, f+"/") {
-				t.Errorf("%s depends on %s (forbidden: %s)", pkg, dep, f)
-			}
-		}
-	}
+	deptest.Forbid(t, "github.com/soulstack/soulstack/cmd/terraform-provider-soulstack", forbidden...)
 }
