@@ -17,7 +17,6 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/config"
-	"github.com/soulstack/soulstack/internal/keeper"
 	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -77,46 +76,12 @@ func (k *agentKeeper) connectedNode(t *testing.T) string {
 func startAgentKeeperWith(t testing.TB, cfg config.Config) *agentKeeper {
 	t.Helper()
 	cfg = cfg.WithDefaults()
-	logs := &syncBuffer{}
-	log := keeper.NewLogger(logs, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- keeper.Run(ctx, cfg, log, ready) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("keeper: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Error("keeper did not stop within 30 s")
-		}
-		if t.Failed() {
-			t.Logf("keeper log:\n%s", logs.String())
-		}
-	})
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("keeper stopped before listening: %v\n%s", err, logs.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("keeper did not start listening:\n%s", logs.String())
-	}
+	addr, logs := runKeeperInProcess(t, cfg)
 	m := busReady.FindStringSubmatch(logs.String())
 	if m == nil {
 		t.Fatalf("the keeper logged no bus URL:\n%s", logs.String())
 	}
-	token, err := os.ReadFile(cfg.AdminTokenPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New("http://"+addr.String(), strings.TrimSpace(string(token)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := adminClientAt(t, cfg, addr)
 	ca, err := pki.LoadOrCreateCA(cfg.TLSDir(), time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -188,41 +188,57 @@ func BenchmarkRunFanout50(b *testing.B) {
 func startFanoutKeeper(b *testing.B, dataDir string) *client.Client {
 	b.Helper()
 	cfg := config.Config{Listen: "127.0.0.1:0", DataDir: dataDir, Log: config.Log{Level: "warn"}}.WithDefaults()
+	addr, _ := runKeeperInProcess(b, cfg)
+	return adminClientAt(b, cfg, addr)
+}
+
+// runKeeperInProcess runs keeper.Run with cfg (completed with its
+// defaults) in this process until the test ends, and returns the API's
+// address once it listens, with the keeper's log (shown if the test fails).
+func runKeeperInProcess(tb testing.TB, cfg config.Config) (net.Addr, *syncBuffer) {
+	tb.Helper()
 	logs := &syncBuffer{}
 	log := keeper.NewLogger(logs, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	go func() { done <- keeper.Run(ctx, cfg, log, ready) }()
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-done:
 			if err != nil {
-				b.Errorf("keeper: %v", err)
+				tb.Errorf("keeper: %v", err)
 			}
 		case <-time.After(30 * time.Second):
-			b.Error("keeper did not stop within 30 s")
+			tb.Error("keeper did not stop within 30 s")
 		}
-		if b.Failed() {
-			b.Logf("keeper log:\n%s", logs.String())
+		if tb.Failed() {
+			tb.Logf("keeper log:\n%s", logs.String())
 		}
 	})
-	var addr net.Addr
 	select {
-	case addr = <-ready:
+	case addr := <-ready:
+		return addr, logs
 	case err := <-done:
-		b.Fatalf("keeper stopped before listening: %v\n%s", err, logs.String())
+		tb.Fatalf("keeper stopped before listening: %v\n%s", err, logs.String())
 	case <-time.After(30 * time.Second):
-		b.Fatalf("keeper did not start listening:\n%s", logs.String())
+		tb.Fatalf("keeper did not start listening:\n%s", logs.String())
 	}
+	return nil, nil
+}
+
+// adminClientAt is a client of the keeper at addr with the admin token of
+// cfg's data dir.
+func adminClientAt(tb testing.TB, cfg config.Config, addr net.Addr) *client.Client {
+	tb.Helper()
 	token, err := os.ReadFile(cfg.AdminTokenPath())
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	c, err := client.New("http://"+addr.String(), strings.TrimSpace(string(token)))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return c
 }
