@@ -32,6 +32,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/soulstack/soulstack/internal/atomicfile"
 )
 
 // File names inside the CA directory.
@@ -86,10 +88,10 @@ func LoadOrCreateCA(dir string, now time.Time) (*CA, error) {
 	}
 	// The key first: a certificate without its key is never left behind
 	// by a crash between the two writes in a way that looks complete.
-	if err := writeFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return nil, err
 	}
-	if err := writeFile(certPath, ca.PEM, 0o644); err != nil {
+	if err := atomicfile.Write(certPath, ca.PEM, 0o644); err != nil {
 		return nil, err
 	}
 	return ca, nil
@@ -295,10 +297,10 @@ func (ca *CA) EnsureServer(dir string, hosts Hosts, now time.Time) (tls.Certific
 	if err != nil {
 		return tls.Certificate{}, 0, err
 	}
-	if err := writeFile(keyPath, keyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, 0, err
 	}
-	if err := writeFile(certPath, certPEM, 0o644); err != nil {
+	if err := atomicfile.Write(certPath, certPEM, 0o644); err != nil {
 		return tls.Certificate{}, 0, err
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
@@ -391,29 +393,4 @@ func serialNumber() (*big.Int, error) {
 		return nil, fmt.Errorf("generate serial number: %w", err)
 	}
 	return n.Add(n, big.NewInt(1)), nil
-}
-
-// writeFile replaces path atomically with data at mode: a temporary file in
-// the same directory, created with the final mode, renamed into place.
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -43,6 +43,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/atomicfile"
 	"github.com/soulstack/soulstack/internal/pki"
 )
 
@@ -355,7 +356,7 @@ func loadOrCreateKey(path string) (*ecdsa.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+	if err := atomicfile.Write(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		return nil, err
 	}
 	return key, nil
@@ -375,34 +376,6 @@ func newCSR(key *ecdsa.PrivateKey, sid string) ([]byte, error) {
 		return nil, fmt.Errorf("certificate request: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
-}
-
-// writeFile replaces path atomically with data at mode.
-func writeFile(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // Identity is a joined soul's identity, loaded from its state dir. It is
@@ -486,14 +459,14 @@ func (id *Identity) store(resp client.JoinResponse) error {
 	}
 	st.CertNotAfter = cert.Leaf.NotAfter.UTC()
 	id.mu.Unlock()
-	if err := writeFile(filepath.Join(id.dir, CAFile), id.caPEM, 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(id.dir, CAFile), id.caPEM, 0o644); err != nil {
 		return err
 	}
-	if err := writeFile(filepath.Join(id.dir, CertFile), []byte(resp.Certificate), 0o644); err != nil {
+	if err := atomicfile.Write(filepath.Join(id.dir, CertFile), []byte(resp.Certificate), 0o644); err != nil {
 		return err
 	}
 	b, _ := json.MarshalIndent(st, "", "  ")
-	if err := writeFile(filepath.Join(id.dir, StateFile), append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(id.dir, StateFile), append(b, '\n'), 0o600); err != nil {
 		return err
 	}
 	id.mu.Lock()
