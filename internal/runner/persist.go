@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/soulstack/soulstack/internal/store"
@@ -21,38 +20,26 @@ const PersistRetryFor = 10 * time.Second
 // A database that blinks (PostgreSQL restarted, a failover) then costs the
 // run a pause, not its step's record.
 func (r *Runner) persist(ctx context.Context, what string, write func(context.Context) error) error {
-	deadline := time.Now().Add(PersistRetryFor)
-	delay := 100 * time.Millisecond
-	for attempt := 0; ; attempt++ {
-		err := write(ctx)
-		if err == nil || !r.transient(err) || time.Now().Add(delay).After(deadline) {
-			if err != nil && attempt > 0 {
-				r.log.Error("database write still failing; giving up", "what", what, "attempts", attempt+1, "err", err)
-			} else if attempt > 0 {
-				r.log.Info("database write succeeded after retries", "what", what, "attempts", attempt+1)
-			}
-			return err
-		}
+	retried := 0
+	err := store.Retry(ctx, r.cfg.Store, PersistRetryFor, write, func(attempt int, err error) {
+		retried = attempt + 1
 		if attempt == 0 {
 			r.log.Warn("database write failed; retrying", "what", what, "err", err, "for", PersistRetryFor)
 		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
+	})
+	switch {
+	case err != nil && retried > 0:
+		r.log.Error("database write still failing; giving up", "what", what, "attempts", retried+1, "err", err)
+	case retried > 0:
+		r.log.Info("database write succeeded after retries", "what", what, "attempts", retried+1)
 	}
+	return err
 }
 
 // transient reports whether err is a database outage or a full disk, as
 // the store translates it (store.Translator); without a translator no
 // error is.
 func (r *Runner) transient(err error) bool {
-	t, ok := r.cfg.Store.(store.Translator)
-	if !ok {
-		return false
-	}
-	err = t.TranslateError(err)
-	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrStorageFull)
+	transient, _ := store.Transient(r.cfg.Store, err)
+	return transient
 }
