@@ -225,7 +225,7 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := h(ctx, in)
 		if err != nil {
-			p, known := problemFor(s.translate(err))
+			p, known := problemFor(err)
 			if !known || p.Status >= 500 {
 				s.log.Error("request failed", "operation", op.OperationID, "err", err)
 			}
@@ -280,7 +280,7 @@ func (s *Server) permit(ctx context.Context, host, header string, perm auth.Perm
 		s.limiter.fail(host)
 	}
 	if err != nil {
-		prob, known := problemFor(s.translate(err))
+		prob, known := problemFor(err)
 		if !known {
 			s.log.Error("authentication failed", "err", err)
 		}

@@ -89,15 +89,6 @@ func newFrameworkError(status int, msg string, errs ...error) huma.StatusError {
 	return problem(status, code, msg, details...)
 }
 
-// translate lets the store say whether err is a database outage or a full
-// disk (store.Translator); err is unchanged otherwise.
-func (s *Server) translate(err error) error {
-	if t, ok := s.store.(store.Translator); ok {
-		return t.TranslateError(err)
-	}
-	return err
-}
-
 // problemFor maps an error returned by a handler to a problem. Errors it
 // does not know become a 500 whose detail says nothing internal; the caller
 // logs the cause.

@@ -130,7 +130,7 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 	if ok {
 		return so, nil
 	}
-	err := retryStore(ctx, s.store, func(ctx context.Context) (err error) {
+	err := retryStore(ctx, func(ctx context.Context) (err error) {
 		so, err = s.store.SoulGet(ctx, sid)
 		return err
 	})
@@ -149,7 +149,7 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 // pin records the host key a soul presented on first contact. A key
 // pinned meanwhile by another run must be the same one.
 func (s *Souls) pin(ctx context.Context, sid string, t ssh.Target, hostKey string) error {
-	err := retryStore(ctx, s.store, func(ctx context.Context) error {
+	err := retryStore(ctx, func(ctx context.Context) error {
 		return s.store.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: sid, HostKey: hostKey, Actor: store.ActorKeeper})
 	})
 	if errors.Is(err, store.ErrExists) {
@@ -331,7 +331,7 @@ func (s *Souls) Record(ctx context.Context, runID string, actor store.Actor, con
 		return nil
 	}
 	var trs []store.SoulTransition
-	err := retryStore(ctx, s.store, func(ctx context.Context) (err error) {
+	err := retryStore(ctx, func(ctx context.Context) (err error) {
 		trs, err = s.store.SoulContact(ctx, p)
 		return err
 	})

@@ -12,7 +12,7 @@ import (
 
 // StoreRetryFor bounds how long a target retries a registry write that
 // the database refused for a passing reason (store.ErrUnavailable,
-// store.ErrStorageFull, as the store's store.Translator says) before the
+// store.ErrStorageFull, as the store marks its errors) before the
 // target fails with store.unavailable or store.full.
 const StoreRetryFor = 10 * time.Second
 
@@ -20,9 +20,9 @@ const StoreRetryFor = 10 * time.Second
 // StoreRetryFor has passed. A write still refused for a passing reason
 // fails with a module error whose code says so (store.unavailable,
 // store.full), not a generic module.failed.
-func retryStore(ctx context.Context, st store.Store, write func(context.Context) error) error {
-	transient, err := store.Transient(st, store.Retry(ctx, st, StoreRetryFor, write, nil))
-	if transient {
+func retryStore(ctx context.Context, write func(context.Context) error) error {
+	err := store.Retry(ctx, StoreRetryFor, write, nil)
+	if store.Transient(err) {
 		code := "store.unavailable"
 		if errors.Is(err, store.ErrStorageFull) {
 			code = "store.full"

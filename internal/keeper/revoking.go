@@ -26,16 +26,6 @@ type revokingStore struct {
 	bus rechecker
 }
 
-var _ store.Translator = revokingStore{}
-
-// TranslateError passes the question on to the store it wraps.
-func (s revokingStore) TranslateError(err error) error {
-	if t, ok := s.Store.(store.Translator); ok {
-		return t.TranslateError(err)
-	}
-	return err
-}
-
 // recheck runs even when the caller's context has ended: the change is
 // committed, its revocation is due.
 func (s revokingStore) recheck(ctx context.Context, sids ...string) {

@@ -190,12 +190,3 @@ func (s poolStore) CloudDestroy(ctx context.Context, p store.CloudDestroyParams)
 	}
 	return c, nil
 }
-
-// TranslateError keeps the wrapped store's error translation
-// (store.Translator), which the engine's registry writes rely on.
-func (s poolStore) TranslateError(err error) error {
-	if t, ok := s.Store.(store.Translator); ok {
-		return t.TranslateError(err)
-	}
-	return err
-}

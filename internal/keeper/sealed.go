@@ -20,16 +20,6 @@ type sealedStore struct {
 	sealer *secret.Sealer
 }
 
-var _ store.Translator = sealedStore{}
-
-// TranslateError passes the question on to the store it wraps.
-func (s sealedStore) TranslateError(err error) error {
-	if t, ok := s.Store.(store.Translator); ok {
-		return t.TranslateError(err)
-	}
-	return err
-}
-
 // ProviderCreate seals the provider's secret config values and stores it.
 func (s sealedStore) ProviderCreate(ctx context.Context, p store.ProviderCreateParams) (store.Provider, error) {
 	if len(p.Provider.Config) > 0 {

@@ -35,14 +35,6 @@ func (w *writeLog) note(op string) {
 
 var errOutage = fmt.Errorf("dial tcp 127.0.0.1:5432: connection refused: %w", store.ErrUnavailable)
 
-// TranslateError makes errOutage a passing outage for persist.
-func (w *writeLog) TranslateError(err error) error {
-	if t, ok := w.Store.(store.Translator); ok {
-		return t.TranslateError(err)
-	}
-	return err
-}
-
 func (w *writeLog) failing() bool {
 	for {
 		n := w.failBatches.Load()

@@ -21,7 +21,7 @@ const PersistRetryFor = 10 * time.Second
 // run a pause, not its step's record.
 func (r *Runner) persist(ctx context.Context, what string, write func(context.Context) error) error {
 	retried := 0
-	err := store.Retry(ctx, r.cfg.Store, PersistRetryFor, write, func(attempt int, err error) {
+	err := store.Retry(ctx, PersistRetryFor, write, func(attempt int, err error) {
 		retried = attempt + 1
 		if attempt == 0 {
 			r.log.Warn("database write failed; retrying", "what", what, "err", err, "for", PersistRetryFor)
@@ -37,9 +37,5 @@ func (r *Runner) persist(ctx context.Context, what string, write func(context.Co
 }
 
 // transient reports whether err is a database outage or a full disk, as
-// the store translates it (store.Translator); without a translator no
-// error is.
-func (r *Runner) transient(err error) bool {
-	transient, _ := store.Transient(r.cfg.Store, err)
-	return transient
-}
+// the store marks it.
+func (r *Runner) transient(err error) bool { return store.Transient(err) }

@@ -15,7 +15,10 @@ import (
 )
 
 // Sentinel errors. Store methods wrap them in *Error, which names the kind
-// of object and its key; test with errors.Is.
+// of object and its key; test with errors.Is. These are the only errors
+// callers branch on: an implementation translates its database's errors
+// to them itself (a connection refused is ErrUnavailable, a full disk
+// ErrStorageFull) and never makes callers inspect driver errors.
 var (
 	ErrNotFound         = errors.New("not found")
 	ErrExists           = errors.New("already exists")
@@ -34,16 +37,6 @@ var (
 	// was changed.
 	ErrStorageFull = errors.New("the database's storage is full")
 )
-
-// Translator is what a Store may also implement: TranslateError returns
-// err wrapped with ErrUnavailable or ErrStorageFull when the database
-// driver error under it means one of them, and err unchanged otherwise.
-// Callers that branch on a database outage (the API's error mapping, the
-// runner's retries) find it by type assertion; without it nothing is
-// translated.
-type Translator interface {
-	TranslateError(err error) error
-}
 
 // Error is a store failure about one object: Kind is "provider", "profile",
 // "soul" or "token"; Key is its name or id; Ref is the missing or dependent

@@ -14,10 +14,10 @@ import (
 )
 
 // TestTranslateUnreachableDatabase: a store whose PostgreSQL cannot be
-// reached (nothing listens on its port; a live database whose server ends
-// the connection) fails with errors that TranslateError marks
-// store.ErrUnavailable, which the API answers 503 store.unavailable and
-// the runner retries; other errors stay as they are.
+// reached fails with errors the store itself marks store.ErrUnavailable,
+// which the API answers 503 store.unavailable and the runner retries; the
+// dialect classifies a connection the server ended (what a restart does to
+// a session) the same way; other errors stay as they are.
 func TestTranslateUnreachableDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -37,8 +37,8 @@ func TestTranslateUnreachableDatabase(t *testing.T) {
 	if err == nil {
 		t.Fatal("a read on an unreachable database succeeded")
 	}
-	if got := st.TranslateError(err); !errors.Is(got, store.ErrUnavailable) {
-		t.Fatalf("connection refused translated to %v, want store.ErrUnavailable", got)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("connection refused returned %v, want store.ErrUnavailable", err)
 	}
 
 	// The server ends the connection (what a restart does to a session).
@@ -59,13 +59,13 @@ func TestTranslateUnreachableDatabase(t *testing.T) {
 	if err == nil {
 		t.Fatal("a terminated connection still answered")
 	}
-	if got := live.TranslateError(err); !errors.Is(got, store.ErrUnavailable) {
-		t.Fatalf("terminated connection (%v) translated to %v, want store.ErrUnavailable", err, got)
+	if got := postgres.Dialect.Classify(err); got != sqlstore.Unavailable {
+		t.Fatalf("terminated connection (%v) classified %v, want sqlstore.Unavailable", err, got)
 	}
 
 	// A plain not-found stays what it is.
 	_, err = live.ProviderGet(ctx, "missing")
-	if got := live.TranslateError(err); errors.Is(got, store.ErrUnavailable) || !errors.Is(got, store.ErrNotFound) {
-		t.Fatalf("not found translated to %v", got)
+	if errors.Is(err, store.ErrUnavailable) || !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("not found returned %v", err)
 	}
 }

@@ -20,7 +20,8 @@ func scanEvent(row interface{ Scan(...any) error }) (audit.Event, error) {
 }
 
 // AuditList returns audit events after AfterSeq in sequence order.
-func (s *Store) AuditList(ctx context.Context, params store.AuditListParams) ([]audit.Event, error) {
+func (s *Store) AuditList(ctx context.Context, params store.AuditListParams) (_ []audit.Event, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+auditCols+` FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`), params.AfterSeq, limitOf(params.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list audit events: %w", err)
@@ -38,7 +39,8 @@ func (s *Store) AuditList(ctx context.Context, params store.AuditListParams) ([]
 }
 
 // AuditScan reads the head and every event in one read-only snapshot.
-func (s *Store) AuditScan(ctx context.Context, fn func(audit.Event) error) (audit.Head, error) {
+func (s *Store) AuditScan(ctx context.Context, fn func(audit.Event) error) (_ audit.Head, err error) {
+	defer s.translate(&err)
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true, Isolation: s.dialect.SnapshotIsolation})
 	if err != nil {
 		return audit.Head{}, fmt.Errorf("begin audit scan: %w", err)
@@ -66,7 +68,8 @@ func (s *Store) AuditScan(ctx context.Context, fn func(audit.Event) error) (audi
 }
 
 // AuditHead returns the chain head as the database records it.
-func (s *Store) AuditHead(ctx context.Context) (audit.Head, error) {
+func (s *Store) AuditHead(ctx context.Context) (_ audit.Head, err error) {
+	defer s.translate(&err)
 	return readHead(ctx, s.db)
 }
 
@@ -85,7 +88,8 @@ func readHead(ctx context.Context, q interface {
 }
 
 // AuditRecord appends an event that goes with no registry change.
-func (s *Store) AuditRecord(ctx context.Context, p store.AuditParams) error {
+func (s *Store) AuditRecord(ctx context.Context, p store.AuditParams) (err error) {
+	defer s.translate(&err)
 	return s.mutate(ctx, p.Actor, func(*sql.Tx) (record, error) {
 		return record{action: p.Action, object: p.Object, payload: p.Payload}, nil
 	})

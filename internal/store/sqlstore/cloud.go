@@ -13,8 +13,9 @@ import (
 var _ store.CloudStore = (*Store)(nil)
 
 // CloudRequestCreate records a create request before the driver is called.
-func (s *Store) CloudRequestCreate(ctx context.Context, r store.CloudRequest) error {
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO cloud_requests (request_id, run_id, step, provider, count, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+func (s *Store) CloudRequestCreate(ctx context.Context, r store.CloudRequest) (err error) {
+	defer s.translate(&err)
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO cloud_requests (request_id, run_id, step, provider, count, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
 		r.RequestID, r.RunID, r.Step, r.Provider, r.Count, "requested", s.stamp())
 	if err != nil {
 		return fmt.Errorf("record cloud request %s: %w", r.RequestID, err)
@@ -23,8 +24,9 @@ func (s *Store) CloudRequestCreate(ctx context.Context, r store.CloudRequest) er
 }
 
 // CloudRequestFail records that a create request failed.
-func (s *Store) CloudRequestFail(ctx context.Context, requestID, msg string) error {
-	_, err := s.db.ExecContext(ctx, s.q(`UPDATE cloud_requests SET status = 'failed', error = ?, finished_at = ? WHERE request_id = ?`), msg, s.stamp(), requestID)
+func (s *Store) CloudRequestFail(ctx context.Context, requestID, msg string) (err error) {
+	defer s.translate(&err)
+	_, err = s.db.ExecContext(ctx, s.q(`UPDATE cloud_requests SET status = 'failed', error = ?, finished_at = ? WHERE request_id = ?`), msg, s.stamp(), requestID)
 	if err != nil {
 		return fmt.Errorf("record cloud request %s failure: %w", requestID, err)
 	}
@@ -32,11 +34,12 @@ func (s *Store) CloudRequestFail(ctx context.Context, requestID, msg string) err
 }
 
 // CloudRequestGet returns one request.
-func (s *Store) CloudRequestGet(ctx context.Context, requestID string) (store.CloudRequest, error) {
+func (s *Store) CloudRequestGet(ctx context.Context, requestID string) (_ store.CloudRequest, err error) {
+	defer s.translate(&err)
 	var r store.CloudRequest
 	var ids string
 	var finished sql.NullTime
-	err := s.db.QueryRowContext(ctx, s.q(`SELECT request_id, run_id, step, provider, count, status, vm_ids, error, created_at, finished_at FROM cloud_requests WHERE request_id = ?`), requestID).
+	err = s.db.QueryRowContext(ctx, s.q(`SELECT request_id, run_id, step, provider, count, status, vm_ids, error, created_at, finished_at FROM cloud_requests WHERE request_id = ?`), requestID).
 		Scan(&r.RequestID, &r.RunID, &r.Step, &r.Provider, &r.Count, &r.Status, &ids, &r.Error, &r.CreatedAt, &finished)
 	if err != nil {
 		return r, notFound(err, "cloud_request", requestID)
@@ -48,7 +51,8 @@ func (s *Store) CloudRequestGet(ctx context.Context, requestID string) (store.Cl
 
 // CloudVMsCreated returns those of vmIDs that a completed create request
 // of provider recorded.
-func (s *Store) CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]bool, error) {
+func (s *Store) CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (_ map[string]bool, err error) {
+	defer s.translate(&err)
 	want := map[string]bool{}
 	for _, id := range vmIDs {
 		want[id] = true
@@ -78,7 +82,8 @@ func (s *Store) CloudVMsCreated(ctx context.Context, provider string, vmIDs []st
 }
 
 // CloudProvision stores the souls and tokens of a create with its audit.
-func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams) error {
+func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams) (err error) {
+	defer s.translate(&err)
 	now := s.stamp()
 	actor := p.Actor
 	if actor == "" {
@@ -141,10 +146,11 @@ func placeholders(n int) string {
 }
 
 // CloudDestroy runs the destroy cascade in one transaction.
-func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error) {
+func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (_ store.CloudCascade, err error) {
+	defer s.translate(&err)
 	var c store.CloudCascade
 	now := s.stamp()
-	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
 		c = store.CloudCascade{}
 		if len(p.SIDs) > 0 && len(p.VMIDs) > 0 {
 			// paired selects the given souls that really are this
@@ -203,7 +209,8 @@ func nonNil(l []string) []string {
 }
 
 // SoulsOfProvider lists a provider's souls by SID.
-func (s *Store) SoulsOfProvider(ctx context.Context, provider string) ([]store.Soul, error) {
+func (s *Store) SoulsOfProvider(ctx context.Context, provider string) (_ []store.Soul, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE provider = ? ORDER BY sid`), provider)
 	if err != nil {
 		return nil, fmt.Errorf("souls of provider %q: %w", provider, err)
@@ -221,7 +228,8 @@ func (s *Store) SoulsOfProvider(ctx context.Context, provider string) ([]store.S
 }
 
 // BootstrapTokens lists a soul's bootstrap tokens.
-func (s *Store) BootstrapTokens(ctx context.Context, sid string) ([]store.BootstrapToken, error) {
+func (s *Store) BootstrapTokens(ctx context.Context, sid string) (_ []store.BootstrapToken, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, hash, expires_at, status FROM bootstrap_tokens WHERE sid = ? ORDER BY id`), sid)
 	if err != nil {
 		return nil, fmt.Errorf("bootstrap tokens of %q: %w", sid, err)

@@ -21,7 +21,8 @@ const seenBatch = 500
 // SoulContact records what a step learned about reaching souls. The common
 // case, active souls reached again, is one UPDATE per step with no audit
 // event; only status changes take a transaction with the audit chain.
-func (s *Store) SoulContact(ctx context.Context, p store.SoulContactParams) ([]store.SoulTransition, error) {
+func (s *Store) SoulContact(ctx context.Context, p store.SoulContactParams) (_ []store.SoulTransition, err error) {
+	defer s.translate(&err)
 	var out []store.SoulTransition
 	if len(p.Reached) > 0 {
 		at := s.stamp()

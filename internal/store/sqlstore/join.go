@@ -19,9 +19,10 @@ func refused(reason, sid, format string, args ...any) error {
 
 // SoulJoin consumes a bootstrap token and makes its soul active, in one
 // transaction with soul.joined.
-func (s *Store) SoulJoin(ctx context.Context, p store.SoulJoinParams) (store.Soul, error) {
+func (s *Store) SoulJoin(ctx context.Context, p store.SoulJoinParams) (_ store.Soul, err error) {
+	defer s.translate(&err)
 	now := s.stamp()
-	err := s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
 		var t store.BootstrapToken
 		var expires sql.NullTime
 		err := tx.QueryRowContext(ctx, s.q(`SELECT id, sid, expires_at, status FROM bootstrap_tokens WHERE hash = ?`), p.TokenHash).
@@ -102,9 +103,10 @@ func sameKey(a, b string) bool {
 }
 
 // SoulRenewCert replaces a soul's certificate serial.
-func (s *Store) SoulRenewCert(ctx context.Context, p store.SoulRenewParams) (store.Soul, error) {
+func (s *Store) SoulRenewCert(ctx context.Context, p store.SoulRenewParams) (_ store.Soul, err error) {
+	defer s.translate(&err)
 	now := s.stamp()
-	err := s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
 		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
 		if errors.Is(err, sql.ErrNoRows) {
 			return record{}, refused(store.JoinSoulNotFound, p.SID, "no such soul")
@@ -151,10 +153,11 @@ func (s *Store) insertSeed(ctx context.Context, tx *sql.Tx, sd store.SoulSeed, n
 }
 
 // SeedAdd stores one seed with seed.added.
-func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (store.SoulSeed, error) {
+func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (_ store.SoulSeed, err error) {
+	defer s.translate(&err)
 	var id int64
 	now := s.stamp()
-	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
 		var status string
 		if err := tx.QueryRowContext(ctx, s.q(`SELECT status FROM souls WHERE sid = ?`), p.Seed.SID).Scan(&status); err != nil {
 			return record{}, notFound(err, "soul", p.Seed.SID)
@@ -182,7 +185,8 @@ func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (store.SoulS
 }
 
 // Seeds lists a soul's seeds by id.
-func (s *Store) Seeds(ctx context.Context, sid string) ([]store.SoulSeed, error) {
+func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, scenario, input, status, created_by, created_at FROM soul_seeds WHERE sid = ? ORDER BY id`), sid)
 	if err != nil {
 		return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)

@@ -22,12 +22,13 @@ func scanProvider(row interface{ Scan(...any) error }) (store.Provider, error) {
 }
 
 // ProviderCreate inserts a provider; a taken name is ErrExists.
-func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateParams) (store.Provider, error) {
+func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateParams) (_ store.Provider, err error) {
+	defer s.translate(&err)
 	p := params.Provider
 	p.CreatedAt = s.stamp()
 	p.CreatedBy = string(params.Actor)
 	p.Config = json.RawMessage(jsonText(p.Config))
-	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
 			p.Name, p.Driver, p.Region, p.CredentialsRef, p.FQDNSuffix, string(p.Config), p.CreatedAt, p.CreatedBy)
 		if err != nil {
@@ -48,7 +49,8 @@ func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateP
 }
 
 // ProviderGet returns the provider called name.
-func (s *Store) ProviderGet(ctx context.Context, name string) (store.Provider, error) {
+func (s *Store) ProviderGet(ctx context.Context, name string) (_ store.Provider, err error) {
+	defer s.translate(&err)
 	p, err := scanProvider(s.db.QueryRowContext(ctx, s.q(`SELECT `+providerCols+` FROM providers WHERE name = ?`), name))
 	if err != nil {
 		return store.Provider{}, notFound(err, "provider", name)
@@ -57,7 +59,8 @@ func (s *Store) ProviderGet(ctx context.Context, name string) (store.Provider, e
 }
 
 // ProviderList lists providers by name.
-func (s *Store) ProviderList(ctx context.Context, params store.ListParams) ([]store.Provider, error) {
+func (s *Store) ProviderList(ctx context.Context, params store.ListParams) (_ []store.Provider, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+providerCols+` FROM providers WHERE name > ? ORDER BY name LIMIT ?`), params.After, limitOf(params.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list providers: %w", err)
@@ -76,7 +79,8 @@ func (s *Store) ProviderList(ctx context.Context, params store.ListParams) ([]st
 
 // ProviderDelete deletes a provider; the database refuses while profiles
 // reference it (ErrInUse).
-func (s *Store) ProviderDelete(ctx context.Context, params store.DeleteParams) error {
+func (s *Store) ProviderDelete(ctx context.Context, params store.DeleteParams) (err error) {
+	defer s.translate(&err)
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		// Destroyed souls no longer hold their provider: they let go of it
 		// here; live souls and profiles still block the delete (FK RESTRICT).
@@ -137,12 +141,13 @@ func scanProfile(row interface{ Scan(...any) error }) (store.Profile, error) {
 
 // ProfileCreate inserts a profile; the database refuses an unknown provider
 // (ErrReferenceMissing) and a taken name (ErrExists).
-func (s *Store) ProfileCreate(ctx context.Context, params store.ProfileCreateParams) (store.Profile, error) {
+func (s *Store) ProfileCreate(ctx context.Context, params store.ProfileCreateParams) (_ store.Profile, err error) {
+	defer s.translate(&err)
 	p := params.Profile
 	p.CreatedAt = s.stamp()
 	p.CreatedBy = string(params.Actor)
 	p.Spec = json.RawMessage(jsonText(p.Spec))
-	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO profiles (`+profileCols+`) VALUES (?, ?, ?, ?, ?)`),
 			p.Name, p.Provider, string(p.Spec), p.CreatedAt, p.CreatedBy)
 		switch s.dialect.Classify(err) {
@@ -165,7 +170,8 @@ func (s *Store) ProfileCreate(ctx context.Context, params store.ProfileCreatePar
 }
 
 // ProfileGet returns the profile called name.
-func (s *Store) ProfileGet(ctx context.Context, name string) (store.Profile, error) {
+func (s *Store) ProfileGet(ctx context.Context, name string) (_ store.Profile, err error) {
+	defer s.translate(&err)
 	p, err := scanProfile(s.db.QueryRowContext(ctx, s.q(`SELECT `+profileCols+` FROM profiles WHERE name = ?`), name))
 	if err != nil {
 		return store.Profile{}, notFound(err, "profile", name)
@@ -174,7 +180,8 @@ func (s *Store) ProfileGet(ctx context.Context, name string) (store.Profile, err
 }
 
 // ProfileList lists profiles by name.
-func (s *Store) ProfileList(ctx context.Context, params store.ListParams) ([]store.Profile, error) {
+func (s *Store) ProfileList(ctx context.Context, params store.ListParams) (_ []store.Profile, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+profileCols+` FROM profiles WHERE name > ? ORDER BY name LIMIT ?`), params.After, limitOf(params.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list profiles: %w", err)
@@ -192,7 +199,8 @@ func (s *Store) ProfileList(ctx context.Context, params store.ListParams) ([]sto
 }
 
 // ProfileDelete deletes a profile.
-func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) error {
+func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) (err error) {
+	defer s.translate(&err)
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM profiles WHERE name = ?`), params.Key)
 		if err != nil {
@@ -237,7 +245,8 @@ func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
 
 // SoulCreate registers a soul; a taken SID is ErrExists, an unknown
 // provider ErrReferenceMissing.
-func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (store.Soul, error) {
+func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (_ store.Soul, err error) {
+	defer s.translate(&err)
 	so := params.Soul
 	so.CreatedAt = s.stamp()
 	so.UpdatedAt = so.CreatedAt
@@ -277,7 +286,8 @@ func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (
 }
 
 // SoulGet returns the soul with the given SID.
-func (s *Store) SoulGet(ctx context.Context, sid string) (store.Soul, error) {
+func (s *Store) SoulGet(ctx context.Context, sid string) (_ store.Soul, err error) {
+	defer s.translate(&err)
 	so, err := scanSoul(s.db.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), sid))
 	if err != nil {
 		return store.Soul{}, notFound(err, "soul", sid)
@@ -286,13 +296,15 @@ func (s *Store) SoulGet(ctx context.Context, sid string) (store.Soul, error) {
 }
 
 // SoulList lists souls by SID.
-func (s *Store) SoulList(ctx context.Context, params store.ListParams) ([]store.Soul, error) {
+func (s *Store) SoulList(ctx context.Context, params store.ListParams) (_ []store.Soul, err error) {
+	defer s.translate(&err)
 	return s.SoulSearch(ctx, store.SoulListParams{ListParams: params})
 }
 
 // SoulSearch lists souls by SID, filtered by status, provider and an
 // attribute's value (indexes: 00016_soul_filters).
-func (s *Store) SoulSearch(ctx context.Context, p store.SoulListParams) ([]store.Soul, error) {
+func (s *Store) SoulSearch(ctx context.Context, p store.SoulListParams) (_ []store.Soul, err error) {
+	defer s.translate(&err)
 	query, args := `SELECT `+soulSelectCols+` FROM souls WHERE sid > ?`, []any{p.After}
 	if p.Status != "" {
 		query, args = query+` AND status = ?`, append(args, p.Status)
@@ -321,7 +333,8 @@ func (s *Store) SoulSearch(ctx context.Context, p store.SoulListParams) ([]store
 }
 
 // SoulDelete removes a soul from the registry (the host itself is untouched).
-func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) error {
+func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) (err error) {
+	defer s.translate(&err)
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM souls WHERE sid = ?`), params.Key)
 		if err != nil {
@@ -335,7 +348,8 @@ func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) error
 }
 
 // SoulPinHostKey pins the host key of a soul that has none.
-func (s *Store) SoulPinHostKey(ctx context.Context, p store.SoulHostKeyParams) error {
+func (s *Store) SoulPinHostKey(ctx context.Context, p store.SoulHostKeyParams) (err error) {
+	defer s.translate(&err)
 	return s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
 		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
 		if err != nil {

@@ -53,7 +53,8 @@ func existing(r store.Run, digest string) (store.Run, bool, error) {
 
 // RunCreate inserts a run (Pending), writes audit run.started and calls
 // Enqueue, all in one transaction.
-func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.Run, bool, error) {
+func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (_ store.Run, _ bool, err error) {
+	defer s.translate(&err)
 	r := p.Run
 	if r.Key != "" {
 		if prev, err := s.runByKey(ctx, string(p.Actor), r.Key); err == nil {
@@ -63,7 +64,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 	r.Phase = store.PhasePending
 	r.CreatedAt = s.stamp()
 	r.CreatedBy = string(p.Actor)
-	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO runs (id, key, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			r.ID, nullString(r.Key), r.Digest, r.Name, r.Scenario, r.InputSealed, jsonText(r.InputMasked), r.Phase, r.Timeout.Milliseconds(), r.CreatedBy, r.CreatedAt)
@@ -100,7 +101,8 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (store.R
 }
 
 // RunGet returns one run.
-func (s *Store) RunGet(ctx context.Context, id string) (store.Run, error) {
+func (s *Store) RunGet(ctx context.Context, id string) (_ store.Run, err error) {
+	defer s.translate(&err)
 	r, err := scanRun(s.db.QueryRowContext(ctx, s.q(`SELECT `+runCols+` FROM runs WHERE id = ?`), id))
 	if err != nil {
 		return store.Run{}, notFound(err, "run", id)
@@ -109,7 +111,8 @@ func (s *Store) RunGet(ctx context.Context, id string) (store.Run, error) {
 }
 
 // RunHead returns a run's phase and finish time alone.
-func (s *Store) RunHead(ctx context.Context, id string) (store.RunHead, error) {
+func (s *Store) RunHead(ctx context.Context, id string) (_ store.RunHead, err error) {
+	defer s.translate(&err)
 	var h store.RunHead
 	var finished sql.NullTime
 	if err := s.db.QueryRowContext(ctx, s.q(`SELECT phase, finished_at FROM runs WHERE id = ?`), id).Scan(&h.Phase, &finished); err != nil {
@@ -120,7 +123,8 @@ func (s *Store) RunHead(ctx context.Context, id string) (store.RunHead, error) {
 }
 
 // RunList lists runs newest first, filtered by phase and name.
-func (s *Store) RunList(ctx context.Context, p store.RunListParams) ([]store.Run, error) {
+func (s *Store) RunList(ctx context.Context, p store.RunListParams) (_ []store.Run, err error) {
+	defer s.translate(&err)
 	after := p.After
 	if after == "" {
 		after = "~" // sorts after every id
@@ -152,7 +156,8 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) ([]store.Run
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
 // RunSteps returns a run's steps and targets in order.
-func (s *Store) RunSteps(ctx context.Context, id string) ([]store.RunStep, []store.RunTarget, error) {
+func (s *Store) RunSteps(ctx context.Context, id string) (_ []store.RunStep, _ []store.RunTarget, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT run_id, step_index, name, module, status, started_at, finished_at FROM run_steps WHERE run_id = ? ORDER BY step_index`), id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("run %s steps: %w", id, err)
@@ -190,7 +195,8 @@ func (s *Store) RunSteps(ctx context.Context, id string) ([]store.RunStep, []sto
 }
 
 // RunClaim takes the run's lease for owner.
-func (s *Store) RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (store.Run, bool, error) {
+func (s *Store) RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (_ store.Run, _ bool, err error) {
+	defer s.translate(&err)
 	now := s.stamp()
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET owner = ?, heartbeat_at = ?, phase = ?, started_at = COALESCE(started_at, ?)
 		WHERE id = ? AND phase IN (?, ?) AND (owner IS NULL OR owner = ? OR heartbeat_at < ?)`),
@@ -207,7 +213,8 @@ func (s *Store) RunClaim(ctx context.Context, id, owner string, staleBefore time
 }
 
 // RunHeartbeat renews the lease and reports a pending cancel request.
-func (s *Store) RunHeartbeat(ctx context.Context, id, owner string) (bool, error) {
+func (s *Store) RunHeartbeat(ctx context.Context, id, owner string) (_ bool, err error) {
+	defer s.translate(&err)
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET heartbeat_at = ? WHERE id = ? AND owner = ? AND phase = ?`), s.stamp(), id, owner, store.PhaseRunning)
 	if err != nil {
 		return false, fmt.Errorf("heartbeat run %s: %w", id, err)
@@ -222,7 +229,8 @@ func (s *Store) RunHeartbeat(ctx context.Context, id, owner string) (bool, error
 
 // RunRelease makes the lease stale at once: the heartbeat goes back to the
 // epoch, so RunsOrphaned and RunClaim of any keeper take the run over.
-func (s *Store) RunRelease(ctx context.Context, id, owner string) error {
+func (s *Store) RunRelease(ctx context.Context, id, owner string) (err error) {
+	defer s.translate(&err)
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET heartbeat_at = ? WHERE id = ? AND owner = ? AND phase = ?`), time.Unix(0, 0).UTC(), id, owner, store.PhaseRunning)
 	if err != nil {
 		return fmt.Errorf("release run %s: %w", id, err)
@@ -234,8 +242,9 @@ func (s *Store) RunRelease(ctx context.Context, id, owner string) error {
 }
 
 // RunStepSave inserts or updates a step's state.
-func (s *Store) RunStepSave(ctx context.Context, st store.RunStep) error {
-	_, err := s.db.ExecContext(ctx, s.q(`INSERT INTO run_steps (run_id, step_index, name, module, status, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+func (s *Store) RunStepSave(ctx context.Context, st store.RunStep) (err error) {
+	defer s.translate(&err)
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO run_steps (run_id, step_index, name, module, status, started_at, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (run_id, step_index) DO UPDATE SET status = excluded.status, started_at = COALESCE(run_steps.started_at, excluded.started_at), finished_at = excluded.finished_at`),
 		st.RunID, st.Index, st.Name, st.Module, st.Status, nullTime(st.StartedAt), nullTime(st.FinishedAt))
 	if err != nil {
@@ -257,7 +266,8 @@ func targetArgs(t store.RunTarget) []any {
 }
 
 // RunTargetSave inserts or replaces one target's result.
-func (s *Store) RunTargetSave(ctx context.Context, t store.RunTarget) error {
+func (s *Store) RunTargetSave(ctx context.Context, t store.RunTarget) (err error) {
+	defer s.translate(&err)
 	if _, err := s.db.ExecContext(ctx, s.q(saveTargetSQL), targetArgs(t)...); err != nil {
 		return fmt.Errorf("save target %s of run %s: %w", t.SID, t.RunID, err)
 	}
@@ -266,7 +276,8 @@ func (s *Store) RunTargetSave(ctx context.Context, t store.RunTarget) error {
 
 // RunTargetsSave inserts or replaces several targets' results in one
 // transaction.
-func (s *Store) RunTargetsSave(ctx context.Context, ts []store.RunTarget) error {
+func (s *Store) RunTargetsSave(ctx context.Context, ts []store.RunTarget) (err error) {
+	defer s.translate(&err)
 	if len(ts) == 0 {
 		return nil
 	}
@@ -302,7 +313,8 @@ func (s *Store) batch(ctx context.Context, what, query string, n int, args func(
 }
 
 // RunStateSave stores the sealed state of finished steps.
-func (s *Store) RunStateSave(ctx context.Context, id, owner, sealed string) error {
+func (s *Store) RunStateSave(ctx context.Context, id, owner, sealed string) (err error) {
+	defer s.translate(&err)
 	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET state_sealed = ? WHERE id = ? AND owner = ?`), sealed, id, owner)
 	if err != nil {
 		return fmt.Errorf("save state of run %s: %w", id, err)
@@ -314,7 +326,8 @@ func (s *Store) RunStateSave(ctx context.Context, id, owner, sealed string) erro
 }
 
 // RunFinish ends the run with its audit event.
-func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) error {
+func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) (err error) {
+	defer s.translate(&err)
 	now := s.stamp()
 	// The run's creator is the actor of run.finished: the keeper only
 	// carries out what that token asked for. created_by never changes, so
@@ -347,9 +360,10 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) error {
 }
 
 // RunCancel records a cancel request; a Pending run ends Cancelled at once.
-func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (store.Run, error) {
+func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (_ store.Run, err error) {
+	defer s.translate(&err)
 	now := s.stamp()
-	err := s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
 		var phase, createdBy string
 		if err := tx.QueryRowContext(ctx, s.q(`SELECT phase, created_by FROM runs WHERE id = ?`), p.Key).Scan(&phase, &createdBy); err != nil {
 			return record{}, notFound(err, "run", p.Key)
@@ -383,7 +397,8 @@ func eventArgs(e store.RunEvent) []any {
 }
 
 // RunEventAppend stores one event; the caller numbers them.
-func (s *Store) RunEventAppend(ctx context.Context, e store.RunEvent) error {
+func (s *Store) RunEventAppend(ctx context.Context, e store.RunEvent) (err error) {
+	defer s.translate(&err)
 	if _, err := s.db.ExecContext(ctx, s.q(appendEventSQL), eventArgs(e)...); err != nil {
 		return fmt.Errorf("append event %d of run %s: %w", e.Seq, e.RunID, err)
 	}
@@ -392,7 +407,8 @@ func (s *Store) RunEventAppend(ctx context.Context, e store.RunEvent) error {
 
 // RunEventsAppend stores several events in one transaction, in the order
 // given; the caller numbers them.
-func (s *Store) RunEventsAppend(ctx context.Context, es []store.RunEvent) error {
+func (s *Store) RunEventsAppend(ctx context.Context, es []store.RunEvent) (err error) {
+	defer s.translate(&err)
 	if len(es) == 0 {
 		return nil
 	}
@@ -402,7 +418,8 @@ func (s *Store) RunEventsAppend(ctx context.Context, es []store.RunEvent) error 
 }
 
 // RunEvents returns events after afterSeq in order.
-func (s *Store) RunEvents(ctx context.Context, id string, afterSeq int64, limit int) ([]store.RunEvent, error) {
+func (s *Store) RunEvents(ctx context.Context, id string, afterSeq int64, limit int) (_ []store.RunEvent, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT run_id, seq, at, kind, step, sid, data FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`), id, afterSeq, limitOf(limit))
 	if err != nil {
 		return nil, fmt.Errorf("events of run %s: %w", id, err)
@@ -423,7 +440,8 @@ func (s *Store) RunEvents(ctx context.Context, id string, afterSeq int64, limit 
 }
 
 // RunsOrphaned lists Running runs that lost their executor.
-func (s *Store) RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) ([]string, error) {
+func (s *Store) RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) (_ []string, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id FROM runs WHERE phase = ? AND (owner = ? OR heartbeat_at < ?) ORDER BY id`), store.PhaseRunning, owner, staleBefore.UTC())
 	if err != nil {
 		return nil, fmt.Errorf("orphaned runs: %w", err)

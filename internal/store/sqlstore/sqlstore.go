@@ -67,24 +67,25 @@ type Store struct {
 	added   func(audit.Head) // told of each committed event
 }
 
-var (
-	_ store.Store      = (*Store)(nil)
-	_ store.Translator = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
-// TranslateError wraps err with store.ErrUnavailable or store.ErrStorageFull
-// when the dialect classifies the driver error under it so.
-func (s *Store) TranslateError(err error) error {
-	if err == nil || errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrStorageFull) {
-		return err
+// translate is deferred by every exported method: it wraps the error the
+// method returns with store.ErrUnavailable or store.ErrStorageFull when
+// the dialect classifies the driver error under it so, so that callers
+// branch on store sentinels alone and never see a driver's error types.
+// Constraint violations are translated where they happen (ErrExists,
+// ErrReferenceMissing, ErrInUse), with the object they are about.
+func (s *Store) translate(err *error) {
+	e := *err
+	if e == nil || errors.Is(e, store.ErrUnavailable) || errors.Is(e, store.ErrStorageFull) {
+		return
 	}
-	switch s.dialect.Classify(err) {
+	switch s.dialect.Classify(e) {
 	case Unavailable:
-		return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+		*err = fmt.Errorf("%w: %w", store.ErrUnavailable, e)
 	case StorageFull:
-		return fmt.Errorf("%w: %w", store.ErrStorageFull, err)
+		*err = fmt.Errorf("%w: %w", store.ErrStorageFull, e)
 	}
-	return err
 }
 
 // Option configures a Store.
@@ -124,10 +125,16 @@ func (s *Store) Queue() riverdriver.Driver[*sql.Tx] { return s.dialect.Queue(s.d
 func (s *Store) DB() *sql.DB { return s.db }
 
 // Ping checks that the database answers.
-func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
+func (s *Store) Ping(ctx context.Context) (err error) {
+	defer s.translate(&err)
+	return s.db.PingContext(ctx)
+}
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() (err error) {
+	defer s.translate(&err)
+	return s.db.Close()
+}
 
 // q rewrites ? placeholders for the dialect.
 func (s *Store) q(query string) string {

@@ -44,11 +44,12 @@ func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (
 }
 
 // TokenCreate stores a new API token's hash.
-func (s *Store) TokenCreate(ctx context.Context, params store.TokenCreateParams) (store.APIToken, error) {
+func (s *Store) TokenCreate(ctx context.Context, params store.TokenCreateParams) (_ store.APIToken, err error) {
+	defer s.translate(&err)
 	t := params.Token
 	t.CreatedAt = s.stamp()
 	t.CreatedBy = string(params.Actor)
-	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) { return s.insertToken(ctx, tx, t) })
+	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) { return s.insertToken(ctx, tx, t) })
 	if err != nil {
 		return store.APIToken{}, err
 	}
@@ -56,12 +57,13 @@ func (s *Store) TokenCreate(ctx context.Context, params store.TokenCreateParams)
 }
 
 // TokenBootstrap stores the token only if the registry has no API token.
-func (s *Store) TokenBootstrap(ctx context.Context, params store.TokenCreateParams) (bool, error) {
+func (s *Store) TokenBootstrap(ctx context.Context, params store.TokenCreateParams) (_ bool, err error) {
+	defer s.translate(&err)
 	t := params.Token
 	t.CreatedAt = s.stamp()
 	t.CreatedBy = string(params.Actor)
 	created := false
-	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM api_tokens`).Scan(&n); err != nil {
 			return record{}, fmt.Errorf("count tokens: %w", err)
@@ -81,12 +83,13 @@ func (s *Store) TokenBootstrap(ctx context.Context, params store.TokenCreatePara
 // TokenAdminBootstrap stores an admin token minted from the host when no
 // active admin token exists (or with Force), in one transaction with the
 // check, so that two concurrent bootstraps mint one token.
-func (s *Store) TokenAdminBootstrap(ctx context.Context, params store.TokenAdminParams) (store.APIToken, error) {
+func (s *Store) TokenAdminBootstrap(ctx context.Context, params store.TokenAdminParams) (_ store.APIToken, err error) {
+	defer s.translate(&err)
 	t := params.Token
 	t.Role = "admin"
 	t.CreatedAt = s.stamp()
 	t.CreatedBy = string(params.Actor)
-	err := s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		var active []string
 		rows, err := tx.QueryContext(ctx, s.q(`SELECT id FROM api_tokens WHERE role = 'admin' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY id`), t.CreatedAt)
 		if err != nil {
@@ -141,12 +144,14 @@ func (s *Store) tokenGet(ctx context.Context, id string) (store.APIToken, error)
 }
 
 // TokenGet returns the token with the given id, revoked or not.
-func (s *Store) TokenGet(ctx context.Context, id string) (store.APIToken, error) {
+func (s *Store) TokenGet(ctx context.Context, id string) (_ store.APIToken, err error) {
+	defer s.translate(&err)
 	return s.tokenGet(ctx, id)
 }
 
 // TokenGetByHash returns the token whose hash is hash, revoked or not.
-func (s *Store) TokenGetByHash(ctx context.Context, hash string) (store.APIToken, error) {
+func (s *Store) TokenGetByHash(ctx context.Context, hash string) (_ store.APIToken, err error) {
+	defer s.translate(&err)
 	t, err := scanToken(s.db.QueryRowContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE hash = ?`), hash))
 	if err != nil {
 		return store.APIToken{}, notFound(err, "token", "(by hash)")
@@ -155,7 +160,8 @@ func (s *Store) TokenGetByHash(ctx context.Context, hash string) (store.APIToken
 }
 
 // TokenList lists tokens by id, which sorts by creation time.
-func (s *Store) TokenList(ctx context.Context, params store.ListParams) ([]store.APIToken, error) {
+func (s *Store) TokenList(ctx context.Context, params store.ListParams) (_ []store.APIToken, err error) {
+	defer s.translate(&err)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE id > ? ORDER BY id LIMIT ?`), params.After, limitOf(params.Limit))
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
@@ -174,7 +180,8 @@ func (s *Store) TokenList(ctx context.Context, params store.ListParams) ([]store
 
 // TokenRevoke marks a token revoked. It refuses to revoke the last active
 // admin token, which would lock every operator out.
-func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) error {
+func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) (err error) {
+	defer s.translate(&err)
 	now := s.stamp()
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		t, err := scanToken(tx.QueryRowContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE id = ?`), params.Key))
