@@ -63,7 +63,7 @@ type Config struct {
 	// renews after two thirds of it; a destroyed soul's certificate is
 	// refused at once, and lapses by then wherever the refusal has not
 	// reached.
-	AgentCertValidity string `yaml:"agent_cert_validity"`
+	AgentCertValidity Duration `yaml:"agent_cert_validity"`
 	// CloudInit is the text/template of generated userdata
 	// (generate_userdata, self_onboard); empty means a built-in one that
 	// authorizes the keeper's key and writes /etc/soulstack/bootstrap.json.
@@ -73,12 +73,12 @@ type Config struct {
 	CloudInit string `yaml:"cloud_init"`
 	// BootstrapTokenTTL is how long a bootstrap token lives after its VM
 	// is reported created (a Go duration; default 1h).
-	BootstrapTokenTTL string `yaml:"bootstrap_token_ttl"`
+	BootstrapTokenTTL Duration `yaml:"bootstrap_token_ttl"`
 	// DrainTimeout is how long a stopping keeper (SIGTERM, SIGINT) lets
 	// the steps in flight finish before it cancels them (a Go duration;
 	// default 60s). Their runs are handed back and resume on the next
 	// keeper to start either way.
-	DrainTimeout string `yaml:"drain_timeout"`
+	DrainTimeout Duration `yaml:"drain_timeout"`
 	// PluginDir is where the keeper finds soul-cloud-<driver>; empty
 	// means <data_dir>/plugins.
 	PluginDir string `yaml:"plugin_dir"`
@@ -147,13 +147,13 @@ type TLS struct {
 // are Go durations (10s, 2m).
 type HTTP struct {
 	// ReadHeaderTimeout bounds reading a request's headers (default 10s).
-	ReadHeaderTimeout string `yaml:"read_header_timeout"`
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
 	// ReadTimeout bounds reading a whole request, body included (default
 	// 60s). Event streams lift it once their request is read.
-	ReadTimeout string `yaml:"read_timeout"`
+	ReadTimeout Duration `yaml:"read_timeout"`
 	// IdleTimeout closes a kept-alive connection with no request (default
 	// 120s).
-	IdleTimeout string `yaml:"idle_timeout"`
+	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxConnsPerClient caps the open connections of one client address
 	// (default 64); a connection over the cap is closed at once.
 	MaxConnsPerClient int `yaml:"max_conns_per_client"`
@@ -161,8 +161,8 @@ type HTTP struct {
 	// address may make in a row (default 10) before it is answered 429
 	// auth.rate_limited; AuthFailureInterval gives one attempt back per
 	// interval (default 1s).
-	AuthFailureBurst    int    `yaml:"auth_failure_burst"`
-	AuthFailureInterval string `yaml:"auth_failure_interval"`
+	AuthFailureBurst    int      `yaml:"auth_failure_burst"`
+	AuthFailureInterval Duration `yaml:"auth_failure_interval"`
 }
 
 // Vault is a Vault or OpenBao server.
@@ -216,14 +216,10 @@ func (c Config) WithDefaults() Config {
 		c.KeeperURL = scheme + c.Listen
 	}
 	h := &c.HTTP
-	for _, d := range []struct {
-		f *string
-		v string
-	}{{&h.ReadHeaderTimeout, "10s"}, {&h.ReadTimeout, "60s"}, {&h.IdleTimeout, "120s"}, {&h.AuthFailureInterval, "1s"}} {
-		if *d.f == "" {
-			*d.f = d.v
-		}
-	}
+	orDefault(&h.ReadHeaderTimeout, 10*time.Second)
+	orDefault(&h.ReadTimeout, 60*time.Second)
+	orDefault(&h.IdleTimeout, 120*time.Second)
+	orDefault(&h.AuthFailureInterval, time.Second)
 	if h.MaxConnsPerClient == 0 {
 		h.MaxConnsPerClient = 64
 	}
@@ -239,15 +235,9 @@ func (c Config) WithDefaults() Config {
 		}
 		c.AgentListen = net.JoinHostPort("0.0.0.0", port)
 	}
-	if c.AgentCertValidity == "" {
-		c.AgentCertValidity = "24h"
-	}
-	if c.BootstrapTokenTTL == "" {
-		c.BootstrapTokenTTL = "1h"
-	}
-	if c.DrainTimeout == "" {
-		c.DrainTimeout = "60s"
-	}
+	orDefault(&c.AgentCertValidity, 24*time.Hour)
+	orDefault(&c.BootstrapTokenTTL, time.Hour)
+	orDefault(&c.DrainTimeout, 60*time.Second)
 	if c.PluginDir == "" {
 		c.PluginDir = filepath.Join(c.DataDir, "plugins")
 	}
@@ -282,19 +272,19 @@ func (c Config) Validate() error {
 	if c.AuditCheckpointEvery < 0 {
 		return fmt.Errorf("audit_checkpoint_every: %d is negative; want a number of events (default 100)", c.AuditCheckpointEvery)
 	}
-	if d, err := time.ParseDuration(c.DrainTimeout); err != nil || d <= 0 {
-		return fmt.Errorf("drain_timeout: %q is not a positive duration such as 60s", c.DrainTimeout)
+	if err := positive("drain_timeout", c.DrainTimeout, 0, "60s"); err != nil {
+		return err
 	}
-	if d, err := time.ParseDuration(c.BootstrapTokenTTL); err != nil || d <= 0 {
-		return fmt.Errorf("bootstrap_token_ttl: %q is not a positive duration such as 1h", c.BootstrapTokenTTL)
+	if err := positive("bootstrap_token_ttl", c.BootstrapTokenTTL, 0, "1h"); err != nil {
+		return err
 	}
 	if c.AgentListen != AgentListenOff {
 		if _, _, err := net.SplitHostPort(c.AgentListen); err != nil {
 			return fmt.Errorf("agent_listen: %q is not host:port or %q: %w", c.AgentListen, AgentListenOff, err)
 		}
 	}
-	if d, err := time.ParseDuration(c.AgentCertValidity); err != nil || d < time.Second {
-		return fmt.Errorf("agent_cert_validity: %q is not a duration of at least 1s such as 24h", c.AgentCertValidity)
+	if err := positive("agent_cert_validity", c.AgentCertValidity, Duration(time.Second), "24h"); err != nil {
+		return err
 	}
 	if c.AdvertiseURL != "" {
 		u, err := url.Parse(c.AdvertiseURL)
@@ -396,14 +386,17 @@ func (c Config) validateTLS() error {
 }
 
 func (h HTTP) validate() error {
-	for _, d := range []struct{ name, v string }{
+	for _, d := range []struct {
+		name string
+		v    Duration
+	}{
 		{"http.read_header_timeout", h.ReadHeaderTimeout},
 		{"http.read_timeout", h.ReadTimeout},
 		{"http.idle_timeout", h.IdleTimeout},
 		{"http.auth_failure_interval", h.AuthFailureInterval},
 	} {
-		if v, err := time.ParseDuration(d.v); err != nil || v <= 0 {
-			return fmt.Errorf("%s: %q is not a positive duration such as 30s", d.name, d.v)
+		if err := positive(d.name, d.v, 0, "30s"); err != nil {
+			return err
 		}
 	}
 	if h.MaxConnsPerClient < 1 {
@@ -413,10 +406,4 @@ func (h HTTP) validate() error {
 		return fmt.Errorf("http.auth_failure_burst: %d must be at least 1", h.AuthFailureBurst)
 	}
 	return nil
-}
-
-// Duration returns a duration field that Validate accepted.
-func Duration(s string) time.Duration {
-	d, _ := time.ParseDuration(s)
-	return d
 }

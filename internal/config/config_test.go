@@ -3,6 +3,7 @@ package config_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soulstack/soulstack/internal/config"
 )
@@ -31,11 +32,10 @@ func TestTLSMode(t *testing.T) {
 		{name: "no auto CA on loopback", c: config.Config{TLS: config.TLS{AutoCA: &off}}, tls: false},
 		{name: "cert without key", c: config.Config{TLS: config.TLS{CertFile: "c"}}, invalid: "tls: set both"},
 		{name: "cert and insecure", c: config.Config{TLS: config.TLS{CertFile: "c", KeyFile: "k"}, InsecurePlaintext: true}, invalid: "insecure_plaintext"},
-		{name: "bad timeout", c: config.Config{HTTP: config.HTTP{ReadTimeout: "soon"}}, invalid: "http.read_timeout"},
+		{name: "bad timeout", c: config.Config{HTTP: config.HTTP{ReadTimeout: config.Duration(-time.Second)}}, invalid: "http.read_timeout"},
 		{name: "bad cap", c: config.Config{HTTP: config.HTTP{MaxConnsPerClient: -1}}, invalid: "http.max_conns_per_client"},
 		{name: "bad metrics_listen", c: config.Config{MetricsListen: "nope"}, invalid: "metrics_listen"},
-		{name: "bad drain_timeout", c: config.Config{DrainTimeout: "1 minute"}, invalid: "drain_timeout"},
-		{name: "negative drain_timeout", c: config.Config{DrainTimeout: "-5s"}, invalid: "drain_timeout"},
+		{name: "negative drain_timeout", c: config.Config{DrainTimeout: config.Duration(-5 * time.Second)}, invalid: "drain_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -65,11 +65,11 @@ func TestTLSMode(t *testing.T) {
 func TestDefaultsOfTheEdge(t *testing.T) {
 	t.Parallel()
 	c := config.Config{}.WithDefaults()
-	if c.HTTP.ReadHeaderTimeout != "10s" || c.HTTP.ReadTimeout != "60s" || c.HTTP.IdleTimeout != "120s" ||
-		c.HTTP.MaxConnsPerClient != 64 || c.HTTP.AuthFailureBurst != 10 || c.HTTP.AuthFailureInterval != "1s" || c.PluginPathLookup {
+	if c.HTTP.ReadHeaderTimeout.Std() != 10*time.Second || c.HTTP.ReadTimeout.Std() != 60*time.Second || c.HTTP.IdleTimeout.Std() != 120*time.Second ||
+		c.HTTP.MaxConnsPerClient != 64 || c.HTTP.AuthFailureBurst != 10 || c.HTTP.AuthFailureInterval.Std() != time.Second || c.PluginPathLookup {
 		t.Fatalf("defaults: %+v path lookup %v", c.HTTP, c.PluginPathLookup)
 	}
-	if c.DrainTimeout != "60s" {
-		t.Fatalf("drain_timeout default = %q, want 60s", c.DrainTimeout)
+	if c.DrainTimeout.Std() != 60*time.Second {
+		t.Fatalf("drain_timeout default = %s, want 60s", c.DrainTimeout)
 	}
 }

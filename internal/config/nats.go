@@ -35,10 +35,10 @@ type NATS struct {
 	Advertise []string `yaml:"advertise"`
 	// Heartbeat is the agents' heartbeat interval (default 5s); a soul is
 	// unreachable after three missed.
-	Heartbeat string `yaml:"heartbeat"`
+	Heartbeat Duration `yaml:"heartbeat"`
 	// SessionTTL bounds one NATS session of a soul before it
 	// re-authenticates (default 15m).
-	SessionTTL string `yaml:"session_ttl"`
+	SessionTTL Duration `yaml:"session_ttl"`
 
 	// URL selects an external cluster: comma-separated nats:// or tls://
 	// URLs. The cluster's auth_callout must name IssuerSeedRef's public
@@ -86,12 +86,8 @@ func (n NATS) withDefaults(apiListen, agentListen string) NATS {
 			n.Listen = net.JoinHostPort(host, p)
 		}
 	}
-	if n.Heartbeat == "" {
-		n.Heartbeat = "5s"
-	}
-	if n.SessionTTL == "" {
-		n.SessionTTL = "15m"
-	}
+	orDefault(&n.Heartbeat, 5*time.Second)
+	orDefault(&n.SessionTTL, 15*time.Minute)
 	return n
 }
 
@@ -99,10 +95,11 @@ func (n NATS) validate() error {
 	if !n.On() {
 		return nil
 	}
-	for _, d := range []struct{ name, v string }{{"nats.heartbeat", n.Heartbeat}, {"nats.session_ttl", n.SessionTTL}} {
-		if v, err := time.ParseDuration(d.v); err != nil || v <= 0 {
-			return fmt.Errorf("%s: %q is not a positive duration such as 5s", d.name, d.v)
-		}
+	if err := positive("nats.heartbeat", n.Heartbeat, 0, "5s"); err != nil {
+		return err
+	}
+	if err := positive("nats.session_ttl", n.SessionTTL, 0, "15m"); err != nil {
+		return err
 	}
 	for i, a := range n.Advertise {
 		if err := natsURL(a); err != nil {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soulstack/soulstack/internal/config"
 )
@@ -29,8 +30,8 @@ func TestNATS(t *testing.T) {
 		{name: "external", c: ext(config.NATS{URL: "tls://a:4222,tls://b:4222", User: "auth", PasswordRef: "env:P", IssuerSeedRef: "file:/s"}), listen: ""},
 		{name: "external with creds", c: ext(config.NATS{URL: "nats://a:4222", CredsFile: "/c", IssuerSeedRef: "env:S"}), listen: ""},
 		{name: "bad listen", c: ext(config.NATS{Listen: "nope"}), invalid: "nats.listen"},
-		{name: "bad heartbeat", c: ext(config.NATS{Heartbeat: "often"}), invalid: "nats.heartbeat"},
-		{name: "negative session", c: ext(config.NATS{SessionTTL: "-1m"}), invalid: "nats.session_ttl"},
+		{name: "bad heartbeat", c: ext(config.NATS{Heartbeat: config.Duration(-time.Second)}), invalid: "nats.heartbeat"},
+		{name: "negative session", c: ext(config.NATS{SessionTTL: config.Duration(-time.Minute)}), invalid: "nats.session_ttl"},
 		{name: "bad advertise", c: ext(config.NATS{Advertise: []string{"http://x:1"}}), invalid: "nats.advertise[0]"},
 		{name: "external keys on embedded", c: ext(config.NATS{User: "auth"}), invalid: "nats.user: only applies"},
 		{name: "listen and url", c: ext(config.NATS{Listen: "127.0.0.1:1", URL: "tls://a:1", User: "u", PasswordRef: "env:P", IssuerSeedRef: "env:S"}), invalid: "nats.listen: contradicts"},
@@ -58,7 +59,7 @@ func TestNATS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !c.NATS.On() || c.NATS.Listen != tc.listen || c.NATS.Heartbeat != "5s" || c.NATS.SessionTTL != "15m" {
+			if !c.NATS.On() || c.NATS.Listen != tc.listen || c.NATS.Heartbeat.Std() != 5*time.Second || c.NATS.SessionTTL.Std() != 15*time.Minute {
 				t.Errorf("defaults %+v, want on, listen %q, 5s, 15m", c.NATS, tc.listen)
 			}
 		})

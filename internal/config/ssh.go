@@ -12,16 +12,14 @@ import (
 type SSH struct {
 	// IdleTimeout closes a connection no command has used for that long
 	// (a Go duration; default 60s).
-	IdleTimeout string `yaml:"idle_timeout"`
+	IdleTimeout Duration `yaml:"idle_timeout"`
 	// MaxIdle caps the connections kept open with no command on them
 	// (default 1000); past it the least recently used are closed.
 	MaxIdle int `yaml:"max_idle"`
 }
 
 func (s SSH) withDefaults() SSH {
-	if s.IdleTimeout == "" {
-		s.IdleTimeout = "60s"
-	}
+	orDefault(&s.IdleTimeout, 60*time.Second)
 	if s.MaxIdle == 0 {
 		s.MaxIdle = 1000
 	}
@@ -29,8 +27,8 @@ func (s SSH) withDefaults() SSH {
 }
 
 func (s SSH) validate() error {
-	if d, err := time.ParseDuration(s.IdleTimeout); err != nil || d <= 0 {
-		return fmt.Errorf("ssh.idle_timeout: %q is not a positive duration such as 60s", s.IdleTimeout)
+	if err := positive("ssh.idle_timeout", s.IdleTimeout, 0, "60s"); err != nil {
+		return err
 	}
 	if s.MaxIdle < 1 {
 		return fmt.Errorf("ssh.max_idle: %d must be at least 1 (default 1000)", s.MaxIdle)

@@ -53,6 +53,10 @@ type Executor struct {
 	Logger   *slog.Logger
 	// Keeper is the target of keeper-side modules.
 	Keeper module.Target
+	// Modules are this keeper's provisioned modules by ID
+	// (module.Provision): a step runs its module's provisioned copy when
+	// there is one, the registered value otherwise.
+	Modules map[module.ID]module.Module
 	// Authorizer re-checks the run's creator when a step whose module
 	// declares a permission executes. When nil, every such step fails with
 	// auth.forbidden: a keeper that cannot check does not run them.
@@ -68,6 +72,15 @@ type Authorizer interface {
 }
 
 var _ runner.Executor = (*Executor)(nil)
+
+// module is the module step s runs: this keeper's provisioned copy when
+// there is one, else the registered value the plan names.
+func (e *Executor) module(s *scenario.PlanStep) module.Module {
+	if m, ok := e.Modules[s.ID]; ok {
+		return m
+	}
+	return s.Module
+}
 
 // state is the checkpoint of a run: what finished steps produced and which
 // targets failed, so that a resumed run carries on where it stopped.
@@ -504,7 +517,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	var out module.Result
 	for attempt := 0; ; attempt++ {
 		res.attempts = attempt + 1
-		out, err = s.Module.Run(ctx, r.info(s), raw, target)
+		out, err = r.e.module(s).Run(ctx, r.info(s), raw, target)
 		if err == nil || attempt >= s.Retries || ctx.Err() != nil || errors.Is(err, transport.ErrDisconnected) {
 			break
 		}

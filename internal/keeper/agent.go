@@ -182,18 +182,22 @@ func (a *agentSide) userdataVars(driver string) map[string]any {
 	return v
 }
 
-// serve serves the agent API on the agent listener until the server is
-// shut down; its serve error goes to errc.
-func (a *agentSide) serve(c config.Config, h http.Handler, log *slog.Logger, errc chan<- error) *http.Server {
-	srv := &http.Server{
+// server is the agent listener's HTTP server for the agent API h.
+func (a *agentSide) server(c config.Config, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
 		Handler:           h,
 		TLSConfig:         a.tls,
-		ReadHeaderTimeout: config.Duration(c.HTTP.ReadHeaderTimeout),
-		ReadTimeout:       config.Duration(c.HTTP.ReadTimeout),
+		ReadHeaderTimeout: c.HTTP.ReadHeaderTimeout.Std(),
+		ReadTimeout:       c.HTTP.ReadTimeout.Std(),
 		WriteTimeout:      5 * time.Minute, // the soul binary download
-		IdleTimeout:       config.Duration(c.HTTP.IdleTimeout),
+		IdleTimeout:       c.HTTP.IdleTimeout.Std(),
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+}
+
+// serve serves srv on the agent listener until it is shut down; its serve
+// error goes to errc.
+func (a *agentSide) serve(srv *http.Server, c config.Config, log *slog.Logger, errc chan<- error) {
 	ln := tls.NewListener(limitConns(a.ln, c.HTTP.MaxConnsPerClient, log), a.tls)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -202,7 +206,6 @@ func (a *agentSide) serve(c config.Config, h http.Handler, log *slog.Logger, err
 	}()
 	log.Info("agent listener", "addr", "https://"+a.ln.Addr().String(), "advertised_local", a.advertised(localDriver),
 		"ca_fingerprint", a.ca.Fingerprint(), "agent_binary", a.binary)
-	return srv
 }
 
 // hostPorts are the ports local VMs must reach on the host for the
@@ -217,8 +220,8 @@ func (a *agentSide) hostPorts() []string {
 // joinConfig is the API's join configuration.
 func (a *agentSide) joinConfig(c config.Config) *api.JoinConfig {
 	return &api.JoinConfig{
-		CA: a.ca, AgentURLs: a.agentURLs, AgentBinary: a.binary, CertTTL: config.Duration(c.AgentCertValidity),
-		FailureBurst: c.HTTP.AuthFailureBurst, FailureInterval: config.Duration(c.HTTP.AuthFailureInterval),
+		CA: a.ca, AgentURLs: a.agentURLs, AgentBinary: a.binary, CertTTL: c.AgentCertValidity.Std(),
+		FailureBurst: c.HTTP.AuthFailureBurst, FailureInterval: c.HTTP.AuthFailureInterval.Std(),
 	}
 }
 

@@ -114,7 +114,7 @@ func TestAgentsRideOutANATSNodeLoss(t *testing.T) {
 	cluster := startNATSCluster(t, cfg0.TLSDir(), pub, password)
 
 	k := startAgentKeeperWith(t, config.Config{Listen: "127.0.0.1:0", DataDir: dataDir, Log: config.Log{Level: "info"},
-		NATS: config.NATS{URL: strings.Join(cluster.urls, ","), User: "keeper", PasswordRef: "file:" + pwFile, IssuerSeedRef: "file:" + seedFile, Heartbeat: "1s"}})
+		NATS: config.NATS{URL: strings.Join(cluster.urls, ","), User: "keeper", PasswordRef: "file:" + pwFile, IssuerSeedRef: "file:" + seedFile, Heartbeat: config.Duration(time.Second)}})
 	var ids []bustest.Identity
 	var hosts []string
 	for i := range souls {

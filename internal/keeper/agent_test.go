@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,29 +16,27 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/keeper"
 	"github.com/soulstack/soulstack/internal/pki"
-	"github.com/soulstack/soulstack/internal/store"
 )
 
-// agentSerials stands in for the registry's record of each soul's
-// certificate serial (written at join) in these tests.
-var agentSerials = &serialMap{m: map[string]string{}}
-
-type serialMap struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-func (s *serialMap) serial(so store.Soul) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[so.SID]
-}
-
-func (s *serialMap) set(sid, serial string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.m[sid] = serial
+// recordSerial writes serial into the registry as soul sid's current
+// certificate, as its join would: the in-process tests of the agent
+// transport register souls by hand with identities the test issues.
+func recordSerial(t testing.TB, cfg config.Config, sid, serial string) {
+	t.Helper()
+	st, err := keeper.OpenStore(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	q := `UPDATE souls SET cert_serial = ? WHERE sid = ?`
+	if cfg.DatabaseURL != "" {
+		q = `UPDATE souls SET cert_serial = $1 WHERE sid = $2`
+	}
+	if _, err := st.DB().ExecContext(t.Context(), q, serial, sid); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // agentKeeper is a keeper running in this process with its bus on a free
@@ -55,7 +52,7 @@ type agentKeeper struct {
 var busReady = regexp.MustCompile(`msg="bus ready" component=bus urls="?\[([^\]]+)\]`)
 
 // testHeartbeat keeps presence tests short; the default is 5s.
-const testHeartbeat = "300ms"
+const testHeartbeat = config.Duration(300 * time.Millisecond)
 
 func startAgentKeeper(t *testing.T) *agentKeeper {
 	t.Helper()
@@ -111,7 +108,7 @@ func (k *agentKeeper) soul(t testing.TB, sid string) bustest.Identity {
 		t.Fatal(err)
 	}
 	id := bustest.Issue(t, k.ca, sid, time.Hour, time.Now())
-	agentSerials.set(sid, id.Serial)
+	recordSerial(t, k.cfg, sid, id.Serial)
 	return id
 }
 

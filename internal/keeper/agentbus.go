@@ -9,13 +9,6 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-func init() {
-	// The bus admits a soul only with the certificate the registry says it
-	// holds: the serial its join (or last renewal) stored, cleared when it
-	// is destroyed.
-	soulCertSerial = func(so store.Soul) string { return so.CertSerial }
-}
-
 // soulDrivers finds the driver a soul was made with.
 type soulDrivers interface {
 	SoulGet(ctx context.Context, sid string) (store.Soul, error)

@@ -56,17 +56,13 @@ func auditKey(ctx context.Context, c config.Config, create bool) (*audit.Key, er
 	return audit.DeriveKey(root)
 }
 
-// newCheckpointer returns this keeper's audit checkpointer, which writes
-// <audit_checkpoint_dir>/<keeper id>.checkpoint.json.
-func newCheckpointer(c config.Config, key *audit.Key, log *slog.Logger) (*audit.Checkpointer, error) {
-	id, err := loadOrCreateID(c.DataDir)
-	if err != nil {
-		return nil, err
-	}
+// newCheckpointer returns the audit checkpointer of keeper keeperID, which
+// writes <audit_checkpoint_dir>/<keeper id>.checkpoint.json.
+func newCheckpointer(c config.Config, keeperID string, key *audit.Key, log *slog.Logger) *audit.Checkpointer {
 	return audit.NewCheckpointer(audit.CheckpointerConfig{
-		Dir: c.AuditCheckpointDir, KeeperID: id, Key: key,
+		Dir: c.AuditCheckpointDir, KeeperID: keeperID, Key: key,
 		Every: int64(c.AuditCheckpointEvery), Logger: log.With("component", "audit"),
-	}), nil
+	})
 }
 
 // startCheckpoints compares the log with this keeper's last checkpoint and

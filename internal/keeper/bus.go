@@ -24,14 +24,9 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-// soulCertSerial returns the serial of the client certificate the registry
-// says soul so holds, "" for none. The registry records it at join (and
-// renewal) and clears it at destroy; until that is wired here
-// (store.Soul.CertSerial), no soul holds one and the bus admits none.
-var soulCertSerial = func(so store.Soul) string { return "" }
-
 // soulIdentities is the bus's registry check (bus.Identities): the soul
-// exists, is not destroyed, and holds a certificate.
+// exists, is not destroyed, and holds a certificate — the serial its join
+// (or last renewal) stored, cleared when it is destroyed.
 type soulIdentities struct {
 	souls interface {
 		SoulGet(ctx context.Context, sid string) (store.Soul, error)
@@ -46,11 +41,10 @@ func (i soulIdentities) SoulCert(ctx context.Context, sid string) (string, bool,
 	if err != nil {
 		return "", false, err
 	}
-	serial := soulCertSerial(so)
-	if so.Status == store.SoulDestroyed || serial == "" {
+	if so.Status == store.SoulDestroyed || so.CertSerial == "" {
 		return "", false, nil
 	}
-	return serial, true, nil
+	return so.CertSerial, true, nil
 }
 
 // busRegistry is what the bus reads and writes of the registry.
@@ -87,7 +81,7 @@ func recordPresence(st soulContacts, log *slog.Logger) func(sid string, present 
 // NATS server with TLS from the keeper's CA, or the keeper's connection
 // to an external cluster as its auth callout responder. It returns nil
 // when the bus is disabled.
-func startBus(ctx context.Context, c config.Config, st busRegistry, log *slog.Logger) (*bus.Server, error) {
+func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *secret.Resolver, log *slog.Logger) (*bus.Server, error) {
 	n := c.NATS
 	if !n.On() {
 		return nil, nil
@@ -99,15 +93,15 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, log *slog.Lo
 	}
 	cfg := bus.Config{
 		CA: ca, Identities: soulIdentities{souls: st}, OnPresence: recordPresence(st, log),
-		Heartbeat: config.Duration(n.Heartbeat), SessionTTL: config.Duration(n.SessionTTL),
+		Heartbeat: n.Heartbeat.Std(), SessionTTL: n.SessionTTL.Std(),
 		// Six heartbeats (30 s by default): one registry lookup per soul
 		// each time; the keeper that deletes, destroys or renews a soul
-		// rechecks it at once (revokingStore).
-		Revalidate: 6 * config.Duration(n.Heartbeat),
+		// rechecks it at once (revokeOnChange).
+		Revalidate: 6 * n.Heartbeat.Std(),
 		Advertise:  n.Advertise, Logger: log.With("component", "bus"),
 	}
 	if n.External() {
-		if err := externalBus(ctx, c, &cfg); err != nil {
+		if err := externalBus(ctx, c, resolver, &cfg); err != nil {
 			return nil, err
 		}
 	} else {
@@ -141,12 +135,8 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, log *slog.Lo
 
 // externalBus fills cfg for an external cluster: the keeper's credentials
 // and the callout issuer's seed, resolved from their references.
-func externalBus(ctx context.Context, c config.Config, cfg *bus.Config) error {
+func externalBus(ctx context.Context, c config.Config, resolver *secret.Resolver, cfg *bus.Config) error {
 	n := c.NATS
-	resolver, err := secret.NewResolver(secret.ResolverOptions{VaultAddress: c.Vault.Address, VaultTokenRef: c.Vault.TokenRef})
-	if err != nil {
-		return fmt.Errorf("nats: %w", err)
-	}
 	seed, err := resolver.Resolve(ctx, n.IssuerSeedRef)
 	if err != nil {
 		return fmt.Errorf("nats.issuer_seed_ref: %w", err)

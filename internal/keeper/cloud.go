@@ -7,17 +7,13 @@ import (
 	"fmt"
 	"strings"
 	"text/template"
-	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/config"
-	"github.com/soulstack/soulstack/internal/engine"
-	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/cloud"
 	"github.com/soulstack/soulstack/internal/scenario"
-	"github.com/soulstack/soulstack/internal/store"
 )
 
 // defaultCloudInit is the userdata template when keeper.yml sets none: it
@@ -61,31 +57,19 @@ runcmd:
 {{- end }}
 `
 
-// keeperTarget is the target of keeper-side steps: it runs no commands,
-// reads the keeper's files, and gives the cloud states what they need.
-type keeperTarget struct {
-	engine.KeeperTarget
-	st        store.Store
-	drivers   func(ctx context.Context, name string) (driversdk.Driver, error)
-	resolve   func(ctx context.Context, ref string) ([]byte, error)
+// cloudSettings are the keeper's side of the cloud states: the userdata
+// template and what it is rendered with, and the checks the states ask of
+// the keeper. services hands them to the states (module.Provisioner).
+type cloudSettings struct {
 	pubKey    string
 	tmpl      *template.Template
-	ttl       time.Duration
 	keeperURL string
-	keeperID  string // the deployment id, store.DeploymentID
 	agent     *agentSide
 	// joinTemplate: the cloud_init template runs the agent's join.
 	joinTemplate bool
 }
 
-var (
-	_ cloud.Host    = (*keeperTarget)(nil)
-	_ module.Target = (*keeperTarget)(nil)
-)
-
-func newKeeperTarget(c config.Config, st store.Store, keeperID, files string, sshKey []byte, agent *agentSide,
-	drivers func(context.Context, string) (driversdk.Driver, error),
-	resolve func(context.Context, string) ([]byte, error)) (*keeperTarget, error) {
+func newCloudSettings(c config.Config, sshKey []byte, agent *agentSide) (*cloudSettings, error) {
 	signer, err := gossh.ParsePrivateKey(sshKey)
 	if err != nil {
 		return nil, fmt.Errorf("keeper ssh key: %w", err)
@@ -98,40 +82,28 @@ func newKeeperTarget(c config.Config, st store.Store, keeperID, files string, ss
 	if err != nil {
 		return nil, fmt.Errorf("cloud_init: %w", err)
 	}
-	ttl, err := time.ParseDuration(c.BootstrapTokenTTL)
-	if err != nil {
-		return nil, fmt.Errorf("bootstrap_token_ttl: %w", err)
-	}
-	return &keeperTarget{
-		KeeperTarget: engine.KeeperTarget{KeeperFiles: engine.KeeperFiles(files)},
-		st:           st, drivers: drivers, resolve: resolve,
-		pubKey:    strings.TrimSpace(string(gossh.MarshalAuthorizedKey(signer.PublicKey()))) + " soulstack-keeper",
-		tmpl:      tmpl,
-		ttl:       ttl,
-		keeperURL: c.KeeperURL,
-		keeperID:  keeperID,
-		agent:     agent,
-
+	return &cloudSettings{
+		pubKey:       strings.TrimSpace(string(gossh.MarshalAuthorizedKey(signer.PublicKey()))) + " soulstack-keeper",
+		tmpl:         tmpl,
+		keeperURL:    c.KeeperURL,
+		agent:        agent,
 		joinTemplate: c.CloudInit == "" || strings.Contains(c.CloudInit, ".AgentURL"),
 	}, nil
 }
 
-func (k *keeperTarget) Registry() cloud.Registry { return k.st }
-
-func (k *keeperTarget) Driver(ctx context.Context, name string) (driversdk.Driver, error) {
-	return k.drivers(ctx, name)
+// services are the cloud states' services of this keeper.
+func (k *cloudSettings) services(c config.Config, reg cloud.Registry, deploymentID string,
+	drivers func(context.Context, string) (driversdk.Driver, error),
+	credentials func(context.Context, string) ([]byte, error)) cloud.Services {
+	return cloud.Services{
+		Registry: reg, Driver: drivers, Credentials: credentials,
+		AuthorizedKey: k.pubKey, Userdata: k.Userdata, BootstrapTTL: c.BootstrapTokenTTL.Std(), KeeperID: deploymentID,
+		CheckSeed: CheckSeed, JoinsByItself: k.JoinsByItself,
+	}
 }
-
-func (k *keeperTarget) Credentials(ctx context.Context, ref string) ([]byte, error) {
-	return k.resolve(ctx, ref)
-}
-
-func (k *keeperTarget) AuthorizedKey() string       { return k.pubKey }
-func (k *keeperTarget) BootstrapTTL() time.Duration { return k.ttl }
-func (k *keeperTarget) KeeperID() string            { return k.keeperID }
 
 // Userdata renders the cloud_init template for one VM.
-func (k *keeperTarget) Userdata(u cloud.UserdataVars) (string, error) {
+func (k *cloudSettings) Userdata(u cloud.UserdataVars) (string, error) {
 	host, _, _ := strings.Cut(u.SID, ".")
 	var b bytes.Buffer
 	vars := k.agent.userdataVars(u.Driver)
@@ -148,10 +120,8 @@ func (k *keeperTarget) Userdata(u cloud.UserdataVars) (string, error) {
 	return b.String(), err
 }
 
-var _ cloud.SeedChecker = (*keeperTarget)(nil)
-
 // CheckSeed validates a seed's scenario as a run of it would be.
-func (k *keeperTarget) CheckSeed(name, text string, input map[string]any) []string {
+func CheckSeed(name, text string, input map[string]any) []string {
 	_, err := scenario.Load(name, []byte(text), input)
 	if err == nil {
 		return nil
@@ -167,12 +137,10 @@ func (k *keeperTarget) CheckSeed(name, text string, input map[string]any) []stri
 	return []string{name + ": " + err.Error()}
 }
 
-var _ cloud.SelfJoiner = (*keeperTarget)(nil)
-
 // JoinsByItself reports whether the userdata of a self_onboard VM of
 // driver installs the agent and joins: the keeper serves a soul binary,
 // advertises an agent URL for that driver, and the cloud_init template is
 // the built-in one or uses .AgentURL.
-func (k *keeperTarget) JoinsByItself(driver string) bool {
+func (k *cloudSettings) JoinsByItself(driver string) bool {
 	return k.joinTemplate && k.agent != nil && k.agent.binary != "" && k.agent.advertised(driver) != ""
 }

@@ -24,15 +24,7 @@ const dataKeyCheckRuns = 5
 // claims (run.state_unreadable) and append audit rows under another audit
 // key, breaking the chain the other keepers write. A database without runs
 // passes.
-func checkDataKey(ctx context.Context, st store.Store, c config.Config) error {
-	key, err := dataKey(c)
-	if err != nil {
-		return err
-	}
-	sealer, err := secret.NewSealer(key)
-	if err != nil {
-		return err
-	}
+func checkDataKey(ctx context.Context, st store.Store, sealer *secret.Sealer, c config.Config) error {
 	runs, err := st.RunList(ctx, store.RunListParams{ListParams: store.ListParams{Limit: dataKeyCheckRuns}})
 	if err != nil {
 		return fmt.Errorf("check the data key: %w", err)

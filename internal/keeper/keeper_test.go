@@ -16,7 +16,6 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/bus/bustest"
-	"github.com/soulstack/soulstack/internal/keeper"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
@@ -24,7 +23,6 @@ var keeperBin string
 
 func TestMain(m *testing.M) {
 	bustest.RunAgentIfAsked() // an agent process of the agent transport's tests
-	keeper.SetSoulCertSerial(agentSerials.serial)
 	dir, err := os.MkdirTemp("", "keeper-bin-")
 	if err != nil {
 		panic(err)

@@ -18,11 +18,16 @@
 //   - Validator: cross-field checks of params beyond the declared specs.
 //     When absent, only the declared specs (types, required, mutually
 //     exclusive groups) are checked.
+//   - Provisioner: a keeper-side module that needs the keeper's services
+//     (registries, driver plugins, settings) receives them once, when the
+//     keeper is built, and the keeper runs the module Provision returns.
+//     When absent, the registered value is run as it is.
 package module
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 )
 
@@ -100,6 +105,39 @@ func (r RunInfo) AddSecret(value string) {
 // implement Validator, only the declared specs are checked.
 type Validator interface {
 	ValidateParams(v Values) error
+}
+
+// Provisioner is implemented by keeper-side modules that need the keeper's
+// services, S being the narrow set a module family declares next to
+// itself (cloud.Services for the cloud states). When a keeper is built it
+// finds, among the registered modules, those that implement
+// Provisioner[S] for a services type it offers, calls Provision once with
+// that keeper's services, and its engine runs the returned module in place
+// of the registered value; each keeper in a process provisions its own
+// copies. The registered value stays the declaration (Info,
+// ValidateParams) that scenario validation and the catalog use; run
+// without provisioning, it fails with module.keeper_services_unavailable.
+type Provisioner[S any] interface {
+	Provision(services S) (Module, error)
+}
+
+// Provision returns, by ID, every registered module that implements
+// Provisioner[S], provisioned with services: what a keeper hands its
+// engine. An error names the module whose Provision failed.
+func Provision[S any](services S) (map[ID]Module, error) {
+	out := map[ID]Module{}
+	for _, m := range All() {
+		p, ok := m.(Provisioner[S])
+		if !ok {
+			continue
+		}
+		pm, err := p.Provision(services)
+		if err != nil {
+			return nil, fmt.Errorf("provision %s: %w", m.Info().ID, err)
+		}
+		out[m.Info().ID] = pm
+	}
+	return out, nil
 }
 
 // Target is what a module acts on: one soul reached over a transport, or

@@ -3,10 +3,11 @@
 // cloud VMs through the provider's CloudDriver plugin (soul-cloud-<driver>)
 // and keep the keeper's registries in step.
 //
-// The states run inside the keeper: the keeper's target of keeper-side
-// steps implements Host, which gives them the few registry methods they use
-// (Registry), the PluginHost and the keeper's settings; the run, step and
-// creator a call serves come with the call (module.RunInfo).
+// The states run inside the keeper, which provisions them when it is built
+// (module.Provisioner[Services]): each keeper gives its own copies the few
+// registry methods they use (Registry), the PluginHost and its settings;
+// the run, step and creator a call serves come with the call
+// (module.RunInfo).
 package cloud
 
 import (
@@ -29,22 +30,64 @@ func init() {
 }
 
 // Created is the core.cloud.created state.
-type Created struct{}
+type Created struct{ svc *Services }
 
 // Destroyed is the core.cloud.destroyed state.
-type Destroyed struct{}
+type Destroyed struct{ svc *Services }
 
 // Resized is the core.cloud.resized state.
-type Resized struct{}
+type Resized struct{ svc *Services }
 
 var (
-	_ module.Module    = (*Created)(nil)
-	_ module.Validator = (*Created)(nil)
-	_ module.Module    = (*Destroyed)(nil)
-	_ module.Validator = (*Destroyed)(nil)
-	_ module.Module    = (*Resized)(nil)
-	_ module.Validator = (*Resized)(nil)
+	_ module.Module                = (*Created)(nil)
+	_ module.Validator             = (*Created)(nil)
+	_ module.Provisioner[Services] = (*Created)(nil)
+	_ module.Module                = (*Destroyed)(nil)
+	_ module.Validator             = (*Destroyed)(nil)
+	_ module.Provisioner[Services] = (*Destroyed)(nil)
+	_ module.Module                = (*Resized)(nil)
+	_ module.Validator             = (*Resized)(nil)
+	_ module.Provisioner[Services] = (*Resized)(nil)
 )
+
+// Provision returns core.cloud.created wired with a keeper's services.
+func (*Created) Provision(s Services) (module.Module, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &Created{svc: &s}, nil
+}
+
+// Provision returns core.cloud.destroyed wired with a keeper's services.
+func (*Destroyed) Provision(s Services) (module.Module, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &Destroyed{svc: &s}, nil
+}
+
+// Provision returns core.cloud.resized wired with a keeper's services.
+func (*Resized) Provision(s Services) (module.Module, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &Resized{svc: &s}, nil
+}
+
+// check reports a required service that is missing.
+func (s Services) check() error {
+	switch {
+	case s.Registry == nil:
+		return errors.New("cloud: no registry")
+	case s.Driver == nil:
+		return errors.New("cloud: no driver lookup")
+	case s.Credentials == nil:
+		return errors.New("cloud: no credentials resolver")
+	case s.Userdata == nil:
+		return errors.New("cloud: no userdata renderer")
+	}
+	return nil
+}
 
 // CreatedParams are the params of core.cloud.created.
 type CreatedParams struct {

@@ -36,25 +36,36 @@ type Registry interface {
 
 var _ Registry = store.Store(nil)
 
-// Host is what the cloud states need from the keeper. The keeper's target
-// of keeper-side steps implements it; which run and step a call serves
-// comes with the call (module.RunInfo).
-type Host interface {
+// Services is what the cloud states need from the keeper, given to them
+// once when the keeper is built (module.Provisioner); which run and step a
+// call serves comes with the call (module.RunInfo).
+type Services struct {
 	// Registry is the keeper's store, as far as the states use it.
-	Registry() Registry
+	Registry Registry
 	// Driver returns the provider's driver, through the PluginHost.
-	Driver(ctx context.Context, name string) (driversdk.Driver, error)
+	Driver func(ctx context.Context, name string) (driversdk.Driver, error)
 	// Credentials resolves a provider's credentials_ref for one call.
-	Credentials(ctx context.Context, ref string) ([]byte, error)
+	Credentials func(ctx context.Context, ref string) ([]byte, error)
 	// AuthorizedKey is the keeper's SSH public key (authorized_keys line).
-	AuthorizedKey() string
+	AuthorizedKey string
 	// Userdata renders keeper.yml's cloud_init template for one VM.
-	Userdata(u UserdataVars) (string, error)
+	Userdata func(u UserdataVars) (string, error)
 	// BootstrapTTL is how long a bootstrap token lives once its VM exists.
-	BootstrapTTL() time.Duration
+	BootstrapTTL time.Duration
 	// KeeperID is the keeper deployment's id (store.DeploymentID), passed
 	// to the driver with every call as Provider.KeeperID.
-	KeeperID() string
+	KeeperID string
+	// CheckSeed validates a seed's scenario text with its input and
+	// returns the problems found, each as "location: message". Nil: seeds
+	// are stored unchecked (they are checked again when their run is
+	// created).
+	CheckSeed func(name, text string, input map[string]any) []string
+	// JoinsByItself reports whether a self_onboard VM of driver runs the
+	// agent's join from its userdata. Such a soul's SSH host key is
+	// pinned when it joins, and SSH waits for that
+	// (store.Connection.AwaitJoin). Nil, or when the driver reported the
+	// VM's host key: nothing waits.
+	JoinsByItself func(driver string) bool
 }
 
 // UserdataVars are the values a cloud_init template sees.
@@ -68,13 +79,8 @@ type UserdataVars struct {
 	Driver string
 }
 
-func host(t module.Target) (Host, error) {
-	h, ok := t.(Host)
-	if !ok {
-		return nil, &module.Error{Code: "module.keeper_services_unavailable", Message: "the cloud states run only inside a keeper"}
-	}
-	return h, nil
-}
+// errUnprovisioned fails a cloud state run without the keeper's services.
+var errUnprovisioned = &module.Error{Code: "module.keeper_services_unavailable", Message: "the cloud states run only inside a keeper, which provisions them"}
 
 // driverError turns a driver failure into a module error with its code.
 func driverError(op string, err error) error {
@@ -94,8 +100,8 @@ func driverError(op string, err error) error {
 }
 
 // provider loads the provider, its driver and its credentials.
-func provider(ctx context.Context, h Host, name string) (store.Provider, driversdk.Driver, driversdk.Provider, error) {
-	p, err := h.Registry().ProviderGet(ctx, name)
+func provider(ctx context.Context, h *Services, name string) (store.Provider, driversdk.Driver, driversdk.Provider, error) {
+	p, err := h.Registry.ProviderGet(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return p, nil, driversdk.Provider{}, &module.Error{Code: "provider.not_found", Message: fmt.Sprintf("provider %q is not registered", name)}
 	}
@@ -106,7 +112,7 @@ func provider(ctx context.Context, h Host, name string) (store.Provider, drivers
 	if err != nil {
 		return p, nil, driversdk.Provider{}, driverError("start driver "+p.Driver, err)
 	}
-	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: DriverConfig(p.Config), KeeperID: h.KeeperID()}
+	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: DriverConfig(p.Config), KeeperID: h.KeeperID}
 	if p.CredentialsRef != "" {
 		if dp.Credentials, err = h.Credentials(ctx, p.CredentialsRef); err != nil {
 			return p, nil, dp, &module.Error{Code: "provider.credentials_unavailable", Message: fmt.Sprintf("credentials of provider %q (%s): %v", name, p.CredentialsRef, err)}
@@ -117,12 +123,12 @@ func provider(ctx context.Context, h Host, name string) (store.Provider, drivers
 
 // spec resolves a profile param: a registered profile's name (of the same
 // provider) or an inline map.
-func spec(ctx context.Context, h Host, provider string, v any) (json.RawMessage, error) {
+func spec(ctx context.Context, h *Services, provider string, v any) (json.RawMessage, error) {
 	switch x := v.(type) {
 	case nil:
 		return json.RawMessage(`{}`), nil
 	case string:
-		pr, err := h.Registry().ProfileGet(ctx, x)
+		pr, err := h.Registry.ProfileGet(ctx, x)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, &module.Error{Code: "profile.not_found", Message: fmt.Sprintf("profile %q is not registered", x)}
 		}
@@ -199,7 +205,7 @@ type attempt struct {
 // the run's creator, and returns err. The event never holds the error's
 // message, which may carry a driver's text; the run's step has it, masked.
 // When the event cannot be written either, the step's error says so.
-func failed(ctx context.Context, h Host, run module.RunInfo, state, provider string, a attempt, err error) error {
+func failed(ctx context.Context, h *Services, run module.RunInfo, state, provider string, a attempt, err error) error {
 	vmIDs := a.vmIDs
 	if vmIDs == nil {
 		vmIDs = []string{}
@@ -212,7 +218,7 @@ func failed(ctx context.Context, h Host, run module.RunInfo, state, provider str
 	if a.requestID != "" {
 		payload["request_id"] = a.requestID
 	}
-	aerr := h.Registry().AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned",
+	aerr := h.Registry.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned",
 		Object: "provider/" + provider, Payload: payload})
 	if aerr == nil {
 		return err
@@ -223,14 +229,14 @@ func failed(ctx context.Context, h Host, run module.RunInfo, state, provider str
 // Run asks the provider for count VMs and registers each as a pending soul
 // with a bootstrap token. It is never idempotent: every run makes new VMs.
 // Every outcome, failures included, is audited as cloud.provisioned.
-func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (m *Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, _ module.Target) (module.Result, error) {
 	var p CreatedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
 	}
-	h, err := host(t)
-	if err != nil {
-		return module.Result{}, err
+	h := m.svc
+	if h == nil {
+		return module.Result{}, errUnprovisioned
 	}
 	var a attempt
 	res, err := p.run(ctx, run, h, &a)
@@ -240,7 +246,7 @@ func (*Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	return res, nil
 }
 
-func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *attempt) (module.Result, error) {
+func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h *Services, a *attempt) (module.Result, error) {
 	if p.Count < 1 {
 		p.Count = 1
 	}
@@ -271,7 +277,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 		}
 		for i := 1; i <= p.Count; i++ {
 			sid := fmt.Sprintf("%s-%d.%s", p.Name, i, prov.FQDNSuffix)
-			if _, err := h.Registry().SoulGet(ctx, sid); err == nil {
+			if _, err := h.Registry.SoulGet(ctx, sid); err == nil {
 				return module.Result{}, &module.Error{Code: "cloud.name_taken", Message: fmt.Sprintf("soul %q already exists; choose another name for the batch", sid)}
 			}
 			names = append(names, sid)
@@ -301,7 +307,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 			if names != nil {
 				sid = names[i]
 			}
-			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: plain[i], AuthorizedKey: h.AuthorizedKey(), Driver: prov.Driver})
+			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: plain[i], AuthorizedKey: h.AuthorizedKey, Driver: prov.Driver})
 			if err != nil {
 				return module.Result{}, &module.Error{Code: "cloud.userdata_invalid", Message: "render cloud_init: " + err.Error()}
 			}
@@ -315,20 +321,20 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 
 	requestID := randomID("req_", 12)
 	a.requestID = requestID
-	if err := h.Registry().CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: prov.Name, Count: p.Count}); err != nil {
+	if err := h.Registry.CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: prov.Name, Count: p.Count}); err != nil {
 		return module.Result{}, err
 	}
 	vms, err := d.Create(ctx, driversdk.CreateRequest{
 		Provider: dp, RequestID: requestID, RunID: run.ID, Profile: profile, Count: p.Count,
-		Names: names, Userdata: userdata, AuthorizedKeys: []string{h.AuthorizedKey()},
+		Names: names, Userdata: userdata, AuthorizedKeys: []string{h.AuthorizedKey},
 	})
 	created := time.Now()
 	if err != nil {
-		_ = h.Registry().CloudRequestFail(context.WithoutCancel(ctx), requestID, err.Error())
+		_ = h.Registry.CloudRequestFail(context.WithoutCancel(ctx), requestID, err.Error())
 		return module.Result{Changed: true}, driverError("create", err)
 	}
 	fail := func(code, msg string) (module.Result, error) {
-		_ = h.Registry().CloudRequestFail(context.WithoutCancel(ctx), requestID, msg)
+		_ = h.Registry.CloudRequestFail(context.WithoutCancel(ctx), requestID, msg)
 		return module.Result{Changed: true}, &module.Error{Code: code, Message: msg + fmt.Sprintf("; the VMs are tagged with request %s: soulctl cloud orphans --provider %s lists them", requestID, prov.Name)}
 	}
 	for _, vm := range vms {
@@ -371,7 +377,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey,
 				AwaitJoin: p.SelfOnboard && hostKey == "" && joinsByItself(h, prov.Driver)},
 		}
-		tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: hashes[i], ExpiresAt: created.Add(h.BootstrapTTL())}
+		tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: hashes[i], ExpiresAt: created.Add(h.BootstrapTTL)}
 		for _, sd := range p.Seeds {
 			in, _ := json.Marshal(sd.Input)
 			if sd.Input == nil {
@@ -384,7 +390,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 			"attributes": vm.Attributes, "bootstrap_token": plain[i]}
 		vmIDs[i] = vm.ID
 	}
-	if err := h.Registry().CloudProvision(ctx, store.CloudProvisionParams{
+	if err := h.Registry.CloudProvision(ctx, store.CloudProvisionParams{
 		RequestID: requestID, Souls: souls, Tokens: tokens, Seeds: seeds, Actor: store.Actor(run.Creator),
 		Audit: map[string]any{"outcome": "ok", "changed": true, "provider": prov.Name, "run_id": run.ID, "step": run.Step, "count": len(vms)},
 	}); err != nil {
@@ -397,14 +403,14 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h Host, a *a
 // registry cascade in one transaction with the cloud.provisioned event.
 // VMs a Listable driver no longer lists were already gone: the step
 // changes only when a listed VM was destroyed or a registry row moved.
-func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (m *Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, _ module.Target) (module.Result, error) {
 	var p DestroyedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
 	}
-	h, err := host(t)
-	if err != nil {
-		return module.Result{}, err
+	h := m.svc
+	if h == nil {
+		return module.Result{}, errUnprovisioned
 	}
 	res, err := p.run(ctx, run, h)
 	if err != nil {
@@ -413,12 +419,12 @@ func (*Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	return res, nil
 }
 
-func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h Host) (module.Result, error) {
+func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h *Services) (module.Result, error) {
 	prov, d, dp, err := provider(ctx, h, p.Provider)
 	if err != nil {
 		return module.Result{}, err
 	}
-	if err := checkPairing(ctx, h.Registry(), prov.Name, p.VMIDs, p.SIDs); err != nil {
+	if err := checkPairing(ctx, h.Registry, prov.Name, p.VMIDs, p.SIDs); err != nil {
 		return module.Result{}, err
 	}
 	live, gone, err := liveVMs(ctx, d, dp, p.VMIDs)
@@ -434,7 +440,7 @@ func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h Host) (m
 	}
 	// The cascade's counters decide the rest of "changed"; the event
 	// written in its transaction computes it from the same counters.
-	c, err := h.Registry().CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.Actor(run.Creator),
+	c, err := h.Registry.CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.Actor(run.Creator),
 		Destroyed: live, AlreadyGone: gone, Audit: map[string]any{"outcome": "ok", "run_id": run.ID, "step": run.Step}})
 	changed := len(live) > 0 || c.SoulsDestroyed+c.SeedsOrphaned+c.TokensBurned > 0
 	if err != nil {
@@ -501,14 +507,14 @@ func liveVMs(ctx context.Context, d driversdk.Driver, dp driversdk.Provider, vmI
 // Run resizes VMs; the souls registry is not touched. The step changes
 // when the driver resized at least one VM: a VM that already had the
 // requested spec comes back Unchanged.
-func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (m *Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, _ module.Target) (module.Result, error) {
 	var p ResizedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
 	}
-	h, err := host(t)
-	if err != nil {
-		return module.Result{}, err
+	h := m.svc
+	if h == nil {
+		return module.Result{}, errUnprovisioned
 	}
 	res, err := p.run(ctx, run, h)
 	if err != nil {
@@ -517,12 +523,12 @@ func (*Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	return res, nil
 }
 
-func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h Host) (module.Result, error) {
+func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h *Services) (module.Result, error) {
 	prov, d, dp, err := provider(ctx, h, p.Provider)
 	if err != nil {
 		return module.Result{}, err
 	}
-	if err := checkPairing(ctx, h.Registry(), prov.Name, p.VMIDs, nil); err != nil {
+	if err := checkPairing(ctx, h.Registry, prov.Name, p.VMIDs, nil); err != nil {
 		return module.Result{}, err
 	}
 	caps, err := d.Capabilities(ctx)
@@ -552,7 +558,7 @@ func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h Host) (mod
 		vms[i] = map[string]any{"vm_id": r.VMID, "caused_downtime": r.CausedDowntime, "changed": !r.Unchanged}
 		changed = changed || !r.Unchanged
 	}
-	if err := h.Registry().AuditRecord(ctx, store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned", Object: "provider/" + prov.Name,
+	if err := h.Registry.AuditRecord(ctx, store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned", Object: "provider/" + prov.Name,
 		Payload: map[string]any{"action": "resized", "outcome": "ok", "changed": changed, "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": run.ID, "step": run.Step}}); err != nil {
 		return module.Result{Changed: changed}, &module.Error{Code: "cloud.audit_failed", Message: "the resize is done at the provider but its cloud.provisioned event could not be written: " + err.Error(), Err: err}
 	}
@@ -603,7 +609,6 @@ func checkPairing(ctx context.Context, st Registry, provider string, vmIDs, sids
 	return nil
 }
 
-func joinsByItself(h Host, driver string) bool {
-	j, ok := h.(SelfJoiner)
-	return ok && j.JoinsByItself(driver)
+func joinsByItself(h *Services, driver string) bool {
+	return h.JoinsByItself != nil && h.JoinsByItself(driver)
 }

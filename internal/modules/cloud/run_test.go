@@ -149,13 +149,28 @@ func (f *fakeCloud) List(context.Context, driversdk.ListRequest) ([]driversdk.VM
 type keeperHost struct {
 	st    *sqlstore.Store
 	cloud *fakeCloud
+	// joins is the keeper's JoinsByItself; nil: its userdata never joins.
+	joins func(driver string) bool
 }
 
-func (h *keeperHost) SID() string { return module.Keeper }
-func (h *keeperHost) Exec(context.Context, module.Command) (module.ExecResult, error) {
-	return module.ExecResult{}, module.ErrNoExec
+// services are the states' services of this keeper.
+func (h *keeperHost) services() cloud.Services {
+	return cloud.Services{Registry: h.st, Driver: h.Driver, Credentials: h.Credentials,
+		AuthorizedKey: "ssh-ed25519 AAAAkeeper soulstack-keeper", Userdata: h.Userdata, BootstrapTTL: time.Hour,
+		KeeperID: "kd-cloudtest", CheckSeed: h.CheckSeed, JoinsByItself: h.joins}
 }
-func (h *keeperHost) Registry() cloud.Registry { return h.st }
+
+// provision wires the registered state m with the keeper's services, as
+// the keeper does when it is built.
+func provision(t *testing.T, m module.Module, h *keeperHost) module.Module {
+	t.Helper()
+	pm, err := m.(module.Provisioner[cloud.Services]).Provision(h.services())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pm
+}
+
 func (h *keeperHost) Driver(_ context.Context, name string) (driversdk.Driver, error) {
 	if name != "fake" {
 		return nil, driversdk.Errorf("driver.not_found", "no plugin soul-cloud-%s", name)
@@ -165,11 +180,9 @@ func (h *keeperHost) Driver(_ context.Context, name string) (driversdk.Driver, e
 func (h *keeperHost) Credentials(_ context.Context, ref string) ([]byte, error) {
 	return []byte("resolved:" + ref), nil
 }
-func (h *keeperHost) AuthorizedKey() string { return "ssh-ed25519 AAAAkeeper soulstack-keeper" }
 func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 	return fmt.Sprintf("#cloud-config\n# sid=%s index=%d token=%s\n", u.SID, u.Index, u.Token), nil
 }
-func (h *keeperHost) BootstrapTTL() time.Duration { return time.Hour }
 
 // CheckSeed checks seeds with the scenario package, as the keeper does.
 func (h *keeperHost) CheckSeed(name, text string, input map[string]any) []string {
@@ -187,7 +200,6 @@ func (h *keeperHost) CheckSeed(name, text string, input map[string]any) []string
 	}
 	return nil
 }
-func (h *keeperHost) KeeperID() string { return "kd-cloudtest" }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {
 	t.Helper()
@@ -210,7 +222,29 @@ func setupOn(t *testing.T, b testdb.Backend) (*keeperHost, context.Context) {
 func run(t *testing.T, m module.Module, h *keeperHost, params map[string]any) (module.Result, error) {
 	t.Helper()
 	raw, _ := json.Marshal(module.ApplyDefaults(m.Info(), params))
-	return m.Run(context.Background(), module.RunInfo{ID: "run_test", Step: "provision", Creator: "tok_creator"}, raw, h)
+	return provision(t, m, h).Run(context.Background(), module.RunInfo{ID: "run_test", Step: "provision", Creator: "tok_creator"}, raw, nil)
+}
+
+// TestUnprovisioned: a cloud state the keeper did not provision (the
+// registered value) fails with module.keeper_services_unavailable and
+// touches nothing.
+func TestUnprovisioned(t *testing.T) {
+	t.Parallel()
+	for m, params := range map[module.Module]map[string]any{
+		&cloud.Created{}:   {"provider": "acme", "count": 1},
+		&cloud.Destroyed{}: {"provider": "acme", "vm_ids": []any{"vm-1"}},
+		&cloud.Resized{}:   {"provider": "acme", "vm_ids": []any{"vm-1"}, "profile": "small"},
+	} {
+		raw, _ := json.Marshal(params)
+		_, err := m.Run(context.Background(), module.RunInfo{ID: "run_test"}, raw, nil)
+		var me *module.Error
+		if !errors.As(err, &me) || me.Code != "module.keeper_services_unavailable" {
+			t.Errorf("%s unprovisioned: %v, want module.keeper_services_unavailable", m.Info().ID, err)
+		}
+	}
+	if _, err := (&cloud.Created{}).Provision(cloud.Services{}); err == nil {
+		t.Error("provisioned with no services at all")
+	}
 }
 
 func TestCreated(t *testing.T) {
@@ -919,11 +953,6 @@ func TestCreatedSeeds(t *testing.T) {
 	}
 }
 
-// joiningHost is a keeper whose self_onboard userdata joins by itself.
-type joiningHost struct{ *keeperHost }
-
-func (joiningHost) JoinsByItself(driver string) bool { return driver == "fake" }
-
 // TestCreatedSelfOnboardAwaitsJoin: a self_onboard soul whose keeper's
 // userdata joins, and whose driver reported no host key, is made to wait
 // for its join's pin (no trust on first use); without self_onboard, or
@@ -931,18 +960,18 @@ func (joiningHost) JoinsByItself(driver string) bool { return driver == "fake" }
 func TestCreatedSelfOnboardAwaitsJoin(t *testing.T) {
 	t.Parallel()
 	h, ctx := setup(t)
-	j := joiningHost{h}
+	joining := &keeperHost{st: h.st, cloud: h.cloud, joins: func(driver string) bool { return driver == "fake" }}
 	for _, tc := range []struct {
-		host   module.Target
+		host   *keeperHost
 		params map[string]any
 		want   bool
 	}{
-		{j, map[string]any{"provider": "acme", "count": 1, "self_onboard": true, "name": "a"}, true},
-		{j, map[string]any{"provider": "acme", "count": 1, "generate_userdata": true}, false},
+		{joining, map[string]any{"provider": "acme", "count": 1, "self_onboard": true, "name": "a"}, true},
+		{joining, map[string]any{"provider": "acme", "count": 1, "generate_userdata": true}, false},
 		{h, map[string]any{"provider": "acme", "count": 1, "self_onboard": true, "name": "b"}, false},
 	} {
 		raw, _ := json.Marshal(module.ApplyDefaults((&cloud.Created{}).Info(), tc.params))
-		res, err := (&cloud.Created{}).Run(ctx, module.RunInfo{ID: "run_test", Step: "provision", Creator: "tok_creator"}, raw, tc.host)
+		res, err := provision(t, &cloud.Created{}, tc.host).Run(ctx, module.RunInfo{ID: "run_test", Step: "provision", Creator: "tok_creator"}, raw, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

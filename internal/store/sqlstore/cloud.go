@@ -89,6 +89,14 @@ func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams
 	if actor == "" {
 		actor = store.ActorKeeper
 	}
+	seeds := make([]store.SoulSeed, len(p.Seeds))
+	for i, sd := range p.Seeds {
+		if sd.Input, err = s.seal(fmt.Sprintf("input of a seed of soul %q", sd.SID), sd.Input); err != nil {
+			return err
+		}
+		seeds[i] = sd
+	}
+	p.Seeds = seeds
 	return s.mutate(ctx, actor, func(tx *sql.Tx) (record, error) {
 		var vmIDs, sids []string
 		for _, so := range p.Souls {
@@ -152,6 +160,7 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (_
 	now := s.stamp()
 	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
 		c = store.CloudCascade{}
+		var changes []store.Change
 		if len(p.SIDs) > 0 && len(p.VMIDs) > 0 {
 			// paired selects the given souls that really are this
 			// provider's VMs among vm_ids; everything below is limited to
@@ -165,6 +174,10 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (_
 			for _, id := range p.VMIDs {
 				pairedArgs = append(pairedArgs, id)
 			}
+			gone, err := s.soulsWhere(ctx, tx, paired+` AND status <> ?`, append(pairedArgs, store.SoulDestroyed)...)
+			if err != nil {
+				return record{}, fmt.Errorf("destroy souls: %w", err)
+			}
 			args := append([]any{store.SoulDestroyed, now}, pairedArgs...)
 			args = append(args, store.SoulDestroyed)
 			res, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET status = ?, updated_at = ?, cert_serial = '' WHERE `+paired+` AND status <> ?`), args...)
@@ -173,6 +186,9 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (_
 			}
 			n, _ := res.RowsAffected()
 			c.SoulsDestroyed = int(n)
+			for _, so := range gone {
+				changes = append(changes, store.SoulGone{Soul: so, Destroyed: true})
+			}
 			args = append([]any{"orphaned"}, pairedArgs...)
 			res, err = tx.ExecContext(ctx, s.q(`UPDATE soul_seeds SET status = ? WHERE sid IN (SELECT sid FROM souls WHERE `+paired+`) AND status = 'active'`), args...)
 			if err != nil {
@@ -196,7 +212,7 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (_
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
-		return record{action: "cloud.provisioned", object: "provider/" + p.Provider, payload: payload}, nil
+		return record{action: "cloud.provisioned", object: "provider/" + p.Provider, payload: payload, changes: changes}, nil
 	})
 	return c, err
 }
@@ -206,6 +222,25 @@ func nonNil(l []string) []string {
 		return []string{}
 	}
 	return l
+}
+
+// soulsWhere reads the souls matching cond (a condition on the souls
+// table with args) inside tx.
+func (s *Store) soulsWhere(ctx context.Context, tx *sql.Tx, cond string, args ...any) ([]store.Soul, error) {
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE `+cond+` ORDER BY sid`), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Soul
+	for rows.Next() {
+		so, err := scanSoul(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, so)
+	}
+	return out, rows.Err()
 }
 
 // SoulsOfProvider lists a provider's souls by SID.

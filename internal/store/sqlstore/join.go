@@ -129,7 +129,8 @@ func (s *Store) SoulRenewCert(ctx context.Context, p store.SoulRenewParams) (_ s
 			return record{}, refused(store.JoinCertRevoked, p.SID, "the presented certificate is not the soul's current one")
 		}
 		return record{action: "soul.cert_renewed", object: "soul/" + p.SID, payload: map[string]any{
-			"sid": p.SID, "old_serial": p.OldSerial, "serial": p.CertSerial, "not_after": p.CertNotAfter.UTC().Format(time.RFC3339)}}, nil
+			"sid": p.SID, "old_serial": p.OldSerial, "serial": p.CertSerial, "not_after": p.CertNotAfter.UTC().Format(time.RFC3339)},
+			changes: []store.Change{store.CertRenewed{SID: p.SID, OldSerial: p.OldSerial, Serial: p.CertSerial}}}, nil
 	})
 	if err != nil {
 		return store.Soul{}, err
@@ -157,6 +158,9 @@ func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (_ store.Sou
 	defer s.translate(&err)
 	var id int64
 	now := s.stamp()
+	if p.Seed.Input, err = s.seal(fmt.Sprintf("input of a seed of soul %q", p.Seed.SID), p.Seed.Input); err != nil {
+		return store.SoulSeed{}, err
+	}
 	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
 		var status string
 		if err := tx.QueryRowContext(ctx, s.q(`SELECT status FROM souls WHERE sid = ?`), p.Seed.SID).Scan(&status); err != nil {
@@ -200,7 +204,9 @@ func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err 
 		if err := rows.Scan(&sd.ID, &sd.SID, &sd.Scenario, &input, &sd.Status, &sd.CreatedBy, &created); err != nil {
 			return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
 		}
-		sd.Input = json.RawMessage(input)
+		if sd.Input, err = s.open(fmt.Sprintf("input of seed %d of soul %q", sd.ID, sid), json.RawMessage(input)); err != nil {
+			return nil, err
+		}
 		if created.Valid {
 			sd.CreatedAt = created.Time.UTC()
 		}

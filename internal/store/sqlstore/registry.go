@@ -27,6 +27,9 @@ func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateP
 	p := params.Provider
 	p.CreatedAt = s.stamp()
 	p.CreatedBy = string(params.Actor)
+	if p.Config, err = s.seal(fmt.Sprintf("config of provider %q", p.Name), p.Config); err != nil {
+		return store.Provider{}, err
+	}
 	p.Config = json.RawMessage(jsonText(p.Config))
 	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
@@ -55,7 +58,7 @@ func (s *Store) ProviderGet(ctx context.Context, name string) (_ store.Provider,
 	if err != nil {
 		return store.Provider{}, notFound(err, "provider", name)
 	}
-	return p, nil
+	return s.openProvider(p)
 }
 
 // ProviderList lists providers by name.
@@ -72,9 +75,19 @@ func (s *Store) ProviderList(ctx context.Context, params store.ListParams) (_ []
 		if err != nil {
 			return nil, fmt.Errorf("list providers: %w", err)
 		}
+		if p, err = s.openProvider(p); err != nil {
+			return nil, err
+		}
 		out = append(out, p)
 	}
 	return out, rows.Err()
+}
+
+// openProvider opens the provider's sealed config fields.
+func (s *Store) openProvider(p store.Provider) (store.Provider, error) {
+	var err error
+	p.Config, err = s.open(fmt.Sprintf("config of provider %q", p.Name), p.Config)
+	return p, err
 }
 
 // ProviderDelete deletes a provider; the database refuses while profiles
@@ -336,6 +349,10 @@ func (s *Store) SoulSearch(ctx context.Context, p store.SoulListParams) (_ []sto
 func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) (err error) {
 	defer s.translate(&err)
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), params.Key))
+		if err != nil {
+			return record{}, notFound(err, "soul", params.Key)
+		}
 		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM souls WHERE sid = ?`), params.Key)
 		if err != nil {
 			return record{}, fmt.Errorf("delete soul %q: %w", params.Key, err)
@@ -343,7 +360,8 @@ func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) (err 
 		if err := deleted(res, "soul", params.Key); err != nil {
 			return record{}, err
 		}
-		return record{action: "soul.deleted", object: "soul/" + params.Key, payload: map[string]any{"sid": params.Key}}, nil
+		return record{action: "soul.deleted", object: "soul/" + params.Key, payload: map[string]any{"sid": params.Key},
+			changes: []store.Change{store.SoulGone{Soul: so}}}, nil
 	})
 }
 

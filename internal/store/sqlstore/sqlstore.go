@@ -65,6 +65,8 @@ type Store struct {
 	now     func() time.Time
 	chain   *audit.Key       // seals every audit event
 	added   func(audit.Head) // told of each committed event
+	sealer  *secret.Sealer   // seals secret config and seed fields; nil: none
+	changes *store.Changes   // told of each committed change; nil: none
 }
 
 var _ store.Store = (*Store)(nil)
@@ -103,6 +105,11 @@ func WithAuditKey(k *audit.Key) Option { return func(s *Store) { s.chain = k } }
 // each committed audit event (the keeper's checkpointer). It runs after the
 // commit, outside the transaction.
 func WithAuditAppended(fn func(audit.Head)) Option { return func(s *Store) { s.added = fn } }
+
+// WithChanges has the store publish the changes of each committed
+// mutation (store.SoulGone, store.CertRenewed) to c's subscribers, after
+// the commit and before the mutating call returns.
+func WithChanges(c *store.Changes) Option { return func(s *Store) { s.changes = c } }
 
 // ErrNoAuditKey is returned by every mutation of a store opened without an
 // audit key.
@@ -155,11 +162,13 @@ func (s *Store) q(query string) string {
 	return b.String()
 }
 
-// record is the audit event a mutation asks to append.
+// record is the audit event a mutation asks to append, and the changes
+// published once it has committed.
 type record struct {
 	action  string
 	object  string
 	payload any
+	changes []store.Change
 }
 
 // mutate runs fn in a transaction that first locks the audit chain head,
@@ -205,6 +214,7 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 	if s.added != nil {
 		s.added(newHead)
 	}
+	s.changes.Publish(ctx, rec.changes...)
 	return nil
 }
 

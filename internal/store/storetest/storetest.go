@@ -58,6 +58,8 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"SoulJoinPinned", testSoulJoinPinned},
 		{"SoulJoinConcurrent", testSoulJoinConcurrent},
 		{"SeedAdd", testSeedAdd},
+		{"Changes", testChanges},
+		{"Sealed", testSealed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,445 @@
+package keeper
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/api"
+	"github.com/soulstack/soulstack/internal/audit"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/bus"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/engine"
+	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/plugin"
+	"github.com/soulstack/soulstack/internal/runner"
+	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/store/sqlstore"
+	"github.com/soulstack/soulstack/internal/transport/ssh"
+	"github.com/soulstack/soulstack/internal/ui"
+	"github.com/soulstack/soulstack/internal/version"
+)
+
+// System is one keeper: every part it is made of, each built once by New
+// in the order the parts depend on each other, and the servers Serve runs.
+// Nothing else in the keeper wires parts together; a part gets the narrow
+// dependencies it declares when it is built here.
+type System struct {
+	Config config.Config
+	Log    *slog.Logger
+
+	// Identity: this keeper's own stable id (a run's executor) and the
+	// deployment's, shared by every keeper on the database (the ownership
+	// tag drivers put on VMs).
+	OwnerID      string
+	DeploymentID string
+
+	// Changes carries the store's committed changes to the parts that
+	// react to them (the SSH pool, the agent bus).
+	Changes *store.Changes
+	// Store is the registry, sealing secret fields at rest and publishing
+	// its changes to Changes.
+	Store       *sqlstore.Store
+	auditKey    *audit.Key
+	checkpoints *audit.Checkpointer
+	sealer      *secret.Sealer
+	resolver    *secret.Resolver
+
+	// Agent is the keeper's side of self-onboarding souls (CA, agent
+	// listener); Bus is the agent transport's bus, nil when nats is off.
+	Agent *agentSide
+	Bus   *bus.Server
+
+	// Plugins runs the cloud driver plugins; SSH is the connection pool
+	// every run shares.
+	Plugins *plugin.Host
+	SSH     *ssh.Pool
+	// Runs is the durable run queue with its engine.
+	Runs  *runner.Runner
+	Cloud *cloudService
+	// API is the Operator API; its HTTP server, the agent listener's and
+	// the metrics server are below.
+	API *api.Server
+
+	ln        net.Listener // the Operator API's, TLS when configured
+	scheme    string
+	http      *http.Server
+	agentHTTP *http.Server // nil when agent_listen is off
+	stopMCP   func()
+
+	// closers release what New built, run in reverse order by Close.
+	closers []func()
+}
+
+// New builds a keeper from c: it opens and checks the registry, binds the
+// listeners (so that a busy port fails a fresh keeper before it writes
+// anything), creates the first admin token when there is none, and builds
+// the CA, the bus, the plugins, the SSH pool, the runner, the Operator API
+// and the MCP server. Nothing serves until Serve. On error, whatever was
+// built is released.
+func New(ctx context.Context, c config.Config, log *slog.Logger) (_ *System, err error) {
+	s := &System{Config: c, Log: log, Changes: &store.Changes{}}
+	defer func() {
+		if err != nil {
+			s.Close()
+		}
+	}()
+	steps := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"registry", s.openRegistry},
+		{"listen", s.listen},
+		{"admin token", s.bootstrapAdmin},
+		{"agent side", s.buildAgentSide},
+		{"bus", s.buildBus},
+		{"runs", s.buildRuns},
+		{"api", s.buildAPI},
+	}
+	for _, step := range steps {
+		if err := step.run(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// onClose registers fn to run when the system is closed.
+func (s *System) onClose(fn func()) { s.closers = append(s.closers, fn) }
+
+// Close releases everything New built, in reverse order. Serve calls it
+// when it returns; call it yourself only for a System that never served.
+func (s *System) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// openRegistry loads the audit and data keys and opens the registry with
+// them: audit events hashed and checkpointed, secret fields sealed, changes
+// published.
+func (s *System) openRegistry(ctx context.Context) error {
+	c := s.Config
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	var err error
+	if s.auditKey, err = auditKey(ctx, c, true); err != nil {
+		return err
+	}
+	if s.OwnerID, err = loadOrCreateID(c.DataDir); err != nil {
+		return err
+	}
+	s.checkpoints = newCheckpointer(c, s.OwnerID, s.auditKey, s.Log)
+	key, err := dataKey(c)
+	if err != nil {
+		return err
+	}
+	if s.sealer, err = secret.NewSealer(key); err != nil {
+		return err
+	}
+	st, err := OpenStore(ctx, c, sqlstore.WithAuditKey(s.auditKey), sqlstore.WithAuditAppended(s.checkpoints.Appended),
+		sqlstore.WithSealer(s.sealer), sqlstore.WithChanges(s.Changes))
+	if err != nil {
+		return err
+	}
+	s.Store = st
+	s.onClose(func() { st.Close() })
+	// Registered after the store's close, so it runs before it (and after
+	// the runner's stop): the last checkpoint covers the events of runs
+	// that stop late.
+	s.onClose(func() {
+		if err := s.checkpoints.Flush(); err != nil {
+			s.Log.Error("write audit checkpoint on shutdown", "path", s.checkpoints.Path(), "err", err)
+		}
+	})
+	if err := checkDataKey(ctx, st, s.sealer, c); err != nil {
+		return err
+	}
+	if s.DeploymentID, err = st.DeploymentID(ctx); err != nil {
+		return err
+	}
+	if s.resolver, err = secret.NewResolver(secret.ResolverOptions{VaultAddress: c.Vault.Address, VaultTokenRef: c.Vault.TokenRef}); err != nil {
+		return err
+	}
+	backend := "sqlite " + c.SQLitePath()
+	if c.DatabaseURL != "" {
+		backend = "postgres"
+	}
+	s.Log.Info("registries ready", "database", backend)
+	return nil
+}
+
+// listen binds the Operator API's listener, with TLS when configured and
+// the per-client connection limit.
+func (s *System) listen(context.Context) error {
+	c := s.Config
+	tcp, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", c.Listen, err)
+	}
+	s.onClose(func() { tcp.Close() })
+	tlsCfg, err := serverTLS(c, s.Log, time.Now())
+	if err != nil {
+		return err
+	}
+	s.ln, s.scheme = limitConns(tcp, c.HTTP.MaxConnsPerClient, s.Log), "http://"
+	if tlsCfg != nil {
+		s.ln, s.scheme = tls.NewListener(s.ln, tlsCfg), "https://"
+	}
+	s.http = &http.Server{
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: c.HTTP.ReadHeaderTimeout.Std(),
+		ReadTimeout:       c.HTTP.ReadTimeout.Std(),
+		IdleTimeout:       c.HTTP.IdleTimeout.Std(),
+		// No WriteTimeout: it would cut event streams that last as long
+		// as their run.
+		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn),
+	}
+	return nil
+}
+
+// bootstrapAdmin creates the first admin token when the registry has none
+// and writes it to <data-dir>/admin.token (0600).
+func (s *System) bootstrapAdmin(ctx context.Context) error {
+	path := s.Config.AdminTokenPath()
+	id, created, err := writeAdminToken(path, func(t store.APIToken) (bool, error) {
+		created, err := s.Store.TokenBootstrap(ctx, store.TokenCreateParams{Token: t, Actor: store.ActorKeeper})
+		if err != nil {
+			return false, fmt.Errorf("create admin token: %w", err)
+		}
+		return created, nil
+	})
+	if err != nil || !created {
+		return err
+	}
+	s.Log.Info("created the first admin API token", "id", id, "path", path)
+	return nil
+}
+
+// buildAgentSide loads the keeper CA and binds the agent listener, before
+// the plugins start, so that the local driver learns its port.
+func (s *System) buildAgentSide(context.Context) error {
+	a, err := newAgentSide(s.Config, s.Log, time.Now())
+	if err != nil {
+		return err
+	}
+	s.Agent = a
+	if a.ln != nil {
+		s.onClose(func() { a.ln.Close() })
+	}
+	return nil
+}
+
+// buildBus starts the agent transport's bus when nats is on, and has it
+// cut the session of a soul whose identity a change of this keeper ended.
+func (s *System) buildBus(ctx context.Context) error {
+	b, err := startBus(ctx, s.Config, s.Store, s.resolver, s.Log)
+	if err != nil || b == nil {
+		return err
+	}
+	s.Bus = b
+	s.onClose(func() { b.Close() })
+	s.Agent.busURLs = agentBusURLs(s.Config, s.Agent, busPort(b), b.AgentURLs, s.Store)
+	s.Changes.Subscribe(revokeOnChange(b))
+	return nil
+}
+
+// buildRuns builds the PluginHost, the SSH pool, the engine with its
+// keeper-side target, the runner, and the orphan finder.
+func (s *System) buildRuns(ctx context.Context) error {
+	c := s.Config
+	sshKey, err := loadOrCreateSSHKey(c.DataDir)
+	if err != nil {
+		return err
+	}
+	secret.Register(string(sshKey))
+	files := filepath.Join(c.DataDir, "files")
+	if err := os.MkdirAll(files, 0o700); err != nil {
+		return fmt.Errorf("create files dir: %w", err)
+	}
+	// A provider's credentials are the keeper's own: masked everywhere,
+	// the plugin's log included. A soul's key (in the engine) is masked
+	// in the run that uses it.
+	credentials := func(ctx context.Context, ref string) ([]byte, error) {
+		v, err := s.resolver.Resolve(ctx, ref)
+		if err == nil {
+			secret.Register(v)
+		}
+		return []byte(v), err
+	}
+	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup,
+		Env: keeperDirsEnv(c, append(s.Agent.hostPorts(), busPort(s.Bus))...), Logger: s.Log.With("component", "plugin")})
+	if err != nil {
+		return err
+	}
+	s.Plugins = plugins
+	s.onClose(func() { plugins.Close() })
+	// Connections outlive runs, closed when idle (ssh.idle_timeout), past
+	// ssh.max_idle, or when their soul is deleted or destroyed through this
+	// keeper (other keepers close theirs when idle). Each run re-checks a
+	// warm connection's host key before its first use (ssh.Scope).
+	s.SSH = ssh.NewPool(ssh.Options{Logger: s.Log.With("component", "ssh"), IdleTimeout: c.SSH.IdleTimeout.Std(), MaxIdle: c.SSH.MaxIdle})
+	s.onClose(func() { s.SSH.Close() })
+	s.Changes.Subscribe(dropOnGone(s.SSH))
+	settings, err := newCloudSettings(c, sshKey, s.Agent)
+	if err != nil {
+		return err
+	}
+	provisioned, err := module.Provision(settings.services(c, s.Store, s.DeploymentID, plugins.Driver, credentials))
+	if err != nil {
+		return err
+	}
+	exec := &engine.Executor{
+		Store:     s.Store,
+		Load:      loadPlan,
+		KeeperKey: sshKey,
+		Resolve: func(ctx context.Context, ref string) ([]byte, error) {
+			v, err := s.resolver.Resolve(ctx, ref)
+			return append([]byte(v), '\n'), err
+		},
+		SSH:        ssh.Options{Logger: s.Log.With("component", "ssh")},
+		SSHPool:    s.SSH,
+		FilesDir:   files,
+		Logger:     s.Log,
+		Keeper:     engine.KeeperTarget{KeeperFiles: engine.KeeperFiles(files)},
+		Modules:    provisioned,
+		Authorizer: auth.Checker{Tokens: s.Store},
+	}
+	if s.Bus != nil {
+		exec.Agents = s.Bus
+	}
+	s.Runs, err = runner.New(ctx, runner.Config{
+		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log,
+	})
+	if err != nil {
+		return err
+	}
+	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, resolve: credentials}
+	return nil
+}
+
+// buildAPI builds the Operator API with the web UI and MCP beside it on
+// the API's server, and the agent API for the agent listener.
+func (s *System) buildAPI(context.Context) error {
+	c := s.Config
+	join := s.Agent.joinConfig(c)
+	check := scenarioChecker(s.Store)
+	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
+		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
+		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join})
+	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)
+	s.http.RegisterOnShutdown(s.stopMCP)
+	if s.Agent.ln != nil {
+		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Store: s.Store, Logger: s.Log, Version: version.String(), Runs: s.Runs, Check: check, Join: join}), s.Log)
+	}
+	return nil
+}
+
+// Serve serves the keeper until ctx is cancelled, then drains the runs
+// and shuts down gracefully; it closes the System when it returns. ready,
+// if not nil, receives the listening address once requests are accepted.
+func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
+	defer s.Close()
+	c := s.Config
+	if err := startCheckpoints(ctx, s.Store, s.checkpoints, s.Log); err != nil {
+		return err
+	}
+	stopWatch := watchAdminTokens(ctx, s.Store, s.Log)
+	defer stopWatch()
+	if err := s.Runs.Start(ctx); err != nil {
+		return err
+	}
+	stopRuns := func() {
+		stopCtx, cancel := context.WithTimeout(context.Background(), c.DrainTimeout.Std())
+		defer cancel()
+		if err := s.Runs.Stop(stopCtx); err != nil {
+			s.Log.Warn("stop runner", "err", err)
+		}
+	}
+	defer stopRuns() // on every return; a no-op after the drain below
+	errc := make(chan error, 3)
+	go func() { errc <- s.http.Serve(s.ln) }()
+	if s.agentHTTP != nil {
+		s.Agent.serve(s.agentHTTP, c, s.Log, errc)
+		defer s.agentHTTP.Close()
+	}
+	if c.MetricsListen != "" {
+		msrv, err := serveMetrics(c, s.API, s.Log, errc)
+		if err != nil {
+			_ = s.http.Close()
+			return err
+		}
+		defer msrv.Close()
+	}
+	s.Log.Info("keeper listening", "addr", s.scheme+s.ln.Addr().String(), "version", version.String())
+	if ready != nil {
+		ready <- s.ln.Addr()
+	}
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Drain first, the API still answering: no run is claimed any more,
+	// the steps in flight finish (up to drain_timeout) and their runs are
+	// handed back to be resumed by the next keeper to start.
+	s.Log.Info("shutting down: draining runs", "drain_timeout", c.DrainTimeout.String())
+	stopRuns()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := s.http.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	s.Log.Info("stopped")
+	return nil
+}
+
+// dropOnGone closes the pooled connections of a soul that is gone.
+func dropOnGone(pool *ssh.Pool) store.Subscriber {
+	return func(_ context.Context, ch store.Change) {
+		if g, ok := ch.(store.SoulGone); ok {
+			pool.Drop(engine.SoulConnName(g.Soul))
+		}
+	}
+}
+
+// rechecker is the part of the bus told of identity changes (*bus.Server).
+type rechecker interface {
+	Recheck(ctx context.Context, sids ...string) []string
+}
+
+// revokeOnChange has the bus recheck a soul whose identity a change ended
+// — deleted, destroyed, its certificate replaced — so that its agent, or
+// the session of the superseded certificate, is cut off before the
+// mutating call returns instead of at the next revalidation sweep.
+func revokeOnChange(b rechecker) store.Subscriber {
+	return func(ctx context.Context, ch store.Change) {
+		var sid string
+		switch ch := ch.(type) {
+		case store.SoulGone:
+			sid = ch.Soul.SID
+		case store.CertRenewed:
+			sid = ch.SID
+		default:
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		b.Recheck(ctx, sid)
+	}
+}

@@ -1,0 +1,76 @@
+package store
+
+import (
+	"context"
+	"sync"
+)
+
+// Change is a committed registry change that other parts of the keeper
+// react to: the SSH pool closes the connections of a soul that is gone,
+// the agent bus cuts the session of a soul whose identity ended.
+//
+// Delivery: a Store given a *Changes (sqlstore.WithChanges) publishes a
+// mutation's changes after its transaction has committed, never for one
+// that rolled back, to every subscriber of this keeper process, in the
+// order they subscribed, before the mutating call returns. A subscriber
+// runs with the caller's context values but not its cancellation (the
+// change is committed; reacting to it is due) and bounds its own time.
+// Each keeper is told only of the changes it made itself: the keepers
+// that share one PostgreSQL learn of the others' changes by their own
+// sweeps (the bus revalidates sessions every six heartbeats, the SSH pool
+// closes idle connections), as they always have. A keeper that crashes
+// between commit and delivery takes its subscribers' state with it.
+type Change interface{ change() }
+
+// SoulGone: a soul was deleted from the registry, or marked destroyed by
+// a cloud destroy (Destroyed). Soul is the record as it was before.
+type SoulGone struct {
+	Soul      Soul
+	Destroyed bool
+}
+
+// CertRenewed: a soul's client certificate serial was replaced; OldSerial
+// no longer admits it.
+type CertRenewed struct {
+	SID       string
+	OldSerial string
+	Serial    string
+}
+
+func (SoulGone) change()    {}
+func (CertRenewed) change() {}
+
+// Subscriber is told of one committed change (see Change for when).
+type Subscriber func(ctx context.Context, c Change)
+
+// Changes delivers committed changes to the keeper's subscribers. The
+// zero value has none. Subscribe while the keeper is being built, before
+// it serves.
+type Changes struct {
+	mu   sync.RWMutex
+	subs []Subscriber
+}
+
+// Subscribe adds fn to the subscribers.
+func (c *Changes) Subscribe(fn Subscriber) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.subs = append(c.subs, fn)
+}
+
+// Publish delivers each change to every subscriber in turn; ctx's
+// cancellation does not reach them.
+func (c *Changes) Publish(ctx context.Context, changes ...Change) {
+	if c == nil || len(changes) == 0 {
+		return
+	}
+	c.mu.RLock()
+	subs := c.subs
+	c.mu.RUnlock()
+	ctx = context.WithoutCancel(ctx)
+	for _, ch := range changes {
+		for _, fn := range subs {
+			fn(ctx, ch)
+		}
+	}
+}
