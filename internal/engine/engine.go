@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/expr"
@@ -25,7 +27,6 @@ import (
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/transport"
-	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
 
 // DefaultForks bounds how many targets of one step run at once.
@@ -41,10 +42,10 @@ type Executor struct {
 	Load      Loader
 	KeeperKey []byte
 	Resolve   func(ctx context.Context, ref string) ([]byte, error)
-	SSH       ssh.Options
-	// SSHPool, when set, is the connection pool runs share (the keeper's,
-	// with an idle timeout); nil gives each run a pool of its own.
-	SSHPool *ssh.Pool
+	// SSH opens each run's SSH dialer (the keeper's ssh.Pool.Dialer, over
+	// connections runs share); nil: souls are reached through their agent
+	// only.
+	SSH func(transport.HostKeys) transport.Dialer
 	// Agents, when set, are the souls whose agent is connected to the
 	// keeper's bus: a step reaches such a soul through its agent, and
 	// every other soul over SSH. Nil means SSH only.
@@ -53,6 +54,9 @@ type Executor struct {
 	Logger   *slog.Logger
 	// Keeper is the target of keeper-side modules.
 	Keeper module.Target
+	// Clock times step timeouts, retry delays and durations; nil means
+	// the real clock. Tests drive a fake one.
+	Clock clockwork.Clock
 	// Modules are this keeper's provisioned modules by ID
 	// (module.Provision): a step runs its module's provisioned copy when
 	// there is one, the registered value otherwise.
@@ -72,6 +76,16 @@ type Authorizer interface {
 }
 
 var _ runner.Executor = (*Executor)(nil)
+
+var realClock = clockwork.NewRealClock()
+
+// clock is the executor's clock.
+func (e *Executor) clock() clockwork.Clock {
+	if e.Clock == nil {
+		return realClock
+	}
+	return e.Clock
+}
 
 // module is the module step s runs: this keeper's provisioned copy when
 // there is one, else the registered value the plan names.
@@ -138,12 +152,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = slog.New(secrets.LogHandler(log.Handler()))
-	sshOpts := e.SSH
-	if sshOpts.Logger != nil {
-		sshOpts.Logger = slog.New(secrets.LogHandler(sshOpts.Logger.Handler()))
-	}
-	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Options: sshOpts, Pool: e.SSHPool, Agents: e.Agents, FilesDir: e.FilesDir})
-	defer souls.Close()
+	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), SSH: e.SSH, Agents: e.Agents, FilesDir: e.FilesDir})
 	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight
@@ -151,7 +160,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 			s := plan.Steps[i]
 			msg := fmt.Sprintf("the keeper stopped while step %q (%s) was running; it is not idempotent, so it is not repeated — check what it did before running again", s.Name, s.ID)
 			rec.Event(s.Name, "", client.StepInterruptedData{Index: i, Module: string(s.ID)})
-			rec.Step(store.RunStep{Index: i, Name: s.Name, Module: string(s.ID), Status: string(client.StepFailed), FinishedAt: now()})
+			rec.Step(store.RunStep{Index: i, Name: s.Name, Module: string(s.ID), Status: string(client.StepFailed), FinishedAt: e.now()})
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.interrupted", ErrorMsg: msg, Outputs: r.outputs()}
 		}
 	}
@@ -225,8 +234,9 @@ func failed(code, msg string) runner.Outcome {
 	return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: code, ErrorMsg: msg}
 }
 
-func now() *time.Time {
-	t := time.Now().UTC()
+// now is the time a step's record carries, on the executor's clock.
+func (e *Executor) now() *time.Time {
+	t := e.clock().Now().UTC()
 	return &t
 }
 
@@ -322,7 +332,7 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	if err := r.checkpoint(); err != nil {
 		return "", err
 	}
-	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: string(client.StepRunning), StartedAt: now()})
+	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: string(client.StepRunning), StartedAt: r.e.now()})
 	vars := r.vars()
 
 	sids, err := s.Targets(ctx, vars)
@@ -397,7 +407,7 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	if err := r.checkpoint(); err != nil {
 		return "", err
 	}
-	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: string(status), FinishedAt: now()})
+	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: string(status), FinishedAt: r.e.now()})
 	r.rec.Event(s.Name, "", client.StepFinishedData{Index: idx, Status: status, Changed: changed, Counts: counts(results)})
 	if len(failedHere) > 0 && (s.AnyErrorsFatal || s.Keeper) {
 		return fmt.Sprintf("step %q failed on %s%s", s.Name, strings.Join(failedHere, ", "), fatalNote(s)), nil
@@ -442,24 +452,20 @@ func (r *run) report(s *scenario.PlanStep, t targetResult) {
 	r.rec.Event(s.Name, t.sid, data)
 }
 
-// target runs the step on one target.
+// target runs the step on one target: skip or look the soul up, evaluate
+// and authorize the step for it, reach it, run the module (with its
+// retries), and judge the result (changed_when, failed_when).
 func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars expr.Vars) (res targetResult) {
-	start := time.Now()
+	start := r.e.clock().Now()
 	res = targetResult{sid: sid}
-	defer func() { res.took = time.Since(start) }()
-	info := s.Module.Info()
+	defer func() { res.took = r.e.clock().Since(start) }()
 	if s.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.Timeout)
+		ctx, cancel = clockwork.WithTimeout(ctx, r.e.clock(), s.Timeout)
 		defer cancel()
 	}
-
-	r.mu.Lock()
-	failedIn, failedBefore := r.st.Failed[sid]
-	r.mu.Unlock()
-	if failedBefore && !s.Keeper {
-		res.status, res.code, res.msg = client.TargetSkipped, "target.failed_earlier", fmt.Sprintf("%s failed in step %q", sid, failedIn)
-		return res
+	if skip, ok := r.failedEarlier(s, sid); ok {
+		return skip
 	}
 	if !s.Keeper {
 		so, err := r.souls.Lookup(ctx, sid)
@@ -468,20 +474,50 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		}
 		vars.Soul = soulVar(so)
 	}
-	ok, err := s.Enabled(ctx, vars)
+	raw, run, err := r.prepare(ctx, s, vars)
 	if err != nil {
 		return fail(res, err)
 	}
-	if !ok {
+	if !run {
 		res.status = client.TargetSkipped
 		return res
 	}
-	if err := r.authorize(ctx, info); err != nil {
+	target, err := r.reach(ctx, s, sid)
+	if err != nil {
+		res.attempts = 1
 		return fail(res, err)
 	}
-	raw, err := s.Params(ctx, vars)
-	if err != nil {
-		return fail(res, err)
+	if st, ok := target.(*soulTarget); ok {
+		defer func() { res.reached = st.ran.Load() }()
+	}
+	out, attempts, err := r.attempt(ctx, s, sid, raw, target)
+	res.attempts, res.output = attempts, out.Output
+	return r.judge(ctx, s, vars, res, out, err)
+}
+
+// failedEarlier skips a soul that failed in an earlier step of the run.
+func (r *run) failedEarlier(s *scenario.PlanStep, sid string) (targetResult, bool) {
+	r.mu.Lock()
+	failedIn, failedBefore := r.st.Failed[sid]
+	r.mu.Unlock()
+	if !failedBefore || s.Keeper {
+		return targetResult{}, false
+	}
+	return targetResult{sid: sid, status: client.TargetSkipped, code: "target.failed_earlier", msg: fmt.Sprintf("%s failed in step %q", sid, failedIn)}, true
+}
+
+// prepare evaluates the step for one target: whether it runs (when), the
+// run's creator may still run it, and its params, whose secret ones join
+// the run's secrets.
+func (r *run) prepare(ctx context.Context, s *scenario.PlanStep, vars expr.Vars) (raw json.RawMessage, run bool, err error) {
+	if ok, err := s.Enabled(ctx, vars); err != nil || !ok {
+		return nil, false, err
+	}
+	if err := r.authorize(ctx, s.Module.Info()); err != nil {
+		return nil, false, err
+	}
+	if raw, err = s.Params(ctx, vars); err != nil {
+		return nil, false, err
 	}
 	if names := s.SecretParams(); len(names) > 0 {
 		var params map[string]any
@@ -492,31 +528,32 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 			}
 		}
 	}
+	return raw, true, nil
+}
 
-	var target module.Target
+// reach returns the step's target: the keeper, or the soul through its
+// agent or SSH with the step's connect policy.
+func (r *run) reach(ctx context.Context, s *scenario.PlanStep, sid string) (module.Target, error) {
 	if s.Keeper {
-		target = r.e.Keeper
-	} else {
-		retry := transport.RetryPolicy{}
-		if s.Connect != nil {
-			retry = transport.RetryPolicy{Attempts: s.Connect.Retries + 1, Interval: s.Connect.Delay}
-		}
-		if r.souls.AwaitsReady(sid) {
-			r.rec.Event(s.Name, sid, client.LogData{Message: "first contact with a cloud-made soul: waiting until its cloud-init has finished"})
-		}
-		target, err = r.souls.Target(ctx, sid, retry, info.NeedsRoot)
-		if err != nil {
-			res.attempts = 1
-			return fail(res, err)
-		}
+		return r.e.Keeper, nil
 	}
+	retry := transport.RetryPolicy{}
+	if s.Connect != nil {
+		retry = transport.RetryPolicy{Attempts: s.Connect.Retries + 1, Interval: s.Connect.Delay}
+	}
+	if r.souls.AwaitsReady(sid) {
+		r.rec.Event(s.Name, sid, client.LogData{Message: "first contact with a cloud-made soul: waiting until its cloud-init has finished"})
+	}
+	return r.souls.Target(ctx, sid, retry, s.Module.Info().NeedsRoot)
+}
 
-	if st, ok := target.(*soulTarget); ok {
-		defer func() { res.reached = st.ran.Load() }()
-	}
-	var out module.Result
+// attempt runs the module on target, again after RetryDelay while it
+// fails and retries are left; a disconnection (outcome unknown) or the
+// end of ctx stops the retries. An error at the end of ctx is the run's
+// timeout or cancellation.
+func (r *run) attempt(ctx context.Context, s *scenario.PlanStep, sid string, raw json.RawMessage, target module.Target) (out module.Result, attempts int, err error) {
 	for attempt := 0; ; attempt++ {
-		res.attempts = attempt + 1
+		attempts = attempt + 1
 		out, err = r.e.module(s).Run(ctx, r.info(s), raw, target)
 		if err == nil || attempt >= s.Retries || ctx.Err() != nil || errors.Is(err, transport.ErrDisconnected) {
 			break
@@ -524,7 +561,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		r.rec.Event(s.Name, sid, client.LogData{Message: fmt.Sprintf("attempt %d of %d failed: %s; retrying", attempt+1, s.Retries+1, codeOf(err))})
 		select {
 		case <-ctx.Done():
-		case <-time.After(s.RetryDelay):
+		case <-r.e.clock().After(s.RetryDelay):
 		}
 	}
 	if err != nil && ctx.Err() != nil {
@@ -534,7 +571,12 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		}
 		err = &module.Error{Code: code, Message: "stopped: " + context.Cause(ctx).Error(), Err: err}
 	}
-	res.output = out.Output
+	return out, attempts, err
+}
+
+// judge decides the target's status from the module's result and error
+// with the step's changed_when and failed_when.
+func (r *run) judge(ctx context.Context, s *scenario.PlanStep, vars expr.Vars, res targetResult, out module.Result, err error) targetResult {
 	errMsg := ""
 	if err != nil {
 		errMsg = err.Error()

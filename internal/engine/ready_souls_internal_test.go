@@ -17,7 +17,7 @@ import (
 )
 
 // TestSoulsTargetWaitsForTheKey, on real sshd servers: a cloud-made soul
-// never reached is dialled with ReadyConnectRetry and its key refusals
+// never reached is dialled with ssh.ReadyConnectRetry and its key refusals
 // retried (its cloud-init writes the key during the first wait), then the
 // readiness probe runs on the host (which has no cloud-init: ready) and
 // counts as the contact; a hand-registered active soul with the same
@@ -58,15 +58,14 @@ func TestSoulsTargetWaitsForTheKey(t *testing.T) {
 		_, err = f.WriteString(keeperPub + "\n")
 		return err
 	}
-	s := NewSouls(SoulsConfig{Store: st, KeeperKey: keeperKey, Options: ssh.Options{Sleep: sleep}})
-	defer s.Close()
+	s := NewSouls(SoulsConfig{Store: st, KeeperKey: keeperKey, SSH: testSSH(t, ssh.Options{Sleep: sleep})})
 
 	tg, err := s.Target(ctx, "vm-1.acme.test", ssh.RetryPolicy{}, false)
 	if err != nil {
 		t.Fatalf("target a cloud-made soul whose key comes late: %v", err)
 	}
-	if len(sleeps) != 1 || sleeps[0] != ReadyConnectRetry.Interval {
-		t.Errorf("waits = %v, want one of %s", sleeps, ReadyConnectRetry.Interval)
+	if len(sleeps) != 1 || sleeps[0] != ssh.ReadyConnectRetry.Interval {
+		t.Errorf("waits = %v, want one of %s", sleeps, ssh.ReadyConnectRetry.Interval)
 	}
 	if !tg.(*soulTarget).ran.Load() || !s.ready["vm-1.acme.test"] {
 		t.Errorf("the readiness probe did not run as the soul's first contact")

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,26 +14,25 @@ import (
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/transport"
-	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
 
-// Souls reaches souls for one run: through the soul's agent when it is
-// connected to the keeper's bus (Agents), else over SSH, with one pooled
-// connection per host for the whole run, keys resolved from their
-// references and held in memory only, host keys pinned on first contact
-// and verified after.
-type Souls struct {
-	store  store.Store
-	agents transport.Agents
-	pool   *ssh.Pool
-	conns  interface {
-		Get(ctx context.Context, t ssh.Target) (*ssh.Client, error)
-	} // pool, or the run's scope of a shared pool
-	keeper  []byte // the keeper's own private key, for souls without key_ref
-	files   string // the keeper's files directory
-	resolve func(ctx context.Context, ref string) ([]byte, error)
+// DefaultReadyTimeout bounds the wait for a cloud-made soul's cloud-init,
+// or for the join of a soul that joins by itself, when the step has no
+// deadline of its own (no timeout, no run timeout).
+const DefaultReadyTimeout = 15 * time.Minute
 
-	shared bool // pool is the keeper's, not the run's: Close leaves it open
+// Souls reaches souls for one run: through the soul's agent when it is
+// connected to the keeper's bus (Agents), else over SSH (the run's
+// transport.Dialer), keys resolved from their references and held in
+// memory only, host keys pinned in the registry on first contact and
+// verified after.
+type Souls struct {
+	store   store.Store
+	agents  transport.Agents
+	ssh     transport.Dialer // nil: no SSH transport
+	keeper  []byte           // the keeper's own private key, for souls without key_ref
+	files   string           // the keeper's files directory
+	resolve func(ctx context.Context, ref string) ([]byte, error)
 
 	mu    sync.Mutex
 	souls map[string]store.Soul
@@ -55,12 +53,10 @@ type SoulsConfig struct {
 	// FilesDir is the keeper's files directory, which modules may read
 	// from (module.KeeperFiles); empty means none.
 	FilesDir string
-	// Options are the transport's options.
-	Options ssh.Options
-	// Pool, when set, is a connection pool shared with other runs (the
-	// keeper's, with an idle timeout), which Close leaves open; nil means
-	// a pool of the run's own, made with Options.
-	Pool *ssh.Pool
+	// SSH opens the run's SSH dialer, which pins and checks host keys in
+	// the HostKeys it is given (the keeper's ssh.Pool.Dialer); nil means
+	// souls without a connected agent cannot be reached.
+	SSH func(transport.HostKeys) transport.Dialer
 	// Agents, when set, are the souls reached through their agent rather
 	// than SSH (transport.Agents); nil means SSH only.
 	Agents transport.Agents
@@ -78,14 +74,8 @@ func NewSouls(cfg SoulsConfig) *Souls {
 	if s.resolve == nil {
 		s.resolve = resolveLocal
 	}
-	s.pool, s.shared = cfg.Pool, cfg.Pool != nil
-	if s.pool == nil {
-		s.pool = ssh.NewPool(cfg.Options)
-		s.conns = s.pool
-	} else {
-		// A warm connection from an earlier run is reused only once its
-		// host has shown the pinned key again this run (ssh.Scope).
-		s.conns = s.pool.Scope()
+	if cfg.SSH != nil {
+		s.ssh = cfg.SSH(hostKeys{s})
 	}
 	return s
 }
@@ -100,25 +90,6 @@ func resolveLocal(_ context.Context, ref string) ([]byte, error) {
 		return nil, err
 	}
 	return []byte(v + "\n"), nil
-}
-
-// Close closes every connection of the run; those of a shared pool stay
-// open for the next runs.
-func (s *Souls) Close() error {
-	if s.shared {
-		return nil
-	}
-	return s.pool.Close()
-}
-
-// SoulConnName names the connections to soul so in a pool (ssh.Pool.Drop):
-// user@host:port.
-func SoulConnName(so store.Soul) string {
-	addr := so.Address
-	if addr == "" {
-		addr = so.PrimaryIP
-	}
-	return ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User}.String()
 }
 
 // Lookup returns the registered soul sid, or an error with code
@@ -146,32 +117,38 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 	return so, nil
 }
 
-// pin records the host key a soul presented on first contact. A key
-// pinned meanwhile by another run must be the same one.
-func (s *Souls) pin(ctx context.Context, sid string, t ssh.Target, hostKey string) error {
+// hostKeys pins and checks host keys in the registry for the run's SSH
+// dialer (transport.HostKeys), keeping the run's cached records in step.
+type hostKeys struct{ s *Souls }
+
+// Pin records key as sid's host key and returns the key pinned: key, or
+// the one another run pinned meanwhile.
+func (h hostKeys) Pin(ctx context.Context, sid, key string) (string, error) {
 	err := retryStore(ctx, func(ctx context.Context) error {
-		return s.store.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: sid, HostKey: hostKey, Actor: store.ActorKeeper})
+		return h.s.store.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: sid, HostKey: key, Actor: store.ActorKeeper})
 	})
 	if errors.Is(err, store.ErrExists) {
-		so, gerr := s.store.SoulGet(ctx, sid)
-		if gerr == nil && sameKey(so.Connection.HostKey, hostKey) {
-			return nil
+		so, err := h.s.store.SoulGet(ctx, sid)
+		if err != nil {
+			return "", err
 		}
-		return &ssh.HostKeyMismatchError{Addr: t.Addr(), Pinned: so.Connection.HostKey, Presented: hostKey}
+		return so.Connection.HostKey, nil
 	}
-	if err == nil {
-		s.mu.Lock()
-		so := s.souls[sid]
-		so.Connection.HostKey = hostKey
-		s.souls[sid] = so
-		s.mu.Unlock()
+	if err != nil {
+		return "", err
 	}
-	return err
+	h.s.mu.Lock()
+	so := h.s.souls[sid]
+	so.Connection.HostKey = key
+	h.s.souls[sid] = so
+	h.s.mu.Unlock()
+	return key, nil
 }
 
-func sameKey(a, b string) bool {
-	fa, fb := strings.Fields(a), strings.Fields(b)
-	return len(fa) >= 2 && len(fb) >= 2 && fa[0] == fb[0] && fa[1] == fb[1]
+// Mismatch audits ssh.host_key_mismatch.
+func (h hostKeys) Mismatch(ctx context.Context, sid, addr, pinned, presented string) error {
+	payload := map[string]any{"sid": sid, "address": addr, "pinned": pinned, "presented": presented}
+	return h.s.store.AuditRecord(ctx, store.AuditParams{Actor: store.ActorKeeper, Action: "ssh.host_key_mismatch", Object: "soul/" + sid, Payload: payload})
 }
 
 func portOf(so store.Soul) int {
@@ -179,6 +156,16 @@ func portOf(so store.Soul) int {
 		return 22
 	}
 	return so.Connection.Port
+}
+
+// awaitsReady reports whether a soul must be waited for before its first
+// step: made by a cloud step (it has a provider) and never reached since
+// (no last_seen_at; pending, or unreachable at every try so far). A soul
+// that joined through the agent is active, so it is ready; so are
+// hand-registered souls, which start active. Everything here is read from
+// the run's cached record: a ready soul costs nothing.
+func awaitsReady(so store.Soul) bool {
+	return so.Provider != "" && so.LastSeenAt == nil && so.Status != store.SoulActive && so.Status != store.SoulDestroyed
 }
 
 // AwaitsReady reports whether Target will wait for the cloud-init of
@@ -221,9 +208,10 @@ func (s *Souls) agentOf(ctx context.Context, so store.Soul) (transport.Conn, boo
 }
 
 // Target returns a soul as a module target: through its agent when one is
-// connected (Agents), else over SSH, connecting once per run. A soul that awaits readiness (awaitsReady) is dialled with its
-// key refusals retried, and its cloud-init waited for (awaitReady) before
-// it is returned. sudo wraps commands in sudo -n when the user is not root.
+// connected (Agents), else over the run's SSH dialer. A soul that awaits
+// readiness (awaitsReady) is dialled with its key refusals retried and its
+// cloud-init waited for (transport.Peer.AwaitReady) before it is returned.
+// sudo wraps commands in sudo -n when the user is not root.
 func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPolicy, sudo bool) (module.Target, error) {
 	so, err := s.Lookup(ctx, sid)
 	if err != nil {
@@ -247,6 +235,9 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 			return &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo}, nil
 		}
 	}
+	if s.ssh == nil {
+		return nil, &module.Error{Code: "ssh.unavailable", Message: fmt.Sprintf("soul %q has no connected agent and this keeper has no SSH transport", sid)}
+	}
 	key := s.keeper
 	if so.Connection.KeyRef != "" {
 		if key, err = s.resolve(ctx, so.Connection.KeyRef); err != nil {
@@ -258,34 +249,13 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 		addr = so.PrimaryIP
 	}
 	awaits := s.AwaitsReady(sid)
-	if awaits && retry == (transport.RetryPolicy{}) {
-		retry = ReadyConnectRetry
-	}
-	// A soul that is not ready may refuse the key until its cloud-init
-	// has written it: that is retried too, within the policy.
-	t := ssh.Target{Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key, HostKey: so.Connection.HostKey, Retry: retry, RetryAuth: awaits}
-	c, err := s.conns.Get(ctx, t)
-	if err == nil && so.Connection.HostKey == "" {
-		err = s.pin(ctx, sid, t, c.HostKey())
-	}
+	c, err := s.ssh.Dial(ctx, transport.Peer{SID: sid, Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key,
+		HostKey: so.Connection.HostKey, Retry: retry, AwaitReady: awaits, ReadyTimeout: s.readyTimeout})
 	if err != nil {
-		if errors.Is(err, ssh.ErrHostKeyMismatch) {
-			var m *ssh.HostKeyMismatchError
-			payload := map[string]any{"sid": sid, "address": t.Addr()}
-			if errors.As(err, &m) {
-				payload["pinned"], payload["presented"] = m.Pinned, m.Presented
-			}
-			if aerr := s.store.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: store.ActorKeeper, Action: "ssh.host_key_mismatch", Object: "soul/" + sid, Payload: payload}); aerr != nil {
-				return nil, fmt.Errorf("%w (and its audit event failed: %v)", err, aerr)
-			}
-		}
 		return nil, err
 	}
 	st := &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo}
 	if awaits {
-		if err := awaitReady(ctx, c, sid, s.readyTimeout); err != nil {
-			return nil, err
-		}
 		s.mu.Lock()
 		s.ready[sid] = true
 		s.mu.Unlock()

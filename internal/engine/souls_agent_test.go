@@ -11,6 +11,7 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/testdb"
 	"github.com/soulstack/soulstack/internal/transport"
+	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
 
 // agents offers a Conn for the SIDs it holds (transport.Agents).
@@ -46,8 +47,9 @@ func TestSoulsChooseTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := &recordingConn{}
-	s := engine.NewSouls(engine.SoulsConfig{Store: st, KeeperKey: key, Agents: agents{"with-agent.local.test": conn}})
-	defer s.Close()
+	pool := ssh.NewPool(ssh.Options{})
+	defer pool.Close()
+	s := engine.NewSouls(engine.SoulsConfig{Store: st, KeeperKey: key, Agents: agents{"with-agent.local.test": conn}, SSH: pool.Dialer})
 	tg, err := s.Target(ctx, "with-agent.local.test", transport.RetryPolicy{Attempts: 1}, true)
 	if err != nil {
 		t.Fatal(err)

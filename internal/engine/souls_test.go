@@ -52,7 +52,6 @@ func TestSoulsRecord(t *testing.T) {
 	}
 
 	run1 := engine.NewSouls(engine.SoulsConfig{Store: st})
-	defer run1.Close()
 	if so := status(run1, "vm-1.local.test"); so.Status != store.SoulPending {
 		t.Fatalf("before contact: %s", so.Status)
 	}
@@ -79,7 +78,6 @@ func TestSoulsRecord(t *testing.T) {
 
 	// The next run writes it once more.
 	run2 := engine.NewSouls(engine.SoulsConfig{Store: st})
-	defer run2.Close()
 	status(run2, "vm-1.local.test")
 	if err := run2.Record(ctx, "run_2", "tok_a", []engine.Contact{{SID: "vm-1.local.test", Reached: true}}); err != nil {
 		t.Fatal(err)

@@ -308,8 +308,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 			v, err := s.resolver.Resolve(ctx, ref)
 			return append([]byte(v), '\n'), err
 		},
-		SSH:        ssh.Options{Logger: s.Log.With("component", "ssh")},
-		SSHPool:    s.SSH,
+		SSH:        s.SSH.Dialer,
 		FilesDir:   files,
 		Logger:     s.Log,
 		Keeper:     engine.KeeperTarget{KeeperFiles: engine.KeeperFiles(files)},
@@ -413,9 +412,23 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 func dropOnGone(pool *ssh.Pool) store.Subscriber {
 	return func(_ context.Context, ch store.Change) {
 		if g, ok := ch.(store.SoulGone); ok {
-			pool.Drop(engine.SoulConnName(g.Soul))
+			pool.Drop(soulConnName(g.Soul))
 		}
 	}
+}
+
+// soulConnName names the pool's connections to soul so (ssh.Pool.Drop):
+// user@host:port, as the engine dials it.
+func soulConnName(so store.Soul) string {
+	addr := so.Address
+	if addr == "" {
+		addr = so.PrimaryIP
+	}
+	port := so.Connection.Port
+	if port == 0 {
+		port = ssh.DefaultPort
+	}
+	return ssh.Target{Address: addr, Port: port, User: so.Connection.User}.String()
 }
 
 // rechecker is the part of the bus told of identity changes (*bus.Server).

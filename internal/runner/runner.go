@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
 	"github.com/riverqueue/river/rivermigrate"
@@ -121,12 +122,16 @@ type Config struct {
 	Owner   string // this keeper's stable id
 	Logger  *slog.Logger
 	Workers int // concurrent runs; default 20
+	// Clock times leases, heartbeats, run timeouts and the recovery of
+	// stale runs; nil means the real clock. Tests drive a fake one.
+	Clock clockwork.Clock
 }
 
 // Runner accepts runs and executes them from the queue.
 type Runner struct {
 	cfg   Config
 	log   *slog.Logger
+	clock clockwork.Clock
 	river *river.Client[*sql.Tx]
 	hub   *Hub
 	wg    sync.WaitGroup
@@ -175,10 +180,13 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	var err error
@@ -260,13 +268,13 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		t := time.NewTicker(RecoverEvery)
+		t := r.clock.NewTicker(RecoverEvery)
 		defer t.Stop()
 		for {
 			select {
 			case <-loopCtx.Done():
 				return
-			case <-t.C:
+			case <-t.Chan():
 				r.recover(loopCtx, "")
 			}
 		}
@@ -368,12 +376,12 @@ func (r *Runner) landed(id string) {
 // lease is stale (or owned by owner, this keeper before it restarted), and
 // Pending runs whose queue job is stuck with a dead keeper (stuckJobs).
 func (r *Runner) recover(ctx context.Context, owner string) {
-	ids, err := r.cfg.Store.RunsOrphaned(ctx, owner, time.Now().Add(-StaleAfter))
+	ids, err := r.cfg.Store.RunsOrphaned(ctx, owner, r.clock.Now().Add(-StaleAfter))
 	if err != nil {
 		r.log.Error("look for orphaned runs", "err", err)
 		return
 	}
-	now := time.Now()
+	now := r.clock.Now()
 	for id, at := range r.recovered {
 		if now.Sub(at) >= StaleAfter {
 			delete(r.recovered, id)

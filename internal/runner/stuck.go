@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"time"
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
@@ -21,7 +20,7 @@ import (
 // stuck job is re-enqueued once per keeper; the extra jobs of several
 // keepers find the run claimed and do nothing.
 func (r *Runner) stuckJobs(ctx context.Context) {
-	staleBefore := time.Now().Add(-StaleAfter)
+	staleBefore := r.clock.Now().Add(-StaleAfter)
 	seen := map[int64]bool{}
 	params := river.NewJobListParams().Kinds(RunArgs{}.Kind()).States(rivertype.JobStateRunning).First(500)
 	for {

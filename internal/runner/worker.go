@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/riverqueue/river"
 
 	"github.com/soulstack/soulstack/client"
@@ -39,15 +40,12 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		return nil // executing here already, from another job
 	}
 	defer r.landed(id)
-	run, ok, err := r.cfg.Store.RunClaim(ctx, id, r.cfg.Owner, time.Now().Add(-StaleAfter))
-	if errors.Is(err, store.ErrNotFound) {
+	run, ok, err := r.cfg.Store.RunClaim(ctx, id, r.cfg.Owner, r.clock.Now().Add(-StaleAfter))
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !ok) {
 		return nil
 	}
 	if err != nil {
 		return err
-	}
-	if !ok {
-		return nil
 	}
 	secrets := r.openSecrets(id)
 	defer r.closeSecrets(id)
@@ -56,84 +54,21 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	if err != nil {
 		return err
 	}
-	resumed := false
-	if len(rec.steps) > 0 || run.StateSealed != "" {
-		resumed = true
-	}
+	resumed := len(rec.steps) > 0 || run.StateSealed != ""
 	rec.Event("", "", client.RunPhaseData{Phase: client.PhaseRunning, Resumed: resumed})
 
-	deadline := run.CreatedAt.Add(run.Timeout)
-	if run.StartedAt != nil {
-		deadline = run.StartedAt.Add(run.Timeout)
-	}
-	runCtx, cancelTimeout := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	defer cancelTimeout()
-	runCtx, cancel := context.WithCancelCause(runCtx)
-	defer cancel(nil)
-	// Stopping the keeper (ctx) abandons the run without finishing it: the
-	// next keeper to start resumes it.
-	stopped := context.AfterFunc(ctx, func() { cancel(ErrStopping) })
-	defer stopped()
-
-	var hb sync.WaitGroup
-	hb.Add(1)
+	runCtx, cancel, release := r.runContext(ctx, run)
+	defer release()
+	var lease sync.WaitGroup
+	lease.Add(1)
 	go func() {
-		defer hb.Done()
-		t := time.NewTicker(HeartbeatEvery)
-		defer t.Stop()
-		renewed := time.Now()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-				// Bounded by the give-up time, so that a database that does
-				// not answer at all still lets the give-up happen in time.
-				giveUp := renewed.Add(LeaseGiveUp)
-				hctx, hcancel := context.WithDeadline(runCtx, giveUp)
-				cancelReq, err := r.cfg.Store.RunHeartbeat(hctx, id, r.cfg.Owner)
-				hcancel()
-				switch {
-				case errors.Is(err, store.ErrLeaseLost):
-					cancel(errLeaseLost)
-					return
-				case err != nil && !time.Now().Before(giveUp):
-					// Another keeper may take the run over soon: stop
-					// executing it here rather than both at once.
-					log.Error("the run's lease could not be renewed in time; stopping it here, to be resumed by the keeper that claims it next", "since", time.Since(renewed).Round(time.Second), "err", err)
-					cancel(errLeaseLost)
-					return
-				case err != nil:
-					log.Warn("heartbeat failed", "err", err)
-				default:
-					renewed = time.Now()
-					if cancelReq {
-						cancel(errCancelRequested)
-					}
-				}
-			}
-		}
+		defer lease.Done()
+		keepLease(runCtx, r.clock, func(ctx context.Context) (bool, error) { return r.cfg.Store.RunHeartbeat(ctx, id, r.cfg.Owner) }, cancel, log)
 	}()
-
-	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets, Secrets: secrets, Drain: r.drain}
-	out := Outcome{Phase: store.PhaseFailed}
-	input, err := r.cfg.Sealer.Open(run.InputSealed)
-	if err == nil {
-		err = json.Unmarshal(input, &x.Input)
-	}
-	if err == nil && run.StateSealed != "" {
-		x.Resume, err = r.cfg.Sealer.Open(run.StateSealed)
-	}
-	if err != nil {
-		out.ErrorCode, out.ErrorMsg = "run.state_unreadable", "the run's sealed input or state cannot be opened: "+err.Error()
-	} else if run.CancelRequested {
-		out = Outcome{Phase: store.PhaseCancelled, ErrorCode: "run.cancelled", ErrorMsg: "cancelled before it resumed"}
-	} else {
-		out = r.cfg.Exec.Execute(runCtx, x, rec)
-	}
+	out := r.execute(runCtx, run, rec, secrets)
 	cause := context.Cause(runCtx)
 	cancel(nil)
-	hb.Wait()
+	lease.Wait()
 	// What the execution buffered is stored however it ended, before the
 	// run is finished, handed back or left to be resumed.
 	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -145,19 +80,121 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		log.Info("run left to be resumed", "reason", cause.Error())
 		return nil
 	case out.HandBack:
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer rcancel()
-		if err := r.cfg.Store.RunRelease(rctx, id, r.cfg.Owner); err != nil && !errors.Is(err, store.ErrLeaseLost) {
-			log.Warn("release the lease of a handed-back run", "err", err)
-		}
-		log.Info("run handed back between two steps; it resumes on the next keeper to start")
+		r.handBack(ctx, id, log)
 		return nil
+	}
+	return r.finish(ctx, run, rec, secrets, concluded(run, out, cause), log)
+}
+
+// runContext is the context run executes in: bounded by the run's
+// timeout (from its first start), cancelled with a cause (cancel), and
+// cancelled with ErrStopping when the keeper stops (ctx): that abandons
+// the run without finishing it, for the next keeper to resume. release
+// frees it.
+func (r *Runner) runContext(ctx context.Context, run store.Run) (_ context.Context, cancel context.CancelCauseFunc, release func()) {
+	deadline := run.CreatedAt.Add(run.Timeout)
+	if run.StartedAt != nil {
+		deadline = run.StartedAt.Add(run.Timeout)
+	}
+	runCtx, cancelTimeout := clockwork.WithDeadline(context.WithoutCancel(ctx), r.clock, deadline)
+	runCtx, cancel = context.WithCancelCause(runCtx)
+	stopped := context.AfterFunc(ctx, func() { cancel(ErrStopping) })
+	return runCtx, cancel, func() {
+		stopped()
+		cancel(nil)
+		cancelTimeout()
+	}
+}
+
+// keepLease renews the run's lease (renew) every HeartbeatEvery until ctx
+// ends. It stops the execution (stop) with errLeaseLost when another
+// keeper holds the lease, or when the lease could not be renewed for
+// LeaseGiveUp (another keeper may claim the run soon: better stop here
+// than both execute it), and with errCancelRequested when the heartbeat
+// brings a cancel request.
+func keepLease(ctx context.Context, clock clockwork.Clock, renew func(context.Context) (cancelRequested bool, err error), stop context.CancelCauseFunc, log *slog.Logger) {
+	t := clock.NewTicker(HeartbeatEvery)
+	defer t.Stop()
+	renewed := clock.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		// Bounded by the give-up time, so that a database that does not
+		// answer at all still lets the give-up happen in time.
+		giveUp := renewed.Add(LeaseGiveUp)
+		hctx, hcancel := clockwork.WithDeadline(ctx, clock, giveUp)
+		cancelReq, err := renew(hctx)
+		hcancel()
+		switch {
+		case errors.Is(err, store.ErrLeaseLost):
+			stop(errLeaseLost)
+			return
+		case err != nil && !clock.Now().Before(giveUp):
+			log.Error("the run's lease could not be renewed in time; stopping it here, to be resumed by the keeper that claims it next", "since", clock.Since(renewed).Round(time.Second), "err", err)
+			stop(errLeaseLost)
+			return
+		case err != nil:
+			log.Warn("heartbeat failed", "err", err)
+		default:
+			renewed = clock.Now()
+			if cancelReq {
+				stop(errCancelRequested)
+			}
+		}
+	}
+}
+
+// execute opens the run's sealed input and checkpoint and has the
+// executor run it; a run cancelled while it waited to resume is not
+// executed again.
+func (r *Runner) execute(ctx context.Context, run store.Run, rec *recorder, secrets *secret.Set) Outcome {
+	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets, Secrets: secrets, Drain: r.drain}
+	input, err := r.cfg.Sealer.Open(run.InputSealed)
+	if err == nil {
+		err = json.Unmarshal(input, &x.Input)
+	}
+	if err == nil && run.StateSealed != "" {
+		x.Resume, err = r.cfg.Sealer.Open(run.StateSealed)
+	}
+	switch {
+	case err != nil:
+		return Outcome{Phase: store.PhaseFailed, ErrorCode: "run.state_unreadable", ErrorMsg: "the run's sealed input or state cannot be opened: " + err.Error()}
+	case run.CancelRequested:
+		return Outcome{Phase: store.PhaseCancelled, ErrorCode: "run.cancelled", ErrorMsg: "cancelled before it resumed"}
+	}
+	return r.cfg.Exec.Execute(ctx, x, rec)
+}
+
+// handBack releases the lease of a run the executor handed back between
+// two steps: it resumes on the next keeper to start.
+func (r *Runner) handBack(ctx context.Context, id string, log *slog.Logger) {
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer rcancel()
+	if err := r.cfg.Store.RunRelease(rctx, id, r.cfg.Owner); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+		log.Warn("release the lease of a handed-back run", "err", err)
+	}
+	log.Info("run handed back between two steps; it resumes on the next keeper to start")
+}
+
+// concluded is the outcome as the run ends with it: a cancel request or
+// the run's timeout (cause) overrides what the executor reported.
+func concluded(run store.Run, out Outcome, cause error) Outcome {
+	switch {
 	case errors.Is(cause, errCancelRequested):
 		out.Phase, out.ErrorCode, out.ErrorMsg, out.Message = store.PhaseCancelled, "run.cancelled", "cancelled by request", ""
 	case errors.Is(cause, context.DeadlineExceeded) && out.Phase != store.PhaseSucceeded:
 		out.Phase, out.ErrorCode, out.Message = store.PhaseFailed, "run.timeout", ""
 		out.ErrorMsg = fmt.Sprintf("the run did not finish within its timeout of %s", run.Timeout)
 	}
+	return out
+}
+
+// finish stores the run's end (phase, masked outputs and message) and its
+// run.finished event; a run whose lease another keeper took is left to it.
+func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secrets *secret.Set, out Outcome, log *slog.Logger) error {
 	errMsg, message := secrets.MaskString(out.ErrorMsg), secrets.MaskString(out.Message)
 	if secrets.Overflowed() {
 		// Everything the run stored is masked whole; say why, in words
@@ -167,7 +204,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		message = ""
 	}
 	masked, _ := json.Marshal(secrets.Mask(orEmpty(out.Outputs)))
-	finish := store.RunFinishParams{ID: id, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked,
+	finish := store.RunFinishParams{ID: run.ID, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked,
 		Message: runMessage(out.Phase, out.ErrorCode, errMsg, message, masked)}
 	// Finishing must not be cut short by the keeper stopping.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -176,7 +213,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		if errors.Is(err, store.ErrLeaseLost) {
 			return nil
 		}
-		return fmt.Errorf("finish run %s: %w", id, err)
+		return fmt.Errorf("finish run %s: %w", run.ID, err)
 	}
 	data := client.RunFinishedData{Phase: client.Phase(out.Phase)}
 	if out.ErrorCode != "" {

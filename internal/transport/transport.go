@@ -59,6 +59,51 @@ type Conn interface {
 	Exec(ctx context.Context, cmd Command) (Result, error)
 }
 
+// Peer is one soul as a Dialer reaches it.
+type Peer struct {
+	// SID names the soul in pins, audit events and errors.
+	SID     string
+	Address string
+	Port    int
+	User    string
+	// PrivateKey is the client key (PEM or OpenSSH format).
+	PrivateKey []byte
+	// HostKey is the soul's pinned host key (authorized_keys form); empty
+	// on first contact, when the dialer pins the key the host presents
+	// (HostKeys.Pin) and refuses any other later.
+	HostKey string
+	// Retry is the connect policy; zero means the transport's default, or
+	// a longer one for a soul that AwaitsReady.
+	Retry RetryPolicy
+	// AwaitReady: the soul was just made by a cloud step and never
+	// reached. The dialer retries key refusals (its cloud-init may not
+	// have written the key yet) and waits until its cloud-init has
+	// finished before it returns: bounded by ctx's deadline, else by
+	// ReadyTimeout.
+	AwaitReady   bool
+	ReadyTimeout time.Duration
+}
+
+// Dialer opens connections to souls for one run. Dial returns a Conn to
+// p, set up as the transport requires (for SSH: a warm connection checked
+// again for this run, the host key pinned or verified, the cloud-init of a
+// soul just made waited for); its errors carry codes (Code) and the
+// failure classes below.
+type Dialer interface {
+	Dial(ctx context.Context, p Peer) (Conn, error)
+}
+
+// HostKeys is where a Dialer pins and checks souls' host keys: the
+// registry, with its audit log.
+type HostKeys interface {
+	// Pin records key as soul sid's host key on first contact and returns
+	// the key pinned: key, or the one another contact pinned first.
+	Pin(ctx context.Context, sid, key string) (pinned string, err error)
+	// Mismatch records that the host at addr, reached as soul sid,
+	// presented presented although pinned is pinned.
+	Mismatch(ctx context.Context, sid, addr, pinned, presented string) error
+}
+
 // Agents are the souls whose agent is connected to the keeper's bus now.
 // Agent returns a Conn to soul sid and true when its agent is connected
 // (it sent a heartbeat recently); false means the caller uses SSH.

@@ -1,4 +1,4 @@
-package engine
+package ssh
 
 import (
 	"context"
@@ -9,22 +9,21 @@ import (
 	"strings"
 	"time"
 
-	"github.com/soulstack/soulstack/internal/module"
-	"github.com/soulstack/soulstack/internal/store"
-	"github.com/soulstack/soulstack/internal/transport/ssh"
+	"github.com/soulstack/soulstack/internal/transport"
 )
 
 // DefaultReadyTimeout bounds the wait for a cloud-made soul's cloud-init
-// when the step has no deadline of its own (no timeout, no run timeout).
+// when the step has no deadline of its own (no timeout, no run timeout)
+// and the peer sets no ReadyTimeout.
 const DefaultReadyTimeout = 15 * time.Minute
 
 // ReadyConnectRetry is how a soul that awaits readiness is connected to
 // when the step sets no connect policy: about a minute of tries, longer
 // than the transport's default, since a VM just made may still be booting
 // or, its sshd up, refuse the key its cloud-init has not yet written.
-var ReadyConnectRetry = ssh.RetryPolicy{Attempts: 12, Interval: 5 * time.Second}
+var ReadyConnectRetry = transport.RetryPolicy{Attempts: 12, Interval: 5 * time.Second}
 
-// Codes of a soul that is not ready.
+// Codes of a soul that is not ready (ReadyError).
 const (
 	// CodeCloudInitFailed: the soul's cloud-init finished with an error;
 	// the message carries its status and the last lines of its output log.
@@ -37,16 +36,6 @@ const (
 // readyLogLines is how many lines of /var/log/cloud-init-output.log a
 // cloud-init failure carries.
 const readyLogLines = 20
-
-// awaitsReady reports whether a soul must be waited for before its first
-// step: made by a cloud step (it has a provider) and never reached since
-// (no last_seen_at; pending, or unreachable at every try so far). A soul
-// that joined through the agent is active, so it is ready; so are
-// hand-registered souls, which start active. Everything here is read from
-// the run's cached record: a ready soul costs nothing.
-func awaitsReady(so store.Soul) bool {
-	return so.Provider != "" && so.LastSeenAt == nil && so.Status != store.SoulActive && so.Status != store.SoulDestroyed
-}
 
 // readyProbe is the shell text run over the first connection to a soul
 // that awaits readiness. It prints one header line, then details:
@@ -78,31 +67,46 @@ echo absent
 fi
 `
 
-// execer runs one command on a soul; *ssh.Client implements it.
+// ReadyError is a soul whose cloud-init failed (CodeCloudInitFailed) or
+// cannot be told to have finished (CodeNotReady).
+type ReadyError struct {
+	Code    string
+	Message string
+}
+
+func (e *ReadyError) Error() string { return e.Message }
+
+// TransportCode returns the error's code.
+func (e *ReadyError) TransportCode() string { return e.Code }
+
+// execer runs one command on a soul; *Client implements it.
 type execer interface {
-	Exec(ctx context.Context, cmd ssh.Command) (ssh.Result, error)
+	Exec(ctx context.Context, cmd Command) (Result, error)
 }
 
 // awaitReady waits, over c, until the cloud-init of soul sid has finished,
 // bounded by ctx's deadline or, when it has none, by DefaultReadyTimeout.
-// A cloud-init that failed is a module.Error with CodeCloudInitFailed; one
+// A cloud-init that failed is a *ReadyError with CodeCloudInitFailed; one
 // still running at the default bound, CodeNotReady; a step deadline or a
 // cancellation, ctx's error.
 func awaitReady(ctx context.Context, c execer, sid string, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultReadyTimeout
+	}
 	wctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		wctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	res, err := c.Exec(wctx, ssh.Command{Script: readyProbe})
+	res, err := c.Exec(wctx, Command{Script: readyProbe})
 	switch {
 	case err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return fmt.Errorf("the cloud-init of %s had not finished by the step's deadline: %w", sid, context.Cause(ctx))
 	case err != nil && ctx.Err() != nil:
 		return fmt.Errorf("wait for the cloud-init of %s: %w", sid, context.Cause(ctx))
 	case err != nil && wctx.Err() != nil:
-		return &module.Error{Code: CodeNotReady, Message: fmt.Sprintf("the cloud-init of %s had not finished after %s", sid, timeout)}
+		return &ReadyError{Code: CodeNotReady, Message: fmt.Sprintf("the cloud-init of %s had not finished after %s", sid, timeout)}
 	case err != nil:
 		return fmt.Errorf("wait for the cloud-init of %s: %w", sid, err)
 	}
@@ -110,7 +114,7 @@ func awaitReady(ctx context.Context, c execer, sid string, timeout time.Duration
 }
 
 // readyVerdict reads the probe's answer.
-func readyVerdict(sid string, res ssh.Result) error {
+func readyVerdict(sid string, res Result) error {
 	out := strings.TrimRight(string(res.Stdout), "\n")
 	head, rest, _ := strings.Cut(out, "\n")
 	switch {
@@ -128,9 +132,9 @@ func readyVerdict(sid string, res ssh.Result) error {
 		if rc == 0 || rc == 2 {
 			return nil
 		}
-		return &module.Error{Code: CodeCloudInitFailed, Message: fmt.Sprintf("the cloud-init of %s failed (cloud-init status exited with %d):\n%s", sid, rc, strings.TrimSpace(rest))}
+		return &ReadyError{Code: CodeCloudInitFailed, Message: fmt.Sprintf("the cloud-init of %s failed (cloud-init status exited with %d):\n%s", sid, rc, strings.TrimSpace(rest))}
 	}
-	return &module.Error{Code: CodeNotReady, Message: fmt.Sprintf("cannot tell whether the cloud-init of %s finished: the probe exited with %d and printed %q", sid, res.ExitCode, firstLine(out))}
+	return &ReadyError{Code: CodeNotReady, Message: fmt.Sprintf("cannot tell whether the cloud-init of %s finished: the probe exited with %d and printed %q", sid, res.ExitCode, firstLine(out))}
 }
 
 // resultVerdict reads /run/cloud-init/result.json: {"v1": {"errors": [...]}}.
@@ -141,7 +145,7 @@ func resultVerdict(sid, text string) error {
 		} `json:"v1"`
 	}
 	if err := json.Unmarshal([]byte(text), &r); err != nil {
-		return &module.Error{Code: CodeNotReady, Message: fmt.Sprintf("the cloud-init result of %s (/run/cloud-init/result.json) cannot be read: %v", sid, err)}
+		return &ReadyError{Code: CodeNotReady, Message: fmt.Sprintf("the cloud-init result of %s (/run/cloud-init/result.json) cannot be read: %v", sid, err)}
 	}
 	if len(r.V1.Errors) == 0 {
 		return nil
@@ -150,7 +154,7 @@ func resultVerdict(sid, text string) error {
 	for i, e := range r.V1.Errors {
 		lines[i] = fmt.Sprint(e)
 	}
-	return &module.Error{Code: CodeCloudInitFailed, Message: fmt.Sprintf("the cloud-init of %s failed (/run/cloud-init/result.json):\n%s", sid, strings.Join(lines, "\n"))}
+	return &ReadyError{Code: CodeCloudInitFailed, Message: fmt.Sprintf("the cloud-init of %s failed (/run/cloud-init/result.json):\n%s", sid, strings.Join(lines, "\n"))}
 }
 
 func firstLine(s string) string {
