@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +17,7 @@ import (
 	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/drivers/openstack/openstackfake"
 	"github.com/soulstack/soulstack/internal/plugin"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 const (
@@ -31,27 +28,11 @@ const (
 	canaryApp  = "canary-appcred-secret-2b8d"
 )
 
-// binPath is the driver, built once by TestMain.
-var binPath string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "soul-cloud-openstack-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binPath = filepath.Join(dir, "soul-cloud-openstack")
-	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	drivertest.Main(m, "github.com/soulstack/soulstack/cmd/soul-cloud-openstack")
 }
 
-func binary(*testing.T) string { return binPath }
+func binary(t *testing.T) string { return drivertest.Plugin(t, "openstack") }
 
 func startFake(t *testing.T, o openstackfake.Options) *openstackfake.Fake {
 	t.Helper()
@@ -79,13 +60,13 @@ const profile = `{"image": "` + imageID + `", "flavor": "m1.small", "network": "
 
 // host starts a PluginHost over a plugin dir holding the driver; its log
 // goes to the returned buffer.
-func host(t *testing.T) (*plugin.Host, *syncBuffer) {
+func host(t *testing.T) (*plugin.Host, *testlog.Buffer) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.Symlink(binary(t), filepath.Join(dir, "soul-cloud-openstack")); err != nil {
 		t.Fatal(err)
 	}
-	buf := &syncBuffer{}
+	buf := &testlog.Buffer{}
 	h, err := plugin.New(plugin.Config{PluginDir: dir, Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		CreateTimeout: time.Minute, DestroyTimeout: time.Minute, ResizeTimeout: time.Minute})
 	if err != nil {
@@ -94,18 +75,6 @@ func host(t *testing.T) (*plugin.Host, *syncBuffer) {
 	t.Cleanup(func() { h.Close() })
 	return h, buf
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func driver(t *testing.T, h *plugin.Host) driversdk.Driver {
 	t.Helper()

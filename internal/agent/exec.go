@@ -25,11 +25,6 @@ const DefaultMaxOutput = 16 << 20
 // to close (a grandchild that left the process group may hold them).
 const killGrace = 5 * time.Second
 
-// envReserved prefixes names the SSH transport's environment prologue
-// uses; both transports refuse them so that a command behaves the same on
-// either.
-const envReserved = "__soulstack_"
-
 // errInvalid marks a command that cannot be run as given.
 var errInvalid = errors.New("invalid command")
 
@@ -157,32 +152,12 @@ func commandArgv(req wire.ExecRequest) ([]string, error) {
 		return bad("dir contains a NUL byte")
 	}
 	for k, v := range req.Env {
-		if !isName(k) {
-			return bad("environment variable name %q is not a shell identifier", k)
-		}
-		if strings.HasPrefix(k, envReserved) {
-			return bad("environment variable names starting with %s are reserved", envReserved)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return bad("environment variable %s contains a NUL byte", k)
+		if err := transport.CheckEnv(k, v); err != nil {
+			return bad("%v", err)
 		}
 	}
 	if req.Sudo && os.Geteuid() != 0 {
 		argv = append([]string{"sudo", "-n", "--"}, argv...)
 	}
 	return argv, nil
-}
-
-func isName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9' {
-			continue
-		}
-		return false
-	}
-	return true
 }

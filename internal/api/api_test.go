@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/testdb"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 // keeper is a real listening Operator API over a fresh database.
@@ -29,25 +29,8 @@ type keeper struct {
 	url   string
 	store *sqlstore.Store
 	admin string // admin token
-	logs  *syncBuffer
+	logs  *testlog.Buffer
 	now   *clock
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type clock struct {
@@ -73,7 +56,7 @@ func (c *clock) Set(t time.Time) {
 func start(t testing.TB, b testdb.Backend) *keeper {
 	t.Helper()
 	st := b.Open(t)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	clk := &clock{}
 	log := slog.New(secretHandler(logs))
 	srv := httptest.NewServer(api.New(api.Config{Store: st, Logger: log, Version: "test", Now: clk.Now,

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -19,6 +21,37 @@ type CloudService interface {
 	// orphan, and audits it.
 	DestroyOrphans(ctx context.Context, provider string, vmIDs []string, actor store.Actor) ([]client.Orphan, error)
 }
+
+// Errors a CloudService returns, which errors.go maps to problems; a
+// provider that does not exist is the store's own not-found error.
+var (
+	// ErrNotListable: the provider's driver cannot list its VMs (422
+	// cloud.not_listable).
+	ErrNotListable = errors.New("the driver cannot list its VMs")
+	// ErrNotOrphan: a VM to destroy is not an orphan (409
+	// cloud.not_orphan); nothing was destroyed.
+	ErrNotOrphan = errors.New("not an orphan")
+)
+
+// DriverError is a provider's driver failing a call (502, with the
+// driver's own code, or driver.failed), or its credentials not resolving
+// (502 provider.credentials_unavailable, Ref set).
+type DriverError struct {
+	Provider string
+	// Ref is the credentials reference that did not resolve; empty for a
+	// failure of the driver itself.
+	Ref string
+	Err error
+}
+
+func (e *DriverError) Error() string {
+	if e.Ref != "" {
+		return fmt.Sprintf("credentials of provider %q (%s): %v", e.Provider, e.Ref, e.Err)
+	}
+	return fmt.Sprintf("provider %q: %v", e.Provider, e.Err)
+}
+
+func (e *DriverError) Unwrap() error { return e.Err }
 
 func (s *Server) registerCloud() {
 	if s.cloud == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/testdb"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 // startLimited is start with a failed-authentication budget of burst per
@@ -19,7 +20,7 @@ import (
 func startLimited(t *testing.T, b testdb.Backend, burst int, interval time.Duration) *keeper {
 	t.Helper()
 	st := b.Open(t)
-	logs := &syncBuffer{}
+	logs := &testlog.Buffer{}
 	clk := &clock{}
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	srv := httptest.NewServer(api.New(api.Config{Store: st, Logger: slog.New(secretHandler(logs)), Version: "test", Now: clk.Now,

@@ -11,6 +11,7 @@ import (
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -140,6 +141,9 @@ func problemFor(err error) (*client.Problem, bool) {
 	case errors.Is(err, store.ErrStorageFull):
 		return problem(http.StatusInsufficientStorage, "store.full", "the keeper's database has no space left; nothing was changed; free space on its disk"), true
 	}
+	if p, ok := cloudProblem(err); ok {
+		return p, true
+	}
 	var rl *rateLimitedError
 	if errors.As(err, &rl) {
 		return problem(http.StatusTooManyRequests, "auth.rate_limited", rl.Error()), true
@@ -170,6 +174,27 @@ func problemFor(err error) (*client.Problem, bool) {
 			"unknown permission %q; permissions are %s", up.Name, strings.Join(permissionNames(auth.All()), ", ")), true
 	}
 	return problem(http.StatusInternalServerError, "internal.error", "the keeper failed to handle the request; see its log"), false
+}
+
+// cloudProblem maps the errors of a CloudService.
+func cloudProblem(err error) (*client.Problem, bool) {
+	var de *DriverError
+	switch {
+	case errors.As(err, &de) && de.Ref != "":
+		return problem(http.StatusBadGateway, "provider.credentials_unavailable", de.Error()), true
+	case errors.As(err, &de):
+		code := "driver.failed"
+		var dse *driversdk.Error
+		if errors.As(err, &dse) {
+			code = dse.Code
+		}
+		return problem(http.StatusBadGateway, code, de.Error()), true
+	case errors.Is(err, ErrNotListable):
+		return problem(http.StatusUnprocessableEntity, "cloud.not_listable", err.Error()), true
+	case errors.Is(err, ErrNotOrphan):
+		return problem(http.StatusConflict, "cloud.not_orphan", err.Error()), true
+	}
+	return nil, false
 }
 
 func permissionNames(ps []auth.Permission) []string {

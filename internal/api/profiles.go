@@ -54,21 +54,13 @@ func (s *Server) registerProfiles() {
 		return &struct{ Body client.ProfileList }{Body: client.ProfileList{Items: items, Next: next}}, err
 	})
 
-	register(s, huma.Operation{
+	registerGet[nameInput](s, huma.Operation{
 		OperationID: "profile-get", Method: http.MethodGet, Path: "/v1/profiles/{name}", Tags: tags,
 		Summary: "Get a profile", Errors: []int{http.StatusNotFound},
-	}, auth.ProfileRead, false, func(ctx context.Context, in *nameInput) (*profileOutput, error) {
-		p, err := s.store.ProfileGet(ctx, in.Name)
-		if err != nil {
-			return nil, err
-		}
-		return &profileOutput{Body: profileWire(p)}, nil
-	})
+	}, auth.ProfileRead, s.store.ProfileGet, profileWire)
 
-	register(s, huma.Operation{
+	registerDelete[nameInput](s, huma.Operation{
 		OperationID: "profile-delete", Method: http.MethodDelete, Path: "/v1/profiles/{name}", Tags: tags,
 		Summary: "Delete a profile", DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
-	}, auth.ProfileDelete, false, func(ctx context.Context, in *nameInput) (*struct{}, error) {
-		return nil, s.store.ProfileDelete(ctx, store.DeleteParams{Key: in.Name, Actor: principal(ctx).Actor()})
-	})
+	}, auth.ProfileDelete, s.store.ProfileDelete)
 }

@@ -61,24 +61,16 @@ func (s *Server) registerProviders() {
 		return &struct{ Body client.ProviderList }{Body: client.ProviderList{Items: items, Next: next}}, err
 	})
 
-	register(s, huma.Operation{
+	registerGet[nameInput](s, huma.Operation{
 		OperationID: "provider-get", Method: http.MethodGet, Path: "/v1/providers/{name}", Tags: tags,
 		Summary: "Get a provider", Errors: []int{http.StatusNotFound},
-	}, auth.ProviderRead, false, func(ctx context.Context, in *nameInput) (*providerOutput, error) {
-		p, err := s.store.ProviderGet(ctx, in.Name)
-		if err != nil {
-			return nil, err
-		}
-		return &providerOutput{Body: providerWire(p)}, nil
-	})
+	}, auth.ProviderRead, s.store.ProviderGet, providerWire)
 
-	register(s, huma.Operation{
+	registerDelete[nameInput](s, huma.Operation{
 		OperationID: "provider-delete", Method: http.MethodDelete, Path: "/v1/providers/{name}", Tags: tags,
 		Summary: "Delete a provider", Description: "Refused with 409 provider.in_use while profiles use it.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, auth.ProviderDelete, false, func(ctx context.Context, in *nameInput) (*struct{}, error) {
-		return nil, s.store.ProviderDelete(ctx, store.DeleteParams{Key: in.Name, Actor: principal(ctx).Actor()})
-	})
+	}, auth.ProviderDelete, s.store.ProviderDelete)
 }
 
 // fqdnSuffix validates an optional DNS suffix.

@@ -106,9 +106,25 @@ func (s *Server) registerRuns() {
 	if s.runs == nil {
 		return
 	}
-	tags := []string{"runs"}
+	s.registerRunCreate()
+	s.registerRunList()
+	s.registerRunGet()
+	s.registerRunCancel()
+	s.registerRunEvents()
+}
+
+// runTags are the OpenAPI tags of the run routes.
+var runTags = []string{"runs"}
+
+// runIDInput is a route's run id.
+type runIDInput struct {
+	ID string `path:"id" doc:"The run's id (run_…)."`
+}
+
+// registerRunCreate registers POST /v1/runs.
+func (s *Server) registerRunCreate() {
 	register(s, huma.Operation{
-		OperationID: "run-create", Method: http.MethodPost, Path: "/v1/runs", Tags: tags,
+		OperationID: "run-create", Method: http.MethodPost, Path: "/v1/runs", Tags: runTags,
 		Summary: "Start a run of a scenario",
 		Description: "Validates the scenario and input (422 scenario.invalid lists every problem with file:line:column) " +
 			"and checks that the token holds the permission each keeper-side step's module declares (403 auth.forbidden names it, " +
@@ -176,9 +192,12 @@ func (s *Server) registerRuns() {
 			Body   client.Run
 		}{Status: status, Body: wire}, nil
 	})
+}
 
+// registerRunList registers GET /v1/runs.
+func (s *Server) registerRunList() {
 	register(s, huma.Operation{
-		OperationID: "run-list", Method: http.MethodGet, Path: "/v1/runs", Tags: tags, Summary: "List runs, newest first",
+		OperationID: "run-list", Method: http.MethodGet, Path: "/v1/runs", Tags: runTags, Summary: "List runs, newest first",
 	}, auth.RunRead, false, func(ctx context.Context, in *struct {
 		ListInput
 		Phase string `query:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled" doc:"Only runs in this phase."`
@@ -196,14 +215,14 @@ func (s *Server) registerRuns() {
 		}
 		return out, nil
 	})
+}
 
-	type idInput struct {
-		ID string `path:"id" doc:"The run's id (run_…)."`
-	}
+// registerRunGet registers GET /v1/runs/{id}.
+func (s *Server) registerRunGet() {
 	register(s, huma.Operation{
-		OperationID: "run-get", Method: http.MethodGet, Path: "/v1/runs/{id}", Tags: tags,
+		OperationID: "run-get", Method: http.MethodGet, Path: "/v1/runs/{id}", Tags: runTags,
 		Summary: "Get a run with its steps, targets and outputs", Errors: []int{http.StatusNotFound},
-	}, auth.RunRead, false, func(ctx context.Context, in *idInput) (*runOutput, error) {
+	}, auth.RunRead, false, func(ctx context.Context, in *runIDInput) (*runOutput, error) {
 		r, err := s.store.RunGet(ctx, in.ID)
 		if err != nil {
 			return nil, err
@@ -214,12 +233,15 @@ func (s *Server) registerRuns() {
 		}
 		return &runOutput{Body: w}, nil
 	})
+}
 
+// registerRunCancel registers POST /v1/runs/{id}/cancel.
+func (s *Server) registerRunCancel() {
 	register(s, huma.Operation{
-		OperationID: "run-cancel", Method: http.MethodPost, Path: "/v1/runs/{id}/cancel", Tags: tags,
+		OperationID: "run-cancel", Method: http.MethodPost, Path: "/v1/runs/{id}/cancel", Tags: runTags,
 		Summary: "Cancel a run", Description: "A Pending run is cancelled at once; a Running one stops at its next check (within seconds). 409 run.finished when it already ended.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, auth.RunCancel, false, func(ctx context.Context, in *idInput) (*runOutput, error) {
+	}, auth.RunCancel, false, func(ctx context.Context, in *runIDInput) (*runOutput, error) {
 		r, err := s.store.RunCancel(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()})
 		if err != nil {
 			return nil, err
@@ -231,9 +253,12 @@ func (s *Server) registerRuns() {
 		}
 		return &runOutput{Body: w}, nil
 	})
+}
 
+// registerRunEvents registers GET /v1/runs/{id}/events.
+func (s *Server) registerRunEvents() {
 	register(s, huma.Operation{
-		OperationID: "run-events", Method: http.MethodGet, Path: "/v1/runs/{id}/events", Tags: tags,
+		OperationID: "run-events", Method: http.MethodGet, Path: "/v1/runs/{id}/events", Tags: runTags,
 		Summary: "Stream a run's events (Server-Sent Events)",
 		Description: "Each event is `id: <seq>`, `event: <kind>`, `data: <RunEvent JSON>`. Resume with the Last-Event-ID header (or ?after=). " +
 			"The stream ends with an event of kind stream.end once the run has finished and every event was sent. " +

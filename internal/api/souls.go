@@ -84,24 +84,16 @@ func (s *Server) registerSouls() {
 		return &struct{ Body client.SoulList }{Body: client.SoulList{Items: items, Next: next}}, nil
 	})
 
-	register(s, huma.Operation{
+	registerGet[sidInput](s, huma.Operation{
 		OperationID: "soul-get", Method: http.MethodGet, Path: "/v1/souls/{sid}", Tags: tags,
 		Summary: "Get a soul", Errors: []int{http.StatusNotFound},
-	}, auth.SoulRead, false, func(ctx context.Context, in *sidInput) (*soulOutput, error) {
-		so, err := s.store.SoulGet(ctx, in.SID)
-		if err != nil {
-			return nil, err
-		}
-		return &soulOutput{Body: soulWire(so)}, nil
-	})
+	}, auth.SoulRead, s.store.SoulGet, soulWire)
 
-	register(s, huma.Operation{
+	registerDelete[sidInput](s, huma.Operation{
 		OperationID: "soul-delete", Method: http.MethodDelete, Path: "/v1/souls/{sid}", Tags: tags,
 		Summary: "Remove a soul from the registry", Description: "The host itself is not touched.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
-	}, auth.SoulDelete, false, func(ctx context.Context, in *sidInput) (*struct{}, error) {
-		return nil, s.store.SoulDelete(ctx, store.DeleteParams{Key: in.SID, Actor: principal(ctx).Actor()})
-	})
+	}, auth.SoulDelete, s.store.SoulDelete)
 }
 
 // userName validates a POSIX user name for SSH.

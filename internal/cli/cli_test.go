@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,14 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	_ "modernc.org/sqlite" // the driver the tamper command opens the keeper's database with
 
 	"github.com/soulstack/soulstack/internal/cli"
 	"github.com/soulstack/soulstack/internal/config"
-	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -77,45 +75,24 @@ func TestScripts(t *testing.T) {
 
 // startKeeper runs a keeper for one script until the script ends.
 func startKeeper(env *testscript.Env) error {
-	c := config.Config{
-		Listen:  "127.0.0.1:0",
-		DataDir: filepath.Join(env.WorkDir, ".keeper"),
-		Log:     config.Log{Level: "info"},
-	}.WithDefaults()
-	if err := c.Validate(); err != nil {
-		return err
-	}
 	logFile, err := os.Create(filepath.Join(env.WorkDir, "keeper.log"))
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- keeper.Run(ctx, c, keeper.NewLogger(logFile, c), ready) }()
+	k, stop, err := keepertest.Launch(config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(env.WorkDir, ".keeper"), Log: config.Log{Level: "info"}}, logFile)
+	if err != nil {
+		logFile.Close()
+		return fmt.Errorf("start keeper: %w", err)
+	}
 	env.Defer(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := stop(); err != nil {
 			env.T().Log("keeper: ", err)
 		}
 		logFile.Close()
 	})
-
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		return fmt.Errorf("start keeper: %w", err)
-	case <-time.After(15 * time.Second):
-		return errors.New("start keeper: not listening after 15s")
-	}
-	token, err := os.ReadFile(c.AdminTokenPath())
-	if err != nil {
-		return fmt.Errorf("read admin token: %w", err)
-	}
-	env.Setenv("SOULSTACK_KEEPER", "http://"+addr.String())
-	env.Setenv("ADMIN_TOKEN", strings.TrimSpace(string(token)))
-	env.Setenv("KEEPER_DB", c.SQLitePath())
+	env.Setenv("SOULSTACK_KEEPER", k.URL)
+	env.Setenv("ADMIN_TOKEN", k.Token)
+	env.Setenv("KEEPER_DB", k.Config.SQLitePath())
 	return nil
 }
 

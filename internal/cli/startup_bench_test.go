@@ -3,16 +3,13 @@ package cli
 import (
 	"context"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
-	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/scenario"
 )
 
@@ -70,32 +67,6 @@ func BenchmarkRunStartup(b *testing.B) {
 // returns a client with its admin token.
 func startBenchKeeper(b *testing.B) (*client.Client, string) {
 	b.Helper()
-	dir := b.TempDir()
-	cfg := config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "keeper"), Log: config.Log{Level: "error"}}.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- keeper.Run(ctx, cfg, keeper.NewLogger(io.Discard, cfg), ready) }()
-	b.Cleanup(func() { cancel(); <-done })
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		b.Fatal(err)
-	case <-time.After(30 * time.Second):
-		b.Fatal("keeper not listening after 30s")
-	}
-	tok, err := os.ReadFile(cfg.AdminTokenPath())
-	if err != nil {
-		b.Fatal(err)
-	}
-	token := strings.TrimSpace(string(tok))
-	c, err := client.New("http://"+addr.String(), token)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c, token
+	k := keepertest.Start(b, func(c *config.Config) { c.Log.Level = "error" })
+	return k.Client, k.Token
 }

@@ -4,18 +4,15 @@ import (
 	"bytes"
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/soulstack/soulstack/internal/cli"
 	"github.com/soulstack/soulstack/internal/config"
-	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/keepertest"
 )
 
 // TestTrustKeeperCA: against a keeper that listens off loopback (0.0.0.0,
@@ -24,39 +21,16 @@ import (
 // SOULSTACK_CA, --ca-fingerprint or SOULSTACK_CA_FINGERPRINT.
 func TestTrustKeeperCA(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	c := config.Config{Listen: "0.0.0.0:0", DataDir: filepath.Join(dir, ".keeper"), Log: config.Log{Level: "info"}}.WithDefaults()
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	var logs syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- keeper.Run(ctx, c, keeper.NewLogger(&logs, c), ready) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("keeper: %v", err)
-	case <-time.After(15 * time.Second):
-		t.Fatal("keeper not listening after 15s")
-	}
+	k := keepertest.Start(t, func(c *config.Config) { c.Listen = "0.0.0.0:0" })
+	c, logs := k.Config, k.Logs
+	var addr net.Addr = k.Addr
 	url := "https://127.0.0.1:" + strconv.Itoa(addr.(*net.TCPAddr).Port)
 	m := regexp.MustCompile(`ca_fingerprint=(sha256:[0-9a-f]{64})`).FindStringSubmatch(logs.String())
 	if m == nil {
 		t.Fatalf("no fingerprint in the keeper log:\n%s", logs.String())
 	}
 	caFile := filepath.Join(c.TLSDir(), "ca.crt")
-	raw, err := os.ReadFile(c.AdminTokenPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := strings.TrimSpace(string(raw))
+	token := k.Token
 
 	soulctl := func(env map[string]string, args ...string) (int, string, string) {
 		var stdout, stderr bytes.Buffer
@@ -90,22 +64,4 @@ func TestTrustKeeperCA(t *testing.T) {
 			t.Errorf("soulctl with %s: exit %d\n%s%s", name, code, stdout, stderr)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer the keeper's log and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -38,7 +38,7 @@ type Loader func(scenario string, input map[string]any) (*scenario.Plan, error)
 
 // Executor implements runner.Executor.
 type Executor struct {
-	Store     store.Store
+	Store     Registry
 	Load      Loader
 	KeeperKey []byte
 	Resolve   func(ctx context.Context, ref string) ([]byte, error)

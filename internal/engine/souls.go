@@ -21,13 +21,23 @@ import (
 // deadline of its own (no timeout, no run timeout).
 const DefaultReadyTimeout = 15 * time.Minute
 
+// Registry is the part of the keeper's store the engine uses: the souls a
+// run reaches, their host keys and contact, and the audit log of host key
+// mismatches.
+type Registry interface {
+	SoulGet(ctx context.Context, sid string) (store.Soul, error)
+	SoulPinHostKey(ctx context.Context, p store.SoulHostKeyParams) error
+	SoulContact(ctx context.Context, p store.SoulContactParams) ([]store.SoulTransition, error)
+	AuditRecord(ctx context.Context, p store.AuditParams) error
+}
+
 // Souls reaches souls for one run: through the soul's agent when it is
 // connected to the keeper's bus (Agents), else over SSH (the run's
 // transport.Dialer), keys resolved from their references and held in
 // memory only, host keys pinned in the registry on first contact and
 // verified after.
 type Souls struct {
-	store   store.Store
+	store   Registry
 	agents  transport.Agents
 	ssh     transport.Dialer // nil: no SSH transport
 	keeper  []byte           // the keeper's own private key, for souls without key_ref
@@ -44,7 +54,7 @@ type Souls struct {
 
 // SoulsConfig configures Souls.
 type SoulsConfig struct {
-	Store store.Store
+	Store Registry
 	// KeeperKey is the keeper's SSH private key.
 	KeeperKey []byte
 	// Resolve reads the secret a key_ref names; nil resolves env: and

@@ -57,7 +57,7 @@ const adminCheckEvery = time.Hour
 // when every active one expires within AdminExpiryWarning: at start, then
 // every adminCheckEvery until ctx ends or stop is called (stop waits for
 // the watcher to return).
-func watchAdminTokens(ctx context.Context, st store.Store, log *slog.Logger) (stop func()) {
+func watchAdminTokens(ctx context.Context, st tokenLister, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -79,7 +79,7 @@ func watchAdminTokens(ctx context.Context, st store.Store, log *slog.Logger) (st
 
 // warnAdminTokens logs the warning for the admin tokens active at now, if
 // one is due.
-func warnAdminTokens(ctx context.Context, st store.Store, log *slog.Logger, now time.Time) {
+func warnAdminTokens(ctx context.Context, st tokenLister, log *slog.Logger, now time.Time) {
 	last, active, err := lastAdmin(ctx, st, now)
 	switch {
 	case err != nil:
@@ -94,9 +94,14 @@ func warnAdminTokens(ctx context.Context, st store.Store, log *slog.Logger, now 
 	}
 }
 
+// tokenLister is the registry read the admin-token watch makes.
+type tokenLister interface {
+	TokenList(ctx context.Context, p store.ListParams) ([]store.APIToken, error)
+}
+
 // lastAdmin returns the active admin token that stays active longest (one
 // that never expires, if any) and how many are active at now.
-func lastAdmin(ctx context.Context, st store.Store, now time.Time) (store.APIToken, int, error) {
+func lastAdmin(ctx context.Context, st tokenLister, now time.Time) (store.APIToken, int, error) {
 	var last store.APIToken
 	active := 0
 	after := ""

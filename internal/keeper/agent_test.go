@@ -17,7 +17,9 @@ import (
 	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/pki"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 // recordSerial writes serial into the registry as soul sid's current
@@ -46,7 +48,7 @@ type agentKeeper struct {
 	c    *client.Client
 	urls []string
 	ca   *pki.CA
-	logs *syncBuffer
+	logs *testlog.Buffer
 }
 
 var busReady = regexp.MustCompile(`msg="bus ready" component=bus urls="?\[([^\]]+)\]`)
@@ -72,18 +74,16 @@ func (k *agentKeeper) connectedNode(t *testing.T) string {
 
 func startAgentKeeperWith(t testing.TB, cfg config.Config) *agentKeeper {
 	t.Helper()
-	cfg = cfg.WithDefaults()
-	addr, logs := runKeeperInProcess(t, cfg)
-	m := busReady.FindStringSubmatch(logs.String())
+	k := keepertest.Start(t, func(c *config.Config) { *c = cfg })
+	m := busReady.FindStringSubmatch(k.Logs.String())
 	if m == nil {
-		t.Fatalf("the keeper logged no bus URL:\n%s", logs.String())
+		t.Fatalf("the keeper logged no bus URL:\n%s", k.Logs.String())
 	}
-	c := adminClientAt(t, cfg, addr)
-	ca, err := pki.LoadOrCreateCA(cfg.TLSDir(), time.Now())
+	ca, err := pki.LoadOrCreateCA(k.Config.TLSDir(), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &agentKeeper{cfg: cfg, c: c, urls: strings.Fields(m[1]), ca: ca, logs: logs}
+	return &agentKeeper{cfg: k.Config, c: k.Client, urls: strings.Fields(m[1]), ca: ca, logs: k.Logs}
 }
 
 // closedPort returns a loopback port nothing listens on: SSH to it is

@@ -57,7 +57,7 @@ func (k *auditKeeper) client(p *proc) *client.Client {
 	if err != nil {
 		k.t.Fatal(err)
 	}
-	c, err := client.New(p.addr, strings.TrimSpace(string(raw)))
+	c, err := client.New(p.Addr, strings.TrimSpace(string(raw)))
 	if err != nil {
 		k.t.Fatal(err)
 	}
@@ -260,7 +260,7 @@ func TestAuditAttacksOnKeeper(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				p.interrupt(t)
+				p.Interrupt(t)
 				ckPath, ck := k.checkpoint()
 				if ck.Seq != 6 { // token.created and five providers
 					t.Fatalf("checkpoint after shutdown = %+v, want seq 6", ck)
@@ -297,7 +297,7 @@ func TestAuditAttacksOnKeeper(t *testing.T) {
 				if list.Verify == nil || list.Verify.OK || !strings.Contains(fmt.Sprint(list.Verify.Problems), kind) {
 					t.Fatalf("GET /v1/audit?verify=true after the attack: %+v", list.Verify)
 				}
-				logs := p.interrupt(t)
+				logs := p.Interrupt(t)
 				if !strings.Contains(logs, "code="+tc.logged) {
 					t.Fatalf("the restart did not log %s:\n%s", tc.logged, logs)
 				}
@@ -333,7 +333,7 @@ func TestAuditCheckpointsOfKeeper(t *testing.T) {
 			if _, ck := k.checkpoint(); ck.Seq != 5 {
 				t.Fatalf("checkpoint while serving = %+v, want seq 5", ck)
 			}
-			p.interrupt(t)
+			p.Interrupt(t)
 			_, ck := k.checkpoint()
 			if ck.Seq != 6 {
 				t.Fatalf("checkpoint after shutdown = %+v, want seq 6", ck)
@@ -356,7 +356,7 @@ func TestAuditCheckpointsOfKeeper(t *testing.T) {
 			if l.Items[5].Hash != ck.Hash {
 				t.Fatalf("row 6 hash %s, checkpoint %s", l.Items[5].Hash, ck.Hash)
 			}
-			p.interrupt(t)
+			p.Interrupt(t)
 			if r, ok := k.verify(); !ok || !r.OK || r.Checked != 6 {
 				t.Fatalf("keeper audit verify after a clean restart: %+v", r)
 			}
@@ -382,7 +382,7 @@ func TestAuditKeyRef(t *testing.T) {
 	if _, err := k.client(p).ProviderCreate(context.Background(), client.ProviderCreate{Name: "a", Driver: "local"}); err != nil {
 		t.Fatal(err)
 	}
-	p.interrupt(t)
+	p.Interrupt(t)
 
 	out, err := exec.Command(keeperBin, append([]string{"audit", "verify", "--config", cfg}, k.flags()...)...).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "audit chain OK: 2 events, head 2, 1 signed checkpoint(s)") {
@@ -415,17 +415,17 @@ func TestAuditSeveralKeepers(t *testing.T) {
 	c1 := one.client(p1)
 	p2 := two.serve("--config", cfg)
 	token, _ := os.ReadFile(filepath.Join(one.dataDir, "admin.token")) // the second keeper found the admin and made none
-	c2, _ := client.New(p2.addr, strings.TrimSpace(string(token)))
+	c2, _ := client.New(p2.Addr, strings.TrimSpace(string(token)))
 	for i, c := range []*client.Client{c1, c2, c1, c2} {
 		if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: fmt.Sprint("p", i), Driver: "local"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	p1.interrupt(t) // its last event is row 4
+	p1.Interrupt(t) // its last event is row 4
 	if _, err := c2.ProviderCreate(context.Background(), client.ProviderCreate{Name: "late", Driver: "local"}); err != nil {
 		t.Fatal(err)
 	}
-	p2.interrupt(t) // row 6
+	p2.Interrupt(t) // row 6
 
 	verify := func() (client.AuditReport, bool) {
 		out, err := exec.Command(keeperBin, append([]string{"audit", "verify", "--json", "--config", cfg}, one.flags()...)...).Output()
@@ -488,7 +488,7 @@ func TestAuditHeadRowDeleted(t *testing.T) {
 			if _, err := k.client(p).ProviderCreate(context.Background(), client.ProviderCreate{Name: "a", Driver: "local"}); err != nil {
 				t.Fatal(err)
 			}
-			p.interrupt(t)
+			p.Interrupt(t)
 			db := k.db()
 			k.exec(db, `DELETE FROM audit_events`)
 			k.exec(db, `DELETE FROM audit_head`)

@@ -85,7 +85,7 @@ func chaosSeed(t *testing.T) uint64 {
 // healthy reports whether the keeper answers /healthz with 200.
 func healthy(k *proc) bool {
 	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(k.addr + "/healthz")
+	resp, err := c.Get(k.Addr + "/healthz")
 	if err != nil {
 		return false
 	}
@@ -218,10 +218,10 @@ func TestChaosKill9Random(t *testing.T) {
 			tags[run.ID] = tag
 		}
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
-		if err := k.cmd.Process.Kill(); err != nil { // the keeper this test started, by PID
+		if err := k.Cmd.Process.Kill(); err != nil { // the keeper this test started, by PID
 			t.Fatal(err)
 		}
-		<-k.done
+		<-k.Done()
 		k = serve(t, dir)
 		c = adminClient(t, k, data)
 	}
@@ -382,7 +382,7 @@ func TestChaosPostgresRestart(t *testing.T) {
 		refused = fmt.Sprintf("refused %d %s", p.Status, p.Code)
 	}
 	if os.Getenv("CHAOS_DEBUG") != "" {
-		t.Log(k.drain())
+		t.Log(k.Drain())
 	}
 	report(t, chaosRow{Fault: "PostgreSQL stopped 3 s mid-run", Runs: len(ids), Outcome: outcome, Keeper: keeper + "; submit while down " + refused, Duration: time.Since(start)})
 }
@@ -598,7 +598,7 @@ func TestChaosSQLiteDiskFull(t *testing.T) {
 		t.Errorf("the run after space was freed = %+v", r)
 	}
 	sort.Strings(refused)
-	logs := k.interrupt(t)
+	logs := k.Interrupt(t)
 	keeper += fmt.Sprintf("; %d run writes waited for space (retried)", strings.Count(logs, "database write failed; retrying"))
 	report(t, chaosRow{Fault: "SQLite disk full (48 MB tmpfs)", Runs: len(ids), Outcome: outcome + fmt.Sprintf("; %d submissions refused on the full disk: %s", len(refused), strings.Join(refused, ", ")), Keeper: keeper, Duration: time.Since(start)})
 }
@@ -691,7 +691,7 @@ func TestChaosKill9FleetRandom(t *testing.T) {
 			t.Errorf("keeper %d does not answer /healthz after the kills", i)
 			keeper = "a keeper does not answer /healthz"
 		}
-		f.procs[i].interrupt(t)
+		f.procs[i].Interrupt(t)
 	}
 	f.verifyAudit(1)
 	report(t, chaosRow{Fault: "kill -9 x10 of a random keeper of two on one PostgreSQL", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})

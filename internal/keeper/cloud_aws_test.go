@@ -123,7 +123,7 @@ func TestAWSCloudEndToEnd(t *testing.T) {
 	if fake.Live() != 0 {
 		t.Fatalf("%d instances still live after destroy", fake.Live())
 	}
-	if logs := k.drain(); strings.Contains(logs, secret) {
+	if logs := k.Drain(); strings.Contains(logs, secret) {
 		t.Fatalf("the keeper's log holds the credentials' secret:\n%s", logs)
 	}
 }

@@ -6,33 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
-
-// terminate sends SIGTERM, as systemd does on every stop, and waits for a
-// clean exit; it returns the keeper's log.
-func (p *proc) terminate(t *testing.T) string {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		logs := p.drain()
-		if err != nil {
-			t.Fatalf("keeper exited with %v after SIGTERM:\n%s", err, logs)
-		}
-		return logs
-	case <-time.After(120 * time.Second):
-		t.Fatalf("keeper did not stop within 120 s of SIGTERM:\n%s", p.drain())
-	}
-	return ""
-}
 
 // TestSIGTERMDrainsRunsInFlight: 20 runs of two commands each are in
 // flight when the keeper gets SIGTERM. The keeper lets the steps in
@@ -74,7 +53,7 @@ steps:
 		waitFor(t, c, id, "a step running", func(r *client.Run) bool { return stepRunning("first")(r) || stepRunning("second")(r) })
 	}
 	stopping := time.Now()
-	logs := k.terminate(t)
+	logs := k.Terminate(t)
 	t.Logf("SIGTERM to exit with %d runs in flight: %s", n, time.Since(stopping).Round(time.Millisecond))
 	if !strings.Contains(logs, "draining: ") || !strings.Contains(logs, "runs in flight") {
 		t.Fatalf("the keeper did not say what it waited for while draining:\n%s", logs)
@@ -162,7 +141,7 @@ func TestDrainTimeoutHandsRunsBack(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	logs := k.terminate(t)
+	logs := k.Terminate(t)
 	if !strings.Contains(logs, "drain timeout reached") {
 		t.Fatalf("the keeper did not say it cut the steps in flight:\n%s", logs)
 	}

@@ -117,10 +117,10 @@ func TestKill9ResumesIdempotentStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, c, run.ID, "step place running", stepRunning("place"))
-	if err := k.cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown at all
+	if err := k.Cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown at all
 		t.Fatal(err)
 	}
-	<-k.done
+	<-k.Done()
 
 	boot()
 	k = serve(t, dir)
@@ -171,8 +171,8 @@ func TestKill9NeverRepeatsNonIdempotentStep(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	_ = k.cmd.Process.Kill()
-	<-k.done
+	_ = k.Cmd.Process.Kill()
+	<-k.Done()
 	k = serve(t, dir)
 	c = adminClient(t, k, data)
 	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
@@ -283,7 +283,7 @@ steps:
 	if !strings.Contains(string(final.Steps[0].Targets[0].Output), `"note":"***"`) {
 		t.Fatalf("the script's output lost its shape: %s", final.Steps[0].Targets[0].Output)
 	}
-	logs := k.interrupt(t)
+	logs := k.Interrupt(t)
 	if strings.Contains(logs, canary) {
 		t.Fatalf("the keeper log shows the secret:\n%s", logs)
 	}

@@ -63,11 +63,11 @@ func TestOwnCAOffLoopback(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
 	k := serve(t, dir, "--listen", "0.0.0.0:0")
-	if !strings.HasPrefix(k.addr, "https://") {
-		t.Fatalf("keeper listens on %s, want https://", k.addr)
+	if !strings.HasPrefix(k.Addr, "https://") {
+		t.Fatalf("keeper listens on %s, want https://", k.Addr)
 	}
-	url := loopbackURL(k.addr)
-	logs := k.drain()
+	url := loopbackURL(k.Addr)
+	logs := k.Drain()
 	m := fingerprintLog.FindStringSubmatch(logs)
 	if m == nil {
 		t.Fatalf("the log does not give the CA fingerprint:\n%s", logs)
@@ -128,18 +128,18 @@ func TestOwnCAOffLoopback(t *testing.T) {
 			t.Fatalf("client with %s: %v", name, err)
 		}
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 
 	// A restart keeps the CA. The server certificate is reused, or renewed
 	// under the same CA when the machine's addresses changed meanwhile
 	// (other tests add and remove bridges; 0.0.0.0 covers them all);
 	// package pki tests when each happens.
 	k = serve(t, dir, "--listen", "0.0.0.0:0")
-	logs = k.drain()
+	logs = k.Drain()
 	if m := fingerprintLog.FindStringSubmatch(logs); m == nil || m[1] != fp || !regexp.MustCompile(`server_cert=(reused|renewed)`).MatchString(logs) {
 		t.Fatalf("after restart the CA changed or the server certificate is unaccounted for:\n%s", logs)
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 }
 
 // TestServeGivenCertificate: with tls.cert_file/key_file the keeper serves
@@ -159,16 +159,16 @@ func TestServeGivenCertificate(t *testing.T) {
 	cfg := writeConfig(t, dir, fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n",
 		filepath.Join(ext, pki.ServerCertFile), filepath.Join(ext, pki.ServerKeyFile)))
 	k := serve(t, dir, "--config", cfg)
-	if !strings.HasPrefix(k.addr, "https://127.0.0.1:") {
-		t.Fatalf("keeper listens on %s, want https:// on loopback", k.addr)
+	if !strings.HasPrefix(k.Addr, "https://127.0.0.1:") {
+		t.Fatalf("keeper listens on %s, want https:// on loopback", k.Addr)
 	}
 	token := adminToken(t, filepath.Join(dir, ".keeper"))
-	c, _ := client.New(k.addr, token)
+	c, _ := client.New(k.Addr, token)
 	var ce *client.CertificateError
 	if _, err := c.ProviderList(context.Background(), client.ListOptions{}); !errors.As(err, &ce) {
 		t.Fatalf("client without the CA: %v", err)
 	}
-	c, _ = client.NewWithOptions(k.addr, token, client.Options{CAFile: filepath.Join(ext, pki.CACertFile)})
+	c, _ = client.NewWithOptions(k.Addr, token, client.Options{CAFile: filepath.Join(ext, pki.CACertFile)})
 	if _, err := c.ProviderList(context.Background(), client.ListOptions{}); err != nil {
 		t.Fatalf("client with the CA file: %v", err)
 	}
@@ -178,7 +178,7 @@ func TestServeGivenCertificate(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, ".keeper", "tls", pki.ServerCertFile)); err == nil {
 		t.Fatal("the keeper made its own API server certificate although a certificate was configured")
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 }
 
 // TestPlaintextOffLoopbackNeedsFlag: without its own CA and without a
@@ -198,15 +198,15 @@ func TestPlaintextOffLoopbackNeedsFlag(t *testing.T) {
 	}
 
 	k := serve(t, dir, "--config", cfg, "--listen", "0.0.0.0:0", "--insecure-plaintext")
-	if !strings.HasPrefix(k.addr, "http://") {
-		t.Fatalf("keeper listens on %s, want http://", k.addr)
+	if !strings.HasPrefix(k.Addr, "http://") {
+		t.Fatalf("keeper listens on %s, want http://", k.Addr)
 	}
-	resp, err := http.Get(loopbackURL(k.addr) + "/healthz")
+	resp, err := http.Get(loopbackURL(k.Addr) + "/healthz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("healthz: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	logs := k.interrupt(t)
+	logs := k.Interrupt(t)
 	if !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "plain HTTP on a non-loopback address") {
 		t.Fatalf("no warning about plaintext:\n%s", logs)
 	}
@@ -255,7 +255,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, "http:\n  read_header_timeout: 1s\n  read_timeout: 2s\n  idle_timeout: 1s\n")
 	k := serve(t, dir, "--config", cfg)
-	host := strings.TrimPrefix(k.addr, "http://")
+	host := strings.TrimPrefix(k.Addr, "http://")
 	dial := func() net.Conn {
 		conn, err := net.Dial("tcp", host)
 		if err != nil {
@@ -289,7 +289,7 @@ func TestSlowClientsAreCut(t *testing.T) {
 			t.Fatal("an idle keep-alive connection was kept for 20 s")
 		}
 	})
-	k.interrupt(t)
+	k.Interrupt(t)
 }
 
 // TestConnectionCapPerClient: one client address cannot hold more than
@@ -300,7 +300,7 @@ func TestConnectionCapPerClient(t *testing.T) {
 	dir := t.TempDir()
 	cfg := writeConfig(t, dir, "http:\n  max_conns_per_client: 3\n  read_header_timeout: 5m\n  read_timeout: 5m\n  idle_timeout: 5m\n")
 	k := serve(t, dir, "--config", cfg)
-	host := strings.TrimPrefix(k.addr, "http://")
+	host := strings.TrimPrefix(k.Addr, "http://")
 	var held []net.Conn
 	for range 3 {
 		conn, err := net.Dial("tcp", host)
@@ -333,7 +333,7 @@ func TestConnectionCapPerClient(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-		resp, err := hc.Get(k.addr + "/healthz")
+		resp, err := hc.Get(k.Addr + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			break
@@ -343,7 +343,7 @@ func TestConnectionCapPerClient(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	logs := k.interrupt(t)
+	logs := k.Interrupt(t)
 	if !strings.Contains(logs, "over its connection cap") {
 		t.Fatalf("the cap was not logged:\n%s", logs)
 	}
@@ -374,30 +374,30 @@ func TestAuthRateLimitAndMetricsListen(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	if st, _ := get(k.addr+"/metrics", ""); st != 401 {
+	if st, _ := get(k.Addr+"/metrics", ""); st != 401 {
 		t.Fatalf("/metrics without a token: %d, want 401", st)
 	}
-	if st, _ := get(k.addr+"/v1/providers", token); st != 200 {
+	if st, _ := get(k.Addr+"/v1/providers", token); st != 200 {
 		t.Fatalf("admin: %d", st)
 	}
 	for i := range 2 {
-		if st, _ := get(k.addr+"/v1/providers", fmt.Sprintf("sst_guess%d", i)); st != 401 {
+		if st, _ := get(k.Addr+"/v1/providers", fmt.Sprintf("sst_guess%d", i)); st != 401 {
 			t.Fatalf("guess %d: %d, want 401", i, st)
 		}
 	}
-	if st, body := get(k.addr+"/v1/providers", "sst_guess2"); st != 429 || !strings.Contains(body, "auth.rate_limited") {
+	if st, body := get(k.Addr+"/v1/providers", "sst_guess2"); st != 429 || !strings.Contains(body, "auth.rate_limited") {
 		t.Fatalf("third guess: %d %s, want 429 auth.rate_limited", st, body)
 	}
-	if st, _ := get(k.addr+"/v1/providers", token); st != 200 {
+	if st, _ := get(k.Addr+"/v1/providers", token); st != 200 {
 		t.Fatalf("the admin's known token after the burst: %d, want 200", st)
 	}
-	if st, body := get(k.addr+"/metrics", token); st != 200 || !strings.Contains(body, "soulstack_http_requests_total") {
+	if st, body := get(k.Addr+"/metrics", token); st != 200 || !strings.Contains(body, "soulstack_http_requests_total") {
 		t.Fatalf("/metrics with the admin token: %d", st)
 	}
 	if st, body := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", mport), ""); st != 200 || !strings.Contains(body, "soulstack_http_requests_total") {
 		t.Fatalf("metrics_listen: %d %s", st, body)
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 }
 
 // TestEventStreamOutlivesReadTimeout: the read timeout that cuts slow
@@ -419,7 +419,7 @@ func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 			data := filepath.Join(dir, ".keeper")
 			cfg := writeConfig(t, dir, "http:\n  read_timeout: 1s\n  idle_timeout: 1s\n")
 			k := serve(t, dir, "--config", cfg, "--listen", tc.listen)
-			url := loopbackURL(k.addr)
+			url := loopbackURL(k.Addr)
 			hc := http.DefaultClient
 			var opts client.Options
 			if tc.proto == 2 {
@@ -457,7 +457,7 @@ func TestEventStreamOutlivesReadTimeout(t *testing.T) {
 			if err != nil || !strings.Contains(string(body), "event: stream.end") || !strings.Contains(string(body), "run.finished") {
 				t.Fatalf("the event stream ended early (%v):\n%s", err, body)
 			}
-			k.interrupt(t)
+			k.Interrupt(t)
 		})
 	}
 }
@@ -591,5 +591,5 @@ func TestUntrustedPluginRefusedByKeeper(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the keeper executed the world-writable plugin")
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 }

@@ -2,12 +2,10 @@ package keeper_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -20,7 +18,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
-	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -187,60 +185,7 @@ func BenchmarkRunFanout50(b *testing.B) {
 // benchmark fails.
 func startFanoutKeeper(b *testing.B, dataDir string) *client.Client {
 	b.Helper()
-	cfg := config.Config{Listen: "127.0.0.1:0", DataDir: dataDir, Log: config.Log{Level: "warn"}}.WithDefaults()
-	addr, _ := runKeeperInProcess(b, cfg)
-	return adminClientAt(b, cfg, addr)
-}
-
-// runKeeperInProcess runs keeper.Run with cfg (completed with its
-// defaults) in this process until the test ends, and returns the API's
-// address once it listens, with the keeper's log (shown if the test fails).
-func runKeeperInProcess(tb testing.TB, cfg config.Config) (net.Addr, *syncBuffer) {
-	tb.Helper()
-	logs := &syncBuffer{}
-	log := keeper.NewLogger(logs, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- keeper.Run(ctx, cfg, log, ready) }()
-	tb.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				tb.Errorf("keeper: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			tb.Error("keeper did not stop within 30 s")
-		}
-		if tb.Failed() {
-			tb.Logf("keeper log:\n%s", logs.String())
-		}
-	})
-	select {
-	case addr := <-ready:
-		return addr, logs
-	case err := <-done:
-		tb.Fatalf("keeper stopped before listening: %v\n%s", err, logs.String())
-	case <-time.After(30 * time.Second):
-		tb.Fatalf("keeper did not start listening:\n%s", logs.String())
-	}
-	return nil, nil
-}
-
-// adminClientAt is a client of the keeper at addr with the admin token of
-// cfg's data dir.
-func adminClientAt(tb testing.TB, cfg config.Config, addr net.Addr) *client.Client {
-	tb.Helper()
-	token, err := os.ReadFile(cfg.AdminTokenPath())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	c, err := client.New("http://"+addr.String(), strings.TrimSpace(string(token)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return c
+	return keepertest.Start(b, func(c *config.Config) { c.DataDir, c.Log.Level = dataDir, "warn" }).Client
 }
 
 // fanoutRun submits a run, follows its events until it has finished and
@@ -400,22 +345,4 @@ func procStatusKB(b *testing.B, field string) int64 {
 	}
 	b.Fatalf("/proc/self/status has no %s", field)
 	return 0
-}
-
-// syncBuffer is a bytes.Buffer safe for the keeper's concurrent logging.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.buf.String()
 }

@@ -106,7 +106,7 @@ func (f *fleet) start(i int) *proc {
 // client returns a client of keeper i.
 func (f *fleet) client(i int) *client.Client {
 	f.t.Helper()
-	c, err := client.New(f.procs[i].addr, f.token)
+	c, err := client.New(f.procs[i].Addr, f.token)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -116,10 +116,10 @@ func (f *fleet) client(i int) *client.Client {
 // kill9 kills keeper i with SIGKILL and waits for it to be gone.
 func (f *fleet) kill9(i int) {
 	f.t.Helper()
-	if err := f.procs[i].cmd.Process.Kill(); err != nil { // the process this test started, by PID
+	if err := f.procs[i].Cmd.Process.Kill(); err != nil { // the process this test started, by PID
 		f.t.Fatal(err)
 	}
-	<-f.procs[i].done
+	<-f.procs[i].Done()
 }
 
 // owner returns the keeper index holding run id's lease, -1 for none, and
@@ -315,7 +315,7 @@ func TestFleetAnyKeeperAnswers(t *testing.T) {
 		t.Fatalf("providers seen by keeper 1: %d %v", len(list.Items), err)
 	}
 	for i := range f.procs {
-		f.procs[i].interrupt(t)
+		f.procs[i].Interrupt(t)
 	}
 	r := f.verifyAudit(1)
 	// 1 admin token + 1 soul + run created + run finished + 60 providers.
@@ -420,7 +420,7 @@ func TestFleetKill9OneKeeper(t *testing.T) {
 
 	f.start(victim)
 	for _, i := range []int{0, 2, victim} {
-		f.procs[i].interrupt(t)
+		f.procs[i].Interrupt(t)
 	}
 	f.verifyAudit(0)
 }
@@ -475,7 +475,7 @@ func TestFleetRollingRestart(t *testing.T) {
 		mu.Lock()
 		down = k
 		mu.Unlock()
-		f.procs[k].terminate(t)
+		f.procs[k].Terminate(t)
 		p := serve(t, f.dirs[k], "--config", f.cfgs[k])
 		mu.Lock()
 		f.procs[k], down = p, -1
@@ -501,7 +501,7 @@ func TestFleetRollingRestart(t *testing.T) {
 		t.Errorf("ledger has %d distinct lines, want %d", len(count), 2*n)
 	}
 	for i := range f.procs {
-		f.procs[i].interrupt(t)
+		f.procs[i].Interrupt(t)
 	}
 	f.verifyAudit(2)
 }
@@ -523,7 +523,7 @@ func TestFleetRefusesAnotherDataKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, f.client(0), run.ID, "step first running", stepRunning("first"))
-	f.procs[0].terminate(t)
+	f.procs[0].Terminate(t)
 	if _, phase := f.owner(run.ID); phase != "Running" {
 		t.Fatalf("the handed-back run is %s", phase)
 	}
@@ -602,6 +602,6 @@ func TestFleetRefusesAnotherDataKey(t *testing.T) {
 	if final.Phase != "Succeeded" {
 		t.Fatalf("the fleet's run = %s %+v", final.Phase, final.Error)
 	}
-	f.procs[0].interrupt(t)
+	f.procs[0].Interrupt(t)
 	f.verifyAudit(0)
 }

@@ -18,13 +18,18 @@ var ErrDataKeyMismatch = errors.New("keeper.data_key_mismatch")
 // dataKeyCheckRuns is how many of the newest runs checkDataKey tries.
 const dataKeyCheckRuns = 5
 
+// runLister is the registry read the data key check makes.
+type runLister interface {
+	RunList(ctx context.Context, p store.RunListParams) ([]store.Run, error)
+}
+
 // checkDataKey refuses, before the keeper writes anything (an admin token,
 // an audit checkpoint, a claim), a database whose newest runs' sealed
 // inputs its data key opens none of: such a keeper would fail every run it
 // claims (run.state_unreadable) and append audit rows under another audit
 // key, breaking the chain the other keepers write. A database without runs
 // passes.
-func checkDataKey(ctx context.Context, st store.Store, sealer *secret.Sealer, c config.Config) error {
+func checkDataKey(ctx context.Context, st runLister, sealer *secret.Sealer, c config.Config) error {
 	runs, err := st.RunList(ctx, store.RunListParams{ListParams: store.ListParams{Limit: dataKeyCheckRuns}})
 	if err != nil {
 		return fmt.Errorf("check the data key: %w", err)

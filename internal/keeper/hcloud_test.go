@@ -104,7 +104,7 @@ func TestHcloudEndToEnd(t *testing.T) {
 			t.Fatalf("soul %s = %s after destroy", h.SID, so.Status)
 		}
 	}
-	if logs := k.interrupt(t); strings.Contains(logs, token) {
+	if logs := k.Interrupt(t); strings.Contains(logs, token) {
 		t.Fatalf("the API token shows in the keeper's log:\n%s", logs)
 	}
 }

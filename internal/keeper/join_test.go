@@ -54,7 +54,7 @@ var agentListening = regexp.MustCompile(`msg="agent listener" addr=https://[^ ]*
 // agentURL is the keeper's agent listener on loopback, from its log.
 func agentURL(t *testing.T, k *proc) string {
 	t.Helper()
-	logs := k.drain()
+	logs := k.Drain()
 	m := agentListening.FindStringSubmatch(logs)
 	if m == nil {
 		t.Fatalf("the keeper logged no agent listener:\n%s", logs)
@@ -86,7 +86,7 @@ func keeperCA(t *testing.T, data string) (*x509.CertPool, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pool, pki.Fingerprint(ca)
+	return pool, client.Fingerprint(ca)
 }
 
 // newCSRPEM is a certificate request of a fresh key.
@@ -275,7 +275,7 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vc, _ := client.New(k.addr, viewer.Token)
+	vc, _ := client.New(k.Addr, viewer.Token)
 	if _, err := vc.SeedAdd(ctx, sid, client.SeedCreate{Scenario: seeds.Items[0].Scenario}); !errors.As(err, &p) || p.Status != 403 {
 		t.Fatalf("a viewer added a seed: %v", err)
 	}
@@ -284,7 +284,7 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, _ := client.New(k.addr, registrar.Token)
+	rc, _ := client.New(k.Addr, registrar.Token)
 	if _, err := rc.SeedAdd(ctx, sid, client.SeedCreate{Scenario: seeds.Items[0].Scenario}); !errors.As(err, &p) || p.Status != 403 || !strings.Contains(p.Detail, "run.create") {
 		t.Fatalf("a token without run.create added a seed: %v", err)
 	}

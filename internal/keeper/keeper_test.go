@@ -1,21 +1,18 @@
 package keeper_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/bus/bustest"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
@@ -27,10 +24,9 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	keeperBin = filepath.Join(dir, "keeper")
-	out, err := exec.Command("go", "build", "-o", keeperBin, "../../cmd/keeper").CombinedOutput()
+	keeperBin, err = keepertest.Build(dir)
 	if err != nil {
-		os.Stderr.Write(out)
+		os.Stderr.WriteString(err.Error() + "\n")
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -40,87 +36,12 @@ func TestMain(m *testing.M) {
 }
 
 // proc is a keeper process started by a test.
-type proc struct {
-	cmd  *exec.Cmd
-	addr string
-	logs chan string
-	done chan error
-}
+type proc = keepertest.Proc
 
-var listening = regexp.MustCompile(`msg="keeper listening" addr=(https?://[0-9a-f.:\[\]]+)`)
-
-// serve starts `keeper serve` with args and waits until it listens.
+// serve starts `keeper serve` with args in dir and waits until it listens.
 func serve(t *testing.T, dir string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(keeperBin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Dir = dir
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, logs: make(chan string, 1000), done: make(chan error, 1)}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			if m := listening.FindStringSubmatch(line); m != nil {
-				addr <- m[1]
-			}
-			select {
-			case p.logs <- line:
-			default:
-			}
-		}
-		p.done <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill() // the process this test started, by PID
-		}
-	})
-	select {
-	case p.addr = <-addr:
-	case err := <-p.done:
-		t.Fatalf("keeper exited before listening: %v\n%s", err, p.drain())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("keeper did not start listening:\n%s", p.drain())
-	}
-	return p
-}
-
-func (p *proc) drain() string {
-	var b strings.Builder
-	for {
-		select {
-		case l := <-p.logs:
-			b.WriteString(l + "\n")
-		default:
-			return b.String()
-		}
-	}
-}
-
-// interrupt sends SIGINT (Ctrl-C) and waits for a clean exit.
-func (p *proc) interrupt(t *testing.T) string {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.done:
-		logs := p.drain()
-		if err != nil {
-			t.Fatalf("keeper exited with %v after SIGINT:\n%s", err, logs)
-		}
-		return logs
-	case <-time.After(20 * time.Second):
-		t.Fatal("keeper did not stop within 20 s of SIGINT")
-	}
-	return ""
+	return keepertest.Serve(t, keeperBin, dir, args...)
 }
 
 func TestServeSQLiteZeroConfig(t *testing.T) {
@@ -140,16 +61,16 @@ func TestServeSQLiteZeroConfig(t *testing.T) {
 	}
 	raw, _ := os.ReadFile(tokenPath)
 	token := strings.TrimSpace(string(raw))
-	c, _ := client.New(k.addr, token)
+	c, _ := client.New(k.Addr, token)
 	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "local.test"}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.Get(k.addr + "/healthz")
+	resp, err := http.Get(k.Addr + "/healthz")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("healthz: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	logs := k.interrupt(t)
+	logs := k.Interrupt(t)
 	if strings.Contains(logs, token) {
 		t.Fatal("the log shows the admin token")
 	}
@@ -159,7 +80,7 @@ func TestServeSQLiteZeroConfig(t *testing.T) {
 
 	// A restart keeps the data and the token, and creates no second admin.
 	k = serve(t, dir)
-	c, _ = client.New(k.addr, token)
+	c, _ = client.New(k.Addr, token)
 	if _, err := c.ProviderGet(context.Background(), "local"); err != nil {
 		t.Fatalf("provider lost across restart: %v", err)
 	}
@@ -170,7 +91,7 @@ func TestServeSQLiteZeroConfig(t *testing.T) {
 	if raw2, _ := os.ReadFile(tokenPath); string(raw2) != string(raw) {
 		t.Fatal("admin.token was rewritten on restart")
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 
 	// keeper audit verify reads the same database.
 	out, err := exec.Command(keeperBin, "audit", "verify", "--data-dir", filepath.Join(dir, ".keeper")).CombinedOutput()
@@ -188,14 +109,14 @@ func TestServePostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, _ := client.New(k.addr, strings.TrimSpace(string(raw)))
+	c, _ := client.New(k.Addr, strings.TrimSpace(string(raw)))
 	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "pg", Driver: "local"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "data", "keeper.db")); err == nil {
 		t.Fatal("a SQLite file was created although PostgreSQL was configured")
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 
 	// Verifying needs the audit key (from the data key) and the
 	// checkpoints, both in the keeper's data dir, not in the database.
@@ -238,13 +159,13 @@ func TestAuditVerifyDetectsTampering(t *testing.T) {
 	dir := t.TempDir()
 	k := serve(t, dir)
 	raw, _ := os.ReadFile(filepath.Join(dir, ".keeper", "admin.token"))
-	c, _ := client.New(k.addr, strings.TrimSpace(string(raw)))
+	c, _ := client.New(k.Addr, strings.TrimSpace(string(raw)))
 	for _, n := range []string{"a", "b", "c"} {
 		if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: n, Driver: "local"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 	// Edit a row behind the keeper's back, through the database file.
 	db := filepath.Join(dir, ".keeper", "keeper.db")
 	if err := tamper(db, `UPDATE audit_events SET actor_aid = 'someone-else' WHERE seq = 3`); err != nil {

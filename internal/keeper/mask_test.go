@@ -26,7 +26,7 @@ func roleClient(t *testing.T, k *proc, c *client.Client, name, role string) (*cl
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := client.New(k.addr, tok.Token)
+	rc, err := client.New(k.Addr, tok.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,12 +310,12 @@ steps:
 		t.Errorf("stored input = %s", final.Input)
 	}
 	// The token still works: masking is of text, not of the token.
-	if vc, err := client.New(k.addr, viewerToken); err != nil {
+	if vc, err := client.New(k.Addr, viewerToken); err != nil {
 		t.Fatal(err)
 	} else if _, err := vc.RunGet(ctx, run.ID); err != nil {
 		t.Fatalf("the viewer token no longer works: %v", err)
 	}
-	logs := k.interrupt(t)
+	logs := k.Interrupt(t)
 	for _, tok := range []string{viewerToken, bootstrap} {
 		if strings.Contains(logs, tok) {
 			t.Errorf("the keeper log shows the token %s", tok[:4])
@@ -415,7 +415,7 @@ func TestProviderConfigSealed(t *testing.T) {
 		t.Fatalf("GET /v1/providers/fake = %s, %v", got.Config, err)
 	}
 	grepDir(t, data, canary)
-	k.interrupt(t)
+	k.Interrupt(t)
 	grepDir(t, data, canary)
 }
 
@@ -456,10 +456,10 @@ steps:
 		t.Fatal(err)
 	}
 	waitFor(t, c, run.ID, "step place running", stepRunning("place"))
-	if err := k.cmd.Process.Kill(); err != nil { // SIGKILL: nothing of the run's set survives
+	if err := k.Cmd.Process.Kill(); err != nil { // SIGKILL: nothing of the run's set survives
 		t.Fatal(err)
 	}
-	<-k.done
+	<-k.Done()
 
 	boot()
 	k = serve(t, dir)
@@ -479,7 +479,7 @@ steps:
 			t.Errorf("%s shows the secret: %s", what, text)
 		}
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 	grepDir(t, data, canary)
 }
 

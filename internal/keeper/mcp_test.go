@@ -121,7 +121,7 @@ func connectHTTP(ctx context.Context, k *proc, token string, pl *progressLog) (*
 		opts.ProgressNotificationHandler = pl.handler
 	}
 	c := sdk.NewClient(&sdk.Implementation{Name: "test", Version: "1"}, opts)
-	return c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: k.addr + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{token}}, MaxRetries: -1}, nil)
+	return c.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: k.Addr + "/mcp", HTTPClient: &http.Client{Transport: bearerTransport{token}}, MaxRetries: -1}, nil)
 }
 
 // connectStdio starts `soulctl mcp` as a subprocess and opens an MCP
@@ -129,7 +129,7 @@ func connectHTTP(ctx context.Context, k *proc, token string, pl *progressLog) (*
 func connectStdio(ctx context.Context, t *testing.T, k *proc, token string, pl *progressLog) (*sdk.ClientSession, error) {
 	t.Helper()
 	cmd := exec.Command(soulctlBinary(t), "mcp")
-	cmd.Env = append(os.Environ(), "SOULSTACK_KEEPER="+k.addr, "SOULSTACK_TOKEN="+token)
+	cmd.Env = append(os.Environ(), "SOULSTACK_KEEPER="+k.Addr, "SOULSTACK_TOKEN="+token)
 	cmd.Dir = t.TempDir()
 	opts := &sdk.ClientOptions{}
 	if pl != nil {
@@ -436,7 +436,7 @@ func TestMCPRefusesBadTokens(t *testing.T) {
 			t.Errorf("token %q: an MCP session was opened", token)
 		}
 	}
-	req, _ := http.NewRequest(http.MethodPost, mk.k.addr+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req, _ := http.NewRequest(http.MethodPost, mk.k.Addr+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
 	req.Header.Set("Authorization", "Bearer sst_wrong")
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -528,7 +528,7 @@ func TestMCPSessionBoundToToken(t *testing.T) {
 
 	args, _ := json.Marshal(map[string]any{"scenario": mcpScenario, "input": map[string]any{"pin": canaryInput}})
 	body := `{"jsonrpc":"2.0","id":99,"method":"tools/call","params":{"name":"run_start","arguments":` + string(args) + `}}`
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, mk.k.addr+"/mcp", strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, mk.k.Addr+"/mcp", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+mk.viewer)
 	req.Header.Set("Mcp-Session-Id", s.ID())
 	req.Header.Set("Mcp-Protocol-Version", s.InitializeResult().ProtocolVersion)
@@ -570,5 +570,5 @@ func TestMCPSessionDoesNotHoldShutdown(t *testing.T) {
 	}
 	defer s.Close()
 	callTool(ctx, t, s, "souls_list", nil, nil)
-	mk.k.interrupt(t)
+	mk.k.Interrupt(t)
 }

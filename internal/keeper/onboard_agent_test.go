@@ -46,7 +46,7 @@ func TestSeedsOverAgentWithoutSSH(t *testing.T) {
 	c := adminClient(t, k, data)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("keeper log:\n%s", k.drain())
+			t.Logf("keeper log:\n%s", k.Drain())
 		}
 	})
 	ctx := context.Background()

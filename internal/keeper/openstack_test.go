@@ -42,7 +42,7 @@ func TestOpenStackEndToEnd(t *testing.T) {
 	}
 	final := waitRun(t, c, run.ID)
 	if final.Phase != "Succeeded" {
-		t.Fatalf("provision run = %s %+v\n%s\n%s", final.Phase, final.Error, describeSteps(final.Steps), k.drain())
+		t.Fatalf("provision run = %s %+v\n%s\n%s", final.Phase, final.Error, describeSteps(final.Steps), k.Drain())
 	}
 	var outputs map[string]json.RawMessage
 	_ = json.Unmarshal(final.Outputs, &outputs)
@@ -87,7 +87,7 @@ func TestOpenStackEndToEnd(t *testing.T) {
 			t.Fatalf("soul %s = %s after destroy", h.SID, so.Status)
 		}
 	}
-	if logs := k.drain(); strings.Contains(logs, password) {
+	if logs := k.Drain(); strings.Contains(logs, password) {
 		t.Fatalf("the keeper's log holds the provider's password:\n%s", logs)
 	}
 }
@@ -172,7 +172,7 @@ func TestOpenStackCrashLeavesOrphan(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := <-f.Accepted()
-	pid := childPID(t, k.cmd.Process.Pid, "soul-cloud-open") // comm is cut at 15 bytes
+	pid := childPID(t, k.Cmd.Process.Pid, "soul-cloud-open") // comm is cut at 15 bytes
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}

@@ -2,46 +2,43 @@ package keeper
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/modules/cloud"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
+// orphanRegistry is what the orphan finder reads and writes of the
+// registry.
+type orphanRegistry interface {
+	ProviderGet(ctx context.Context, name string) (store.Provider, error)
+	ProviderList(ctx context.Context, p store.ListParams) ([]store.Provider, error)
+	SoulsOfProvider(ctx context.Context, provider string) ([]store.Soul, error)
+	CloudRequestGet(ctx context.Context, requestID string) (store.CloudRequest, error)
+	AuditRecord(ctx context.Context, p store.AuditParams) error
+}
+
 // cloudService finds VMs a driver has, made by a keeper, that no live soul
-// row owns: what a crash in the middle of core.cloud.created leaves.
+// row owns: what a crash in the middle of core.cloud.created leaves. Its
+// errors are the api package's (api.DriverError, api.ErrNotListable,
+// api.ErrNotOrphan) and the store's.
 type cloudService struct {
-	st       store.Store
+	st       orphanRegistry
 	keeperID string // passed to drivers as Provider.KeeperID
 	drivers  func(ctx context.Context, name string) (driversdk.Driver, error)
 	resolve  func(ctx context.Context, ref string) ([]byte, error)
 }
 
-func problem(status int, code, format string, args ...any) *client.Problem {
-	return &client.Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Code: code, Detail: fmt.Sprintf(format, args...)}
-}
-
-// driverProblem reports a driver failure as a 502 with the driver's code.
-func driverProblem(provider string, err error) *client.Problem {
-	code := "driver.failed"
-	var de *driversdk.Error
-	if errors.As(err, &de) {
-		code = de.Code
-	}
-	return problem(http.StatusBadGateway, code, "provider %q: %v", provider, err)
-}
-
 func (c *cloudService) providers(ctx context.Context, name string) ([]store.Provider, error) {
 	if name != "" {
 		p, err := c.st.ProviderGet(ctx, name)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, problem(http.StatusNotFound, "provider.not_found", "provider %q does not exist", name)
+		if err != nil {
+			return nil, err
 		}
-		return []store.Provider{p}, err
+		return []store.Provider{p}, nil
 	}
 	var all []store.Provider
 	after := ""
@@ -63,11 +60,11 @@ func (c *cloudService) providers(ctx context.Context, name string) ([]store.Prov
 func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans []client.Orphan, d driversdk.Driver, dp driversdk.Provider, listable bool, err error) {
 	d, err = c.drivers(ctx, p.Driver)
 	if err != nil {
-		return nil, nil, dp, false, driverProblem(p.Name, err)
+		return nil, nil, dp, false, &api.DriverError{Provider: p.Name, Err: err}
 	}
 	caps, err := d.Capabilities(ctx)
 	if err != nil {
-		return nil, nil, dp, false, driverProblem(p.Name, err)
+		return nil, nil, dp, false, &api.DriverError{Provider: p.Name, Err: err}
 	}
 	if !caps.Listable {
 		return nil, d, dp, false, nil
@@ -75,12 +72,12 @@ func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans
 	dp = driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: cloud.DriverConfig(p.Config), KeeperID: c.keeperID}
 	if p.CredentialsRef != "" {
 		if dp.Credentials, err = c.resolve(ctx, p.CredentialsRef); err != nil {
-			return nil, nil, dp, true, problem(http.StatusBadGateway, "provider.credentials_unavailable", "credentials of provider %q (%s): %v", p.Name, p.CredentialsRef, err)
+			return nil, nil, dp, true, &api.DriverError{Provider: p.Name, Ref: p.CredentialsRef, Err: err}
 		}
 	}
 	vms, err := d.List(ctx, driversdk.ListRequest{Provider: dp})
 	if err != nil {
-		return nil, nil, dp, true, driverProblem(p.Name, err)
+		return nil, nil, dp, true, &api.DriverError{Provider: p.Name, Err: err}
 	}
 	souls, err := c.st.SoulsOfProvider(ctx, p.Name)
 	if err != nil {
@@ -125,7 +122,7 @@ func (c *cloudService) Orphans(ctx context.Context, provider string) ([]client.O
 			return nil, err
 		}
 		if !listable && provider != "" {
-			return nil, problem(http.StatusUnprocessableEntity, "cloud.not_listable", "driver %q of provider %q cannot list its VMs", p.Driver, p.Name)
+			return nil, fmt.Errorf("driver %q of provider %q: %w", p.Driver, p.Name, api.ErrNotListable)
 		}
 		out = append(out, found...)
 	}
@@ -143,7 +140,7 @@ func (c *cloudService) DestroyOrphans(ctx context.Context, provider string, vmID
 		return nil, err
 	}
 	if !listable {
-		return nil, problem(http.StatusUnprocessableEntity, "cloud.not_listable", "driver of provider %q cannot list its VMs", provider)
+		return nil, fmt.Errorf("provider %q: %w", provider, api.ErrNotListable)
 	}
 	byID := map[string]client.Orphan{}
 	for _, o := range orphans {
@@ -153,12 +150,12 @@ func (c *cloudService) DestroyOrphans(ctx context.Context, provider string, vmID
 	for _, id := range vmIDs {
 		o, ok := byID[id]
 		if !ok {
-			return nil, problem(http.StatusConflict, "cloud.not_orphan", "VM %q of provider %q is not an orphan (a soul owns it, or the driver does not know it); nothing was destroyed", id, provider)
+			return nil, fmt.Errorf("VM %q of provider %q is %w (a soul owns it, or the driver does not know it); nothing was destroyed", id, provider, api.ErrNotOrphan)
 		}
 		doomed = append(doomed, o)
 	}
 	if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: dp, VMIDs: vmIDs}); err != nil {
-		return nil, driverProblem(provider, err)
+		return nil, &api.DriverError{Provider: provider, Err: err}
 	}
 	if err := c.st.AuditRecord(ctx, store.AuditParams{Actor: actor, Action: "cloud.orphans_destroyed", Object: "provider/" + provider,
 		Payload: map[string]any{"provider": provider, "vm_ids": vmIDs}}); err != nil {

@@ -82,7 +82,7 @@ func (ck *cloudKeeper) token(t *testing.T, in client.TokenCreate) (*client.Clien
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(ck.k.addr, tok.Token)
+	c, err := client.New(ck.k.Addr, tok.Token)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ type keeperLog struct {
 func (l *keeperLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.b.WriteString(l.k.drain())
+	l.b.WriteString(l.k.Drain())
 	return l.b.String()
 }
 

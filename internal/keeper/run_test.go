@@ -23,7 +23,7 @@ func adminClient(t *testing.T, k *proc, dataDir string) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(k.addr, strings.TrimSpace(string(raw)))
+	c, err := client.New(k.Addr, strings.TrimSpace(string(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func loadPlan(text string, input map[string]any) (*scenario.Plan, error) {
 // scenarioChecker validates a scenario and its input before a run is
 // accepted: every problem of the scenario and the input, plus literal
 // targets that are not registered souls.
-func scenarioChecker(st store.Store) api.ScenarioChecker {
+func scenarioChecker(st soulGetter) api.ScenarioChecker {
 	return func(file, text string, input map[string]any) (api.CheckedScenario, []client.ProblemError) {
 		plan, err := scenario.Load(file, []byte(text), input)
 		if err != nil {

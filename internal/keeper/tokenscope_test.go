@@ -27,7 +27,7 @@ func tokenClient(t *testing.T, k *proc, admin *client.Client, name, role string)
 	if err != nil {
 		t.Fatalf("create token %s: %v", name, err)
 	}
-	c, err := client.New(k.addr, tk.Token)
+	c, err := client.New(k.Addr, tk.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestRunKeyScopedToToken(t *testing.T) {
 // postRun sends POST /v1/runs with body and token.
 func postRun(t *testing.T, k *proc, token, body string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, k.addr+"/v1/runs", strings.NewReader(body))
+	req, _ := http.NewRequest(http.MethodPost, k.Addr+"/v1/runs", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
@@ -396,9 +396,9 @@ func bootstrapAdmin(t *testing.T, dir, dataDir string, args []string, expire fun
 	if err := first.TokenRevoke(ctx, firstID); err != nil {
 		t.Fatalf("revoke the first admin token beside another active one: %v", err)
 	}
-	k.interrupt(t)
+	k.Interrupt(t)
 	k = serve(t, dir, args...)
-	secondClient, _ := client.New(k.addr, second.Token)
+	secondClient, _ := client.New(k.Addr, second.Token)
 	if _, err := secondClient.TokenList(ctx, client.ListOptions{}); err != nil {
 		t.Fatalf("the second admin token before it expired: %v", err)
 	}
@@ -424,7 +424,7 @@ func bootstrapAdmin(t *testing.T, dir, dataDir string, args []string, expire fun
 	if !strings.Contains(out, path) || !strings.Contains(out, "tok_") || strings.Contains(out, minted) {
 		t.Fatalf("bootstrap output must name the path and the id, never the token:\n%s", out)
 	}
-	recovered, _ := client.New(k.addr, minted)
+	recovered, _ := client.New(k.Addr, minted)
 	if _, err := recovered.TokenCreate(ctx, client.TokenCreate{Name: "ops", Role: "operator"}); err != nil {
 		t.Fatalf("the minted admin token against the running keeper: %v", err)
 	}
@@ -449,7 +449,7 @@ func bootstrapAdmin(t *testing.T, dir, dataDir string, args []string, expire fun
 	if out, err := bootstrap("--force"); err != nil || readToken() == minted {
 		t.Fatalf("forced bootstrap: %v\n%s", err, out)
 	}
-	if logs := k.interrupt(t); strings.Contains(logs, minted) {
+	if logs := k.Interrupt(t); strings.Contains(logs, minted) {
 		t.Fatal("the keeper log shows the minted token")
 	}
 }
@@ -460,7 +460,7 @@ func waitLog(t *testing.T, k *proc, parts ...string) {
 	deadline := time.After(30 * time.Second)
 	for {
 		select {
-		case line := <-k.logs:
+		case line := <-k.Logs():
 			all := true
 			for _, p := range parts {
 				all = all && strings.Contains(line, p)

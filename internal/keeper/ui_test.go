@@ -376,7 +376,7 @@ func TestWebUI(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b := newBrowser(t, k.addr, shots)
+	b := newBrowser(t, k.Addr, shots)
 	b.open("", "#token")
 	b.screenshot("signin")
 	checkEventDecoding(t, b)
@@ -396,7 +396,7 @@ func TestWebUI(t *testing.T) {
 	if err := os.WriteFile(scenarioFile, []byte(gatedScenario(gate)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	start := exec.Command(soulctlBinary(t), "--keeper", k.addr, "run", scenarioFile, "--input", "db_password="+uiCanary, "--key", "ui", "--detach")
+	start := exec.Command(soulctlBinary(t), "--keeper", k.Addr, "run", scenarioFile, "--input", "db_password="+uiCanary, "--key", "ui", "--detach")
 	start.Env = append(os.Environ(), "SOULSTACK_TOKEN="+admin)
 	out, err := start.CombinedOutput()
 	if err != nil {
@@ -542,7 +542,7 @@ steps:
 	if !strings.HasPrefix(plain, "sst_") {
 		t.Fatalf("new token shown as %q", plain)
 	}
-	if probe, err := client.New(k.addr, plain); err != nil {
+	if probe, err := client.New(k.Addr, plain); err != nil {
 		t.Fatal(err)
 	} else if _, err := probe.RunList(ctx, client.ListOptions{}); err != nil {
 		t.Fatalf("the token the UI showed does not work: %v", err)
@@ -573,7 +573,7 @@ fetch(%q, {method: 'POST', mode: 'no-cors', credentials: 'include', headers: {'C
   document.getElementById('sink').onload = () => { document.title = 'sent'; };
   document.getElementById('f').submit();
 });
-</script>`, k.addr, k.addr+"/v1/providers")
+</script>`, k.Addr, k.Addr+"/v1/providers")
 	}))
 	defer evil.Close()
 	b.collect()

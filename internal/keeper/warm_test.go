@@ -148,7 +148,7 @@ func TestIdleWarmConnectionIsClosed(t *testing.T) {
 // to ip:port, from its file descriptors and /proc/<pid>/net/tcp.
 func keeperConnsTo(t *testing.T, k *proc, ip string, port int) int {
 	t.Helper()
-	pid := strconv.Itoa(k.cmd.Process.Pid)
+	pid := strconv.Itoa(k.Cmd.Process.Pid)
 	fds, err := os.ReadDir("/proc/" + pid + "/fd")
 	if err != nil {
 		t.Fatal(err)

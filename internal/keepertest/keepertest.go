@@ -2,15 +2,15 @@
 // runs: Start serves one in the test's process (keeper.Run, on loopback,
 // its own data directory, SQLite unless the config says otherwise), and
 // Serve runs the keeper binary (Build) as a process of its own. Both wait
-// until the keeper listens and stop it when the test ends; Buffer is the
-// log both share with the test.
+// until the keeper listens and stop it when the test ends.
 package keepertest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -19,7 +19,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,27 +26,8 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
-
-// Buffer is a bytes.Buffer safe for a keeper's concurrent logging and the
-// test reading it.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *Buffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String returns everything written so far.
-func (s *Buffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // Keeper is a keeper serving in the test's process.
 type Keeper struct {
@@ -62,7 +42,7 @@ type Keeper struct {
 	Token  string
 	Client *client.Client
 	// Logs is the keeper's log.
-	Logs *Buffer
+	Logs *testlog.Buffer
 }
 
 // Start serves a keeper in this process until tb ends: on 127.0.0.1 (a
@@ -75,35 +55,57 @@ func Start(tb testing.TB, edit func(*config.Config)) *Keeper {
 	if edit != nil {
 		edit(&c)
 	}
-	c = c.WithDefaults()
-	if err := c.Validate(); err != nil {
-		tb.Fatalf("keeper config: %v", err)
+	k, stop, err := Launch(c, nil)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	k := &Keeper{Config: c, Logs: &Buffer{}}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- keeper.Run(ctx, c, keeper.NewLogger(k.Logs, c), ready) }()
 	tb.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				tb.Errorf("keeper: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			tb.Error("keeper did not stop within 30 s")
+		if err := stop(); err != nil {
+			tb.Errorf("keeper: %v", err)
 		}
 		if tb.Failed() {
 			tb.Logf("keeper log:\n%s", k.Logs.String())
 		}
 	})
+	return k
+}
+
+// Launch serves a keeper with config c (defaults applied, validated) in
+// this process and returns once it listens; stop stops it and returns its
+// error. Its log goes to Logs and, when log is not nil, to log as well.
+// Start is Launch for a test; Launch is for harnesses that have no
+// testing.TB (testscript's setup).
+func Launch(c config.Config, log io.Writer) (_ *Keeper, stop func() error, _ error) {
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, nil, fmt.Errorf("keeper config: %w", err)
+	}
+	k := &Keeper{Config: c, Logs: &testlog.Buffer{}}
+	var w io.Writer = k.Logs
+	if log != nil {
+		w = io.MultiWriter(k.Logs, log)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- keeper.Run(ctx, c, keeper.NewLogger(w, c), ready) }()
+	stop = func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(30 * time.Second):
+			return errors.New("the keeper did not stop within 30 s")
+		}
+	}
 	select {
 	case k.Addr = <-ready:
 	case err := <-done:
-		tb.Fatalf("keeper stopped before listening: %v\n%s", err, k.Logs.String())
+		cancel()
+		return nil, nil, fmt.Errorf("keeper stopped before listening: %v\n%s", err, k.Logs.String())
 	case <-time.After(30 * time.Second):
-		tb.Fatalf("keeper did not start listening:\n%s", k.Logs.String())
+		_ = stop()
+		return nil, nil, fmt.Errorf("keeper did not start listening:\n%s", k.Logs.String())
 	}
 	k.URL = "http://" + k.Addr.String()
 	var opts client.Options
@@ -111,12 +113,16 @@ func Start(tb testing.TB, edit func(*config.Config)) *Keeper {
 		k.URL = "https://127.0.0.1:" + strconv.Itoa(k.Addr.(*net.TCPAddr).Port)
 		opts.CAFile = filepath.Join(c.TLSDir(), "ca.crt")
 	}
-	k.Token = AdminToken(tb, c)
-	var err error
-	if k.Client, err = client.NewWithOptions(k.URL, k.Token, opts); err != nil {
-		tb.Fatal(err)
+	tok, err := os.ReadFile(c.AdminTokenPath())
+	if err == nil {
+		k.Token = strings.TrimSpace(string(tok))
+		k.Client, err = client.NewWithOptions(k.URL, k.Token, opts)
 	}
-	return k
+	if err != nil {
+		_ = stop()
+		return nil, nil, err
+	}
+	return k, stop, nil
 }
 
 // AdminToken reads the first admin token the keeper of c wrote.
@@ -218,22 +224,35 @@ func (p *Proc) Drain() string {
 	}
 }
 
-// Interrupt sends SIGINT (Ctrl-C), waits for a clean exit and returns the
-// log lines not read yet.
+// Interrupt sends SIGINT (Ctrl-C), waits up to 20 s for a clean exit and
+// returns the log lines not read yet.
 func (p *Proc) Interrupt(t *testing.T) string {
 	t.Helper()
-	if err := p.Cmd.Process.Signal(syscall.SIGINT); err != nil {
+	return p.stop(t, syscall.SIGINT, 20*time.Second)
+}
+
+// Terminate sends SIGTERM, as systemd does on every stop, waits up to
+// 120 s for a clean exit (a drain takes up to drain_timeout) and returns
+// the log lines not read yet.
+func (p *Proc) Terminate(t *testing.T) string {
+	t.Helper()
+	return p.stop(t, syscall.SIGTERM, 120*time.Second)
+}
+
+func (p *Proc) stop(t *testing.T, sig syscall.Signal, within time.Duration) string {
+	t.Helper()
+	if err := p.Cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-p.done:
 		logs := p.Drain()
 		if err != nil {
-			t.Fatalf("keeper exited with %v after SIGINT:\n%s", err, logs)
+			t.Fatalf("keeper exited with %v after %v:\n%s", err, sig, logs)
 		}
 		return logs
-	case <-time.After(20 * time.Second):
-		t.Fatal("keeper did not stop within 20 s of SIGINT")
+	case <-time.After(within):
+		t.Fatalf("keeper did not stop within %s of %v:\n%s", within, sig, p.Drain())
 	}
 	return ""
 }

@@ -122,18 +122,8 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 			err = &driversdk.Error{Code: codeTimeout, Message: "create VMs: the deadline passed: " + err.Error()}
 		}
 	}()
-	if err := d.checkHost(ctx, p.cfg, p.spec); err != nil {
+	if err := d.prepareBase(ctx, &p); err != nil {
 		return nil, err
-	}
-	if p.spec.Base != "" {
-		dir, err := ensureBase(ctx, p.cfg, p.spec.Base, d.log())
-		if err != nil {
-			return nil, err
-		}
-		p.spec.baseDir = dir
-		if err := d.checkHost(ctx, p.cfg, p.spec); err != nil {
-			return nil, err
-		}
 	}
 	st := store{dir: p.cfg.StateDir}
 	unlock, err := lockState(ctx, st)
@@ -145,14 +135,7 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 	if err != nil {
 		return nil, err
 	}
-	have := map[int]*vmRecord{}
-	if req.RequestID != "" {
-		for _, v := range all {
-			if v.Tags[driversdk.TagRequestID] == req.RequestID && v.Index < req.Count {
-				have[v.Index] = v
-			}
-		}
-	}
+	have := requestVMs(all, req)
 	if len(have) == req.Count {
 		d.log().Info("create: request already done", "request_id", req.RequestID, "count", req.Count)
 		return infos(have), nil
@@ -178,6 +161,58 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 		undoHost()
 		return nil, unavailable("%v", err)
 	}
+	vms, err := newVMs(st, h, req, p, all, have)
+	if err != nil {
+		undoHost()
+		return nil, err
+	}
+	start := time.Now()
+	if err := d.bootAll(ctx, st, h, cg, vms); err != nil {
+		return nil, err
+	}
+	for _, vm := range vms {
+		have[vm.rec.Index] = vm.rec
+		d.log().Info("created VM", "vm", vm.rec.ID, "fqdn", vm.rec.FQDN, "ip", vm.rec.IP, "pid", vm.rec.PID)
+	}
+	d.log().Info("create done", "count", len(vms), "seconds", time.Since(start).Seconds())
+	return infos(have), nil
+}
+
+// prepareBase checks the host for the plan's spec and, for a spec with a
+// base, builds or finds the base root and checks again with it.
+func (d *Driver) prepareBase(ctx context.Context, p *createPlan) error {
+	if err := d.checkHost(ctx, p.cfg, p.spec); err != nil {
+		return err
+	}
+	if p.spec.Base == "" {
+		return nil
+	}
+	dir, err := ensureBase(ctx, p.cfg, p.spec.Base, d.log())
+	if err != nil {
+		return err
+	}
+	p.spec.baseDir = dir
+	return d.checkHost(ctx, p.cfg, p.spec)
+}
+
+// requestVMs are the VMs an earlier call made for the same request, by
+// index: a retried create makes only the rest.
+func requestVMs(all []*vmRecord, req driversdk.CreateRequest) map[int]*vmRecord {
+	have := map[int]*vmRecord{}
+	if req.RequestID == "" {
+		return have
+	}
+	for _, v := range all {
+		if v.Tags[driversdk.TagRequestID] == req.RequestID && v.Index < req.Count {
+			have[v.Index] = v
+		}
+	}
+	return have
+}
+
+// newVMs gives each VM the request still lacks an id, a free address on
+// the host's subnet, its FQDN and the request's tags.
+func newVMs(st store, h *hostState, req driversdk.CreateRequest, p createPlan, all []*vmRecord, have map[int]*vmRecord) ([]newVM, error) {
 	used := map[string]bool{}
 	for _, v := range all {
 		if v.IP.IsValid() {
@@ -196,7 +231,6 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 			ip, ok = next()
 		}
 		if !ok {
-			undoHost()
 			return nil, &driversdk.Error{Code: codeQuota, Message: fmt.Sprintf("subnet %s has no free address for %d more VMs", h.Subnet, req.Count-len(have))}
 		}
 		id := newVMID()
@@ -216,11 +250,16 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 		rec := &vmRecord{ID: id, Index: i, FQDN: fqdn, IP: ip, Spec: p.spec, Tags: tags, CreatedAt: time.Now().UTC()}
 		vms = append(vms, newVM{rec: rec, userdata: p.userdata[i], keys: p.keys})
 	}
+	return vms, nil
+}
+
+// bootAll saves, prepares and boots the VMs at once; when any fails, every
+// one of them is torn down again (and the host network, when no VM is
+// left).
+func (d *Driver) bootAll(ctx context.Context, st store, h *hostState, cg cgroupHost, vms []newVM) error {
 	// The state dir holds every VM's upper layer; a VM must not see it
 	// through its lower layer (the init skips it when the lower lacks it).
 	mask := append([]string{st.dir}, d.hide...)
-
-	start := time.Now()
 	errs := make([]error, len(vms))
 	var wg sync.WaitGroup
 	for i, vm := range vms {
@@ -239,28 +278,24 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		defer cancel()
-		for _, vm := range vms {
-			if terr := teardown(cctx, st, h, cg, vm.rec); terr != nil {
-				d.log().Error("create: undo", "vm", vm.rec.ID, "err", terr)
-			}
-		}
-		if left, _ := st.vms(); len(left) == 0 {
-			removeCgroupParents(cg.parents)
-			if terr := teardownHost(cctx, st); terr != nil {
-				d.log().Error("create: undo host network", "err", terr)
-			}
-		}
-		return nil, &driversdk.Error{Code: codeFailed, Message: "create VMs: " + err.Error()}
+	err := errors.Join(errs...)
+	if err == nil {
+		return nil
 	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
 	for _, vm := range vms {
-		have[vm.rec.Index] = vm.rec
-		d.log().Info("created VM", "vm", vm.rec.ID, "fqdn", vm.rec.FQDN, "ip", vm.rec.IP, "pid", vm.rec.PID)
+		if terr := teardown(cctx, st, h, cg, vm.rec); terr != nil {
+			d.log().Error("create: undo", "vm", vm.rec.ID, "err", terr)
+		}
 	}
-	d.log().Info("create done", "count", len(vms), "seconds", time.Since(start).Seconds())
-	return infos(have), nil
+	if left, _ := st.vms(); len(left) == 0 {
+		removeCgroupParents(cg.parents)
+		if terr := teardownHost(cctx, st); terr != nil {
+			d.log().Error("create: undo host network", "err", terr)
+		}
+	}
+	return &driversdk.Error{Code: codeFailed, Message: "create VMs: " + err.Error()}
 }
 
 func exists(p string) bool {

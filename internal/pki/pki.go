@@ -16,11 +16,9 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -33,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/atomicfile"
 )
 
@@ -156,28 +155,7 @@ func parseCA(certPEM, keyPEM []byte) (*CA, error) {
 }
 
 // Fingerprint returns the CA certificate's fingerprint.
-func (ca *CA) Fingerprint() string { return Fingerprint(ca.Cert) }
-
-// Fingerprint returns "sha256:<hex>" of a certificate's DER.
-func Fingerprint(cert *x509.Certificate) string {
-	sum := sha256.Sum256(cert.Raw)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// ParseFingerprint returns the 32 bytes of a fingerprint written as
-// "sha256:<hex>", bare hex, or hex with colons, in either case.
-func ParseFingerprint(s string) ([]byte, error) {
-	v := strings.TrimSpace(s)
-	if i := strings.IndexByte(v, ':'); i >= 0 && strings.EqualFold(v[:i], "sha256") {
-		v = v[i+1:]
-	}
-	v = strings.ReplaceAll(v, ":", "")
-	b, err := hex.DecodeString(v)
-	if err != nil || len(b) != sha256.Size {
-		return nil, fmt.Errorf("fingerprint %q: want sha256: followed by 64 hex digits", s)
-	}
-	return b, nil
-}
+func (ca *CA) Fingerprint() string { return client.Fingerprint(ca.Cert) }
 
 // ParseCertificatePEM returns the first certificate of a PEM text.
 func ParseCertificatePEM(b []byte) (*x509.Certificate, error) {

@@ -77,14 +77,14 @@ func TestCAFiles(t *testing.T) {
 		colons = append(colons, strings.ToUpper(hex[i:i+2]))
 	}
 	for _, form := range []string{fp, hex, strings.ToUpper(hex), "SHA256:" + strings.Join(colons, ":")} {
-		if _, err := pki.ParseFingerprint(form); err != nil {
+		if _, err := client.ParseFingerprint(form); err != nil {
 			t.Errorf("ParseFingerprint(%s): %v", form, err)
 		}
 		if _, err := client.ParseFingerprint(form); err != nil {
 			t.Errorf("client.ParseFingerprint(%s): %v", form, err)
 		}
 	}
-	if _, err := pki.ParseFingerprint("sha256:abcd"); err == nil {
+	if _, err := client.ParseFingerprint("sha256:abcd"); err == nil {
 		t.Error("a short fingerprint was accepted")
 	}
 	if err := os.Remove(filepath.Join(dir, pki.CAKeyFile)); err != nil {

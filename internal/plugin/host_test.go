@@ -8,9 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,39 +16,13 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/secret"
 )
 
-// pluginDir holds soul-cloud-fake, built once by TestMain.
-var pluginDir string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "soulstack-plugin-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	if err := buildFake(dir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	pluginDir = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
-}
-
-// buildFake builds the fake cloud's plugin into dir.
-func buildFake(dir string) error {
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "soul-cloud-fake"),
-		"github.com/soulstack/soulstack/internal/plugin/internal/fakecloud/soul-cloud-fake")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("build soul-cloud-fake: %v\n%s", err, out)
-	}
-	return nil
+	drivertest.Main(m, "github.com/soulstack/soulstack/internal/plugin/internal/fakecloud/soul-cloud-fake")
 }
 
 // record is one captured log record, flattened to text.
@@ -135,7 +106,7 @@ func (c *capture) text() string {
 func newHost(t *testing.T, cfg plugin.Config) (*plugin.Host, *capture) {
 	t.Helper()
 	logs := &capture{}
-	cfg.PluginDir = pluginDir
+	cfg.PluginDir = drivertest.PluginDir(t)
 	cfg.Logger = slog.New(logs)
 	h, err := plugin.New(cfg)
 	if err != nil {

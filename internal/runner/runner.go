@@ -112,9 +112,31 @@ type Executor interface {
 	Execute(ctx context.Context, x Execution, rec Recorder) Outcome
 }
 
+// Store is the part of the keeper's store the runner uses: the runs, their
+// steps, targets, events and leases.
+type Store interface {
+	RunCreate(ctx context.Context, p store.RunCreateParams) (store.Run, bool, error)
+	RunGet(ctx context.Context, id string) (store.Run, error)
+	RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (store.Run, bool, error)
+	RunHeartbeat(ctx context.Context, id, owner string) (bool, error)
+	RunRelease(ctx context.Context, id, owner string) error
+	RunSteps(ctx context.Context, id string) ([]store.RunStep, []store.RunTarget, error)
+	RunStepSave(ctx context.Context, st store.RunStep) error
+	RunTargetSave(ctx context.Context, t store.RunTarget) error
+	RunTargetsSave(ctx context.Context, ts []store.RunTarget) error
+	RunStateSave(ctx context.Context, id, owner, sealed string) error
+	RunFinish(ctx context.Context, p store.RunFinishParams) error
+	RunEventAppend(ctx context.Context, e store.RunEvent) error
+	RunEventsAppend(ctx context.Context, es []store.RunEvent) error
+	RunEvents(ctx context.Context, id string, afterSeq int64, limit int) ([]store.RunEvent, error)
+	RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) ([]string, error)
+}
+
+var _ Store = store.Store(nil)
+
 // Config wires a Runner.
 type Config struct {
-	Store   store.Store
+	Store   Store
 	DB      *sql.DB
 	Queue   riverdriver.Driver[*sql.Tx]
 	Sealer  *secret.Sealer

@@ -160,7 +160,7 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 	case o.CAFingerprint == "":
 		return nil, &Error{Code: "join.ca_fingerprint_missing", Message: "no CA fingerprint (bootstrap file key ca_fingerprint, or --ca-fingerprint)"}
 	}
-	fp, err := pki.ParseFingerprint(o.CAFingerprint)
+	fp, err := client.ParseFingerprint(o.CAFingerprint)
 	if err != nil {
 		return nil, &Error{Code: "join.ca_fingerprint_invalid", Message: err.Error()}
 	}
@@ -218,7 +218,7 @@ func Join(ctx context.Context, o JoinOptions) (*Identity, error) {
 		return nil, err
 	}
 	id := &Identity{dir: o.StateDir, key: key, ca: ca, caPEM: []byte(resp.CA),
-		state: State{SID: o.SID, KeeperURL: strings.TrimSuffix(o.Keeper, "/"), CAFingerprint: pki.Fingerprint(ca)}}
+		state: State{SID: o.SID, KeeperURL: strings.TrimSuffix(o.Keeper, "/"), CAFingerprint: client.Fingerprint(ca)}}
 	if err := id.store(resp); err != nil {
 		return nil, err
 	}
@@ -428,7 +428,7 @@ func Load(dir string) (*Identity, error) {
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return nil, fmt.Errorf("%s: %w", StateFile, err)
 	}
-	if st.CAFingerprint != pki.Fingerprint(ca) {
+	if st.CAFingerprint != client.Fingerprint(ca) {
 		return nil, fmt.Errorf("%s is not the CA %s names (%s)", CAFile, StateFile, st.CAFingerprint)
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)

@@ -1,17 +1,13 @@
 package tfprovider_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
@@ -21,35 +17,18 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
-	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/localcloud"
+	"github.com/soulstack/soulstack/internal/testlog"
 	"github.com/soulstack/soulstack/internal/tfprovider"
 )
-
-// syncBuffer is a bytes.Buffer safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // testKeeper is a real keeper on SQLite, served in-process on loopback.
 type testKeeper struct {
 	URL   string
 	Token string
 	Dir   string
-	Logs  *syncBuffer
+	Logs  *testlog.Buffer
 	C     *client.Client
 }
 
@@ -66,44 +45,10 @@ func startKeeper(t *testing.T) *testKeeper {
 func startKeeperOn(t *testing.T, listen string) *testKeeper {
 	t.Helper()
 	dir := t.TempDir()
-	c := config.Config{Listen: listen, DataDir: filepath.Join(dir, ".keeper"), Log: config.Log{Level: "debug"}}.WithDefaults()
-	if err := c.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	logs := &syncBuffer{}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- keeper.Run(ctx, c, keeper.NewLogger(logs, c), ready) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Log("keeper: ", err)
-		}
+	k := keepertest.Start(t, func(c *config.Config) {
+		c.Listen, c.DataDir, c.Log.Level = listen, filepath.Join(dir, ".keeper"), "debug"
 	})
-	var addr net.Addr
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("start keeper: %v\n%s", err, logs)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("keeper not listening after 20s\n%s", logs)
-	}
-	tok, err := os.ReadFile(c.AdminTokenPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &testKeeper{URL: "http://" + addr.String(), Token: strings.TrimSpace(string(tok)), Dir: dir, Logs: logs}
-	var opts client.Options
-	if c.ServesTLS() {
-		k.URL = fmt.Sprintf("https://127.0.0.1:%d", addr.(*net.TCPAddr).Port)
-		opts.CAFile = filepath.Join(c.TLSDir(), "ca.crt")
-	}
-	k.C, err = client.NewWithOptions(k.URL, k.Token, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+	return &testKeeper{URL: k.URL, Token: k.Token, Dir: dir, Logs: k.Logs, C: k.Client}
 }
 
 // runCount counts the keeper's runs.

@@ -363,7 +363,7 @@ func (s *session) owned(ctx context.Context, ids []string) ([]types.Instance, er
 		}
 	}
 	if len(foreign) > 0 {
-		return nil, driversdk.Errorf(CodeNotOwned, "instances %s do not carry this keeper's %s tag; nothing was changed", strings.Join(foreign, ", "), tagKeeper)
+		return nil, driversdk.Errorf(driversdk.CodeNotOwned, "instances %s do not carry this keeper's %s tag; nothing was changed", strings.Join(foreign, ", "), tagKeeper)
 	}
 	return insts, nil
 }

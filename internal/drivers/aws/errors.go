@@ -15,7 +15,6 @@ import (
 const (
 	CodeQuotaExceeded = "quota.exceeded"
 	CodeAuthFailed    = "auth.failed"
-	CodeNotOwned      = "driver.not_owned"
 	// CodeVMTerminated: the instance an idempotency token names was
 	// terminated, and every spare token was used up.
 	CodeVMTerminated = "vm.terminated"

@@ -1,18 +1,14 @@
 package aws_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +18,7 @@ import (
 	"github.com/soulstack/soulstack/internal/drivers/aws/awsfake"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/plugin/proto/clouddriverv1"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 // The canary credentials: none of them may appear in the plugin's log or
@@ -35,21 +32,8 @@ const (
 		"security_group_ids": ["sg-0123456789abcdef0"], "key_name": "ops", "volume_size_gb": 20, "tags": {"team": "ops"}, "ssh_user": "admin"}`
 )
 
-var pluginBin string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "soul-cloud-aws-test-")
-	if err != nil {
-		panic(err)
-	}
-	pluginBin = filepath.Join(dir, "soul-cloud-aws")
-	if out, err := exec.Command("go", "build", "-o", pluginBin, "github.com/soulstack/soulstack/cmd/soul-cloud-aws").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build soul-cloud-aws: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	drivertest.Main(m, "github.com/soulstack/soulstack/cmd/soul-cloud-aws")
 }
 
 // wireHas reports whether the plugin protocol's generated message type
@@ -71,24 +55,7 @@ type env struct {
 	host *plugin.Host
 	d    driversdk.Driver
 	prov driversdk.Provider
-	log  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log  *testlog.Buffer
 }
 
 func providerFor(f *awsfake.Fake, extra map[string]any) driversdk.Provider {
@@ -108,10 +75,10 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(f.Close)
 	f.SetAccessKey(canaryKeyID)
 	dir := t.TempDir()
-	if err := os.Symlink(pluginBin, filepath.Join(dir, "soul-cloud-aws")); err != nil {
+	if err := os.Symlink(drivertest.Plugin(t, "aws"), filepath.Join(dir, "soul-cloud-aws")); err != nil {
 		t.Fatal(err)
 	}
-	log := &syncBuffer{}
+	log := &testlog.Buffer{}
 	h, err := plugin.New(plugin.Config{PluginDir: dir, Logger: slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
@@ -169,7 +136,7 @@ func TestConformance(t *testing.T) {
 	// Registered before the suite's own cleanup, this runs after it.
 	t.Cleanup(func() { checkSuiteInstances(t, f) })
 	drivertest.Run(t, drivertest.Options{
-		Binary:      pluginBin,
+		Binary:      drivertest.Plugin(t, "aws"),
 		Provider:    providerFor(f, nil),
 		Profile:     json.RawMessage(profileJSON),
 		ResizeSpec:  json.RawMessage(`{"instance_type": "t3.small"}`),

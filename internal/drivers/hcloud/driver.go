@@ -553,7 +553,7 @@ func (s *session) ownedServers(ctx context.Context, ids []string) ([]*hcloud.Ser
 			continue
 		}
 		if !s.owned(srv) {
-			return nil, driversdk.Errorf(CodeNotOwned, "server %s does not carry this keeper's labels (%s, %s): it was not made by this keeper, nothing was done", id, driversdk.TagRequestID, driversdk.TagKeeper)
+			return nil, driversdk.Errorf(driversdk.CodeNotOwned, "server %s does not carry this keeper's labels (%s, %s): it was not made by this keeper, nothing was done", id, driversdk.TagRequestID, driversdk.TagKeeper)
 		}
 		out = append(out, srv)
 	}

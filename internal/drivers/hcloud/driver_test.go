@@ -54,8 +54,8 @@ func TestInProcess(t *testing.T) {
 		t.Fatalf("List by another keeper: %+v, %v", listed, err)
 	}
 	err = d.Destroy(ctx, driversdk.DestroyRequest{Provider: other, VMIDs: []string{vms[0].ID}})
-	if code(t, err) != hcloud.CodeNotOwned {
-		t.Fatalf("Destroy by another keeper: %v, want %s", err, hcloud.CodeNotOwned)
+	if code(t, err) != driversdk.CodeNotOwned {
+		t.Fatalf("Destroy by another keeper: %v, want %s", err, driversdk.CodeNotOwned)
 	}
 	if f.Deletes() != 0 {
 		t.Fatal("another keeper's Destroy deleted a server")

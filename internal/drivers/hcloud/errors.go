@@ -19,8 +19,6 @@ const (
 	// CodeQuotaExceeded: the project's resource limit (servers, cores,
 	// primary IPs) was reached.
 	CodeQuotaExceeded = "quota.exceeded"
-	// CodeNotOwned: a VM id whose server lacks this keeper's labels.
-	CodeNotOwned = "driver.not_owned"
 	// CodeNameTaken: a server of the requested name exists and belongs to
 	// another request.
 	CodeNameTaken = "hcloud.name_taken"

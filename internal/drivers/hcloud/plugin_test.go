@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,23 +21,8 @@ import (
 	"github.com/soulstack/soulstack/internal/plugin"
 )
 
-// binary is soul-cloud-hcloud, built once by TestMain.
-var binary string
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "soul-cloud-hcloud-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "soul-cloud-hcloud")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/soulstack/soulstack/cmd/soul-cloud-hcloud").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build soul-cloud-hcloud: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	drivertest.Main(m, "github.com/soulstack/soulstack/cmd/soul-cloud-hcloud")
 }
 
 const keeperID = "keeper-test-1"
@@ -88,7 +72,7 @@ func newEnv(t *testing.T) *env {
 	f := hcloudfake.New(canary)
 	t.Cleanup(f.Close)
 	dir := t.TempDir()
-	if err := os.Symlink(binary, filepath.Join(dir, "soul-cloud-hcloud")); err != nil {
+	if err := os.Symlink(drivertest.Plugin(t, "hcloud"), filepath.Join(dir, "soul-cloud-hcloud")); err != nil {
 		t.Fatal(err)
 	}
 	lb := &logBuf{}
@@ -155,7 +139,7 @@ func TestConformance(t *testing.T) {
 		}
 	})
 	drivertest.Run(t, drivertest.Options{
-		Binary:     binary,
+		Binary:     drivertest.Plugin(t, "hcloud"),
 		Provider:   provider(f),
 		Profile:    profile,
 		ResizeSpec: json.RawMessage(`{"server_type": "cx32"}`),

@@ -330,7 +330,7 @@ func (c *clients) requestServers(ctx context.Context, keeper, requestID string) 
 			continue
 		}
 		if !owned(&s, keeper) {
-			return nil, driversdk.Errorf(codeNotOwned, "server %s carries request id %s but not this keeper's tag", s.ID, requestID)
+			return nil, driversdk.Errorf(driversdk.CodeNotOwned, "server %s carries request id %s but not this keeper's tag", s.ID, requestID)
 		}
 		i, err := strconv.Atoi(s.Metadata[metaIndex])
 		if err != nil {
@@ -410,7 +410,7 @@ func (c *clients) destroy(ctx context.Context, keeper string, ids []string) erro
 			continue // deleted already
 		}
 		if !owned(s, keeper) {
-			return driversdk.Errorf(codeNotOwned, "server %s does not carry this keeper's %s tag: not deleting it (nor the others of this call)", id, metaKeeper)
+			return driversdk.Errorf(driversdk.CodeNotOwned, "server %s does not carry this keeper's %s tag: not deleting it (nor the others of this call)", id, metaKeeper)
 		}
 		live = append(live, id)
 	}
@@ -551,7 +551,7 @@ func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 		case s == nil:
 			return nil, driversdk.Errorf(driversdk.CodeVMNotFound, "server %s is deleted", id)
 		case !owned(s, req.Provider.KeeperID):
-			return nil, driversdk.Errorf(codeNotOwned, "server %s does not carry this keeper's %s tag: not resizing it (nor the others of this call)", id, metaKeeper)
+			return nil, driversdk.Errorf(driversdk.CodeNotOwned, "server %s does not carry this keeper's %s tag: not resizing it (nor the others of this call)", id, metaKeeper)
 		}
 		list[i] = s
 	}

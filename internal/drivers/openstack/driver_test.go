@@ -72,8 +72,8 @@ func TestAddresses(t *testing.T) {
 			other := prov
 			other.KeeperID = "kp-2"
 			err = d.Destroy(ctx, driversdk.DestroyRequest{Provider: other, VMIDs: []string{vm.ID}})
-			if driversdk.CodeOf(err) != codeNotOwned {
-				t.Fatalf("Destroy by another keeper deployment: %v, want %s", err, codeNotOwned)
+			if driversdk.CodeOf(err) != driversdk.CodeNotOwned {
+				t.Fatalf("Destroy by another keeper deployment: %v, want %s", err, driversdk.CodeNotOwned)
 			}
 			if err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: prov, VMIDs: []string{vm.ID}}); err != nil {
 				t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 const (
 	codeAuthFailed = "auth.failed"
 	codeQuota      = "quota.exceeded"
-	codeNotOwned   = "driver.not_owned"
 	codeVMFailed   = "vm.failed"
 )
 

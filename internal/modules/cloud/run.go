@@ -247,156 +247,216 @@ func (m *Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 }
 
 func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h *Services, a *attempt) (module.Result, error) {
-	if p.Count < 1 {
-		p.Count = 1
-	}
-	prov, d, dp, err := provider(ctx, h, p.Provider)
+	c, err := p.prepare(ctx, h)
 	if err != nil {
 		return module.Result{}, err
 	}
-	if max := maxCount(prov); p.Count > max {
-		return module.Result{}, &module.Error{Code: "cloud.count_exceeded", Message: fmt.Sprintf("count %d is above provider %q's max_count %d", p.Count, prov.Name, max)}
-	}
-	profile, err := spec(ctx, h, prov.Name, p.Profile)
-	if err != nil {
+	if err := checkSeeds(h, p.Seeds, c.sampleSID(p.Name)); err != nil {
 		return module.Result{}, err
 	}
-	mode, profile, err := addressSetting(prov.Name, prov.Config, profile)
-	if err != nil {
+	c.mintTokens(run, p.Count)
+	if err := c.renderUserdata(p, h); err != nil {
 		return module.Result{}, err
-	}
-	if err := d.ValidateProfile(ctx, dp, profile); err != nil {
-		return module.Result{}, driverError("validate profile", err)
-	}
-
-	// Predicted names and per-VM tokens for userdata, made before Create.
-	var names []string
-	if p.SelfOnboard {
-		if prov.FQDNSuffix == "" {
-			return module.Result{}, &module.Error{Code: "cloud.fqdn_suffix_missing", Message: fmt.Sprintf("self_onboard needs provider %q to have an fqdn_suffix", prov.Name)}
-		}
-		for i := 1; i <= p.Count; i++ {
-			sid := fmt.Sprintf("%s-%d.%s", p.Name, i, prov.FQDNSuffix)
-			if _, err := h.Registry.SoulGet(ctx, sid); err == nil {
-				return module.Result{}, &module.Error{Code: "cloud.name_taken", Message: fmt.Sprintf("soul %q already exists; choose another name for the batch", sid)}
-			}
-			names = append(names, sid)
-		}
-	}
-	sample := fmt.Sprintf("%s-1.%s", p.Name, prov.FQDNSuffix)
-	if names != nil {
-		sample = names[0]
-	}
-	if err := checkSeeds(h, p.Seeds, sample); err != nil {
-		return module.Result{}, err
-	}
-	plain := make([]string, p.Count)
-	hashes := make([]string, p.Count)
-	for i := range plain {
-		plain[i], hashes[i] = newBootstrapToken()
-		// The plain token is in the step output by design (cloud-init
-		// hands it to the VM); wherever else its text shows up, it is
-		// masked.
-		run.AddSecret(plain[i])
-	}
-	var userdata []string
-	switch {
-	case p.SelfOnboard || p.GenerateUserdata:
-		for i := 0; i < p.Count; i++ {
-			sid := ""
-			if names != nil {
-				sid = names[i]
-			}
-			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: plain[i], AuthorizedKey: h.AuthorizedKey, Driver: prov.Driver})
-			if err != nil {
-				return module.Result{}, &module.Error{Code: "cloud.userdata_invalid", Message: "render cloud_init: " + err.Error()}
-			}
-			userdata = append(userdata, u)
-		}
-	case p.Userdata != "":
-		for i := 0; i < p.Count; i++ {
-			userdata = append(userdata, p.Userdata)
-		}
 	}
 
 	requestID := randomID("req_", 12)
 	a.requestID = requestID
-	if err := h.Registry.CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: prov.Name, Count: p.Count}); err != nil {
+	if err := h.Registry.CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: c.prov.Name, Count: p.Count}); err != nil {
 		return module.Result{}, err
 	}
-	vms, err := d.Create(ctx, driversdk.CreateRequest{
-		Provider: dp, RequestID: requestID, RunID: run.ID, Profile: profile, Count: p.Count,
-		Names: names, Userdata: userdata, AuthorizedKeys: []string{h.AuthorizedKey},
+	vms, err := c.driver.Create(ctx, driversdk.CreateRequest{
+		Provider: c.dp, RequestID: requestID, RunID: run.ID, Profile: c.profile, Count: p.Count,
+		Names: c.names, Userdata: c.userdata, AuthorizedKeys: []string{h.AuthorizedKey},
 	})
 	created := time.Now()
 	if err != nil {
 		_ = h.Registry.CloudRequestFail(context.WithoutCancel(ctx), requestID, err.Error())
 		return module.Result{Changed: true}, driverError("create", err)
 	}
-	fail := func(code, msg string) (module.Result, error) {
-		_ = h.Registry.CloudRequestFail(context.WithoutCancel(ctx), requestID, msg)
-		return module.Result{Changed: true}, &module.Error{Code: code, Message: msg + fmt.Sprintf("; the VMs are tagged with request %s: soulctl cloud orphans --provider %s lists them", requestID, prov.Name)}
-	}
 	for _, vm := range vms {
 		a.vmIDs = append(a.vmIDs, vm.ID)
 	}
+	reg, err := c.register(p, h, run, vms, created)
+	if err == nil {
+		err = h.Registry.CloudProvision(ctx, store.CloudProvisionParams{
+			RequestID: requestID, Souls: reg.souls, Tokens: reg.tokens, Seeds: reg.seeds, Actor: store.Actor(run.Creator),
+			Audit: map[string]any{"outcome": "ok", "changed": true, "provider": c.prov.Name, "run_id": run.ID, "step": run.Step, "count": len(vms)},
+		})
+		if err != nil {
+			err = &module.Error{Code: "cloud.registry_failed", Message: "the VMs were created but could not be registered: " + err.Error()}
+		}
+	}
+	if err != nil {
+		// The VMs exist but are not souls: tell where to find them.
+		msg := err.Error()
+		_ = h.Registry.CloudRequestFail(context.WithoutCancel(ctx), requestID, msg)
+		return module.Result{Changed: true}, &module.Error{Code: module.Code(err), Message: msg + fmt.Sprintf("; the VMs are tagged with request %s: soulctl cloud orphans --provider %s lists them", requestID, c.prov.Name)}
+	}
+	return module.Result{Changed: true, Output: map[string]any{"hosts": reg.hosts, "count": len(vms), "vm_ids": reg.vmIDs, "action": "created"}}, nil
+}
+
+// creation is what a create decides before it asks the driver: the
+// provider and its driver, the checked profile, the address mode, the
+// predicted names of a self_onboard batch, and each VM's bootstrap token
+// and userdata.
+type creation struct {
+	prov     store.Provider
+	driver   driversdk.Driver
+	dp       driversdk.Provider
+	profile  json.RawMessage
+	mode     string   // address mode (addressSetting)
+	names    []string // predicted SIDs; nil unless self_onboard
+	plain    []string // bootstrap tokens, in clear
+	hashes   []string // and as stored
+	userdata []string
+}
+
+// prepare loads the provider, checks count and profile with the driver,
+// and predicts the names of a self_onboard batch (none may be taken).
+func (p *CreatedParams) prepare(ctx context.Context, h *Services) (*creation, error) {
+	if p.Count < 1 {
+		p.Count = 1
+	}
+	var c creation
+	var err error
+	if c.prov, c.driver, c.dp, err = provider(ctx, h, p.Provider); err != nil {
+		return nil, err
+	}
+	if max := maxCount(c.prov); p.Count > max {
+		return nil, &module.Error{Code: "cloud.count_exceeded", Message: fmt.Sprintf("count %d is above provider %q's max_count %d", p.Count, c.prov.Name, max)}
+	}
+	profile, err := spec(ctx, h, c.prov.Name, p.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if c.mode, c.profile, err = addressSetting(c.prov.Name, c.prov.Config, profile); err != nil {
+		return nil, err
+	}
+	if err := c.driver.ValidateProfile(ctx, c.dp, c.profile); err != nil {
+		return nil, driverError("validate profile", err)
+	}
+	if !p.SelfOnboard {
+		return &c, nil
+	}
+	if c.prov.FQDNSuffix == "" {
+		return nil, &module.Error{Code: "cloud.fqdn_suffix_missing", Message: fmt.Sprintf("self_onboard needs provider %q to have an fqdn_suffix", c.prov.Name)}
+	}
+	for i := 1; i <= p.Count; i++ {
+		sid := fmt.Sprintf("%s-%d.%s", p.Name, i, c.prov.FQDNSuffix)
+		if _, err := h.Registry.SoulGet(ctx, sid); err == nil {
+			return nil, &module.Error{Code: "cloud.name_taken", Message: fmt.Sprintf("soul %q already exists; choose another name for the batch", sid)}
+		}
+		c.names = append(c.names, sid)
+	}
+	return &c, nil
+}
+
+// sampleSID is the first predicted SID, or what it would be: the sid the
+// seeds are checked with.
+func (c *creation) sampleSID(name string) string {
+	if c.names != nil {
+		return c.names[0]
+	}
+	return fmt.Sprintf("%s-1.%s", name, c.prov.FQDNSuffix)
+}
+
+// mintTokens makes each of the n VMs' one-time bootstrap token.
+func (c *creation) mintTokens(run module.RunInfo, n int) {
+	c.plain, c.hashes = make([]string, n), make([]string, n)
+	for i := range c.plain {
+		c.plain[i], c.hashes[i] = newBootstrapToken()
+		// The plain token is in the step output by design (cloud-init
+		// hands it to the VM); wherever else its text shows up, it is
+		// masked.
+		run.AddSecret(c.plain[i])
+	}
+}
+
+// renderUserdata gives each VM its userdata: the keeper's cloud_init
+// template for self_onboard and generate_userdata, else the step's own.
+func (c *creation) renderUserdata(p CreatedParams, h *Services) error {
+	switch {
+	case p.SelfOnboard || p.GenerateUserdata:
+		for i := 0; i < p.Count; i++ {
+			sid := ""
+			if c.names != nil {
+				sid = c.names[i]
+			}
+			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: c.plain[i], AuthorizedKey: h.AuthorizedKey, Driver: c.prov.Driver})
+			if err != nil {
+				return &module.Error{Code: "cloud.userdata_invalid", Message: "render cloud_init: " + err.Error()}
+			}
+			c.userdata = append(c.userdata, u)
+		}
+	case p.Userdata != "":
+		for i := 0; i < p.Count; i++ {
+			c.userdata = append(c.userdata, p.Userdata)
+		}
+	}
+	return nil
+}
+
+// registration is what the registry stores for the created VMs, and the
+// step's output of them.
+type registration struct {
+	souls  []store.Soul
+	tokens []store.BootstrapToken
+	seeds  []store.SoulSeed
+	hosts  []any
+	vmIDs  []string
+}
+
+// register turns the driver's VMs into souls with their bootstrap tokens
+// (valid BootstrapTTL from created) and seeds; a VM that cannot become a
+// soul (not the predicted name, no FQDN, no usable address) fails it.
+func (c *creation) register(p CreatedParams, h *Services, run module.RunInfo, vms []driversdk.VM, created time.Time) (*registration, error) {
 	if len(vms) != p.Count {
-		return fail("driver.bad_answer", fmt.Sprintf("the driver made %d VMs, %d were asked for", len(vms), p.Count))
+		return nil, &module.Error{Code: "driver.bad_answer", Message: fmt.Sprintf("the driver made %d VMs, %d were asked for", len(vms), p.Count)}
 	}
 	var sshUser struct {
 		SSHUser string `json:"ssh_user"`
 	}
-	_ = json.Unmarshal(profile, &sshUser)
+	_ = json.Unmarshal(c.profile, &sshUser)
 	if sshUser.SSHUser == "" {
 		sshUser.SSHUser = "root"
 	}
-	souls := make([]store.Soul, len(vms))
-	tokens := make([]store.BootstrapToken, len(vms))
-	var seeds []store.SoulSeed
-	hosts := make([]any, len(vms))
-	vmIDs := make([]string, len(vms))
+	r := &registration{souls: make([]store.Soul, len(vms)), tokens: make([]store.BootstrapToken, len(vms)), hosts: make([]any, len(vms)), vmIDs: make([]string, len(vms))}
 	for i, vm := range vms {
 		sid := strings.TrimSuffix(vm.FQDN, ".")
-		if names != nil && sid != names[i] {
-			return fail("driver.bad_answer", fmt.Sprintf("VM %s is named %q, not the predicted %q", vm.ID, sid, names[i]))
+		if c.names != nil && sid != c.names[i] {
+			return nil, &module.Error{Code: "driver.bad_answer", Message: fmt.Sprintf("VM %s is named %q, not the predicted %q", vm.ID, sid, c.names[i])}
 		}
 		if sid == "" {
-			return fail("cloud.fqdn_missing", fmt.Sprintf("VM %s has no FQDN, so it cannot become a soul", vm.ID))
+			return nil, &module.Error{Code: "cloud.fqdn_missing", Message: fmt.Sprintf("VM %s has no FQDN, so it cannot become a soul", vm.ID)}
 		}
-		addr, err := chooseAddress(mode, vm)
+		addr, err := chooseAddress(c.mode, vm)
 		if err != nil {
-			return fail(module.Code(err), err.Error())
+			return nil, &module.Error{Code: module.Code(err), Message: err.Error()}
 		}
 		attrs, _ := json.Marshal(vm.Attributes)
 		// A driver that reports the VM's SSH host key (attribute
 		// ssh_host_key) lets the keeper pin it now instead of trusting
 		// the first contact.
 		hostKey, _ := vm.Attributes["ssh_host_key"].(string)
-		souls[i] = store.Soul{
-			SID: sid, Provider: prov.Name, VMID: vm.ID, Address: addr, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
+		r.souls[i] = store.Soul{
+			SID: sid, Provider: c.prov.Name, VMID: vm.ID, Address: addr, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
 			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey,
-				AwaitJoin: p.SelfOnboard && hostKey == "" && joinsByItself(h, prov.Driver)},
+				AwaitJoin: p.SelfOnboard && hostKey == "" && joinsByItself(h, c.prov.Driver)},
 		}
-		tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: hashes[i], ExpiresAt: created.Add(h.BootstrapTTL)}
+		r.tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: c.hashes[i], ExpiresAt: created.Add(h.BootstrapTTL)}
 		for _, sd := range p.Seeds {
 			in, _ := json.Marshal(sd.Input)
 			if sd.Input == nil {
 				in = []byte(`{}`)
 			}
-			seeds = append(seeds, store.SoulSeed{SID: sid, Scenario: sd.Scenario, Input: in, CreatedBy: run.Creator})
+			r.seeds = append(r.seeds, store.SoulSeed{SID: sid, Scenario: sd.Scenario, Input: in, CreatedBy: run.Creator})
 		}
-		hosts[i] = map[string]any{"sid": sid, "vm_id": vm.ID, "address": addr, "primary_ip": vm.PrimaryIP,
+		r.hosts[i] = map[string]any{"sid": sid, "vm_id": vm.ID, "address": addr, "primary_ip": vm.PrimaryIP,
 			"public_ip": vm.PublicIP, "private_ip": vm.PrivateIP, "addresses": addressesOut(vm),
-			"attributes": vm.Attributes, "bootstrap_token": plain[i]}
-		vmIDs[i] = vm.ID
+			"attributes": vm.Attributes, "bootstrap_token": c.plain[i]}
+		r.vmIDs[i] = vm.ID
 	}
-	if err := h.Registry.CloudProvision(ctx, store.CloudProvisionParams{
-		RequestID: requestID, Souls: souls, Tokens: tokens, Seeds: seeds, Actor: store.Actor(run.Creator),
-		Audit: map[string]any{"outcome": "ok", "changed": true, "provider": prov.Name, "run_id": run.ID, "step": run.Step, "count": len(vms)},
-	}); err != nil {
-		return fail("cloud.registry_failed", "the VMs were created but could not be registered: "+err.Error())
-	}
-	return module.Result{Changed: true, Output: map[string]any{"hosts": hosts, "count": len(vms), "vm_ids": vmIDs, "action": "created"}}, nil
+	return r, nil
 }
 
 // Run destroys the VMs, then (only after the driver succeeded) runs the

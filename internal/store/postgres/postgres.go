@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"strings"
 	"syscall"
@@ -100,21 +99,5 @@ func Open(ctx context.Context, url string, opts ...sqlstore.Option) (*sqlstore.S
 
 // Migrate applies every pending migration and returns the versions applied.
 func Migrate(ctx context.Context, db *sql.DB) ([]int64, error) {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub)
-	if err != nil {
-		return nil, fmt.Errorf("postgres migrations: %w", err)
-	}
-	results, err := p.Up(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("apply postgres migrations: %w", err)
-	}
-	var applied []int64
-	for _, r := range results {
-		applied = append(applied, r.Source.Version)
-	}
-	return applied, nil
+	return sqlstore.Migrate(ctx, db, goose.DialectPostgres, "postgres", migrations, "migrations")
 }

@@ -10,7 +10,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"reflect"
 	"strings"
@@ -108,23 +107,7 @@ func Open(ctx context.Context, path string, opts ...sqlstore.Option) (*sqlstore.
 
 // Migrate applies every pending migration and returns the versions applied.
 func Migrate(ctx context.Context, db *sql.DB) ([]int64, error) {
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	p, err := goose.NewProvider(goose.DialectSQLite3, db, sub)
-	if err != nil {
-		return nil, fmt.Errorf("sqlite migrations: %w", err)
-	}
-	results, err := p.Up(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("apply sqlite migrations: %w", err)
-	}
-	var applied []int64
-	for _, r := range results {
-		applied = append(applied, r.Source.Version)
-	}
-	return applied, nil
+	return sqlstore.Migrate(ctx, db, goose.DialectSQLite3, "sqlite", migrations, "migrations")
 }
 
 // cachingConnector opens connections that keep the statements of their

@@ -393,10 +393,6 @@ done
 unset __soulstack_l __soulstack_v
 exec "$@"`
 
-// envReserved prefixes the prologue's own variables; Env names may not
-// start with it.
-const envReserved = "__soulstack_"
-
 // envHeader encodes env for envPrologue, sorted by name: one line
 // NAME=VALUE per variable, then an empty line. Printable ASCII other than
 // the backslash is written as it is; every other byte of a value (the
@@ -411,15 +407,9 @@ func envHeader(env map[string]string) ([]byte, error) {
 	sort.Strings(names)
 	var b []byte
 	for _, k := range names {
-		if !isName(k) {
-			return nil, fmt.Errorf("%w: environment variable name %q is not a shell identifier", ErrInvalidCommand, k)
-		}
-		if strings.HasPrefix(k, envReserved) {
-			return nil, fmt.Errorf("%w: environment variable names starting with %s are reserved", ErrInvalidCommand, envReserved)
-		}
 		v := env[k]
-		if strings.IndexByte(v, 0) >= 0 {
-			return nil, fmt.Errorf("%w: environment variable %s contains a NUL byte", ErrInvalidCommand, k)
+		if err := transport.CheckEnv(k, v); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidCommand, err)
 		}
 		b = append(b, k...)
 		b = append(b, '=')
@@ -434,18 +424,4 @@ func envHeader(env map[string]string) ([]byte, error) {
 		b = append(b, '\n')
 	}
 	return append(b, '\n'), nil
-}
-
-func isName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c == '_' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9' {
-			continue
-		}
-		return false
-	}
-	return true
 }
