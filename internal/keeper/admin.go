@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -57,20 +59,20 @@ const adminCheckEvery = time.Hour
 // when every active one expires within AdminExpiryWarning: at start, then
 // every adminCheckEvery until ctx ends or stop is called (stop waits for
 // the watcher to return).
-func watchAdminTokens(ctx context.Context, st tokenLister, log *slog.Logger) (stop func()) {
+func watchAdminTokens(ctx context.Context, st tokenLister, clock clockwork.Clock, log *slog.Logger) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(adminCheckEvery)
+		tick := clock.NewTicker(adminCheckEvery)
 		defer tick.Stop()
 		for {
-			warnAdminTokens(ctx, st, log, time.Now())
+			warnAdminTokens(ctx, st, log, clock.Now())
 			select {
 			case <-ctx.Done():
 				return
-			case <-tick.C:
+			case <-tick.Chan():
 			}
 		}
 	}()

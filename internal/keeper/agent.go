@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/pki"
@@ -60,7 +62,8 @@ func (a *agentSide) agentURLs(ctx context.Context, sid string) []string {
 
 // newAgentSide loads the keeper CA and binds the agent listener, before
 // the plugins start, so that the local driver learns its port.
-func newAgentSide(c config.Config, log *slog.Logger, now time.Time) (*agentSide, error) {
+func newAgentSide(c config.Config, log *slog.Logger, clock clockwork.Clock) (*agentSide, error) {
+	now := clock.Now()
 	ca, err := pki.LoadOrCreateCA(c.TLSDir(), now)
 	if err != nil {
 		return nil, fmt.Errorf("keeper CA in %s: %w", c.TLSDir(), err)
@@ -105,7 +108,7 @@ func newAgentSide(c config.Config, log *slog.Logger, now time.Time) (*agentSide,
 	pool.AddCert(ca.Cert)
 	a.tls = &tls.Config{
 		MinVersion:     tls.VersionTLS12,
-		GetCertificate: ca.NewServerSource(dir, hosts, cert, time.Now).GetCertificate,
+		GetCertificate: ca.NewServerSource(dir, hosts, cert, clock.Now).GetCertificate,
 		// A soul renews with its current certificate; joins have none.
 		ClientAuth: tls.VerifyClientCertIfGiven,
 		ClientCAs:  pool,

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/soulstack/soulstack/internal/bus"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/pki"
@@ -81,18 +83,18 @@ func recordPresence(st soulContacts, log *slog.Logger) func(sid string, present 
 // NATS server with TLS from the keeper's CA, or the keeper's connection
 // to an external cluster as its auth callout responder. It returns nil
 // when the bus is disabled.
-func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *secret.Resolver, log *slog.Logger) (*bus.Server, error) {
+func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *secret.Resolver, clock clockwork.Clock, log *slog.Logger) (*bus.Server, error) {
 	n := c.NATS
 	if !n.On() {
 		return nil, nil
 	}
-	now := time.Now()
+	now := clock.Now()
 	ca, err := pki.LoadOrCreateCA(c.TLSDir(), now)
 	if err != nil {
 		return nil, fmt.Errorf("nats: keeper CA in %s: %w", c.TLSDir(), err)
 	}
 	cfg := bus.Config{
-		CA: ca, Identities: soulIdentities{souls: st}, OnPresence: recordPresence(st, log),
+		CA: ca, Identities: soulIdentities{souls: st}, OnPresence: recordPresence(st, log), Now: clock.Now,
 		Heartbeat: n.Heartbeat.Std(), SessionTTL: n.SessionTTL.Std(),
 		// Six heartbeats (30 s by default): one registry lookup per soul
 		// each time; the keeper that deletes, destroys or renews a soul
@@ -101,7 +103,7 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *se
 		Advertise:  n.Advertise, Logger: log.With("component", "bus"),
 	}
 	if n.External() {
-		if err := externalBus(ctx, c, resolver, &cfg); err != nil {
+		if err := externalBus(ctx, c, resolver, now, &cfg); err != nil {
 			return nil, err
 		}
 	} else {
@@ -124,7 +126,7 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *se
 		if err != nil {
 			return nil, fmt.Errorf("nats: server certificate in %s: %w", dir, err)
 		}
-		cfg.ServerCert = ca.NewServerSource(dir, hosts, cert, time.Now).GetCertificate
+		cfg.ServerCert = ca.NewServerSource(dir, hosts, cert, clock.Now).GetCertificate
 	}
 	b, err := bus.Start(ctx, cfg)
 	if err != nil {
@@ -135,7 +137,7 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *se
 
 // externalBus fills cfg for an external cluster: the keeper's credentials
 // and the callout issuer's seed, resolved from their references.
-func externalBus(ctx context.Context, c config.Config, resolver *secret.Resolver, cfg *bus.Config) error {
+func externalBus(ctx context.Context, c config.Config, resolver *secret.Resolver, now time.Time, cfg *bus.Config) error {
 	n := c.NATS
 	seed, err := resolver.Resolve(ctx, n.IssuerSeedRef)
 	if err != nil {
@@ -152,7 +154,7 @@ func externalBus(ctx context.Context, c config.Config, resolver *secret.Resolver
 		secret.Register(strings.TrimSpace(pw))
 		cfg.Password = strings.TrimSpace(pw)
 	}
-	cert, err := keeperClientCert(cfg.CA)
+	cert, err := keeperClientCert(cfg.CA, now)
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
@@ -185,7 +187,7 @@ func busPort(b *bus.Server) string {
 // from its CA for an external cluster that verifies every client. It names
 // no registered soul, so the callout would refuse it as a soul; the keeper
 // authenticates as the cluster's auth user.
-func keeperClientCert(ca *pki.CA) (*tls.Certificate, error) {
+func keeperClientCert(ca *pki.CA, now time.Time) (*tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -198,7 +200,7 @@ func keeperClientCert(ca *pki.CA) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc, err := ca.IssueClient(csr, "keeper.soulstack.invalid", 0, time.Now())
+	cc, err := ca.IssueClient(csr, "keeper.soulstack.invalid", 0, now)
 	if err != nil {
 		return nil, err
 	}

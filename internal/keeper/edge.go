@@ -7,7 +7,8 @@ import (
 	"net"
 	"net/url"
 	"sync"
-	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/pki"
@@ -20,7 +21,8 @@ import (
 // serverTLS returns the API listener's TLS configuration, or nil for plain
 // HTTP (loopback without tls config, or --insecure-plaintext). It logs
 // which of the three it chose.
-func serverTLS(c config.Config, log *slog.Logger, now time.Time) (*tls.Config, error) {
+func serverTLS(c config.Config, log *slog.Logger, clock clockwork.Clock) (*tls.Config, error) {
+	now := clock.Now()
 	switch {
 	case c.TLS.CertFile != "":
 		cert, err := tls.LoadX509KeyPair(c.TLS.CertFile, c.TLS.KeyFile)
@@ -52,7 +54,7 @@ func serverTLS(c config.Config, log *slog.Logger, now time.Time) (*tls.Config, e
 			"server_cert", state, "dns_names", hosts.DNSNames, "ips", fmt.Sprint(hosts.IPs))
 		cfg := tlsConfig(cert)
 		cfg.Certificates = nil
-		cfg.GetCertificate = ca.NewServerSource(c.TLSDir(), hosts, cert, time.Now).GetCertificate
+		cfg.GetCertificate = ca.NewServerSource(c.TLSDir(), hosts, cert, clock.Now).GetCertificate
 		return cfg, nil
 	case !c.LoopbackListen():
 		log.Warn("serving plain HTTP on a non-loopback address (--insecure-plaintext): API tokens travel in clear", "listen", c.Listen)

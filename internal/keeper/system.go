@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
@@ -36,6 +38,9 @@ import (
 type System struct {
 	Config config.Config
 	Log    *slog.Logger
+	// Clock is the one clock every part is handed: leases and heartbeats,
+	// step timeouts, token expiry, presence, certificates, audit events.
+	Clock clockwork.Clock
 
 	// Identity: this keeper's own stable id (a run's executor) and the
 	// deployment's, shared by every keeper on the database (the ownership
@@ -87,7 +92,7 @@ type System struct {
 // and the MCP server. Nothing serves until Serve. On error, whatever was
 // built is released.
 func New(ctx context.Context, c config.Config, log *slog.Logger) (_ *System, err error) {
-	s := &System{Config: c, Log: log, Changes: &store.Changes{}}
+	s := &System{Config: c, Log: log, Clock: clockwork.NewRealClock(), Changes: &store.Changes{}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -140,7 +145,7 @@ func (s *System) openRegistry(ctx context.Context) error {
 	if s.OwnerID, err = loadOrCreateID(c.DataDir); err != nil {
 		return err
 	}
-	s.checkpoints = newCheckpointer(c, s.OwnerID, s.auditKey, s.Log)
+	s.checkpoints = newCheckpointer(c, s.OwnerID, s.auditKey, s.Clock.Now, s.Log)
 	key, err := dataKey(c)
 	if err != nil {
 		return err
@@ -149,7 +154,7 @@ func (s *System) openRegistry(ctx context.Context) error {
 		return err
 	}
 	st, err := OpenStore(ctx, c, sqlstore.WithAuditKey(s.auditKey), sqlstore.WithAuditAppended(s.checkpoints.Appended),
-		sqlstore.WithSealer(s.sealer), sqlstore.WithChanges(s.Changes))
+		sqlstore.WithSealer(s.sealer), sqlstore.WithChanges(s.Changes), sqlstore.WithClock(s.Clock.Now))
 	if err != nil {
 		return err
 	}
@@ -189,7 +194,7 @@ func (s *System) listen(context.Context) error {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	s.onClose(func() { tcp.Close() })
-	tlsCfg, err := serverTLS(c, s.Log, time.Now())
+	tlsCfg, err := serverTLS(c, s.Log, s.Clock)
 	if err != nil {
 		return err
 	}
@@ -230,7 +235,7 @@ func (s *System) bootstrapAdmin(ctx context.Context) error {
 // buildAgentSide loads the keeper CA and binds the agent listener, before
 // the plugins start, so that the local driver learns its port.
 func (s *System) buildAgentSide(context.Context) error {
-	a, err := newAgentSide(s.Config, s.Log, time.Now())
+	a, err := newAgentSide(s.Config, s.Log, s.Clock)
 	if err != nil {
 		return err
 	}
@@ -244,7 +249,7 @@ func (s *System) buildAgentSide(context.Context) error {
 // buildBus starts the agent transport's bus when nats is on, and has it
 // cut the session of a soul whose identity a change of this keeper ended.
 func (s *System) buildBus(ctx context.Context) error {
-	b, err := startBus(ctx, s.Config, s.Store, s.resolver, s.Log)
+	b, err := startBus(ctx, s.Config, s.Store, s.resolver, s.Clock, s.Log)
 	if err != nil || b == nil {
 		return err
 	}
@@ -289,7 +294,8 @@ func (s *System) buildRuns(ctx context.Context) error {
 	// ssh.max_idle, or when their soul is deleted or destroyed through this
 	// keeper (other keepers close theirs when idle). Each run re-checks a
 	// warm connection's host key before its first use (ssh.Scope).
-	s.SSH = ssh.NewPool(ssh.Options{Logger: s.Log.With("component", "ssh"), IdleTimeout: c.SSH.IdleTimeout.Std(), MaxIdle: c.SSH.MaxIdle})
+	s.SSH = ssh.NewPool(ssh.Options{Logger: s.Log.With("component", "ssh"), IdleTimeout: c.SSH.IdleTimeout.Std(), MaxIdle: c.SSH.MaxIdle,
+		Now: s.Clock.Now, Sleep: s.sleep})
 	s.onClose(func() { s.SSH.Close() })
 	s.Changes.Subscribe(dropOnGone(s.SSH))
 	settings, err := newCloudSettings(c, sshKey, s.Agent)
@@ -313,13 +319,14 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Logger:     s.Log,
 		Keeper:     engine.KeeperTarget{KeeperFiles: engine.KeeperFiles(files)},
 		Modules:    provisioned,
-		Authorizer: auth.Checker{Tokens: s.Store},
+		Authorizer: auth.Checker{Tokens: s.Store, Now: s.Clock.Now},
+		Clock:      s.Clock,
 	}
 	if s.Bus != nil {
 		exec.Agents = s.Bus
 	}
 	s.Runs, err = runner.New(ctx, runner.Config{
-		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log,
+		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
 	})
 	if err != nil {
 		return err
@@ -334,13 +341,13 @@ func (s *System) buildAPI(context.Context) error {
 	c := s.Config
 	join := s.Agent.joinConfig(c)
 	check := scenarioChecker(s.Store)
-	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
+	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join})
 	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)
 	s.http.RegisterOnShutdown(s.stopMCP)
 	if s.Agent.ln != nil {
-		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Store: s.Store, Logger: s.Log, Version: version.String(), Runs: s.Runs, Check: check, Join: join}), s.Log)
+		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Join: join}), s.Log)
 	}
 	return nil
 }
@@ -354,7 +361,7 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	if err := startCheckpoints(ctx, s.Store, s.checkpoints, s.Log); err != nil {
 		return err
 	}
-	stopWatch := watchAdminTokens(ctx, s.Store, s.Log)
+	stopWatch := watchAdminTokens(ctx, s.Store, s.Clock, s.Log)
 	defer stopWatch()
 	if err := s.Runs.Start(ctx); err != nil {
 		return err
@@ -406,6 +413,18 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	}
 	s.Log.Info("stopped")
 	return nil
+}
+
+// sleep waits d on the system's clock, or until ctx ends.
+func (s *System) sleep(ctx context.Context, d time.Duration) error {
+	t := s.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.Chan():
+		return nil
+	}
 }
 
 // dropOnGone closes the pooled connections of a soul that is gone.
