@@ -104,6 +104,8 @@ type Config struct {
 	NATS NATS `yaml:"nats"`
 	// SSH configures the connections kept to souls across runs.
 	SSH SSH `yaml:"ssh"`
+	// Runs configures how keepers hold the runs they execute.
+	Runs Runs `yaml:"runs"`
 
 	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
 	// file: or vault:), resolved at start; empty means the audit key is
@@ -118,6 +120,20 @@ type Config struct {
 	AuditCheckpointEvery int `yaml:"audit_checkpoint_every"`
 	// MCP configures the Model Context Protocol server at /mcp.
 	MCP MCP `yaml:"mcp"`
+}
+
+// Runs is the lease a keeper holds on each run it executes. Every keeper
+// sharing one database must use the same timings: a keeper that thinks a
+// lease stale sooner than its holder renews it would take the run over
+// while it still executes.
+type Runs struct {
+	// Heartbeat is how often the lease of each executing run is renewed
+	// (default 2s).
+	Heartbeat Duration `yaml:"heartbeat"`
+	// StaleAfter is how long a lease lasts without renewal before another
+	// keeper takes the run over and resumes it (default 15s; at least
+	// three heartbeats). The holder stops executing one heartbeat before.
+	StaleAfter Duration `yaml:"stale_after"`
 }
 
 // MCP configures /mcp. Reads follow the token's permissions, as REST does.
@@ -238,6 +254,8 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.AgentCertValidity, 24*time.Hour)
 	orDefault(&c.BootstrapTokenTTL, time.Hour)
 	orDefault(&c.DrainTimeout, 60*time.Second)
+	orDefault(&c.Runs.Heartbeat, 2*time.Second)
+	orDefault(&c.Runs.StaleAfter, 15*time.Second)
 	if c.PluginDir == "" {
 		c.PluginDir = filepath.Join(c.DataDir, "plugins")
 	}
@@ -277,6 +295,12 @@ func (c Config) Validate() error {
 	}
 	if err := positive("bootstrap_token_ttl", c.BootstrapTokenTTL, 0, "1h"); err != nil {
 		return err
+	}
+	if err := positive("runs.heartbeat", c.Runs.Heartbeat, 0, "2s"); err != nil {
+		return err
+	}
+	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "15s"); err != nil {
+		return fmt.Errorf("%w (three runs.heartbeat)", err)
 	}
 	if c.AgentListen != AgentListenOff {
 		if _, _, err := net.SplitHostPort(c.AgentListen); err != nil {

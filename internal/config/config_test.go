@@ -35,6 +35,8 @@ func TestTLSMode(t *testing.T) {
 		{name: "bad timeout", c: config.Config{HTTP: config.HTTP{ReadTimeout: config.Duration(-time.Second)}}, invalid: "http.read_timeout"},
 		{name: "bad cap", c: config.Config{HTTP: config.HTTP{MaxConnsPerClient: -1}}, invalid: "http.max_conns_per_client"},
 		{name: "bad metrics_listen", c: config.Config{MetricsListen: "nope"}, invalid: "metrics_listen"},
+		{name: "lease shorter than three heartbeats", c: config.Config{Runs: config.Runs{Heartbeat: config.Duration(2 * time.Second), StaleAfter: config.Duration(5 * time.Second)}}, invalid: "runs.stale_after"},
+		{name: "short lease", c: config.Config{Runs: config.Runs{Heartbeat: config.Duration(100 * time.Millisecond), StaleAfter: config.Duration(time.Second)}}, tls: false},
 		{name: "negative drain_timeout", c: config.Config{DrainTimeout: config.Duration(-5 * time.Second)}, invalid: "drain_timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

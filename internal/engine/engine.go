@@ -42,14 +42,9 @@ type Executor struct {
 	Load      Loader
 	KeeperKey []byte
 	Resolve   func(ctx context.Context, ref string) ([]byte, error)
-	// SSH opens each run's SSH dialer (the keeper's ssh.Pool.Dialer, over
-	// connections runs share); nil: souls are reached through their agent
-	// only.
-	SSH func(transport.HostKeys) transport.Dialer
-	// Agents, when set, are the souls whose agent is connected to the
-	// keeper's bus: a step reaches such a soul through its agent, and
-	// every other soul over SSH. Nil means SSH only.
-	Agents   transport.Agents
+	// Dial opens each run's dialer (see SoulsConfig.Dial): the keeper's
+	// agent bus, then its SSH pool.
+	Dial     func(transport.HostKeys) transport.Dialer
 	FilesDir string
 	Logger   *slog.Logger
 	// Keeper is the target of keeper-side modules.
@@ -152,7 +147,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = slog.New(secrets.LogHandler(log.Handler()))
-	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), SSH: e.SSH, Agents: e.Agents, FilesDir: e.FilesDir})
+	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
 	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
 	if st.InFlight != nil {
 		i := *st.InFlight

@@ -37,7 +37,7 @@ func TestSoulsTargetAwaitsJoin(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := NewSouls(SoulsConfig{Store: st, KeeperKey: srv.ClientKey, ReadyTimeout: 2 * time.Second, SSH: testSSH(t, ssh.Options{})})
+	s := NewSouls(SoulsConfig{Store: st, KeeperKey: srv.ClientKey, ReadyTimeout: 2 * time.Second, Dial: testSSH(t, ssh.Options{})})
 
 	// The joins happen while the targets wait.
 	pinned := make(chan error, 2)

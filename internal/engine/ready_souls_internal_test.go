@@ -58,7 +58,7 @@ func TestSoulsTargetWaitsForTheKey(t *testing.T) {
 		_, err = f.WriteString(keeperPub + "\n")
 		return err
 	}
-	s := NewSouls(SoulsConfig{Store: st, KeeperKey: keeperKey, SSH: testSSH(t, ssh.Options{Sleep: sleep})})
+	s := NewSouls(SoulsConfig{Store: st, KeeperKey: keeperKey, Dial: testSSH(t, ssh.Options{Sleep: sleep})})
 
 	tg, err := s.Target(ctx, "vm-1.acme.test", ssh.RetryPolicy{}, false)
 	if err != nil {

@@ -38,8 +38,7 @@ type Registry interface {
 // verified after.
 type Souls struct {
 	store   Registry
-	agents  transport.Agents
-	ssh     transport.Dialer // nil: no SSH transport
+	dialer  transport.Dialer // nil: no transport at all
 	keeper  []byte           // the keeper's own private key, for souls without key_ref
 	files   string           // the keeper's files directory
 	resolve func(ctx context.Context, ref string) ([]byte, error)
@@ -63,13 +62,11 @@ type SoulsConfig struct {
 	// FilesDir is the keeper's files directory, which modules may read
 	// from (module.KeeperFiles); empty means none.
 	FilesDir string
-	// SSH opens the run's SSH dialer, which pins and checks host keys in
-	// the HostKeys it is given (the keeper's ssh.Pool.Dialer); nil means
-	// souls without a connected agent cannot be reached.
-	SSH func(transport.HostKeys) transport.Dialer
-	// Agents, when set, are the souls reached through their agent rather
-	// than SSH (transport.Agents); nil means SSH only.
-	Agents transport.Agents
+	// Dial opens the run's dialer, which pins and checks SSH host keys in
+	// the HostKeys it is given: the keeper's agent bus first, then its
+	// SSH pool (transport.AgentFirst over ssh.Pool.Dialer). Nil means no
+	// soul can be reached.
+	Dial func(transport.HostKeys) transport.Dialer
 	// ReadyTimeout bounds the wait for a cloud-made soul's cloud-init
 	// when the step has no deadline; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
@@ -77,15 +74,15 @@ type SoulsConfig struct {
 
 // NewSouls returns the soul reacher of one run; Close it when the run ends.
 func NewSouls(cfg SoulsConfig) *Souls {
-	s := &Souls{store: cfg.Store, agents: cfg.Agents, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
+	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
 	if s.readyTimeout <= 0 {
 		s.readyTimeout = DefaultReadyTimeout
 	}
 	if s.resolve == nil {
 		s.resolve = resolveLocal
 	}
-	if cfg.SSH != nil {
-		s.ssh = cfg.SSH(hostKeys{s})
+	if cfg.Dial != nil {
+		s.dialer = cfg.Dial(hostKeys{s})
 	}
 	return s
 }
@@ -194,33 +191,11 @@ func (s *Souls) AwaitsReady(sid string) bool {
 // for the rest of this window, before it falls back to SSH.
 const AgentGrace = 30 * time.Second
 
-// agentOf returns the agent connection of soul so, waiting for it while
-// the soul is within AgentGrace of its join.
-func (s *Souls) agentOf(ctx context.Context, so store.Soul) (transport.Conn, bool) {
-	c, ok := s.agents.Agent(so.SID)
-	if ok || so.JoinedAt == nil {
-		return c, ok
-	}
-	deadline := so.JoinedAt.Add(AgentGrace)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for time.Now().Before(deadline) {
-		select {
-		case <-ctx.Done():
-			return nil, false
-		case <-tick.C:
-		}
-		if c, ok := s.agents.Agent(so.SID); ok {
-			return c, true
-		}
-	}
-	return nil, false
-}
-
-// Target returns a soul as a module target: through its agent when one is
-// connected (Agents), else over the run's SSH dialer. A soul that awaits
-// readiness (awaitsReady) is dialled with its key refusals retried and its
-// cloud-init waited for (transport.Peer.AwaitReady) before it is returned.
+// Target returns a soul as a module target, through the run's dialer: its
+// agent when one is connected (or connects within AgentGrace of its join),
+// else SSH. A soul that awaits readiness (awaitsReady) is dialled with its
+// key refusals retried and its cloud-init waited for
+// (transport.Peer.AwaitReady) before it is returned.
 // sudo wraps commands in sudo -n when the user is not root.
 func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPolicy, sudo bool) (module.Target, error) {
 	so, err := s.Lookup(ctx, sid)
@@ -235,32 +210,20 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 	if so.Status == store.SoulDestroyed {
 		return nil, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is destroyed", sid)}
 	}
-	if s.agents != nil {
-		if c, ok := s.agentOf(ctx, so); ok {
-			// A running agent means the soul's userdata has run to the
-			// point of starting it: no cloud-init wait.
-			s.mu.Lock()
-			s.ready[sid] = true
-			s.mu.Unlock()
-			return &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo}, nil
-		}
-	}
-	if s.ssh == nil {
-		return nil, &module.Error{Code: "ssh.unavailable", Message: fmt.Sprintf("soul %q has no connected agent and this keeper has no SSH transport", sid)}
-	}
-	key := s.keeper
-	if so.Connection.KeyRef != "" {
-		if key, err = s.resolve(ctx, so.Connection.KeyRef); err != nil {
-			return nil, &module.Error{Code: "soul.key_unavailable", Message: fmt.Sprintf("the SSH key of soul %q (%s) cannot be read: %v", sid, so.Connection.KeyRef, err)}
-		}
+	if s.dialer == nil {
+		return nil, &module.Error{Code: "transport.unavailable", Message: fmt.Sprintf("soul %q cannot be reached: this keeper has no transport", sid)}
 	}
 	addr := so.Address
 	if addr == "" {
 		addr = so.PrimaryIP
 	}
-	awaits := s.AwaitsReady(sid)
-	c, err := s.ssh.Dial(ctx, transport.Peer{SID: sid, Address: addr, Port: portOf(so), User: so.Connection.User, PrivateKey: key,
-		HostKey: so.Connection.HostKey, Retry: retry, AwaitReady: awaits, ReadyTimeout: s.readyTimeout})
+	peer := transport.Peer{SID: sid, Address: addr, Port: portOf(so), User: so.Connection.User, Key: s.keyOf(so),
+		HostKey: so.Connection.HostKey, Retry: retry, AwaitReady: s.AwaitsReady(sid), ReadyTimeout: s.readyTimeout}
+	if so.JoinedAt != nil {
+		peer.AgentUntil = so.JoinedAt.Add(AgentGrace)
+	}
+	awaits := peer.AwaitReady
+	c, err := s.dialer.Dial(ctx, peer)
 	if err != nil {
 		return nil, err
 	}
@@ -269,11 +232,27 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 		s.mu.Lock()
 		s.ready[sid] = true
 		s.mu.Unlock()
-		// The probe ran on the soul: it counts as the first contact,
-		// which makes the soul active and ready for later runs.
+		// The probe ran on the soul (or its agent answers): it counts as
+		// the first contact, which makes the soul active and ready for
+		// later runs.
 		st.ran.Store(true)
 	}
 	return st, nil
+}
+
+// keyOf returns how the SSH key of soul so is read: its key_ref, resolved
+// when a dialer needs it, or the keeper's own key.
+func (s *Souls) keyOf(so store.Soul) func(context.Context) ([]byte, error) {
+	return func(ctx context.Context) ([]byte, error) {
+		if so.Connection.KeyRef == "" {
+			return s.keeper, nil
+		}
+		key, err := s.resolve(ctx, so.Connection.KeyRef)
+		if err != nil {
+			return nil, &module.Error{Code: "soul.key_unavailable", Message: fmt.Sprintf("the SSH key of soul %q (%s) cannot be read: %v", so.SID, so.Connection.KeyRef, err)}
+		}
+		return key, nil
+	}
 }
 
 // Contact is what one target of a step learned about reaching its soul:

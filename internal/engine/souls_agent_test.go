@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/sshtest"
@@ -49,7 +51,10 @@ func TestSoulsChooseTheAgent(t *testing.T) {
 	conn := &recordingConn{}
 	pool := ssh.NewPool(ssh.Options{})
 	defer pool.Close()
-	s := engine.NewSouls(engine.SoulsConfig{Store: st, KeeperKey: key, Agents: agents{"with-agent.local.test": conn}, SSH: pool.Dialer})
+	dial := func(keys transport.HostKeys) transport.Dialer {
+		return transport.AgentFirst(agents{"with-agent.local.test": conn}, pool.Dialer(keys), clockwork.NewRealClock())
+	}
+	s := engine.NewSouls(engine.SoulsConfig{Store: st, KeeperKey: key, Dial: dial})
 	tg, err := s.Target(ctx, "with-agent.local.test", transport.RetryPolicy{Attempts: 1}, true)
 	if err != nil {
 		t.Fatal(err)

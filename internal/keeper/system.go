@@ -26,6 +26,7 @@ import (
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
+	"github.com/soulstack/soulstack/internal/transport"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 	"github.com/soulstack/soulstack/internal/ui"
 	"github.com/soulstack/soulstack/internal/version"
@@ -314,7 +315,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 			v, err := s.resolver.Resolve(ctx, ref)
 			return append([]byte(v), '\n'), err
 		},
-		SSH:        s.SSH.Dialer,
+		Dial:       s.dialer,
 		FilesDir:   files,
 		Logger:     s.Log,
 		Keeper:     engine.KeeperTarget{KeeperFiles: engine.KeeperFiles(files)},
@@ -322,11 +323,9 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Authorizer: auth.Checker{Tokens: s.Store, Now: s.Clock.Now},
 		Clock:      s.Clock,
 	}
-	if s.Bus != nil {
-		exec.Agents = s.Bus
-	}
 	s.Runs, err = runner.New(ctx, runner.Config{
 		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
+		Lease: runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
 	})
 	if err != nil {
 		return err
@@ -413,6 +412,16 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	}
 	s.Log.Info("stopped")
 	return nil
+}
+
+// dialer is the transport of one run: a soul's agent when it is connected
+// to the bus, else SSH through the shared pool.
+func (s *System) dialer(keys transport.HostKeys) transport.Dialer {
+	d := s.SSH.Dialer(keys)
+	if s.Bus != nil {
+		d = transport.AgentFirst(s.Bus, d, s.Clock)
+	}
+	return d
 }
 
 // sleep waits d on the system's clock, or until ctx ends.

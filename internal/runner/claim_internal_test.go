@@ -214,7 +214,10 @@ func TestUnrenewableLeaseStopsExecution(t *testing.T) {
 		t.Fatal(err)
 	}
 	exec := &causeExec{running: make(chan struct{}, 8), cause: make(chan error, 8)}
-	r, err := New(ctx, Config{Store: st, DB: sqlStore.DB(), Queue: sqlStore.Queue(), Sealer: sealer, Exec: exec, Owner: "keeper-cut-off", Workers: 2})
+	// A short lease (configurable, as keeper.yml's runs: is) keeps the
+	// test short; TestLeaseHeartbeatThatStops checks the default timing.
+	lease := Lease{Heartbeat: 200 * time.Millisecond, StaleAfter: time.Second}
+	r, err := New(ctx, Config{Store: st, DB: sqlStore.DB(), Queue: sqlStore.Queue(), Sealer: sealer, Exec: exec, Owner: "keeper-cut-off", Workers: 2, Lease: lease})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +238,8 @@ func TestUnrenewableLeaseStopsExecution(t *testing.T) {
 	var cause error
 	select {
 	case cause = <-exec.cause:
-	case <-time.After(StaleAfter + 10*time.Second):
-		t.Fatalf("the execution went on %s after its lease could no longer be renewed", StaleAfter+10*time.Second)
+	case <-time.After(lease.StaleAfter + 10*time.Second):
+		t.Fatalf("the execution went on %s after its lease could no longer be renewed", lease.StaleAfter+10*time.Second)
 	}
 	if !errors.Is(cause, errLeaseLost) {
 		t.Fatalf("the execution ended with %v, want the lease given up", cause)

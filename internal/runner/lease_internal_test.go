@@ -37,7 +37,7 @@ func startLease(t *testing.T, answer func(n int) (bool, error)) *leaseLoop {
 	stop := func(cause error) { l.stopped <- cause; cancel() }
 	go func() {
 		defer close(l.done)
-		keepLease(ctx, l.clock, renew, stop, slog.New(slog.DiscardHandler))
+		keepLease(ctx, l.clock, Lease{}.withDefaults(), renew, stop, slog.New(slog.DiscardHandler))
 	}()
 	t.Cleanup(func() { cancel(); <-l.done })
 	if err := l.clock.BlockUntilContext(t.Context(), 1); err != nil { // the heartbeat ticker

@@ -21,10 +21,10 @@ const PersistRetryFor = 10 * time.Second
 // run a pause, not its step's record.
 func (r *Runner) persist(ctx context.Context, what string, write func(context.Context) error) error {
 	retried := 0
-	err := store.Retry(ctx, PersistRetryFor, write, func(attempt int, err error) {
+	err := store.Retry(ctx, r.persistFor(), write, func(attempt int, err error) {
 		retried = attempt + 1
 		if attempt == 0 {
-			r.log.Warn("database write failed; retrying", "what", what, "err", err, "for", PersistRetryFor)
+			r.log.Warn("database write failed; retrying", "what", what, "err", err, "for", r.persistFor())
 		}
 	})
 	switch {
@@ -34,6 +34,12 @@ func (r *Runner) persist(ctx context.Context, what string, write func(context.Co
 		r.log.Info("database write succeeded after retries", "what", what, "attempts", retried+1)
 	}
 	return err
+}
+
+// persistFor is how long a write is retried: PersistRetryFor, or less
+// under a lease so short that it would outlast it.
+func (r *Runner) persistFor() time.Duration {
+	return min(PersistRetryFor, r.cfg.Lease.giveUp()-r.cfg.Lease.Heartbeat)
 }
 
 // transient reports whether err is a database outage or a full disk, as

@@ -27,8 +27,9 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-// Lease timing: a running run's heartbeat is renewed every HeartbeatEvery;
-// a run whose heartbeat is older than StaleAfter is taken over.
+// Default lease timing (Lease): a running run's heartbeat is renewed every
+// HeartbeatEvery; a run whose heartbeat is older than StaleAfter is taken
+// over.
 const (
 	HeartbeatEvery = 2 * time.Second
 	StaleAfter     = 15 * time.Second
@@ -49,6 +50,44 @@ const (
 	// never execute it at once.
 	LeaseGiveUp = StaleAfter - HeartbeatEvery
 )
+
+// Lease is how a runner holds the runs it executes: it renews each run's
+// heartbeat every Heartbeat, and takes over a run whose heartbeat is older
+// than StaleAfter; every keeper on one database must use the same. The
+// zero value is the defaults (HeartbeatEvery, StaleAfter).
+type Lease struct {
+	Heartbeat  time.Duration
+	StaleAfter time.Duration
+}
+
+func (l Lease) withDefaults() Lease {
+	if l.Heartbeat <= 0 {
+		l.Heartbeat = HeartbeatEvery
+	}
+	if l.StaleAfter <= 0 {
+		l.StaleAfter = StaleAfter
+	}
+	return l
+}
+
+// validate refuses timings under which a run could be executed twice: a
+// lease must outlast a few heartbeats.
+func (l Lease) validate() error {
+	if l.StaleAfter < 3*l.Heartbeat {
+		return fmt.Errorf("runner lease: stale_after %s must be at least three heartbeats (%s)", l.StaleAfter, 3*l.Heartbeat)
+	}
+	return nil
+}
+
+// giveUp is how long an execution goes on without renewing its lease
+// before it stops and leaves the run to be resumed: one heartbeat before
+// the lease goes stale and another keeper may claim the run.
+func (l Lease) giveUp() time.Duration { return l.StaleAfter - l.Heartbeat }
+
+// recoverEvery is how often the runner looks for runs whose lease went
+// stale: a run is taken over between StaleAfter and StaleAfter plus one
+// heartbeat after its last heartbeat.
+func (l Lease) recoverEvery() time.Duration { return l.Heartbeat }
 
 // Outcome is how an execution ended.
 type Outcome struct {
@@ -147,6 +186,8 @@ type Config struct {
 	// Clock times leases, heartbeats, run timeouts and the recovery of
 	// stale runs; nil means the real clock. Tests drive a fake one.
 	Clock clockwork.Clock
+	// Lease is the lease timing; zero fields are the defaults.
+	Lease Lease
 }
 
 // Runner accepts runs and executes them from the queue.
@@ -204,6 +245,10 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
+	}
+	cfg.Lease = cfg.Lease.withDefaults()
+	if err := cfg.Lease.validate(); err != nil {
+		return nil, err
 	}
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
@@ -290,7 +335,7 @@ func (r *Runner) Start(ctx context.Context) error {
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
-		t := r.clock.NewTicker(RecoverEvery)
+		t := r.clock.NewTicker(r.cfg.Lease.recoverEvery())
 		defer t.Stop()
 		for {
 			select {
@@ -398,14 +443,14 @@ func (r *Runner) landed(id string) {
 // lease is stale (or owned by owner, this keeper before it restarted), and
 // Pending runs whose queue job is stuck with a dead keeper (stuckJobs).
 func (r *Runner) recover(ctx context.Context, owner string) {
-	ids, err := r.cfg.Store.RunsOrphaned(ctx, owner, r.clock.Now().Add(-StaleAfter))
+	ids, err := r.cfg.Store.RunsOrphaned(ctx, owner, r.clock.Now().Add(-r.cfg.Lease.StaleAfter))
 	if err != nil {
 		r.log.Error("look for orphaned runs", "err", err)
 		return
 	}
 	now := r.clock.Now()
 	for id, at := range r.recovered {
-		if now.Sub(at) >= StaleAfter {
+		if now.Sub(at) >= r.cfg.Lease.StaleAfter {
 			delete(r.recovered, id)
 		}
 	}

@@ -20,7 +20,7 @@ import (
 // stuck job is re-enqueued once per keeper; the extra jobs of several
 // keepers find the run claimed and do nothing.
 func (r *Runner) stuckJobs(ctx context.Context) {
-	staleBefore := r.clock.Now().Add(-StaleAfter)
+	staleBefore := r.clock.Now().Add(-r.cfg.Lease.StaleAfter)
 	seen := map[int64]bool{}
 	params := river.NewJobListParams().Kinds(RunArgs{}.Kind()).States(rivertype.JobStateRunning).First(500)
 	for {

@@ -40,7 +40,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 		return nil // executing here already, from another job
 	}
 	defer r.landed(id)
-	run, ok, err := r.cfg.Store.RunClaim(ctx, id, r.cfg.Owner, r.clock.Now().Add(-StaleAfter))
+	run, ok, err := r.cfg.Store.RunClaim(ctx, id, r.cfg.Owner, r.clock.Now().Add(-r.cfg.Lease.StaleAfter))
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !ok) {
 		return nil
 	}
@@ -63,7 +63,7 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	lease.Add(1)
 	go func() {
 		defer lease.Done()
-		keepLease(runCtx, r.clock, func(ctx context.Context) (bool, error) { return r.cfg.Store.RunHeartbeat(ctx, id, r.cfg.Owner) }, cancel, log)
+		keepLease(runCtx, r.clock, r.cfg.Lease, func(ctx context.Context) (bool, error) { return r.cfg.Store.RunHeartbeat(ctx, id, r.cfg.Owner) }, cancel, log)
 	}()
 	out := r.execute(runCtx, run, rec, secrets)
 	cause := context.Cause(runCtx)
@@ -106,14 +106,14 @@ func (r *Runner) runContext(ctx context.Context, run store.Run) (_ context.Conte
 	}
 }
 
-// keepLease renews the run's lease (renew) every HeartbeatEvery until ctx
+// keepLease renews the run's lease (renew) every lease.Heartbeat until ctx
 // ends. It stops the execution (stop) with errLeaseLost when another
-// keeper holds the lease, or when the lease could not be renewed for
-// LeaseGiveUp (another keeper may claim the run soon: better stop here
+// keeper holds the lease, or when the lease could not be renewed for its
+// give-up time (another keeper may claim the run soon: better stop here
 // than both execute it), and with errCancelRequested when the heartbeat
 // brings a cancel request.
-func keepLease(ctx context.Context, clock clockwork.Clock, renew func(context.Context) (cancelRequested bool, err error), stop context.CancelCauseFunc, log *slog.Logger) {
-	t := clock.NewTicker(HeartbeatEvery)
+func keepLease(ctx context.Context, clock clockwork.Clock, lease Lease, renew func(context.Context) (cancelRequested bool, err error), stop context.CancelCauseFunc, log *slog.Logger) {
+	t := clock.NewTicker(lease.Heartbeat)
 	defer t.Stop()
 	renewed := clock.Now()
 	for {
@@ -124,7 +124,7 @@ func keepLease(ctx context.Context, clock clockwork.Clock, renew func(context.Co
 		}
 		// Bounded by the give-up time, so that a database that does not
 		// answer at all still lets the give-up happen in time.
-		giveUp := renewed.Add(LeaseGiveUp)
+		giveUp := renewed.Add(lease.giveUp())
 		hctx, hcancel := clockwork.WithDeadline(ctx, clock, giveUp)
 		cancelReq, err := renew(hctx)
 		hcancel()

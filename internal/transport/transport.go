@@ -66,8 +66,10 @@ type Peer struct {
 	Address string
 	Port    int
 	User    string
-	// PrivateKey is the client key (PEM or OpenSSH format).
-	PrivateKey []byte
+	// Key returns the client key (PEM or OpenSSH format) when a dialer
+	// needs one: resolved only then, so that a soul reached through its
+	// agent never has its key read.
+	Key func(ctx context.Context) ([]byte, error)
 	// HostKey is the soul's pinned host key (authorized_keys form); empty
 	// on first contact, when the dialer pins the key the host presents
 	// (HostKeys.Pin) and refuses any other later.
@@ -82,6 +84,10 @@ type Peer struct {
 	// ReadyTimeout.
 	AwaitReady   bool
 	ReadyTimeout time.Duration
+	// AgentUntil is how long to wait for the soul's agent to connect when
+	// it has none now (a soul that just joined starts its agent right
+	// after); zero: no wait.
+	AgentUntil time.Time
 }
 
 // Dialer opens connections to souls for one run. Dial returns a Conn to

@@ -37,9 +37,16 @@ func (d *Dialer) Dial(ctx context.Context, peer transport.Peer) (transport.Conn,
 	if peer.AwaitReady && retry == (transport.RetryPolicy{}) {
 		retry = ReadyConnectRetry
 	}
+	var key []byte
+	if peer.Key != nil {
+		var err error
+		if key, err = peer.Key(ctx); err != nil {
+			return nil, err
+		}
+	}
 	// A soul that is not ready may refuse the key until its cloud-init
 	// has written it: that is retried too, within the policy.
-	t := Target{Address: peer.Address, Port: peer.Port, User: peer.User, PrivateKey: peer.PrivateKey, HostKey: peer.HostKey, Retry: retry, RetryAuth: peer.AwaitReady}
+	t := Target{Address: peer.Address, Port: peer.Port, User: peer.User, PrivateKey: key, HostKey: peer.HostKey, Retry: retry, RetryAuth: peer.AwaitReady}
 	c, err := d.scope.Get(ctx, t)
 	if err == nil && peer.HostKey == "" {
 		err = d.pin(ctx, peer.SID, t, c.HostKey())
