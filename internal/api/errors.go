@@ -98,31 +98,8 @@ func problemFor(err error) (*client.Problem, bool) {
 	if errors.As(err, &p) {
 		return p, true
 	}
-	var se *store.Error
-	if errors.As(err, &se) {
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return problem(http.StatusNotFound, se.Kind+".not_found", fmt.Sprintf("%s %q does not exist", se.Kind, se.Key)), true
-		case errors.Is(err, store.ErrExists):
-			return problem(http.StatusConflict, se.Kind+".exists", fmt.Sprintf("%s %q already exists", se.Kind, se.Key)), true
-		case errors.Is(err, store.ErrInUse):
-			detail := fmt.Sprintf("%s %q is in use", se.Kind, se.Key)
-			if se.Ref != "" {
-				detail += " by " + se.Ref
-			}
-			return problem(http.StatusConflict, se.Kind+".in_use", detail+"; delete those first"), true
-		case errors.Is(err, store.ErrReferenceMissing):
-			ref, name, _ := strings.Cut(se.Ref, " ")
-			return invalid(se.Kind+"."+ref+"_missing", "body."+ref, "%s %q does not exist", ref, name), true
-		case errors.Is(err, store.ErrRevoked):
-			return problem(http.StatusConflict, "token.revoked", fmt.Sprintf("token %q is already revoked", se.Key)), true
-		case errors.Is(err, store.ErrKeyConflict):
-			return problem(http.StatusConflict, "run.key_conflict", fmt.Sprintf("key %q is already used by %s with a different scenario or input; use a new key to run again", se.Key, se.Ref)), true
-		case errors.Is(err, store.ErrFinished):
-			return problem(http.StatusConflict, "run.finished", fmt.Sprintf("run %s already finished (%s)", se.Key, se.Ref)), true
-		case errors.Is(err, store.ErrLastAdmin):
-			return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
-		}
+	if p, ok := storeProblem(err); ok {
+		return p, true
 	}
 	var jr *joinRefused
 	if errors.As(err, &jr) {
@@ -174,6 +151,38 @@ func problemFor(err error) (*client.Problem, bool) {
 			"unknown permission %q; permissions are %s", up.Name, strings.Join(permissionNames(auth.All()), ", ")), true
 	}
 	return problem(http.StatusInternalServerError, "internal.error", "the keeper failed to handle the request; see its log"), false
+}
+
+// storeProblem maps the store's errors about one object (*store.Error).
+func storeProblem(err error) (*client.Problem, bool) {
+	var se *store.Error
+	if !errors.As(err, &se) {
+		return nil, false
+	}
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return problem(http.StatusNotFound, se.Kind+".not_found", fmt.Sprintf("%s %q does not exist", se.Kind, se.Key)), true
+	case errors.Is(err, store.ErrExists):
+		return problem(http.StatusConflict, se.Kind+".exists", fmt.Sprintf("%s %q already exists", se.Kind, se.Key)), true
+	case errors.Is(err, store.ErrInUse):
+		detail := fmt.Sprintf("%s %q is in use", se.Kind, se.Key)
+		if se.Ref != "" {
+			detail += " by " + se.Ref
+		}
+		return problem(http.StatusConflict, se.Kind+".in_use", detail+"; delete those first"), true
+	case errors.Is(err, store.ErrReferenceMissing):
+		ref, name, _ := strings.Cut(se.Ref, " ")
+		return invalid(se.Kind+"."+ref+"_missing", "body."+ref, "%s %q does not exist", ref, name), true
+	case errors.Is(err, store.ErrRevoked):
+		return problem(http.StatusConflict, "token.revoked", fmt.Sprintf("token %q is already revoked", se.Key)), true
+	case errors.Is(err, store.ErrKeyConflict):
+		return problem(http.StatusConflict, "run.key_conflict", fmt.Sprintf("key %q is already used by %s with a different scenario or input; use a new key to run again", se.Key, se.Ref)), true
+	case errors.Is(err, store.ErrFinished):
+		return problem(http.StatusConflict, "run.finished", fmt.Sprintf("run %s already finished (%s)", se.Key, se.Ref)), true
+	case errors.Is(err, store.ErrLastAdmin):
+		return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
+	}
+	return nil, false
 }
 
 // cloudProblem maps the errors of a CloudService.

@@ -290,25 +290,13 @@ func (c Config) Validate() error {
 	if c.AuditCheckpointEvery < 0 {
 		return fmt.Errorf("audit_checkpoint_every: %d is negative; want a number of events (default 100)", c.AuditCheckpointEvery)
 	}
-	if err := positive("drain_timeout", c.DrainTimeout, 0, "60s"); err != nil {
+	if err := c.validateTimings(); err != nil {
 		return err
-	}
-	if err := positive("bootstrap_token_ttl", c.BootstrapTokenTTL, 0, "1h"); err != nil {
-		return err
-	}
-	if err := positive("runs.heartbeat", c.Runs.Heartbeat, 0, "2s"); err != nil {
-		return err
-	}
-	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "15s"); err != nil {
-		return fmt.Errorf("%w (three runs.heartbeat)", err)
 	}
 	if c.AgentListen != AgentListenOff {
 		if _, _, err := net.SplitHostPort(c.AgentListen); err != nil {
 			return fmt.Errorf("agent_listen: %q is not host:port or %q: %w", c.AgentListen, AgentListenOff, err)
 		}
-	}
-	if err := positive("agent_cert_validity", c.AgentCertValidity, Duration(time.Second), "24h"); err != nil {
-		return err
 	}
 	if c.AdvertiseURL != "" {
 		u, err := url.Parse(c.AdvertiseURL)
@@ -350,6 +338,26 @@ func (c Config) Validate() error {
 	case "text", "json":
 	default:
 		return fmt.Errorf("log.format: %q is not text or json", c.Log.Format)
+	}
+	return nil
+}
+
+// validateTimings checks the top-level durations and the run lease.
+func (c Config) validateTimings() error {
+	if err := positive("drain_timeout", c.DrainTimeout, 0, "60s"); err != nil {
+		return err
+	}
+	if err := positive("bootstrap_token_ttl", c.BootstrapTokenTTL, 0, "1h"); err != nil {
+		return err
+	}
+	if err := positive("agent_cert_validity", c.AgentCertValidity, Duration(time.Second), "24h"); err != nil {
+		return err
+	}
+	if err := positive("runs.heartbeat", c.Runs.Heartbeat, 0, "2s"); err != nil {
+		return err
+	}
+	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "15s"); err != nil {
+		return fmt.Errorf("%w (three runs.heartbeat)", err)
 	}
 	return nil
 }
