@@ -115,6 +115,7 @@ func New(ctx context.Context, c config.Config, log *slog.Logger) (_ *System, err
 		if err := step.run(ctx); err != nil {
 			return nil, err
 		}
+		s.Log.Debug("keeper part built", "part", step.name)
 	}
 	return s, nil
 }
