@@ -19,7 +19,7 @@ import (
 
 // DefaultMaxOutput is the per-stream output limit when a request sets
 // none: the SSH transport's default.
-const DefaultMaxOutput = 16 << 20
+const DefaultMaxOutput = wire.DefaultMaxOutput
 
 // killGrace bounds how long Run waits for a killed command's output pipes
 // to close (a grandchild that left the process group may hold them).

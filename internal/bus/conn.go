@@ -29,6 +29,51 @@ var (
 	ErrBus error = transport.NewSentinel("bus unavailable", "agent.bus_unavailable", transport.ErrUnreachable)
 )
 
+// outputBound is what a keeper keeps of one command's replies, whatever
+// the soul sends: the per-stream limit the request asked the agent for
+// (plus the truncation marker) and as many reply parts as an agent that
+// keeps to it sends, with room to spare.
+type outputBound struct {
+	perStream int
+	maxParts  int
+	parts     int
+}
+
+func (s *Server) outputBound() *outputBound {
+	limit := s.cfg.MaxOutput
+	if limit <= 0 {
+		limit = wire.DefaultMaxOutput
+	}
+	return &outputBound{perStream: limit + wire.MarkerSlack, maxParts: max(wire.MaxReplies, 2*(limit/wire.ChunkSize+2)+1)}
+}
+
+// take adds reply part m to res, or reports why it is over the bound
+// (res then holds the output up to the limit, marked truncated).
+func (b *outputBound) take(res *transport.Result, m *nats.Msg) error {
+	b.parts++
+	if b.parts > b.maxParts {
+		return fmt.Errorf("more than %d reply parts", b.maxParts)
+	}
+	var buf *[]byte
+	var cut *bool
+	switch m.Header.Get(wire.PartHeader) {
+	case wire.PartStdout:
+		buf, cut = &res.Stdout, &res.StdoutTruncated
+	case wire.PartStderr:
+		buf, cut = &res.Stderr, &res.StderrTruncated
+	default:
+		return nil
+	}
+	room := b.perStream - len(*buf)
+	if len(m.Data) <= room {
+		*buf = append(*buf, m.Data...)
+		return nil
+	}
+	*buf = append(*buf, m.Data[:max(room, 0)]...)
+	*cut = true
+	return fmt.Errorf("more than %d bytes of %s", b.perStream, m.Header.Get(wire.PartHeader))
+}
+
 // cancelGrace bounds how long Exec waits, after asking the agent to kill a
 // cancelled command, for its output.
 const cancelGrace = 5 * time.Second
@@ -79,15 +124,20 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
 	}
 	var res transport.Result
+	out := c.s.outputBound()
 	collect := func(m *nats.Msg) (bool, error) {
 		if m.Header.Get("Status") == "503" {
 			return true, fmt.Errorf("agent exec on %s: %w", c.sid, ErrUnreachable)
 		}
+		if err := out.take(&res, m); err != nil {
+			// Whatever the soul sends, the keeper keeps no more: the
+			// command is cancelled there and fails here.
+			b, _ := json.Marshal(wire.CancelRequest{ID: id})
+			_ = c.s.nc.Publish(wire.CancelSubject(c.sid), b)
+			return true, fmt.Errorf("agent exec on %s: %w: %v", c.sid, transport.ErrOutputLimit, err)
+		}
 		switch m.Header.Get(wire.PartHeader) {
-		case wire.PartStdout:
-			res.Stdout = append(res.Stdout, m.Data...)
-		case wire.PartStderr:
-			res.Stderr = append(res.Stderr, m.Data...)
+		case wire.PartStdout, wire.PartStderr:
 		case wire.PartEnd:
 			var end wire.ExecEnd
 			if err := json.Unmarshal(m.Data, &end); err != nil {

@@ -137,6 +137,13 @@ var (
 	ErrInvalidCommand = errors.New("invalid command")
 )
 
+// ErrOutputLimit means a soul sent more output for a command than the
+// keeper keeps (its per-stream limit, or too many reply parts): the
+// command was cancelled on the soul and its output kept up to the limit,
+// marked truncated. A soul that follows the protocol cuts its output
+// itself and never causes it; the keeper does not trust it to.
+var ErrOutputLimit error = NewSentinel("output over the keeper's limit", "transport.output_limit", nil)
+
 // Coder is implemented by transport errors that carry a stable dotted code
 // ("ssh.unreachable", "agent.disconnected").
 type Coder interface {

@@ -48,6 +48,15 @@ const ChunkSize = 512 << 10
 // the end) a keeper buffers.
 const MaxReplies = 256
 
+// DefaultMaxOutput is the bytes kept of each of stdout and stderr when a
+// request sets no MaxOutput: the SSH transport's default too.
+const DefaultMaxOutput = 16 << 20
+
+// MarkerSlack is how many bytes past MaxOutput a stream may carry: the
+// truncation marker an agent appends to output it cut
+// (transport.Capture).
+const MarkerSlack = 1 << 10
+
 // tokenEncoding spells a SID as one subject token: base32 with the
 // extended-hex alphabet, lower case, no padding ([0-9a-v]+). SIDs hold
 // dots (FQDNs), which NATS reads as token separators, so they are never
