@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
@@ -253,19 +256,19 @@ func TestUnrenewableLeaseStopsExecution(t *testing.T) {
 	}
 }
 
-// TestRecoveryEnqueuesAStaleRunOnce: the recovery loop looks every
-// RecoverEvery; a stale run whose job waits in the queue (every worker
-// busy) gets no second job from the same keeper until StaleAfter has
-// passed, so that jobs do not pile up.
-func TestRecoveryEnqueuesAStaleRunOnce(t *testing.T) {
-	t.Parallel()
+// deadKeepersRun is a runner of keeper-b, not started (its jobs stay in
+// the queue), on clock (nil: the real one), over store st with one run
+// that keeper-dead claimed and heartbeated just now before it died; jobs
+// counts the queue's jobs.
+func deadKeepersRun(t *testing.T, clock clockwork.Clock) (*Runner, *sqlstore.Store, store.Run, func() int) {
+	t.Helper()
 	ctx := context.Background()
 	st := testdb.SQLite.Open(t)
 	sealer, err := secret.NewSealer(make([]byte, 32))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(ctx, Config{Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: &blockingExec{}, Owner: "keeper-b"})
+	r, err := New(ctx, Config{Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: &blockingExec{}, Owner: "keeper-b", Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,12 +276,8 @@ func TestRecoveryEnqueuesAStaleRunOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Claimed by a keeper that died: Running, its heartbeat long stale.
 	if _, ok, err := st.RunClaim(ctx, run.ID, "keeper-dead", time.Now().Add(-StaleAfter)); err != nil || !ok {
 		t.Fatalf("claim: %v %v", ok, err)
-	}
-	if _, err := st.DB().ExecContext(ctx, `UPDATE runs SET heartbeat_at = ? WHERE id = ?`, time.Now().Add(-time.Minute).UTC(), run.ID); err != nil {
-		t.Fatal(err)
 	}
 	jobs := func() int {
 		var n int
@@ -286,6 +285,21 @@ func TestRecoveryEnqueuesAStaleRunOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		return n
+	}
+	return r, st, run, jobs
+}
+
+// TestRecoveryEnqueuesAStaleRunOnce: the recovery loop looks every
+// RecoverEvery; a stale run whose job waits in the queue (every worker
+// busy) gets no second job from the same keeper until StaleAfter has
+// passed, so that jobs do not pile up.
+func TestRecoveryEnqueuesAStaleRunOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r, st, run, jobs := deadKeepersRun(t, nil)
+	// Its heartbeat long stale.
+	if _, err := st.DB().ExecContext(ctx, `UPDATE runs SET heartbeat_at = ? WHERE id = ?`, time.Now().Add(-time.Minute).UTC(), run.ID); err != nil {
+		t.Fatal(err)
 	}
 	before := jobs()
 	for range 3 { // the runner is not started: the jobs stay in the queue

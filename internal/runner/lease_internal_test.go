@@ -9,9 +9,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
-	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // leaseLoop runs keepLease on a fake clock with renew answering from
@@ -142,31 +140,9 @@ func TestLeaseAnswers(t *testing.T) {
 func TestRecoveryFollowsTheClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	st := testdb.SQLite.Open(t)
-	sealer, err := secret.NewSealer(make([]byte, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
 	clock := clockwork.NewFakeClockAt(time.Now())
-	r, err := New(ctx, Config{Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: &blockingExec{}, Owner: "keeper-b", Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	run, _, err := r.Submit(ctx, SubmitParams{Name: "stale", Scenario: "steps: []", Actor: "tok_test"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Claimed by another keeper, which heartbeated just now and then died.
-	if _, ok, err := st.RunClaim(ctx, run.ID, "keeper-dead", time.Now().Add(-StaleAfter)); err != nil || !ok {
-		t.Fatalf("claim: %v %v", ok, err)
-	}
-	jobs := func() int {
-		var n int
-		if err := st.DB().QueryRowContext(ctx, `SELECT count(*) FROM river_job`).Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	r, _, _, jobs := deadKeepersRun(t, clock)
 	before := jobs()
 	clock.Advance(StaleAfter - HeartbeatEvery)
 	r.recover(ctx, "")

@@ -224,15 +224,20 @@ func nonNil(l []string) []string {
 	return l
 }
 
+// querier is a database or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // soulsWhere reads the souls matching cond (a condition on the souls
-// table with args) inside tx.
-func (s *Store) soulsWhere(ctx context.Context, tx *sql.Tx, cond string, args ...any) ([]store.Soul, error) {
-	rows, err := tx.QueryContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE `+cond+` ORDER BY sid`), args...)
+// table with args) through q, by SID.
+func (s *Store) soulsWhere(ctx context.Context, q querier, cond string, args ...any) ([]store.Soul, error) {
+	rows, err := q.QueryContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE `+cond+` ORDER BY sid`), args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []store.Soul
+	out := []store.Soul{}
 	for rows.Next() {
 		so, err := scanSoul(rows)
 		if err != nil {
@@ -246,20 +251,11 @@ func (s *Store) soulsWhere(ctx context.Context, tx *sql.Tx, cond string, args ..
 // SoulsOfProvider lists a provider's souls by SID.
 func (s *Store) SoulsOfProvider(ctx context.Context, provider string) (_ []store.Soul, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE provider = ? ORDER BY sid`), provider)
+	souls, err := s.soulsWhere(ctx, s.db, `provider = ?`, provider)
 	if err != nil {
 		return nil, fmt.Errorf("souls of provider %q: %w", provider, err)
 	}
-	defer rows.Close()
-	out := []store.Soul{}
-	for rows.Next() {
-		so, err := scanSoul(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, so)
-	}
-	return out, rows.Err()
+	return souls, nil
 }
 
 // BootstrapTokens lists a soul's bootstrap tokens.
