@@ -22,7 +22,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,6 +32,7 @@ import (
 	"github.com/soulstack/soulstack/internal/soulid"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
 	"github.com/soulstack/soulstack/internal/testdb"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 // buildSoul builds the soul agent into dir and returns its path.
@@ -765,7 +765,7 @@ func TestSoulRunRenews(t *testing.T) {
 		t.Fatalf("soul join: %v\n%s", err, out)
 	}
 	first := j.status(t, sid)
-	logs := &lockedBuffer{}
+	logs := &testlog.Buffer{}
 	cmd := exec.Command(soul, "run", "--state-dir", stateDir, "--renew-retry", "200ms")
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
@@ -814,22 +814,4 @@ func TestSoulRunRenews(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("soul run kept going after its soul was destroyed:\n%s", logs.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer a process writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 // SSHD is the server binary the package runs.
@@ -79,7 +81,7 @@ type Server struct {
 	extra  []string // extra sshd_config lines
 	cmd    *exec.Cmd
 	exited chan struct{}
-	stderr *lockedBuffer
+	stderr *testlog.Buffer
 	stop   sync.Once
 }
 
@@ -273,7 +275,7 @@ func start(opts Options) (*Server, error) {
 
 // launch writes the server's files, starts sshd and waits for its banner.
 func (s *Server) launch(clientPub string) error {
-	s.stderr = &lockedBuffer{}
+	s.stderr = &testlog.Buffer{}
 	dir, err := os.MkdirTemp("", "sshtest-")
 	if err != nil {
 		return err
@@ -389,21 +391,4 @@ func freePort(addr string) (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

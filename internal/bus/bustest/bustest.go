@@ -28,6 +28,7 @@ import (
 	"github.com/soulstack/soulstack/internal/agent"
 	"github.com/soulstack/soulstack/internal/agent/wire"
 	"github.com/soulstack/soulstack/internal/pki"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 // CA is a keeper CA in a temporary directory with a server certificate
@@ -213,29 +214,11 @@ func RunAgentIfAsked() {
 // Agents is a running agent process.
 type Agents struct {
 	Cmd *exec.Cmd
-	log lockedBuffer
+	log testlog.Buffer
 }
 
 // Log is what the process logged (warnings and errors).
 func (a *Agents) Log() string { return a.log.String() }
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b = append(l.b, p...)
-	return len(p), nil
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return string(l.b)
-}
 
 // Stop ends the process (SIGTERM, then SIGKILL) and waits for it.
 func (a *Agents) Stop() {

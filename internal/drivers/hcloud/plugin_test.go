@@ -1,7 +1,6 @@
 package hcloud_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/drivers/hcloud/hcloudfake"
 	"github.com/soulstack/soulstack/internal/plugin"
+	"github.com/soulstack/soulstack/internal/testlog"
 )
 
 func TestMain(m *testing.M) {
@@ -40,31 +39,13 @@ func provider(f *hcloudfake.Fake) driversdk.Provider {
 
 var profile = json.RawMessage(`{"server_type": "cx22", "image": "ubuntu-24.04", "networks": ["soulstack-net"], "labels": {"team": "web"}}`)
 
-// logBuf collects the host's log, the plugin's stderr among it.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // env is a fake API and a plugin host running soul-cloud-hcloud.
 type env struct {
 	fake *hcloudfake.Fake
 	host *plugin.Host
 	d    driversdk.Driver
 	prov driversdk.Provider
-	log  *logBuf
+	log  *testlog.Buffer
 }
 
 func newEnv(t *testing.T) *env {
@@ -75,7 +56,7 @@ func newEnv(t *testing.T) *env {
 	if err := os.Symlink(drivertest.Plugin(t, "hcloud"), filepath.Join(dir, "soul-cloud-hcloud")); err != nil {
 		t.Fatal(err)
 	}
-	lb := &logBuf{}
+	lb := &testlog.Buffer{}
 	h, err := plugin.New(plugin.Config{PluginDir: dir, Logger: slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
