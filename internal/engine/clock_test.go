@@ -80,6 +80,19 @@ func execute(e *engine.Executor, id, text string) <-chan *eventRecorder {
 	return done
 }
 
+// ended waits for the execution of done to end; failing says what did
+// not happen when it does not.
+func ended(t *testing.T, done <-chan *eventRecorder, failing string) *eventRecorder {
+	t.Helper()
+	select {
+	case rec := <-done:
+		return rec
+	case <-time.After(10 * time.Second):
+		t.Fatal(failing)
+		return nil
+	}
+}
+
 func targetResult(t *testing.T, rec *eventRecorder, step string) client.TargetResultData {
 	t.Helper()
 	for _, ev := range rec.events {
@@ -109,12 +122,7 @@ func TestStepTimeoutOnTheClock(t *testing.T) {
 	default:
 	}
 	clock.Advance(time.Second)
-	var rec *eventRecorder
-	select {
-	case rec = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the step did not end at its timeout on the fake clock")
-	}
+	rec := ended(t, done, "the step did not end at its timeout on the fake clock")
 	res := targetResult(t, rec, "slow")
 	if rec.steps["_phase"] != store.PhaseFailed || res.Status != client.TargetFailed || res.Error == nil || res.Error.Code != "run.timeout" {
 		t.Fatalf("phase %s, target %+v; want Failed with run.timeout", rec.steps["_phase"], res)
@@ -135,12 +143,7 @@ func TestRetryDelayOnTheClock(t *testing.T) {
 		}
 		clock.Advance(time.Minute)
 	}
-	var rec *eventRecorder
-	select {
-	case rec = <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the retries did not run on the fake clock")
-	}
+	rec := ended(t, done, "the retries did not run on the fake clock")
 	res := targetResult(t, rec, "flaky")
 	if rec.steps["_phase"] != store.PhaseSucceeded || res.Status != client.TargetChanged || res.Attempts != 3 {
 		t.Fatalf("phase %s, target %+v; want Succeeded, changed on attempt 3", rec.steps["_phase"], res)

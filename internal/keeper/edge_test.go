@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
@@ -494,47 +495,16 @@ func TestOwnCAOnRealNonLoopbackAddress(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command("ip", "netns", "exec", ns, keeperBin, "serve", "--listen", "198.51.100.7:8443")
 	cmd.Dir = dir
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
+	k := keepertest.Run(t, cmd) // ip netns exec execs the keeper: the PID it kills is the keeper's
+	logs := k.Drain()
+	if k.Addr != "https://198.51.100.7:8443" {
+		t.Fatalf("keeper listens on %s, want https://198.51.100.7:8443:\n%s", k.Addr, logs)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	m := fingerprintLog.FindStringSubmatch(logs)
+	if m == nil {
+		t.Fatalf("no CA fingerprint in the keeper log:\n%s", logs)
 	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill() // ip netns exec execs the keeper: this PID is the keeper's
-		_ = cmd.Wait()
-	})
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	var fp string
-	var logs strings.Builder
-	deadline := time.After(30 * time.Second)
-	for listening := false; !listening; {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("keeper exited:\n%s", logs.String())
-			}
-			logs.WriteString(l + "\n")
-			if m := fingerprintLog.FindStringSubmatch(l); m != nil {
-				fp = m[1]
-			}
-			listening = strings.Contains(l, `msg="keeper listening" addr=https://198.51.100.7:8443`)
-		case <-deadline:
-			t.Fatalf("keeper not listening on https://198.51.100.7:8443:\n%s", logs.String())
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
+	fp := m[1]
 	caFile := filepath.Join(dir, ".keeper", "tls", pki.CACertFile)
 	token := adminToken(t, filepath.Join(dir, ".keeper"))
 	run := func(args ...string) (string, error) {

@@ -167,6 +167,15 @@ func Serve(t *testing.T, bin, dir string, args ...string) *Proc {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
+	return Run(t, cmd)
+}
+
+// Run starts cmd, a keeper serving (`keeper serve`, or a command that
+// execs it, such as `ip netns exec`), and waits until it logs that it
+// listens; it is killed, by its PID, if the test ends with it still
+// running.
+func Run(t *testing.T, cmd *exec.Cmd) *Proc {
+	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
