@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -155,4 +156,22 @@ func (c *Client) RunWait(ctx context.Context, id string) (*Run, error) {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// RunOutputs returns a run's stored outputs whole (a run's answer cuts
+// them to fit): all steps' by step name, step's alone, or with sid that
+// one target's.
+func (c *Client) RunOutputs(ctx context.Context, id, step, sid string) (json.RawMessage, error) {
+	q := url.Values{}
+	if step != "" {
+		q.Set("step", step)
+	}
+	if sid != "" {
+		q.Set("sid", sid)
+	}
+	out, err := call[json.RawMessage](ctx, c, http.MethodGet, "/v1/runs/"+esc(id)+"/outputs", q, nil)
+	if err != nil {
+		return nil, err
+	}
+	return *out, nil
 }

@@ -248,13 +248,17 @@ type RunError struct {
 
 // RunTarget is one target's result in one step.
 type RunTarget struct {
-	SID        string          `json:"sid"`
-	Status     TargetStatus    `json:"status" enum:"ok,changed,failed,skipped,unreachable,running"`
-	Changed    bool            `json:"changed"`
-	Output     json.RawMessage `json:"output"`
-	Error      *RunError       `json:"error,omitempty"`
-	Attempts   int             `json:"attempts"`
-	DurationMS int64           `json:"duration_ms"`
+	SID     string          `json:"sid"`
+	Status  TargetStatus    `json:"status" enum:"ok,changed,failed,skipped,unreachable,running"`
+	Changed bool            `json:"changed"`
+	Output  json.RawMessage `json:"output" doc:"The target's output, masked; in a run's answer cut to fit (output_truncated), whole from GET /v1/runs/{id}/outputs?step=&sid=."`
+	// OutputTruncated says the answer cut Output to fit; OutputBytes is
+	// then the size of the whole stored output.
+	OutputTruncated bool      `json:"output_truncated,omitempty" required:"false" doc:"The answer holds the output cut to fit: its longest strings end with '…[truncated: N bytes dropped]'."`
+	OutputBytes     int       `json:"output_bytes,omitempty" required:"false" doc:"The size of the whole stored output, when output_truncated."`
+	Error           *RunError `json:"error,omitempty"`
+	Attempts        int       `json:"attempts"`
+	DurationMS      int64     `json:"duration_ms"`
 }
 
 // RunStep is one step of a run.
@@ -279,8 +283,11 @@ type Run struct {
 	Error      *RunError       `json:"error,omitempty"`
 	Input      json.RawMessage `json:"input" doc:"The input, masked."`
 	Steps      []RunStep       `json:"steps"`
-	Outputs    json.RawMessage `json:"outputs" doc:"Each step's output by step name, masked."`
-	Message    string          `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded; otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
+	Outputs    json.RawMessage `json:"outputs" doc:"Each step's output by step name, masked; cut to fit the answer when outputs_truncated (whole from GET /v1/runs/{id}/outputs)."`
+	// OutputsTruncated says the answer cut Outputs (and Message, which
+	// then ends with the truncation marker) to fit.
+	OutputsTruncated bool   `json:"outputs_truncated,omitempty" required:"false" doc:"The answer holds outputs (and message) cut to fit; GET /v1/runs/{id}/outputs has them whole."`
+	Message          string `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded; otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
 }
 
 // RunList is a page of runs, newest first.

@@ -79,12 +79,15 @@ func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (clie
 		out.Error = &client.RunError{Code: r.ErrorCode, Message: r.ErrorMsg}
 	}
 	if !withSteps {
+		boundRun(&out, listOutputs)
 		return out, nil
 	}
+	boundRun(&out, answerOutputs)
 	steps, targets, err := s.store.RunSteps(ctx, r.ID)
 	if err != nil {
 		return out, err
 	}
+	limit := targetAnswerLimit(len(targets))
 	for _, st := range steps {
 		ws := client.RunStep{Name: st.Name, Module: st.Module, Status: client.StepStatus(st.Status), Targets: []client.RunTarget{}}
 		for _, t := range targets {
@@ -95,6 +98,7 @@ func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (clie
 			if t.ErrorCode != "" {
 				wt.Error = &client.RunError{Code: t.ErrorCode, Message: t.ErrorMsg}
 			}
+			boundTarget(&wt, limit)
 			ws.Targets = append(ws.Targets, wt)
 		}
 		out.Steps = append(out.Steps, ws)
@@ -111,6 +115,7 @@ func (s *Server) registerRuns() {
 	s.registerRunGet()
 	s.registerRunCancel()
 	s.registerRunEvents()
+	s.registerRunOutputs()
 }
 
 // runTags are the OpenAPI tags of the run routes.

@@ -127,7 +127,8 @@ type Server struct {
 
 	mu       sync.Mutex
 	present  map[string]*presence
-	sessions map[string]string // sid -> serial of the last authorized session
+	sessions map[string]string    // sid -> serial of the last authorized session
+	paused   map[string]time.Time // sid -> until when its connections are refused (flooding)
 
 	stop chan struct{}
 	done chan struct{}
@@ -155,7 +156,23 @@ func (s *Server) newEpoch() {
 type presence struct {
 	last time.Time
 	gone chan struct{} // closed when the soul is counted gone
+	// window starts the heartbeat interval whose heartbeats beats counts.
+	window time.Time
+	beats  int
 }
+
+// MaxHeartbeats is how many heartbeats a soul may send within one
+// heartbeat interval (an agent sends one; a reconnect or a clock step
+// adds one or two): past it the keeper cuts the soul off for FloodPause.
+const MaxHeartbeats = 20
+
+// heartbeatPendingMsgs is how many heartbeats may wait for the keeper's
+// handler: a fleet of agents' worth.
+const heartbeatPendingMsgs = 64 << 10
+
+// FloodPause is how long a soul that sent more than the keeper allows is
+// refused its connections after it is cut off.
+const FloodPause = time.Minute
 
 // Start starts the embedded server (or connects to the external cluster),
 // answers the auth callout and tracks heartbeats until Close.
@@ -184,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.CalloutQueue <= 0 {
 		cfg.CalloutQueue = defaultCalloutQueue
 	}
-	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
+	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, paused: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -253,7 +270,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.shutdown()
 		return nil, fmt.Errorf("bus: subscribe to the auth callout: %w", err)
 	}
-	if _, err := s.nc.Subscribe(wire.HeartbeatWildcard, s.heartbeat); err != nil {
+	hb, err := s.nc.Subscribe(wire.HeartbeatWildcard, s.heartbeat)
+	if err == nil {
+		// A flood waits in at most this much memory (the rest is
+		// dropped) while heartbeat cuts its sender off.
+		err = hb.SetPendingLimits(heartbeatPendingMsgs, heartbeatPendingMsgs*wire.MaxHeartbeatSize/16)
+	}
+	if err != nil {
 		close(s.stop) // the callout workers
 		s.shutdown()
 		return nil, fmt.Errorf("bus: subscribe to heartbeats: %w", err)
@@ -395,15 +418,33 @@ func (s *Server) heartbeat(m *nats.Msg) {
 	if err != nil {
 		return
 	}
+	if len(m.Data) > wire.MaxHeartbeatSize {
+		s.cutOff(sid, fmt.Sprintf("a %d-byte heartbeat (at most %d)", len(m.Data), wire.MaxHeartbeatSize))
+		return
+	}
 	now := s.now()
 	s.mu.Lock()
+	if until, paused := s.paused[sid]; paused && now.Before(until) {
+		s.mu.Unlock()
+		return // what it sent before it was cut off
+	}
 	p, ok := s.present[sid]
 	if ok {
 		p.last = now
 	} else {
-		s.present[sid] = &presence{last: now, gone: make(chan struct{})}
+		p = &presence{last: now, gone: make(chan struct{}), window: now}
+		s.present[sid] = p
 	}
+	if now.Sub(p.window) >= s.cfg.Heartbeat {
+		p.window, p.beats = now, 0
+	}
+	p.beats++
+	flood := p.beats > MaxHeartbeats
 	s.mu.Unlock()
+	if flood {
+		s.cutOff(sid, fmt.Sprintf("more than %d heartbeats within %s", MaxHeartbeats, s.cfg.Heartbeat))
+		return
+	}
 	if !ok {
 		s.log.Info("bus: agent present", "sid", sid)
 		s.notify(sid, true)
@@ -563,6 +604,30 @@ func (s *Server) revoke(sid, serial, why string) {
 	if wasPresent {
 		s.notify(sid, false)
 	}
+}
+
+// cutOff closes soul sid's sessions and refuses its connections for
+// FloodPause: it sent more than any agent does (why).
+func (s *Server) cutOff(sid, why string) {
+	s.mu.Lock()
+	s.paused[sid] = s.now().Add(FloodPause)
+	serial := s.sessions[sid]
+	s.mu.Unlock()
+	s.log.Warn("bus: soul cut off for flooding", "sid", sid, "why", why, "for", FloodPause)
+	s.revoke(sid, serial, "flood")
+}
+
+// pausedUntil is until when soul sid's connections are refused, if they
+// are.
+func (s *Server) pausedUntil(sid string, now time.Time) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.paused[sid]
+	if ok && !now.Before(until) {
+		delete(s.paused, sid)
+		return time.Time{}, false
+	}
+	return until, ok
 }
 
 // kick closes the embedded server's connections of soul sid: those of

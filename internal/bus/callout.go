@@ -36,6 +36,7 @@ var (
 	errStaleSerial  = errors.New("the certificate was replaced (serial differs from the registry's)")
 	errRegistryDown = errors.New("the registry cannot be read")
 	errBusy         = errors.New("the keeper is busy admitting other souls; retry")
+	errFlooding     = errors.New("the soul sent more than its agent would and is cut off for a while")
 )
 
 // authorize answers one auth callout request: it checks the TLS client
@@ -52,6 +53,9 @@ func (s *Server) authorize(ctx context.Context, rc *jwt.AuthorizationRequestClai
 		return "", "", "", fmt.Errorf("%w: %v", errBadCert, err)
 	}
 	serial = pki.SerialHex(cert)
+	if until, paused := s.pausedUntil(sid, now); paused {
+		return sid, serial, "", fmt.Errorf("%w (until %s)", errFlooding, until.UTC().Format(time.RFC3339))
+	}
 	want, ok, err := s.cfg.Identities.SoulCert(ctx, sid)
 	switch {
 	case err != nil:

@@ -47,12 +47,23 @@ func (s *Server) outputBound() *outputBound {
 	return &outputBound{perStream: limit + wire.MarkerSlack, maxParts: max(wire.MaxReplies, 2*(limit/wire.ChunkSize+2)+1)}
 }
 
+// pending is how many reply messages and bytes may wait for Exec: what an
+// agent that keeps to the bound sends at most (both streams, every part),
+// plus one message as big as the server allows. Past it the client drops
+// replies, and Exec fails the command (dropped).
+func (b *outputBound) pending(maxPayload int64) (int, int) {
+	return b.maxParts + 2, 2*b.perStream + 2*wire.MaxPartSize + int(maxPayload)
+}
+
 // take adds reply part m to res, or reports why it is over the bound
 // (res then holds the output up to the limit, marked truncated).
 func (b *outputBound) take(res *transport.Result, m *nats.Msg) error {
 	b.parts++
 	if b.parts > b.maxParts {
 		return fmt.Errorf("more than %d reply parts", b.maxParts)
+	}
+	if len(m.Data) > wire.MaxPartSize {
+		return fmt.Errorf("a %d-byte reply part (at most %d)", len(m.Data), wire.MaxPartSize)
 	}
 	var buf *[]byte
 	var cut *bool
@@ -112,24 +123,39 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
 	}
 	inbox := wire.ReplySubject(c.sid, id)
-	parts := make(chan *nats.Msg, wire.MaxReplies+1)
-	sub, err := c.s.nc.ChanSubscribe(inbox, parts)
+	out := c.s.outputBound()
+	// The client queues replies for the handler up to pending; the
+	// handler hands them to this Exec until it returns.
+	parts, ended := make(chan *nats.Msg), make(chan struct{})
+	defer close(ended)
+	sub, err := c.s.nc.Subscribe(inbox, func(m *nats.Msg) {
+		select {
+		case parts <- m:
+		case <-ended:
+		}
+	})
 	if err != nil {
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
 	}
 	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(out.pending(c.s.nc.MaxPayload())); err != nil {
+		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
+	}
 	dropped := c.s.currentEpoch()
 	msg := &nats.Msg{Subject: wire.ExecSubject(c.sid), Reply: inbox, Data: data}
 	if err := c.s.nc.PublishMsg(msg); err != nil {
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
 	}
 	var res transport.Result
-	out := c.s.outputBound()
 	collect := func(m *nats.Msg) (bool, error) {
 		if m.Header.Get("Status") == "503" {
 			return true, fmt.Errorf("agent exec on %s: %w", c.sid, ErrUnreachable)
 		}
-		if err := out.take(&res, m); err != nil {
+		err := out.take(&res, m)
+		if n, _ := sub.Dropped(); err == nil && n > 0 {
+			err = fmt.Errorf("replies faster than the keeper takes them (%d dropped)", n)
+		}
+		if err != nil {
 			// Whatever the soul sends, the keeper keeps no more: the
 			// command is cancelled there and fails here.
 			b, _ := json.Marshal(wire.CancelRequest{ID: id})

@@ -1,8 +1,10 @@
 package bus_test
 
 import (
+	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/soulstack/soulstack/internal/agent/wire"
 	"github.com/soulstack/soulstack/internal/bus"
+	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/transport"
 )
 
@@ -47,7 +50,8 @@ func TestSoulReplyFloodIsBounded(t *testing.T) {
 		want  string
 	}{
 		{"bytes", 40, wire.ChunkSize, "bytes of stdout"}, // 20 MiB against a 1 MiB limit
-		{"parts", 400, 16, "reply parts"},                // tiny parts, more than any agent sends
+		{"parts", 400, 16, "reply parts|dropped"},        // tiny parts, more than any agent sends (faster than the keeper takes them, too)
+		{"big part", 1, 4 << 20, "reply part"},           // one part bigger than any agent sends
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			type result struct {
@@ -87,7 +91,7 @@ func TestSoulReplyFloodIsBounded(t *testing.T) {
 			case <-time.After(20 * time.Second):
 				t.Fatal("the flooded command did not end")
 			}
-			if !errors.Is(r.err, transport.ErrOutputLimit) || transport.Code(r.err) != "transport.output_limit" || !strings.Contains(r.err.Error(), tc.want) {
+			if !errors.Is(r.err, transport.ErrOutputLimit) || transport.Code(r.err) != "transport.output_limit" || !regexp.MustCompile(tc.want).MatchString(r.err.Error()) {
 				t.Fatalf("flooded command: %v (code %q), want transport.output_limit about %s", r.err, transport.Code(r.err), tc.want)
 			}
 			if len(r.res.Stdout) > limit+wire.MarkerSlack {
@@ -107,4 +111,60 @@ func TestSoulReplyFloodIsBounded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSoulHeartbeatFloodIsCutOff: a soul that sends heartbeats as fast as
+// it can is cut off (its connection closed, its reconnection refused for
+// bus.FloodPause) while a soul that keeps to its interval stays present.
+func TestSoulHeartbeatFloodIsCutOff(t *testing.T) {
+	t.Parallel()
+	e := startBus(t)
+	honest := e.soul(t, "honest.prod.example.com")
+	e.agents(t, honest)
+	e.waitPresent(t, honest.SID, true)
+	mallory := e.soul(t, "chatty.prod.example.com")
+	a := connectAs(t, e, mallory)
+	hb, _ := json.Marshal(wire.Heartbeat{SID: mallory.SID})
+	for range 5 * bus.MaxHeartbeats {
+		if err := a.nc.Publish(wire.HeartbeatSubject(mallory.SID), hb); err != nil {
+			break // the keeper already closed the connection
+		}
+	}
+	a.nc.Flush()
+	select {
+	case <-a.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the flooding soul's connection is still open")
+	}
+	e.waitPresent(t, mallory.SID, false)
+	if _, err := dial(e, mustTLS(t, mallory)); err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
+		t.Fatalf("the flooding soul reconnected at once: %v", err)
+	}
+	if !e.bus.Present(honest.SID) {
+		t.Fatal("the honest soul was counted gone")
+	}
+	// One heartbeat far bigger than an agent's is enough.
+	bloat := e.soul(t, "bloated.prod.example.com")
+	b := connectAs(t, e, bloat)
+	if err := b.nc.Publish(wire.HeartbeatSubject(bloat.SID), make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	b.nc.Flush()
+	select {
+	case <-b.closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a soul that sent a 64 KiB heartbeat is still connected")
+	}
+	if e.bus.Present(bloat.SID) {
+		t.Fatal("a soul whose heartbeat was refused is present")
+	}
+}
+
+func mustTLS(t *testing.T, id bustest.Identity) *tls.Config {
+	t.Helper()
+	tc, err := id.TLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tc
 }

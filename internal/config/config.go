@@ -134,6 +134,13 @@ type Runs struct {
 	// keeper takes the run over and resumes it (default 15s; at least
 	// three heartbeats). The holder stops executing one heartbeat before.
 	StaleAfter Duration `yaml:"stale_after"`
+	// MaxTargetOutputBytes is the bytes of JSON a run keeps of one soul
+	// target's output (default 1 MiB); MaxOutputBytes the bytes it keeps
+	// of all its soul targets' outputs together (default 64 MiB), past
+	// which each further target keeps 4 KiB. A cut output keeps its shape:
+	// its longest strings end with "…[truncated: N bytes dropped]".
+	MaxTargetOutputBytes int `yaml:"max_target_output_bytes"`
+	MaxOutputBytes       int `yaml:"max_output_bytes"`
 }
 
 // MCP configures /mcp. Reads follow the token's permissions, as REST does.
@@ -358,6 +365,12 @@ func (c Config) validateTimings() error {
 	}
 	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "15s"); err != nil {
 		return fmt.Errorf("%w (three runs.heartbeat)", err)
+	}
+	if c.Runs.MaxTargetOutputBytes < 0 || c.Runs.MaxTargetOutputBytes > 0 && c.Runs.MaxTargetOutputBytes < 4096 {
+		return fmt.Errorf("runs.max_target_output_bytes: %d is under 4096 bytes (default 1048576)", c.Runs.MaxTargetOutputBytes)
+	}
+	if c.Runs.MaxOutputBytes < 0 || c.Runs.MaxOutputBytes > 0 && c.Runs.MaxOutputBytes < max(c.Runs.MaxTargetOutputBytes, 4096) {
+		return fmt.Errorf("runs.max_output_bytes: %d is under runs.max_target_output_bytes (default 67108864)", c.Runs.MaxOutputBytes)
 	}
 	return nil
 }

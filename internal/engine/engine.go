@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -60,6 +61,8 @@ type Executor struct {
 	// declares a permission executes. When nil, every such step fails with
 	// auth.forbidden: a keeper that cannot check does not run them.
 	Authorizer Authorizer
+	// Limits bound what a run keeps of its souls' outputs.
+	Limits OutputLimits
 }
 
 // Authorizer decides whether the API token tokenID may, now, do what perm
@@ -149,6 +152,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	log = slog.New(secrets.LogHandler(log.Handler()))
 	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
 	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
+	r.outputLeft.Store(e.Limits.run())
 	if st.InFlight != nil {
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
@@ -248,6 +252,10 @@ type run struct {
 	// secret-looking name.
 	secretInputs []string
 	log          *slog.Logger
+
+	// outputLeft is the bytes of soul output the run may still keep
+	// (OutputLimits.Run).
+	outputLeft atomic.Int64
 
 	mu sync.Mutex
 	st *state
@@ -356,6 +364,7 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 			}
 			defer func() { <-sem }()
 			results[i] = r.target(ctx, s, sid, vars)
+			r.boundTarget(s, &results[i])
 			r.report(s, results[i])
 		}()
 	}

@@ -323,6 +323,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Modules:    provisioned,
 		Authorizer: auth.Checker{Tokens: s.Store, Now: s.Clock.Now},
 		Clock:      s.Clock,
+		Limits:     engine.OutputLimits{Target: c.Runs.MaxTargetOutputBytes, Run: c.Runs.MaxOutputBytes},
 	}
 	s.Runs, err = runner.New(ctx, runner.Config{
 		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,

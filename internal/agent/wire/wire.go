@@ -44,6 +44,16 @@ const (
 // max_payload.
 const ChunkSize = 512 << 10
 
+// MaxPartSize is the largest reply part a keeper takes (an output part
+// is at most ChunkSize); MaxHeartbeatSize the largest heartbeat. The
+// server's max_payload is higher (the keeper's commands carry their
+// stdin), so the keeper checks these itself: a soul that sends more
+// fails its command or is cut off.
+const (
+	MaxPartSize      = ChunkSize + 16<<10
+	MaxHeartbeatSize = 4 << 10
+)
+
 // MaxReplies bounds the reply messages of one command (output parts and
 // the end) a keeper buffers.
 const MaxReplies = 256

@@ -255,8 +255,16 @@ func (s *pidSniffer) Write(p []byte) (int, error) {
 	s.buf = append(s.buf, p...)
 	if i := bytes.Index(s.buf, s.marker); i >= 0 {
 		j := bytes.IndexByte(s.buf[i:], '\n')
-		if j < 0 {
+		if j < 0 && len(s.buf) <= sniffLimit {
 			return len(p), nil // the rest of the line is on its way
+		}
+		if j < 0 {
+			// A marker line that never ends is not the shell's: whatever
+			// the server sends, no more than sniffLimit is held back.
+			s.done = true
+			s.w.Write(s.buf)
+			s.buf = nil
+			return len(p), nil
 		}
 		if pid, err := strconv.Atoi(string(s.buf[i+len(s.marker) : i+j])); err == nil && pid > 1 {
 			s.pid = pid

@@ -98,6 +98,17 @@ func TestPIDSniffer(t *testing.T) {
 	if out.Len() != sniffLimit+2 {
 		t.Errorf("past the limit %d bytes passed, want %d", out.Len(), sniffLimit+2)
 	}
+	// A server that sends the marker and then never a newline gets no
+	// more held back either: what it sends goes on to the capture.
+	out.Reset()
+	s = newPIDSniffer("M", &out)
+	s.Write([]byte("M "))
+	for range 100 {
+		s.Write(bytes.Repeat([]byte("9"), 4096))
+	}
+	if held := len(s.buf); held > 0 || out.Len() != 2+100*4096 || s.get() != 0 {
+		t.Errorf("an endless marker line: %d bytes held back, %d passed, pid %d", held, out.Len(), s.get())
+	}
 }
 
 func TestCode(t *testing.T) {

@@ -3,12 +3,13 @@ package ssh
 import (
 	"bytes"
 	"fmt"
-	"github.com/soulstack/soulstack/internal/transport"
 	"net"
 	"strconv"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/soulstack/soulstack/internal/transport"
 )
 
 // Defaults applied by Target.WithDefaults.
