@@ -3,17 +3,23 @@ package bus_test
 import (
 	"log/slog"
 	"os"
+
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/soulstack/soulstack/internal/bus"
 	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/transport"
 )
 
+// TestMain also checks that every goroutine the tests and benchmarks
+// started (servers, connections, Execs, presence watchers) has ended with
+// them: what outlives a test here would outlive a keeper's shutdown.
 func TestMain(m *testing.M) {
 	bustest.RunAgentIfAsked()
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 // testHeartbeat keeps presence tests quick; the keeper's default is 5s.

@@ -220,19 +220,23 @@ type Agents struct {
 // Log is what the process logged (warnings and errors).
 func (a *Agents) Log() string { return a.log.String() }
 
-// Stop ends the process (SIGTERM, then SIGKILL) and waits for it.
-func (a *Agents) Stop() {
+// Stop ends the process (SIGTERM, then SIGKILL) and waits for it. It
+// reports whether SIGTERM was enough: an agent that does not stop when
+// asked would hold a soul's shutdown open.
+func (a *Agents) Stop() bool {
 	if a.Cmd.ProcessState != nil {
-		return
+		return true
 	}
 	_ = a.Cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
 	go func() { a.Cmd.Wait(); close(done) }()
 	select {
 	case <-done:
+		return true
 	case <-time.After(10 * time.Second):
 		_ = a.Cmd.Process.Kill()
 		<-done
+		return false
 	}
 }
 
@@ -265,7 +269,9 @@ func StartAgents(tb testing.TB, spec AgentSpec) *Agents {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
-		a.Stop()
+		if !a.Stop() {
+			tb.Errorf("agent process %d did not end within 10s of SIGTERM; killed", cmd.Process.Pid)
+		}
 		if tb.Failed() && a.Log() != "" {
 			tb.Logf("agent process %d log:\n%s", cmd.Process.Pid, a.Log())
 		}
