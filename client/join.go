@@ -35,13 +35,17 @@ type JoinResponse struct {
 // Seed is a scenario a soul carries: run for it when it joins, with the
 // seed's input plus sid.
 type Seed struct {
-	ID        int64          `json:"id"`
-	SID       string         `json:"sid"`
-	Scenario  string         `json:"scenario"`
-	Input     map[string]any `json:"input"`
-	Status    string         `json:"status" enum:"active,orphaned"`
-	CreatedBy string         `json:"created_by"`
-	CreatedAt time.Time      `json:"created_at"`
+	ID       int64          `json:"id"`
+	SID      string         `json:"sid"`
+	Scenario string         `json:"scenario"`
+	Input    map[string]any `json:"input" doc:"The seed's input; the values of sealed_inputs and of secret-looking keys are ***."`
+	// SealedInputs names the inputs the scenario declares secret (or
+	// feeds to a secret param): sealed at rest, masked in every answer.
+	// ("secret" in the name would get the list itself masked.)
+	SealedInputs []string  `json:"sealed_inputs" doc:"The inputs the scenario declares secret (secret: true, or fed to a param its module declares secret): sealed at rest and *** in every answer."`
+	Status       string    `json:"status" enum:"active,orphaned"`
+	CreatedBy    string    `json:"created_by"`
+	CreatedAt    time.Time `json:"created_at"`
 	// RunID is the run the seed started when it was added to a soul that
 	// had joined already.
 	RunID string `json:"run_id,omitempty"`

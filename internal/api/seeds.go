@@ -5,18 +5,35 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
+// seedWire is a seed as answers show it: the inputs its scenario declares
+// secret masked (those under secret-looking keys the answer's own masking
+// takes care of).
 func seedWire(sd store.SoulSeed) client.Seed {
 	in := map[string]any{}
 	_ = json.Unmarshal(sd.Input, &in)
-	return client.Seed{ID: sd.ID, SID: sd.SID, Scenario: sd.Scenario, Input: in, Status: sd.Status, CreatedBy: sd.CreatedBy, CreatedAt: sd.CreatedAt}
+	for _, name := range sd.Secret {
+		if v, ok := in[name]; ok && v != nil {
+			in[name] = secret.Masked
+		}
+	}
+	return client.Seed{ID: sd.ID, SID: sd.SID, Scenario: sd.Scenario, Input: in, SealedInputs: orNone(sd.Secret), Status: sd.Status, CreatedBy: sd.CreatedBy, CreatedAt: sd.CreatedAt}
+}
+
+func orNone(names []string) []string {
+	if names == nil {
+		return []string{}
+	}
+	return names
 }
 
 func (s *Server) registerSeeds() {
@@ -62,7 +79,7 @@ func (s *Server) registerSeeds() {
 		if in.Body.Scenario == "" {
 			return nil, invalid("seed.scenario_invalid", "body.scenario", "must not be empty")
 		}
-		needs, err := s.checkSeed(in.SID, in.Body.Scenario, in.Body.Input)
+		checked, err := s.checkSeed(in.SID, in.Body.Scenario, in.Body.Input)
 		if err != nil {
 			return nil, err
 		}
@@ -71,12 +88,13 @@ func (s *Server) registerSeeds() {
 		if err := caller.Require(auth.RunCreate); err != nil {
 			return nil, err
 		}
-		if err := requireStepPermissions(caller, needs); err != nil {
+		if err := requireStepPermissions(caller, checked.Needs); err != nil {
 			return nil, err
 		}
 		input := objectJSON(in.Body.Input)
 		actor := caller.Actor()
-		sd, err := s.store.SeedAdd(ctx, store.SeedAddParams{Seed: store.SoulSeed{SID: in.SID, Scenario: in.Body.Scenario, Input: input, CreatedBy: string(actor)}, Actor: actor})
+		seed := store.SoulSeed{SID: in.SID, Scenario: in.Body.Scenario, Input: input, Secret: secretNames(checked.Secret), CreatedBy: string(actor)}
+		sd, err := s.store.SeedAdd(ctx, store.SeedAddParams{Seed: seed, Actor: actor})
 		if err != nil {
 			return nil, err
 		}
@@ -92,20 +110,32 @@ func (s *Server) registerSeeds() {
 	})
 }
 
-// checkSeed validates a seed's scenario with its input plus sid and
-// returns the permissions its steps need.
-func (s *Server) checkSeed(sid, text string, input map[string]any) ([]StepPermission, error) {
+// secretNames lists the names set holds, sorted.
+func secretNames(set map[string]bool) []string {
+	names := make([]string, 0, len(set))
+	for k, yes := range set {
+		if yes {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// checkSeed validates a seed's scenario with its input plus sid: the
+// permissions its steps need and the inputs it declares secret.
+func (s *Server) checkSeed(sid, text string, input map[string]any) (CheckedScenario, error) {
 	if s.check == nil {
-		return nil, nil
+		return CheckedScenario{}, nil
 	}
 	in, _ := seedInput(objectJSON(input), sid)
 	checked, problems := s.check("seed.yaml", text, in)
 	if len(problems) == 0 {
-		return checked.Needs, nil
+		return checked, nil
 	}
 	detail := fmt.Sprintf("the seed's scenario has %d problem(s); nothing was stored", len(problems))
 	if len(problems) == 1 {
 		detail = problems[0].Location + ": " + problems[0].Message
 	}
-	return nil, problem(http.StatusUnprocessableEntity, "seed.scenario_invalid", detail, problems...)
+	return CheckedScenario{}, problem(http.StatusUnprocessableEntity, "seed.scenario_invalid", detail, problems...)
 }

@@ -120,11 +120,12 @@ func (k *cloudSettings) Userdata(u cloud.UserdataVars) (string, error) {
 	return b.String(), err
 }
 
-// CheckSeed validates a seed's scenario as a run of it would be.
-func CheckSeed(name, text string, input map[string]any) []string {
-	_, err := scenario.Load(name, []byte(text), input)
+// CheckSeed validates a seed's scenario as a run of it would be, and
+// names the inputs it declares secret.
+func CheckSeed(name, text string, input map[string]any) (secret, problems []string) {
+	plan, err := scenario.Load(name, []byte(text), input)
 	if err == nil {
-		return nil
+		return plan.SecretInputs, nil
 	}
 	var se *scenario.Error
 	if errors.As(err, &se) && len(se.Problems) > 0 {
@@ -132,9 +133,9 @@ func CheckSeed(name, text string, input map[string]any) []string {
 		for i, p := range se.Problems {
 			out[i] = p.Pos.String() + ": " + p.Message
 		}
-		return out
+		return nil, out
 	}
-	return []string{name + ": " + err.Error()}
+	return nil, []string{name + ": " + err.Error()}
 }
 
 // JoinsByItself reports whether the userdata of a self_onboard VM of

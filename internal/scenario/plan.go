@@ -23,7 +23,8 @@ type Plan struct {
 	// int64) and with defaults applied. It holds secrets in clear:
 	// never print it without masking.
 	Input map[string]any
-	// SecretInputs names the inputs declared secret.
+	// SecretInputs names the inputs whose values are secret: declared
+	// secret, or referred to by a param its module declares secret.
 	SecretInputs []string
 	// Steps are the steps in order.
 	Steps []*PlanStep
@@ -89,12 +90,92 @@ func (s *Scenario) Plan(input map[string]any, opts ...Option) (*Plan, error) {
 		return nil, err
 	}
 	p := &Plan{Name: s.Name, File: s.File, Input: in, Steps: c.steps}
-	for _, d := range s.Inputs {
-		if d.Secret {
-			p.SecretInputs = append(p.SecretInputs, d.Name)
+	p.SecretInputs = s.secretInputs(c.steps, in)
+	return p, nil
+}
+
+// secretInputs names the inputs whose values are secret: those declared
+// secret, and those a param the step's module declares secret refers to
+// (db_password: "${ input.pw }" makes pw secret, declared so or not):
+// a value that reaches a secret param is secret wherever it came from. A
+// secret param that names an input only at run time (input[key]) makes
+// every input secret.
+func (s *Scenario) secretInputs(steps []*PlanStep, input map[string]any) []string {
+	var names []string
+	add := func(name string) {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
 		}
 	}
-	return p, nil
+	for _, d := range s.Inputs {
+		if d.Secret {
+			add(d.Name)
+		}
+	}
+	for _, st := range steps {
+		refs, dynamic := st.secretParamInputs()
+		if dynamic {
+			for _, d := range s.Inputs {
+				add(d.Name)
+			}
+			for k := range input {
+				add(k)
+			}
+		}
+		for _, r := range refs {
+			add(r)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// secretParamInputs names the inputs the step's secret params refer to,
+// and reports whether one of them names an input only at run time.
+func (st *PlanStep) secretParamInputs() (names []string, dynamic bool) {
+	secret := st.SecretParams()
+	if st.params == nil || len(secret) == 0 {
+		return nil, false
+	}
+	for i, k := range st.params.keys {
+		if !slices.Contains(secret, k) {
+			continue
+		}
+		st.params.vals[i].inputRefs(func(name string) {
+			if name == "" {
+				dynamic = true
+			} else {
+				names = append(names, name)
+			}
+		})
+	}
+	return names, dynamic
+}
+
+// inputRefs calls f with the name of every input an expression in v
+// refers to, and with "" for one it names only at run time.
+func (v *value) inputRefs(f func(string)) {
+	if v == nil || !v.dyn {
+		return
+	}
+	if v.tpl != nil {
+		for _, r := range v.tpl.Refs() {
+			if r.Var == "input" {
+				if len(r.Path) == 0 {
+					f("")
+				} else {
+					f(r.Path[0])
+				}
+			}
+		}
+		return
+	}
+	for _, it := range v.items {
+		it.inputRefs(f)
+	}
+	for _, it := range v.vals {
+		it.inputRefs(f)
+	}
 }
 
 // Load parses, validates and plans a scenario in one call, reporting the
@@ -317,28 +398,9 @@ func (st *PlanStep) ParamsUsing(inputs []string) []string {
 // uses reports whether an expression in v refers to one of inputs, or to
 // an input it names only at run time.
 func (v *value) uses(inputs []string) bool {
-	if v == nil || !v.dyn {
-		return false
-	}
-	if v.tpl != nil {
-		for _, r := range v.tpl.Refs() {
-			if r.Var == "input" && (len(r.Path) == 0 || slices.Contains(inputs, r.Path[0])) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, it := range v.items {
-		if it.uses(inputs) {
-			return true
-		}
-	}
-	for _, it := range v.vals {
-		if it.uses(inputs) {
-			return true
-		}
-	}
-	return false
+	used := false
+	v.inputRefs(func(name string) { used = used || name == "" || slices.Contains(inputs, name) })
+	return used
 }
 
 // joinErrors joins errs, returning the only one unchanged.

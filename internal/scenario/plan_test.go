@@ -431,3 +431,58 @@ steps:
 		t.Fatalf("ParamsUsing(nil) = %v", got)
 	}
 }
+
+// vault is a module with a secret param, for TestSecretParamMakesItsInputSecret.
+type vault struct{}
+
+func (vault) Info() module.Info {
+	return module.Info{ID: "test.vault.stored", Summary: "Stores a password.", Side: module.SideSoul, Idempotent: true,
+		ChangesWhen: "Never.", UnchangedWhen: "Always.",
+		Params: []module.Param{{Name: "password", Type: module.TypeString, Secret: true}, {Name: "label", Type: module.TypeString}}}
+}
+
+func (vault) Run(context.Context, module.RunInfo, json.RawMessage, module.Target) (module.Result, error) {
+	return module.Result{}, nil
+}
+
+// A value that reaches a param its module declares secret makes the input
+// it came from secret, declared so or not; an input that reaches only a
+// plain param does not; a secret param that picks its input at run time
+// makes every input secret.
+func TestSecretParamMakesItsInputSecret(t *testing.T) {
+	t.Parallel()
+	lookup := WithModules(func(id module.ID) (module.Module, error) {
+		if id == "test.vault.stored" {
+			return vault{}, nil
+		}
+		return nil, fmt.Errorf("unknown module %s", id)
+	})
+	src := `
+inputs:
+  pw: {type: string}
+  label: {type: string}
+  pin: {type: string, secret: true}
+  which: {type: string, default: pw}
+steps:
+  - name: store
+    on: a.local.test
+    module: test.vault.stored
+    params: {password: "x-${ input.pw }", label: "${ input.label }"}
+`
+	in := map[string]any{"pw": "canary", "label": "l", "pin": "1"}
+	plan, err := Load("vault.yaml", []byte(src), in, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"pin", "pw"}; !slices.Equal(plan.SecretInputs, want) {
+		t.Fatalf("SecretInputs = %v; want %v", plan.SecretInputs, want)
+	}
+	dyn := strings.Replace(src, `"x-${ input.pw }"`, `"${ input[input.which] }"`, 1)
+	plan, err = Load("vault.yaml", []byte(dyn), in, lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"label", "pin", "pw", "which"}; !slices.Equal(plan.SecretInputs, want) {
+		t.Fatalf("with input[key]: SecretInputs = %v; want %v", plan.SecretInputs, want)
+	}
+}

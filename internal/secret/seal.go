@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -125,7 +126,14 @@ func (s *Sealer) Open(sealed string) ([]byte, error) {
 // the database never holds its API keys in clear. Null values stay null; a
 // document that is not a JSON object or array is returned as it is.
 func (s *Sealer) SealFields(doc json.RawMessage) (json.RawMessage, error) {
-	return s.fields(doc, func(raw json.RawMessage) (any, error) {
+	return s.SealInput(doc, nil)
+}
+
+// SealInput is SealFields that also seals the top-level values of doc
+// under names, whatever they are called: a seed's input, whose scenario
+// declares which of its inputs are secret.
+func (s *Sealer) SealInput(doc json.RawMessage, names []string) (json.RawMessage, error) {
+	return s.fields(doc, names, func(raw json.RawMessage) (any, error) {
 		if string(raw) == "null" {
 			return nil, nil
 		}
@@ -138,7 +146,12 @@ func (s *Sealer) SealFields(doc json.RawMessage) (json.RawMessage, error) {
 // sealed text (stored before sealing existed) is left as it is; sealed text
 // this keeper's data key cannot open is an error wrapping ErrSealed.
 func (s *Sealer) OpenFields(doc json.RawMessage) (json.RawMessage, error) {
-	return s.fields(doc, func(raw json.RawMessage) (any, error) {
+	return s.OpenInput(doc, nil)
+}
+
+// OpenInput reverses SealInput with the same names.
+func (s *Sealer) OpenInput(doc json.RawMessage, names []string) (json.RawMessage, error) {
+	return s.fields(doc, names, func(raw json.RawMessage) (any, error) {
 		var text string
 		if json.Unmarshal(raw, &text) != nil || !strings.HasPrefix(text, sealPrefix) {
 			return raw, nil
@@ -151,29 +164,30 @@ func (s *Sealer) OpenFields(doc json.RawMessage) (json.RawMessage, error) {
 	})
 }
 
-// fields rewrites the values under secret-looking keys of doc with f.
-func (s *Sealer) fields(doc json.RawMessage, f func(json.RawMessage) (any, error)) (json.RawMessage, error) {
+// fields rewrites the values under secret-looking keys of doc, and under
+// the top-level keys names, with f.
+func (s *Sealer) fields(doc json.RawMessage, names []string, f func(json.RawMessage) (any, error)) (json.RawMessage, error) {
 	var v any
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	if len(bytes.TrimSpace(doc)) == 0 || dec.Decode(&v) != nil {
 		return doc, nil
 	}
-	var walk func(v any) (any, error)
-	walk = func(v any) (any, error) {
+	var walk func(v any, top bool) (any, error)
+	walk = func(v any, top bool) (any, error) {
 		switch x := v.(type) {
 		case map[string]any:
 			out := make(map[string]any, len(x))
 			for k, val := range x {
 				var err error
-				if IsSensitiveKey(k) {
+				if IsSensitiveKey(k) || top && slices.Contains(names, k) {
 					raw, merr := json.Marshal(val)
 					if merr != nil {
 						return nil, merr
 					}
 					out[k], err = f(raw)
 				} else {
-					out[k], err = walk(val)
+					out[k], err = walk(val, false)
 				}
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", k, err)
@@ -184,7 +198,7 @@ func (s *Sealer) fields(doc json.RawMessage, f func(json.RawMessage) (any, error
 			out := make([]any, len(x))
 			for i, val := range x {
 				var err error
-				if out[i], err = walk(val); err != nil {
+				if out[i], err = walk(val, false); err != nil {
 					return nil, err
 				}
 			}
@@ -198,7 +212,7 @@ func (s *Sealer) fields(doc json.RawMessage, f func(json.RawMessage) (any, error
 	default:
 		return doc, nil
 	}
-	out, err := walk(v)
+	out, err := walk(v, true)
 	if err != nil {
 		return nil, err
 	}

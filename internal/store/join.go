@@ -69,10 +69,15 @@ const (
 
 // SoulSeed is a scenario a soul carries: run for it when it joins.
 type SoulSeed struct {
-	ID        int64
-	SID       string
-	Scenario  string
-	Input     json.RawMessage
+	ID       int64
+	SID      string
+	Scenario string
+	Input    json.RawMessage
+	// Secret names the inputs whose values are secret by the scenario's
+	// declaration (secret: true, or fed to a secret param): the store
+	// seals them at rest like those under secret-looking keys, and every
+	// answer masks them.
+	Secret    []string
 	Status    string
 	CreatedBy string
 	CreatedAt time.Time

@@ -106,6 +106,9 @@ type CreatedParams struct {
 type SeedParam struct {
 	Scenario string         `json:"scenario"`
 	Input    map[string]any `json:"input,omitempty"`
+	// secret names the inputs the scenario declares secret, as
+	// checkSeeds found them: the seed is stored with them sealed.
+	secret []string
 }
 
 // DestroyedParams are the params of core.cloud.destroyed.

@@ -59,7 +59,7 @@ type Services struct {
 	// returns the problems found, each as "location: message". Nil: seeds
 	// are stored unchecked (they are checked again when their run is
 	// created).
-	CheckSeed func(name, text string, input map[string]any) []string
+	CheckSeed func(name, text string, input map[string]any) (secret, problems []string)
 	// JoinsByItself reports whether a self_onboard VM of driver runs the
 	// agent's join from its userdata. Such a soul's SSH host key is
 	// pinned when it joins, and SSH waits for that
@@ -449,7 +449,7 @@ func (c *creation) register(p CreatedParams, h *Services, run module.RunInfo, vm
 			if sd.Input == nil {
 				in = []byte(`{}`)
 			}
-			r.seeds = append(r.seeds, store.SoulSeed{SID: sid, Scenario: sd.Scenario, Input: in, CreatedBy: run.Creator})
+			r.seeds = append(r.seeds, store.SoulSeed{SID: sid, Scenario: sd.Scenario, Input: in, Secret: sd.secret, CreatedBy: run.Creator})
 		}
 		r.hosts[i] = map[string]any{"sid": sid, "vm_id": vm.ID, "address": addr, "primary_ip": vm.PrimaryIP,
 			"public_ip": vm.PublicIP, "private_ip": vm.PrivateIP, "addresses": addressesOut(vm),

@@ -185,20 +185,20 @@ func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 }
 
 // CheckSeed checks seeds with the scenario package, as the keeper does.
-func (h *keeperHost) CheckSeed(name, text string, input map[string]any) []string {
-	_, err := scenario.Load(name, []byte(text), input)
+func (h *keeperHost) CheckSeed(name, text string, input map[string]any) (secret, problems []string) {
+	plan, err := scenario.Load(name, []byte(text), input)
 	var se *scenario.Error
 	if errors.As(err, &se) {
 		var out []string
 		for _, p := range se.Problems {
 			out = append(out, p.Pos.String()+": "+p.Message)
 		}
-		return out
+		return nil, out
 	}
 	if err != nil {
-		return []string{name + ": " + err.Error()}
+		return nil, []string{name + ": " + err.Error()}
 	}
-	return nil
+	return plan.SecretInputs, nil
 }
 
 func setup(t *testing.T) (*keeperHost, context.Context) {

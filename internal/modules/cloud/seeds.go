@@ -9,9 +9,11 @@ import (
 
 // checkSeeds validates each seed's scenario with its input plus sid (the
 // first predicted SID, or what the first one would be): a seed that could
-// never run fails the step before anything is made.
+// never run fails the step before anything is made. It notes in each seed
+// the inputs its scenario declares secret.
 func checkSeeds(h *Services, seeds []SeedParam, sid string) error {
-	for i, sd := range seeds {
+	for i := range seeds {
+		sd := &seeds[i]
 		loc := fmt.Sprintf("seeds[%d]", i)
 		if strings.TrimSpace(sd.Scenario) == "" {
 			return &module.Error{Code: "cloud.seed_invalid", Message: loc + ".scenario: must be the scenario's YAML text, not empty"}
@@ -26,9 +28,11 @@ func checkSeeds(h *Services, seeds []SeedParam, sid string) error {
 		for k, v := range sd.Input {
 			input[k] = v
 		}
-		if problems := h.CheckSeed(loc+".scenario", sd.Scenario, input); len(problems) > 0 {
+		secret, problems := h.CheckSeed(loc+".scenario", sd.Scenario, input)
+		if len(problems) > 0 {
 			return &module.Error{Code: "cloud.seed_invalid", Message: strings.Join(problems, "; ")}
 		}
+		sd.secret = secret
 	}
 	return nil
 }

@@ -138,11 +138,20 @@ func (s *Store) SoulRenewCert(ctx context.Context, p store.SoulRenewParams) (_ s
 	return s.SoulGet(ctx, p.SID)
 }
 
+// namesJSON is the JSON array of names, [] for none.
+func namesJSON(names []string) string {
+	if len(names) == 0 {
+		return "[]"
+	}
+	b, _ := json.Marshal(names)
+	return string(b)
+}
+
 // insertSeed adds one active seed inside tx.
 func (s *Store) insertSeed(ctx context.Context, tx *sql.Tx, sd store.SoulSeed, now time.Time) (int64, error) {
 	var id int64
-	err := tx.QueryRowContext(ctx, s.q(`INSERT INTO soul_seeds (sid, scenario, input, status, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?) RETURNING id`),
-		sd.SID, sd.Scenario, jsonText(sd.Input), store.SeedActive, sd.CreatedBy, now).Scan(&id)
+	err := tx.QueryRowContext(ctx, s.q(`INSERT INTO soul_seeds (sid, scenario, input, secret_inputs, status, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`),
+		sd.SID, sd.Scenario, jsonText(sd.Input), namesJSON(sd.Secret), store.SeedActive, sd.CreatedBy, now).Scan(&id)
 	switch s.dialect.Classify(err) {
 	case ForeignKeyViolation:
 		return 0, &store.Error{Err: store.ErrNotFound, Kind: "soul", Key: sd.SID}
@@ -158,7 +167,7 @@ func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (_ store.Sou
 	defer s.translate(&err)
 	var id int64
 	now := s.stamp()
-	if p.Seed.Input, err = s.seal(fmt.Sprintf("input of a seed of soul %q", p.Seed.SID), p.Seed.Input); err != nil {
+	if p.Seed.Input, err = s.sealSeed(p.Seed); err != nil {
 		return store.SoulSeed{}, err
 	}
 	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
@@ -191,7 +200,7 @@ func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (_ store.Sou
 // Seeds lists a soul's seeds by id.
 func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, scenario, input, status, created_by, created_at FROM soul_seeds WHERE sid = ? ORDER BY id`), sid)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, scenario, input, secret_inputs, status, created_by, created_at FROM soul_seeds WHERE sid = ? ORDER BY id`), sid)
 	if err != nil {
 		return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
 	}
@@ -199,12 +208,16 @@ func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err 
 	out := []store.SoulSeed{}
 	for rows.Next() {
 		var sd store.SoulSeed
-		var input string
+		var input, names string
 		var created sql.NullTime
-		if err := rows.Scan(&sd.ID, &sd.SID, &sd.Scenario, &input, &sd.Status, &sd.CreatedBy, &created); err != nil {
+		if err := rows.Scan(&sd.ID, &sd.SID, &sd.Scenario, &input, &names, &sd.Status, &sd.CreatedBy, &created); err != nil {
 			return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
 		}
-		if sd.Input, err = s.open(fmt.Sprintf("input of seed %d of soul %q", sd.ID, sid), json.RawMessage(input)); err != nil {
+		if err := json.Unmarshal([]byte(names), &sd.Secret); err != nil {
+			return nil, fmt.Errorf("secret inputs of seed %d of soul %q: %w", sd.ID, sid, err)
+		}
+		sd.Input = json.RawMessage(input)
+		if sd.Input, err = s.openSeed(sd); err != nil {
 			return nil, err
 		}
 		if created.Valid {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/store"
 )
 
 // WithSealer seals at rest, under the sealer's data key, the values under
@@ -25,6 +26,31 @@ func (s *Store) seal(what string, doc json.RawMessage) (json.RawMessage, error) 
 		return nil, fmt.Errorf("seal %s: %w", what, err)
 	}
 	return sealed, nil
+}
+
+// sealSeed seals a seed's input: its secret-looking fields and the inputs
+// its scenario declares secret.
+func (s *Store) sealSeed(sd store.SoulSeed) (json.RawMessage, error) {
+	if s.sealer == nil || len(sd.Input) == 0 {
+		return sd.Input, nil
+	}
+	sealed, err := s.sealer.SealInput(sd.Input, sd.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("seal the input of a seed of soul %q: %w", sd.SID, err)
+	}
+	return sealed, nil
+}
+
+// openSeed opens what sealSeed sealed.
+func (s *Store) openSeed(sd store.SoulSeed) (json.RawMessage, error) {
+	if s.sealer == nil || len(sd.Input) == 0 {
+		return sd.Input, nil
+	}
+	opened, err := s.sealer.OpenInput(sd.Input, sd.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("open the input of seed %d of soul %q: %w", sd.ID, sd.SID, err)
+	}
+	return opened, nil
 }
 
 // open opens what seal sealed.

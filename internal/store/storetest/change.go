@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -160,13 +161,16 @@ func testSealed(t *testing.T, b testdb.Backend) {
 
 	provisionJoin(t, s)
 	const seedPW = "seed-input-secret-value"
+	// pin is secret by the scenario's declaration, not by its name.
+	const seedPin = "seed-declared-pin-value"
 	sd, err := s.SeedAdd(ctx, store.SeedAddParams{Seed: store.SoulSeed{SID: "vm-2.local.test", Scenario: "steps: []\n",
-		Input: json.RawMessage(`{"pkg":"curl","password":"` + seedPW + `"}`), CreatedBy: "tok_t"}, Actor: "tok_t"})
-	if err != nil || !strings.Contains(string(sd.Input), seedPW) {
-		t.Fatalf("seed add = %s, %v", sd.Input, err)
+		Input: json.RawMessage(`{"pkg":"curl","password":"` + seedPW + `","pin":"` + seedPin + `"}`), Secret: []string{"pin"}, CreatedBy: "tok_t"}, Actor: "tok_t"})
+	if err != nil || !strings.Contains(string(sd.Input), seedPW) || !strings.Contains(string(sd.Input), seedPin) || !slices.Equal(sd.Secret, []string{"pin"}) {
+		t.Fatalf("seed add = %s %v, %v", sd.Input, sd.Secret, err)
 	}
 	seeds, err := s.Seeds(ctx, "vm-2.local.test")
-	if err != nil || len(seeds) != 1 || !strings.Contains(string(seeds[0].Input), seedPW) || !strings.Contains(string(seeds[0].Input), "curl") {
+	if err != nil || len(seeds) != 1 || !strings.Contains(string(seeds[0].Input), seedPW) || !strings.Contains(string(seeds[0].Input), seedPin) ||
+		!strings.Contains(string(seeds[0].Input), "curl") || !slices.Equal(seeds[0].Secret, []string{"pin"}) {
 		t.Fatalf("seeds = %+v, %v", seeds, err)
 	}
 
@@ -186,7 +190,7 @@ func testSealed(t *testing.T, b testdb.Backend) {
 		rows.Close()
 	}
 	for _, v := range append(configs, inputs...) {
-		if strings.Contains(v, pw) || strings.Contains(v, seedPW) {
+		if strings.Contains(v, pw) || strings.Contains(v, seedPW) || strings.Contains(v, seedPin) {
 			t.Fatalf("the database holds a secret in clear: %s", v)
 		}
 	}
