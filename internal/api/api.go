@@ -135,14 +135,11 @@ func newServer(cfg Config, agent bool) *Server {
 		keyConflicts: newKeyConflicts(),
 	}
 	if j := cfg.Join; j != nil {
-		burst, interval := j.FailureBurst, j.FailureInterval
-		if burst <= 0 {
-			burst = 10
+		g := j.Guard
+		if g == nil {
+			g = NewJoinGuard(cfg.Store, cfg.Logger, cfg.Now, 0, 0)
 		}
-		if interval <= 0 {
-			interval = time.Second
-		}
-		s.join = &joinState{cfg: *j, limiter: newAuthLimiter(burst, interval, cfg.Now)}
+		s.join = &joinState{cfg: *j, guard: g}
 	}
 	hc := huma.DefaultConfig("Soul Stack keeper — Operator API", cfg.Version)
 	hc.CreateHooks = nil // no $schema links in bodies

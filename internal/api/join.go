@@ -43,22 +43,25 @@ type JoinConfig struct {
 	// AgentBinary is the soul binary served at GET /v1/agent/soul (empty:
 	// the route answers 404 agent.binary_missing).
 	AgentBinary string
-	// FailureBurst refused joins in a row from one client address, then
-	// one more per FailureInterval; over that 429 join.rate_limited.
-	// Zero: 10 and 1 s.
-	FailureBurst    int
-	FailureInterval time.Duration
+	// Guard bounds and audits refused joins (NewJoinGuard); one is shared
+	// by the listeners of a keeper. Nil: a guard of its own with
+	// NewJoinGuard's defaults.
+	Guard *JoinGuard
 }
 
 // AgentBinaryPath is the download route of the soul binary.
 const AgentBinaryPath = "/v1/agent/soul"
 
-// maxHostKeys bounds the host keys a join may report.
-const maxHostKeys = 16
+// maxHostKeys bounds the host keys a join may report; maxCSR the size of
+// its certificate request.
+const (
+	maxHostKeys = 16
+	maxCSR      = 16 << 10
+)
 
 type joinState struct {
-	cfg     JoinConfig
-	limiter *authLimiter
+	cfg   JoinConfig
+	guard *JoinGuard
 
 	binMu  sync.Mutex
 	binSum string // sha256 of AgentBinary, computed once
@@ -132,18 +135,21 @@ func (s *Server) registerJoin() {
 	s.mux.HandleFunc("GET "+AgentBinaryPath, s.serveAgentBinary)
 }
 
-// joinCall applies the failure budget around a join route: a limited
-// client is refused before anything is looked up; a refusal is audited
-// and spends one attempt.
+// joinCall applies the join guard around a join route: a client over its
+// budget is refused before anything is looked up; a refusal spends one
+// attempt of the client and of the keeper and is audited (JoinGuard); once
+// the keeper's budget is spent, every refusal is a 429.
 func (s *Server) joinCall(ctx context.Context, sid string, call func() (*joinOutput, error)) (*joinOutput, error) {
 	host := connOf(ctx).host
-	if limited, first := s.join.limiter.check(host); limited {
+	g := s.join.guard
+	client, first, keeper := g.limited(host)
+	if client {
 		if first {
-			s.auditJoinRefused(ctx, host, sid, "join.rate_limited")
+			g.audit(ctx, host, sid, "join.rate_limited")
 		}
 		return nil, &joinRefused{status: http.StatusTooManyRequests, code: "join.rate_limited",
-			msg:        fmt.Sprintf("too many refused joins from %s; try again in %ss", host, retryAfterSeconds(s.join.limiter.interval)),
-			retryAfter: s.join.limiter.interval}
+			msg:        fmt.Sprintf("too many refused joins from %s; try again in %ss", host, retryAfterSeconds(g.perClient.interval)),
+			retryAfter: g.perClient.interval}
 	}
 	out, err := call()
 	if err == nil {
@@ -163,24 +169,13 @@ func (s *Server) joinCall(ctx context.Context, sid string, call func() (*joinOut
 	default:
 		return nil, err
 	}
-	s.join.limiter.fail(host)
-	s.auditJoinRefused(ctx, host, sid, code)
+	g.refused(ctx, host, sid, code)
+	if keeper {
+		return nil, &joinRefused{status: http.StatusTooManyRequests, code: "join.rate_limited",
+			msg:        "the keeper has refused too many joins; try again in 1s",
+			retryAfter: time.Second}
+	}
 	return nil, err // problemFor maps it
-}
-
-func (s *Server) auditJoinRefused(ctx context.Context, host, sid, reason string) {
-	object := "client/" + host
-	if sid != "" {
-		object = "soul/" + sid
-	}
-	err := s.store.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{
-		Actor: store.Actor("anonymous"), Action: "join.refused", Object: object,
-		Payload: map[string]any{"sid": sid, "reason": reason, "client": host},
-	})
-	if err != nil {
-		s.log.Error("audit join.refused", "client", host, "err", err)
-	}
-	s.log.Warn("join refused", "client", host, "sid", sid, "reason", reason)
 }
 
 func badJoin(loc, format string, args ...any) error {
@@ -214,9 +209,8 @@ func (s *Server) doJoin(ctx context.Context, b client.JoinRequest) (*joinOutput,
 	if !strings.HasPrefix(b.Token, "sbt_") || len(b.Token) > 128 {
 		return nil, badJoin("body.token", "is not a bootstrap token (sbt_…)")
 	}
-	csr, err := parseCSR("body.csr", b.CSR)
-	if err != nil {
-		return nil, err
+	if len(b.CSR) > maxCSR {
+		return nil, badJoin("body.csr", "is %d bytes; a certificate request is at most %d", len(b.CSR), maxCSR)
 	}
 	if len(b.HostKeys) > maxHostKeys {
 		return nil, badJoin("body.host_keys", "holds %d keys; at most %d are accepted", len(b.HostKeys), maxHostKeys)
@@ -242,16 +236,24 @@ func (s *Server) doJoin(ctx context.Context, b client.JoinRequest) (*joinOutput,
 		}
 	}
 	now := s.now()
+	sum := sha256.Sum256([]byte(b.Token))
+	p := store.SoulJoinParams{SID: b.SID, TokenHash: hex.EncodeToString(sum[:]), Now: now, HostKeys: keys, HostKey: pin,
+		Audit: map[string]any{"host_key_fingerprints": nonNilList(fingerprints), "client": connOf(ctx).host}}
+	// Cheap checks before expensive ones: the token is looked up before
+	// the request's signature is checked and a certificate signed.
+	if err := s.store.JoinCheck(ctx, p); err != nil {
+		return nil, err
+	}
+	csr, err := parseCSR("body.csr", b.CSR)
+	if err != nil {
+		return nil, err
+	}
 	cert, err := s.join.cfg.CA.IssueClient(csr, b.SID, s.join.cfg.CertTTL, now)
 	if err != nil {
 		return nil, badJoin("body.csr", "%v", err)
 	}
-	sum := sha256.Sum256([]byte(b.Token))
-	so, err := s.store.SoulJoin(ctx, store.SoulJoinParams{
-		SID: b.SID, TokenHash: hex.EncodeToString(sum[:]), Now: now,
-		CertSerial: cert.Serial, CertNotAfter: cert.Cert.NotAfter, HostKeys: keys, HostKey: pin,
-		Audit: map[string]any{"host_key_fingerprints": nonNilList(fingerprints), "client": connOf(ctx).host},
-	})
+	p.CertSerial, p.CertNotAfter = cert.Serial, cert.Cert.NotAfter
+	so, err := s.store.SoulJoin(ctx, p)
 	if err != nil {
 		return nil, err
 	}

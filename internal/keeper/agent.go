@@ -221,10 +221,10 @@ func (a *agentSide) hostPorts() []string {
 }
 
 // joinConfig is the API's join configuration.
-func (a *agentSide) joinConfig(c config.Config) *api.JoinConfig {
+// guard bounds and audits the refused joins of both listeners.
+func (a *agentSide) joinConfig(c config.Config, guard *api.JoinGuard) *api.JoinConfig {
 	return &api.JoinConfig{
-		CA: a.ca, AgentURLs: a.agentURLs, AgentBinary: a.binary, CertTTL: c.AgentCertValidity.Std(),
-		FailureBurst: c.HTTP.AuthFailureBurst, FailureInterval: c.HTTP.AuthFailureInterval.Std(),
+		CA: a.ca, AgentURLs: a.agentURLs, AgentBinary: a.binary, CertTTL: c.AgentCertValidity.Std(), Guard: guard,
 	}
 }
 

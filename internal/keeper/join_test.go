@@ -528,7 +528,20 @@ func testJoinRefusals(t *testing.T, backend, soul string) {
 		}
 	})
 	t.Run("MalformedCSR", func(t *testing.T) {
-		refuse(t, a, j.tokens[a], "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n", 400, "join.invalid")
+		// The token and the host key are checked first (cheap checks
+		// before the request's signature): they are right here.
+		so, err := j.c.SoulGet(ctx, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := j.status(t, a)
+		status, code := postJoin(t, j.agent, j.pool, "/v1/join", client.JoinRequest{SID: a, Token: j.tokens[a],
+			CSR: "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n", HostKeys: []string{so.Connection.HostKey}})
+		if status != 400 || code != "join.invalid" || j.status(t, a) != before {
+			t.Fatalf("join with a malformed CSR = %d %s", status, code)
+		}
+		// With an unknown token the CSR is never looked at.
+		refuse(t, a, "sbt_"+strings.Repeat("y", 43), "not a CSR", 401, "join.token_unknown")
 	})
 	t.Run("MalformedHostKey", func(t *testing.T) {
 		before := j.status(t, a)

@@ -340,7 +340,9 @@ func (s *System) buildRuns(ctx context.Context) error {
 // the API's server, and the agent API for the agent listener.
 func (s *System) buildAPI(context.Context) error {
 	c := s.Config
-	join := s.Agent.joinConfig(c)
+	guard := api.NewJoinGuard(s.Store, s.Log, s.Clock.Now, c.HTTP.AuthFailureBurst, c.HTTP.AuthFailureInterval.Std())
+	s.onClose(guard.Close) // its last summary, before the store closes
+	join := s.Agent.joinConfig(c, guard)
 	check := scenarioChecker(s.Store)
 	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),

@@ -98,6 +98,11 @@ type JoinStore interface {
 	// and soul.joined is written. A refusal is *JoinRefusedError and
 	// changes nothing.
 	SoulJoin(ctx context.Context, p SoulJoinParams) (Soul, error)
+	// JoinCheck answers what SoulJoin would refuse p for (token, SID,
+	// soul, pinned host key) without changing anything or writing audit:
+	// the keeper asks it before it signs a certificate, so that a request
+	// with no valid token costs one lookup.
+	JoinCheck(ctx context.Context, p SoulJoinParams) error
 	// SoulRenewCert replaces the soul's certificate serial when OldSerial
 	// is the current one (audit soul.cert_renewed); otherwise
 	// *JoinRefusedError (join.cert_revoked, join.soul_destroyed,

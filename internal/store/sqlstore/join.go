@@ -23,38 +23,11 @@ func (s *Store) SoulJoin(ctx context.Context, p store.SoulJoinParams) (_ store.S
 	defer s.translate(&err)
 	now := s.stamp()
 	err = s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
-		var t store.BootstrapToken
-		var expires sql.NullTime
-		err := tx.QueryRowContext(ctx, s.q(`SELECT id, sid, expires_at, status FROM bootstrap_tokens WHERE hash = ?`), p.TokenHash).
-			Scan(&t.ID, &t.SID, &expires, &t.Status)
-		if errors.Is(err, sql.ErrNoRows) {
-			return record{}, refused(store.JoinTokenUnknown, p.SID, "no bootstrap token matches")
-		}
+		t, so, err := s.checkJoin(ctx, tx, p)
 		if err != nil {
-			return record{}, fmt.Errorf("look up bootstrap token: %w", err)
+			return record{}, err
 		}
-		switch {
-		case t.SID != p.SID:
-			return record{}, refused(store.JoinSIDMismatch, p.SID, "the bootstrap token is bound to another soul")
-		case t.Status == store.BootstrapUsed:
-			return record{}, refused(store.JoinTokenUsed, p.SID, "the bootstrap token was already used")
-		case t.Status == store.BootstrapBurned:
-			return record{}, refused(store.JoinTokenBurned, p.SID, "the bootstrap token was burned when its soul was destroyed")
-		case t.Status != store.BootstrapIssued:
-			return record{}, refused(store.JoinTokenUnknown, p.SID, "the bootstrap token is %s", t.Status)
-		case expires.Valid && !p.Now.Before(expires.Time):
-			return record{}, refused(store.JoinTokenExpired, p.SID, "the bootstrap token expired at %s", expires.Time.UTC().Format(time.RFC3339))
-		}
-		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
-		if err != nil {
-			return record{}, notFound(err, "soul", p.SID)
-		}
-		if so.Status == store.SoulDestroyed {
-			return record{}, refused(store.JoinSoulDestroyed, p.SID, "the soul is destroyed")
-		}
-		if pinned := so.Connection.HostKey; pinned != "" && !containsKey(p.HostKeys, pinned) {
-			return record{}, refused(store.JoinHostKeyMismatch, p.SID, "none of the reported host keys is the one pinned for this soul")
-		} else if pinned == "" {
+		if so.Connection.HostKey == "" {
 			so.Connection.HostKey = p.HostKey
 		}
 		conn, err := json.Marshal(so.Connection)
@@ -82,6 +55,56 @@ func (s *Store) SoulJoin(ctx context.Context, p store.SoulJoinParams) (_ store.S
 		return store.Soul{}, err
 	}
 	return s.SoulGet(ctx, p.SID)
+}
+
+// JoinCheck reports what SoulJoin would refuse p for, changing nothing.
+func (s *Store) JoinCheck(ctx context.Context, p store.SoulJoinParams) (err error) {
+	defer s.translate(&err)
+	_, _, err = s.checkJoin(ctx, s.db, p)
+	return err
+}
+
+// rowQuerier is a database or a transaction.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// checkJoin looks p's bootstrap token and soul up through q and returns
+// them, or the *JoinRefusedError SoulJoin answers.
+func (s *Store) checkJoin(ctx context.Context, q rowQuerier, p store.SoulJoinParams) (store.BootstrapToken, store.Soul, error) {
+	var t store.BootstrapToken
+	var expires sql.NullTime
+	err := q.QueryRowContext(ctx, s.q(`SELECT id, sid, expires_at, status FROM bootstrap_tokens WHERE hash = ?`), p.TokenHash).
+		Scan(&t.ID, &t.SID, &expires, &t.Status)
+	if errors.Is(err, sql.ErrNoRows) {
+		return t, store.Soul{}, refused(store.JoinTokenUnknown, p.SID, "no bootstrap token matches")
+	}
+	if err != nil {
+		return t, store.Soul{}, fmt.Errorf("look up bootstrap token: %w", err)
+	}
+	switch {
+	case t.SID != p.SID:
+		return t, store.Soul{}, refused(store.JoinSIDMismatch, p.SID, "the bootstrap token is bound to another soul")
+	case t.Status == store.BootstrapUsed:
+		return t, store.Soul{}, refused(store.JoinTokenUsed, p.SID, "the bootstrap token was already used")
+	case t.Status == store.BootstrapBurned:
+		return t, store.Soul{}, refused(store.JoinTokenBurned, p.SID, "the bootstrap token was burned when its soul was destroyed")
+	case t.Status != store.BootstrapIssued:
+		return t, store.Soul{}, refused(store.JoinTokenUnknown, p.SID, "the bootstrap token is %s", t.Status)
+	case expires.Valid && !p.Now.Before(expires.Time):
+		return t, store.Soul{}, refused(store.JoinTokenExpired, p.SID, "the bootstrap token expired at %s", expires.Time.UTC().Format(time.RFC3339))
+	}
+	so, err := scanSoul(q.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
+	if err != nil {
+		return t, so, notFound(err, "soul", p.SID)
+	}
+	if so.Status == store.SoulDestroyed {
+		return t, so, refused(store.JoinSoulDestroyed, p.SID, "the soul is destroyed")
+	}
+	if pinned := so.Connection.HostKey; pinned != "" && !containsKey(p.HostKeys, pinned) {
+		return t, so, refused(store.JoinHostKeyMismatch, p.SID, "none of the reported host keys is the one pinned for this soul")
+	}
+	return t, so, nil
 }
 
 // containsKey reports whether keys holds key (type and base64 compared,
