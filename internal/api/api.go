@@ -71,7 +71,9 @@ type Server struct {
 	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
 	// keyConflicts limits re-run key conflicts per token.
 	keyConflicts *keyConflicts
-	join         *joinState // Config.Join
+	// readiness caches /readyz's database ping.
+	readiness *readiness
+	join      *joinState // Config.Join
 }
 
 // New builds the API over cfg.Store.
@@ -133,6 +135,7 @@ func newServer(cfg Config, agent bool) *Server {
 		audit:   cfg.VerifyAudit,
 
 		keyConflicts: newKeyConflicts(),
+		readiness:    &readiness{},
 	}
 	if j := cfg.Join; j != nil {
 		g := j.Guard

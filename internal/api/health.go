@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -35,9 +36,7 @@ func (s *Server) registerHealth() {
 		OperationID: "readyz", Method: http.MethodGet, Path: "/readyz", Tags: tags,
 		Summary: "Readiness: the database answers", Errors: []int{http.StatusServiceUnavailable},
 	}, "", true, func(ctx context.Context, _ *struct{}) (*struct{ Body Health }, error) {
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if err := s.store.Ping(ctx); err != nil {
+		if err := s.readiness.check(ctx, s.now(), s.store.Ping); err != nil {
 			s.log.Warn("not ready: database does not answer", "err", err)
 			return nil, problem(http.StatusServiceUnavailable, "keeper.not_ready", "the database does not answer")
 		}
@@ -61,4 +60,28 @@ func (s *Server) registerHealth() {
 			prom.ServeHTTP(w, r)
 		}}, nil
 	})
+}
+
+// readiness answers /readyz from one database ping a second at most,
+// however many ask: the route takes no token.
+type readiness struct {
+	mu   sync.Mutex
+	at   time.Time
+	err  error
+	done bool
+}
+
+// readyFor is how long a ping's answer stands.
+const readyFor = time.Second
+
+func (r *readiness) check(ctx context.Context, now time.Time, ping func(context.Context) error) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done && now.Sub(r.at) < readyFor && now.After(r.at.Add(-readyFor)) {
+		return r.err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	r.at, r.err, r.done = now, ping(ctx), true
+	return r.err
 }
