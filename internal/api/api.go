@@ -242,10 +242,10 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 // cookie, with its cross-site checks: session.go) and checks perm.
 func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Context)) {
 	return func(ctx huma.Context, next func(huma.Context)) {
-		header, cookie := credential(ctx.Header("Authorization"), func() (*http.Cookie, error) { return huma.ReadCookie(ctx, SessionCookie) })
-		p, prob := s.permit(ctx.Context(), hostOf(ctx.RemoteAddr()), header, perm)
-		if prob == nil && cookie != "" && !safeMethod(ctx.Method()) {
-			if err := checkCSRF(ctx, cookie); err != nil {
+		p, session, prob := s.permitRequest(ctx.Context(), hostOf(ctx.RemoteAddr()), ctx.Header("Authorization"),
+			func(name string) (*http.Cookie, error) { return huma.ReadCookie(ctx, name) }, ctx.Header(CSRFHeader), perm)
+		if prob == nil && session != "" && !safeMethod(ctx.Method()) {
+			if err := checkOrigin(ctx); err != nil {
 				prob, _ = problemFor(err)
 			}
 		}
@@ -253,8 +253,22 @@ func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Co
 			s.writeHumaProblem(ctx, prob)
 			return
 		}
-		next(huma.WithValue(huma.WithValue(ctx, principalKey{}, p), sessionKey{}, cookie))
+		next(huma.WithValue(huma.WithValue(ctx, principalKey{}, p), sessionKey{}, session))
 	}
+}
+
+// permitRequest authenticates a request by its Authorization header, or
+// else by its session cookie with the session's key, and checks perm; it
+// returns the session id when the cookie authenticated it.
+func (s *Server) permitRequest(ctx context.Context, host, header string, cookie func(string) (*http.Cookie, error), key string, perm auth.Permission) (auth.Principal, string, *client.Problem) {
+	if header == "" {
+		if id := sessionCookieValue(cookie); id != "" {
+			p, prob := s.permitSession(ctx, host, id, key, perm)
+			return p, id, prob
+		}
+	}
+	p, prob := s.permit(ctx, host, header, perm)
+	return p, "", prob
 }
 
 // permit authenticates an Authorization header and checks perm: the

@@ -141,6 +141,10 @@ func problemFor(err error) (*client.Problem, bool) {
 	if errors.As(err, &fe) {
 		return problem(http.StatusForbidden, "auth.forbidden", err.Error()), true
 	}
+	var se *sessionError
+	if errors.As(err, &se) {
+		return problem(http.StatusUnauthorized, "auth.session_invalid", err.Error()), true
+	}
 	var ce *csrfError
 	if errors.As(err, &ce) {
 		return problem(http.StatusForbidden, "auth.csrf_failed", err.Error()), true

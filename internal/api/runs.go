@@ -327,12 +327,12 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 	w.WriteHeader(http.StatusOK)
 	keepalive := time.NewTicker(15 * time.Second)
 	defer keepalive.Stop()
-	header, _ := credential(r.Header.Get("Authorization"), func() (*http.Cookie, error) { return r.Cookie(SessionCookie) })
+	header, key := r.Header.Get("Authorization"), r.Header.Get(CSRFHeader)
 	checked := s.now()
 	finished, graceLeft := false, 5
 	for {
 		if now := s.now(); now.Sub(checked) >= StreamRecheck {
-			if _, prob := s.permit(ctx, hostOf(r.RemoteAddr), header, auth.RunRead); prob != nil {
+			if _, _, prob := s.permitRequest(ctx, hostOf(r.RemoteAddr), header, r.Cookie, key, auth.RunRead); prob != nil {
 				s.endDenied(w, flusher, after, prob)
 				return
 			}

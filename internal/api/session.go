@@ -2,49 +2,89 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
 )
 
-// The web UI signs in with an API token, which the keeper keeps in an
-// HttpOnly, SameSite=Strict cookie: page scripts never read it. Requests
-// the cookie authenticates are held to two more checks when they change
-// state (any method but GET, HEAD and OPTIONS):
+// The web UI signs in with an API token once (POST /v1/session); the
+// keeper answers with a session of its own, in two halves that open
+// nothing apart:
 //
-//   - the Origin header must be the keeper's own origin, and
-//   - the X-CSRF-Token header must carry the session's CSRF value, which
-//     only a same-origin page can learn (GET /v1/whoami; the API serves no
-//     CORS headers, so other origins cannot read it).
+//   - an opaque id in an HttpOnly, SameSite=Strict cookie (__Host- prefixed
+//     and Secure over TLS), which page scripts never read, and
+//   - a key in the answer's csrf field, which the page keeps in its
+//     sessionStorage (its own origin: scheme, host and port) and sends as
+//     X-CSRF-Token on every request.
 //
-// The CSRF value is a one-way function of the token, so every keeper
-// sharing the database accepts the same session and nothing is stored.
-// Bearer-token requests are not affected: a browser never attaches an
-// Authorization header to a cross-site request by itself.
+// Browsers send cookies to every port of a host, so a page on another
+// port may receive the cookie; without the key it opens nothing, and
+// neither half is a credential usable as a bearer token. The keeper stores
+// both as hashes with the token's id, the session's expiry (SessionTTL)
+// and its last use (SessionIdle); DELETE /v1/session and revoking the
+// token end it. State-changing requests must also carry an Origin header
+// naming the keeper.
 
-// SessionCookie is the name of the web UI's session cookie.
-const SessionCookie = "soulstack_session"
+// SessionCookie is the name of the web UI's session cookie over plain
+// HTTP; SecureSessionCookie over TLS (the __Host- prefix: Secure, Path=/,
+// no Domain, so no other host can set it).
+const (
+	SessionCookie       = "soulstack_session"
+	SecureSessionCookie = "__Host-soulstack_session"
+)
 
-// CSRFHeader is the header a cookie session's state-changing requests carry.
+// CSRFHeader is the header that carries the session's key.
 const CSRFHeader = "X-CSRF-Token"
 
-// csrfDomain separates the CSRF value from every other hash of a token
-// (the registry stores HashToken).
-const csrfDomain = "soulstack.csrf.v1\x00"
+// How long a session lasts: SessionTTL from sign-in at most, SessionIdle
+// without a request; its last use is recorded at most every touchEvery.
+const (
+	SessionTTL  = 12 * time.Hour
+	SessionIdle = time.Hour
+	touchEvery  = time.Minute
+)
 
-// CSRFFor returns the CSRF value of a session whose cookie holds token.
-func CSRFFor(token string) string {
-	sum := sha256.Sum256([]byte(csrfDomain + token))
-	return base64.RawURLEncoding.EncodeToString(sum[:])
+// sessionHash and keyHash are what the registry stores of a session's
+// id and key.
+func sessionHash(id string) string   { return domainHash("soulstack.session.v1\x00", id) }
+func sessionKeyHash(k string) string { return domainHash("soulstack.session-key.v1\x00", k) }
+
+func domainHash(domain, v string) string {
+	sum := sha256.Sum256([]byte(domain + v))
+	return hex.EncodeToString(sum[:])
 }
+
+// randomSecret is 32 random bytes, URL-safe.
+func randomSecret() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("session: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// errSession is a cookie that names no live session, or a session
+// request without its key.
+var errSession = errors.New("session")
+
+type sessionError struct{ reason string }
+
+func (e *sessionError) Error() string { return e.reason + "; sign in again" }
+func (e *sessionError) Unwrap() error { return errSession }
 
 // csrfError refuses a cookie-authenticated request that changes state
 // without proof that the keeper's own page sent it.
@@ -56,25 +96,91 @@ func (e *csrfError) Error() string {
 
 type sessionKey struct{}
 
-// sessionToken returns the token of a request authenticated by the
-// session cookie, or "" for a bearer token.
-func sessionToken(ctx context.Context) string {
+// sessionID returns the session id of a request the session cookie
+// authenticated, or "" for a bearer token.
+func sessionID(ctx context.Context) string {
 	t, _ := ctx.Value(sessionKey{}).(string)
 	return t
 }
 
-// credential returns the Authorization header to authenticate: the
-// request's own, or else one made of the session cookie, with the
-// cookie's token (empty when the header was used).
-func credential(header string, cookie func() (*http.Cookie, error)) (string, string) {
-	if header != "" {
-		return header, ""
+// sessionCookieValue is the request's session cookie, if any.
+func sessionCookieValue(cookie func(string) (*http.Cookie, error)) string {
+	for _, name := range []string{SecureSessionCookie, SessionCookie} {
+		if c, err := cookie(name); err == nil && c.Value != "" {
+			return c.Value
+		}
 	}
-	c, err := cookie()
-	if err != nil || c.Value == "" {
-		return "", ""
+	return ""
+}
+
+// permitSession authenticates a session cookie with its key and checks
+// perm, as permit does for a bearer token (the same failure budget).
+func (s *Server) permitSession(ctx context.Context, host, id, key string, perm auth.Permission) (auth.Principal, *client.Problem) {
+	// A session cannot be guessed (256 random bits each for id and key),
+	// so a client over its failure budget is still looked up: a live
+	// session goes through, a failure is a 429 and spends nothing more.
+	limited, first := s.limiter.check(host)
+	p, err := s.session(ctx, id, key)
+	switch {
+	case errors.Is(err, errSession) && limited:
+		if first {
+			s.auditRateLimited(ctx, host)
+		}
+		err = &rateLimitedError{host: host, retryAfter: s.limiter.interval}
+	case errors.Is(err, errSession):
+		s.limiter.fail(host)
 	}
-	return "Bearer " + c.Value, c.Value
+	if err != nil {
+		prob, known := problemFor(err)
+		if !known {
+			s.log.Error("session check failed", "err", err)
+		}
+		return p, prob
+	}
+	if err := p.Require(perm); err != nil {
+		prob, _ := problemFor(err)
+		return p, prob
+	}
+	return p, nil
+}
+
+// session is the principal of session id with key: the session must
+// exist, match the key, be within SessionTTL and SessionIdle, and its
+// token be active.
+func (s *Server) session(ctx context.Context, id, key string) (auth.Principal, error) {
+	ws, err := s.store.SessionGet(ctx, sessionHash(id))
+	if errors.Is(err, store.ErrNotFound) {
+		return auth.Principal{}, &sessionError{"the session cookie names no session"}
+	}
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	if key == "" {
+		return auth.Principal{}, &sessionError{"a session request needs its key in " + CSRFHeader + " (the cookie alone opens nothing)"}
+	}
+	if subtle.ConstantTimeCompare([]byte(sessionKeyHash(key)), []byte(ws.KeyHash)) != 1 {
+		return auth.Principal{}, &sessionError{CSRFHeader + " is not this session's key"}
+	}
+	now := s.now()
+	switch {
+	case !now.Before(ws.ExpiresAt):
+		return auth.Principal{}, &sessionError{"the session expired at " + ws.ExpiresAt.Format(time.RFC3339)}
+	case now.Sub(ws.LastSeenAt) >= SessionIdle:
+		return auth.Principal{}, &sessionError{fmt.Sprintf("the session was idle for more than %s", SessionIdle)}
+	}
+	t, err := s.store.TokenGet(ctx, ws.TokenID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && !t.Active(now) {
+		return auth.Principal{}, &sessionError{"the session's token is revoked or expired"}
+	}
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	if now.Sub(ws.LastSeenAt) >= touchEvery {
+		if err := s.store.SessionTouch(ctx, ws.Hash, now); err != nil {
+			s.log.Warn("record a session's use", "err", err)
+		}
+	}
+	return auth.Principal{TokenID: t.ID, Name: t.Name, Role: t.Role, Grant: auth.GrantOf(t)}, nil
 }
 
 // safeMethod reports whether a method does not change state.
@@ -109,38 +215,23 @@ func checkOrigin(ctx huma.Context) error {
 	return nil
 }
 
-// checkCSRF applies the cross-site checks to a state-changing request the
-// session cookie authenticated.
-func checkCSRF(ctx huma.Context, token string) error {
-	if err := checkOrigin(ctx); err != nil {
-		return err
-	}
-	got := ctx.Header(CSRFHeader)
-	if got == "" {
-		return &csrfError{reason: "no " + CSRFHeader + " header"}
-	}
-	if subtle.ConstantTimeCompare([]byte(got), []byte(CSRFFor(token))) != 1 {
-		return &csrfError{reason: CSRFHeader + " does not match the session"}
-	}
-	return nil
-}
-
-func sessionWire(p auth.Principal, token string) client.Session {
-	out := client.Session{ID: p.TokenID, Name: p.Name, Role: p.Role, Permissions: permissionNames(p.Grant.Effective()), Via: "bearer"}
-	if token != "" {
-		out.Via, out.CSRF = "cookie", CSRFFor(token)
-	}
+func sessionWire(p auth.Principal, via string) client.Session {
+	out := client.Session{ID: p.TokenID, Name: p.Name, Role: p.Role, Permissions: permissionNames(p.Grant.Effective()), Via: via}
 	if out.Permissions == nil {
 		out.Permissions = []string{}
 	}
 	return out
 }
 
-// sessionCookie is the cookie that holds token (an empty token with
+// sessionCookie is the cookie that holds session id (an empty id with
 // MaxAge -1 clears it).
-func sessionCookie(token string, secure bool) http.Cookie {
-	c := http.Cookie{Name: SessionCookie, Value: token, Path: "/", HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode}
-	if token == "" {
+func sessionCookie(id string, secure bool) http.Cookie {
+	name := SessionCookie
+	if secure {
+		name = SecureSessionCookie
+	}
+	c := http.Cookie{Name: name, Value: id, Path: "/", HttpOnly: true, Secure: secure, SameSite: http.SameSiteStrictMode, MaxAge: int(SessionTTL / time.Second)}
+	if id == "" {
 		c.MaxAge = -1
 	}
 	return c
@@ -149,8 +240,10 @@ func sessionCookie(token string, secure bool) http.Cookie {
 // browserRequest is what the session routes learn from the request
 // itself.
 type browserRequest struct {
-	host   string // the client's address, for the failed-authentication budget
-	secure bool   // reached over TLS: the cookie gets Secure
+	host    string // the client's address, for the failed-authentication budget
+	secure  bool   // reached over TLS: the cookie gets Secure
+	session string // the session cookie's id, if any
+	key     string // the session's key (CSRFHeader), if any
 }
 
 type browserKey struct{}
@@ -163,7 +256,8 @@ func (s *Server) sameOrigin(ctx huma.Context, next func(huma.Context)) {
 		s.writeHumaProblem(ctx, prob)
 		return
 	}
-	next(huma.WithValue(ctx, browserKey{}, browserRequest{host: hostOf(ctx.RemoteAddr()), secure: ctx.TLS() != nil}))
+	next(huma.WithValue(ctx, browserKey{}, browserRequest{host: hostOf(ctx.RemoteAddr()), secure: ctx.TLS() != nil,
+		session: sessionCookieValue(func(name string) (*http.Cookie, error) { return huma.ReadCookie(ctx, name) }), key: ctx.Header(CSRFHeader)}))
 }
 
 type sessionOutput struct {
@@ -175,18 +269,24 @@ func (s *Server) registerSession() {
 	tags := []string{"session"}
 	register(s, huma.Operation{
 		OperationID: "whoami", Method: http.MethodGet, Path: "/v1/whoami", Tags: tags,
-		Summary: "Who the caller is: the token's id, name, role and permissions",
-		Description: "With the web UI's session cookie the answer also carries csrf, the value the session's " +
-			"state-changing requests must send as X-CSRF-Token (with an Origin header naming the keeper).",
+		Summary:     "Who the caller is: the token's id, name, role and permissions",
+		Description: "via says whether a bearer token or a web UI session authenticated the request.",
 	}, auth.Authenticated, false, func(ctx context.Context, _ *struct{}) (*struct{ Body client.Session }, error) {
-		return &struct{ Body client.Session }{Body: sessionWire(principal(ctx), sessionToken(ctx))}, nil
+		via := "bearer"
+		if sessionID(ctx) != "" {
+			via = "cookie"
+		}
+		return &struct{ Body client.Session }{Body: sessionWire(principal(ctx), via)}, nil
 	})
 
 	register(s, huma.Operation{
 		OperationID: "session-create", Method: http.MethodPost, Path: "/v1/session", Tags: tags,
 		Summary: "Sign in to the web UI with an API token",
-		Description: "Verifies the token as every route does and sets it in the " + SessionCookie + " cookie " +
-			"(HttpOnly, SameSite=Strict, Path=/, Secure over TLS); the token is never returned. " +
+		Description: "Verifies the token as every route does and starts a session: an opaque id in the " + SecureSessionCookie +
+			" cookie over TLS (" + SessionCookie + " over plain HTTP; HttpOnly, SameSite=Strict, Path=/), and its key in csrf, " +
+			"which the page must send as " + CSRFHeader + " on every request: the cookie alone opens nothing, and neither is the token, " +
+			"which is never returned. The session lasts " + SessionTTL.String() + " at most and ends after " + SessionIdle.String() +
+			" unused, at DELETE /v1/session, or when the token is revoked (audit session.created). " +
 			"Only the keeper's own page may call it: the Origin header must name the keeper (403 auth.csrf_failed otherwise). " +
 			"401 auth.invalid_token for a bad token; failed attempts count against the client address's budget (429 auth.rate_limited).",
 		Errors:      []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests},
@@ -198,21 +298,45 @@ func (s *Server) registerSession() {
 		if prob != nil {
 			return nil, prob
 		}
+		id, err := randomSecret()
+		if err != nil {
+			return nil, err
+		}
+		key, err := randomSecret()
+		if err != nil {
+			return nil, err
+		}
+		now := s.now()
+		if err := s.store.SessionCreate(ctx, store.WebSession{Hash: sessionHash(id), KeyHash: sessionKeyHash(key), TokenID: p.TokenID,
+			CreatedAt: now, ExpiresAt: now.Add(SessionTTL), LastSeenAt: now}); err != nil {
+			return nil, err
+		}
 		s.log.Info("web UI sign-in", "token_id", p.TokenID)
-		return &sessionOutput{SetCookie: sessionCookie(token, br.secure), Body: sessionWire(p, token)}, nil
+		out := sessionWire(p, "cookie")
+		out.CSRF = key
+		return &sessionOutput{SetCookie: sessionCookie(id, br.secure), Body: out}, nil
 	})
 
 	register(s, huma.Operation{
 		OperationID: "session-delete", Method: http.MethodDelete, Path: "/v1/session", Tags: tags,
 		Summary:       "Sign out of the web UI",
-		Description:   "Clears the session cookie. Only the keeper's own page may call it (Origin).",
+		Description:   "Ends the session (audit session.deleted) and clears its cookie. It needs the session's key, and only the keeper's own page may call it (Origin).",
 		DefaultStatus: http.StatusNoContent,
-		Errors:        []int{http.StatusForbidden},
+		Errors:        []int{http.StatusUnauthorized, http.StatusForbidden},
 		Middlewares:   huma.Middlewares{s.sameOrigin},
 	}, auth.Authenticated, true, func(ctx context.Context, _ *struct{}) (*struct {
 		SetCookie http.Cookie `header:"Set-Cookie"`
 	}, error) {
 		br, _ := ctx.Value(browserKey{}).(browserRequest)
+		if br.session != "" {
+			p, prob := s.permitSession(ctx, br.host, br.session, br.key, auth.Authenticated)
+			if prob != nil {
+				return nil, prob
+			}
+			if err := s.store.SessionDelete(ctx, sessionHash(br.session), p.Actor()); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return nil, err
+			}
+		}
 		return &struct {
 			SetCookie http.Cookie `header:"Set-Cookie"`
 		}{SetCookie: sessionCookie("", br.secure)}, nil

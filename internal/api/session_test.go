@@ -47,7 +47,7 @@ func problemCode(b []byte) string {
 }
 
 // signIn posts token to POST /v1/session from the keeper's own origin and
-// returns the session cookie and the CSRF value.
+// returns the session cookie and the session's key.
 func signIn(t *testing.T, k *keeper, token string) (*http.Cookie, string) {
 	t.Helper()
 	resp, b := send(t, http.DefaultClient, "POST", k.url+"/v1/session", map[string]string{"Origin": k.url}, `{"token":"`+token+`"}`)
@@ -83,6 +83,7 @@ func TestSessionCookieBoundary(t *testing.T) {
 	}
 	sess := "soulstack_session=" + cookie.Value
 	body := func(name string) string { return `{"name":"` + name + `","driver":"local"}` }
+	_, otherKey := signIn(t, k, viewer)
 	tests := []struct {
 		name    string
 		method  string
@@ -96,17 +97,21 @@ func TestSessionCookieBoundary(t *testing.T) {
 		{"sign-in without Origin", "POST", "/v1/session", nil, `{"token":"` + k.admin + `"}`, 403, "auth.csrf_failed", ""},
 		{"sign-in from another origin", "POST", "/v1/session", map[string]string{"Origin": "http://evil.test"}, `{"token":"` + k.admin + `"}`, 403, "auth.csrf_failed", ""},
 		{"sign-in with a bad token", "POST", "/v1/session", map[string]string{"Origin": k.url}, `{"token":"sst_nope"}`, 401, "auth.invalid_token", ""},
-		{"cookie GET needs nothing more", "GET", "/v1/providers", map[string]string{"Cookie": sess}, "", 200, "", ""},
+		{"cookie GET with its key", "GET", "/v1/providers", map[string]string{"Cookie": sess, "X-CSRF-Token": csrf}, "", 200, "", ""},
+		{"the cookie alone opens nothing", "GET", "/v1/providers", map[string]string{"Cookie": sess}, "", 401, "auth.session_invalid", ""},
+		{"the cookie with another session's key", "GET", "/v1/providers", map[string]string{"Cookie": sess, "X-CSRF-Token": otherKey}, "", 401, "auth.session_invalid", ""},
+		{"the session id is no bearer token", "GET", "/v1/providers", map[string]string{"Authorization": "Bearer " + cookie.Value}, "", 401, "auth.invalid_token", ""},
+		{"the key is no bearer token", "GET", "/v1/providers", map[string]string{"Authorization": "Bearer " + csrf}, "", 401, "auth.invalid_token", ""},
 		{"cookie POST without Origin", "POST", "/v1/providers", map[string]string{"Cookie": sess, "X-CSRF-Token": csrf}, body("a1"), 403, "auth.csrf_failed", "a1"},
 		{"cookie POST from another origin", "POST", "/v1/providers", map[string]string{"Cookie": sess, "X-CSRF-Token": csrf, "Origin": "http://127.0.0.1:1"}, body("a2"), 403, "auth.csrf_failed", "a2"},
 		{"cookie POST said cross-site", "POST", "/v1/providers", map[string]string{"Cookie": sess, "X-CSRF-Token": csrf, "Origin": k.url, "Sec-Fetch-Site": "same-site"}, body("a3"), 403, "auth.csrf_failed", "a3"},
-		{"cookie POST without CSRF", "POST", "/v1/providers", map[string]string{"Cookie": sess, "Origin": k.url}, body("a4"), 403, "auth.csrf_failed", "a4"},
-		{"cookie POST with a wrong CSRF", "POST", "/v1/providers", map[string]string{"Cookie": sess, "Origin": k.url, "X-CSRF-Token": api.CSRFFor(viewer)}, body("a5"), 403, "auth.csrf_failed", "a5"},
-		{"cookie DELETE without CSRF", "DELETE", "/v1/providers/kept", map[string]string{"Cookie": sess, "Origin": k.url}, "", 403, "auth.csrf_failed", "kept"},
+		{"cookie POST without its key", "POST", "/v1/providers", map[string]string{"Cookie": sess, "Origin": k.url}, body("a4"), 401, "auth.session_invalid", "a4"},
+		{"cookie POST with a wrong key", "POST", "/v1/providers", map[string]string{"Cookie": sess, "Origin": k.url, "X-CSRF-Token": otherKey}, body("a5"), 401, "auth.session_invalid", "a5"},
+		{"cookie DELETE without its key", "DELETE", "/v1/providers/kept", map[string]string{"Cookie": sess, "Origin": k.url}, "", 401, "auth.session_invalid", "kept"},
 		{"cookie POST from the page", "POST", "/v1/providers", map[string]string{"Cookie": sess, "Origin": k.url, "X-CSRF-Token": csrf, "Sec-Fetch-Site": "same-origin"}, body("ok1"), 201, "", "ok1"},
 		{"bearer POST is unaffected", "POST", "/v1/providers", map[string]string{"Authorization": "Bearer " + k.admin}, body("ok2"), 201, "", "ok2"},
-		{"bearer wins over a cookie", "POST", "/v1/providers", map[string]string{"Authorization": "Bearer " + viewer, "Cookie": sess}, body("a6"), 403, "auth.forbidden", "a6"},
-		{"a bad cookie is a bad token", "GET", "/v1/providers", map[string]string{"Cookie": "soulstack_session=sst_nope"}, "", 401, "auth.invalid_token", ""},
+		{"bearer wins over a cookie", "POST", "/v1/providers", map[string]string{"Authorization": "Bearer " + viewer, "Cookie": sess, "X-CSRF-Token": csrf}, body("a6"), 403, "auth.forbidden", "a6"},
+		{"a token as the cookie opens nothing", "GET", "/v1/providers", map[string]string{"Cookie": "soulstack_session=" + k.admin, "X-CSRF-Token": csrf}, "", 401, "auth.session_invalid", ""},
 	}
 	if _, err := k.client(k.admin).ProviderCreate(context.Background(), client.ProviderCreate{Name: "kept", Driver: "local"}); err != nil {
 		t.Fatal(err)
@@ -148,14 +153,28 @@ func TestSessionCookieBoundary(t *testing.T) {
 		if me, err := k.client(viewer).Whoami(context.Background()); err != nil || me.Role != "viewer" || me.Via != "bearer" || len(me.Permissions) != 5 {
 			t.Fatalf("client.Whoami = %+v, %v", me, err)
 		}
-		_, b = send(t, http.DefaultClient, "GET", k.url+"/v1/whoami", map[string]string{"Cookie": sess}, "")
-		if err := json.Unmarshal(b, &s); err != nil || s.Role != "admin" || s.Via != "cookie" || s.CSRF != csrf {
-			t.Fatalf("whoami for the cookie session = %s", b)
+		_, b = send(t, http.DefaultClient, "GET", k.url+"/v1/whoami", map[string]string{"Cookie": sess, "X-CSRF-Token": csrf}, "")
+		s = client.Session{}
+		if err := json.Unmarshal(b, &s); err != nil || s.Role != "admin" || s.Via != "cookie" || s.CSRF != "" {
+			t.Fatalf("whoami for the cookie session = %s (the key is only in the sign-in answer)", b)
 		}
 	})
 
-	t.Run("sign-out clears the cookie", func(t *testing.T) {
-		resp, b := send(t, http.DefaultClient, "DELETE", k.url+"/v1/session", map[string]string{"Cookie": sess, "Origin": k.url}, "")
+}
+
+// TestSessionEnds: sign-out (with the session's key) and revoking the
+// token end a session; the ended session's cookie and key open nothing.
+func TestSessionEnds(t *testing.T) {
+	t.Parallel()
+	k := start(t, testdb.SQLite)
+	cookie, csrf := signIn(t, k, k.admin)
+	sess := "soulstack_session=" + cookie.Value
+	t.Run("sign-out ends the session", func(t *testing.T) {
+		resp, _ := send(t, http.DefaultClient, "DELETE", k.url+"/v1/session", map[string]string{"Cookie": sess, "Origin": k.url}, "")
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("sign-out without the key = %d, want 401", resp.StatusCode)
+		}
+		resp, b := send(t, http.DefaultClient, "DELETE", k.url+"/v1/session", map[string]string{"Cookie": sess, "Origin": k.url, "X-CSRF-Token": csrf}, "")
 		if resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("sign-out = %d %s", resp.StatusCode, b)
 		}
@@ -166,9 +185,32 @@ func TestSessionCookieBoundary(t *testing.T) {
 		if !cleared {
 			t.Fatalf("sign-out did not clear the cookie: %v", resp.Header["Set-Cookie"])
 		}
+		resp, b = send(t, http.DefaultClient, "GET", k.url+"/v1/providers", map[string]string{"Cookie": sess, "X-CSRF-Token": csrf}, "")
+		if resp.StatusCode != http.StatusUnauthorized || problemCode(b) != "auth.session_invalid" {
+			t.Fatalf("the ended session = %d %s", resp.StatusCode, b)
+		}
 		resp, _ = send(t, http.DefaultClient, "DELETE", k.url+"/v1/session", map[string]string{"Origin": "http://evil.test"}, "")
 		if resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("sign-out from another origin = %d, want 403", resp.StatusCode)
+		}
+	})
+
+	t.Run("revoking the token ends its sessions", func(t *testing.T) {
+		op := k.token("operator")
+		c, key := signIn(t, k, op)
+		h := map[string]string{"Cookie": "soulstack_session=" + c.Value, "X-CSRF-Token": key}
+		if resp, b := send(t, http.DefaultClient, "GET", k.url+"/v1/whoami", h, ""); resp.StatusCode != 200 {
+			t.Fatalf("the operator's session = %d %s", resp.StatusCode, b)
+		}
+		me, err := k.client(op).Whoami(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := k.client(k.admin).TokenRevoke(context.Background(), me.ID); err != nil {
+			t.Fatal(err)
+		}
+		if resp, b := send(t, http.DefaultClient, "GET", k.url+"/v1/whoami", h, ""); resp.StatusCode != 401 || problemCode(b) != "auth.session_invalid" {
+			t.Fatalf("the revoked token's session = %d %s", resp.StatusCode, b)
 		}
 	})
 }
@@ -191,10 +233,10 @@ func TestSessionCookieSecureOverTLS(t *testing.T) {
 	}
 	var secure bool
 	for _, c := range resp.Cookies() {
-		secure = secure || c.Name == api.SessionCookie && c.Secure && c.HttpOnly
+		secure = secure || c.Name == api.SecureSessionCookie && c.Secure && c.HttpOnly && c.Path == "/" && c.Domain == ""
 	}
 	if !secure {
-		t.Fatalf("cookie over TLS is not Secure: %v", resp.Header["Set-Cookie"])
+		t.Fatalf("cookie over TLS is not a Secure __Host- cookie: %v", resp.Header["Set-Cookie"])
 	}
 }
 

@@ -226,18 +226,18 @@ type fetchResult struct {
 }
 
 // pageFetch sends a request from the page itself, with its session
-// cookie, the way a forged click or a script injected into the page would.
-func (b *browser) pageFetch(method, path, body string, withCSRF bool) fetchResult {
+// cookie, the way a forged click or a script injected into the page would;
+// withKey adds the session's key, which only the page's own origin holds.
+func (b *browser) pageFetch(method, path, body string, withKey bool) fetchResult {
 	b.t.Helper()
 	return eval[fetchResult](b, fmt.Sprintf(`(async () => {
-		const who = await (await fetch('/v1/whoami')).json();
 		const headers = {'Content-Type': 'application/json'};
-		if (%t) headers['X-CSRF-Token'] = who.csrf;
+		if (%t) headers['X-CSRF-Token'] = sessionStorage.getItem('soulstack.session_key');
 		const res = await fetch(%q, {method: %q, headers, body: %q || undefined});
 		let code = '';
 		try { code = (await res.json()).code || ''; } catch (e) {}
 		return {status: res.status, code};
-	})()`, withCSRF, path, method, body))
+	})()`, withKey, path, method, body))
 }
 
 // noSideScroll fails when the page is wider than the window.
@@ -548,10 +548,10 @@ steps:
 		t.Fatalf("the token the UI showed does not work: %v", err)
 	}
 
-	// CSRF: the signed-in page's own script, without the CSRF value, is
-	// refused, and nothing is created.
-	if r := b.pageFetch("POST", "/v1/providers", `{"name":"nocsrf","driver":"local"}`, false); r.Status != http.StatusForbidden || r.Code != "auth.csrf_failed" {
-		t.Fatalf("POST without X-CSRF-Token = %+v, want 403 auth.csrf_failed", r)
+	// The cookie alone opens nothing: a request with it but without the
+	// session's key is refused, and nothing is created.
+	if r := b.pageFetch("POST", "/v1/providers", `{"name":"nocsrf","driver":"local"}`, false); r.Status != http.StatusUnauthorized || r.Code != "auth.session_invalid" {
+		t.Fatalf("POST without the session's key = %+v, want 401 auth.session_invalid", r)
 	}
 	if _, err := c.ProviderGet(ctx, "nocsrf"); err == nil {
 		t.Fatal("a request without the CSRF value created a provider")
@@ -561,8 +561,20 @@ steps:
 	}
 
 	// Another origin on the same host (same site: SameSite lets the cookie
-	// go) posts to the keeper with the victim's cookie; it is refused.
+	// go) posts to the keeper with the victim's cookie; it is refused. Its
+	// server receives the keeper's cookie (browsers send cookies to every
+	// port of a host), which opens nothing as a bearer token nor as a
+	// cookie.
+	var cookieMu sync.Mutex
+	var stolen []string
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cookieMu.Lock()
+		for _, ck := range r.Cookies() {
+			if strings.Contains(ck.Name, "soulstack_session") {
+				stolen = append(stolen, ck.Value)
+			}
+		}
+		cookieMu.Unlock()
 		w.Header().Set("Content-Type", "text/html")
 		fmt.Fprintf(w, `<!doctype html><iframe name="sink" id="sink"></iframe>
 <form id="f" method="POST" action="%s/v1/providers" enctype="text/plain" target="sink">
@@ -583,6 +595,31 @@ fetch(%q, {method: 'POST', mode: 'no-cors', credentials: 'include', headers: {'C
 	for _, name := range []string{"evil", "evil2"} {
 		if _, err := c.ProviderGet(ctx, name); err == nil {
 			t.Fatalf("a page of another origin created provider %q with the session cookie", name)
+		}
+	}
+	cookieMu.Lock()
+	got := append([]string(nil), stolen...)
+	cookieMu.Unlock()
+	if len(got) == 0 {
+		t.Fatal("the other port's server received no session cookie: the attack's premise does not hold")
+	}
+	for _, v := range got {
+		for _, h := range []map[string]string{{"Authorization": "Bearer " + v}, {"Cookie": "soulstack_session=" + v}} {
+			req, _ := http.NewRequest("GET", k.Addr+"/v1/whoami", nil)
+			for hk, hv := range h {
+				req.Header.Set(hk, hv)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("the cookie the other port received opened the keeper with %v: %d", h, resp.StatusCode)
+			}
+		}
+		if strings.HasPrefix(v, "sst_") {
+			t.Fatalf("the session cookie is an API token")
 		}
 	}
 

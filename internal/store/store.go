@@ -236,6 +236,7 @@ type Store interface {
 	RunStore
 	CloudStore
 	JoinStore
+	SessionStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)
@@ -342,4 +343,31 @@ type AuditParams struct {
 	Action  string
 	Object  string
 	Payload any
+}
+
+// WebSession is a web UI session: the hashes of its opaque cookie id and
+// of the key its page holds, the API token that signed in, and when it
+// ends (ExpiresAt) or ended being used (LastSeenAt, for the idle timeout).
+type WebSession struct {
+	Hash       string
+	KeyHash    string
+	TokenID    string
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	LastSeenAt time.Time
+}
+
+// SessionStore holds the web UI's sessions. Revoking a token deletes its
+// sessions (TokenRevoke).
+type SessionStore interface {
+	// SessionCreate stores a session (audit session.created).
+	SessionCreate(ctx context.Context, s WebSession) error
+	// SessionGet returns the session whose id hashes to hash, or
+	// ErrNotFound.
+	SessionGet(ctx context.Context, hash string) (WebSession, error)
+	// SessionTouch records that the session was used at at (no audit).
+	SessionTouch(ctx context.Context, hash string, at time.Time) error
+	// SessionDelete deletes a session (audit session.deleted by actor);
+	// an unknown one is ErrNotFound.
+	SessionDelete(ctx context.Context, hash string, actor Actor) error
 }

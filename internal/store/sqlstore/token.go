@@ -204,6 +204,10 @@ func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) (err
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE api_tokens SET revoked_at = ? WHERE id = ?`), now, t.ID); err != nil {
 			return record{}, fmt.Errorf("revoke token %q: %w", t.ID, err)
 		}
+		// Its web UI sessions end with it.
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM web_sessions WHERE token_id = ?`), t.ID); err != nil {
+			return record{}, fmt.Errorf("end the sessions of token %q: %w", t.ID, err)
+		}
 		return record{action: "token.revoked", object: "token/" + t.ID, payload: map[string]any{"id": t.ID, "name": t.Name, "role": t.Role}}, nil
 	})
 }

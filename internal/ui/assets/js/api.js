@@ -1,9 +1,30 @@
 // api.js is the UI's only way to the keeper: the REST API with the session
-// cookie (the browser attaches it; scripts never see it), the CSRF value
-// on every state-changing request, and problems turned into errors.
+// cookie (the browser attaches it; scripts never see it) and the session's
+// key, which only this page holds (sessionStorage belongs to this origin,
+// port included) and sends on every request: the cookie alone opens
+// nothing. Problems are turned into errors.
 
-let session = null; // GET /v1/whoami: {id, name, role, permissions, via, csrf}
+const KEY = 'soulstack.session_key';
+let session = null; // GET /v1/whoami: {id, name, role, permissions, via}
 let onSignedOut = () => {};
+let memKey = ''; // the key when the browser gives no sessionStorage
+
+function sessionKey() {
+  try { return sessionStorage.getItem(KEY) || memKey; } catch { return memKey; }
+}
+
+function keepKey(key) {
+  memKey = key;
+  try {
+    if (key) sessionStorage.setItem(KEY, key); else sessionStorage.removeItem(KEY);
+  } catch { /* no storage: this page only */ }
+}
+
+// authHeaders are the headers that authenticate this page's requests.
+export function authHeaders() {
+  const key = sessionKey();
+  return key ? {'X-CSRF-Token': key} : {};
+}
 
 // Problem is a non-2xx answer: problem holds the RFC 9457 document with
 // its stable dotted code.
@@ -19,9 +40,8 @@ export class Problem extends Error {
 // call sends one request and returns the decoded JSON answer (null for
 // 204). A 401 means the session is gone: the sign-in page is shown.
 export async function call(method, path, body) {
-  const headers = {Accept: 'application/json'};
+  const headers = {Accept: 'application/json', ...authHeaders()};
   if (body !== undefined) headers['Content-Type'] = 'application/json';
-  if (method !== 'GET' && method !== 'HEAD' && session && session.csrf) headers['X-CSRF-Token'] = session.csrf;
   const res = await fetch(path, {
     method, headers, credentials: 'same-origin', cache: 'no-store', redirect: 'error',
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -33,6 +53,7 @@ export async function call(method, path, body) {
   if (!res.ok) {
     if (res.status === 401 && path !== '/v1/session' && path !== '/v1/whoami') {
       session = null;
+      keepKey('');
       onSignedOut();
     }
     throw new Problem(data || {status: res.status, title: res.statusText}, res.status);
@@ -48,8 +69,13 @@ export function query(params) {
   return s ? '?' + s : '';
 }
 
-// loadSession asks who the cookie signs in; null when nobody is.
+// loadSession asks who the session signs in; null when nobody is (or
+// this tab holds no session key).
 export async function loadSession() {
+  if (!sessionKey()) {
+    session = null;
+    return null;
+  }
   try {
     session = await call('GET', '/v1/whoami');
   } catch (e) {
@@ -59,14 +85,21 @@ export async function loadSession() {
   return session;
 }
 
-// signIn posts the token once; the keeper keeps it in an HttpOnly cookie.
+// signIn posts the token once; the keeper answers with a session: its id
+// in an HttpOnly cookie, its key (csrf) kept here. The token is not kept.
 export async function signIn(token) {
-  session = await call('POST', '/v1/session', {token});
+  const s = await call('POST', '/v1/session', {token});
+  keepKey(s.csrf);
+  delete s.csrf;
+  session = s;
   return session;
 }
 
 export async function signOut() {
-  try { await call('DELETE', '/v1/session'); } finally { session = null; }
+  try { await call('DELETE', '/v1/session'); } finally {
+    session = null;
+    keepKey('');
+  }
 }
 
 export function current() { return session; }

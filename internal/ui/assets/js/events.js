@@ -3,6 +3,8 @@
 // reads the stream and turns each event into an update the run page
 // applies; when the event vocabulary changes, only this file changes.
 
+import {authHeaders} from './api.js';
+
 // Update kinds.
 export const PHASE = 'phase', STEP_STARTED = 'step-started', TARGET = 'target', STEP_FINISHED = 'step-finished',
   LOG = 'log', FINISHED = 'finished', END = 'end', DENIED = 'denied', OTHER = 'other';
@@ -82,7 +84,7 @@ export async function follow(id, {after = 0, signal, onUpdate, onError = () => {
   for (let attempt = 0; !signal.aborted; attempt++) {
     try {
       const res = await fetch('/v1/runs/' + encodeURIComponent(id) + '/events', {
-        headers: {Accept: 'text/event-stream', 'Last-Event-ID': String(last)},
+        headers: {Accept: 'text/event-stream', 'Last-Event-ID': String(last), ...authHeaders()},
         credentials: 'same-origin', cache: 'no-store', signal,
       });
       if (!res.ok) {
