@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -257,6 +258,12 @@ func exerciseMCP(ctx context.Context, t *testing.T, mk *mcpKeeper, s *sdk.Client
 		if in.Type != "object" || tool.Description == "" || tool.OutputSchema == nil {
 			t.Errorf("tool %s: input schema %s, description %q, output schema %v", tool.Name, schema, tool.Description, tool.OutputSchema)
 		}
+		for what, sc := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			b, _ := json.Marshal(sc)
+			if where := booleanSchema(b); where != "" {
+				t.Errorf("tool %s: its %s schema holds the boolean schema true at %s (the TypeScript SDK refuses it)", tool.Name, what, where)
+			}
+		}
 		if tool.Name == "run_start" {
 			for _, p := range []string{"scenario", "input", "key", "timeout"} {
 				if in.Properties[p] == nil {
@@ -285,6 +292,10 @@ func exerciseMCP(ctx context.Context, t *testing.T, mk *mcpKeeper, s *sdk.Client
 	callTool(ctx, t, s, "profiles_list", nil, nil)
 	refused(t, callTool(ctx, t, s, "profile_get", map[string]any{"name": "nope"}, nil), "profile.not_found")
 	refused(t, callTool(ctx, t, s, "soul_get", map[string]any{"sid": "nope.local.test"}, nil), "soul.not_found")
+	// Arguments that do not match the schema are tool errors with a code.
+	refused(t, callTool(ctx, t, s, "soul_get", map[string]any{"sid": 5}, nil), "mcp.invalid_arguments")
+	refused(t, callTool(ctx, t, s, "soul_get", map[string]any{"sid": "x.local.test", "nope": 1}, nil), "mcp.invalid_arguments")
+	refused(t, callTool(ctx, t, s, "soul_get", nil, nil), "mcp.invalid_arguments")
 	var page struct {
 		ID   string `json:"id"`
 		Page string `json:"page"`
@@ -571,4 +582,51 @@ func TestMCPSessionDoesNotHoldShutdown(t *testing.T) {
 	defer s.Close()
 	callTool(ctx, t, s, "souls_list", nil, nil)
 	mk.k.Interrupt(t)
+}
+
+// booleanSchema returns where in the JSON schema doc a subschema is the
+// boolean true ("" when none is): under properties, items,
+// additionalProperties, prefixItems, anyOf, oneOf or allOf.
+func booleanSchema(doc []byte) string {
+	var v any
+	if json.Unmarshal(doc, &v) != nil {
+		return "(not JSON)"
+	}
+	var walk func(v any, at string) string
+	walk = func(v any, at string) string {
+		if b, ok := v.(bool); ok {
+			if b {
+				return at
+			}
+			return ""
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return ""
+		}
+		if props, ok := m["properties"].(map[string]any); ok {
+			for k, sub := range props {
+				if w := walk(sub, at+".properties."+k); w != "" {
+					return w
+				}
+			}
+		}
+		for _, k := range []string{"items", "additionalProperties"} {
+			if sub, ok := m[k]; ok {
+				if w := walk(sub, at+"."+k); w != "" {
+					return w
+				}
+			}
+		}
+		for _, k := range []string{"prefixItems", "anyOf", "oneOf", "allOf"} {
+			list, _ := m[k].([]any)
+			for i, sub := range list {
+				if w := walk(sub, fmt.Sprintf("%s.%s[%d]", at, k, i)); w != "" {
+					return w
+				}
+			}
+		}
+		return ""
+	}
+	return walk(v, "$")
 }

@@ -22,7 +22,57 @@ func schemaFor[T any]() *jsonschema.Schema {
 		panic(fmt.Sprintf("mcp: schema of %T: %v", *new(T), err)) // a programmer error in a tool's types
 	}
 	annotate(reflect.TypeFor[T](), s, map[reflect.Type]bool{})
+	noTrueSchemas(s)
 	return s
+}
+
+// anyJSON is what a schema that admits any JSON value says: the types
+// listed, rather than {} — which encodes as the boolean schema true, which
+// the MCP schema forbids where a tool's properties are (the TypeScript
+// SDK, and so most clients, refuse a tool list holding one).
+var anyJSON = []string{"object", "array", "string", "number", "boolean", "null"}
+
+// noTrueSchemas rewrites every empty subschema of s (json.RawMessage,
+// any, map[string]any values) into an object that lists the JSON types.
+func noTrueSchemas(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	for _, sub := range s.Properties {
+		anyIfEmpty(sub)
+		noTrueSchemas(sub)
+	}
+	for _, sub := range []*jsonschema.Schema{s.Items, s.AdditionalProperties} {
+		if sub != nil && !isFalse(sub) {
+			anyIfEmpty(sub)
+			noTrueSchemas(sub)
+		}
+	}
+	for _, list := range [][]*jsonschema.Schema{s.AnyOf, s.OneOf, s.AllOf, s.PrefixItems} {
+		for _, sub := range list {
+			anyIfEmpty(sub)
+			noTrueSchemas(sub)
+		}
+	}
+}
+
+// isFalse reports whether s is the schema that admits nothing (objects
+// that admit no other properties).
+func isFalse(s *jsonschema.Schema) bool {
+	b, _ := json.Marshal(s)
+	return string(b) == "false"
+}
+
+func anyIfEmpty(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	if b, _ := json.Marshal(s); string(b) == "true" {
+		s.Types = append([]string(nil), anyJSON...)
+	} else if s.Type == "" && len(s.Types) == 0 && s.Ref == "" && len(s.AnyOf) == 0 && len(s.OneOf) == 0 && len(s.Enum) == 0 && s.Properties == nil && s.Items == nil {
+		// A described value of any type ({"description": …}).
+		s.Types = append([]string(nil), anyJSON...)
+	}
 }
 
 // annotate copies the doc and enum tags of t's fields into s.

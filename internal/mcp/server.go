@@ -12,6 +12,7 @@ package mcp
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -35,6 +37,9 @@ const (
 	CodeWritesDisabled = "mcp.writes_disabled"
 	// CodeInternal: the tool failed for a reason of the keeper's own.
 	CodeInternal = "mcp.internal"
+	// CodeInvalidArguments: the call's arguments do not match the tool's
+	// input schema (unknown, missing or mistyped).
+	CodeInvalidArguments = "mcp.invalid_arguments"
 )
 
 // ActionCalled is the audit action of every tool call.
@@ -181,36 +186,82 @@ type toolSpec struct {
 // enforces the write policy, audits the call and turns errors into tool
 // errors.
 func add[In, Out any](s *Server, spec toolSpec, body func(ctx context.Context, c call, in In) (*Out, error)) {
+	in, out := schemaFor[In](), schemaFor[Out]()
 	tool := &sdk.Tool{
 		Name: spec.name, Title: spec.title, Description: spec.description,
-		InputSchema: schemaFor[In](), OutputSchema: schemaFor[Out](),
+		InputSchema: in, OutputSchema: out,
 		Annotations: &sdk.ToolAnnotations{Title: spec.title, ReadOnlyHint: !spec.write, IdempotentHint: !spec.write, OpenWorldHint: new(bool)},
 	}
 	if spec.write {
 		destructive := spec.name == "run_cancel"
 		tool.Annotations.DestructiveHint = &destructive
 	}
-	sdk.AddTool(s.srv, tool, func(ctx context.Context, req *sdk.CallToolRequest, in In) (*sdk.CallToolResult, *Out, error) {
+	resolved, err := in.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("mcp: input schema of %s: %v", spec.name, err)) // a programmer error in a tool's types
+	}
+	// The tool's arguments are validated here rather than by the SDK, so
+	// that a bad argument is a tool error with a dotted code like any
+	// other (mcp.invalid_arguments).
+	s.srv.AddTool(tool, func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		p, c, err := s.caller(req)
 		if err != nil {
-			return nil, nil, err // no principal: nothing to audit against
+			return toolResult(nil, err) // no principal: nothing to audit against
 		}
-		out, err := (*Out)(nil), s.permitWrite(spec, p)
+		var arg In
+		err = decodeArguments(req.Params.Arguments, resolved, &arg)
 		if err == nil {
-			out, err = body(ctx, call{p: p, c: c, req: req}, in)
+			err = s.permitWrite(spec, p)
+		}
+		var res *Out
+		if err == nil {
+			res, err = body(ctx, call{p: p, c: c, req: req}, arg)
 		}
 		object := "mcp/" + spec.name
 		if spec.object != nil {
-			if o := spec.object(in); o != "" {
+			if o := spec.object(arg); o != "" {
 				object = o
 			}
 		}
 		s.audit(ctx, p, spec.name, object, err)
-		if err != nil {
-			return nil, nil, errorOf(err)
-		}
-		return nil, out, nil
+		return toolResult(res, err)
 	})
+}
+
+// decodeArguments validates a call's arguments against the tool's input
+// schema and decodes them into in; a refusal is mcp.invalid_arguments
+// saying where.
+func decodeArguments(raw json.RawMessage, schema *jsonschema.Resolved, in any) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		raw = json.RawMessage("{}")
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return &toolError{Code: CodeInvalidArguments, Message: "arguments are not JSON: " + err.Error()}
+	}
+	if err := schema.Validate(v); err != nil {
+		return &toolError{Code: CodeInvalidArguments, Message: "arguments: " + err.Error()}
+	}
+	if err := json.Unmarshal(raw, in); err != nil {
+		return &toolError{Code: CodeInvalidArguments, Message: "arguments: " + err.Error()}
+	}
+	return nil
+}
+
+// toolResult is a call's answer: out as structured content (and its JSON
+// as text, for clients that read only text), or the error as a tool error
+// whose text starts with its dotted code.
+func toolResult(out any, err error) (*sdk.CallToolResult, error) {
+	if err != nil {
+		var r sdk.CallToolResult
+		r.SetError(errorOf(err))
+		return &r, nil
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encode the tool's answer: %w", err)
+	}
+	return &sdk.CallToolResult{StructuredContent: json.RawMessage(b), Content: []sdk.Content{&sdk.TextContent{Text: string(b)}}}, nil
 }
 
 // permitWrite refuses a write tool unless the keeper allows writes over
