@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -92,6 +93,8 @@ func New(cfg Config) *Server {
 	s.registerModules()
 	s.registerJoin()
 	s.registerSession()
+	s.mux.HandleFunc("GET "+ResourceMetadataPath, serveResourceMetadata)
+	s.mux.HandleFunc("GET "+ResourceMetadataPath+"/mcp", serveResourceMetadata)
 	if cfg.UI != nil {
 		s.mux.Handle("GET /ui/", cfg.UI)
 		s.mux.Handle("GET /ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently))
@@ -310,7 +313,11 @@ func (s *Server) permit(ctx context.Context, host, header string, perm auth.Perm
 func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {
 	switch p.Status {
 	case http.StatusUnauthorized:
-		ctx.SetHeader("WWW-Authenticate", `Bearer realm="soulstack"`)
+		scheme := "http"
+		if ctx.TLS() != nil {
+			scheme = "https"
+		}
+		ctx.SetHeader("WWW-Authenticate", wwwAuthenticate(scheme+"://"+strings.ToLower(ctx.Host())))
 	case http.StatusTooManyRequests:
 		ctx.SetHeader("Retry-After", retryAfterSeconds(s.limiter.interval))
 	}

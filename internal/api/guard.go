@@ -18,7 +18,7 @@ func (s *Server) Guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, prob := s.permit(r.Context(), hostOf(r.RemoteAddr), r.Header.Get("Authorization"), auth.Authenticated)
 		if prob != nil {
-			s.writeGuardProblem(w, prob)
+			s.writeGuardProblem(w, r, prob)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
@@ -32,10 +32,10 @@ func Caller(ctx context.Context) (auth.Principal, bool) {
 	return p, ok
 }
 
-func (s *Server) writeGuardProblem(w http.ResponseWriter, p *client.Problem) {
+func (s *Server) writeGuardProblem(w http.ResponseWriter, r *http.Request, p *client.Problem) {
 	switch p.Status {
 	case http.StatusUnauthorized:
-		w.Header().Set("WWW-Authenticate", `Bearer realm="soulstack"`)
+		w.Header().Set("WWW-Authenticate", wwwAuthenticate(baseURL(r)))
 	case http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", retryAfterSeconds(s.limiter.interval))
 	}

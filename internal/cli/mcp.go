@@ -36,6 +36,7 @@ keeper's decision: the token's permissions, and writes (run_start, run_cancel)
 only where keeper.yml says mcp: {allow_writes: true}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			a.running = true // from here on an error is the keeper's or the session's, not a usage error
 			token, opts, err := a.connection()
 			if err != nil {
 				return err
@@ -43,6 +44,15 @@ only where keeper.yml says mcp: {allow_writes: true}.`,
 			hc, err := opts.HTTPClient()
 			if err != nil {
 				return usageErrorf("--ca-file: %v", err)
+			}
+			// The keeper's own refusal (code and message) rather than the
+			// MCP client's bare "Unauthorized": ask who the token is first.
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			if _, err := c.Whoami(cmd.Context()); err != nil {
+				return err
 			}
 			return serveMCPProxy(cmd.Context(), strings.TrimRight(a.resolvedURL, "/")+"/mcp", token, hc, &sdk.IOTransport{
 				Reader: readCloser{cmd.InOrStdin()}, Writer: writeCloser{cmd.OutOrStdout()},

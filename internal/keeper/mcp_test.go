@@ -1,6 +1,7 @@
 package keeper_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -460,10 +462,44 @@ func TestMCPRefusesBadTokens(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized || p.Code != "auth.invalid_token" {
 		t.Fatalf("wrong token: %d %+v", resp.StatusCode, p)
 	}
-	// Over stdio the keeper's refusal stops soulctl mcp.
+	// A client that follows the MCP authorization spec finds the
+	// resource's metadata (RFC 9728), which says how to get a token.
+	challenge := resp.Header.Get("WWW-Authenticate")
+	m := regexp.MustCompile(`resource_metadata="([^"]+)"`).FindStringSubmatch(challenge)
+	if m == nil || !strings.HasPrefix(challenge, "Bearer ") || m[1] != mk.k.Addr+"/.well-known/oauth-protected-resource" {
+		t.Fatalf("WWW-Authenticate = %q", challenge)
+	}
+	for _, path := range []string{m[1], m[1] + "/mcp"} {
+		mr, err := http.Get(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			Resource     string   `json:"resource"`
+			Bearer       []string `json:"bearer_methods_supported"`
+			Instructions string   `json:"soulstack_token_instructions"`
+		}
+		err = json.NewDecoder(mr.Body).Decode(&meta)
+		mr.Body.Close()
+		if err != nil || mr.StatusCode != 200 || meta.Resource != mk.k.Addr+"/mcp" || !slices.Equal(meta.Bearer, []string{"header"}) || !strings.Contains(meta.Instructions, "soulctl token create") {
+			t.Fatalf("GET %s = %d %+v, %v", path, mr.StatusCode, meta, err)
+		}
+	}
+	// Over stdio the keeper's refusal stops soulctl mcp, which says the
+	// keeper's code and message and exits 1.
 	if s, err := connectStdio(ctx, t, mk.k, "sst_notatoken", nil); err == nil {
 		s.Close()
 		t.Error("soulctl mcp served with a wrong token")
+	}
+	cmd := exec.Command(soulctlBinary(t), "mcp")
+	cmd.Env = append(os.Environ(), "SOULSTACK_KEEPER="+mk.k.Addr, "SOULSTACK_TOKEN=sst_notatoken")
+	cmd.Dir = t.TempDir()
+	var stderr bytes.Buffer
+	cmd.Stdin, cmd.Stderr = strings.NewReader(""), &stderr
+	err = cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "auth.invalid_token: ") {
+		t.Fatalf("soulctl mcp with a wrong token: %v, stderr %q; want exit 1 with the keeper's auth.invalid_token", err, stderr.String())
 	}
 }
 
