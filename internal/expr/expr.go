@@ -223,6 +223,9 @@ type Ref struct {
 	// Offset is the byte offset of the variable's name in the
 	// expression's text (in the template's text for Template.Refs).
 	Offset int
+	// Optional says the first name is selected in a way that tolerates
+	// its absence: has(input.x), input.?x, input[?"x"].
+	Optional bool
 }
 
 // Program is a compiled expression.

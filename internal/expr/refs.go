@@ -29,12 +29,12 @@ func (w *refWalker) walk(e ast.Expr, shadowed map[string]bool) {
 	if e == nil {
 		return
 	}
-	if root, path, ok := chain(e); ok {
+	if root, path, optional, ok := chain(e); ok {
 		if scenarioVars[root.AsIdent()] && !shadowed[root.AsIdent()] {
 			if len(path) > 2 {
 				path = path[:2]
 			}
-			w.refs = append(w.refs, Ref{Var: root.AsIdent(), Path: path, Offset: w.offset(root.ID())})
+			w.refs = append(w.refs, Ref{Var: root.AsIdent(), Path: path, Offset: w.offset(root.ID()), Optional: optional})
 		}
 		return
 	}
@@ -85,40 +85,47 @@ func (w *refWalker) walk(e ast.Expr, shadowed map[string]bool) {
 
 // chain reports whether e is an identifier followed by selections or
 // indexes with constant string keys (steps.build["output"]), returning the
-// identifier and the selected names.
-func chain(e ast.Expr) (ast.Expr, []string, bool) {
+// identifier, the selected names, and whether the first name is selected
+// optionally (has(), .?, [?]).
+func chain(e ast.Expr) (ast.Expr, []string, bool, bool) {
 	switch e.Kind() {
 	case ast.IdentKind:
-		return e, nil, true
+		return e, nil, false, true
 	case ast.SelectKind:
 		s := e.AsSelect()
-		root, path, ok := chain(s.Operand())
+		root, path, optional, ok := chain(s.Operand())
 		if !ok {
-			return nil, nil, false
+			return nil, nil, false, false
 		}
-		return root, append(path, s.FieldName()), true
+		if len(path) == 0 && s.IsTestOnly() {
+			optional = true
+		}
+		return root, append(path, s.FieldName()), optional, true
 	case ast.CallKind:
 		c := e.AsCall()
 		switch c.FunctionName() {
 		case "_[_]", "_[?_]", "_?._":
 		default:
-			return nil, nil, false
+			return nil, nil, false, false
 		}
 		args := c.Args()
 		if len(args) != 2 || args[1].Kind() != ast.LiteralKind {
-			return nil, nil, false
+			return nil, nil, false, false
 		}
 		key, ok := args[1].AsLiteral().(types.String)
 		if !ok {
-			return nil, nil, false
+			return nil, nil, false, false
 		}
-		root, path, ok := chain(args[0])
+		root, path, optional, ok := chain(args[0])
 		if !ok {
-			return nil, nil, false
+			return nil, nil, false, false
 		}
-		return root, append(path, string(key)), true
+		if len(path) == 0 && c.FunctionName() != "_[_]" {
+			optional = true
+		}
+		return root, append(path, string(key)), optional, true
 	}
-	return nil, nil, false
+	return nil, nil, false, false
 }
 
 // offset returns the byte offset in the source of the expression id.

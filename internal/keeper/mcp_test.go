@@ -329,6 +329,16 @@ func exerciseMCP(ctx context.Context, t *testing.T, mk *mcpKeeper, s *sdk.Client
 			t.Errorf("problem not located as file:line:column with a code: %+v", p)
 		}
 	}
+	// An undeclared ${ input.nope } is reported as a run would report it.
+	undeclared := "steps:\n  - name: a\n    on: web-1.local.test\n    module: core.command.ran\n    params: {cmd: \"echo ${ input.nope }\"}\n"
+	v.Problems = nil
+	structured(t, callTool(ctx, t, s, "scenario_validate", map[string]any{"scenario": undeclared, "file": "u.yaml"}, nil), &v)
+	if v.Valid || len(v.Problems) != 1 || v.Problems[0].Code != "scenario.unknown_input_reference" || v.Problems[0].Location != "u.yaml:5:28" {
+		t.Fatalf("scenario_validate of an undeclared input reference = %+v", v)
+	}
+	if _, _, err := mk.admin.RunCreate(ctx, client.RunCreate{Scenario: undeclared, File: "u.yaml"}); err == nil || !strings.Contains(err.Error(), "scenario.unknown_input_reference") {
+		t.Fatalf("a run of it: %v", err)
+	}
 	structured(t, callTool(ctx, t, s, "scenario_validate", map[string]any{"scenario": mcpScenario, "input": map[string]any{"pin": canaryInput}}, nil), &v)
 	if !v.Valid {
 		t.Fatalf("valid scenario refused: %+v", v.Problems)

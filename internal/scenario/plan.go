@@ -86,6 +86,20 @@ func (s *Scenario) Plan(input map[string]any, opts ...Option) (*Plan, error) {
 	}
 	ps := problems{list: slices.Clone(c.problems.list)}
 	in := s.checkInput(input, &ps)
+	// A scenario that declares no inputs takes any input, but a reference
+	// to a name the input does not hold would fail at run time: say so
+	// now, as a run would, unless the scenario tests for the name
+	// somewhere (has(input.x) ? input.x : …, input.?x).
+	tested := map[string]bool{}
+	for _, r := range c.inputRefs {
+		tested[r.name] = tested[r.name] || r.optional
+	}
+	for _, r := range c.inputRefs {
+		if _, ok := in[r.name]; !ok && !tested[r.name] {
+			ps.add(r.pos, CodeUnknownInputRef, "%s: %s refers to input.%s, which the input does not hold and the scenario does not declare (declare it under inputs:, give it, or write input.?%s.orValue(…))",
+				r.label, r.where, r.name, r.name)
+		}
+	}
 	if err := ps.err(); err != nil {
 		return nil, err
 	}

@@ -486,3 +486,32 @@ steps:
 		t.Fatalf("with input[key]: SecretInputs = %v; want %v", plan.SecretInputs, want)
 	}
 }
+
+// A scenario that declares no inputs takes any input, but a reference to
+// a name the input does not hold is a problem before anything runs, as it
+// would be a failure when the step evaluates it; has(), .? and [?]
+// tolerate the absence.
+func TestUndeclaredInputReferences(t *testing.T) {
+	t.Parallel()
+	src := []byte(`steps:
+  - name: a
+    on: a.local.test
+    module: core.command.ran
+    params:
+      cmd: "echo ${ input.nope } ${ input.here }"
+      chdir: "${ has(input.maybe) ? input.maybe : '/' }"
+      env: {A: "${ input.?opt.orValue('') }", B: "${ input[?'idx'].orValue('') }"}
+`)
+	_, err := Load("u.yaml", src, map[string]any{"here": "x"})
+	var se *Error
+	if !errors.As(err, &se) || len(se.Problems) != 1 || se.Problems[0].Code != CodeUnknownInputRef ||
+		!strings.Contains(se.Problems[0].Message, "input.nope") || se.Problems[0].Pos.Line != 6 {
+		t.Fatalf("Load = %v; want one %s about input.nope at line 6", err, CodeUnknownInputRef)
+	}
+	if _, err := Load("u.yaml", src, map[string]any{"here": "x", "nope": "y"}); err != nil {
+		t.Fatalf("with every name given: %v", err)
+	}
+	if _, err := Check("u.yaml", src); err != nil {
+		t.Fatalf("Check, which knows no input, refused it: %v", err)
+	}
+}

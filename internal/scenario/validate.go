@@ -36,6 +36,19 @@ func WithEnv(env *expr.Env) Option {
 type compiled struct {
 	steps    []*PlanStep
 	problems problems
+	// inputRefs are the input.<name> references of a scenario that
+	// declares no inputs, checked against the run's input by Plan.
+	inputRefs []inputRef
+}
+
+// inputRef is one input.<name> reference: where, in what, and whether it
+// tolerates the input's absence.
+type inputRef struct {
+	pos      Pos
+	label    string
+	where    string
+	name     string
+	optional bool
 }
 
 // Validate checks everything that can be checked before a run, and
@@ -451,7 +464,11 @@ func (c *checker) checkRefs(refs []expr.Ref, n *node, base int, st *Step, where 
 				c.ps.add(pos, CodeUnknownStepField, "%s: %s refers to steps.%s.%s; a step has only %s", label, where, name, r.Path[1], strings.Join(stepFieldNames, ", "))
 			}
 		case "input":
-			if !c.s.DeclaresInputs || c.inputs[name] != nil {
+			if !c.s.DeclaresInputs {
+				c.out.inputRefs = append(c.out.inputRefs, inputRef{pos: pos, label: label, where: where, name: name, optional: r.Optional})
+				continue
+			}
+			if c.inputs[name] != nil {
 				continue
 			}
 			msg := fmt.Sprintf("%s: %s refers to input.%s, which the scenario's inputs do not declare", label, where, name)
