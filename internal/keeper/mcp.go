@@ -2,9 +2,14 @@ package keeper
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
+	"strings"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/mcp"
@@ -22,7 +27,17 @@ func withMCP(h *api.Server, st store.Store, c config.Config, log *slog.Logger) (
 	stopping, stop := context.WithCancel(context.Background())
 	inner := m.Handler()
 	mux := http.NewServeMux()
+	loopback := c.LoopbackListen()
 	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if loopback && !loopbackRequest(r) {
+			// DNS rebinding: a page of another site whose name resolves
+			// to 127.0.0.1 reaches a loopback keeper with its own Host.
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusForbidden)
+			_ = json.NewEncoder(w).Encode(client.Problem{Title: "Forbidden", Status: http.StatusForbidden, Code: "mcp.host_refused",
+				Detail: "this keeper listens on loopback only: /mcp answers requests whose Host and Origin name a loopback address (localhost, 127.0.0.0/8, [::1])"})
+			return
+		}
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		defer context.AfterFunc(stopping, cancel)()
@@ -30,4 +45,32 @@ func withMCP(h *api.Server, st store.Store, c config.Config, log *slog.Logger) (
 	}))
 	mux.Handle("/", h)
 	return mux, stop
+}
+
+// loopbackRequest reports whether r's Host, and its Origin when it has
+// one, name a loopback address.
+func loopbackRequest(r *http.Request) bool {
+	if !loopbackHost(r.Host) {
+		return false
+	}
+	if o := r.Header.Get("Origin"); o != "" {
+		u, err := url.Parse(o)
+		if err != nil || !loopbackHost(u.Host) {
+			return false
+		}
+	}
+	return true
+}
+
+func loopbackHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
