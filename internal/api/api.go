@@ -153,9 +153,13 @@ func newServer(cfg Config, agent bool) *Server {
 		"Errors are RFC 9457 problems with a stable dotted code."
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API token: Authorization: Bearer sst_…"},
-		"session": {Type: "apiKey", In: "cookie", Name: SessionCookie, Description: "The web UI's session (POST /v1/session). " +
-			"State-changing requests it authenticates also need an Origin header naming the keeper and X-CSRF-Token (GET /v1/whoami); 403 auth.csrf_failed otherwise."},
+		"session": {Type: "apiKey", In: "cookie", Name: SessionCookie, Description: "The web UI's session id (POST /v1/session; " +
+			SecureSessionCookie + " over TLS). It opens nothing without session_key."},
+		"session_key": {Type: "apiKey", In: "header", Name: CSRFHeader, Description: "The web UI session's key (csrf in the answer of POST /v1/session), " +
+			"sent with the session cookie on every request; state-changing requests also need an Origin header naming the keeper (403 auth.csrf_failed)."},
 	}
+	// Relative to wherever the keeper is reached.
+	hc.Servers = []*huma.Server{{URL: "/", Description: "This keeper"}}
 	hc.Transformers = append(hc.Transformers, maskTransformer)
 	if agent {
 		hc.OpenAPIPath, hc.DocsPath, hc.SchemasPath = "", "", ""
@@ -216,8 +220,10 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 	if op.Metadata == nil {
 		op.Metadata = map[string]any{}
 	}
-	if !public {
-		op.Security = []map[string][]string{{"bearer": {}}, {"session": {}}}
+	if public {
+		op.Security = []map[string][]string{{}} // explicitly none: [{}]
+	} else {
+		op.Security = []map[string][]string{{"bearer": {}}, {"session": {}, "session_key": {}}}
 		op.Metadata["permission"] = string(perm)
 		if perm != auth.Authenticated {
 			op.Description += "\n\nPermission: `" + string(perm) + "`."

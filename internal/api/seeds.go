@@ -79,13 +79,13 @@ func (s *Server) registerSeeds() {
 		if in.Body.Scenario == "" {
 			return nil, invalid("seed.scenario_invalid", "body.scenario", "must not be empty")
 		}
-		checked, err := s.checkSeed(in.SID, in.Body.Scenario, in.Body.Input)
-		if err != nil {
-			return nil, err
-		}
 		// A seed runs as its creator: adding one is starting a run later.
 		caller := principal(ctx)
 		if err := caller.Require(auth.RunCreate); err != nil {
+			return nil, err
+		}
+		checked, err := s.checkSeed(in.SID, in.Body.Scenario, in.Body.Input)
+		if err != nil {
 			return nil, err
 		}
 		if err := requireStepPermissions(caller, checked.Needs); err != nil {
