@@ -272,7 +272,7 @@ func (s *Server) authorize(perm auth.Permission) func(huma.Context, func(huma.Co
 func (s *Server) permitRequest(ctx context.Context, host, header string, cookie func(string) (*http.Cookie, error), key string, perm auth.Permission) (auth.Principal, string, *client.Problem) {
 	if header == "" {
 		if id := sessionCookieValue(cookie); id != "" {
-			p, prob := s.permitSession(ctx, host, id, key, perm)
+			p, prob := s.permitSession(ctx, id, key, perm)
 			return p, id, prob
 		}
 	}

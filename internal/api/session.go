@@ -77,14 +77,11 @@ func randomSecret() (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// errSession is a cookie that names no live session, or a session
+// sessionError is a cookie that names no live session, or a session
 // request without its key.
-var errSession = errors.New("session")
-
 type sessionError struct{ reason string }
 
 func (e *sessionError) Error() string { return e.reason + "; sign in again" }
-func (e *sessionError) Unwrap() error { return errSession }
 
 // csrfError refuses a cookie-authenticated request that changes state
 // without proof that the keeper's own page sent it.
@@ -114,22 +111,12 @@ func sessionCookieValue(cookie func(string) (*http.Cookie, error)) string {
 }
 
 // permitSession authenticates a session cookie with its key and checks
-// perm, as permit does for a bearer token (the same failure budget).
-func (s *Server) permitSession(ctx context.Context, host, id, key string, perm auth.Permission) (auth.Principal, *client.Problem) {
-	// A session cannot be guessed (256 random bits each for id and key),
-	// so a client over its failure budget is still looked up: a live
-	// session goes through, a failure is a 429 and spends nothing more.
-	limited, first := s.limiter.check(host)
+// perm. A failure does not spend the client address's budget: a session's
+// id and key are 256 random bits each, nothing a client can guess, and a
+// browser that sends the cookie without the key (a page of another port,
+// a tab that lost its key) must not lock its user out of signing in.
+func (s *Server) permitSession(ctx context.Context, id, key string, perm auth.Permission) (auth.Principal, *client.Problem) {
 	p, err := s.session(ctx, id, key)
-	switch {
-	case errors.Is(err, errSession) && limited:
-		if first {
-			s.auditRateLimited(ctx, host)
-		}
-		err = &rateLimitedError{host: host, retryAfter: s.limiter.interval}
-	case errors.Is(err, errSession):
-		s.limiter.fail(host)
-	}
 	if err != nil {
 		prob, known := problemFor(err)
 		if !known {
@@ -329,7 +316,7 @@ func (s *Server) registerSession() {
 	}, error) {
 		br, _ := ctx.Value(browserKey{}).(browserRequest)
 		if br.session != "" {
-			p, prob := s.permitSession(ctx, br.host, br.session, br.key, auth.Authenticated)
+			p, prob := s.permitSession(ctx, br.session, br.key, auth.Authenticated)
 			if prob != nil {
 				return nil, prob
 			}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -435,6 +436,9 @@ steps:
 	}
 	b.open("#/runs/"+failed.ID, `#run-phase[data-phase="Failed"]`)
 	b.wait(`tr[data-step="broken"] td[data-sid="web-1.local.test"][data-status="failed"] .cell-error`)
+	// The run page re-renders as events arrive: read the cell's text once
+	// it holds one, not the node the wait found (it may have been replaced).
+	get(b, chromedp.Poll[bool](`!!(document.querySelector('tr[data-step="broken"] .cell-error') || {}).textContent`))
 	if msg := get(b, chromedp.Text(chromedp.CSS(`tr[data-step="broken"] .cell-error`))); !strings.Contains(msg, "command.failed") && !strings.Contains(msg, "exit") {
 		t.Fatalf("failed target shows %q", msg)
 	}
@@ -598,7 +602,7 @@ fetch(%q, {method: 'POST', mode: 'no-cors', credentials: 'include', headers: {'C
 		}
 	}
 	cookieMu.Lock()
-	got := append([]string(nil), stolen...)
+	got := slices.Compact(slices.Sorted(slices.Values(stolen)))
 	cookieMu.Unlock()
 	if len(got) == 0 {
 		t.Fatal("the other port's server received no session cookie: the attack's premise does not hold")

@@ -86,7 +86,7 @@ function signInPage() {
   }},
   h('h1', {}, 'Sign in'),
   h('p', {class: 'muted'}, 'Paste an API token (soulctl token create, or the keeper\'s admin.token). ' +
-    'The keeper keeps it in an HttpOnly cookie for this browser; this page cannot read it back.'),
+    'The keeper checks it once and starts a session for this tab; the token itself is not kept.'),
   h('label', {for: 'token'}, 'API token'), input,
   h('button', {type: 'submit', class: 'primary'}, 'Sign in'), msg);
   replace(main, form);
