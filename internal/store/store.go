@@ -360,7 +360,8 @@ type WebSession struct {
 // SessionStore holds the web UI's sessions. Revoking a token deletes its
 // sessions (TokenRevoke).
 type SessionStore interface {
-	// SessionCreate stores a session (audit session.created).
+	// SessionCreate stores a session (audit session.created) and deletes
+	// those past their expiry.
 	SessionCreate(ctx context.Context, s WebSession) error
 	// SessionGet returns the session whose id hashes to hash, or
 	// ErrNotFound.

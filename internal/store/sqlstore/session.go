@@ -10,10 +10,16 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-// SessionCreate stores a web UI session with session.created.
+// SessionCreate stores a web UI session with session.created, and deletes
+// the sessions that have expired.
 func (s *Store) SessionCreate(ctx context.Context, ws store.WebSession) (err error) {
 	defer s.translate(&err)
 	return s.mutate(ctx, store.Actor(ws.TokenID), func(tx *sql.Tx) (record, error) {
+		// Sessions past their expiry go as new ones come: the table holds
+		// at most the sessions of the last SessionTTL.
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM web_sessions WHERE expires_at <= ?`), ws.CreatedAt.UTC()); err != nil {
+			return record{}, fmt.Errorf("delete expired sessions: %w", err)
+		}
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO web_sessions (hash, key_hash, token_id, created_at, expires_at, last_seen_at) VALUES (?, ?, ?, ?, ?, ?)`),
 			ws.Hash, ws.KeyHash, ws.TokenID, ws.CreatedAt.UTC(), ws.ExpiresAt.UTC(), ws.LastSeenAt.UTC())
 		if s.dialect.Classify(err) == ForeignKeyViolation {

@@ -60,6 +60,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"SeedAdd", testSeedAdd},
 		{"Changes", testChanges},
 		{"Sealed", testSealed},
+		{"Sessions", testSessions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
