@@ -289,6 +289,14 @@ func (s *Server) doRenew(ctx context.Context, b client.RenewRequest) (*joinOutpu
 	if err != nil {
 		return nil, &joinRefused{status: http.StatusUnauthorized, code: "join.cert_invalid", msg: "the client certificate does not verify against the keeper CA: " + err.Error()}
 	}
+	// The registry first, the signature and the signing after.
+	rp := store.SoulRenewParams{SID: sid, OldSerial: pki.SerialHex(peer)}
+	if err := s.store.RenewCheck(ctx, rp); err != nil {
+		return nil, err
+	}
+	if len(b.CSR) > maxCSR {
+		return nil, badJoin("body.csr", "is %d bytes; a certificate request is at most %d", len(b.CSR), maxCSR)
+	}
 	csr, err := parseCSR("body.csr", b.CSR)
 	if err != nil {
 		return nil, err
@@ -297,7 +305,8 @@ func (s *Server) doRenew(ctx context.Context, b client.RenewRequest) (*joinOutpu
 	if err != nil {
 		return nil, badJoin("body.csr", "%v", err)
 	}
-	if _, err := s.store.SoulRenewCert(ctx, store.SoulRenewParams{SID: sid, OldSerial: pki.SerialHex(peer), CertSerial: cert.Serial, CertNotAfter: cert.Cert.NotAfter}); err != nil {
+	rp.CertSerial, rp.CertNotAfter = cert.Serial, cert.Cert.NotAfter
+	if _, err := s.store.SoulRenewCert(ctx, rp); err != nil {
 		return nil, err
 	}
 	return &joinOutput{Body: s.joinAnswer(ctx, sid, cert)}, nil

@@ -108,6 +108,10 @@ type JoinStore interface {
 	// *JoinRefusedError (join.cert_revoked, join.soul_destroyed,
 	// join.soul_unknown) and nothing changes.
 	SoulRenewCert(ctx context.Context, p SoulRenewParams) (Soul, error)
+	// RenewCheck answers what SoulRenewCert would refuse p for (its
+	// OldSerial and SID) without changing anything: asked before a
+	// certificate is signed.
+	RenewCheck(ctx context.Context, p SoulRenewParams) error
 	// SeedAdd stores a seed, status active (audit seed.added); an unknown
 	// soul is ErrNotFound.
 	SeedAdd(ctx context.Context, p SeedAddParams) (SoulSeed, error)

@@ -64,6 +64,32 @@ func (s *Store) JoinCheck(ctx context.Context, p store.SoulJoinParams) (err erro
 	return err
 }
 
+// RenewCheck reports what SoulRenewCert would refuse p for, changing
+// nothing.
+func (s *Store) RenewCheck(ctx context.Context, p store.SoulRenewParams) (err error) {
+	defer s.translate(&err)
+	return s.checkRenew(ctx, s.db, p)
+}
+
+// checkRenew refuses a renewal whose soul is gone or destroyed, or whose
+// presented certificate (p.OldSerial) is not the soul's current one.
+func (s *Store) checkRenew(ctx context.Context, q rowQuerier, p store.SoulRenewParams) error {
+	so, err := scanSoul(q.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return refused(store.JoinSoulNotFound, p.SID, "no such soul")
+	}
+	if err != nil {
+		return fmt.Errorf("look up soul %q: %w", p.SID, err)
+	}
+	switch {
+	case so.Status == store.SoulDestroyed:
+		return refused(store.JoinSoulDestroyed, p.SID, "the soul is destroyed")
+	case so.CertSerial == "" || so.CertSerial != p.OldSerial:
+		return refused(store.JoinCertRevoked, p.SID, "the presented certificate is not the soul's current one")
+	}
+	return nil
+}
+
 // rowQuerier is a database or a transaction.
 type rowQuerier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
@@ -130,18 +156,8 @@ func (s *Store) SoulRenewCert(ctx context.Context, p store.SoulRenewParams) (_ s
 	defer s.translate(&err)
 	now := s.stamp()
 	err = s.mutate(ctx, store.ActorKeeper, func(tx *sql.Tx) (record, error) {
-		so, err := scanSoul(tx.QueryRowContext(ctx, s.q(`SELECT `+soulSelectCols+` FROM souls WHERE sid = ?`), p.SID))
-		if errors.Is(err, sql.ErrNoRows) {
-			return record{}, refused(store.JoinSoulNotFound, p.SID, "no such soul")
-		}
-		if err != nil {
-			return record{}, fmt.Errorf("look up soul %q: %w", p.SID, err)
-		}
-		switch {
-		case so.Status == store.SoulDestroyed:
-			return record{}, refused(store.JoinSoulDestroyed, p.SID, "the soul is destroyed")
-		case so.CertSerial == "" || so.CertSerial != p.OldSerial:
-			return record{}, refused(store.JoinCertRevoked, p.SID, "the presented certificate is not the soul's current one")
+		if err := s.checkRenew(ctx, tx, p); err != nil {
+			return record{}, err
 		}
 		res, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET cert_serial = ?, cert_not_after = ?, updated_at = ? WHERE sid = ? AND cert_serial = ?`),
 			p.CertSerial, p.CertNotAfter.UTC(), now, p.SID, p.OldSerial)
