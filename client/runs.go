@@ -175,3 +175,9 @@ func (c *Client) RunOutputs(ctx context.Context, id, step, sid string) (json.Raw
 	}
 	return *out, nil
 }
+
+// ScenarioValidate checks a scenario and its input as a run of it would be
+// checked, running nothing: every problem, located.
+func (c *Client) ScenarioValidate(ctx context.Context, in ScenarioValidate) (*ScenarioValidation, error) {
+	return call[ScenarioValidation](ctx, c, http.MethodPost, "/v1/scenarios/validate", nil, in)
+}

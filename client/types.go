@@ -334,3 +334,16 @@ type OrphansDestroy struct {
 	Provider string   `json:"provider"`
 	VMIDs    []string `json:"vm_ids" minItems:"1" doc:"Orphaned VMs to destroy; each must still be an orphan."`
 }
+
+// ScenarioValidate is the body of POST /v1/scenarios/validate.
+type ScenarioValidate struct {
+	Scenario string         `json:"scenario" maxLength:"1048576" doc:"Scenario YAML."`
+	File     string         `json:"file,omitempty" required:"false" maxLength:"255" doc:"File name used in the problems' locations (default scenario.yaml)."`
+	Input    map[string]any `json:"input,omitempty" required:"false" doc:"The input a run would get; declared defaults apply."`
+}
+
+// ScenarioValidation is the answer of POST /v1/scenarios/validate.
+type ScenarioValidation struct {
+	Valid    bool           `json:"valid"`
+	Problems []ProblemError `json:"problems" doc:"Every problem, each located as file:line:column with its stable code."`
+}

@@ -116,6 +116,33 @@ func (s *Server) registerRuns() {
 	s.registerRunCancel()
 	s.registerRunEvents()
 	s.registerRunOutputs()
+	if s.check != nil {
+		s.registerScenarioValidate()
+	}
+}
+
+// registerScenarioValidate registers POST /v1/scenarios/validate.
+func (s *Server) registerScenarioValidate() {
+	register(s, huma.Operation{
+		OperationID: "scenario-validate", Method: http.MethodPost, Path: "/v1/scenarios/validate", Tags: runTags,
+		Summary: "Check a scenario and its input without running it",
+		Description: "The checks POST /v1/runs applies before it accepts a run — modules, params, expressions, step and input " +
+			"references (an undeclared ${ input.x } too), the input against the declared inputs, literal targets that are not " +
+			"registered souls — with every problem located as file:line:column and its stable code. Nothing is stored or run; " +
+			"200 with valid false when there are problems.",
+		Errors: []int{http.StatusRequestEntityTooLarge},
+	}, auth.RunRead, false, func(ctx context.Context, in *struct{ Body client.ScenarioValidate }) (*struct{ Body client.ScenarioValidation }, error) {
+		file := in.Body.File
+		if file == "" {
+			file = "scenario.yaml"
+		}
+		_, problems := s.check(file, in.Body.Scenario, in.Body.Input)
+		out := client.ScenarioValidation{Valid: len(problems) == 0, Problems: problems}
+		if out.Problems == nil {
+			out.Problems = []client.ProblemError{}
+		}
+		return &struct{ Body client.ScenarioValidation }{Body: out}, nil
+	})
 }
 
 // runTags are the OpenAPI tags of the run routes.

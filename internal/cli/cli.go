@@ -163,6 +163,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.auditCommand(),
 		a.modulesCommand(),
 		a.runCommand(),
+		a.validateCommand(),
 		a.runsCommand(),
 		a.cloudCommand(),
 		a.versionCommand(),

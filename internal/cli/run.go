@@ -113,6 +113,13 @@ func runRequest(path string, pairs []string, inputFile string, stdin io.Reader) 
 	if err != nil {
 		return client.RunCreate{}, err
 	}
+	in, err := readScenario(path)
+	in.Input = input
+	return in, err
+}
+
+// readScenario reads a scenario file (at most 1 MiB).
+func readScenario(path string) (client.RunCreate, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return client.RunCreate{}, usageErrorf("read scenario: %v", err)
@@ -126,7 +133,7 @@ func runRequest(path string, pairs []string, inputFile string, stdin io.Reader) 
 	if len(data) > maxScenarioBytes {
 		return client.RunCreate{}, &exitError{code: ExitInvalid, msg: fmt.Sprintf("%s: the scenario is larger than 1 MiB; nothing ran", name)}
 	}
-	return client.RunCreate{Scenario: string(data), Input: input, File: name}, nil
+	return client.RunCreate{Scenario: string(data), File: name}, nil
 }
 
 // runInput merges the JSON object of --input-file with the --input pairs,
