@@ -480,6 +480,9 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	}
 	raw, run, err := r.prepare(ctx, s, vars)
 	if err != nil {
+		if a, ok := r.e.module(s).(module.FailureAuditor); ok {
+			err = a.AuditFailure(ctx, r.info(s), &module.Error{Code: codeOf(err), Message: err.Error(), Err: err})
+		}
 		return fail(res, err)
 	}
 	if !run {

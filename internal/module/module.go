@@ -51,6 +51,14 @@ type Module interface {
 	Run(ctx context.Context, run RunInfo, params json.RawMessage, target Target) (Result, error)
 }
 
+// FailureAuditor is a module that audits every outcome of its steps, so
+// also a step that fails before Run is called (its params do not
+// evaluate, the run's creator lost the step's permission): the engine
+// hands it such a failure, and the error it returns fails the target.
+type FailureAuditor interface {
+	AuditFailure(ctx context.Context, run RunInfo, err error) error
+}
+
 // RunInfo is the run a step executes in, passed to every Run as a typed
 // argument: who asked for the work and where the secrets it touches must be
 // masked.

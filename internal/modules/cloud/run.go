@@ -218,12 +218,40 @@ func failed(ctx context.Context, h *Services, run module.RunInfo, state, provide
 	if a.requestID != "" {
 		payload["request_id"] = a.requestID
 	}
+	object := "provider/" + provider
+	if provider == "" {
+		object = "run/" + run.ID // the step failed before its params named one
+	}
 	aerr := h.Registry.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned",
-		Object: "provider/" + provider, Payload: payload})
+		Object: object, Payload: payload})
 	if aerr == nil {
 		return err
 	}
 	return &module.Error{Code: module.Code(err), Message: err.Error() + "; the cloud.provisioned event of this failure could not be written either: " + aerr.Error(), Err: err}
+}
+
+// AuditFailure writes the cloud.provisioned event of a step that failed
+// before it ran (module.FailureAuditor): its params did not evaluate, or
+// its creator may no longer create VMs.
+func (m *Created) AuditFailure(ctx context.Context, run module.RunInfo, err error) error {
+	return auditEarly(ctx, m.svc, run, "created", err)
+}
+
+// AuditFailure is Created's, for destroy steps.
+func (m *Destroyed) AuditFailure(ctx context.Context, run module.RunInfo, err error) error {
+	return auditEarly(ctx, m.svc, run, "destroyed", err)
+}
+
+// AuditFailure is Created's, for resize steps.
+func (m *Resized) AuditFailure(ctx context.Context, run module.RunInfo, err error) error {
+	return auditEarly(ctx, m.svc, run, "resized", err)
+}
+
+func auditEarly(ctx context.Context, h *Services, run module.RunInfo, state string, err error) error {
+	if h == nil {
+		return err // unprovisioned: nothing to audit into
+	}
+	return failed(ctx, h, run, state, "", attempt{}, err)
 }
 
 // Run asks the provider for count VMs and registers each as a pending soul
