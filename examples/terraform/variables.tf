@@ -62,11 +62,11 @@ variable "install_postgres" {
 variable "base_packages" {
   description = "Packages to install when install_packages is set."
   type        = list(string)
-  default     = ["git", "curl"]
+  default     = ["git", "curl", "htop", "jq", "unzip"]
 }
 
 variable "pg_version" {
-  description = "PostgreSQL major version, such as \"15\"; null installs the distribution's."
+  description = "PostgreSQL major version, such as \"15\"; null installs the distribution's (15 on Debian 12). The seed's \"14\" has no package in Debian 12's archive: see README."
   type        = string
   default     = null
 }
@@ -85,12 +85,12 @@ variable "pg_allow_remote" {
 
 variable "pg_db_name" {
   type    = string
-  default = "app"
+  default = "myapp"
 }
 
 variable "pg_db_user" {
   type    = string
-  default = "app"
+  default = "app_user"
 }
 
 variable "pg_db_password" {
@@ -102,6 +102,6 @@ variable "pg_db_password" {
 
 variable "install_run_id" {
   description = "Bump to run the installs again."
-  type        = string
-  default     = "1"
+  type        = number
+  default     = 1
 }
