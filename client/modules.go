@@ -28,6 +28,8 @@ type Module struct {
 	UnchangedWhen string        `json:"unchanged_when" doc:"When it does not."`
 	Example       string        `json:"example,omitempty" required:"false" doc:"A scenario step (YAML) that uses the module."`
 	Notes         []string      `json:"notes,omitempty" required:"false" doc:"Catalog remarks: pitfalls, security, defaults."`
+	Collection    string        `json:"collection,omitempty" required:"false" doc:"The catalog collection the module ships in, e.g. soulstack.cloud."`
+	Category      string        `json:"category,omitempty" required:"false" doc:"The module's shelf in the catalog, e.g. cloud."`
 }
 
 // ModuleParam is the spec of one param of a module.
@@ -83,4 +85,20 @@ func (c *Client) ModuleList(ctx context.Context) (*ModuleList, error) {
 // ModuleGet returns one module state of the catalog by ID.
 func (c *Client) ModuleGet(ctx context.Context, id string) (*Module, error) {
 	return call[Module](ctx, c, http.MethodGet, "/v1/modules/"+esc(id), nil, nil)
+}
+
+// ModuleFamily is a module's catalog page across its states (GET
+// /v1/modules/families/{name}, e.g. core.cloud).
+type ModuleFamily struct {
+	Name        string   `json:"name" doc:"namespace.module, e.g. core.cloud."`
+	Summary     string   `json:"summary"`
+	Description string   `json:"description,omitempty" required:"false"`
+	Collection  string   `json:"collection,omitempty" required:"false"`
+	Category    string   `json:"category,omitempty" required:"false"`
+	States      []Module `json:"states" doc:"Each state of the module, sorted by ID."`
+}
+
+// ModuleFamilyGet returns a module's page across its states.
+func (c *Client) ModuleFamilyGet(ctx context.Context, name string) (*ModuleFamily, error) {
+	return call[ModuleFamily](ctx, c, http.MethodGet, "/v1/modules/families/"+esc(name), nil, nil)
 }

@@ -28,6 +28,7 @@ func moduleWire(info module.Info) client.Module {
 		Idempotent: info.Idempotent, NeedsRoot: info.NeedsRoot, Permission: info.Permission,
 		Params: make([]client.ModuleParam, 0, len(info.Params)), Output: make([]client.ModuleField, 0, len(info.Output)),
 		ChangesWhen: info.ChangesWhen, UnchangedWhen: info.UnchangedWhen, Example: info.Example, Notes: info.Notes,
+		Collection: info.Collection, Category: info.Category,
 	}
 	for _, p := range info.Params {
 		wp := client.ModuleParam{
@@ -89,5 +90,25 @@ func (s *Server) registerModules() {
 			return nil, err
 		}
 		return &struct{ Body client.Module }{Body: moduleWire(m.Info())}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "module-family-get", Method: http.MethodGet, Path: "/v1/modules/families/{name}", Tags: tags,
+		Summary:     "Get a module's catalog page across its states",
+		Description: "The family's summary, description, collection and category, and each of its states (core.cloud: created, destroyed, resized). 404 module.not_found when no state of that family exists.",
+		Errors:      []int{http.StatusNotFound},
+	}, auth.Authenticated, false, func(_ context.Context, in *struct {
+		Name string `path:"name" maxLength:"127" doc:"The family, namespace.module (e.g. core.cloud)."`
+	}) (*struct{ Body client.ModuleFamily }, error) {
+		f, states, ok := module.LookupFamily(in.Name)
+		if !ok {
+			return nil, problem(http.StatusNotFound, "module.not_found", fmt.Sprintf("no module state is named %s.*; GET /v1/modules lists the catalog", in.Name))
+		}
+		out := client.ModuleFamily{Name: f.Name, Summary: f.Summary, Description: f.Description, States: make([]client.Module, 0, len(states))}
+		for _, st := range states {
+			out.States = append(out.States, moduleWire(st))
+		}
+		out.Collection, out.Category = states[0].Collection, states[0].Category
+		return &struct{ Body client.ModuleFamily }{Body: out}, nil
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -47,12 +48,21 @@ func (a *app) modulesShowCommand() *cobra.Command {
 		Short: "Show a module's catalog page",
 		Long: `Show a module's catalog page: requirements, the state with when it changes,
 the params and output tables, an example and notes. ID is namespace.module.state,
-for example core.command.ran.`,
+for example core.command.ran, or namespace.module for the page of all its states,
+for example core.cloud (created, destroyed, resized) with its collection and
+category.`,
 		Args: exactArgs("ID"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
 				return err
+			}
+			if strings.Count(args[0], ".") == 1 {
+				f, err := c.ModuleFamilyGet(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				return p.print(f, familyPage(*f))
 			}
 			m, err := c.ModuleGet(cmd.Context(), args[0])
 			if err != nil {
@@ -80,6 +90,26 @@ func (m modulePage) render(w io.Writer) error {
 		return fmt.Errorf("decode module %s: %w", m.ID, err)
 	}
 	_, err = io.WriteString(w, module.RenderText(info))
+	return err
+}
+
+// familyPage is a module family's catalog page for a terminal.
+type familyPage client.ModuleFamily
+
+func (f familyPage) render(w io.Writer) error {
+	states := make([]module.Info, 0, len(f.States))
+	for _, m := range f.States {
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		var info module.Info
+		if err := json.Unmarshal(b, &info); err != nil {
+			return fmt.Errorf("decode module %s: %w", m.ID, err)
+		}
+		states = append(states, info)
+	}
+	_, err := io.WriteString(w, module.RenderFamilyText(module.Family{Name: f.Name, Summary: f.Summary, Description: f.Description}, states))
 	return err
 }
 

@@ -250,6 +250,10 @@ type Info struct {
 	Example string `json:"example,omitempty"`
 	// Notes are catalog remarks: pitfalls, security, defaults.
 	Notes []string `json:"notes,omitempty"`
+	// Collection is the catalog collection the module ships in (such as
+	// soulstack.cloud) and Category its shelf in the catalog (cloud).
+	Collection string `json:"collection,omitempty"`
+	Category   string `json:"category,omitempty"`
 }
 
 // Param returns the spec of the param called name.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 )
 
@@ -128,4 +129,49 @@ func checkInfo(info Info) error {
 		}
 	}
 	return nil
+}
+
+// Family is a module's page across its states (core.cloud for
+// core.cloud.created, .destroyed and .resized): a name of two segments,
+// namespace.module, with a summary and a description.
+type Family struct {
+	Name        string `json:"name"`
+	Summary     string `json:"summary"`
+	Description string `json:"description,omitempty"`
+}
+
+var (
+	familiesMu sync.RWMutex
+	families   = map[string]Family{}
+)
+
+// RegisterFamily records a family's page; its states register as modules.
+func RegisterFamily(f Family) {
+	familiesMu.Lock()
+	defer familiesMu.Unlock()
+	if parts := strings.Split(f.Name, "."); len(parts) != 2 || checkIdentifier(parts[0]) != nil || checkIdentifier(parts[1]) != nil {
+		panic(fmt.Sprintf("module: family name %q is not namespace.module", f.Name))
+	}
+	families[f.Name] = f
+}
+
+// LookupFamily returns the family name and its registered states, in ID
+// order; ok is false when no module of that family is registered.
+func LookupFamily(name string) (Family, []Info, bool) {
+	var states []Info
+	for _, m := range All() {
+		if info := m.Info(); strings.HasPrefix(string(info.ID), name+".") {
+			states = append(states, info)
+		}
+	}
+	if len(states) == 0 {
+		return Family{}, nil, false
+	}
+	familiesMu.RLock()
+	f, ok := families[name]
+	familiesMu.RUnlock()
+	if !ok {
+		f = Family{Name: name, Summary: states[0].Summary}
+	}
+	return f, states, true
 }

@@ -75,31 +75,66 @@ func RenderMarkdown(info Info) string {
 // terminal, with aligned tables.
 func RenderText(info Info) string {
 	var b strings.Builder
-	heading := func(s string) {
-		fmt.Fprintf(&b, "\n%s\n%s\n", s, strings.Repeat("-", len(s)))
-	}
 	fmt.Fprintf(&b, "%s\n%s\n\n%s\n", info.ID, strings.Repeat("=", len(info.ID)), info.Summary)
 	for _, para := range paragraphs(info.Description) {
 		fmt.Fprintf(&b, "\n%s\n", para)
 	}
+	textHeading(&b, "Requirements")
+	textRequirements(&b, info)
+	textHeading(&b, "State")
+	textState(&b, info, "-")
+	return b.String()
+}
 
-	heading("Requirements")
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+// RenderFamilyText renders the catalog page of a module family (core.cloud):
+// its summary and description, the requirements its states share, then
+// each state with when it changes, its params, example, output and notes.
+func RenderFamilyText(f Family, states []Info) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n%s\n\n%s\n", f.Name, strings.Repeat("=", len(f.Name)), f.Summary)
+	for _, para := range paragraphs(f.Description) {
+		fmt.Fprintf(&b, "\n%s\n", para)
+	}
+	if len(states) > 0 {
+		textHeading(&b, "Requirements")
+		textRequirements(&b, states[0])
+	}
+	textHeading(&b, "States")
+	for _, st := range states {
+		fmt.Fprintf(&b, "  %s — %s\n", st.ID, st.Summary)
+	}
+	for _, st := range states {
+		fmt.Fprintf(&b, "\n%s\n%s\n", st.ID, strings.Repeat("=", len(st.ID)))
+		textState(&b, st, "~")
+	}
+	return b.String()
+}
+
+func textHeading(b *strings.Builder, s string) {
+	fmt.Fprintf(b, "\n%s\n%s\n", s, strings.Repeat("-", len(s)))
+}
+
+func textRequirements(b *strings.Builder, info Info) {
+	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 	for _, r := range requirements(info) {
 		fmt.Fprintf(tw, "  %s\t%s\n", r[0], r[1])
 	}
 	tw.Flush()
+}
 
-	heading("State")
-	fmt.Fprintf(&b, "%s — %s\n", info.ID, info.Summary)
-	fmt.Fprintf(&b, "\nChanges when:\n  %s\n", orNone(info.ChangesWhen))
-	fmt.Fprintf(&b, "\nDoes not change when:\n  %s\n", orNone(info.UnchangedWhen))
+// textState writes one state's sections, their headings underlined with
+// rule.
+func textState(b *strings.Builder, info Info, rule string) {
+	heading := func(s string) { fmt.Fprintf(b, "\n%s\n%s\n", s, strings.Repeat(rule, len(s))) }
+	fmt.Fprintf(b, "%s — %s\n", info.ID, info.Summary)
+	fmt.Fprintf(b, "\nChanges when:\n  %s\n", orNone(info.ChangesWhen))
+	fmt.Fprintf(b, "\nDoes not change when:\n  %s\n", orNone(info.UnchangedWhen))
 
 	heading("Parameters")
 	if len(info.Params) == 0 {
 		b.WriteString("None.\n")
 	} else {
-		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "PARAMETER\tTYPE\tREQUIRED / DEFAULT\tDESCRIPTION")
 		for _, p := range info.Params {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, paramType(p), requiredOrDefault(p, ""), oneLine(paramDoc(p)))
@@ -107,13 +142,13 @@ func RenderText(info Info) string {
 		tw.Flush()
 	}
 	for _, g := range info.Exclusive {
-		fmt.Fprintf(&b, "\n%s\n", groupText(g, ""))
+		fmt.Fprintf(b, "\n%s\n", groupText(g, ""))
 	}
 
 	if info.Example != "" {
 		heading("Example")
 		for _, line := range strings.Split(strings.TrimRight(info.Example, "\n"), "\n") {
-			fmt.Fprintf(&b, "  %s\n", line)
+			fmt.Fprintf(b, "  %s\n", line)
 		}
 	}
 
@@ -121,7 +156,7 @@ func RenderText(info Info) string {
 	if len(info.Output) == 0 {
 		b.WriteString("None.\n")
 	} else {
-		tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "FIELD\tTYPE\tDESCRIPTION")
 		for _, f := range info.Output {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", f.Name, f.Type, oneLine(f.Doc))
@@ -132,10 +167,9 @@ func RenderText(info Info) string {
 	if len(info.Notes) > 0 {
 		heading("Notes")
 		for _, n := range info.Notes {
-			fmt.Fprintf(&b, "  * %s\n", n)
+			fmt.Fprintf(b, "  * %s\n", n)
 		}
 	}
-	return b.String()
 }
 
 // requirements returns the label/value pairs of the requirements section.
@@ -153,6 +187,12 @@ func requirements(info Info) [][2]string {
 		idem = "no: a repeat runs again; guard it with `when:` / `changed_when:`"
 	}
 	out := [][2]string{{"Root", root}, {"Side", side}, {"Idempotent", idem}}
+	if info.Collection != "" {
+		out = append(out, [2]string{"Collection", info.Collection})
+	}
+	if info.Category != "" {
+		out = append(out, [2]string{"Category", info.Category})
+	}
 	if info.Permission != "" {
 		out = append(out, [2]string{"Permission", info.Permission + " (the run's creator needs it besides run.create; checked when the run is submitted and again when the step runs)"})
 	}

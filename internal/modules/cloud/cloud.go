@@ -23,10 +23,24 @@ const (
 	ResizedID   module.ID = "core.cloud.resized"
 )
 
+// Collection and Category of the three states in the catalog.
+const (
+	Collection = "soulstack.cloud"
+	Category   = "cloud"
+)
+
 func init() {
 	module.Register(new(Created))
 	module.Register(new(Destroyed))
 	module.Register(new(Resized))
+	module.RegisterFamily(module.Family{Name: "core.cloud",
+		Summary: "Create, destroy and resize cloud VMs through the provider's CloudDriver plugin.",
+		Description: "core.cloud creates, destroys and resizes cloud VMs by calling the provider's CloudDriver plugin " +
+			"(soul-cloud-<driver>, gRPC through go-plugin). The step runs inside the keeper (`on: keeper` is required, " +
+			"else the scenario is invalid): its side effects are at the provider (real billing) and in the keeper's registries, " +
+			"never on a host's filesystem. created is not idempotent (a repeat makes new VMs); destroyed updates the " +
+			"registries in one cascade after the provider deleted the VMs; resized may stop a VM. A created host's SID is " +
+			"the FQDN the provider reports, or the one the keeper predicts for a self-onboarding batch.\n\n" + auditNote})
 }
 
 // Created is the core.cloud.created state.
@@ -142,6 +156,7 @@ var providerParam = module.Param{Name: "provider", Type: module.TypeString, Requ
 // Info returns the declaration of core.cloud.created.
 func (*Created) Info() module.Info {
 	return module.Info{
+		Collection: Collection, Category: Category,
 		ID:         CreatedID,
 		Permission: "cloud.create",
 		Summary:    "Ask the provider for `count` VMs: each gets a souls row (status pending) and a bootstrap token.",
@@ -228,6 +243,7 @@ func (*Created) ValidateParams(v module.Values) error {
 // Info returns the declaration of core.cloud.destroyed.
 func (*Destroyed) Info() module.Info {
 	return module.Info{
+		Collection: Collection, Category: Category,
 		ID:         DestroyedID,
 		Permission: "cloud.destroy",
 		Summary:    "Destroy VMs at the provider, then mark their souls destroyed, their soul seeds orphaned and their bootstrap tokens burned.",
@@ -286,6 +302,7 @@ func (*Destroyed) ValidateParams(v module.Values) error { return checkVMIDs(v) }
 // Info returns the declaration of core.cloud.resized.
 func (*Resized) Info() module.Info {
 	return module.Info{
+		Collection: Collection, Category: Category,
 		ID:          ResizedID,
 		Permission:  "cloud.resize",
 		Summary:     "Resize VMs at the provider to a new profile; this may cause downtime.",
