@@ -41,6 +41,10 @@ const (
 	// CodeVerifyFailed means the engine did not answer docker info, or
 	// docker run hello-world failed.
 	CodeVerifyFailed = "docker.verify_failed"
+	// CodeNestingRequired: the host's kernel refused the engine what it
+	// needs (network namespaces, bridges, iptables): a local VM without
+	// nesting: docker, an unprivileged container.
+	CodeNestingRequired = "docker.nesting_required"
 	// CodeUserNotFound means a user to add to the docker group does not
 	// exist on the soul.
 	CodeUserNotFound = "docker.user_not_found"
@@ -99,7 +103,7 @@ func (*Installed) Info() module.Info {
 			"When Docker is already installed nothing is installed, not even Compose: `compose` in the output says whether it works.",
 			"`source: docker` needs download.docker.com; `source: distro` works with the distribution's mirror (docker.io, and docker-compose-v2 or docker-compose).",
 			"Starting the engine: with systemd as PID 1, `systemctl enable --now docker.service`; under SysV init, `/etc/init.d/docker start`; without either (containers, local VMs) `dockerd` detached in its own session with pid file /run/docker.pid and log /var/log/dockerd.log, and flags found by probing: `--storage-driver=vfs` when /var/lib/docker is on overlayfs, `--iptables=false` when iptables cannot list its filter table. Nothing starts a detached dockerd again at boot; `started_with` says what was run.",
-			"On a local VM (soul-cloud-local) the engine runs only with the profile key `nesting: docker`, which the provider config must allow (`allow_nesting: true`); see the local driver's documentation for what that costs in isolation.",
+			"On a local VM (soul-cloud-local) the engine runs only with the profile key `nesting: docker`, which the provider config must allow (`allow_nesting: true`); see the local driver's documentation for what that costs in isolation. Without it the step fails docker.nesting_required (the kernel refused dockerd its network namespaces or iptables), saying so, rather than docker.verify_failed with the kernel's message.",
 		},
 	}
 }
@@ -185,6 +189,8 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 			code = CodeVerifyFailed
 		case 12:
 			code = CodeUserNotFound
+		case 13:
+			code = CodeNestingRequired
 		}
 		msg := strings.TrimSpace(string(res.Stderr))
 		if msg == "" {

@@ -152,3 +152,16 @@ func TestDistroEngineInVM(t *testing.T) {
 		t.Fatalf("restart a stopped engine: %+v, %v", res, err)
 	}
 }
+
+// TestEngineWithoutNestingInVM: on a local VM without nesting: docker the
+// kernel refuses dockerd what it needs; the step fails
+// docker.nesting_required and says what to change, not only the kernel's
+// message.
+func TestEngineWithoutNestingInVM(t *testing.T) {
+	t.Parallel()
+	tg := moduletest.NewVMWith(t, moduletest.VMOptions{SSHUser: "root", Suffix: "docker.test", Base: "debian-bookworm"})
+	_, _, err := run(t, tg, map[string]any{"source": "distro", "compose": false, "verify": "daemon"})
+	if module.Code(err) != docker.CodeNestingRequired || !strings.Contains(err.Error(), "nesting: docker") || !strings.Contains(err.Error(), "allow_nesting: true") {
+		t.Fatalf("docker on a VM without nesting: %v (code %s), want %s naming nesting: docker and allow_nesting", err, module.Code(err), docker.CodeNestingRequired)
+	}
+}

@@ -4,7 +4,8 @@
 # the connecting user, SUDO_USER under sudo, unless it is root). The last
 # line of standard output is a JSON report; errors go to standard error
 # with exit status 10 (install failed), 11 (verify failed), 12 (a user
-# does not exist) or 1 (anything else).
+# does not exist), 13 (the host cannot run a container engine) or 1
+# (anything else).
 set -u
 umask 022
 cd /
@@ -167,7 +168,16 @@ fi
 # does not), and with verify hello-world the hello-world image must run
 # and greet.
 if ! daemon_ok; then
-	start_daemon || fail 11 "the Docker daemon does not answer docker info: $(tail -n 3 "$tmp/info")$(tail -n 3 "$tmp/start" 2>/dev/null | sed 's/^/; start: /')"
+	if ! start_daemon; then
+		# A host that may not make network namespaces, bridges or
+		# iptables rules for containers (a local VM without nesting, an
+		# unprivileged container) refuses the engine with EPERM.
+		if grep -qiE 'operation not permitted|permission denied' "$tmp/start" /var/log/dockerd.log 2>/dev/null &&
+			grep -qiE 'network controller|iptables|netns|namespace|cgroup|overlay' "$tmp/start" /var/log/dockerd.log 2>/dev/null; then
+			fail 13 "this host cannot run a container engine: the kernel refused what dockerd needs ($(grep -ihE 'operation not permitted|permission denied' "$tmp/start" /var/log/dockerd.log 2>/dev/null | tail -n 1 | cut -c1-200)); on a local VM use a profile with nesting: docker on a provider whose config says allow_nesting: true"
+		fi
+		fail 11 "the Docker daemon does not answer docker info: $(tail -n 3 "$tmp/info")$(tail -n 3 "$tmp/start" 2>/dev/null | sed 's/^/; start: /')"
+	fi
 	daemon_started=true changed=true
 fi
 if [ "$verify" = hello-world ]; then
