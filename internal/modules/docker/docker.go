@@ -45,6 +45,9 @@ const (
 	// needs (network namespaces, bridges, iptables): a local VM without
 	// nesting: docker, an unprivileged container.
 	CodeNestingRequired = "docker.nesting_required"
+	// CodePullFailed: the hello-world image was missing and could not be
+	// pulled (no registry or mirror answered).
+	CodePullFailed = "docker.pull_failed"
 	// CodeUserNotFound means a user to add to the docker group does not
 	// exist on the soul.
 	CodeUserNotFound = "docker.user_not_found"
@@ -61,6 +64,7 @@ type InstalledParams struct {
 	Source  string   `json:"source"`
 	Users   []string `json:"users,omitempty"`
 	Verify  string   `json:"verify"`
+	Pull    string   `json:"pull"`
 }
 
 // Info returns the declaration of core.docker.installed.
@@ -79,7 +83,8 @@ func (*Installed) Info() module.Info {
 			{Name: "compose", Type: module.TypeBool, Default: true, Doc: "Also install the Compose plugin."},
 			{Name: "source", Type: module.TypeString, Default: "docker", Enum: []string{"docker", "distro"}, Doc: "Where the packages come from."},
 			{Name: "users", Type: module.TypeList, Elem: module.TypeString, DefaultDoc: "the connecting user", Doc: "Users to add to the docker group."},
-			{Name: "verify", Type: module.TypeString, Default: "hello-world", Enum: []string{"hello-world", "daemon"}, Doc: "How to check the result, on every run: make sure the engine answers `docker info` (starting it when it does not), and with `hello-world` also run `docker run --rm --pull never hello-world` and expect its greeting. The image must already be on the soul: the module never pulls it."},
+			{Name: "verify", Type: module.TypeString, Default: "hello-world", Enum: []string{"hello-world", "daemon"}, Doc: "How to check the result, on every run: make sure the engine answers `docker info` (starting it when it does not), and with `hello-world` also run `docker run --rm hello-world` and expect its greeting."},
+			{Name: "pull", Type: module.TypeString, Default: "missing", Enum: []string{"missing", "never"}, Doc: "With verify hello-world: `missing` pulls the image when the soul does not have it (from Docker Hub, or the engine's registry-mirrors), as `docker run hello-world` does; `never` expects it there already, for offline sites (docker load)."},
 		},
 		Output: []module.Field{
 			{Name: "status", Type: "string", Doc: "ok, or already_installed."},
@@ -87,8 +92,9 @@ func (*Installed) Info() module.Info {
 			{Name: "compose", Type: "bool", Doc: "Whether Compose works (`docker compose` or `docker-compose`)."},
 			{Name: "users_added", Type: "array<string>", Doc: "Users this run added to the docker group."},
 			{Name: "started_with", Type: "string", Doc: "How this run started the engine (the systemctl, init script or dockerd command line), or empty when it was running."},
+			{Name: "pulled", Type: "bool", Doc: "Whether this run pulled the hello-world image (a change)."},
 		},
-		ChangesWhen:   "Docker was installed (the engine was missing, even when a docker CLI was there), the docker group was created, a user was added to it, or the engine was started.",
+		ChangesWhen:   "Docker was installed (the engine was missing, even when a docker CLI was there), the docker group was created, a user was added to it, the engine was started, or the hello-world image was pulled.",
 		UnchangedWhen: "`docker --version` worked and `dockerd` was installed, every user was in the docker group, and the engine answered `docker info`.",
 		Example: `- name: docker
   on: web-1.local.test
@@ -138,18 +144,22 @@ type report struct {
 	UsersAdded    []string `json:"users_added"`
 	DockerVersion string   `json:"docker_version"`
 	StartedWith   string   `json:"started_with"`
+	Pulled        bool     `json:"pulled"`
 }
 
 // command returns the command Run sends to the soul for p.
 func command(p InstalledParams) module.Command {
-	source, verify := p.Source, p.Verify
+	source, verify, pull := p.Source, p.Verify, p.Pull
 	if source == "" {
 		source = "docker"
 	}
 	if verify == "" {
 		verify = "hello-world"
 	}
-	argv := []string{"/bin/sh", "-c", installScript, "sh", fmt.Sprint(p.Compose), source, verify}
+	if pull == "" {
+		pull = "missing"
+	}
+	argv := []string{"/bin/sh", "-c", installScript, "sh", fmt.Sprint(p.Compose), source, verify, pull}
 	return module.Command{Argv: append(argv, p.Users...)}
 }
 
@@ -175,6 +185,8 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 		return module.Result{}, module.Invalid("source", "param \"source\" is %q; want docker or distro", p.Source)
 	case p.Verify != "" && p.Verify != "hello-world" && p.Verify != "daemon":
 		return module.Result{}, module.Invalid("verify", "param \"verify\" is %q; want hello-world or daemon", p.Verify)
+	case p.Pull != "" && p.Pull != "missing" && p.Pull != "never":
+		return module.Result{}, module.Invalid("pull", "param \"pull\" is %q; want missing or never", p.Pull)
 	}
 	res, err := t.Exec(ctx, command(p))
 	if err != nil {
@@ -191,6 +203,8 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 			code = CodeUserNotFound
 		case 13:
 			code = CodeNestingRequired
+		case 14:
+			code = CodePullFailed
 		}
 		msg := strings.TrimSpace(string(res.Stderr))
 		if msg == "" {
@@ -220,5 +234,6 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 		"compose":        r.Compose,
 		"users_added":    added,
 		"started_with":   r.StartedWith,
+		"pulled":         r.Pulled,
 	}}, nil
 }

@@ -1,21 +1,22 @@
 # core.docker.installed, run as root with /bin/sh on the soul in one round
 # trip. Arguments: compose (true|false), source (docker|distro), verify
-# (hello-world|daemon), then the users to add to the docker group (none:
+# (hello-world|daemon), pull (missing|never), then the users to add to the
+# docker group (none:
 # the connecting user, SUDO_USER under sudo, unless it is root). The last
 # line of standard output is a JSON report; errors go to standard error
 # with exit status 10 (install failed), 11 (verify failed), 12 (a user
-# does not exist), 13 (the host cannot run a container engine) or 1
-# (anything else).
+# does not exist), 13 (the host cannot run a container engine), 14 (the
+# hello-world image could not be pulled) or 1 (anything else).
 set -u
 umask 022
 cd /
-compose=$1 source=$2 verify=$3
-shift 3
+compose=$1 source=$2 verify=$3 pull=$4
+shift 4
 export DEBIAN_FRONTEND=noninteractive
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
 
-changed=false installed=false daemon_started=false users_added= started=
+changed=false installed=false daemon_started=false users_added= started= pulled=false
 
 fail() {
 	code=$1
@@ -181,9 +182,15 @@ if ! daemon_ok; then
 	daemon_started=true changed=true
 fi
 if [ "$verify" = hello-world ]; then
-	# A present image only: nothing is pulled from a registry.
-	docker image inspect hello-world:latest >/dev/null 2>&1 ||
-		fail 11 "no hello-world:latest image on the soul, and the module never pulls one: load it first (docker load, or docker import), or use verify: daemon"
+	# The image is pulled when it is missing (from the engine's registry or
+	# its mirrors), unless pull is never: offline sites load it themselves.
+	if ! docker image inspect hello-world:latest >/dev/null 2>&1; then
+		[ "$pull" = never ] &&
+			fail 11 "no hello-world:latest image on the soul, and pull is never: load it first (docker load, or docker import), or use pull: missing or verify: daemon"
+		timeout 300 docker pull hello-world:latest >"$tmp/pull" 2>&1 ||
+			fail 14 "docker pull hello-world failed (no registry or mirror answered; an offline site loads the image and says pull: never): $(tail -n 3 "$tmp/pull" | tr '\n' ' ')"
+		pulled=true changed=true
+	fi
 	timeout 300 docker run --rm --pull never hello-world >"$tmp/hello" 2>&1 ||
 		fail 11 "docker run --rm --pull never hello-world failed: $(tail -n 5 "$tmp/hello")"
 	grep -q 'Hello from Docker!' "$tmp/hello" ||
@@ -194,5 +201,5 @@ version=$(docker --version 2>/dev/null | tr -d '"\\')
 has_compose=false
 compose_ok && has_compose=true
 started=$(printf '%s' "$started" | tr -d '"\\')
-printf '{"changed":%s,"installed":%s,"daemon_started":%s,"compose":%s,"users_added":[%s],"docker_version":"%s","started_with":"%s"}\n' \
-	"$changed" "$installed" "$daemon_started" "$has_compose" "$users_added" "$version" "$started"
+printf '{"changed":%s,"installed":%s,"daemon_started":%s,"compose":%s,"users_added":[%s],"docker_version":"%s","started_with":"%s","pulled":%s}\n' \
+	"$changed" "$installed" "$daemon_started" "$has_compose" "$users_added" "$version" "$started" "$pulled"
