@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -302,10 +301,17 @@ func (s *Server) permit(ctx context.Context, host, header string, perm auth.Perm
 	} else if errors.Is(err, auth.ErrInvalidToken) {
 		s.limiter.fail(host)
 	}
+	return s.granted(p, err, perm, "authentication failed")
+}
+
+// granted is the outcome of an authentication: the problem of its error
+// (logged as what when it is not one of the known refusals), else p when
+// it holds perm.
+func (s *Server) granted(p auth.Principal, err error, perm auth.Permission, what string) (auth.Principal, *client.Problem) {
 	if err != nil {
 		prob, known := problemFor(err)
 		if !known {
-			s.log.Error("authentication failed", "err", err)
+			s.log.Error(what, "err", err)
 		}
 		return p, prob
 	}
@@ -319,11 +325,7 @@ func (s *Server) permit(ctx context.Context, host, header string, perm auth.Perm
 func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {
 	switch p.Status {
 	case http.StatusUnauthorized:
-		scheme := "http"
-		if ctx.TLS() != nil {
-			scheme = "https"
-		}
-		ctx.SetHeader("WWW-Authenticate", wwwAuthenticate(scheme+"://"+strings.ToLower(ctx.Host())))
+		ctx.SetHeader("WWW-Authenticate", wwwAuthenticate(ownOrigin(ctx)))
 	case http.StatusTooManyRequests:
 		ctx.SetHeader("Retry-After", retryAfterSeconds(s.limiter.interval))
 	}

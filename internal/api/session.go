@@ -117,18 +117,7 @@ func sessionCookieValue(cookie func(string) (*http.Cookie, error)) string {
 // a tab that lost its key) must not lock its user out of signing in.
 func (s *Server) permitSession(ctx context.Context, id, key string, perm auth.Permission) (auth.Principal, *client.Problem) {
 	p, err := s.session(ctx, id, key)
-	if err != nil {
-		prob, known := problemFor(err)
-		if !known {
-			s.log.Error("session check failed", "err", err)
-		}
-		return p, prob
-	}
-	if err := p.Require(perm); err != nil {
-		prob, _ := problemFor(err)
-		return p, prob
-	}
-	return p, nil
+	return s.granted(p, err, perm, "session check failed")
 }
 
 // session is the principal of session id with key: the session must

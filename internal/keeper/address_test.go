@@ -28,6 +28,24 @@ func buildFakeDriver(t *testing.T, dir string) {
 	}
 }
 
+// fakeCloudKeeper serves a keeper in dir (serve's args) with the fake
+// cloud's plugin and, for each entry of providers, a provider of that
+// driver with its config and the FQDN suffix <name>.test; it returns the
+// keeper and an admin client.
+func fakeCloudKeeper(t *testing.T, dir string, providers map[string]map[string]any, args ...string) (*proc, *client.Client) {
+	t.Helper()
+	data := filepath.Join(dir, ".keeper")
+	buildFakeDriver(t, filepath.Join(data, "plugins"))
+	k := serve(t, dir, args...)
+	c := adminClient(t, k, data)
+	for name, cfg := range providers {
+		if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: name, Driver: "fake", FQDNSuffix: name + ".test", Config: cfg}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k, c
+}
+
 // deploymentID reads the keeper deployment id from a keeper's SQLite
 // registry.
 func deploymentID(t *testing.T, dataDir string) string {
@@ -57,15 +75,8 @@ func TestCloudAddressChoice(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
-	buildFakeDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	_, c := fakeCloudKeeper(t, dir, map[string]map[string]any{"fake": {}, "fakepriv": {"address": "private"}})
 	ctx := context.Background()
-	for name, cfg := range map[string]map[string]any{"fake": {}, "fakepriv": {"address": "private"}} {
-		if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: name, Driver: "fake", FQDNSuffix: name + ".test", Config: cfg}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	sc := `steps:
   - name: default
     on: keeper

@@ -395,17 +395,8 @@ func TestChaosPostgresRestart(t *testing.T) {
 func TestChaosPluginCrashAndHang(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildFakeDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	k, c := fakeCloudKeeper(t, t.TempDir(), map[string]map[string]any{"crashes": {"crash": "Create"}, "hangs": {"hang": "Create"}, "sane": {}})
 	ctx := context.Background()
-	for name, cfg := range map[string]map[string]any{"crashes": {"crash": "Create"}, "hangs": {"hang": "Create"}, "sane": {}} {
-		if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: name, Driver: "fake", FQDNSuffix: name + ".test", Config: cfg}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	create := func(provider string) *client.Run {
 		sc := "steps:\n  - name: make\n    on: keeper\n    module: core.cloud.created\n    timeout: 3s\n    params: {provider: " + provider + ", profile: {cpus: 1}}\n"
 		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc})

@@ -3,7 +3,6 @@ package keeper_test
 import (
 	"context"
 	"encoding/json"
-	"path/filepath"
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
@@ -15,15 +14,8 @@ import (
 // does, and makes nothing.
 func TestCloudFailureBeforeRunAudited(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildFakeDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	_, c := fakeCloudKeeper(t, t.TempDir(), map[string]map[string]any{"fake": nil})
 	ctx := context.Background()
-	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "fake", Driver: "fake", FQDNSuffix: "fake.test"}); err != nil {
-		t.Fatal(err)
-	}
 	sc := `inputs:
   n: {type: int}
 steps:

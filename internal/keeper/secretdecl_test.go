@@ -50,15 +50,13 @@ steps:
 func testDeclaredSecrets(t *testing.T, backend string) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
-	buildFakeDriver(t, filepath.Join(data, "plugins"))
 	args := []string{"--log-level", "debug"}
 	dbURL := ""
 	if backend == "postgres" {
 		dbURL = testdb.FreshPostgres(t)
 		args = append(args, "--database-url", dbURL)
 	}
-	k := serve(t, dir, args...)
-	c := adminClient(t, k, data)
+	k, c := fakeCloudKeeper(t, dir, map[string]map[string]any{"fake": nil}, args...)
 	ctx := context.Background()
 	canaries := map[string]string{
 		"seed":  "canary-seed-pin-5c1e",
@@ -66,9 +64,6 @@ func testDeclaredSecrets(t *testing.T, backend string) {
 		"run":   "canary-undeclared-pw-77f3",
 	}
 	if _, err := c.SoulCreate(ctx, client.SoulCreate{SID: "vault.local.test", Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(t)}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "fake", Driver: "fake", FQDNSuffix: "fake.test"}); err != nil {
 		t.Fatal(err)
 	}
 	viewerTok, err := c.TokenCreate(ctx, client.TokenCreate{Name: "looker", Role: "viewer"})

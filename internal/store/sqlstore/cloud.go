@@ -91,7 +91,7 @@ func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams
 	}
 	seeds := make([]store.SoulSeed, len(p.Seeds))
 	for i, sd := range p.Seeds {
-		if sd.Input, err = s.sealSeed(sd); err != nil {
+		if sd.Input, err = s.seal(fmt.Sprintf("input of a seed of soul %q", sd.SID), sd.Input, sd.Secret); err != nil {
 			return err
 		}
 		seeds[i] = sd

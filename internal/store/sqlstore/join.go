@@ -206,7 +206,7 @@ func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (_ store.Sou
 	defer s.translate(&err)
 	var id int64
 	now := s.stamp()
-	if p.Seed.Input, err = s.sealSeed(p.Seed); err != nil {
+	if p.Seed.Input, err = s.seal(fmt.Sprintf("input of a seed of soul %q", p.Seed.SID), p.Seed.Input, p.Seed.Secret); err != nil {
 		return store.SoulSeed{}, err
 	}
 	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
@@ -256,7 +256,7 @@ func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err 
 			return nil, fmt.Errorf("secret inputs of seed %d of soul %q: %w", sd.ID, sid, err)
 		}
 		sd.Input = json.RawMessage(input)
-		if sd.Input, err = s.openSeed(sd); err != nil {
+		if sd.Input, err = s.open(fmt.Sprintf("input of seed %d of soul %q", sd.ID, sid), sd.Input, sd.Secret); err != nil {
 			return nil, err
 		}
 		if created.Valid {

@@ -27,7 +27,7 @@ func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateP
 	p := params.Provider
 	p.CreatedAt = s.stamp()
 	p.CreatedBy = string(params.Actor)
-	if p.Config, err = s.seal(fmt.Sprintf("config of provider %q", p.Name), p.Config); err != nil {
+	if p.Config, err = s.seal(fmt.Sprintf("config of provider %q", p.Name), p.Config, nil); err != nil {
 		return store.Provider{}, err
 	}
 	p.Config = json.RawMessage(jsonText(p.Config))
@@ -86,7 +86,7 @@ func (s *Store) ProviderList(ctx context.Context, params store.ListParams) (_ []
 // openProvider opens the provider's sealed config fields.
 func (s *Store) openProvider(p store.Provider) (store.Provider, error) {
 	var err error
-	p.Config, err = s.open(fmt.Sprintf("config of provider %q", p.Name), p.Config)
+	p.Config, err = s.open(fmt.Sprintf("config of provider %q", p.Name), p.Config, nil)
 	return p, err
 }
 
