@@ -63,14 +63,8 @@ func loopbackRequest(r *http.Request) bool {
 }
 
 func loopbackHost(hostport string) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
+	if _, _, err := net.SplitHostPort(hostport); err != nil { // a Host without a port
+		hostport = net.JoinHostPort(strings.Trim(hostport, "[]"), "0")
 	}
-	host = strings.Trim(host, "[]")
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return config.IsLoopback(hostport)
 }
