@@ -340,6 +340,9 @@ type ScenarioValidate struct {
 	Scenario string         `json:"scenario" maxLength:"1048576" doc:"Scenario YAML."`
 	File     string         `json:"file,omitempty" required:"false" maxLength:"255" doc:"File name used in the problems' locations (default scenario.yaml)."`
 	Input    map[string]any `json:"input,omitempty" required:"false" doc:"The input a run would get; declared defaults apply."`
+	// PartialInput says Input is not all a run will get (a CI check of
+	// the file alone): a required input it lacks is then not a problem.
+	PartialInput bool `json:"partial_input,omitempty" required:"false" doc:"The input is not all a run will get (checking the file alone, as in CI): required inputs it lacks are not problems; everything else is checked as for a run."`
 }
 
 // ScenarioValidation is the answer of POST /v1/scenarios/validate.

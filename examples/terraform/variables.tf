@@ -66,7 +66,7 @@ variable "base_packages" {
 }
 
 variable "pg_version" {
-  description = "PostgreSQL major version, such as \"15\"; null installs the distribution's (15 on Debian 12). The seed's \"14\" has no package in Debian 12's archive: see README."
+  description = "PostgreSQL major version, such as \"15\"; null installs the distribution's (15 on Debian 12). The seed's \"14\" is not in Debian 12's archive and comes from apt.postgresql.org, which needs internet: see README."
   type        = string
   default     = null
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/runner"
+	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -137,6 +139,9 @@ func (s *Server) registerScenarioValidate() {
 			file = "scenario.yaml"
 		}
 		_, problems := s.check(file, in.Body.Scenario, in.Body.Input)
+		if in.Body.PartialInput {
+			problems = slices.DeleteFunc(problems, func(p client.ProblemError) bool { return p.Code == scenario.CodeInputMissing })
+		}
 		out := client.ScenarioValidation{Valid: len(problems) == 0, Problems: problems}
 		if out.Problems == nil {
 			out.Problems = []client.ProblemError{}

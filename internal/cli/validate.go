@@ -24,7 +24,9 @@ func (a *app) validateCommand() *cobra.Command {
 checks a run before it accepts it — modules, params, expressions, step and input
 references (an undeclared ${ input.x } too), the input against the declared
 inputs, literal targets that are not registered souls — and run nothing.
-Every problem is printed as file:line:column: code: message.
+Every problem is printed as file:line:column: code: message. Without --input
+or --input-file the file is checked alone: a required input is then not a
+problem (a run must give it); with either, the input is checked whole.
 
 Exit codes: 0 every file is valid, 4 at least one is not, 1 the keeper could not
 be asked, 2 a usage error.
@@ -48,7 +50,8 @@ be asked, 2 a usage error.
 				if err != nil {
 					return err
 				}
-				v, err := c.ScenarioValidate(cmd.Context(), client.ScenarioValidate{Scenario: in.Scenario, File: path, Input: input})
+				v, err := c.ScenarioValidate(cmd.Context(), client.ScenarioValidate{Scenario: in.Scenario, File: path, Input: input,
+					PartialInput: len(inputs) == 0 && inputFile == ""})
 				if err != nil {
 					return err
 				}

@@ -1,13 +1,9 @@
 package docker_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"context"
+	"fmt"
+	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -18,64 +14,40 @@ import (
 	"github.com/soulstack/soulstack/internal/modules/moduletest"
 )
 
-// helloImage returns a tarball of a root filesystem holding one static
-// program, /hello, that greets as Docker's hello-world image does: no
-// registry is reachable here, so the test imports its own image.
-func helloImage(t *testing.T) []byte {
-	t.Helper()
-	dir := t.TempDir()
-	src := "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tfmt.Println(\"\\nHello from Docker!\\nThis message shows that your installation appears to be working correctly.\")\n}\n"
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.21\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-ldflags=-s -w", "-o", "hello", ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the hello program: %v\n%s", err, out)
-	}
-	bin, err := os.ReadFile(filepath.Join(dir, "hello"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(&tar.Header{Name: "hello", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tw.Write(bin); err != nil {
-		t.Fatal(err)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
 // TestDistroEngineInVM installs Debian's Docker engine for real in a local
 // VM booted from the driver's debian-bookworm base (no docker CLI, no
 // engine) with nesting: docker, the profile key that lets a container
 // engine run there. The first run installs docker.io through apt, starts
 // dockerd detached with the flags the VM needs (vfs storage on the
 // overlay root, no iptables where the filter table cannot be listed),
-// makes the docker group and adds the connecting user; verify:
-// hello-world then fails while no hello-world image is on the soul with
-// pull: never (verify_failed) and with the default pull: missing when no
-// registry answers (pull_failed), and after the test imports one it
-// really runs hello-world, unchanged, in one round trip. A named user is added; a stopped engine is started again.
+// makes the docker group and adds the connecting user. verify:
+// hello-world, as the seed's `docker run hello-world`: with pull: never
+// and no image it fails docker.verify_failed; with the default pull:
+// missing and no registry answering it fails docker.pull_failed; with a
+// registry on the host (Debian's docker-registry, holding the test's own
+// hello-world image) as the engine's registry mirror it pulls
+// hello-world, unchanged in the scenario, and runs it; a second run finds
+// the image and changes nothing, in one round trip. A named user is
+// added; a stopped engine is started again.
 func TestDistroEngineInVM(t *testing.T) {
 	t.Parallel()
-	image := helloImage(t)
-	tg := moduletest.NewVMWith(t, moduletest.VMOptions{SSHUser: "deploy", Suffix: "docker.test", Base: "debian-bookworm", Nesting: "docker"})
+	if _, err := os.Stat(registryBin); err != nil {
+		t.Skipf("the pull through a registry mirror needs %s (apt-get install docker-registry)", registryBin)
+	}
+	layer := helloLayer(t)
+	port := freePort(t)
+	tg := moduletest.NewVMWith(t, moduletest.VMOptions{SSHUser: "deploy", Suffix: "docker.test", Base: "debian-bookworm", Nesting: "docker",
+		HostPorts: []uint16{port}})
 	if tg.Attributes["nesting"] != "docker" {
 		t.Errorf("VM attributes %v, want nesting docker", tg.Attributes)
 	}
 	if got := tg.Sh(t, "command -v docker dockerd || echo none"); got != "none" {
 		t.Fatalf("the base VM has Docker before the run: %q", got)
 	}
+	// Docker Hub's names are the VM's loopback, from before dockerd
+	// starts: a pull that falls back from the mirror to Docker Hub ends
+	// there, not at a DNS server.
+	tg.Sh(t, `for h in registry-1.docker.io index.docker.io auth.docker.io production.cloudflare.docker.com; do echo "127.0.0.1 $h" >>/etc/hosts; done`)
 	inGroup := func(user string) bool {
 		return slices.Contains(strings.Fields(tg.Sh(t, "id -nG "+user)), "docker")
 	}
@@ -120,32 +92,47 @@ func TestDistroEngineInVM(t *testing.T) {
 	if module.Code(err) != docker.CodeVerifyFailed || !strings.Contains(err.Error(), "pull is never") {
 		t.Fatalf("verify hello-world without an image, pull never: %v (code %s)", err, module.Code(err))
 	}
-	// The default pulls a missing image; with no registry answering it
-	// fails docker.pull_failed, not docker.verify_failed. Docker Hub is out
-	// of reach from this machine (its names do not resolve, as
-	// download.docker.com does not for TestLoneCLIInVM); the VM's
-	// /etc/hosts also names the VM's loopback for them, though dockerd's
-	// resolver still asked the machine's DNS first in the runs seen (the
-	// error says "lookup … no such host"): pinning the pull to a registry
-	// on the host is the next step (issue 20).
-	tg.Sh(t, `for h in registry-1.docker.io index.docker.io auth.docker.io production.cloudflare.docker.com; do echo "127.0.0.1 $h" >>/etc/hosts; done`)
+	// The engine's registry mirror is the host's address on the VM's
+	// bridge; dockerd reloads registry-mirrors on SIGHUP.
+	gw := tg.Sh(t, "getent hosts soulstack-local-gateway | cut -d' ' -f1")
+	mirror := fmt.Sprintf("http://%s:%d", gw, port)
+	tg.Sh(t, fmt.Sprintf(`printf '{"registry-mirrors": ["%s"]}\n' >/etc/docker/daemon.json && kill -HUP "$(cat /run/docker.pid)"
+for i in $(seq 50); do docker info --format '{{.RegistryConfig.Mirrors}}' | grep -qF '%s' && exit 0; sleep 0.2; done; exit 1`, mirror, mirror))
+
+	// The default pulls a missing image; with no registry answering (the
+	// mirror not started yet, Docker Hub out of reach) it fails
+	// docker.pull_failed, not docker.verify_failed.
 	_, _, err = run(t, tg, with())
 	if module.Code(err) != docker.CodePullFailed || !strings.Contains(err.Error(), "docker pull hello-world failed") {
 		t.Fatalf("verify hello-world, image missing, no registry: %v (code %s), want %s", err, module.Code(err), docker.CodePullFailed)
 	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	imp, err := tg.Exec(ctx, module.Command{Argv: []string{"docker", "import", "--change", `CMD ["/hello"]`, "-", "hello-world:latest"}, Stdin: image})
-	if err != nil || imp.ExitCode != 0 {
-		t.Fatalf("docker import: %v (exit %d) %s", err, imp.ExitCode, imp.Stderr)
+	if got := tg.Sh(t, "docker image ls -q hello-world | wc -l"); got != "0" {
+		t.Fatalf("a failed pull left %s hello-world images", got)
 	}
+
+	// The registry answers, holding hello-world: the pull goes through
+	// the mirror, hello-world runs, and the run reports the pull.
+	reg := startRegistry(t, net.JoinHostPort(gw, fmt.Sprint(port)))
+	pushImage(t, reg, "library/hello-world", "latest", layer, []string{"/hello"})
 	res, n, err = run(t, tg, with())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := output(res); res.Changed || n != 1 || out["status"] != "already_installed" || out["started_with"] != "" || out["pulled"] != false {
-		t.Fatalf("verify hello-world: %+v in %d round trips, want unchanged already_installed in 1", res, n)
+	if out := output(res); !res.Changed || n != 1 || out["pulled"] != true || out["started_with"] != "" {
+		t.Fatalf("verify hello-world through the mirror: %+v in %d round trips, want changed, pulled, in 1", res, n)
+	}
+	if got := tg.Sh(t, "docker image ls --format '{{.Repository}}:{{.Tag}}' hello-world"); got != "hello-world:latest" {
+		t.Fatalf("images after the pull: %q", got)
+	}
+	// The image is there now: nothing changes, with either pull.
+	for _, p := range []map[string]any{with(), with("pull", "never")} {
+		res, n, err = run(t, tg, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := output(res); res.Changed || n != 1 || out["status"] != "already_installed" || out["started_with"] != "" || out["pulled"] != false {
+			t.Fatalf("verify hello-world %v: %+v in %d round trips, want unchanged already_installed in 1", p, res, n)
+		}
 	}
 	if got := tg.Sh(t, "docker ps -aq | wc -l"); got != "0" {
 		t.Errorf("hello-world left %s containers (want --rm)", got)

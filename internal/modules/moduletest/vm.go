@@ -67,6 +67,9 @@ type VMOptions struct {
 	Nesting string
 	// Needs are host files without which the test is skipped.
 	Needs []string
+	// HostPorts are the host's TCP ports the VM may reach (the provider's
+	// host_ports); nil means the driver's default.
+	HostPorts []uint16
 }
 
 // NewVMWith starts one local VM as o says; see NewVM. A VM on a base
@@ -107,6 +110,9 @@ func NewVMWith(t *testing.T, o VMOptions) *VM {
 	if o.Nesting != "" {
 		profile["nesting"] = o.Nesting
 		cfg["allow_nesting"] = true
+	}
+	if o.HostPorts != nil {
+		cfg["host_ports"] = o.HostPorts
 	}
 	rawCfg, _ := json.Marshal(cfg)
 	rawProfile, _ := json.Marshal(profile)

@@ -70,3 +70,31 @@ func TestFreshInstallInVM(t *testing.T) {
 		t.Fatalf("second run: %+v in %d round trips, want unchanged in 1", res, n)
 	}
 }
+
+// TestSeedVersionNeedsPGDGInVM asks for the seed's pg_version "14" on a
+// Debian 12 VM, whose archive carries PostgreSQL 15 only: the module turns
+// to PostgreSQL's own apt repository, which needs the internet. Here its
+// names are the VM's loopback (the VM reaches only Debian's archive), so
+// the step fails postgres.install_failed saying what the version needs,
+// installs no server and leaves no repository behind that would break the
+// soul's apt-get update.
+func TestSeedVersionNeedsPGDGInVM(t *testing.T) {
+	t.Parallel()
+	tg := moduletest.NewVMWith(t, moduletest.VMOptions{SSHUser: "root", Suffix: "pg.test", Base: "debian-bookworm"})
+	tg.Sh(t, `echo "127.0.0.1 www.postgresql.org apt.postgresql.org" >>/etc/hosts`)
+	m := &postgres.Installed{}
+	raw, err := json.Marshal(module.ApplyDefaults(m.Info(), map[string]any{"pg_version": "14", "db_name": "myapp", "db_user": "app_user", "db_password": "pw"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	_, err = m.Run(ctx, module.RunInfo{}, raw, tg)
+	if module.Code(err) != postgres.CodeInstallFailed || !strings.Contains(err.Error(), "postgresql-14 is not in this distribution's archive") ||
+		!strings.Contains(err.Error(), "apt.postgresql.org") || !strings.Contains(err.Error(), "internet") {
+		t.Fatalf("pg_version 14 on Debian 12 offline: %v (code %s), want %s naming apt.postgresql.org", err, module.Code(err), postgres.CodeInstallFailed)
+	}
+	if got := tg.Sh(t, "ls /usr/lib/postgresql 2>/dev/null | wc -l; test -e /etc/apt/sources.list.d/pgdg.list && echo pgdg.list || echo none"); got != "0\nnone" {
+		t.Fatalf("after the failed install: %q, want no server and no pgdg.list", got)
+	}
+}

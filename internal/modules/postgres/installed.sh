@@ -57,20 +57,26 @@ has_candidate() {
 }
 
 # add_pgdg adds the PostgreSQL project's apt repository (apt.postgresql.org)
-# with its signing key, as its documentation describes.
+# with its signing key, as its documentation describes, for a version the
+# distribution does not carry; it needs the internet, as source: docker
+# does. A repository that cannot be reached is not left behind, so the
+# soul's own apt-get update keeps working.
 add_pgdg() {
 	# shellcheck disable=SC1091
 	. /etc/os-release
 	command -v curl >/dev/null 2>&1 || apt_install ca-certificates curl
 	key=/usr/share/postgresql-common/pgdg/apt.postgresql.org.asc
 	install -d -m 0755 "$(dirname "$key")"
-	curl -fsSL -o "$key.new" https://www.postgresql.org/media/keys/ACCC4CF8.asc ||
-		fail 10 "download the PostgreSQL apt repository key failed"
+	curl -fsSL --connect-timeout 20 --max-time 120 -o "$key.new" https://www.postgresql.org/media/keys/ACCC4CF8.asc ||
+		fail 10 "postgresql-$ver is not in this distribution's archive, and downloading the key of PostgreSQL's apt repository (apt.postgresql.org) from www.postgresql.org failed: that needs internet access, or use the distribution's version (no pg_version)"
 	chmod 0644 "$key.new" && mv "$key.new" "$key"
 	printf 'deb [signed-by=%s] https://apt.postgresql.org/pub/repos/apt %s-pgdg main\n' \
 		"$key" "${VERSION_CODENAME:?}" >/etc/apt/sources.list.d/pgdg.list
 	chmod 0644 /etc/apt/sources.list.d/pgdg.list
-	apt_get update || fail 10 "apt-get update with the PostgreSQL repository: $(tail -n 5 "$tmp/apt.log")"
+	if ! apt_get update; then
+		rm -f /etc/apt/sources.list.d/pgdg.list
+		fail 10 "postgresql-$ver is not in this distribution's archive, and apt-get update with PostgreSQL's apt repository (apt.postgresql.org) failed: $(tail -n 5 "$tmp/apt.log")"
+	fi
 }
 
 # newest_server prints the newest major version whose server is installed
