@@ -65,11 +65,18 @@ const (
 	TargetSkipped TargetStatus = "skipped"
 	// TargetUnreachable: the keeper could not reach the soul.
 	TargetUnreachable TargetStatus = "unreachable"
+	// TargetWouldChange: in a check run, the module would change the
+	// target (its changes say what); nothing was changed.
+	TargetWouldChange TargetStatus = "would_change"
+	// TargetUnknown: in a check run, whether the module would change the
+	// target cannot be known without running it (the target's unknown
+	// says why).
+	TargetUnknown TargetStatus = "unknown"
 )
 
 // TargetStatuses lists the statuses a finished target can have, in the
 // order people read them (recaps, counts).
-var TargetStatuses = []TargetStatus{TargetOK, TargetChanged, TargetFailed, TargetSkipped, TargetUnreachable}
+var TargetStatuses = []TargetStatus{TargetOK, TargetChanged, TargetWouldChange, TargetUnknown, TargetFailed, TargetSkipped, TargetUnreachable}
 
 // Done reports whether the target has finished (every status but running
 // and the empty one).
@@ -96,21 +103,32 @@ const (
 	StepFailed StepStatus = "failed"
 	// StepSkipped: every target was skipped (or the step had none).
 	StepSkipped StepStatus = "skipped"
+	// StepWouldChange: in a check run, at least one target would change
+	// and none failed.
+	StepWouldChange StepStatus = "would_change"
+	// StepUnknown: in a check run, no target would change for certain,
+	// none failed, and at least one is unknown.
+	StepUnknown StepStatus = "unknown"
 )
 
 // SummarizeStep is the one rule that turns targets' statuses into their
 // step's status: failed if any target failed or was unreachable, else
-// changed if any changed, else ok if any ran, else skipped — a step whose
-// targets were all skipped (or that had none) is skipped, never ok.
-// changed reports whether any target changed, failed or not.
+// changed if any changed (would_change in a check run), else unknown if
+// any is unknown, else ok if any ran, else skipped — a step whose targets
+// were all skipped (or that had none) is skipped, never ok. changed
+// reports whether any target changed (or would), failed or not.
 func SummarizeStep(statuses []TargetStatus) (status StepStatus, changed bool) {
-	failed, ran := false, false
+	failed, ran, would, unknown := false, false, false, false
 	for _, s := range statuses {
 		switch s {
 		case TargetFailed, TargetUnreachable:
 			failed = true
 		case TargetChanged:
 			changed = true
+		case TargetWouldChange:
+			would = true
+		case TargetUnknown:
+			unknown = true
 		}
 		if s != TargetSkipped {
 			ran = true
@@ -118,13 +136,48 @@ func SummarizeStep(statuses []TargetStatus) (status StepStatus, changed bool) {
 	}
 	switch {
 	case failed:
-		return StepFailed, changed
+		return StepFailed, changed || would
 	case !ran:
 		return StepSkipped, false
 	case changed:
 		return StepChanged, true
+	case would:
+		return StepWouldChange, true
+	case unknown:
+		return StepUnknown, false
 	}
 	return StepOK, false
+}
+
+// RunMode says what a run does: apply (make the souls and clouds right)
+// or check (say what apply would change, and change nothing).
+type RunMode string
+
+// The modes of a run.
+const (
+	RunApply RunMode = "apply"
+	RunCheck RunMode = "check"
+)
+
+// Change is one thing a check run says a module would change on a target
+// (or an apply changed): a package to install, a file to rewrite, a VM to
+// create. Kind and Action are short stable words; Name what is changed;
+// Before and After the values where they are short and not secret; Diff a
+// unified diff of a file's text.
+type Change struct {
+	// Kind is what is changed: package, file, service, user, group,
+	// setting, role, database, image, command, script, vm.
+	Kind string `json:"kind" doc:"What is changed: package, file, service, user, group, setting, role, database, image, command, script, vm."`
+	// Action is what happens to it: create, update, delete, install,
+	// remove, add, start, restart, pull, run, resize.
+	Action string `json:"action" doc:"What happens to it: create, update, delete, install, remove, add, start, restart, pull, run, resize."`
+	Name   string `json:"name" doc:"What is changed: a package, a path, a setting, a VM's SID or count."`
+	Before string `json:"before,omitempty" required:"false" doc:"The value now, when short and not secret."`
+	After  string `json:"after,omitempty" required:"false" doc:"The value after, when short and not secret."`
+	// Diff is a unified diff of a file's content; empty for content that
+	// comes from a secret, which Note then says.
+	Diff string `json:"diff,omitempty" required:"false" doc:"A unified diff of a file's content (absent for secret content, which note then says)."`
+	Note string `json:"note,omitempty" required:"false" doc:"Anything else worth saying (why there is no diff)."`
 }
 
 // EventKind names what a run event reports; it is the SSE event name and
@@ -194,8 +247,10 @@ type StepStartedData struct {
 
 // TargetResultData is the data of a target.result event.
 type TargetResultData struct {
-	Status     TargetStatus `json:"status" enum:"ok,changed,failed,skipped,unreachable" doc:"The target's result."`
-	Changed    bool         `json:"changed"`
+	Status     TargetStatus `json:"status" enum:"ok,changed,would_change,unknown,failed,skipped,unreachable" doc:"The target's result (would_change and unknown in check runs)."`
+	Changed    bool         `json:"changed" doc:"The target changed; in a check run, it would change."`
+	Unknown    string       `json:"unknown,omitempty" required:"false" doc:"In a check run, why the keeper cannot tell whether the target would change."`
+	Changes    []Change     `json:"changes,omitempty" required:"false" doc:"What changed or, in a check run, would change."`
 	Attempts   int          `json:"attempts" doc:"How many times the module ran (retries + 1); 0 when it never ran."`
 	DurationMS int64        `json:"duration_ms"`
 	Error      *RunError    `json:"error,omitempty" required:"false" doc:"Why it failed, was unreachable or was skipped for an earlier failure."`
@@ -209,7 +264,7 @@ type LogData struct {
 // StepFinishedData is the data of a step.finished event.
 type StepFinishedData struct {
 	Index   int        `json:"index"`
-	Status  StepStatus `json:"status" enum:"ok,changed,failed,skipped" doc:"The step's summary (SummarizeStep): skipped when every target was skipped."`
+	Status  StepStatus `json:"status" enum:"ok,changed,would_change,unknown,failed,skipped" doc:"The step's summary (SummarizeStep): skipped when every target was skipped."`
 	Changed bool       `json:"changed"`
 	// Counts is the number of targets by status; statuses no target had
 	// are absent.

@@ -238,6 +238,8 @@ type RunCreate struct {
 	Timeout  string         `json:"timeout,omitempty" required:"false" doc:"Server-side timeout as a Go duration (15m default, 24h at most)."`
 	// File names the scenario in validation messages (file:line:column).
 	File string `json:"file,omitempty" required:"false" doc:"The scenario's file name, used in validation messages."`
+	// Mode is apply (the default) or check.
+	Mode RunMode `json:"mode,omitempty" required:"false" enum:"apply,check" doc:"apply (the default) makes souls and clouds right; check says per target what apply would change (would_change, or unknown and why) and changes nothing."`
 }
 
 // RunError is why a run or a target failed.
@@ -248,9 +250,12 @@ type RunError struct {
 
 // RunTarget is one target's result in one step.
 type RunTarget struct {
-	SID     string          `json:"sid"`
-	Status  TargetStatus    `json:"status" enum:"ok,changed,failed,skipped,unreachable,running"`
-	Changed bool            `json:"changed"`
+	SID     string       `json:"sid"`
+	Status  TargetStatus `json:"status" enum:"ok,changed,would_change,unknown,failed,skipped,unreachable,running"`
+	Changed bool         `json:"changed" doc:"The target changed; in a check run, it would change."`
+	// Unknown and Changes are a check run's answer for the target.
+	Unknown string          `json:"unknown,omitempty" required:"false" doc:"In a check run, why the keeper cannot tell whether the target would change."`
+	Changes []Change        `json:"changes,omitempty" required:"false" doc:"What changed or, in a check run, would change (files as unified diffs)."`
 	Output  json.RawMessage `json:"output" doc:"The target's output, masked; in a run's answer cut to fit (output_truncated), whole from GET /v1/runs/{id}/outputs?step=&sid=."`
 	// OutputTruncated says the answer cut Output to fit; OutputBytes is
 	// then the size of the whole stored output.
@@ -265,15 +270,27 @@ type RunTarget struct {
 type RunStep struct {
 	Name    string      `json:"name"`
 	Module  string      `json:"module"`
-	Status  StepStatus  `json:"status" enum:"running,ok,changed,failed,skipped" doc:"The step's summary over its targets (SummarizeStep): skipped when every target was skipped."`
+	Status  StepStatus  `json:"status" enum:"running,ok,changed,would_change,unknown,failed,skipped" doc:"The step's summary over its targets (SummarizeStep): skipped when every target was skipped."`
 	Targets []RunTarget `json:"targets"`
 }
+
+// CheckSummary counts a check run's targets: what apply would change.
+type CheckSummary struct {
+	WouldChange int `json:"would_change" doc:"Targets that would change."`
+	Unknown     int `json:"unknown" doc:"Targets whose change cannot be known without running."`
+	Unchanged   int `json:"unchanged" doc:"Targets that would not change."`
+	Failed      int `json:"failed" doc:"Targets whose check failed or that were unreachable."`
+}
+
+// Pending reports whether apply would change something or might.
+func (c CheckSummary) Pending() bool { return c.WouldChange > 0 || c.Unknown > 0 }
 
 // Run is one execution of a scenario: the one-shot job.
 type Run struct {
 	ID         string          `json:"id"`
 	Key        string          `json:"key,omitempty"`
 	Name       string          `json:"name"`
+	Mode       RunMode         `json:"mode" enum:"apply,check" doc:"apply, or check: the run changed nothing and says what apply would change."`
 	Phase      Phase           `json:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled"`
 	CreatedAt  time.Time       `json:"created_at"`
 	CreatedBy  string          `json:"created_by"`
@@ -286,8 +303,10 @@ type Run struct {
 	Outputs    json.RawMessage `json:"outputs" doc:"Each step's output by step name, masked; cut to fit the answer when outputs_truncated (whole from GET /v1/runs/{id}/outputs)."`
 	// OutputsTruncated says the answer cut Outputs (and Message, which
 	// then ends with the truncation marker) to fit.
-	OutputsTruncated bool   `json:"outputs_truncated,omitempty" required:"false" doc:"The answer holds outputs (and message) cut to fit; GET /v1/runs/{id}/outputs has them whole."`
-	Message          string `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded; otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
+	OutputsTruncated bool `json:"outputs_truncated,omitempty" required:"false" doc:"The answer holds outputs (and message) cut to fit; GET /v1/runs/{id}/outputs has them whole."`
+	// Check counts a check run's targets by prediction.
+	Check   *CheckSummary `json:"check,omitempty" required:"false" doc:"A check run's targets by what apply would do."`
+	Message string        `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded; otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
 }
 
 // RunList is a page of runs, newest first.

@@ -73,7 +73,7 @@ type runOutput struct {
 
 func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (client.Run, error) {
 	out := client.Run{
-		ID: r.ID, Key: r.Key, Name: r.Name, Phase: client.Phase(r.Phase), CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy,
+		ID: r.ID, Key: r.Key, Name: r.Name, Mode: runMode(r.Mode), Phase: client.Phase(r.Phase), CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy,
 		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Timeout: r.Timeout.String(), Input: r.InputMasked,
 		Outputs: r.Outputs, Message: r.Message, Steps: []client.RunStep{},
 	}
@@ -90,22 +90,59 @@ func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (clie
 		return out, err
 	}
 	limit := targetAnswerLimit(len(targets))
+	var check client.CheckSummary
 	for _, st := range steps {
+		if out.Mode == client.RunCheck && client.StepStatus(st.Status) == client.StepUnknown {
+			n := 0
+			for _, t := range targets {
+				if t.StepIndex == st.Index {
+					n++
+				}
+			}
+			if n == 0 {
+				check.Unknown++ // the step's targets themselves are unknown
+			}
+		}
 		ws := client.RunStep{Name: st.Name, Module: st.Module, Status: client.StepStatus(st.Status), Targets: []client.RunTarget{}}
 		for _, t := range targets {
 			if t.StepIndex != st.Index {
 				continue
 			}
-			wt := client.RunTarget{SID: t.SID, Status: client.TargetStatus(t.Status), Changed: t.Changed, Output: t.Output, Attempts: t.Attempts, DurationMS: t.DurationMS}
+			wt := client.RunTarget{SID: t.SID, Status: client.TargetStatus(t.Status), Changed: t.Changed, Output: t.Output, Attempts: t.Attempts, DurationMS: t.DurationMS,
+				Unknown: t.Unknown}
+			if len(t.Changes) > 0 {
+				_ = json.Unmarshal(t.Changes, &wt.Changes)
+			}
 			if t.ErrorCode != "" {
 				wt.Error = &client.RunError{Code: t.ErrorCode, Message: t.ErrorMsg}
+			}
+			switch wt.Status {
+			case client.TargetWouldChange:
+				check.WouldChange++
+			case client.TargetUnknown:
+				check.Unknown++
+			case client.TargetOK:
+				check.Unchanged++
+			case client.TargetFailed, client.TargetUnreachable:
+				check.Failed++
 			}
 			boundTarget(&wt, limit)
 			ws.Targets = append(ws.Targets, wt)
 		}
 		out.Steps = append(out.Steps, ws)
 	}
+	if out.Mode == client.RunCheck {
+		out.Check = &check
+	}
 	return out, nil
+}
+
+// runMode is a stored run's mode; rows from before modes are apply runs.
+func runMode(m string) client.RunMode {
+	if m == "" {
+		return client.RunApply
+	}
+	return client.RunMode(m)
 }
 
 func (s *Server) registerRuns() {
@@ -208,7 +245,7 @@ func (s *Server) registerRunCreate() {
 		}
 		run, created, err := s.runs.Submit(ctx, runner.SubmitParams{
 			Name: checked.Name, Scenario: b.Scenario, Input: checked.Input, Secret: checked.Secret,
-			Key: b.Key, Timeout: timeout, Actor: caller.Actor(),
+			Key: b.Key, Timeout: timeout, Actor: caller.Actor(), Mode: b.Mode,
 		})
 		if errors.Is(err, store.ErrKeyConflict) {
 			return nil, s.keyConflict(ctx, caller, b.Key, err)

@@ -105,6 +105,16 @@ type state struct {
 	// run masks what earlier steps minted or resolved (the checkpoint is
 	// sealed).
 	Secrets []string `json:"secrets,omitempty"`
+	// Check counts a check run's predictions.
+	Check checkCounts `json:"check,omitzero"`
+}
+
+// checkCounts are a check run's targets by prediction, and the first
+// unknowns spelled out for its message.
+type checkCounts struct {
+	WouldChange int      `json:"would_change,omitempty"`
+	Unknown     int      `json:"unknown,omitempty"`
+	Unknowns    []string `json:"unknowns,omitempty"`
 }
 
 type stepState struct {
@@ -112,6 +122,10 @@ type stepState struct {
 	Status  client.StepStatus `json:"status"`
 	Changed bool              `json:"changed"`
 	Output  any               `json:"output"`
+	// Unknown and OutputUnknown say, in a check run, why the step's
+	// changed (and status) or its output cannot be known.
+	Unknown       string `json:"unknown,omitempty"`
+	OutputUnknown string `json:"output_unknown,omitempty"`
 }
 
 // Execute runs the plan of x.Run.
@@ -151,9 +165,10 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	}
 	log = slog.New(secrets.LogHandler(log.Handler()))
 	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
-	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID)}
+	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID),
+		check: x.Run.Mode == string(client.RunCheck)}
 	r.outputLeft.Store(e.Limits.run())
-	if st.InFlight != nil {
+	if st.InFlight != nil && !r.check { // a check changes nothing: repeating it is safe
 		i := *st.InFlight
 		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
 			s := plan.Steps[i]
@@ -188,6 +203,9 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		}
 	}
 	out := runner.Outcome{Phase: store.PhaseSucceeded, Outputs: r.outputs()}
+	if r.check {
+		out.Message = checkMessage(&st)
+	}
 	if len(st.Failed) > 0 {
 		out.Phase, out.ErrorCode = store.PhaseFailed, "run.targets_failed"
 		out.Message = failureMessage(&st)
@@ -256,6 +274,8 @@ type run struct {
 	// outputLeft is the bytes of soul output the run may still keep
 	// (OutputLimits.Run).
 	outputLeft atomic.Int64
+	// check says the run is a check run: modules predict, nothing changes.
+	check bool
 
 	mu sync.Mutex
 	st *state
@@ -296,7 +316,11 @@ func (r *run) vars() expr.Vars {
 	defer r.mu.Unlock()
 	steps := make(map[string]any, len(r.st.Done))
 	for name, s := range r.st.Done {
-		steps[name] = expr.StepValue(s.Output, s.Changed, string(s.Status))
+		status := s.Status
+		if r.check {
+			status = checkStatus(status)
+		}
+		steps[name] = expr.StepValue(s.Output, s.Changed, string(status))
 	}
 	return expr.Vars{Input: r.input, Steps: steps}
 }
@@ -323,6 +347,11 @@ type targetResult struct {
 	attempts int
 	took     time.Duration
 	reached  bool // a command ran on the soul
+	// A check run's prediction: why it is unknown, what would change, and
+	// whether the output is not the apply's.
+	unknown       string
+	changes       []client.Change
+	outputUnknown bool
 }
 
 // step runs one step; fatal is non-empty when the run must stop: a
@@ -338,6 +367,11 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: string(client.StepRunning), StartedAt: r.e.now()})
 	vars := r.vars()
 
+	if r.check {
+		if why := r.unknownUse(s, "on"); why != "" {
+			return "", r.unknownStep(s, why)
+		}
+	}
 	sids, err := s.Targets(ctx, vars)
 	if err != nil {
 		return "", err
@@ -394,9 +428,16 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 		}
 		output = bySID
 	}
+	done := stepState{Index: idx, Status: status, Changed: changed, Output: output}
+	if r.check {
+		done.Unknown, done.OutputUnknown = checkStep(results)
+	}
 	r.mu.Lock()
-	r.st.Done[s.Name] = stepState{Index: idx, Status: status, Changed: changed, Output: output}
+	r.st.Done[s.Name] = done
 	r.st.InFlight = nil
+	if r.check {
+		r.countCheck(s, results)
+	}
 	var failedHere []string
 	for _, t := range results {
 		if t.status == client.TargetFailed || t.status == client.TargetUnreachable {
@@ -445,11 +486,16 @@ func stepStatus(results []targetResult) (client.StepStatus, bool) {
 
 // report records one target's result and its event.
 func (r *run) report(s *scenario.PlanStep, t targetResult) {
-	r.rec.Target(store.RunTarget{
+	rt := store.RunTarget{
 		StepIndex: s.Index, SID: t.sid, Status: string(t.status), Changed: t.changed, ErrorCode: t.code, ErrorMsg: t.msg,
-		Attempts: t.attempts, DurationMS: t.took.Milliseconds(),
-	}, t.output)
-	data := client.TargetResultData{Status: t.status, Changed: t.changed, Attempts: t.attempts, DurationMS: t.took.Milliseconds()}
+		Attempts: t.attempts, DurationMS: t.took.Milliseconds(), Unknown: t.unknown,
+	}
+	if len(t.changes) > 0 {
+		rt.Changes, _ = json.Marshal(t.changes)
+	}
+	r.rec.Target(rt, t.output)
+	data := client.TargetResultData{Status: t.status, Changed: t.changed, Attempts: t.attempts, DurationMS: t.took.Milliseconds(),
+		Unknown: t.unknown, Changes: t.changes}
 	if t.code != "" {
 		data.Error = &client.RunError{Code: t.code, Message: t.msg}
 	}
@@ -478,9 +524,15 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		}
 		vars.Soul = soulVar(so)
 	}
+	if r.check {
+		if why := r.unknownUse(s, "when", "params"); why != "" {
+			res.status, res.unknown, res.outputUnknown = client.TargetUnknown, why, true
+			return res
+		}
+	}
 	raw, run, err := r.prepare(ctx, s, vars)
 	if err != nil {
-		if a, ok := r.e.module(s).(module.FailureAuditor); ok {
+		if a, ok := r.e.module(s).(module.FailureAuditor); ok && !r.check {
 			err = a.AuditFailure(ctx, r.info(s), &module.Error{Code: codeOf(err), Message: err.Error(), Err: err})
 		}
 		return fail(res, err)
@@ -496,6 +548,11 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	}
 	if st, ok := target.(*soulTarget); ok {
 		defer func() { res.reached = st.ran.Load() }()
+	}
+	if r.check {
+		p, err := r.predict(ctx, s, raw, target)
+		res.attempts = 1
+		return r.judgeCheck(ctx, s, vars, res, p, err)
 	}
 	out, attempts, err := r.attempt(ctx, s, sid, raw, target)
 	res.attempts, res.output = attempts, out.Output

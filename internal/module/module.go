@@ -15,6 +15,9 @@
 // Besides the core Module interface a module may implement optional
 // one-method interfaces, found by type assertion:
 //
+//   - Checker: the module's check path, which says what Run would change
+//     without changing anything (check runs). When absent, a check run
+//     reports the module's targets unknown.
 //   - Validator: cross-field checks of params beyond the declared specs.
 //     When absent, only the declared specs (types, required, mutually
 //     exclusive groups) are checked.
@@ -29,6 +32,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/soulstack/soulstack/client"
 )
 
 // Module is one state of a module, for example core.pkg.installed.
@@ -49,6 +54,33 @@ type Module interface {
 	// code. run says which run and step the call belongs to and who
 	// created the run.
 	Run(ctx context.Context, run RunInfo, params json.RawMessage, target Target) (Result, error)
+}
+
+// Checker is a module with a check path: Check says, changing nothing on
+// the target or in any cloud, whether Run with the same params would
+// change it. It runs only the module's deciding probe. The prediction
+// must be exact: where Check says WouldChange, Run reports Changed, and
+// where it says not, Run does not; where it cannot know, it says Unknown
+// and why. A module that does not implement Checker is unknown in a check
+// run ("no check path"), never skipped.
+type Checker interface {
+	Check(ctx context.Context, run RunInfo, params json.RawMessage, target Target) (Prediction, error)
+}
+
+// Prediction is what Check says about one target.
+type Prediction struct {
+	// WouldChange says Run would change the target; meaningless when
+	// Unknown is set.
+	WouldChange bool
+	// Unknown, when not empty, says why the module cannot tell.
+	Unknown string
+	// Changes say what would change, for people (diffs, packages, VMs).
+	Changes []client.Change
+	// Output is the output Run would return, when the module knows it
+	// exactly (nothing would change, say); later steps' expressions see
+	// it. OutputKnown says whether it is.
+	Output      any
+	OutputKnown bool
 }
 
 // FailureAuditor is a module that audits every outcome of its steps, so

@@ -481,6 +481,8 @@ type SubmitParams struct {
 	Key     string
 	Timeout time.Duration
 	Actor   store.Actor
+	// Mode is client.RunApply (empty) or client.RunCheck.
+	Mode client.RunMode
 }
 
 // Submit accepts a run: it stores the run with its input sealed and its
@@ -494,7 +496,14 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 	if err != nil {
 		return store.Run{}, false, fmt.Errorf("encode input: %w", err)
 	}
-	digest := r.cfg.Sealer.Digest(append([]byte(fmt.Sprintf("%d:%s;", len(p.Scenario), p.Scenario)), canonical(p.Input)...))
+	if p.Mode == "" {
+		p.Mode = client.RunApply
+	}
+	content := fmt.Sprintf("%d:%s;", len(p.Scenario), p.Scenario)
+	if p.Mode != client.RunApply {
+		content = string(p.Mode) + ";" + content // a check and an apply of the same content are different runs
+	}
+	digest := r.cfg.Sealer.Digest(append([]byte(content), canonical(p.Input)...))
 	// The input is stored masked with the run's own secrets: a secret input
 	// masks the copy of its text under another input of the same run, and
 	// nothing of any other run.
@@ -508,7 +517,7 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 	}
 	return r.cfg.Store.RunCreate(ctx, store.RunCreateParams{
 		Run: store.Run{
-			ID: id, Key: p.Key, Digest: digest, Name: p.Name, Scenario: p.Scenario,
+			ID: id, Key: p.Key, Digest: digest, Name: p.Name, Scenario: p.Scenario, Mode: string(p.Mode),
 			InputSealed: r.cfg.Sealer.Seal(input), InputMasked: maskedJSON, Timeout: p.Timeout,
 		},
 		Actor: p.Actor,

@@ -437,6 +437,15 @@ func (rec *recorder) Target(t store.RunTarget, output any) {
 	}
 	t.Output = b
 	t.ErrorMsg = rec.secrets.MaskString(t.ErrorMsg)
+	t.Unknown = rec.secrets.MaskString(t.Unknown)
+	if len(t.Changes) > 0 {
+		var changes any
+		if err := json.Unmarshal(t.Changes, &changes); err == nil {
+			t.Changes, _ = json.Marshal(rec.secrets.Mask(changes))
+		} else {
+			t.Changes = nil
+		}
+	}
 	rec.mu.Lock()
 	rec.bufTargets = append(rec.bufTargets, t)
 	full := rec.bufferedLocked()

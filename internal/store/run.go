@@ -36,10 +36,12 @@ var (
 
 // Run is one execution of a scenario with an input.
 type Run struct {
-	ID       string
-	Key      string // re-run key, unique per CreatedBy; empty when none was given
-	Digest   string // hash of scenario and input, compared for the key
-	Name     string
+	ID     string
+	Key    string // re-run key, unique per CreatedBy; empty when none was given
+	Digest string // hash of scenario, input and mode, compared for the key
+	Name   string
+	// Mode is apply or check (client.RunMode); empty reads as apply.
+	Mode     string
 	Scenario string
 	// InputSealed is the whole input, encrypted under the data key.
 	InputSealed string
@@ -89,6 +91,10 @@ type RunTarget struct {
 	ErrorMsg   string
 	Attempts   int
 	DurationMS int64
+	// Unknown says, in a check run, why the target's change cannot be
+	// known; Changes is the JSON list of client.Change it would make.
+	Unknown string
+	Changes json.RawMessage
 }
 
 // RunEvent is one entry of a run's event stream.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/module"
 )
 
@@ -23,6 +24,7 @@ type Ran struct{}
 var (
 	_ module.Module    = (*Ran)(nil)
 	_ module.Validator = (*Ran)(nil)
+	_ module.Checker   = (*Ran)(nil)
 )
 
 // RanParams are the params of core.command.ran, decoded strictly from the
@@ -119,14 +121,14 @@ func (*Ran) ValidateParams(v module.Values) error {
 	return errors.Join(errs...)
 }
 
-// Run runs the command unless a guard skips it. A non-zero exit status
-// fails the target with code command.failed.
-func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
-	var p RanParams
-	if err := module.DecodeParams(raw, &p); err != nil {
-		return module.Result{}, err
-	}
-	skipped := map[string]any{"rc": 0, "stdout": "", "stderr": "", "skipped": true}
+// skippedOutput is the output of a command a guard skipped.
+func skippedOutput() map[string]any {
+	return map[string]any{"rc": 0, "stdout": "", "stderr": "", "skipped": true}
+}
+
+// guarded reports whether a creates or removes guard skips the command:
+// one test(1) per guard given.
+func guarded(ctx context.Context, p RanParams, t module.Target) (bool, error) {
 	for _, g := range []struct {
 		path     string
 		skipWhen bool // skip when the path exists (creates) or not (removes)
@@ -136,11 +138,24 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 		}
 		res, err := t.Exec(ctx, module.Command{Argv: []string{"test", "-e", g.path}})
 		if err != nil {
-			return module.Result{}, err
+			return false, err
 		}
 		if (res.ExitCode == 0) == g.skipWhen {
-			return module.Result{Changed: false, Output: skipped}, nil
+			return true, nil
 		}
+	}
+	return false, nil
+}
+
+// Run runs the command unless a guard skips it. A non-zero exit status
+// fails the target with code command.failed.
+func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
+	var p RanParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Result{}, err
+	}
+	if skip, err := guarded(ctx, p, t); err != nil || skip {
+		return module.Result{Changed: false, Output: skippedOutput()}, err
 	}
 	argv := p.Argv
 	if p.Cmd != "" {
@@ -158,6 +173,35 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 		}
 	}
 	return module.Result{Changed: true, Output: out}, nil
+}
+
+// Check runs only the guards: a guard that skips the command means
+// nothing would change; one that lets it run means the command would run,
+// which apply reports as a change. Without a guard a command is unknown:
+// whether it changes anything is known only when it runs (changed_when
+// that needs none of its result decides then).
+func (*Ran) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
+	var p RanParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Prediction{}, err
+	}
+	name := p.Cmd
+	if name == "" {
+		name = strings.Join(p.Argv, " ")
+	}
+	run1 := []client.Change{{Kind: "command", Action: "run", Name: name}}
+	if p.Creates == "" && p.Removes == "" {
+		return module.Prediction{WouldChange: true, Changes: run1,
+			Unknown: "core.command.ran without creates or removes: whether the command changes anything is known only when it runs"}, nil
+	}
+	skip, err := guarded(ctx, p, t)
+	if err != nil {
+		return module.Prediction{}, err
+	}
+	if skip {
+		return module.Prediction{Output: skippedOutput(), OutputKnown: true}, nil
+	}
+	return module.Prediction{WouldChange: true, Changes: run1}, nil
 }
 
 // Tail returns the last lines of the first non-empty stream, for error

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/module"
 )
 
@@ -32,6 +33,7 @@ type Installed struct{}
 var (
 	_ module.Module    = (*Installed)(nil)
 	_ module.Validator = (*Installed)(nil)
+	_ module.Checker   = (*Installed)(nil)
 )
 
 // Error codes of core.docker.installed.
@@ -147,8 +149,9 @@ type report struct {
 	Pulled        bool     `json:"pulled"`
 }
 
-// command returns the command Run sends to the soul for p.
-func command(p InstalledParams) module.Command {
+// command returns the command Run (mode apply) or Check (mode check)
+// sends to the soul for p.
+func command(p InstalledParams, mode string) module.Command {
 	source, verify, pull := p.Source, p.Verify, p.Pull
 	if source == "" {
 		source = "docker"
@@ -159,7 +162,7 @@ func command(p InstalledParams) module.Command {
 	if pull == "" {
 		pull = "missing"
 	}
-	argv := []string{"/bin/sh", "-c", installScript, "sh", fmt.Sprint(p.Compose), source, verify, pull}
+	argv := []string{"/bin/sh", "-c", installScript, "sh", fmt.Sprint(p.Compose), source, verify, pull, mode}
 	return module.Command{Argv: append(argv, p.Users...)}
 }
 
@@ -167,54 +170,9 @@ func command(p InstalledParams) module.Command {
 // with docker.install_failed, docker.verify_failed, docker.user_not_found
 // or docker.failed.
 func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
-	var p InstalledParams
-	if err := module.DecodeParams(raw, &p); err != nil {
-		return module.Result{}, err
-	}
-	var v module.Values
-	users := make([]any, len(p.Users))
-	for i, u := range p.Users {
-		users[i] = u
-	}
-	v.Set("users", users)
-	if err := m.ValidateParams(v); err != nil {
-		return module.Result{}, err
-	}
-	switch {
-	case p.Source != "" && p.Source != "docker" && p.Source != "distro":
-		return module.Result{}, module.Invalid("source", "param \"source\" is %q; want docker or distro", p.Source)
-	case p.Verify != "" && p.Verify != "hello-world" && p.Verify != "daemon":
-		return module.Result{}, module.Invalid("verify", "param \"verify\" is %q; want hello-world or daemon", p.Verify)
-	case p.Pull != "" && p.Pull != "missing" && p.Pull != "never":
-		return module.Result{}, module.Invalid("pull", "param \"pull\" is %q; want missing or never", p.Pull)
-	}
-	res, err := t.Exec(ctx, command(p))
+	out, err := m.exec(ctx, raw, "apply", t)
 	if err != nil {
 		return module.Result{}, err
-	}
-	if res.ExitCode != 0 {
-		code := CodeFailed
-		switch res.ExitCode {
-		case 10:
-			code = CodeInstallFailed
-		case 11:
-			code = CodeVerifyFailed
-		case 12:
-			code = CodeUserNotFound
-		case 13:
-			code = CodeNestingRequired
-		case 14:
-			code = CodePullFailed
-		}
-		msg := strings.TrimSpace(string(res.Stderr))
-		if msg == "" {
-			msg = fmt.Sprintf("exit status %d", res.ExitCode)
-		}
-		return module.Result{}, &module.Error{Code: code, Message: msg}
-	}
-	out := bytes.TrimSpace(res.Stdout)
-	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
-		out = out[i+1:]
 	}
 	var r report
 	if err := json.Unmarshal(out, &r); err != nil {
@@ -236,4 +194,82 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 		"started_with":   r.StartedWith,
 		"pulled":         r.Pulled,
 	}}, nil
+}
+
+// Check asks the soul the questions Run asks (is the engine installed,
+// is the group there, are the users in it, does the engine answer, is
+// the hello-world image there) in one round trip, and changes nothing:
+// no install, no start, no pull, no container.
+func (m *Installed) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
+	out, err := m.exec(ctx, raw, "check", t)
+	if err != nil {
+		return module.Prediction{}, err
+	}
+	var p module.Prediction
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.SplitN(line, "\t", 4)
+		if len(f) == 4 && f[0] == "@change" {
+			p.Changes = append(p.Changes, client.Change{Kind: f[1], Action: f[2], Name: f[3]})
+		}
+	}
+	p.WouldChange = len(p.Changes) > 0
+	return p, nil
+}
+
+// exec runs the script in mode on the soul and returns its standard
+// output (the report last), or the error its exit status means.
+func (m *Installed) exec(ctx context.Context, raw json.RawMessage, mode string, t module.Target) ([]byte, error) {
+	var p InstalledParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	var v module.Values
+	users := make([]any, len(p.Users))
+	for i, u := range p.Users {
+		users[i] = u
+	}
+	v.Set("users", users)
+	if err := m.ValidateParams(v); err != nil {
+		return nil, err
+	}
+	switch {
+	case p.Source != "" && p.Source != "docker" && p.Source != "distro":
+		return nil, module.Invalid("source", "param \"source\" is %q; want docker or distro", p.Source)
+	case p.Verify != "" && p.Verify != "hello-world" && p.Verify != "daemon":
+		return nil, module.Invalid("verify", "param \"verify\" is %q; want hello-world or daemon", p.Verify)
+	case p.Pull != "" && p.Pull != "missing" && p.Pull != "never":
+		return nil, module.Invalid("pull", "param \"pull\" is %q; want missing or never", p.Pull)
+	}
+	res, err := t.Exec(ctx, command(p, mode))
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		code := CodeFailed
+		switch res.ExitCode {
+		case 10:
+			code = CodeInstallFailed
+		case 11:
+			code = CodeVerifyFailed
+		case 12:
+			code = CodeUserNotFound
+		case 13:
+			code = CodeNestingRequired
+		case 14:
+			code = CodePullFailed
+		}
+		msg := strings.TrimSpace(string(res.Stderr))
+		if msg == "" {
+			msg = fmt.Sprintf("exit status %d", res.ExitCode)
+		}
+		return nil, &module.Error{Code: code, Message: msg}
+	}
+	if mode == "check" {
+		return res.Stdout, nil
+	}
+	out := bytes.TrimSpace(res.Stdout)
+	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
+		out = out[i+1:]
+	}
+	return out, nil
 }

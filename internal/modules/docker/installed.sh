@@ -1,22 +1,31 @@
 # core.docker.installed, run as root with /bin/sh on the soul in one round
 # trip. Arguments: compose (true|false), source (docker|distro), verify
-# (hello-world|daemon), pull (missing|never), then the users to add to the
-# docker group (none:
+# (hello-world|daemon), pull (missing|never), mode (apply|check), then the
+# users to add to the docker group (none:
 # the connecting user, SUDO_USER under sudo, unless it is root). The last
 # line of standard output is a JSON report; errors go to standard error
 # with exit status 10 (install failed), 11 (verify failed), 12 (a user
 # does not exist), 13 (the host cannot run a container engine), 14 (the
-# hello-world image could not be pulled) or 1 (anything else).
+# hello-world image could not be pulled) or 1 (anything else). In check
+# mode nothing is changed: each change the apply would make is printed as
+# a line "@change <kind> <action> <name>" before the report.
 set -u
 umask 022
 cd /
-compose=$1 source=$2 verify=$3 pull=$4
-shift 4
+compose=$1 source=$2 verify=$3 pull=$4 mode=$5
+shift 5
 export DEBIAN_FRONTEND=noninteractive
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
 
 changed=false installed=false daemon_started=false users_added= started= pulled=false
+
+# would KIND ACTION NAME records, in check mode, a change the apply would
+# make.
+would() {
+	printf '@change\t%s\t%s\t%s\n' "$1" "$2" "$3"
+	changed=true
+}
 
 fail() {
 	code=$1
@@ -144,7 +153,10 @@ for u in "$@"; do
 	id -u "$u" >/dev/null 2>&1 || fail 12 "user $u does not exist"
 done
 
-if ! engine_present; then
+if ! engine_present && [ "$mode" = check ]; then
+	would package install "docker ($source)"
+	installed=true
+elif ! engine_present; then
 	install_docker
 	installed=true changed=true
 	docker --version >/dev/null 2>&1 || fail 10 "docker --version fails after the install"
@@ -153,11 +165,16 @@ fi
 
 if [ $# -gt 0 ]; then
 	if ! getent group docker >/dev/null; then
-		groupadd --system docker || fail 1 "groupadd docker failed"
-		changed=true
+		if [ "$mode" = check ]; then
+			would group create docker
+		else
+			groupadd --system docker || fail 1 "groupadd docker failed"
+			changed=true
+		fi
 	fi
 	for u in "$@"; do
 		if ! id -nG "$u" | tr ' ' '\n' | grep -qx docker; then
+			[ "$mode" = check ] && { would user add "$u (group docker)"; continue; }
 			usermod -aG docker "$u" || fail 1 "usermod -aG docker $u failed"
 			users_added="$users_added${users_added:+,}\"$u\""
 			changed=true
@@ -167,7 +184,18 @@ fi
 
 # Every run verifies: the engine must answer docker info (started when it
 # does not), and with verify hello-world the hello-world image must run
-# and greet.
+# and greet. A check asks the same questions and stops there.
+if [ "$mode" = check ]; then
+	if [ "$installed" = true ] || ! daemon_ok; then
+		would service start docker
+	elif [ "$verify" = hello-world ] && ! docker image inspect hello-world:latest >/dev/null 2>&1; then
+		[ "$pull" = never ] &&
+			fail 11 "no hello-world:latest image on the soul, and pull is never: load it first (docker load, or docker import), or use pull: missing or verify: daemon"
+		would image pull hello-world:latest
+	fi
+	printf '{"changed":%s}\n' "$changed"
+	exit 0
+fi
 if ! daemon_ok; then
 	if ! start_daemon; then
 		# A host that may not make network namespaces, bridges or

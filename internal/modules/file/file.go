@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/module"
 )
 
@@ -26,6 +27,7 @@ type Present struct{}
 var (
 	_ module.Module    = (*Present)(nil)
 	_ module.Validator = (*Present)(nil)
+	_ module.Checker   = (*Present)(nil)
 )
 
 // PresentParams are the params of core.file.present.
@@ -172,6 +174,63 @@ func sameMode(a, b string) bool {
 	return errA == nil && errB == nil && x == y
 }
 
+// decision is what the file needs, from its state now: whether its bytes
+// are written, and the mode, owner and group to set ("" where they are
+// right already).
+type decision struct {
+	content            []byte
+	before             fileState
+	write              bool
+	mode, owner, group string
+	secretContent      bool
+}
+
+func (d decision) none() bool { return !d.write && d.mode == "" && d.owner == "" && d.group == "" }
+
+// decide reads the file's state in one round trip (and a source file from
+// the keeper) and says what differs.
+func decide(ctx context.Context, run module.RunInfo, p PresentParams, t module.Target) (decision, error) {
+	var content []byte
+	switch {
+	case p.Content != nil:
+		content = []byte(*p.Content)
+	case p.Source != "":
+		b, err := module.ReadKeeperFile(ctx, t, p.Source)
+		if err != nil {
+			return decision{}, err
+		}
+		content = b
+	}
+	sum := sha256.Sum256(content)
+	want := hex.EncodeToString(sum[:])
+	before, err := stat(ctx, t, p.Path)
+	if err != nil {
+		return decision{}, err
+	}
+	d := decision{content: content, before: before, mode: p.Mode, owner: p.Owner, group: p.Group,
+		secretContent: p.Content != nil && run.SecretParam("content")}
+	d.write = !before.exists || ((p.Content != nil || p.Source != "") && before.sha256 != want)
+	if before.exists && d.mode != "" && sameMode(d.mode, before.mode) {
+		d.mode = ""
+	}
+	if before.exists && d.owner == before.owner {
+		d.owner = ""
+	}
+	if before.exists && d.group == before.group {
+		d.group = ""
+	}
+	return d, nil
+}
+
+// output is the module's output for the file in state s.
+func (d decision) output(path string, s fileState) map[string]any {
+	out := map[string]any{"path": path, "size": s.size, "mode": fmt.Sprintf("%04s", s.mode), "owner": s.owner, "group": s.group}
+	if !d.secretContent {
+		out["sha256"] = s.sha256
+	}
+	return out
+}
+
 // Run makes the file match: it reads the file's state in one round trip
 // and writes only what differs, so an unchanged file costs one command.
 // When run says content carries a secret, the output has no sha256.
@@ -180,59 +239,94 @@ func (*Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
 	}
-	var content []byte
-	switch {
-	case p.Content != nil:
-		content = []byte(*p.Content)
-	case p.Source != "":
-		b, err := module.ReadKeeperFile(ctx, t, p.Source)
-		if err != nil {
-			return module.Result{}, err
-		}
-		content = b
-	}
-	sum := sha256.Sum256(content)
-	want := hex.EncodeToString(sum[:])
-	before, err := stat(ctx, t, p.Path)
+	d, err := decide(ctx, run, p, t)
 	if err != nil {
 		return module.Result{}, err
 	}
-	write := !before.exists || ((p.Content != nil || p.Source != "") && before.sha256 != want)
-	mode, owner, group := p.Mode, p.Owner, p.Group
-	if before.exists && mode != "" && sameMode(mode, before.mode) {
-		mode = ""
-	}
-	if before.exists && owner == before.owner {
-		owner = ""
-	}
-	if before.exists && group == before.group {
-		group = ""
-	}
-	secretContent := p.Content != nil && run.SecretParam("content")
-	output := func(s fileState) map[string]any {
-		out := map[string]any{"path": p.Path, "size": s.size, "mode": fmt.Sprintf("%04s", s.mode), "owner": s.owner, "group": s.group}
-		if !secretContent {
-			out["sha256"] = s.sha256
-		}
-		return out
-	}
-	if !write && mode == "" && owner == "" && group == "" {
-		return module.Result{Changed: false, Output: output(before)}, nil
+	if d.none() {
+		return module.Result{Changed: false, Output: d.output(p.Path, d.before)}, nil
 	}
 	w := "0"
-	if write {
+	if d.write {
 		w = "1"
 	}
-	res, err := t.Exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", writeScript, "sh", p.Path, mode, owner, group, w}, Stdin: content})
+	res, err := t.Exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", writeScript, "sh", p.Path, d.mode, d.owner, d.group, w}, Stdin: d.content})
 	if err != nil {
 		return module.Result{}, err
 	}
 	if res.ExitCode != 0 {
-		return module.Result{Changed: write}, &module.Error{Code: "file.write_failed", Message: fmt.Sprintf("%s: %s", p.Path, strings.TrimSpace(string(res.Stderr)))}
+		return module.Result{Changed: d.write}, &module.Error{Code: "file.write_failed", Message: fmt.Sprintf("%s: %s", p.Path, strings.TrimSpace(string(res.Stderr)))}
 	}
 	after, err := stat(ctx, t, p.Path)
 	if err != nil {
 		return module.Result{Changed: true}, err
 	}
-	return module.Result{Changed: true, Output: output(after)}, nil
+	return module.Result{Changed: true, Output: d.output(p.Path, after)}, nil
+}
+
+// maxDiffBytes bounds the old and new content a check diffs; larger
+// files get a note instead of a diff.
+const maxDiffBytes = 256 << 10
+
+// Check reads the file's state as Run does and says what Run would
+// write or set; for content it would rewrite, a unified diff of the text
+// (one more round trip to read the old content), unless the content
+// comes from a secret or either side is binary or large.
+func (*Present) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
+	var p PresentParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Prediction{}, err
+	}
+	d, err := decide(ctx, run, p, t)
+	if err != nil {
+		return module.Prediction{}, err
+	}
+	if d.none() {
+		return module.Prediction{Output: d.output(p.Path, d.before), OutputKnown: true}, nil
+	}
+	var changes []client.Change
+	if d.write {
+		c := client.Change{Kind: "file", Action: "update", Name: p.Path}
+		if !d.before.exists {
+			c.Action = "create"
+		}
+		switch {
+		case d.secretContent:
+			c.Note = "the content comes from a secret: no diff is shown"
+		case len(d.content) > maxDiffBytes || d.before.size > maxDiffBytes:
+			c.Note = fmt.Sprintf("%d bytes now, %d after: too large to diff", d.before.size, len(d.content))
+		default:
+			var old []byte
+			if d.before.exists {
+				res, err := t.Exec(ctx, module.Command{Argv: []string{"cat", "--", p.Path}})
+				if err != nil {
+					return module.Prediction{}, err
+				}
+				if res.ExitCode != 0 {
+					return module.Prediction{}, &module.Error{Code: "file.stat_failed", Message: fmt.Sprintf("%s: read: %s", p.Path, strings.TrimSpace(string(res.Stderr)))}
+				}
+				old = res.Stdout
+			}
+			if diff, ok := module.UnifiedDiff(p.Path, old, d.content, d.before.exists); ok {
+				c.Diff = diff
+			} else {
+				c.Note = "binary content: no diff is shown"
+			}
+		}
+		changes = append(changes, c)
+	}
+	if d.mode != "" {
+		before := ""
+		if d.before.exists {
+			before = fmt.Sprintf("%04s", d.before.mode)
+		}
+		changes = append(changes, client.Change{Kind: "file", Action: "update", Name: p.Path + " (mode)", Before: before, After: fmt.Sprintf("%04s", strings.TrimLeft(d.mode, "0"))})
+	}
+	if d.owner != "" {
+		changes = append(changes, client.Change{Kind: "file", Action: "update", Name: p.Path + " (owner)", Before: d.before.owner, After: d.owner})
+	}
+	if d.group != "" {
+		changes = append(changes, client.Change{Kind: "file", Action: "update", Name: p.Path + " (group)", Before: d.before.group, After: d.group})
+	}
+	return module.Prediction{WouldChange: true, Changes: changes}, nil
 }

@@ -101,27 +101,10 @@ states() {
 APT_OPTS='-y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold'
 `
 
-// aptInstallScript installs the packages given as the arguments after the
-// first (name[:arch][=version]) that apt has a candidate for. $1 is the
-// refresh (see refresh): 1 runs apt-get update first; 2 runs it once, and
-// looks again, when a package has no candidate. Besides the lines of
-// aptCommon it prints
-//
-//	@updated                        the lists were refreshed
-//	@update_failed <errors>         apt-get update (1) failed; nothing else ran
-//	@retry_update_failed <errors>   apt-get update (2) failed; the rest ran
-//	                                on the lists as they are after it
-//	@unknown <package>              apt has no candidate for the package
-//	@failed <package> <errors>      the package alone failed to install
-const aptInstallScript = aptCommon + `refresh=$1
-shift
-check_locks
-update() {
-	apt_run apt-get update -q || return 1
-	mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/update-success-stamp
-	echo '@updated'
-}
-# lookup sets ok (the packages apt has a candidate for), names (their names
+// aptLookup is the shell function that decides which packages apt has a
+// candidate for, in the package lists as they are: install and check use
+// the same one.
+const aptLookup = `# lookup sets ok (the packages apt has a candidate for), names (their names
 # without versions) and unknown (the others).
 lookup() {
 	ok= names= unknown=
@@ -138,6 +121,37 @@ lookup() {
 			unknown="$unknown $p"
 		fi
 	done
+}
+`
+
+// aptCandidatesScript prints "@cand <package>" for every package given
+// that apt has a candidate for in the lists as they are, and changes
+// nothing (a check's probe).
+const aptCandidatesScript = `export LC_ALL=C
+` + aptLookup + `lookup "$@"
+for p in $ok; do printf '@cand\t%s\n' "$p"; done
+exit 0
+`
+
+// aptInstallScript installs the packages given as the arguments after the
+// first (name[:arch][=version]) that apt has a candidate for. $1 is the
+// refresh (see refresh): 1 runs apt-get update first; 2 runs it once, and
+// looks again, when a package has no candidate. Besides the lines of
+// aptCommon it prints
+//
+//	@updated                        the lists were refreshed
+//	@update_failed <errors>         apt-get update (1) failed; nothing else ran
+//	@retry_update_failed <errors>   apt-get update (2) failed; the rest ran
+//	                                on the lists as they are after it
+//	@unknown <package>              apt has no candidate for the package
+//	@failed <package> <errors>      the package alone failed to install
+const aptInstallScript = aptCommon + aptLookup + `refresh=$1
+shift
+check_locks
+update() {
+	apt_run apt-get update -q || return 1
+	mkdir -p /var/lib/apt/periodic && touch /var/lib/apt/periodic/update-success-stamp
+	echo '@updated'
 }
 if [ "$refresh" = 1 ] && ! update; then
 	printf '@update_failed\t%s\n' "$(errors_of)"
@@ -180,6 +194,27 @@ fi
 states "$@"
 exit 0
 `
+
+func (apt) candidates(ctx context.Context, t module.Target, pkgs []spec) ([]string, error) {
+	args := []string{"/bin/sh", "-c", aptCandidatesScript, "sh"}
+	for _, s := range pkgs {
+		args = append(args, s.raw)
+	}
+	res, err := t.Exec(ctx, module.Command{Argv: args})
+	if err != nil {
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		return nil, &module.Error{Code: CodeProtocol, Message: fmt.Sprintf("look up candidates: exit status %d: %s", res.ExitCode, command.Tail(res.Stderr, res.Stdout))}
+	}
+	var out []string
+	for _, f := range lines(res.Stdout) {
+		if f[0] == "@cand" && len(f) == 2 {
+			out = append(out, f[1])
+		}
+	}
+	return out, nil
+}
 
 func (apt) query(ctx context.Context, t module.Target, pkgs []spec) (snapshot, error) {
 	args := []string{"/bin/sh", "-c", aptQueryScript, "sh"}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/module"
 )
 
@@ -48,6 +49,9 @@ type manager interface {
 	// remove removes pkgs (and their configuration files when purge is
 	// set), or returns a *lockedError like install.
 	remove(ctx context.Context, t module.Target, pkgs []spec, purge bool) (outcome, error)
+	// candidates returns the specs (raw) of pkgs the package manager has
+	// a candidate for in its lists as they are, changing nothing.
+	candidates(ctx context.Context, t module.Target, pkgs []spec) ([]string, error)
 }
 
 // refresh says when install refreshes the package lists.
@@ -267,20 +271,29 @@ func (p lockPolicy) whileLocked(ctx context.Context, f func() error) error {
 	}
 }
 
+// cacheValidity is cache_valid_time as a duration.
+func cacheValidity(p InstalledParams) (time.Duration, error) {
+	if p.CacheValidTime == "" {
+		// cache_valid_time declares its default as DefaultDoc: the
+		// planned params do not carry it.
+		p.CacheValidTime = DefaultCacheValidTime
+	}
+	d, err := time.ParseDuration(p.CacheValidTime)
+	if err != nil {
+		return 0, module.Invalid("cache_valid_time", "param \"cache_valid_time\" must be a duration such as \"1h\", got %q", p.CacheValidTime)
+	}
+	return d, nil
+}
+
 // install is core.pkg.installed on any manager.
 func install(ctx context.Context, m manager, t module.Target, p InstalledParams) (module.Result, error) {
 	lock, err := newLockPolicy(p.LockRetries, p.LockRetryDelay)
 	if err != nil {
 		return module.Result{}, err
 	}
-	if p.CacheValidTime == "" {
-		// cache_valid_time declares its default as DefaultDoc: the
-		// planned params do not carry it.
-		p.CacheValidTime = DefaultCacheValidTime
-	}
-	cacheValid, err := time.ParseDuration(p.CacheValidTime)
+	cacheValid, err := cacheValidity(p)
 	if err != nil {
-		return module.Result{}, module.Invalid("cache_valid_time", "param \"cache_valid_time\" must be a duration such as \"1h\", got %q", p.CacheValidTime)
+		return module.Result{}, err
 	}
 	specs := specsOf(p.Packages)
 	snap, err := m.query(ctx, t, specs)
@@ -358,6 +371,81 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 		return module.Result{Output: out.value()}, e
 	}
 	return module.Result{Changed: changed, Output: out.value()}, nil
+}
+
+// installCheck is core.pkg.installed's check: the query install starts
+// with, and for the missing packages a look at the package lists as they
+// are. A missing package apt has a candidate for would be installed (a
+// change); when none has one, a run that refreshes the lists first
+// (update) may find them, which a check cannot know without refreshing,
+// and one that does not fails as install would.
+func installCheck(ctx context.Context, m manager, t module.Target, p InstalledParams) (module.Prediction, error) {
+	if _, err := cacheValidity(p); err != nil {
+		return module.Prediction{}, err
+	}
+	specs := specsOf(p.Packages)
+	snap, err := m.query(ctx, t, specs)
+	if err != nil {
+		return module.Prediction{}, err
+	}
+	out := installOutput{Status: "ok", Installed: []string{}, AlreadyInstalled: []string{}, Failed: []string{}, Reasons: map[string]string{}}
+	var missing []spec
+	for _, s := range specs {
+		if snap.states.installed(s) {
+			out.AlreadyInstalled = append(out.AlreadyInstalled, s.raw)
+		} else {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) == 0 {
+		return module.Prediction{Output: out.value(), OutputKnown: true}, nil
+	}
+	found, err := m.candidates(ctx, t, missing)
+	if err != nil {
+		return module.Prediction{}, err
+	}
+	var changes []client.Change
+	var absent []string
+	for _, s := range missing {
+		if slices.Contains(found, s.raw) {
+			changes = append(changes, client.Change{Kind: "package", Action: "install", Name: s.raw})
+		} else {
+			absent = append(absent, s.raw)
+		}
+	}
+	switch {
+	case len(changes) > 0:
+		return module.Prediction{WouldChange: true, Changes: changes}, nil
+	case p.Update:
+		return module.Prediction{Unknown: fmt.Sprintf("apt has no candidate for %s in the package lists as they are; the run refreshes them (update) before it looks, which a check does not do", strings.Join(absent, ", "))}, nil
+	}
+	return module.Prediction{}, &module.Error{Code: CodePackageNotFound, Message: "nothing would be installed: " + notFound(strings.Join(absent, ", "), false, false, "")}
+}
+
+// removeCheck is core.pkg.removed's check: the query remove starts with.
+func removeCheck(ctx context.Context, m manager, t module.Target, p RemovedParams) (module.Prediction, error) {
+	specs := specsOf(p.Packages)
+	snap, err := m.query(ctx, t, specs)
+	if err != nil {
+		return module.Prediction{}, err
+	}
+	out := removeOutput{Status: "ok", Removed: []string{}, AlreadyAbsent: []string{}, Failed: []string{}, Reasons: map[string]string{}}
+	action := "remove"
+	if p.Purge {
+		action = "purge"
+	}
+	var changes []client.Change
+	for _, s := range specs {
+		if snap.states.present(s, p.Purge) {
+			changes = append(changes, client.Change{Kind: "package", Action: action, Name: s.raw})
+		} else {
+			out.AlreadyAbsent = append(out.AlreadyAbsent, s.raw)
+		}
+	}
+	if len(changes) == 0 {
+		return module.Prediction{Output: out.value(), OutputKnown: true}, nil
+	}
+	return module.Prediction{WouldChange: true, Changes: changes}, nil
 }
 
 // notFound says that apt has no installation candidate for what (a

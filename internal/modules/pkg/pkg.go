@@ -52,6 +52,8 @@ var (
 	_ module.Validator = (*Installed)(nil)
 	_ module.Module    = (*Removed)(nil)
 	_ module.Validator = (*Removed)(nil)
+	_ module.Checker   = (*Installed)(nil)
+	_ module.Checker   = (*Removed)(nil)
 )
 
 // InstalledParams are the params of core.pkg.installed.
@@ -140,6 +142,16 @@ func (*Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	return install(ctx, apt{}, t, p)
 }
 
+// Check says which missing packages would be installed, changing nothing
+// (the package lists are not refreshed).
+func (*Installed) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
+	var p InstalledParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Prediction{}, err
+	}
+	return installCheck(ctx, apt{}, t, p)
+}
+
 // Info returns the declaration of core.pkg.removed.
 func (*Removed) Info() module.Info {
 	return module.Info{
@@ -180,6 +192,15 @@ func (*Removed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 		return module.Result{}, err
 	}
 	return remove(ctx, apt{}, t, p)
+}
+
+// Check says which of the packages would be removed.
+func (*Removed) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
+	var p RemovedParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Prediction{}, err
+	}
+	return removeCheck(ctx, apt{}, t, p)
 }
 
 // packageRE is a Debian package name (policy 5.6.1), optionally with an

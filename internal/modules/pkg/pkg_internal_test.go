@@ -29,6 +29,18 @@ func (f *fakeManager) query(context.Context, module.Target, []spec) (snapshot, e
 	return f.snap, nil
 }
 
+// candidates says every package has one, unless the outcome lists it not
+// found.
+func (f *fakeManager) candidates(_ context.Context, _ module.Target, pkgs []spec) ([]string, error) {
+	var out []string
+	for _, s := range pkgs {
+		if !slices.Contains(f.outcome.notFound, s.raw) {
+			out = append(out, s.raw)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeManager) install(_ context.Context, _ module.Target, _ []spec, r refresh) (outcome, error) {
 	f.installs = append(f.installs, r)
 	if f.locked > 0 {

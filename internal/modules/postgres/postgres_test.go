@@ -252,7 +252,7 @@ chmod 0755 /usr/local/sbin/apt-get /usr/local/sbin/curl`)
 	p := params(pass2, false)
 	p["pg_version"] = "17"
 	_, _, err = run(t, tg, p)
-	if module.Code(err) != postgres.CodeInstallFailed || !strings.Contains(err.Error(), "PostgreSQL apt repository key") {
+	if module.Code(err) != postgres.CodeInstallFailed || !strings.Contains(err.Error(), "postgresql-17 is not in this distribution's archive") || !strings.Contains(err.Error(), "apt.postgresql.org") {
 		t.Fatalf("pg_version 17 offline: %v (code %s)", err, module.Code(err))
 	}
 

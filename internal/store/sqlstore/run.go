@@ -15,7 +15,7 @@ import (
 var _ store.RunStore = (*Store)(nil)
 
 const runCols = `id, key, digest, name, scenario, input_sealed, input_masked, phase, error_code, error_message, timeout_ms,
-	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested`
+	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode`
 
 func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var r store.Run
@@ -24,7 +24,7 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var timeoutMS int64
 	var started, finished, heartbeat sql.NullTime
 	err := row.Scan(&r.ID, &key, &r.Digest, &r.Name, &r.Scenario, &r.InputSealed, &inputMasked, &r.Phase, &r.ErrorCode, &r.ErrorMsg, &timeoutMS,
-		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested)
+		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode)
 	r.Key, r.Owner = key.String, owner.String
 	r.InputMasked, r.Outputs = json.RawMessage(inputMasked), json.RawMessage(outputs)
 	r.Timeout = time.Duration(timeoutMS) * time.Millisecond
@@ -62,12 +62,15 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (_ store
 		}
 	}
 	r.Phase = store.PhasePending
+	if r.Mode == "" {
+		r.Mode = "apply"
+	}
 	r.CreatedAt = s.stamp()
 	r.CreatedBy = string(p.Actor)
 	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO runs (id, key, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ID, nullString(r.Key), r.Digest, r.Name, r.Scenario, r.InputSealed, jsonText(r.InputMasked), r.Phase, r.Timeout.Milliseconds(), r.CreatedBy, r.CreatedAt)
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO runs (id, key, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at, mode)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ID, nullString(r.Key), r.Digest, r.Name, r.Scenario, r.InputSealed, jsonText(r.InputMasked), r.Phase, r.Timeout.Milliseconds(), r.CreatedBy, r.CreatedAt, r.Mode)
 		if s.dialect.Classify(err) == UniqueViolation {
 			return record{}, &store.Error{Err: store.ErrExists, Kind: "run", Key: r.Key}
 		}
@@ -82,7 +85,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (_ store
 		// No digest: equal digests would tell any audit reader that two
 		// runs had the same input, a guess of a secret input included.
 		return record{action: "run.started", object: "run/" + r.ID, payload: map[string]any{
-			"id": r.ID, "key": r.Key, "name": r.Name, "timeout": r.Timeout.String(), "input": r.InputMasked,
+			"id": r.ID, "key": r.Key, "name": r.Name, "mode": r.Mode, "timeout": r.Timeout.String(), "input": r.InputMasked,
 		}}, nil
 	})
 	if errors.Is(err, store.ErrExists) && r.Key != "" {
@@ -176,7 +179,7 @@ func (s *Store) RunSteps(ctx context.Context, id string) (_ []store.RunStep, _ [
 	if err := rows.Err(); err != nil {
 		return nil, nil, err
 	}
-	trows, err := s.db.QueryContext(ctx, s.q(`SELECT run_id, step_index, sid, status, changed, output, error_code, error_message, attempts, duration_ms FROM run_targets WHERE run_id = ? ORDER BY step_index, sid`), id)
+	trows, err := s.db.QueryContext(ctx, s.q(`SELECT run_id, step_index, sid, status, changed, output, error_code, error_message, attempts, duration_ms, unknown, changes FROM run_targets WHERE run_id = ? ORDER BY step_index, sid`), id)
 	if err != nil {
 		return nil, nil, fmt.Errorf("run %s targets: %w", id, err)
 	}
@@ -184,11 +187,14 @@ func (s *Store) RunSteps(ctx context.Context, id string) (_ []store.RunStep, _ [
 	targets := []store.RunTarget{}
 	for trows.Next() {
 		var t store.RunTarget
-		var output string
-		if err := trows.Scan(&t.RunID, &t.StepIndex, &t.SID, &t.Status, &t.Changed, &output, &t.ErrorCode, &t.ErrorMsg, &t.Attempts, &t.DurationMS); err != nil {
+		var output, changes string
+		if err := trows.Scan(&t.RunID, &t.StepIndex, &t.SID, &t.Status, &t.Changed, &output, &t.ErrorCode, &t.ErrorMsg, &t.Attempts, &t.DurationMS, &t.Unknown, &changes); err != nil {
 			return nil, nil, fmt.Errorf("run %s targets: %w", id, err)
 		}
 		t.Output = json.RawMessage(output)
+		if changes != "null" {
+			t.Changes = json.RawMessage(changes)
+		}
 		targets = append(targets, t)
 	}
 	return steps, targets, trows.Err()
@@ -253,16 +259,21 @@ func (s *Store) RunStepSave(ctx context.Context, st store.RunStep) (err error) {
 	return nil
 }
 
-const saveTargetSQL = `INSERT INTO run_targets (run_id, step_index, sid, status, changed, output, error_code, error_message, attempts, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+const saveTargetSQL = `INSERT INTO run_targets (run_id, step_index, sid, status, changed, output, error_code, error_message, attempts, duration_ms, unknown, changes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (run_id, step_index, sid) DO UPDATE SET status = excluded.status, changed = excluded.changed, output = excluded.output,
-		error_code = excluded.error_code, error_message = excluded.error_message, attempts = excluded.attempts, duration_ms = excluded.duration_ms`
+		error_code = excluded.error_code, error_message = excluded.error_message, attempts = excluded.attempts, duration_ms = excluded.duration_ms,
+		unknown = excluded.unknown, changes = excluded.changes`
 
 func targetArgs(t store.RunTarget) []any {
 	output := string(t.Output)
 	if output == "" {
 		output = "null"
 	}
-	return []any{t.RunID, t.StepIndex, t.SID, t.Status, t.Changed, output, t.ErrorCode, t.ErrorMsg, t.Attempts, t.DurationMS}
+	changes := string(t.Changes)
+	if changes == "" {
+		changes = "null"
+	}
+	return []any{t.RunID, t.StepIndex, t.SID, t.Status, t.Changed, output, t.ErrorCode, t.ErrorMsg, t.Attempts, t.DurationMS, t.Unknown, changes}
 }
 
 // RunTargetSave inserts or replaces one target's result.

@@ -1,0 +1,32 @@
+package module
+
+import (
+	"bytes"
+	"unicode/utf8"
+
+	"github.com/pmezard/go-difflib/difflib"
+)
+
+// UnifiedDiff returns a unified diff (three lines of context) from old to
+// new of the file at path, as diff -u prints it; existed false diffs from
+// /dev/null. ok is false when either side is not text (not UTF-8, or
+// holds NUL bytes), which has no useful diff.
+func UnifiedDiff(path string, old, new []byte, existed bool) (diff string, ok bool) {
+	for _, b := range [][]byte{old, new} {
+		if !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
+			return "", false
+		}
+	}
+	from := "a" + path
+	if !existed {
+		from = "/dev/null"
+	}
+	d, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
+		A: difflib.SplitLines(string(old)), B: difflib.SplitLines(string(new)),
+		FromFile: from, ToFile: "b" + path, Context: 3,
+	})
+	if err != nil {
+		return "", false
+	}
+	return d, true
+}
