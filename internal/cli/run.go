@@ -29,6 +29,7 @@ func (a *app) runCommand() *cobra.Command {
 		timeout     string
 		waitTimeout string
 		detach      bool
+		check       checkOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "run FILE",
@@ -47,14 +48,22 @@ sets one key on top of it. A value that is valid JSON is taken as JSON
 (count=3, packages='["git","curl"]', debug=true), anything else as a string
 (name=web); quote a number to pass it as a string: version='"1.10"'.
 
+--check makes a check run: every module asks its deciding questions only
+and says per soul what an apply would change (would change, or unknown and
+why), changing nothing on any soul or cloud; the plan is printed after the
+recap, with unified diffs of files under --diff.
+
 Exit codes: 0 when the run Succeeded, 2 when it Failed or was Cancelled (or
 on a usage error), 3 when --wait-timeout passed first (the run goes on), 4
 when the keeper refused the scenario or its input, 1 for any other error.
+With --check --exit-code (terraform plan -detailed-exitcode): 0 nothing
+would change, 2 changes pending (or unknown), 1 the check failed.
 With -o json nothing is shown while the run goes; the finished run is
 printed as JSON.`,
 		Example: `  soulctl run hello.yaml
   soulctl run install.yaml --input packages='["git","curl"]' --input-file in.json --key install-7 --timeout 30m
-  soulctl run hello.yaml --detach`,
+  soulctl run hello.yaml --detach
+  soulctl run install.yaml --check --diff --exit-code`,
 		Args: exactArgs("FILE"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			var serverTimeout, wait time.Duration
@@ -74,6 +83,11 @@ printed as JSON.`,
 				return err
 			}
 			in.Key = key
+			if check.check {
+				in.Mode = client.RunCheck
+			} else if check.diff || check.exitCode {
+				return usageErrorf("--diff and --exit-code go with --check")
+			}
 			if serverTimeout > 0 {
 				in.Timeout = serverTimeout.String()
 			}
@@ -94,7 +108,7 @@ printed as JSON.`,
 			if detach {
 				return p.print(run, text(run.ID+"\n"))
 			}
-			return a.waitRun(cmd.Context(), c, run, p, wait, "--wait-timeout", true)
+			return a.waitRun(cmd.Context(), c, run, p, wait, "--wait-timeout", true, check)
 		}),
 	}
 	fs := cmd.Flags()
@@ -104,6 +118,9 @@ printed as JSON.`,
 	fs.StringVar(&timeout, "timeout", "", "server-side timeout of the run, e.g. 15m (the keeper's default when empty)")
 	fs.StringVar(&waitTimeout, "wait-timeout", "", "stop waiting after this long and exit 3; the run goes on (default: wait until it ends)")
 	fs.BoolVar(&detach, "detach", false, "print the run's id as soon as it is accepted and exit")
+	fs.BoolVar(&check.check, "check", false, "check run: say what an apply would change, change nothing")
+	fs.BoolVar(&check.diff, "diff", false, "with --check: show files' changes as unified diffs")
+	fs.BoolVar(&check.exitCode, "exit-code", false, "with --check: exit 0 when nothing would change, 2 when changes are pending, 1 on error")
 	return cmd
 }
 
@@ -207,7 +224,7 @@ func (a *app) refused(err error, file string) error {
 // set (live on a terminal), then prints the recap, or with -o json the
 // finished run. It stops waiting after wait (none when 0), naming flag in
 // the message. The error carries the exit code of the run's phase.
-func (a *app) waitRun(ctx context.Context, c *client.Client, run *client.Run, p *printer, wait time.Duration, flag string, showEvents bool) error {
+func (a *app) waitRun(ctx context.Context, c *client.Client, run *client.Run, p *printer, wait time.Duration, flag string, showEvents bool, check checkOptions) error {
 	wctx := ctx
 	if wait > 0 {
 		var cancel context.CancelFunc
@@ -238,8 +255,15 @@ func (a *app) waitRun(ctx context.Context, c *client.Client, run *client.Run, p 
 	default:
 		return err
 	}
-	if err := p.print(final, text(recap(final))); err != nil {
+	out := recap(final)
+	if final.Mode == client.RunCheck {
+		out += planText(final, check.diff)
+	}
+	if err := p.print(final, text(out)); err != nil {
 		return err
+	}
+	if final.Mode == client.RunCheck && check.exitCode {
+		return checkExit(final)
 	}
 	return phaseExit(final, p.json)
 }

@@ -189,7 +189,7 @@ Cancelled, 3 when --timeout passed first (the run goes on), 1 on other errors.`,
 			if err != nil {
 				return err
 			}
-			return a.waitRun(cmd.Context(), c, r, p, wait, "--timeout", false)
+			return a.waitRun(cmd.Context(), c, r, p, wait, "--timeout", false, checkOptions{})
 		}),
 	}
 	cmd.Flags().StringVar(&timeout, "timeout", "", "stop waiting after this long and exit 3 (default: wait until the run ends)")

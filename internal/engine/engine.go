@@ -525,7 +525,20 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		vars.Soul = soulVar(so)
 	}
 	if r.check {
-		if why := r.unknownUse(s, "when", "params"); why != "" {
+		// when first: a step whose when is known and false is skipped,
+		// whatever its params would need.
+		if why := r.unknownUse(s, "when"); why != "" {
+			res.status, res.unknown, res.outputUnknown = client.TargetUnknown, why, true
+			return res
+		}
+		if ok, err := s.Enabled(ctx, vars); err != nil || !ok {
+			if err != nil {
+				return fail(res, err)
+			}
+			res.status = client.TargetSkipped
+			return res
+		}
+		if why := r.unknownUse(s, "params"); why != "" {
 			res.status, res.unknown, res.outputUnknown = client.TargetUnknown, why, true
 			return res
 		}

@@ -75,6 +75,7 @@ type runStartInput struct {
 	Key      string         `json:"key,omitempty" jsonschema:"Re-run key: the same key with the same scenario and input returns the existing run instead of running again; the same key with other content is refused (run.key_conflict). Give one so that a retried call does not run twice."`
 	Timeout  string         `json:"timeout,omitempty" jsonschema:"Server-side timeout as a Go duration such as 15m (the default) or 2h; at most 24h."`
 	File     string         `json:"file,omitempty" jsonschema:"File name used in validation problems."`
+	Mode     client.RunMode `json:"mode,omitempty" jsonschema:"apply (the default) or check: a check run changes nothing and says per soul what an apply would change (would_change, or unknown and why)."`
 }
 
 type runStarted struct {
@@ -163,9 +164,10 @@ func (s *Server) addTools() {
 
 	add(s, toolSpec{name: "run_start", title: "Start a run", write: true, perm: auth.RunCreate,
 		description: "Start a run of a scenario with an input; returns at once with the run (phase Pending or Running). Follow it with run_wait. " +
+			"mode check asks what an apply would change and changes nothing. " +
 			"Needs a keeper that allows writes over MCP and a token with run.create (and cloud.* for keeper-side cloud steps). Refusals: mcp.writes_disabled, auth.forbidden, scenario.invalid (with every problem located), run.key_conflict."},
 		func(ctx context.Context, c call, in runStartInput) (*runStarted, error) {
-			r, created, err := c.c.RunCreate(ctx, client.RunCreate{Scenario: in.Scenario, Input: in.Input, Key: in.Key, Timeout: in.Timeout, File: in.File})
+			r, created, err := c.c.RunCreate(ctx, client.RunCreate{Scenario: in.Scenario, Input: in.Input, Key: in.Key, Timeout: in.Timeout, File: in.File, Mode: in.Mode})
 			if err != nil {
 				return nil, err
 			}

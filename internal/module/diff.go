@@ -22,11 +22,24 @@ func UnifiedDiff(path string, old, new []byte, existed bool) (diff string, ok bo
 		from = "/dev/null"
 	}
 	d, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(string(old)), B: difflib.SplitLines(string(new)),
+		A: lines(old), B: lines(new),
 		FromFile: from, ToFile: "b" + path, Context: 3,
 	})
 	if err != nil {
 		return "", false
 	}
 	return d, true
+}
+
+// lines splits text into lines that keep their newlines; empty text has
+// none (difflib.SplitLines would give one empty line).
+func lines(b []byte) []string {
+	if len(b) == 0 {
+		return nil
+	}
+	l := difflib.SplitLines(string(b))
+	if l[len(l)-1] == "" {
+		l = l[:len(l)-1]
+	}
+	return l
 }

@@ -328,7 +328,9 @@ func testAuditAttacks(t *testing.T, b testdb.Backend) {
 func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 	s := b.Open(t)
 	db := s.DB()
-	for _, q := range []string{ // 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
+	for _, q := range []string{ // 00021, run modes, 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
+		`ALTER TABLE run_targets DROP COLUMN changes`, `ALTER TABLE run_targets DROP COLUMN unknown`, `ALTER TABLE runs DROP COLUMN mode`,
+		`DELETE FROM goose_db_version WHERE version_id = 21`,
 		`DROP TABLE web_sessions`, `DELETE FROM goose_db_version WHERE version_id = 20`,
 		`ALTER TABLE soul_seeds DROP COLUMN secret_inputs`, `DELETE FROM goose_db_version WHERE version_id = 19`,
 		`DROP INDEX souls_status_sid`, `DROP INDEX souls_provider_sid`, `DROP INDEX IF EXISTS souls_attributes`, `DELETE FROM goose_db_version WHERE version_id = 16`,
@@ -369,8 +371,8 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	applied, err := b.Migrate(ctx, db)
-	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11, 16, 19, 20}) {
-		t.Fatalf("migrate = %v, %v; want [6 8 10 11 16 19 20]", applied, err)
+	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11, 16, 19, 20, 21}) {
+		t.Fatalf("migrate = %v, %v; want [6 8 10 11 16 19 20 21]", applied, err)
 	}
 	head, err := s.AuditHead(ctx)
 	if err != nil || head.KeyedFrom != 4 {
