@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -33,7 +34,10 @@ type VM struct {
 	// ClientKey is the private key (OpenSSH PEM) the VM authorizes for
 	// its SSH user, for tests that register the VM as a soul.
 	ClientKey []byte
-	client    *sshx.Client
+	// StateDir is the driver's state dir, which holds the VM's writable
+	// layer (see UpperDir).
+	StateDir string
+	client   *sshx.Client
 
 	mu   sync.Mutex
 	cmds []module.Command
@@ -168,8 +172,13 @@ func NewVMWith(t *testing.T, o VMOptions) *VM {
 		t.Fatalf("ssh to the VM: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &VM{VM: vms[0], ClientKey: clientKey, client: c}
+	return &VM{VM: vms[0], ClientKey: clientKey, StateDir: dir, client: c}
 }
+
+// UpperDir is the writable layer of a VM on a base: every file the VM
+// writes lands there, so comparing it before and after shows whether a
+// command changed the VM's filesystem.
+func (v *VM) UpperDir() string { return filepath.Join(v.StateDir, "vms", v.ID, "upper") }
 
 // SID returns the VM's FQDN.
 func (v *VM) SID() string { return v.FQDN }

@@ -103,15 +103,16 @@ APT_OPTS='-y -q -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-co
 
 // aptLookup is the shell function that decides which packages apt has a
 // candidate for, in the package lists as they are: install and check use
-// the same one.
+// the same one. $cache_opts are apt-cache's options (a check keeps the
+// caches apt-cache would write in memory).
 const aptLookup = `# lookup sets ok (the packages apt has a candidate for), names (their names
 # without versions) and unknown (the others).
 lookup() {
 	ok= names= unknown=
 	for p in "$@"; do
 		case $p in
-		*=*) c=$(apt-cache show --no-all-versions "$p" 2>/dev/null | grep -m 1 '^Version:') ;;
-		*) c=$(apt-cache policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p' | head -n 1)
+		*=*) c=$(apt-cache $cache_opts show --no-all-versions "$p" 2>/dev/null | grep -m 1 '^Version:') ;;
+		*) c=$(apt-cache $cache_opts policy "$p" 2>/dev/null | sed -n 's/^ *Candidate: //p' | head -n 1)
 		   [ "$c" = '(none)' ] && c= ;;
 		esac
 		if [ -n "$c" ]; then
@@ -128,6 +129,7 @@ lookup() {
 // that apt has a candidate for in the lists as they are, and changes
 // nothing (a check's probe).
 const aptCandidatesScript = `export LC_ALL=C
+cache_opts='-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache='
 ` + aptLookup + `lookup "$@"
 for p in $ok; do printf '@cand\t%s\n' "$p"; done
 exit 0
@@ -145,7 +147,7 @@ exit 0
 //	                                on the lists as they are after it
 //	@unknown <package>              apt has no candidate for the package
 //	@failed <package> <errors>      the package alone failed to install
-const aptInstallScript = aptCommon + aptLookup + `refresh=$1
+const aptInstallScript = aptCommon + "cache_opts=\n" + aptLookup + `refresh=$1
 shift
 check_locks
 update() {

@@ -1,0 +1,94 @@
+package standard_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/localcloud"
+	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/modules/command"
+	"github.com/soulstack/soulstack/internal/modules/docker"
+	"github.com/soulstack/soulstack/internal/modules/file"
+	"github.com/soulstack/soulstack/internal/modules/moduletest"
+	"github.com/soulstack/soulstack/internal/modules/pkg"
+)
+
+func TestMain(m *testing.M) {
+	// Local VMs are started by re-executing the test binary.
+	localcloud.RunIfChild()
+	os.Exit(m.Run())
+}
+
+// TestCheckThenApplyInVM is the check-then-apply agreement matrix on a
+// real local VM booted from the debian-bookworm base (with nesting:
+// docker, so that Docker's engine can run): for every soul-side module
+// with a check path and each case, the check leaves the VM's writable
+// layer byte-identical and its processes as they were, and the apply that
+// follows reports changed exactly when the check said would_change (and,
+// where nothing would change, the very output the check predicted).
+func TestCheckThenApplyInVM(t *testing.T) {
+	t.Parallel()
+	tg := moduletest.NewVMWith(t, moduletest.VMOptions{SSHUser: "root", Suffix: "check.test", Base: "debian-bookworm", Nesting: "docker"})
+	// Fresh package lists, as a VM that has run apt before has them.
+	tg.ShFor(t, "apt-get update -qq", 5*time.Minute)
+	dir := "/srv/check"
+
+	type step struct {
+		name   string
+		setup  string // a shell script run first, outside the check
+		m      module.Module
+		params map[string]any
+		would  bool // what the check must say (and the apply then do)
+	}
+	pk := func(p ...any) map[string]any { return map[string]any{"packages": p} }
+	f := func(kv ...any) map[string]any {
+		m := map[string]any{"path": dir + "/motd"}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	dk := map[string]any{"source": "distro", "compose": false, "verify": "daemon"}
+	steps := []step{
+		{name: "packages missing", m: &pkg.Installed{}, params: pk("jq"), would: true},
+		{name: "packages present", m: &pkg.Installed{}, params: pk("jq"), would: false},
+		{name: "packages partial", m: &pkg.Installed{}, params: pk("jq", "tree"), would: true},
+		{name: "remove present", m: &pkg.Removed{}, params: pk("tree"), would: true},
+		{name: "remove absent", m: &pkg.Removed{}, params: pk("tree"), would: false},
+		{name: "file absent", setup: "mkdir -p " + dir, m: &file.Present{}, params: f("content", "one\n", "mode", "0640"), would: true},
+		{name: "file same", m: &file.Present{}, params: f("content", "one\n", "mode", "0640"), would: false},
+		{name: "file different", m: &file.Present{}, params: f("content", "two\n", "mode", "0640"), would: true},
+		{name: "file mode only", setup: "chmod 0644 " + dir + "/motd", m: &file.Present{}, params: f("content", "two\n", "mode", "0640"), would: true},
+		{name: "command creates absent", m: &command.Ran{}, params: map[string]any{"cmd": "touch " + dir + "/made", "creates": dir + "/made"}, would: true},
+		{name: "command creates present", m: &command.Ran{}, params: map[string]any{"cmd": "touch " + dir + "/made", "creates": dir + "/made"}, would: false},
+		{name: "command removes present", m: &command.Ran{}, params: map[string]any{"cmd": "rm " + dir + "/made", "removes": dir + "/made"}, would: true},
+		{name: "command removes absent", m: &command.Ran{}, params: map[string]any{"cmd": "rm " + dir + "/made", "removes": dir + "/made"}, would: false},
+		{name: "docker absent", m: &docker.Installed{}, params: dk, would: true},
+		{name: "docker running", m: &docker.Installed{}, params: dk, would: false},
+		{name: "docker stopped", setup: `pid=$(cat /run/docker.pid) && kill "$pid" && while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done`,
+			m: &docker.Installed{}, params: dk, would: true},
+		{name: "docker user missing from the group", setup: "useradd -m alice", m: &docker.Installed{},
+			params: map[string]any{"source": "distro", "compose": false, "verify": "daemon", "users": []any{"alice"}}, would: true},
+	}
+	for _, s := range steps {
+		if s.setup != "" {
+			tg.ShFor(t, s.setup, 3*time.Minute)
+		}
+		p, _, err := moduletest.CheckThenApply(t, tg, s.m, s.params)
+		if err != nil {
+			t.Fatalf("%s: apply: %v", s.name, err)
+		}
+		if p.Unknown != "" || p.WouldChange != s.would {
+			t.Fatalf("%s: check said would_change=%v unknown=%q, want would_change=%v", s.name, p.WouldChange, p.Unknown, s.would)
+		}
+		if s.would && len(p.Changes) == 0 {
+			t.Errorf("%s: would change but names no change", s.name)
+		}
+	}
+	// The layer compared is the one the VM writes to: the apply's file is
+	// there.
+	if _, ok := moduletest.Snapshot(t, tg.UpperDir())["srv/check/motd"]; !ok {
+		t.Fatalf("%s does not hold the file the apply wrote: the comparison proves nothing", tg.UpperDir())
+	}
+}
