@@ -11,11 +11,15 @@
 # environment variable; role statements carry the verifier when there is
 # one. The last line of standard output is a JSON report; errors go to
 # standard error with exit status 10 (install failed), 11 (verify failed)
-# or 1 (anything else).
+# or 1 (anything else). A ninth argument "check" changes nothing: each
+# change the apply would make is printed as "@change <kind> <action> <name>
+# <before> <after>" (tab-separated), and each existing role as "@role <name>
+# <can login> <stored password secret>" for the keeper to compare with the
+# password, before a last line {"check":true}.
 set -u
 umask 077
 cd /
-want_ver=$1 db=$2 user=$3 listen=$4 remote=$5 cidr=$6
+want_ver=$1 db=$2 user=$3 listen=$4 remote=$5 cidr=$6 mode=${9:-apply}
 users="$user${7:+ $7}"
 dbs="$db:$user${8:+ $8}"
 export DEBIAN_FRONTEND=noninteractive
@@ -34,6 +38,16 @@ unset pw verifier
 
 changed=false installed=false config_changed=false restarted=false
 role_created=false db_created=false password_changed=false
+
+# would KIND ACTION NAME [BEFORE AFTER] records a change a check found.
+would() {
+	printf '@change\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" "${5:-}"
+}
+# checked ends a check.
+checked() {
+	echo '{"check":true}'
+	exit 0
+}
 
 fail() {
 	code=$1
@@ -91,7 +105,15 @@ newest_server() {
 }
 
 ver=$want_ver
-if [ -n "$ver" ]; then
+if [ "$mode" = check ]; then
+	if [ -n "$ver" ]; then
+		{ [ -x "/usr/lib/postgresql/$ver/bin/postgres" ] && command -v psql >/dev/null 2>&1; } ||
+			{ would package install "postgresql-$ver"; checked; }
+	else
+		ver=$(newest_server)
+		{ [ -n "$ver" ] && command -v psql >/dev/null 2>&1; } || { would package install postgresql; checked; }
+	fi
+elif [ -n "$ver" ]; then
 	if [ ! -x "/usr/lib/postgresql/$ver/bin/postgres" ] || ! command -v psql >/dev/null 2>&1; then
 		apt_get update || true
 		has_candidate "postgresql-$ver" || add_pgdg
@@ -113,6 +135,10 @@ command -v pg_lsclusters >/dev/null 2>&1 || fail 10 "pg_lsclusters is missing: p
 
 cluster() { pg_lsclusters -h 2>/dev/null | awk -v v="$ver" '$1 == v && $2 == "main"'; }
 line=$(cluster)
+if [ -z "$line" ] && [ "$mode" = check ]; then
+	would cluster create "$ver/main"
+	checked
+fi
 if [ -z "$line" ]; then
 	pg_createcluster "$ver" main >"$tmp/log" 2>&1 || fail 1 "pg_createcluster $ver main: $(tail -n 5 "$tmp/log")"
 	changed=true
@@ -122,6 +148,7 @@ port=$(printf '%s\n' "$line" | awk '{print $3}')
 case $(printf '%s\n' "$line" | awk '{print $4}') in
 online*) ;;
 *)
+	[ "$mode" = check ] && { would service start "postgresql $ver/main"; checked; }
 	pg_ctlcluster "$ver" main start >"$tmp/log" 2>&1 || fail 1 "pg_ctlcluster $ver main start: $(tail -n 5 "$tmp/log")"
 	changed=true
 	;;
@@ -174,24 +201,40 @@ IFS='|' read -r have_roles have_dbs cur_listen hba pg_version <<EOF
 $state
 EOF
 
+if [ "$mode" = check ]; then
+	for u in $users; do
+		has "$u" "$have_roles" || would role create "$u"
+	done
+	for d in $dbs; do
+		has "${d%%:*}" "$have_dbs" || would database create "${d%%:*}"
+	done
+	# shellcheck disable=SC2086
+	pgsql -F '	' -c "SELECT rolname, rolcanlogin, coalesce(rolpassword, '') FROM pg_authid WHERE rolname IN ($(sql_list $users))" 2>"$tmp/log" |
+		while IFS='	' read -r name login secret; do
+			printf '@role\t%s\t%s\t%s\n' "$name" "$login" "$secret"
+		done
+fi
+
 # Roles first: every database's owner must exist.
 created_roles=
-for u in $users; do
-	has "$u" "$have_roles" && continue
-	{
-		printf 'CREATE ROLE "%s" LOGIN PASSWORD ' "$u"
-		password_sql "$u"
-		printf ';\n'
-	} | pgsql 2>"$tmp/log" || fail 1 "create role $u: $(cat "$tmp/log")"
-	created_roles="$created_roles $u"
-	changed=true role_created=true
-done
-for d in $dbs; do
-	name=${d%%:*} owner=${d#*:}
-	has "$name" "$have_dbs" && continue
-	pgsql -c "CREATE DATABASE \"$name\" OWNER \"$owner\"" 2>"$tmp/log" || fail 1 "create database $name: $(cat "$tmp/log")"
-	changed=true db_created=true
-done
+if [ "$mode" != check ]; then
+	for u in $users; do
+		has "$u" "$have_roles" && continue
+		{
+			printf 'CREATE ROLE "%s" LOGIN PASSWORD ' "$u"
+			password_sql "$u"
+			printf ';\n'
+		} | pgsql 2>"$tmp/log" || fail 1 "create role $u: $(cat "$tmp/log")"
+		created_roles="$created_roles $u"
+		changed=true role_created=true
+	done
+	for d in $dbs; do
+		name=${d%%:*} owner=${d#*:}
+		has "$name" "$have_dbs" && continue
+		pgsql -c "CREATE DATABASE \"$name\" OWNER \"$owner\"" 2>"$tmp/log" || fail 1 "create database $name: $(cat "$tmp/log")"
+		changed=true db_created=true
+	done
+fi
 
 # pg_hba.conf: one managed block, present only when remote access is asked.
 begin='# BEGIN soulstack core.postgres.installed'
@@ -210,6 +253,11 @@ if [ "$remote" = true ]; then
 fi
 cur_block=$(awk -v b="$begin" -v e="$end" '$0 == b {f = 1} f {print} $0 == e {f = 0}' "$hba")
 hba_changed=false
+if [ "$mode" = check ]; then
+	[ "$cur_block" = "$want_block" ] || would setting update "$hba (remote access)" "$([ -n "$cur_block" ] && echo allowed || echo none)" "$([ -n "$want_block" ] && echo "allowed from $cidr" || echo none)"
+	[ "$cur_listen" = "$listen" ] || would setting update listen_addresses "$cur_listen" "$listen (restart)"
+	checked
+fi
 if [ "$cur_block" != "$want_block" ]; then
 	awk -v b="$begin" -v e="$end" '$0 == b {f = 1; next} f && $0 == e {f = 0; next} !f' "$hba" >"$tmp/hba"
 	[ -z "$want_block" ] || printf '%s\n' "$want_block" >>"$tmp/hba"

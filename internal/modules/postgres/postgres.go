@@ -12,14 +12,20 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"crypto/md5"
+	"crypto/subtle"
 	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/module"
 )
 
@@ -34,6 +40,7 @@ type Installed struct{}
 var (
 	_ module.Module    = (*Installed)(nil)
 	_ module.Validator = (*Installed)(nil)
+	_ module.Checker   = (*Installed)(nil)
 )
 
 // InstalledParams are the params of core.postgres.installed.
@@ -313,7 +320,7 @@ type report struct {
 // Standard input holds two lines per user, db_user first and then users
 // in order: the password, then its SCRAM verifier from verifiers (the
 // same order; an empty line when there is none).
-func command(p InstalledParams, verifiers []string) module.Command {
+func command(p InstalledParams, verifiers []string, mode string) module.Command {
 	listen := strings.ReplaceAll(p.ListenAddresses, " ", "")
 	if listen == "" {
 		listen = "localhost"
@@ -343,7 +350,7 @@ func command(p InstalledParams, verifiers []string) module.Command {
 	}
 	return module.Command{
 		Argv: []string{"/bin/sh", "-c", installScript, "sh", p.PGVersion, p.DBName, p.DBUser, listen, fmt.Sprint(p.AllowRemote), cidr,
-			strings.Join(users, " "), strings.Join(dbs, " ")},
+			strings.Join(users, " "), strings.Join(dbs, " "), mode},
 		Stdin: []byte(stdin.String()),
 	}
 }
@@ -413,7 +420,7 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 		}
 		verifiers[i] = v
 	}
-	res, err := t.Exec(ctx, command(p, verifiers))
+	res, err := t.Exec(ctx, command(p, verifiers, "apply"))
 	if err != nil {
 		return module.Result{}, err
 	}
@@ -464,4 +471,84 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 		"users":          users,
 		"config_changed": r.ConfigChanged,
 	}}, nil
+}
+
+// Check asks the soul, in one round trip and changing nothing, what Run
+// would change: the server to install, the cluster to create or start,
+// the roles and databases to create, pg_hba.conf's managed block and
+// listen_addresses to set. A password is compared with the role's stored
+// SCRAM secret (salt and iterations from the server, the keys computed
+// here), so a check never tries a login; the secret never leaves Check.
+func (m *Installed) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
+	var p InstalledParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Prediction{}, err
+	}
+	for _, u := range p.Users {
+		run.AddSecret(u.Password)
+	}
+	if err := m.ValidateParams(paramValues(p)); err != nil {
+		return module.Prediction{}, err
+	}
+	res, err := t.Exec(ctx, command(p, make([]string, len(passwords(p))), "check"))
+	if err != nil {
+		return module.Prediction{}, err
+	}
+	if res.ExitCode != 0 {
+		code := CodeFailed
+		if res.ExitCode == 10 {
+			code = CodeInstallFailed
+		}
+		msg := strings.TrimSpace(string(res.Stderr))
+		for _, pw := range passwords(p) {
+			if pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "***")
+			}
+		}
+		return module.Prediction{}, &module.Error{Code: code, Message: msg}
+	}
+	pws := map[string]string{p.DBUser: p.DBPassword}
+	for _, u := range p.Users {
+		pws[u.Name] = u.Password
+	}
+	var pred module.Prediction
+	for _, line := range strings.Split(string(res.Stdout), "\n") {
+		f := strings.Split(line, "\t")
+		switch {
+		case f[0] == "@change" && len(f) == 6:
+			pred.Changes = append(pred.Changes, client.Change{Kind: f[1], Action: f[2], Name: f[3], Before: f[4], After: f[5]})
+		case f[0] == "@role" && len(f) == 4:
+			name, canLogin, stored := f[1], f[2] == "t", f[3]
+			switch {
+			case !canLogin:
+				pred.Changes = append(pred.Changes, client.Change{Kind: "role", Action: "update", Name: name, Note: "may not log in: LOGIN and the password are set"})
+			case !passwordMatches(pws[name], name, stored):
+				pred.Changes = append(pred.Changes, client.Change{Kind: "role", Action: "update", Name: name, Note: "the password differs: it is set"})
+			}
+		}
+	}
+	pred.WouldChange = len(pred.Changes) > 0
+	return pred, nil
+}
+
+// passwordMatches reports whether stored, a role's rolpassword, is the
+// secret of password: a SCRAM-SHA-256 verifier recomputed with its salt
+// and iterations, or an md5 hash of password and user.
+func passwordMatches(password, user, stored string) bool {
+	if rest, ok := strings.CutPrefix(stored, "SCRAM-SHA-256$"); ok {
+		iterSalt, _, _ := strings.Cut(rest, "$")
+		iter, salt64, ok := strings.Cut(iterSalt, ":")
+		n, err := strconv.Atoi(iter)
+		salt, serr := base64.StdEncoding.DecodeString(salt64)
+		if !ok || err != nil || serr != nil || n <= 0 {
+			return false
+		}
+		v, err := scramFromSalt(password, salt, n)
+		return err == nil && subtle.ConstantTimeCompare([]byte(v), []byte(stored)) == 1
+	}
+	if strings.HasPrefix(stored, "md5") {
+		sum := md5.Sum([]byte(password + user))
+		return subtle.ConstantTimeCompare([]byte("md5"+hex.EncodeToString(sum[:])), []byte(stored)) == 1
+	}
+	return false
 }

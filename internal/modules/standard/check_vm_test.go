@@ -12,6 +12,7 @@ import (
 	"github.com/soulstack/soulstack/internal/modules/file"
 	"github.com/soulstack/soulstack/internal/modules/moduletest"
 	"github.com/soulstack/soulstack/internal/modules/pkg"
+	"github.com/soulstack/soulstack/internal/modules/postgres"
 )
 
 func TestMain(m *testing.M) {
@@ -50,6 +51,9 @@ func TestCheckThenApplyInVM(t *testing.T) {
 		return m
 	}
 	dk := map[string]any{"source": "distro", "compose": false, "verify": "daemon"}
+	pg := func(pw string, remote bool) map[string]any {
+		return map[string]any{"db_name": "myapp", "db_user": "app_user", "db_password": pw, "allow_remote": remote}
+	}
 	steps := []step{
 		{name: "packages missing", m: &pkg.Installed{}, params: pk("jq"), would: true},
 		{name: "packages present", m: &pkg.Installed{}, params: pk("jq"), would: false},
@@ -64,6 +68,16 @@ func TestCheckThenApplyInVM(t *testing.T) {
 		{name: "command creates present", m: &command.Ran{}, params: map[string]any{"cmd": "touch " + dir + "/made", "creates": dir + "/made"}, would: false},
 		{name: "command removes present", m: &command.Ran{}, params: map[string]any{"cmd": "rm " + dir + "/made", "removes": dir + "/made"}, would: true},
 		{name: "command removes absent", m: &command.Ran{}, params: map[string]any{"cmd": "rm " + dir + "/made", "removes": dir + "/made"}, would: false},
+		{name: "postgres absent", m: &postgres.Installed{}, params: pg("one", false), would: true},
+		{name: "postgres as asked", m: &postgres.Installed{}, params: pg("one", false), would: false},
+		{name: "postgres password change", m: &postgres.Installed{}, params: pg("two", false), would: true},
+		{name: "postgres config drift", m: &postgres.Installed{}, params: pg("two", true), would: true},
+		{name: "postgres config edited by hand", setup: `runuser -u postgres -- psql -X -q -c "ALTER SYSTEM SET listen_addresses = 'localhost'" && pg_ctlcluster 15 main restart &&
+runuser -u postgres -- psql -X -q -d postgres -c 'SELECT 1'`, // a restarted server writes its relation cache (pg_internal.init) at the first connection, which is not the check's doing
+			m: &postgres.Installed{}, params: pg("two", true), would: true},
+		{name: "postgres role may not log in", setup: `runuser -u postgres -- psql -X -q -c 'ALTER ROLE app_user NOLOGIN'`,
+			m: &postgres.Installed{}, params: pg("two", true), would: true},
+		{name: "postgres as asked again", m: &postgres.Installed{}, params: pg("two", true), would: false},
 		{name: "docker absent", m: &docker.Installed{}, params: dk, would: true},
 		{name: "docker running", m: &docker.Installed{}, params: dk, would: false},
 		{name: "docker stopped", setup: `pid=$(cat /run/docker.pid) && kill "$pid" && while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done`,
