@@ -598,10 +598,10 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 			t.Errorf("schema %s: description %q does not name kind %s", name, schemas[name].Description, kind)
 		}
 	}
-	if got := strings.Join(schemas["TargetResultData"].Properties["status"].Enum, ","); got != "ok,changed,failed,skipped,unreachable" {
+	if got := strings.Join(schemas["TargetResultData"].Properties["status"].Enum, ","); got != "ok,changed,would_change,unknown,failed,skipped,unreachable" {
 		t.Errorf("TargetResultData.status enum = %q", got)
 	}
-	if got := strings.Join(schemas["StepFinishedData"].Properties["status"].Enum, ","); got != "ok,changed,failed,skipped" {
+	if got := strings.Join(schemas["StepFinishedData"].Properties["status"].Enum, ","); got != "ok,changed,would_change,unknown,failed,skipped" {
 		t.Errorf("StepFinishedData.status enum = %q", got)
 	}
 	if _, ok := doc.Paths["/v1/providers"]["post"]["responses"].(map[string]any)["409"]; !ok {

@@ -75,10 +75,10 @@ func TestRunCommand(t *testing.T) {
 		t.Fatalf("%d commands, want 1", len(f.cmds))
 	}
 	c := f.cmds[0]
-	if len(c.Argv) != 12 || c.Argv[0] != "/bin/sh" || c.Argv[1] != "-c" {
+	if len(c.Argv) != 13 || c.Argv[0] != "/bin/sh" || c.Argv[1] != "-c" {
 		t.Fatalf("argv = %q", c.Argv)
 	}
-	if got, want := c.Argv[4:], []string{"", "appdb", "app", "*", "true", "10.0.0.0/8", "report audit", "reports:report app_audit:app"}; !reflect.DeepEqual(got, want) {
+	if got, want := c.Argv[4:], []string{"", "appdb", "app", "*", "true", "10.0.0.0/8", "report audit", "reports:report app_audit:app", "apply"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("arguments = %q, want %q", got, want)
 	}
 	if len(c.Env) != 0 {
@@ -120,7 +120,7 @@ func TestRunCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := f.cmds[0].Argv[4:]; !reflect.DeepEqual(got, []string{"", "appdb", "app", "localhost", "false", "0.0.0.0/0", "", ""}) {
+	if got := f.cmds[0].Argv[4:]; !reflect.DeepEqual(got, []string{"", "appdb", "app", "localhost", "false", "0.0.0.0/0", "", "", "apply"}) {
 		t.Errorf("arguments without extras = %q", got)
 	}
 	if in := string(f.cmds[0].Stdin); strings.Count(in, "\n") != 2 || !strings.HasPrefix(in, pw0+"\nSCRAM-SHA-256$") {
