@@ -306,7 +306,7 @@ type Run struct {
 	OutputsTruncated bool `json:"outputs_truncated,omitempty" required:"false" doc:"The answer holds outputs (and message) cut to fit; GET /v1/runs/{id}/outputs has them whole."`
 	// Check counts a check run's targets by prediction.
 	Check   *CheckSummary `json:"check,omitempty" required:"false" doc:"A check run's targets by what apply would do."`
-	Message string        `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded; otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
+	Message string        `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded (a check run's summary: how many targets would change, how many are unknown and why); otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
 }
 
 // RunList is a page of runs, newest first.

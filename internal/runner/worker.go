@@ -226,11 +226,14 @@ func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secre
 }
 
 // runMessage is the message a finished run stores, as the second seed's
-// job has it: the JSON of the outputs when the run Succeeded, the error
-// otherwise (message, already masked, or else "<code>: <errMsg>"). The
-// outputs stay in their own field either way.
+// job has it: the JSON of the outputs when the run Succeeded (a check run's
+// summary, which the executor gives as its message), the error otherwise
+// (message, already masked, or else "<code>: <errMsg>"). The outputs stay
+// in their own field either way.
 func runMessage(phase, code, errMsg, message string, outputs []byte) string {
 	switch {
+	case phase == store.PhaseSucceeded && message != "":
+		return message
 	case phase == store.PhaseSucceeded:
 		return string(outputs)
 	case message != "":

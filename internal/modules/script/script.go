@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/module"
 )
 
@@ -34,6 +35,7 @@ type Ran struct{}
 var (
 	_ module.Module    = (*Ran)(nil)
 	_ module.Validator = (*Ran)(nil)
+	_ module.Checker   = (*Ran)(nil)
 )
 
 // RanParams are the params of core.script.ran.
@@ -43,6 +45,7 @@ type RanParams struct {
 	Interpreter string            `json:"interpreter,omitempty"`
 	Event       map[string]any    `json:"event,omitempty"`
 	Env         map[string]string `json:"env,omitempty"`
+	Check       bool              `json:"check,omitempty"`
 }
 
 // Info returns the declaration of core.script.ran.
@@ -63,6 +66,7 @@ func (*Ran) Info() module.Info {
 			{Name: "interpreter", Type: module.TypeString, Default: "/bin/sh", Doc: "Program that runs the script."},
 			{Name: "event", Type: module.TypeObject, Doc: "Business parameters, sent as one JSON line on standard input."},
 			{Name: "env", Type: module.TypeMap, Elem: module.TypeString, Doc: "Extra environment variables, such as connection settings."},
+			{Name: "check", Type: module.TypeBool, Default: false, Doc: "The script answers check runs: run with SOULSTACK_CHECK=1 in its environment, it changes nothing and prints its JSON with `\"changed\"` saying whether a real run would change something. Without it a check run reports the script unknown."},
 		},
 		Exclusive: []module.Group{{Params: []string{"source", "path"}, Required: true}},
 		Output: []module.Field{
@@ -123,6 +127,45 @@ printf '%s' "$SOULSTACK_SCRIPT_SOURCE" > "$t"
 unset SOULSTACK_SCRIPT_SOURCE
 "$@" "$t"`
 
+// checkVar is set to 1 in the environment of a script that a check run
+// asks (check: true): the script must change nothing and say, in its JSON
+// output's "changed", whether a real run would.
+const checkVar = "SOULSTACK_CHECK"
+
+// Check runs a script that declares check: true with SOULSTACK_CHECK=1
+// and reads its verdict; any other script is unknown, since what it does
+// is known only when it runs.
+func (m *Ran) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
+	var p RanParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return module.Prediction{}, err
+	}
+	if !p.Check {
+		return module.Prediction{Unknown: "core.script.ran: what a script changes is known only when it runs (a script that honours SOULSTACK_CHECK=1 declares check: true)"}, nil
+	}
+	out, changed, err := execute(ctx, p, t, true)
+	if err != nil {
+		return module.Prediction{}, err
+	}
+	obj, _ := out.(map[string]any)
+	if _, said := obj["changed"].(bool); !said {
+		return module.Prediction{Unknown: "the script's check answer has no \"changed\" boolean"}, nil
+	}
+	pred := module.Prediction{WouldChange: changed}
+	if changed {
+		pred.Changes = []client.Change{{Kind: "script", Action: "run", Name: scriptName(p)}}
+	}
+	return pred, nil
+}
+
+// scriptName names the script in a plan.
+func scriptName(p RanParams) string {
+	if p.Path != "" {
+		return p.Path
+	}
+	return head(strings.TrimSpace(p.Source), 60)
+}
+
 // Run runs the script with the event as one JSON line on standard input.
 // Its standard output, which must be JSON, is the output (a top-level
 // "changed" boolean, when present, says whether it changed something;
@@ -135,16 +178,23 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
 	}
+	output, changed, err := execute(ctx, p, t, false)
+	return module.Result{Changed: changed, Output: output}, err
+}
+
+// execute runs the script (asked for a check when check is set) and
+// returns its JSON output and whether it says it changed something.
+func execute(ctx context.Context, p RanParams, t module.Target, check bool) (any, bool, error) {
 	src := p.Source
 	if p.Path != "" {
 		b, err := module.ReadKeeperFile(ctx, t, p.Path)
 		if err != nil {
-			return module.Result{}, err
+			return nil, false, err
 		}
 		src = string(b)
 	}
 	if len(src) > maxSource {
-		return module.Result{}, &module.Error{Code: "script.too_large", Message: fmt.Sprintf("the script is %d bytes; at most %d are accepted", len(src), maxSource)}
+		return nil, false, &module.Error{Code: "script.too_large", Message: fmt.Sprintf("the script is %d bytes; at most %d are accepted", len(src), maxSource)}
 	}
 	interp := strings.Fields(p.Interpreter)
 	if len(interp) == 0 {
@@ -154,7 +204,7 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 	if p.Event != nil {
 		b, err := json.Marshal(p.Event)
 		if err != nil {
-			return module.Result{}, &module.Error{Code: "script.bad_event", Message: err.Error()}
+			return nil, false, &module.Error{Code: "script.bad_event", Message: err.Error()}
 		}
 		event = b
 	}
@@ -164,9 +214,13 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 		env[k] = v
 	}
 	env[sourceVar] = src
+	delete(env, checkVar)
+	if check {
+		env[checkVar] = "1"
+	}
 	res, err := t.Exec(ctx, module.Command{Argv: argv, Env: env, Stdin: append(event, '\n')})
 	if err != nil {
-		return module.Result{}, err
+		return nil, false, err
 	}
 	out := strings.TrimSpace(string(res.Stdout))
 	var output any
@@ -188,18 +242,18 @@ func (*Ran) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t 
 		if msg == "" {
 			msg = "(no stderr)"
 		}
-		return module.Result{Changed: changed, Output: output}, &module.Error{
+		return output, changed, &module.Error{
 			Code:    CodeFailed,
 			Message: fmt.Sprintf("exit status %d: %s", res.ExitCode, lastLines(msg)),
 		}
 	}
 	if jsonErr != nil {
-		return module.Result{Changed: changed, Output: output}, &module.Error{
+		return output, changed, &module.Error{
 			Code:    CodeOutputInvalid,
 			Message: fmt.Sprintf("the script exited 0 but its standard output is not JSON (%v); it begins %q", jsonErr, head(out, 80)),
 		}
 	}
-	return module.Result{Changed: changed, Output: output}, nil
+	return output, changed, nil
 }
 
 // head returns at most n bytes of s, cut at a rune boundary.

@@ -13,6 +13,7 @@ import (
 	"github.com/soulstack/soulstack/internal/modules/moduletest"
 	"github.com/soulstack/soulstack/internal/modules/pkg"
 	"github.com/soulstack/soulstack/internal/modules/postgres"
+	"github.com/soulstack/soulstack/internal/modules/script"
 )
 
 func TestMain(m *testing.M) {
@@ -41,7 +42,16 @@ func TestCheckThenApplyInVM(t *testing.T) {
 		m      module.Module
 		params map[string]any
 		would  bool // what the check must say (and the apply then do)
+		// unknown: the check must say it cannot know (the apply then
+		// decides alone).
+		unknown bool
 	}
+	// A handler script that honours check runs: with SOULSTACK_CHECK=1 it
+	// only says whether it would create its file.
+	const handler = `f=/srv/check/handled
+if [ -e "$f" ]; then echo '{"changed": false}'; exit 0; fi
+if [ "${SOULSTACK_CHECK:-}" = 1 ]; then echo '{"changed": true}'; exit 0; fi
+touch "$f" && echo '{"changed": true}'`
 	pk := func(p ...any) map[string]any { return map[string]any{"packages": p} }
 	f := func(kv ...any) map[string]any {
 		m := map[string]any{"path": dir + "/motd"}
@@ -68,6 +78,10 @@ func TestCheckThenApplyInVM(t *testing.T) {
 		{name: "command creates present", m: &command.Ran{}, params: map[string]any{"cmd": "touch " + dir + "/made", "creates": dir + "/made"}, would: false},
 		{name: "command removes present", m: &command.Ran{}, params: map[string]any{"cmd": "rm " + dir + "/made", "removes": dir + "/made"}, would: true},
 		{name: "command removes absent", m: &command.Ran{}, params: map[string]any{"cmd": "rm " + dir + "/made", "removes": dir + "/made"}, would: false},
+		{name: "script that answers checks, to do", m: &script.Ran{}, params: map[string]any{"source": handler, "check": true}, would: true},
+		{name: "script that answers checks, done", m: &script.Ran{}, params: map[string]any{"source": handler, "check": true}, would: false},
+		{name: "script without a check answer", m: &script.Ran{}, params: map[string]any{"source": `echo '{"changed": true}'`}, unknown: true},
+		{name: "command without a guard", m: &command.Ran{}, params: map[string]any{"cmd": "true"}, unknown: true},
 		{name: "postgres absent", m: &postgres.Installed{}, params: pg("one", false), would: true},
 		{name: "postgres as asked", m: &postgres.Installed{}, params: pg("one", false), would: false},
 		{name: "postgres password change", m: &postgres.Installed{}, params: pg("two", false), would: true},
@@ -92,6 +106,12 @@ runuser -u postgres -- psql -X -q -d postgres -c 'SELECT 1'`, // a restarted ser
 		p, _, err := moduletest.CheckThenApply(t, tg, s.m, s.params)
 		if err != nil {
 			t.Fatalf("%s: apply: %v", s.name, err)
+		}
+		if s.unknown {
+			if p.Unknown == "" {
+				t.Fatalf("%s: check said would_change=%v, want unknown", s.name, p.WouldChange)
+			}
+			continue
 		}
 		if p.Unknown != "" || p.WouldChange != s.would {
 			t.Fatalf("%s: check said would_change=%v unknown=%q, want would_change=%v", s.name, p.WouldChange, p.Unknown, s.would)
