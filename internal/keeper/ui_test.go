@@ -444,6 +444,29 @@ steps:
 	}
 	b.screenshot("run-failed")
 
+	// A check run: its mode, the plan with the file's diff, nothing made.
+	planned := filepath.Join(t.TempDir(), "planned.conf")
+	checkRun, _, err := c.RunCreate(ctx, client.RunCreate{Mode: client.RunCheck, Scenario: `name: ui-check
+steps:
+  - name: conf
+    on: web-1.local.test
+    module: core.file.present
+    params: {path: "` + planned + `", content: "listen 8080\n"}
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.open("#/runs/"+checkRun.ID, `#run-mode[data-mode="check"]`)
+	b.wait(`#plan li[data-step="conf"][data-status="would_change"] pre.diff`, `tr[data-step="conf"] td[data-status="would_change"]`)
+	get(b, chromedp.Poll[bool](`!!(document.querySelector('#plan pre.diff') || {}).textContent`))
+	if diff := get(b, chromedp.Text(chromedp.CSS(`#plan pre.diff`))); !strings.Contains(diff, "+listen 8080") {
+		t.Fatalf("the plan's diff shows %q", diff)
+	}
+	if _, err := os.Stat(planned); !os.IsNotExist(err) {
+		t.Fatalf("the check run wrote %s: %v", planned, err)
+	}
+	b.screenshot("run-check")
+
 	// Cancel from the UI: a second run, held at its gate until cancelled.
 	gate2 := filepath.Join(t.TempDir(), "gate")
 	defer os.WriteFile(gate2, nil, 0o644) // releases the host's loop whatever happens

@@ -6,6 +6,8 @@ import * as events from './events.js';
 const PHASES = ['Pending', 'Running', 'Succeeded', 'Failed', 'Cancelled'];
 const TERMINAL = new Set(['Succeeded', 'Failed', 'Cancelled']);
 const STATUSES = ['ok', 'changed', 'failed', 'skipped', 'unreachable'];
+// A check run's targets say what an apply would do instead of changing.
+const CHECK_STATUSES = ['ok', 'would_change', 'unknown', 'failed', 'skipped', 'unreachable'];
 
 function runLink(r) {
   return h('a', {href: '#/runs/' + encodeURIComponent(r.id), class: 'mono'}, r.id);
@@ -43,7 +45,7 @@ export async function runsPage(main, {params, signal, navigate}) {
     replace(list, table([
       {label: 'Run', cell: runLink},
       {label: 'Scenario', cell: r => r.name || '—'},
-      {label: 'Phase', cell: r => badge(r.phase)},
+      {label: 'Phase', cell: r => [badge(r.phase), r.mode === 'check' ? [' ', h('span', {class: 'badge st-check'}, 'check')] : null]},
       {label: 'Created', cell: r => time(r.created_at)},
       {label: 'Duration', cell: runDuration},
       {label: 'By', cell: r => h('span', {class: 'mono'}, r.created_by)},
@@ -158,8 +160,9 @@ function grid(state) {
 
 // recap counts each host's results, as a play recap does.
 function recap(state) {
+  const statuses = state.run.mode === 'check' ? CHECK_STATUSES : STATUSES;
   const rows = state.sids.map(sid => {
-    const n = Object.fromEntries(STATUSES.map(s => [s, 0]));
+    const n = Object.fromEntries(statuses.map(s => [s, 0]));
     for (const st of state.steps) {
       const t = st.targets.get(sid);
       if (t && n[t.status] !== undefined) n[t.status]++;
@@ -167,8 +170,46 @@ function recap(state) {
     return {sid, n};
   });
   return table([{label: 'Host', cell: r => h('span', {class: 'mono'}, r.sid)},
-    ...STATUSES.map(s => ({label: s, cell: r => h('span', {class: r.n[s] ? 'count st-' + s : 'count zero'}, String(r.n[s]))}))],
+    ...statuses.map(s => ({label: s.replace('_', ' '), cell: r => h('span', {class: r.n[s] ? 'count st-' + s : 'count zero'}, String(r.n[s]))}))],
   rows, {class: 'recap', empty: 'No host yet.'});
+}
+
+// changeSign marks a change as terraform plan does: + made, - removed,
+// ~ changed in place.
+function changeSign(c) {
+  if (['create', 'install', 'add', 'start', 'pull', 'run'].includes(c.action)) return '+';
+  if (['delete', 'remove', 'purge', 'destroy'].includes(c.action)) return '-';
+  return '~';
+}
+
+// plan is a finished check run's answer, per step and host: what an apply
+// would change (files with their diffs), and what the check cannot know
+// and why.
+function plan(run) {
+  const c = run.check || {would_change: 0, unknown: 0, unchanged: 0, failed: 0};
+  const items = [];
+  for (const st of run.steps || []) {
+    if (st.status === 'unknown' && (st.targets || []).length === 0) {
+      items.push(h('li', {class: 'plan-step', dataset: {step: st.name, status: 'unknown'}}, badge('unknown'), ' ', h('strong', {}, st.name),
+        h('span', {class: 'muted'}, ' — its hosts come from an earlier step\'s result, known only after an apply')));
+      continue;
+    }
+    for (const t of st.targets || []) {
+      if (t.status !== 'would_change' && t.status !== 'unknown') continue;
+      items.push(h('li', {class: 'plan-step', dataset: {step: st.name, sid: t.sid, status: t.status}},
+        badge(t.status), ' ', h('strong', {}, st.name), ' on ', h('span', {class: 'mono'}, t.sid), ' ', h('span', {class: 'muted mono'}, st.module),
+        t.unknown ? h('div', {class: 'muted plan-unknown'}, t.unknown) : null,
+        (t.changes || []).length ? h('ul', {class: 'changes'}, t.changes.map(ch => h('li', {class: 'mono', dataset: {kind: ch.kind, action: ch.action}},
+          changeSign(ch) + ' ' + ch.kind + ' ' + ch.action + ' ' + ch.name,
+          ch.before || ch.after ? ' (' + (ch.before || 'none') + ' → ' + (ch.after || 'none') + ')' : '',
+          ch.note ? h('span', {class: 'muted'}, ' — ' + ch.note) : null,
+          ch.diff ? h('pre', {class: 'diff'}, ch.diff.split('\n').map(l => h('span', {class: l.startsWith('+') && !l.startsWith('+++') ? 'add' : l.startsWith('-') && !l.startsWith('---') ? 'del' : ''}, l + '\n'))) : null))) : null));
+    }
+  }
+  return h('div', {id: 'plan'},
+    h('p', {}, 'Nothing was changed. An apply would change ', h('strong', {id: 'plan-would'}, String(c.would_change)),
+      ' target(s); ', h('strong', {id: 'plan-unknown'}, String(c.unknown)), ' unknown, ', String(c.unchanged), ' unchanged, ', String(c.failed), ' failed.'),
+    items.length ? h('ul', {class: 'plan'}, items) : h('p', {class: 'muted'}, 'Every host carries what the scenario asks.'));
 }
 
 export async function runPage(main, {id, signal}) {
@@ -202,6 +243,7 @@ export async function runPage(main, {id, signal}) {
       h('dl', {class: 'facts'},
         h('dt', {}, 'Scenario'), h('dd', {}, run.name || '—'),
         h('dt', {}, 'Phase'), h('dd', {id: 'run-phase', 'data-phase': state.phase}, badge(state.phase)),
+        h('dt', {}, 'Mode'), h('dd', {id: 'run-mode', 'data-mode': run.mode || 'apply'}, run.mode === 'check' ? 'check — changes nothing, says what an apply would change' : 'apply'),
         h('dt', {}, 'Created'), h('dd', {}, time(run.created_at), ' by ', h('span', {class: 'mono'}, run.created_by)),
         h('dt', {}, 'Duration'), h('dd', {}, !terminal && run.started_at
           ? h('span', {class: 'elapsed', dataset: {started: new Date(run.started_at).getTime()}}, runDuration(run))
@@ -212,6 +254,7 @@ export async function runPage(main, {id, signal}) {
     replace(body,
       h('h2', {}, 'Steps × hosts'), grid(state),
       h('h2', {}, 'Recap'), recap(state),
+      terminal && run.mode === 'check' ? [h('h2', {}, 'Plan'), plan(run)] : null,
       terminal ? [
         h('h2', {}, 'Outputs'), json(run.outputs ?? {}, 'json outputs'),
         run.message && run.phase !== 'Succeeded' ? [h('h2', {}, 'Message'), h('pre', {class: 'json'}, run.message)] : null,
