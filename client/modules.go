@@ -26,6 +26,7 @@ type Module struct {
 	Output        []ModuleField `json:"output"`
 	ChangesWhen   string        `json:"changes_when" doc:"When the module reports a change."`
 	UnchangedWhen string        `json:"unchanged_when" doc:"When it does not."`
+	CheckMode     string        `json:"check_mode,omitempty" required:"false" doc:"What the module does in a check run and when it reports unknown; absent: no check path (a check run reports it unknown)."`
 	Example       string        `json:"example,omitempty" required:"false" doc:"A scenario step (YAML) that uses the module."`
 	Notes         []string      `json:"notes,omitempty" required:"false" doc:"Catalog remarks: pitfalls, security, defaults."`
 	Collection    string        `json:"collection,omitempty" required:"false" doc:"The catalog collection the module ships in, e.g. soulstack.cloud."`

@@ -27,7 +27,7 @@ func moduleWire(info module.Info) client.Module {
 		ID: string(info.ID), Summary: info.Summary, Description: info.Description, Side: string(info.Side),
 		Idempotent: info.Idempotent, NeedsRoot: info.NeedsRoot, Permission: info.Permission,
 		Params: make([]client.ModuleParam, 0, len(info.Params)), Output: make([]client.ModuleField, 0, len(info.Output)),
-		ChangesWhen: info.ChangesWhen, UnchangedWhen: info.UnchangedWhen, Example: info.Example, Notes: info.Notes,
+		ChangesWhen: info.ChangesWhen, UnchangedWhen: info.UnchangedWhen, CheckMode: info.CheckMode, Example: info.Example, Notes: info.Notes,
 		Collection: info.Collection, Category: info.Category,
 	}
 	for _, p := range info.Params {

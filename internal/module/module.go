@@ -278,6 +278,10 @@ type Info struct {
 	// ChangesWhen and UnchangedWhen say when the module reports a change.
 	ChangesWhen   string `json:"changes_when"`
 	UnchangedWhen string `json:"unchanged_when"`
+	// CheckMode says what the module does in a check run (its deciding
+	// probe, what it never does) and when it reports unknown; empty for
+	// a module without a check path, which a check run reports unknown.
+	CheckMode string `json:"check_mode,omitempty"`
 	// Example is a scenario step (YAML) that uses the module.
 	Example string `json:"example,omitempty"`
 	// Notes are catalog remarks: pitfalls, security, defaults.

@@ -30,6 +30,8 @@ func RenderMarkdown(info Info) string {
 	fmt.Fprintf(&b, "%s\n", orNone(info.ChangesWhen))
 	b.WriteString("\n### Does not change when\n\n")
 	fmt.Fprintf(&b, "%s\n", orNone(info.UnchangedWhen))
+	b.WriteString("\n### In a check run\n\n")
+	fmt.Fprintf(&b, "%s\n", checkMode(info))
 
 	b.WriteString("\n## Parameters\n\n")
 	if len(info.Params) == 0 {
@@ -129,6 +131,7 @@ func textState(b *strings.Builder, info Info, rule string) {
 	fmt.Fprintf(b, "%s — %s\n", info.ID, info.Summary)
 	fmt.Fprintf(b, "\nChanges when:\n  %s\n", orNone(info.ChangesWhen))
 	fmt.Fprintf(b, "\nDoes not change when:\n  %s\n", orNone(info.UnchangedWhen))
+	fmt.Fprintf(b, "\nIn a check run:\n  %s\n", checkMode(info))
 
 	heading("Parameters")
 	if len(info.Params) == 0 {
@@ -280,4 +283,12 @@ func cell(s string) string {
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
+}
+
+// checkMode is what a catalog page says of the module in a check run.
+func checkMode(info Info) string {
+	if info.CheckMode == "" {
+		return "No check path: a check run reports every target unknown, and never runs the module."
+	}
+	return info.CheckMode
 }

@@ -185,6 +185,8 @@ func (*Created) Info() module.Info {
 			{Name: "vm_ids", Type: "array<string>", Doc: "Provider-side IDs of the created VMs."},
 			{Name: "action", Type: "string", Doc: "created"},
 		},
+		CheckMode: "Makes the checks a create makes before it calls the driver (provider, max_count, the profile through the driver's ValidateProfile, a self_onboard batch's names, the seeds) and says it would create count VMs (each name for a self_onboard batch). " +
+			"Never calls the driver's Create, registers nothing and writes no cloud.provisioned event; the new hosts are unknown, so steps that target them are unknown.",
 		ChangesWhen: "Always once the driver is asked to create: creating VMs is imperative and not idempotent, so a repeat creates new VMs. " +
 			"A create that fails then counts as changed too: the provider may have made VMs (tagged with the request; soulctl cloud orphans lists them).",
 		UnchangedWhen: "Only when the step is refused before the driver's Create is called (count above max_count, an unknown provider or profile, " +
@@ -267,6 +269,7 @@ func (*Destroyed) Info() module.Info {
 			{Name: "bootstraps_burned", Type: "int", Doc: "Bootstrap tokens burned (named so that the masking of keys containing \"token\" leaves the count readable)."},
 			{Name: "action", Type: "string", Doc: "destroyed"},
 		},
+		CheckMode: "Makes the pairing checks and asks the driver which VMs it still lists: those would be destroyed, and the souls not yet destroyed would be marked so. Never calls the driver's Destroy and changes no registry row.",
 		ChangesWhen: "A VM of vm_ids was still at the provider (the driver listed it) and was destroyed, or a registry row moved " +
 			"(a soul to destroyed, a soul seed to orphaned, a bootstrap token to burned).",
 		UnchangedWhen: "Every VM of vm_ids was already gone (status ok, all of them in already_gone) " +
@@ -319,6 +322,7 @@ func (*Resized) Info() module.Info {
 			{Name: "vms", Type: "array<object>", Doc: "One entry per VM: {vm_id, caused_downtime, changed}; changed is false for a VM that already had the requested size."},
 			{Name: "action", Type: "string", Doc: "resized"},
 		},
+		CheckMode:     "Makes the checks a resize makes before it calls the driver (pairing, the driver can resize, the profile validates) and names the VMs it would ask to resize; whether a VM already has the size is the driver's to say when it resizes, so the target is unknown. Never calls the driver's Resize.",
 		ChangesWhen:   "The driver resized at least one VM of vm_ids (its entry in vms has changed: true).",
 		UnchangedWhen: "Every VM already had the requested size: the driver reported each unchanged and did nothing to it (status ok, no downtime).",
 		Example: `- name: grow

@@ -69,6 +69,8 @@ func (*Ran) Info() module.Info {
 		},
 		ChangesWhen:   "The command ran: a command is assumed to change something (override with `changed_when`).",
 		UnchangedWhen: "A `creates` or `removes` guard skipped the command.",
+		CheckMode: "Runs only the guards (`test -e`): a guard that skips the command means no change; one that lets it run means it would run, which apply reports as a change. " +
+			"Without `creates` or `removes` the target is unknown (whether the command changes anything is known only when it runs), unless `changed_when` decides without the command's result (`changed_when: false`). The command itself never runs.",
 		Example: `- name: hello
   on: web-1.local.test
   module: core.command.ran

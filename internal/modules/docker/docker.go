@@ -96,6 +96,8 @@ func (*Installed) Info() module.Info {
 			{Name: "started_with", Type: "string", Doc: "How this run started the engine (the systemctl, init script or dockerd command line), or empty when it was running."},
 			{Name: "pulled", Type: "bool", Doc: "Whether this run pulled the hello-world image (a change)."},
 		},
+		CheckMode: "Asks what apply asks, in one round trip: is the engine installed (dockerd, not a lone CLI), is the docker group there, are the users in it, does the engine answer docker info, is the hello-world image there (verify hello-world). " +
+			"Installs, starts, pulls and runs nothing: no container is created. A missing user fails docker.user_not_found, and a missing image with pull: never fails docker.verify_failed, as apply would.",
 		ChangesWhen:   "Docker was installed (the engine was missing, even when a docker CLI was there), the docker group was created, a user was added to it, the engine was started, or the hello-world image was pulled.",
 		UnchangedWhen: "`docker --version` worked and `dockerd` was installed, every user was in the docker group, and the engine answered `docker info`.",
 		Example: `- name: docker

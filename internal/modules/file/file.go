@@ -69,6 +69,8 @@ func (*Present) Info() module.Info {
 		},
 		ChangesWhen:   "The file was created, or its bytes, mode, owner or group differed and were set.",
 		UnchangedWhen: "The file already had the requested bytes, mode, owner and group.",
+		CheckMode: "Reads the file's state as apply does (stat and SHA-256) and says what it would write or set: content as a unified diff (one more round trip reads the old text), mode, owner and group as before → after. " +
+			"No diff for content from a secret (secret input), binary content or files over 256 KiB; the change says why. Writes nothing.",
 		Example: `- name: motd
   on: web-1.local.test
   module: core.file.present

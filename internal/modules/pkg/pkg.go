@@ -115,7 +115,9 @@ func (*Installed) Info() module.Info {
 			{Name: "reasons", Type: "map<string,string>", Doc: "Why each package in `failed` failed."},
 			{Name: "cache_updated", Type: "bool", Doc: "Whether this run ran apt-get update (ahead of the install, or once for a package not found)."},
 		},
-		ChangesWhen:   "At least one package was installed.",
+		ChangesWhen: "At least one package was installed.",
+		CheckMode: "Asks dpkg which packages are installed, and apt which missing ones have a candidate in the package lists as they are (apt-cache keeps its caches in memory): those would be installed. " +
+			"The lists are never refreshed: when no missing package has a candidate, the target is unknown with update (the apply refreshes first) and fails pkg.package_not_found without it, as apply would.",
 		UnchangedWhen: "No package was installed: every package was already installed, or (status partial) the ones not installed still cannot be, as when a partial run is run again.",
 		Example: `- name: base
   on: web-1.local.test
@@ -172,6 +174,7 @@ func (*Removed) Info() module.Info {
 			{Name: "reasons", Type: "map<string,string>", Doc: "Why each package in `failed` failed."},
 		},
 		ChangesWhen:   "At least one package was removed.",
+		CheckMode:     "Asks dpkg which of the packages are installed (or, with purge, have configuration files left): those would be removed. Removes nothing.",
 		UnchangedWhen: "None of the packages was installed.",
 		Example: `- name: no_telnet
   on: web-1.local.test

@@ -131,6 +131,9 @@ func (*Installed) Info() module.Info {
 			{Name: "users", Type: "array<string>", Doc: "Names of the extra users (the `users` param), empty when none."},
 			{Name: "config_changed", Type: "bool", Doc: "Whether listen_addresses (the server restarted) or the pg_hba.conf entries (the server reloaded) changed."},
 		},
+		CheckMode: "Asks what apply asks, in one round trip: is the server installed, is the cluster there and online, which roles and databases exist, do the managed block of pg_hba.conf and listen_addresses differ. " +
+			"A password is compared with the role's stored SCRAM-SHA-256 secret (its salt and iterations from the server, the keys computed on the keeper), so a check never tries a login. " +
+			"Installs, creates, writes, reloads and restarts nothing.",
 		ChangesWhen:   "PostgreSQL was installed, the cluster was created or started, a user or database was created, a password was set, or the configuration changed.",
 		UnchangedWhen: "Everything already existed with the requested configuration and every user logged in with its password.",
 		Example: `- name: database

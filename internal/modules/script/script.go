@@ -72,6 +72,8 @@ func (*Ran) Info() module.Info {
 		Output: []module.Field{
 			{Name: "(script)", Type: "any", Doc: "The JSON value the script printed on standard output."},
 		},
+		CheckMode: "A script that declares `check: true` runs with SOULSTACK_CHECK=1 in its environment: it must change nothing and print its JSON with `\"changed\"` saying whether a real run would. " +
+			"Any other script is unknown (what it changes is known only when it runs) and does not run.",
 		ChangesWhen:   "The script ran, unless its JSON output is an object with `\"changed\": false`.",
 		UnchangedWhen: "The script's JSON output is an object with `\"changed\": false`.",
 		Example: `- name: install_packages

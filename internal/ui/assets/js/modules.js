@@ -43,7 +43,8 @@ export async function modulePage(main, {id}) {
       h('dt', {}, 'Needs root'), h('dd', {}, m.needs_root ? 'yes' : 'no'),
       m.permission ? [h('dt', {}, 'Permission'), h('dd', {class: 'mono'}, m.permission)] : null,
       h('dt', {}, 'Changes when'), h('dd', {}, m.changes_when || '—'),
-      h('dt', {}, 'Unchanged when'), h('dd', {}, m.unchanged_when || '—')),
+      h('dt', {}, 'Unchanged when'), h('dd', {}, m.unchanged_when || '—'),
+      h('dt', {}, 'In a check run'), h('dd', {}, m.check_mode || 'No check path: reported unknown.')),
     h('h2', {}, 'Params'),
     table([
       {label: 'Name', cell: p => h('span', {class: 'mono'}, p.name)},
