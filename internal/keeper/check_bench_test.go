@@ -1,0 +1,84 @@
+package keeper_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/sshtest"
+)
+
+// BenchmarkCheckFanout50 compares a check run with the idempotent apply
+// of examples/fanout.yaml on 50 local sshd hosts through one keeper: after
+// a warm-up apply (files made, host keys pinned), each iteration runs the
+// apply and then the check with new keys. Both ask one deciding question
+// per module per host, so the check must be no slower. ns/op is the
+// check's submit-to-finished wall time; apply-s/op, check-s/op and
+// check/apply report both and their ratio, keeper-cpu-check-s/op the
+// process's CPU time during the check. Every check must say that nothing
+// would change on the first two steps and that the third (a command
+// without a guard) is unknown on every host.
+func BenchmarkCheckFanout50(b *testing.B) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "fanout.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	servers := sshtest.StartN(b, fanoutHosts, sshtest.Options{})
+	tmp := b.TempDir()
+	keyFile := filepath.Join(tmp, "id_ed25519")
+	if err := os.WriteFile(keyFile, servers[0].ClientKey, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	workDir := filepath.Join(tmp, "souls")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"))
+	hosts := make([]any, fanoutHosts)
+	for i, s := range servers {
+		sid := fmt.Sprintf("h%02d.bench.test", i+1)
+		hosts[i] = sid
+		if _, err := c.SoulCreate(b.Context(), client.SoulCreate{SID: sid, Address: s.Addr,
+			Connection: client.Connection{Transport: "ssh", User: s.User, Port: s.Port, KeyRef: "file:" + keyFile}}); err != nil {
+			b.Fatalf("register %s: %v", sid, err)
+		}
+	}
+	req := client.RunCreate{Scenario: string(src), File: "fanout.yaml", Timeout: "2m", Input: map[string]any{"hosts": hosts, "dir": workDir}}
+	req.Key = fmt.Sprintf("check-warm-%d", time.Now().UnixNano())
+	if warm, _ := fanoutRun(b, c, req); checkFanout(warm, false) != nil {
+		b.Fatalf("warm-up run: %v", checkFanout(warm, false))
+	}
+	var apply, check, cpu time.Duration
+	n := 0
+	for b.Loop() {
+		b.StopTimer()
+		n++
+		req.Mode, req.Key = client.RunApply, fmt.Sprintf("apply-%d-%d", time.Now().UnixNano(), n)
+		start := time.Now()
+		run, _ := fanoutRun(b, c, req)
+		apply += time.Since(start)
+		if err := checkFanout(run, true); err != nil {
+			b.Fatalf("apply %d: %v", n, err)
+		}
+		req.Mode, req.Key = client.RunCheck, fmt.Sprintf("check-%d-%d", time.Now().UnixNano(), n)
+		b.StartTimer()
+		cpu0 := cpuTime(b)
+		start = time.Now()
+		run, _ = fanoutRun(b, c, req)
+		check += time.Since(start)
+		cpu += cpuTime(b) - cpu0
+		b.StopTimer()
+		if run.Phase != client.PhaseSucceeded || run.Check == nil || run.Check.WouldChange != 0 ||
+			run.Check.Unchanged != 2*fanoutHosts || run.Check.Unknown != fanoutHosts {
+			b.Fatalf("check %d: %s %+v", n, run.Phase, run.Check)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(apply.Seconds()/float64(n), "apply-s/op")
+	b.ReportMetric(check.Seconds()/float64(n), "check-s/op")
+	b.ReportMetric(check.Seconds()/apply.Seconds(), "check/apply")
+	b.ReportMetric(cpu.Seconds()/float64(n), "keeper-cpu-check-s/op")
+}
