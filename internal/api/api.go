@@ -88,6 +88,7 @@ func New(cfg Config) *Server {
 	s.registerTokens()
 	s.registerAudit()
 	s.registerRuns()
+	s.registerDrift()
 	s.registerCloud()
 	s.registerModules()
 	s.registerJoin()

@@ -21,9 +21,7 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/pki"
-	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -354,24 +352,7 @@ func seedInput(raw json.RawMessage, sid string) (map[string]any, error) {
 }
 
 func (s *Server) submitSeed(ctx context.Context, sd store.SoulSeed) (store.Run, error) {
-	input, err := seedInput(sd.Input, sd.SID)
-	if err != nil {
-		return store.Run{}, fmt.Errorf("seed %d input: %w", sd.ID, err)
-	}
-	// The creator must still be allowed to start runs: a revoked or
-	// expired token's seeds do not run.
-	if err := (auth.Checker{Tokens: s.store, Now: s.now}).Authorize(ctx, sd.CreatedBy, auth.RunCreate); err != nil {
-		return store.Run{}, fmt.Errorf("seed %d: its creator %w", sd.ID, err)
-	}
-	checked, problems := s.check(fmt.Sprintf("seed-%d.yaml", sd.ID), sd.Scenario, input)
-	if len(problems) > 0 {
-		return store.Run{}, fmt.Errorf("seed %d: %s: %s", sd.ID, problems[0].Location, problems[0].Message)
-	}
-	run, _, err := s.runs.Submit(ctx, runner.SubmitParams{
-		Name: checked.Name, Scenario: sd.Scenario, Input: checked.Input, Secret: checked.Secret,
-		Key: SeedRunKey(sd.SID, sd.ID), Actor: store.Actor(sd.CreatedBy),
-	})
-	return run, err
+	return s.submitSeedAs(ctx, sd, client.RunApply, SeedRunKey(sd.SID, sd.ID))
 }
 
 // serveAgentBinary serves the soul binary with its SHA-256 in

@@ -38,6 +38,10 @@ const (
 	AuditRead      Permission = "audit.read"
 	TokenManage    Permission = "token.manage"
 	MetricsRead    Permission = "metrics.read"
+	// DriftCheck starts drift checks of souls' seeds; DriftAck
+	// acknowledges a soul's drift.
+	DriftCheck Permission = "drift.check"
+	DriftAck   Permission = "drift.ack"
 	// The keeper-side cloud states need these besides run.create: a run
 	// whose scenario has such a step is refused without them, and the
 	// step fails when its run's creator no longer holds them.
@@ -54,12 +58,12 @@ var reads = []Permission{ProviderRead, ProfileRead, SoulRead, RunRead, AuditRead
 // holds all of them, so a new permission is added here.
 var all = append(append([]Permission{}, reads...),
 	ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete,
-	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize)
+	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize, DriftCheck, DriftAck)
 
 // roles maps each built-in role to what it may do.
 var roles = map[string]map[Permission]bool{
 	"admin":    set(all...),
-	"operator": set(append(reads, RunCreate, RunCancel)...),
+	"operator": set(append(reads, RunCreate, RunCancel, DriftCheck, DriftAck)...),
 	"viewer":   set(reads...),
 }
 

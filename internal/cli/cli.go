@@ -165,6 +165,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.runCommand(),
 		a.validateCommand(),
 		a.runsCommand(),
+		a.driftCommand(),
 		a.cloudCommand(),
 		a.versionCommand(),
 		a.mcpCommand(),

@@ -107,6 +107,12 @@ type Config struct {
 	// Runs configures how keepers hold the runs they execute.
 	Runs Runs `yaml:"runs"`
 
+	// Drift schedules the drift sweep: every soul's active seeds checked
+	// (check runs) every Every, each sweep starting up to Jitter of Every
+	// late. Every 0 (the default) schedules none; soulctl drift check and
+	// POST /v1/drift/checks check on demand.
+	Drift Drift `yaml:"drift"`
+
 	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
 	// file: or vault:), resolved at start; empty means the audit key is
 	// derived from the data key. Keepers sharing one PostgreSQL must share it.
@@ -120,6 +126,26 @@ type Config struct {
 	AuditCheckpointEvery int `yaml:"audit_checkpoint_every"`
 	// MCP configures the Model Context Protocol server at /mcp.
 	MCP MCP `yaml:"mcp"`
+}
+
+// Drift is keeper.yml's drift schedule.
+type Drift struct {
+	Every Duration `yaml:"every"`
+	// Jitter is a percentage of Every, such as "10%" (default).
+	Jitter string `yaml:"jitter"`
+}
+
+// JitterFraction is Jitter as a fraction of Every (0.1 for "10%").
+func (d Drift) JitterFraction() (float64, error) {
+	if d.Jitter == "" {
+		return 0.1, nil
+	}
+	n, ok := strings.CutSuffix(strings.TrimSpace(d.Jitter), "%")
+	f, err := strconv.ParseFloat(n, 64)
+	if !ok || err != nil || f < 0 || f > 100 {
+		return 0, fmt.Errorf("drift.jitter: %q is not a percentage from 0%% to 100%% such as 10%%", d.Jitter)
+	}
+	return f / 100, nil
 }
 
 // Runs is the lease a keeper holds on each run it executes. Every keeper
@@ -365,6 +391,12 @@ func (c Config) validateTimings() error {
 	}
 	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "15s"); err != nil {
 		return fmt.Errorf("%w (three runs.heartbeat)", err)
+	}
+	if c.Drift.Every != 0 && c.Drift.Every.Std() < time.Minute {
+		return fmt.Errorf("drift.every: %s is under a minute (e.g. 1h; 0 schedules no sweep)", c.Drift.Every.Std())
+	}
+	if _, err := c.Drift.JitterFraction(); err != nil {
+		return err
 	}
 	if c.Runs.MaxTargetOutputBytes < 0 || c.Runs.MaxTargetOutputBytes > 0 && c.Runs.MaxTargetOutputBytes < 4096 {
 		return fmt.Errorf("runs.max_target_output_bytes: %d is under 4096 bytes (default 1048576)", c.Runs.MaxTargetOutputBytes)

@@ -328,6 +328,14 @@ func (s *System) buildRuns(ctx context.Context) error {
 	s.Runs, err = runner.New(ctx, runner.Config{
 		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
 		Lease: runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
+		// The API is built after the runner and before it starts: drift
+		// checks finish through it.
+		Finished: func(ctx context.Context, run store.Run) {
+			if s.API != nil {
+				s.API.DriftFinished(ctx, run)
+			}
+		},
+		Periodic: s.periodic(c),
 	})
 	if err != nil {
 		return err
@@ -487,4 +495,19 @@ func revokeOnChange(b rechecker) store.Subscriber {
 		defer cancel()
 		b.Recheck(ctx, sid)
 	}
+}
+
+// periodic are the keeper's scheduled tasks: the drift sweep when
+// keeper.yml's drift.every is set.
+func (s *System) periodic(c config.Config) []runner.Periodic {
+	if c.Drift.Every == 0 {
+		return nil
+	}
+	jitter, _ := c.Drift.JitterFraction() // validated with the config
+	return []runner.Periodic{{Name: "drift-sweep", Every: c.Drift.Every.Std(), Jitter: jitter, Run: func(ctx context.Context) error {
+		if s.API == nil {
+			return nil
+		}
+		return s.API.DriftSweep(ctx)
+	}}}
 }

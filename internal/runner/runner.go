@@ -188,6 +188,11 @@ type Config struct {
 	Clock clockwork.Clock
 	// Lease is the lease timing; zero fields are the defaults.
 	Lease Lease
+	// Finished, when set, is called with each run this keeper finished,
+	// as stored, after its run.finished event.
+	Finished func(ctx context.Context, run store.Run)
+	// Periodic are the tasks run on a schedule (see Periodic).
+	Periodic []Periodic
 }
 
 // Runner accepts runs and executes them from the queue.
@@ -256,6 +261,14 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
+	tasks := map[string]Periodic{}
+	for _, t := range cfg.Periodic {
+		if t.Every <= 0 || t.Run == nil || t.Name == "" {
+			return nil, fmt.Errorf("periodic task %q: needs a name, an interval and a function", t.Name)
+		}
+		tasks[t.Name] = t
+	}
+	river.AddWorker(workers, &periodicWorker{tasks: tasks})
 	var err error
 	r.river, err = river.NewClient(cfg.Queue, &river.Config{
 		ID:                cfg.Owner,
@@ -265,6 +278,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		JobTimeout:        -1, // the runner enforces each run's own timeout
 		FetchPollInterval: 200 * time.Millisecond,
 		MaxAttempts:       5,
+		PeriodicJobs:      periodicJobs(cfg.Periodic),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue client: %w", err)

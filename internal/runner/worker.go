@@ -222,6 +222,13 @@ func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secre
 	rec.eventCtx(fctx, "", "", data)
 	_ = rec.flush(fctx)
 	log.Info("run finished", "phase", out.Phase, "code", out.ErrorCode)
+	if r.cfg.Finished != nil {
+		if stored, err := r.cfg.Store.RunGet(fctx, run.ID); err == nil {
+			r.cfg.Finished(fctx, stored)
+		} else {
+			log.Warn("finished run not read back for its hooks", "err", err)
+		}
+	}
 	return nil
 }
 

@@ -152,6 +152,9 @@ type RunStore interface {
 	// A key only other actors used names no run: a new one is created.
 	RunCreate(ctx context.Context, p RunCreateParams) (run Run, created bool, err error)
 	RunGet(ctx context.Context, id string) (Run, error)
+	// RunByKey returns the run createdBy started with key (ErrNotFound
+	// when none).
+	RunByKey(ctx context.Context, createdBy, key string) (Run, error)
 	// RunHead returns only a run's phase and finish time, by primary key,
 	// for pollers (the event stream) that must not read the whole run
 	// (scenario, sealed input and state).

@@ -237,6 +237,7 @@ type Store interface {
 	CloudStore
 	JoinStore
 	SessionStore
+	DriftStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)

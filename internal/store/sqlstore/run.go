@@ -43,6 +43,12 @@ func (s *Store) runByKey(ctx context.Context, createdBy, key string) (store.Run,
 	return r, nil
 }
 
+// RunByKey returns the run createdBy started with key.
+func (s *Store) RunByKey(ctx context.Context, createdBy, key string) (_ store.Run, err error) {
+	defer s.translate(&err)
+	return s.runByKey(ctx, createdBy, key)
+}
+
 // existing answers a create whose key is already used.
 func existing(r store.Run, digest string) (store.Run, bool, error) {
 	if r.Digest != digest {

@@ -61,6 +61,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"Changes", testChanges},
 		{"Sealed", testSealed},
 		{"Sessions", testSessions},
+		{"Drift", testDrift},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,97 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// The drift states of a soul's seed: what its last check run found.
+const (
+	// DriftChecking: a check run was started and has not finished.
+	DriftChecking = "checking"
+	// DriftInSync: the check said nothing would change.
+	DriftInSync = "in_sync"
+	// DriftDrifted: the check said the seed would change the soul.
+	DriftDrifted = "drifted"
+	// DriftUnknown: the check could not tell (a step without a check
+	// path, a command without a guard), or the check itself failed.
+	DriftUnknown = "unknown"
+	// DriftUnreachable: the soul could not be reached.
+	DriftUnreachable = "unreachable"
+)
+
+// The kinds of a drift.
+const (
+	// DriftCorrective: the seed's last apply succeeded and the soul no
+	// longer carries it: it changed behind the keeper's back.
+	DriftCorrective = "corrective"
+	// DriftPending: the seed was never applied successfully, so the
+	// change is still to be made, not a regression.
+	DriftPending = "pending"
+)
+
+// SoulDrift is what the last check of one seed of one soul found.
+type SoulDrift struct {
+	SID       string
+	SeedID    int64
+	State     string
+	Kind      string // for drifted: corrective or pending
+	RunID     string // the last check run
+	Reason    string // what would change, or why it is unknown
+	CheckedAt *time.Time
+	ChangedAt *time.Time // when State last changed
+	AckUntil  *time.Time
+	AckReason string
+	AckBy     string
+}
+
+// Acknowledged reports whether the drift is acknowledged at now.
+func (d SoulDrift) Acknowledged(now time.Time) bool {
+	return d.AckUntil != nil && now.Before(*d.AckUntil)
+}
+
+// DriftRecordParams records the outcome of a check run of a seed.
+type DriftRecordParams struct {
+	Drift SoulDrift // SID, SeedID, RunID, State, Kind, Reason, CheckedAt
+	Actor Actor
+}
+
+// DriftAckParams acknowledges the drift of a soul's seeds (all of them
+// when SeedID is 0) until Until.
+type DriftAckParams struct {
+	SID    string
+	SeedID int64
+	Until  time.Time
+	Reason string
+	Actor  Actor
+}
+
+// DriftListParams select souls' drift: those whose SID sorts after After
+// (or the one soul SID), at most Limit souls, only those with a seed in
+// State when it is set.
+type DriftListParams struct {
+	State, SID, After string
+	Limit             int
+}
+
+// DriftStore keeps the souls' drift.
+type DriftStore interface {
+	// DriftStart marks a seed of a soul as being checked by run runID;
+	// the state it had stays until the run reports.
+	DriftStart(ctx context.Context, sid string, seedID int64, runID string) error
+	// DriftRecord stores what check run p.Drift.RunID found, unless a
+	// later check of the same seed was started since (its run wins). A
+	// change of state is audited (soul.drifted, soul.in_sync,
+	// soul.drift_unknown, soul.drift_unreachable) and clears an
+	// acknowledgement; the same state again writes no event. It returns
+	// the state before.
+	DriftRecord(ctx context.Context, p DriftRecordParams) (before string, err error)
+	// DriftList returns the drift of the souls p asks for, every seed of
+	// each, by SID and seed.
+	DriftList(ctx context.Context, p DriftListParams) ([]SoulDrift, error)
+	// DriftCounts counts the seeds of souls by state.
+	DriftCounts(ctx context.Context) (map[string]int, error)
+	// DriftAck acknowledges drift (audit soul.drift_acknowledged) and
+	// returns how many seeds it covered; ErrNotFound when none.
+	DriftAck(ctx context.Context, p DriftAckParams) (int, error)
+}
