@@ -166,6 +166,7 @@ func newServer(cfg Config, agent bool) *Server {
 	}
 	s.api = humago.New(s.mux, hc)
 	s.metrics = newMetrics()
+	s.metrics.registry.MustRegister(driftCollector{s})
 	s.api.UseMiddleware(s.observe)
 	return s
 }

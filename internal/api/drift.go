@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/danielgtaylor/huma/v2"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
@@ -286,7 +287,7 @@ func (s *Server) registerDrift() {
 			return nil, err
 		}
 		items := driftWire(ds, s.now())
-		counts, err := s.driftSoulCounts(ctx)
+		counts, _, err := s.driftSoulCounts(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -328,21 +329,25 @@ func (s *Server) registerDrift() {
 	})
 }
 
-// driftSoulCounts counts souls by their seeds' worst state.
-func (s *Server) driftSoulCounts(ctx context.Context) (map[string]int, error) {
-	counts := map[string]int{}
+// driftSoulCounts counts souls by their seeds' worst state, and how many
+// of the drifted ones are acknowledged.
+func (s *Server) driftSoulCounts(ctx context.Context) (map[string]int, int, error) {
+	counts, acked := map[string]int{}, 0
 	after := ""
 	for {
 		ds, err := s.store.DriftList(ctx, store.DriftListParams{After: after, Limit: 500})
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		souls := driftWire(ds, s.now())
 		for _, so := range souls {
 			counts[so.State]++
+			if so.Acknowledged {
+				acked++
+			}
 		}
 		if len(souls) < 500 {
-			return counts, nil
+			return counts, acked, nil
 		}
 		after = souls[len(souls)-1].SID
 	}
@@ -368,4 +373,27 @@ func (s *Server) submitSeedAs(ctx context.Context, sd store.SoulSeed, mode clien
 		Key: key, Actor: store.Actor(sd.CreatedBy), Mode: mode,
 	})
 	return run, err
+}
+
+// driftDesc is the drift gauge: souls by their seeds' worst state.
+var driftDesc = prometheus.NewDesc("soulstack_souls_drift", "Souls by drift state (their seeds' worst; acknowledged drift counts as drifted_acknowledged).", []string{"state"}, nil)
+
+// driftCollector reads the drift counts at each scrape, bounded in time.
+type driftCollector struct{ s *Server }
+
+func (c driftCollector) Describe(ch chan<- *prometheus.Desc) { ch <- driftDesc }
+
+func (c driftCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts, acked, err := c.s.driftSoulCounts(ctx)
+	if err != nil {
+		c.s.log.Warn("drift metrics", "err", err)
+		return
+	}
+	counts[store.DriftDrifted] -= acked
+	counts["drifted_acknowledged"] = acked
+	for _, st := range []string{store.DriftInSync, store.DriftDrifted, "drifted_acknowledged", store.DriftUnknown, store.DriftUnreachable, store.DriftChecking} {
+		ch <- prometheus.MustNewConstMetric(driftDesc, prometheus.GaugeValue, float64(counts[st]), st)
+	}
 }

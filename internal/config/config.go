@@ -392,8 +392,8 @@ func (c Config) validateTimings() error {
 	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "15s"); err != nil {
 		return fmt.Errorf("%w (three runs.heartbeat)", err)
 	}
-	if c.Drift.Every != 0 && c.Drift.Every.Std() < time.Minute {
-		return fmt.Errorf("drift.every: %s is under a minute (e.g. 1h; 0 schedules no sweep)", c.Drift.Every.Std())
+	if c.Drift.Every != 0 && c.Drift.Every.Std() < 10*time.Second {
+		return fmt.Errorf("drift.every: %s is under 10s (e.g. 1h; 0 schedules no sweep)", c.Drift.Every.Std())
 	}
 	if _, err := c.Drift.JitterFraction(); err != nil {
 		return err

@@ -1,0 +1,95 @@
+package keeper_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/keepertest"
+	"github.com/soulstack/soulstack/internal/sshtest"
+)
+
+// TestDriftSweep: keeper.yml's drift schedule sweeps by itself (a River
+// periodic job): a soul whose seed was never applied is found drifted
+// (pending) without anyone asking, the check changed nothing on the host,
+// and /metrics counts the soul under soulstack_souls_drift{state="drifted"}.
+func TestDriftSweep(t *testing.T) {
+	t.Parallel()
+	srv := sshtest.Start(t, sshtest.Options{})
+	k := keepertest.Start(t, func(c *config.Config) {
+		c.Drift = config.Drift{Every: config.Duration(10 * time.Second), Jitter: "0%"}
+	})
+	c := k.Client
+	ctx := context.Background()
+	dir := t.TempDir()
+	key := filepath.Join(dir, "id")
+	if err := os.WriteFile(key, srv.ClientKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SoulCreate(ctx, client.SoulCreate{SID: "web-1.drift.test", Address: srv.Addr,
+		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + key}}); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "motd")
+	if _, err := c.SeedAdd(ctx, "web-1.drift.test", client.SeedCreate{Scenario: `inputs:
+  sid: {type: string}
+steps:
+  - name: motd
+    on: "${ input.sid }"
+    module: core.file.present
+    params: {path: "` + target + `", content: "seeded\n"}
+`}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var rep *client.DriftReport
+	for {
+		var err error
+		rep, err = c.Drift(ctx, "", client.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Items) == 1 && rep.Items[0].State == client.DriftDrifted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no sweep found the drift within 60 s: %+v", rep)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	sd := rep.Items[0].Seeds[0]
+	if sd.Kind != "pending" || sd.RunID == "" || !strings.Contains(sd.Reason, "motd") || rep.Counts[client.DriftDrifted] != 1 {
+		t.Fatalf("drift = %+v, counts %v", rep.Items[0], rep.Counts)
+	}
+	if _, err := os.Stat(target); !os.IsNotExist(err) {
+		t.Fatalf("the sweep's check wrote %s: %v", target, err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, k.URL+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+k.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `soulstack_souls_drift{state="drifted"} 1`) || !strings.Contains(string(body), `soulstack_souls_drift{state="in_sync"} 0`) {
+		t.Fatalf("/metrics has no drift gauge of one drifted soul:\n%s", grepLines(string(body), "soulstack_souls_drift"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
