@@ -60,6 +60,9 @@ type SeedDrift struct {
 	AckUntil     *time.Time `json:"ack_until,omitempty" required:"false"`
 	AckReason    string     `json:"ack_reason,omitempty" required:"false"`
 	AckBy        string     `json:"ack_by,omitempty" required:"false"`
+	// RemediationRunID is the apply run a seed with remediate: auto
+	// started for this drift episode.
+	RemediationRunID string `json:"remediation_run_id,omitempty" required:"false" doc:"The apply run remediate: auto started for this drift episode."`
 }
 
 // SoulDrift is a soul's drift: its seeds' worst state and each seed's.
@@ -99,6 +102,17 @@ func (c *Client) Drift(ctx context.Context, state string, o ListOptions) (*Drift
 		q.Set("state", state)
 	}
 	return call[DriftReport](ctx, c, http.MethodGet, "/v1/drift", q, nil)
+}
+
+// DriftOf returns one soul's drift (nil when it was never checked).
+func (c *Client) DriftOf(ctx context.Context, sid string) (*SoulDrift, error) {
+	q := ListOptions{Limit: 1}.query()
+	q.Set("sid", sid)
+	r, err := call[DriftReport](ctx, c, http.MethodGet, "/v1/drift", q, nil)
+	if err != nil || len(r.Items) == 0 {
+		return nil, err
+	}
+	return &r.Items[0], nil
 }
 
 // DriftAcknowledge acknowledges drift.

@@ -114,11 +114,40 @@ func (s *Server) DriftFinished(ctx context.Context, run store.Run) {
 		return
 	}
 	d, err := s.driftOf(ctx, run, sid, seedID)
+	before := ""
 	if err == nil {
-		_, err = s.store.DriftRecord(ctx, store.DriftRecordParams{Drift: d, Actor: store.Actor(run.CreatedBy)})
+		before, err = s.store.DriftRecord(ctx, store.DriftRecordParams{Drift: d, Actor: store.Actor(run.CreatedBy)})
 	}
 	if err != nil {
 		s.log.Error("record drift", "sid", sid, "seed", seedID, "run", run.ID, "err", err)
+		return
+	}
+	if d.State == store.DriftDrifted && before != store.DriftDrifted {
+		s.remediate(ctx, run, sid, seedID)
+	}
+}
+
+// remediate starts, for a seed with remediate: auto that a check found
+// drifted at the start of a drift episode (it was not drifted before), an
+// apply run of the seed as its creator — once per episode: its key is the
+// check run's, and a seed that stays drifted is not applied again.
+func (s *Server) remediate(ctx context.Context, check store.Run, sid string, seedID int64) {
+	seeds, err := s.store.Seeds(ctx, sid)
+	if err != nil {
+		s.log.Error("remediate drift", "sid", sid, "seed", seedID, "err", err)
+		return
+	}
+	for _, sd := range seeds {
+		if sd.ID != seedID || sd.Remediate != store.SeedRemediateAuto || sd.Status != store.SeedActive {
+			continue
+		}
+		run, err := s.submitSeedAs(ctx, sd, client.RunApply, "remediate:"+check.ID)
+		if err == nil {
+			err = s.store.DriftRemediated(ctx, sid, seedID, check.ID, run.ID, store.Actor(sd.CreatedBy))
+		}
+		if err != nil {
+			s.log.Error("remediate drift", "sid", sid, "seed", seedID, "check_run", check.ID, "err", err)
+		}
 	}
 }
 
@@ -190,7 +219,7 @@ func driftWire(ds []store.SoulDrift, now time.Time) []client.SoulDrift {
 		}
 		so := &out[len(out)-1]
 		sd := client.SeedDrift{SeedID: d.SeedID, State: d.State, Kind: d.Kind, RunID: d.RunID, Reason: d.Reason, CheckedAt: d.CheckedAt,
-			ChangedAt: d.ChangedAt, Acknowledged: d.Acknowledged(now), AckReason: d.AckReason, AckBy: d.AckBy}
+			ChangedAt: d.ChangedAt, Acknowledged: d.Acknowledged(now), AckReason: d.AckReason, AckBy: d.AckBy, RemediationRunID: d.RemediationRunID}
 		if sd.Acknowledged {
 			sd.AckUntil = d.AckUntil
 		}
@@ -275,6 +304,7 @@ func (s *Server) registerDrift() {
 			"page of souls, each with its seeds' state, kind, reason, last check run and acknowledgement. Paged by SID like souls.",
 	}, auth.SoulRead, false, func(ctx context.Context, in *struct {
 		State string `query:"state" enum:"checking,in_sync,drifted,unknown,unreachable" required:"false" doc:"Only souls with a seed in this state."`
+		SID   string `query:"sid" required:"false" doc:"Only this soul."`
 		Limit int    `query:"limit" minimum:"0" maximum:"500" required:"false"`
 		After string `query:"after" required:"false"`
 	}) (*struct{ Body client.DriftReport }, error) {
@@ -282,7 +312,7 @@ func (s *Server) registerDrift() {
 		if limit == 0 {
 			limit = 100
 		}
-		ds, err := s.store.DriftList(ctx, store.DriftListParams{State: in.State, After: in.After, Limit: limit})
+		ds, err := s.store.DriftList(ctx, store.DriftListParams{State: in.State, SID: in.SID, After: in.After, Limit: limit})
 		if err != nil {
 			return nil, err
 		}

@@ -26,7 +26,12 @@ func seedWire(sd store.SoulSeed) client.Seed {
 			in[name] = secret.Masked
 		}
 	}
-	return client.Seed{ID: sd.ID, SID: sd.SID, Scenario: sd.Scenario, Input: in, SealedInputs: orNone(sd.Secret), Status: sd.Status, CreatedBy: sd.CreatedBy, CreatedAt: sd.CreatedAt}
+	remediate := sd.Remediate
+	if remediate == "" {
+		remediate = store.SeedRemediateManual
+	}
+	return client.Seed{ID: sd.ID, SID: sd.SID, Scenario: sd.Scenario, Input: in, SealedInputs: orNone(sd.Secret), Status: sd.Status, CreatedBy: sd.CreatedBy, CreatedAt: sd.CreatedAt,
+		Remediate: remediate}
 }
 
 func orNone(names []string) []string {
@@ -93,7 +98,7 @@ func (s *Server) registerSeeds() {
 		}
 		input := objectJSON(in.Body.Input)
 		actor := caller.Actor()
-		seed := store.SoulSeed{SID: in.SID, Scenario: in.Body.Scenario, Input: input, Secret: secretNames(checked.Secret), CreatedBy: string(actor)}
+		seed := store.SoulSeed{SID: in.SID, Scenario: in.Body.Scenario, Input: input, Secret: secretNames(checked.Secret), CreatedBy: string(actor), Remediate: in.Body.Remediate}
 		sd, err := s.store.SeedAdd(ctx, store.SeedAddParams{Seed: seed, Actor: actor})
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -163,7 +164,7 @@ check runs and exits.`,
 			}
 			var sids []string
 			for _, ch := range started.Checks {
-				if _, err := c.RunWait(cmd.Context(), ch.RunID); err != nil {
+				if err := waitDrift(cmd.Context(), c, ch); err != nil {
 					return err
 				}
 				if !slices.Contains(sids, ch.SID) {
@@ -182,6 +183,40 @@ check runs and exits.`,
 	cmd.Flags().BoolVar(&all, "all", false, "check every soul that has seeds")
 	cmd.Flags().BoolVar(&detach, "detach", false, "print the check runs and exit without waiting")
 	return cmd
+}
+
+// waitDrift waits until the check run has finished and the keeper has
+// recorded what it found (its checked_at is the run's end).
+func waitDrift(ctx context.Context, c *client.Client, ch client.DriftCheckRun) error {
+	run, err := c.RunWait(ctx, ch.RunID)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		so, err := c.DriftOf(ctx, ch.SID)
+		if err != nil {
+			return err
+		}
+		if so != nil {
+			for _, sd := range so.Seeds {
+				if sd.SeedID == ch.SeedID && sd.RunID == ch.RunID && sd.CheckedAt != nil && run.FinishedAt != nil && !sd.CheckedAt.Before(run.FinishedAt.Truncate(time.Second)) {
+					return nil
+				}
+				if sd.SeedID == ch.SeedID && sd.RunID != ch.RunID {
+					return nil // a later check took over: its run reports
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("check run %s of %s seed %d finished, but its drift was not recorded within 30 s (soulctl drift shows it when it is)", ch.RunID, ch.SID, ch.SeedID)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func (a *app) driftAckCommand() *cobra.Command {

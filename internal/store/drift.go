@@ -43,6 +43,9 @@ type SoulDrift struct {
 	AckUntil  *time.Time
 	AckReason string
 	AckBy     string
+	// RemediationRunID is the apply run remediate: auto started for the
+	// current drift episode.
+	RemediationRunID string
 }
 
 // Acknowledged reports whether the drift is acknowledged at now.
@@ -91,6 +94,11 @@ type DriftStore interface {
 	DriftList(ctx context.Context, p DriftListParams) ([]SoulDrift, error)
 	// DriftCounts counts the seeds of souls by state.
 	DriftCounts(ctx context.Context) (map[string]int, error)
+	// DriftRemediated records the apply run started to remediate the
+	// drift found by check run checkRunID (audit
+	// soul.drift_remediation_started); ErrNotFound when a later check has
+	// been started since.
+	DriftRemediated(ctx context.Context, sid string, seedID int64, checkRunID, runID string, actor Actor) error
 	// DriftAck acknowledges drift (audit soul.drift_acknowledged) and
 	// returns how many seeds it covered; ErrNotFound when none.
 	DriftAck(ctx context.Context, p DriftAckParams) (int, error)

@@ -81,7 +81,17 @@ type SoulSeed struct {
 	Status    string
 	CreatedBy string
 	CreatedAt time.Time
+	// Remediate is what a drift check that finds the seed drifted does:
+	// SeedRemediateManual (report) or SeedRemediateAuto (apply the seed
+	// again, once per drift episode). Empty reads as manual.
+	Remediate string
 }
+
+// The remediations of a drifted seed.
+const (
+	SeedRemediateManual = "manual"
+	SeedRemediateAuto   = "auto"
+)
 
 // SeedAddParams adds a seed to a soul (audit seed.added).
 type SeedAddParams struct {

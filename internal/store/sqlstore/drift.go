@@ -11,12 +11,12 @@ import (
 
 var _ store.DriftStore = (*Store)(nil)
 
-const driftCols = `sid, seed_id, state, kind, run_id, reason, checked_at, changed_at, ack_until, ack_reason, ack_by`
+const driftCols = `sid, seed_id, state, kind, run_id, reason, checked_at, changed_at, ack_until, ack_reason, ack_by, remediation_run_id`
 
 func scanDrift(row interface{ Scan(...any) error }) (store.SoulDrift, error) {
 	var d store.SoulDrift
 	var checked, changed, ack sql.NullTime
-	err := row.Scan(&d.SID, &d.SeedID, &d.State, &d.Kind, &d.RunID, &d.Reason, &checked, &changed, &ack, &d.AckReason, &d.AckBy)
+	err := row.Scan(&d.SID, &d.SeedID, &d.State, &d.Kind, &d.RunID, &d.Reason, &checked, &changed, &ack, &d.AckReason, &d.AckBy, &d.RemediationRunID)
 	d.CheckedAt, d.ChangedAt, d.AckUntil = timePtr(checked), timePtr(changed), timePtr(ack)
 	return d, err
 }
@@ -69,7 +69,7 @@ func (s *Store) DriftRecord(ctx context.Context, p store.DriftRecordParams) (bef
 			return record{}, errUnchanged // a later check was started: its run reports
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE soul_drift SET state = ?, kind = ?, reason = ?, checked_at = ?, changed_at = ?,
-			ack_until = NULL, ack_reason = '', ack_by = '' WHERE sid = ? AND seed_id = ?`),
+			ack_until = NULL, ack_reason = '', ack_by = '', remediation_run_id = '' WHERE sid = ? AND seed_id = ?`),
 			d.State, d.Kind, d.Reason, d.CheckedAt.UTC(), at, d.SID, d.SeedID); err != nil {
 			return record{}, fmt.Errorf("record the drift of %s seed %d: %w", d.SID, d.SeedID, err)
 		}
@@ -196,4 +196,21 @@ func (s *Store) DriftAck(ctx context.Context, p store.DriftAckParams) (n int, er
 		}}, nil
 	})
 	return n, err
+}
+
+// DriftRemediated records a remediation run for the drift check runID
+// found.
+func (s *Store) DriftRemediated(ctx context.Context, sid string, seedID int64, checkRunID, runID string, actor store.Actor) (err error) {
+	defer s.translate(&err)
+	return s.mutate(ctx, actor, func(tx *sql.Tx) (record, error) {
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE soul_drift SET remediation_run_id = ? WHERE sid = ? AND seed_id = ? AND run_id = ?`), runID, sid, seedID, checkRunID)
+		if err != nil {
+			return record{}, fmt.Errorf("record the remediation of %s seed %d: %w", sid, seedID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return record{}, &store.Error{Err: store.ErrNotFound, Kind: "drift", Key: fmt.Sprintf("%s seed %d check %s", sid, seedID, checkRunID)}
+		}
+		return record{action: "soul.drift_remediation_started", object: "soul/" + sid, payload: map[string]any{
+			"sid": sid, "seed_id": seedID, "check_run_id": checkRunID, "run_id": runID}}, nil
+	})
 }

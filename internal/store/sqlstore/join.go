@@ -186,11 +186,19 @@ func namesJSON(names []string) string {
 	return string(b)
 }
 
+// remediateOf is a seed's remediation, manual when not set.
+func remediateOf(sd store.SoulSeed) string {
+	if sd.Remediate == "" {
+		return store.SeedRemediateManual
+	}
+	return sd.Remediate
+}
+
 // insertSeed adds one active seed inside tx.
 func (s *Store) insertSeed(ctx context.Context, tx *sql.Tx, sd store.SoulSeed, now time.Time) (int64, error) {
 	var id int64
-	err := tx.QueryRowContext(ctx, s.q(`INSERT INTO soul_seeds (sid, scenario, input, secret_inputs, status, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id`),
-		sd.SID, sd.Scenario, jsonText(sd.Input), namesJSON(sd.Secret), store.SeedActive, sd.CreatedBy, now).Scan(&id)
+	err := tx.QueryRowContext(ctx, s.q(`INSERT INTO soul_seeds (sid, scenario, input, secret_inputs, status, created_by, created_at, remediate) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`),
+		sd.SID, sd.Scenario, jsonText(sd.Input), namesJSON(sd.Secret), store.SeedActive, sd.CreatedBy, now, remediateOf(sd)).Scan(&id)
 	switch s.dialect.Classify(err) {
 	case ForeignKeyViolation:
 		return 0, &store.Error{Err: store.ErrNotFound, Kind: "soul", Key: sd.SID}
@@ -239,7 +247,7 @@ func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (_ store.Sou
 // Seeds lists a soul's seeds by id.
 func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, scenario, input, secret_inputs, status, created_by, created_at FROM soul_seeds WHERE sid = ? ORDER BY id`), sid)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, scenario, input, secret_inputs, status, created_by, created_at, remediate FROM soul_seeds WHERE sid = ? ORDER BY id`), sid)
 	if err != nil {
 		return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
 	}
@@ -249,7 +257,7 @@ func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err 
 		var sd store.SoulSeed
 		var input, names string
 		var created sql.NullTime
-		if err := rows.Scan(&sd.ID, &sd.SID, &sd.Scenario, &input, &names, &sd.Status, &sd.CreatedBy, &created); err != nil {
+		if err := rows.Scan(&sd.ID, &sd.SID, &sd.Scenario, &input, &names, &sd.Status, &sd.CreatedBy, &created, &sd.Remediate); err != nil {
 			return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
 		}
 		if err := json.Unmarshal([]byte(names), &sd.Secret); err != nil {

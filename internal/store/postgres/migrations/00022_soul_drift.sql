@@ -16,9 +16,16 @@ CREATE TABLE soul_drift (
     ack_until   TIMESTAMP,
     ack_reason  TEXT NOT NULL DEFAULT '',
     ack_by      TEXT NOT NULL DEFAULT '',
+    -- The apply run a seed with remediate: auto started for this drift
+    -- episode (at most one per episode).
+    remediation_run_id TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (sid, seed_id)
 );
+-- What a seed does when a check finds it drifted: manual (report it) or
+-- auto (start an apply run of the seed as its creator, once per episode).
+ALTER TABLE soul_seeds ADD COLUMN remediate TEXT NOT NULL DEFAULT 'manual';
 CREATE INDEX soul_drift_state ON soul_drift (state);
 
 -- +goose Down
+ALTER TABLE soul_seeds DROP COLUMN remediate;
 DROP TABLE soul_drift;
