@@ -119,3 +119,28 @@ func (c *Client) DriftOf(ctx context.Context, sid string) (*SoulDrift, error) {
 func (c *Client) DriftAcknowledge(ctx context.Context, in DriftAck) (*SoulDrift, error) {
 	return call[SoulDrift](ctx, c, http.MethodPost, "/v1/drift/ack", nil, in)
 }
+
+// Delivery is one outgoing webhook delivery.
+type Delivery struct {
+	ID           string    `json:"id"`
+	Notification string    `json:"notification" doc:"The notification of keeper.yml it went to."`
+	Event        string    `json:"event"`
+	Object       string    `json:"object"`
+	Status       string    `json:"status" enum:"pending,delivered,failed" doc:"pending: queued or waiting to retry; delivered: the receiver answered 2xx; failed: every attempt failed."`
+	Attempts     int       `json:"attempts"`
+	LastCode     int       `json:"last_code,omitempty" required:"false" doc:"The receiver's last HTTP status (0: no answer)."`
+	LastError    string    `json:"last_error,omitempty" required:"false"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// DeliveryList is a page of deliveries, newest first.
+type DeliveryList struct {
+	Items []Delivery `json:"items"`
+	Next  string     `json:"next"`
+}
+
+// Deliveries lists webhook deliveries, newest first.
+func (c *Client) Deliveries(ctx context.Context, o ListOptions) (*DeliveryList, error) {
+	return call[DeliveryList](ctx, c, http.MethodGet, "/v1/notifications/deliveries", o.query(), nil)
+}

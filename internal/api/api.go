@@ -31,6 +31,9 @@ const MaxBodyBytes = 1 << 20
 type Config struct {
 	Store   store.Store
 	Logger  *slog.Logger
+	// Notify, when set, sends an outgoing notification (soul.drifted,
+	// soul.in_sync); the keeper's webhook notifier.
+	Notify func(ctx context.Context, event, object string, data any)
 	Version string
 	Now     func() time.Time // nil: time.Now
 	// Runs and Check enable the run routes; without them the keeper
@@ -66,6 +69,7 @@ type Server struct {
 	metrics *metrics
 	runs    RunService
 	check   ScenarioChecker
+	notify  func(ctx context.Context, event, object string, data any)
 	cloud   CloudService
 	limiter *authLimiter
 	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
@@ -89,6 +93,7 @@ func New(cfg Config) *Server {
 	s.registerAudit()
 	s.registerRuns()
 	s.registerDrift()
+	s.registerDeliveries()
 	s.registerCloud()
 	s.registerModules()
 	s.registerJoin()
@@ -133,6 +138,7 @@ func newServer(cfg Config, agent bool) *Server {
 		mux:     http.NewServeMux(),
 		runs:    cfg.Runs,
 		check:   cfg.Check,
+		notify:  cfg.Notify,
 		cloud:   cfg.Cloud,
 		limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
 		audit:   cfg.VerifyAudit,

@@ -125,6 +125,15 @@ func (s *Server) DriftFinished(ctx context.Context, run store.Run) {
 	if d.State == store.DriftDrifted && before != store.DriftDrifted {
 		s.remediate(ctx, run, sid, seedID)
 	}
+	if s.notify != nil && d.State != before {
+		data := map[string]any{"sid": sid, "seed_id": seedID, "state": d.State, "from": before, "kind": d.Kind, "reason": d.Reason, "run_id": run.ID}
+		switch {
+		case d.State == store.DriftDrifted:
+			s.notify(ctx, "soul.drifted", "soul/"+sid, data)
+		case d.State == store.DriftInSync && before != store.DriftChecking:
+			s.notify(ctx, "soul.in_sync", "soul/"+sid, data)
+		}
+	}
 }
 
 // remediate starts, for a seed with remediate: auto that a check found
@@ -426,4 +435,34 @@ func (c driftCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range []string{store.DriftInSync, store.DriftDrifted, "drifted_acknowledged", store.DriftUnknown, store.DriftUnreachable, store.DriftChecking} {
 		ch <- prometheus.MustNewConstMetric(driftDesc, prometheus.GaugeValue, float64(counts[st]), st)
 	}
+}
+
+func (s *Server) registerDeliveries() {
+	register(s, huma.Operation{
+		OperationID: "delivery-list", Method: http.MethodGet, Path: "/v1/notifications/deliveries", Tags: []string{"notifications"},
+		Summary: "The webhook delivery log",
+		Description: "Every outgoing webhook delivery (keeper.yml notifications), newest first: its event and object, status " +
+			"(pending, delivered, failed), attempts and the receiver's last answer. Page with after (a delivery id).",
+	}, auth.AuditRead, false, func(ctx context.Context, in *struct {
+		Limit int    `query:"limit" minimum:"0" maximum:"500" required:"false"`
+		After string `query:"after" required:"false" doc:"List deliveries older than this one."`
+	}) (*struct{ Body client.DeliveryList }, error) {
+		limit := in.Limit
+		if limit == 0 {
+			limit = 100
+		}
+		ds, err := s.store.Deliveries(ctx, in.After, limit)
+		if err != nil {
+			return nil, err
+		}
+		out := client.DeliveryList{Items: []client.Delivery{}}
+		for _, d := range ds {
+			out.Items = append(out.Items, client.Delivery{ID: d.ID, Notification: d.Notification, Event: d.Event, Object: d.Object, Status: d.Status,
+				Attempts: d.Attempts, LastCode: d.LastCode, LastError: d.LastError, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt})
+		}
+		if len(ds) == limit {
+			out.Next = ds[len(ds)-1].ID
+		}
+		return &struct{ Body client.DeliveryList }{Body: out}, nil
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -113,6 +114,11 @@ type Config struct {
 	// POST /v1/drift/checks check on demand.
 	Drift Drift `yaml:"drift"`
 
+	// Notifications are outgoing webhooks: each event named is POSTed to
+	// url as JSON, signed with HMAC-SHA256 under the secret secret_ref
+	// names, from a durable queue with retries.
+	Notifications []Notification `yaml:"notifications"`
+
 	// AuditKeyRef names the base64 root (32 bytes) of the audit key (env:,
 	// file: or vault:), resolved at start; empty means the audit key is
 	// derived from the data key. Keepers sharing one PostgreSQL must share it.
@@ -127,6 +133,21 @@ type Config struct {
 	// MCP configures the Model Context Protocol server at /mcp.
 	MCP MCP `yaml:"mcp"`
 }
+
+// Notification is one outgoing webhook.
+type Notification struct {
+	// Name names it in the delivery log (default: its URL's host).
+	Name string `yaml:"name"`
+	URL  string `yaml:"url"`
+	// Events are the events it receives: soul.drifted, soul.in_sync,
+	// run.failed, run.succeeded, cloud.provisioned.
+	Events []string `yaml:"events"`
+	// SecretRef names the signing secret (env:, file:, vault:).
+	SecretRef string `yaml:"secret_ref"`
+}
+
+// NotificationEvents are the events a notification may name.
+var NotificationEvents = []string{"soul.drifted", "soul.in_sync", "run.failed", "run.succeeded", "cloud.provisioned"}
 
 // Drift is keeper.yml's drift schedule.
 type Drift struct {
@@ -397,6 +418,33 @@ func (c Config) validateTimings() error {
 	}
 	if _, err := c.Drift.JitterFraction(); err != nil {
 		return err
+	}
+	names := map[string]bool{}
+	for i, n := range c.Notifications {
+		where := fmt.Sprintf("notifications[%d]", i)
+		u, err := url.Parse(n.URL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("%s.url: %q is not an http(s) URL", where, n.URL)
+		}
+		if n.SecretRef == "" {
+			return fmt.Errorf("%s.secret_ref: required (the deliveries are signed; e.g. env:SOULSTACK_WEBHOOK_SECRET)", where)
+		}
+		if len(n.Events) == 0 {
+			return fmt.Errorf("%s.events: name at least one of %s", where, strings.Join(NotificationEvents, ", "))
+		}
+		for _, e := range n.Events {
+			if !slices.Contains(NotificationEvents, e) {
+				return fmt.Errorf("%s.events: %q is not one of %s", where, e, strings.Join(NotificationEvents, ", "))
+			}
+		}
+		name := n.Name
+		if name == "" {
+			name = u.Host
+		}
+		if names[name] {
+			return fmt.Errorf("%s.name: %q is used twice (give each a name)", where, name)
+		}
+		names[name] = true
 	}
 	if c.Runs.MaxTargetOutputBytes < 0 || c.Runs.MaxTargetOutputBytes > 0 && c.Runs.MaxTargetOutputBytes < 4096 {
 		return fmt.Errorf("runs.max_target_output_bytes: %d is under 4096 bytes (default 1048576)", c.Runs.MaxTargetOutputBytes)

@@ -19,16 +19,24 @@ import (
 // TestDriftSweep: keeper.yml's drift schedule sweeps by itself (a River
 // periodic job): a soul whose seed was never applied is found drifted
 // (pending) without anyone asking, the check changed nothing on the host,
-// and /metrics counts the soul under soulstack_souls_drift{state="drifted"}.
+// /metrics counts the soul under soulstack_souls_drift{state="drifted"},
+// and a soul.drifted webhook reaches a receiver on loopback.
 func TestDriftSweep(t *testing.T) {
 	t.Parallel()
 	srv := sshtest.Start(t, sshtest.Options{})
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "hook.secret")
+	if err := os.WriteFile(secretFile, []byte("drift-hook-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hook := &receiver{secret: []byte("drift-hook-secret")}
+	hook.listen(t, "127.0.0.1:0")
 	k := keepertest.Start(t, func(c *config.Config) {
 		c.Drift = config.Drift{Every: config.Duration(10 * time.Second), Jitter: "0%"}
+		c.Notifications = []config.Notification{{URL: "http://" + hook.srv.Addr + "/", Events: []string{"soul.drifted"}, SecretRef: "file:" + secretFile}}
 	})
 	c := k.Client
 	ctx := context.Background()
-	dir := t.TempDir()
 	key := filepath.Join(dir, "id")
 	if err := os.WriteFile(key, srv.ClientKey, 0o600); err != nil {
 		t.Fatal(err)
@@ -70,6 +78,14 @@ steps:
 	}
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Fatalf("the sweep's check wrote %s: %v", target, err)
+	}
+	// The drift was notified, signed, once.
+	deadline = time.Now().Add(20 * time.Second)
+	for len(hook.events()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if evs := hook.events(); len(evs) != 1 || evs[0].Event != "soul.drifted" || evs[0].Object != "soul/web-1.drift.test" {
+		t.Fatalf("soul.drifted deliveries: %+v (refused %v)", evs, hook.bad)
 	}
 	req, _ := http.NewRequest(http.MethodGet, k.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+k.Token)

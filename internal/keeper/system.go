@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/riverqueue/river"
 
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/audit"
@@ -21,6 +22,7 @@ import (
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/notify"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
@@ -75,6 +77,8 @@ type System struct {
 	// API is the Operator API; its HTTP server, the agent listener's and
 	// the metrics server are below.
 	API *api.Server
+	// Notifier delivers keeper.yml's webhook notifications.
+	Notifier *notify.Notifier
 
 	ln        net.Listener // the Operator API's, TLS when configured
 	scheme    string
@@ -304,7 +308,8 @@ func (s *System) buildRuns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	provisioned, err := module.Provision(settings.services(c, s.Store, s.DeploymentID, plugins.Driver, credentials))
+	s.buildNotifier(c)
+	provisioned, err := module.Provision(settings.services(c, notifyingRegistry{Registry: s.Store, n: s.Notifier}, s.DeploymentID, plugins.Driver, credentials))
 	if err != nil {
 		return err
 	}
@@ -330,12 +335,9 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Lease: runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
 		// The API is built after the runner and before it starts: drift
 		// checks finish through it.
-		Finished: func(ctx context.Context, run store.Run) {
-			if s.API != nil {
-				s.API.DriftFinished(ctx, run)
-			}
-		},
+		Finished: s.runFinished,
 		Periodic: s.periodic(c),
+		Register: func(w *river.Workers) { river.AddWorker(w, s.Notifier.Worker()) },
 	})
 	if err != nil {
 		return err
@@ -352,7 +354,7 @@ func (s *System) buildAPI(context.Context) error {
 	s.onClose(guard.Close) // its last summary, before the store closes
 	join := s.Agent.joinConfig(c, guard)
 	check := scenarioChecker(s.Store)
-	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
+	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Notify: s.Notifier.Notify, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join})
 	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)

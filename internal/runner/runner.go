@@ -193,6 +193,9 @@ type Config struct {
 	Finished func(ctx context.Context, run store.Run)
 	// Periodic are the tasks run on a schedule (see Periodic).
 	Periodic []Periodic
+	// Register adds the workers of other jobs the keepers queue
+	// (webhook deliveries) to the queue's workers; Enqueue inserts them.
+	Register func(*river.Workers)
 }
 
 // Runner accepts runs and executes them from the queue.
@@ -269,6 +272,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		tasks[t.Name] = t
 	}
 	river.AddWorker(workers, &periodicWorker{tasks: tasks})
+	if cfg.Register != nil {
+		cfg.Register(workers)
+	}
 	var err error
 	r.river, err = river.NewClient(cfg.Queue, &river.Config{
 		ID:                cfg.Owner,
@@ -333,6 +339,12 @@ func (r *Runner) LiveSecrets() int {
 
 // Hub returns the notifier of new run events.
 func (r *Runner) Hub() *Hub { return r.hub }
+
+// Enqueue inserts a job of a kind Config.Register added into the queue.
+func (r *Runner) Enqueue(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) error {
+	_, err := r.river.Insert(ctx, args, opts)
+	return err
+}
 
 // Start works the queue and recovers this keeper's orphaned runs, until
 // Stop.

@@ -103,3 +103,35 @@ type DriftStore interface {
 	// returns how many seeds it covered; ErrNotFound when none.
 	DriftAck(ctx context.Context, p DriftAckParams) (int, error)
 }
+
+// The statuses of a webhook delivery.
+const (
+	DeliveryPending   = "pending"   // queued, or waiting for a retry
+	DeliveryDelivered = "delivered" // the receiver answered 2xx
+	DeliveryFailed    = "failed"    // every attempt failed
+)
+
+// Delivery is one webhook delivery: a notification of one event.
+type Delivery struct {
+	ID           string
+	Notification string
+	Event        string
+	Object       string
+	Status       string
+	Attempts     int
+	LastCode     int
+	LastError    string
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// DeliveryStore logs webhook deliveries.
+type DeliveryStore interface {
+	// DeliveryCreate logs a queued delivery.
+	DeliveryCreate(ctx context.Context, d Delivery) error
+	// DeliveryAttempt records one attempt's outcome.
+	DeliveryAttempt(ctx context.Context, id, status string, code int, errMsg string) error
+	// Deliveries lists deliveries, newest first, before the id before
+	// (all when empty), at most limit.
+	Deliveries(ctx context.Context, before string, limit int) ([]Delivery, error)
+}

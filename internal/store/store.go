@@ -238,6 +238,7 @@ type Store interface {
 	JoinStore
 	SessionStore
 	DriftStore
+	DeliveryStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)

@@ -1,0 +1,106 @@
+package keeper
+
+import (
+	"context"
+	"net/url"
+	"strings"
+
+	"github.com/riverqueue/river"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/modules/cloud"
+	"github.com/soulstack/soulstack/internal/notify"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// buildNotifier makes the keeper's webhook notifier from keeper.yml's
+// notifications; its deliveries go through the run queue (set once the
+// runner exists).
+func (s *System) buildNotifier(c config.Config) {
+	n := &notify.Notifier{Store: s.Store, Now: s.Clock.Now, Log: s.Log.With("component", "notify")}
+	for _, nc := range c.Notifications {
+		name := nc.Name
+		if name == "" {
+			u, _ := url.Parse(nc.URL) // validated with the config
+			name = u.Host
+		}
+		ref := nc.SecretRef
+		n.Targets = append(n.Targets, notify.Target{Name: name, URL: nc.URL, Events: nc.Events, Secret: func(ctx context.Context) ([]byte, error) {
+			v, err := s.resolver.Resolve(ctx, ref)
+			return []byte(strings.TrimSpace(v)), err
+		}})
+	}
+	n.Enqueue = func(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) error {
+		return s.Runs.Enqueue(ctx, args, opts)
+	}
+	s.Notifier = n
+}
+
+// runFinished is the runner's hook: a drift check's outcome is recorded,
+// and run.succeeded / run.failed are notified (drift checks' own runs
+// excepted: their outcome is the drift).
+func (s *System) runFinished(ctx context.Context, run store.Run) {
+	if s.API != nil {
+		s.API.DriftFinished(ctx, run)
+	}
+	if strings.HasPrefix(run.Key, "drift:") {
+		return
+	}
+	event := ""
+	switch run.Phase {
+	case store.PhaseSucceeded:
+		event = "run.succeeded"
+	case store.PhaseFailed:
+		event = "run.failed"
+	default:
+		return
+	}
+	data := map[string]any{"id": run.ID, "name": run.Name, "mode": run.Mode, "phase": run.Phase, "created_by": run.CreatedBy,
+		"started_at": run.StartedAt, "finished_at": run.FinishedAt, "message": run.Message}
+	if run.ErrorCode != "" {
+		data["error"] = client.RunError{Code: run.ErrorCode, Message: run.ErrorMsg}
+	}
+	s.Notifier.Notify(ctx, event, "run/"+run.ID, data)
+}
+
+// notifyingRegistry is the cloud states' registry that notifies
+// cloud.provisioned once its audit event is written.
+type notifyingRegistry struct {
+	cloud.Registry
+	n *notify.Notifier
+}
+
+func (r notifyingRegistry) AuditRecord(ctx context.Context, p store.AuditParams) error {
+	err := r.Registry.AuditRecord(ctx, p)
+	if err == nil && p.Action == "cloud.provisioned" {
+		r.n.Notify(ctx, p.Action, p.Object, p.Payload)
+	}
+	return err
+}
+
+func (r notifyingRegistry) CloudProvision(ctx context.Context, p store.CloudProvisionParams) error {
+	err := r.Registry.CloudProvision(ctx, p)
+	if err == nil {
+		r.n.Notify(ctx, "cloud.provisioned", "provider/"+providerOf(p.Audit), p.Audit)
+	}
+	return err
+}
+
+func (r notifyingRegistry) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error) {
+	c, err := r.Registry.CloudDestroy(ctx, p)
+	if err == nil {
+		payload := map[string]any{"action": "destroyed", "provider": p.Provider, "vm_ids": p.VMIDs, "sids": p.SIDs,
+			"souls_destroyed": c.SoulsDestroyed, "already_gone": p.AlreadyGone}
+		for k, v := range p.Audit {
+			payload[k] = v
+		}
+		r.n.Notify(ctx, "cloud.provisioned", "provider/"+p.Provider, payload)
+	}
+	return c, err
+}
+
+func providerOf(audit map[string]any) string {
+	s, _ := audit["provider"].(string)
+	return s
+}
