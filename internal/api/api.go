@@ -29,11 +29,11 @@ const MaxBodyBytes = 1 << 20
 
 // Config is what the API needs from the keeper.
 type Config struct {
-	Store   store.Store
-	Logger  *slog.Logger
+	Store  store.Store
+	Logger *slog.Logger
 	// Notify, when set, sends an outgoing notification (soul.drifted,
 	// soul.in_sync); the keeper's webhook notifier.
-	Notify func(ctx context.Context, event, object string, data any)
+	Notify  func(ctx context.Context, event, object string, data any)
 	Version string
 	Now     func() time.Time // nil: time.Now
 	// Runs and Check enable the run routes; without them the keeper
