@@ -205,7 +205,7 @@ func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secre
 	}
 	masked, _ := json.Marshal(secrets.Mask(orEmpty(out.Outputs)))
 	finish := store.RunFinishParams{ID: run.ID, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked,
-		Message: runMessage(out.Phase, out.ErrorCode, errMsg, message, masked)}
+		Message: runMessage(out.Phase, out.ErrorCode, errMsg, message, masked, run.Mode == string(client.RunCheck))}
 	// Finishing must not be cut short by the keeper stopping.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer fcancel()
@@ -233,13 +233,13 @@ func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secre
 }
 
 // runMessage is the message a finished run stores, as the second seed's
-// job has it: the JSON of the outputs when the run Succeeded (a check run's
-// summary, which the executor gives as its message), the error otherwise
-// (message, already masked, or else "<code>: <errMsg>"). The outputs stay
-// in their own field either way.
-func runMessage(phase, code, errMsg, message string, outputs []byte) string {
+// job has it: the JSON of the outputs when the run Succeeded (for a check
+// run, its summary, which the executor gives as its message), the error
+// otherwise (message, already masked, or else "<code>: <errMsg>"). The
+// outputs stay in their own field either way.
+func runMessage(phase, code, errMsg, message string, outputs []byte, check bool) string {
 	switch {
-	case phase == store.PhaseSucceeded && message != "":
+	case phase == store.PhaseSucceeded && check && message != "":
 		return message
 	case phase == store.PhaseSucceeded:
 		return string(outputs)
