@@ -467,6 +467,30 @@ steps:
 	}
 	b.screenshot("run-check")
 
+	// The drift page: a seed never applied is drifted (pending), and its
+	// check run, one click away, has the plan.
+	seeded := filepath.Join(t.TempDir(), "seeded.conf")
+	if _, err := c.SeedAdd(ctx, "web-1.local.test", client.SeedCreate{Scenario: `inputs:
+  sid: {type: string}
+steps:
+  - name: conf
+    on: "${ input.sid }"
+    module: core.file.present
+    params: {path: "` + seeded + `", content: "seeded\n"}
+`}); err != nil {
+		t.Fatal(err)
+	}
+	started, err := c.DriftChecks(ctx, client.DriftCheck{SIDs: []string{"web-1.local.test"}})
+	if err != nil || len(started.Checks) != 1 {
+		t.Fatalf("drift check: %+v, %v", started, err)
+	}
+	waitRun(t, c, started.Checks[0].RunID)
+	b.open("#/drift", `#drift tr[data-sid="web-1.local.test"][data-state="drifted"]`)
+	b.wait(`#drift-summary [data-state="drifted"]`, `#drift-check-all`)
+	b.run(chromedp.Click(chromedp.CSS(`#drift tr[data-sid="web-1.local.test"] a[href^="#/runs/"]`)))
+	b.wait(`#run-mode[data-mode="check"]`, `#plan li[data-step="conf"][data-status="would_change"]`)
+	b.screenshot("drift")
+
 	// Cancel from the UI: a second run, held at its gate until cancelled.
 	gate2 := filepath.Join(t.TempDir(), "gate")
 	defer os.WriteFile(gate2, nil, 0o644) // releases the host's loop whatever happens

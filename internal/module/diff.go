@@ -2,6 +2,7 @@ package module
 
 import (
 	"bytes"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/pmezard/go-difflib/difflib"
@@ -32,14 +33,17 @@ func UnifiedDiff(path string, old, new []byte, existed bool) (diff string, ok bo
 }
 
 // lines splits text into lines that keep their newlines; empty text has
-// none (difflib.SplitLines would give one empty line).
+// none. A last line without a newline gets one, followed by diff's "\ No
+// newline at end of file" marker line, so that adding or removing a final
+// newline shows in the diff.
 func lines(b []byte) []string {
 	if len(b) == 0 {
 		return nil
 	}
-	l := difflib.SplitLines(string(b))
+	l := strings.SplitAfter(string(b), "\n")
 	if l[len(l)-1] == "" {
-		l = l[:len(l)-1]
+		return l[:len(l)-1]
 	}
-	return l
+	l[len(l)-1] += "\n"
+	return append(l, "\\ No newline at end of file\n")
 }

@@ -6,11 +6,13 @@ import {runsPage, runPage} from './runs.js';
 import {soulsPage, providersPage, profilesPage} from './registry.js';
 import {tokensPage, auditPage} from './admin.js';
 import {modulesPage, modulePage} from './modules.js';
+import {driftPage} from './drift.js';
 
 // pages, in navigation order; perm hides a page the token cannot read.
 const pages = [
   {path: 'runs', label: 'Runs', perm: 'run.read', render: runsPage},
   {path: 'souls', label: 'Souls', perm: 'soul.read', render: soulsPage},
+  {path: 'drift', label: 'Drift', perm: 'soul.read', render: driftPage},
   {path: 'providers', label: 'Providers', perm: 'provider.read', render: providersPage},
   {path: 'profiles', label: 'Profiles', perm: 'profile.read', render: profilesPage},
   {path: 'tokens', label: 'Tokens', perm: 'token.manage', render: tokensPage},
