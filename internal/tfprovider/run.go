@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/booldefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/int64default"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/mapplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
@@ -62,6 +63,9 @@ type runModel struct {
 	Message           types.String `tfsdk:"message"`
 	Outputs           types.String `tfsdk:"outputs"`
 	Steps             types.Map    `tfsdk:"steps"`
+	DetectDrift       types.Bool   `tfsdk:"detect_drift"`
+	Drift             types.String `tfsdk:"drift"`
+	DriftRunID        types.String `tfsdk:"drift_run_id"`
 }
 
 func (r *runResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
@@ -100,6 +104,13 @@ func (r *runResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *
 			"steps": schema.MapAttribute{Computed: true, ElementType: types.StringType,
 				PlanModifiers: []planmodifier.Map{mapplanmodifier.UseStateForUnknown()},
 				Description:   "Each step's status by step name: ok, changed, failed, skipped or unreachable."},
+			"detect_drift": schema.BoolAttribute{Optional: true, Computed: true, Default: booldefault.StaticBool(false),
+				Description: "On refresh, check the scenario (a check run: nothing changes) and, when the souls no longer carry what the run made " +
+					"(a target would change), plan the run again: software drift shows in terraform plan as a replacement."},
+			"drift": schema.StringAttribute{Computed: true, PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+				Description: "With detect_drift, what the last refresh's check found: in_sync, drifted (plans a new run) or unknown (a step cannot be checked)."},
+			"drift_run_id": schema.StringAttribute{Computed: true, PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+				Description: "The last refresh's check run (soulctl runs get ID shows what would change)."},
 		},
 	}
 }
@@ -192,8 +203,19 @@ func (r *runResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanReq
 	}
 	var state runModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &state)...)
-	if !state.ScenarioDigest.IsNull() && state.ScenarioDigest.ValueString() != d.ValueString() {
-		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("scenario_digest"))
+	drifted := plan.DetectDrift.ValueBool() && state.Drift.ValueString() == "drifted"
+	if drifted {
+		resp.RequiresReplace = append(resp.RequiresReplace, path.Root("drift"))
+		resp.Diagnostics.AddAttributeWarning(path.Root("drift"), "The souls no longer carry what this run made",
+			"The refresh's check run "+state.DriftRunID.ValueString()+" says a target would change: apply runs the scenario again (soulctl runs get "+state.DriftRunID.ValueString()+" shows what changed).")
+		for _, a := range []string{"drift", "drift_run_id"} {
+			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(a), types.StringUnknown())...)
+		}
+	}
+	if drifted || !state.ScenarioDigest.IsNull() && state.ScenarioDigest.ValueString() != d.ValueString() {
+		if !drifted {
+			resp.RequiresReplace = append(resp.RequiresReplace, path.Root("scenario_digest"))
+		}
 		for _, a := range []string{"id", "phase", "message", "outputs"} {
 			resp.Diagnostics.Append(resp.Plan.SetAttribute(ctx, path.Root(a), types.StringUnknown())...)
 		}
@@ -309,6 +331,16 @@ func (k *keeper) wait(ctx context.Context, id string) (*client.Run, error) {
 
 // setRun copies a run into the model, masking sensitive text.
 func setRun(ctx context.Context, m *runModel, r *client.Run, secrets *secret.Set) diag.Diagnostics {
+	// A new run has not been checked for drift: it is what it made.
+	if m.Drift.IsUnknown() {
+		m.Drift = types.StringNull()
+	}
+	if m.DriftRunID.IsUnknown() {
+		m.DriftRunID = types.StringNull()
+	}
+	if m.DetectDrift.IsNull() || m.DetectDrift.IsUnknown() {
+		m.DetectDrift = types.BoolValue(false)
+	}
 	m.ID = types.StringValue(r.ID)
 	m.Phase = types.StringValue(string(r.Phase))
 	m.Message = types.StringValue(secrets.MaskString(r.Message))
@@ -438,7 +470,49 @@ func (r *runResource) Read(ctx context.Context, req resource.ReadRequest, resp *
 		addStrings(secrets, v)
 	}
 	resp.Diagnostics.Append(setRun(ctx, &m, run, secrets)...)
+	if m.DetectDrift.ValueBool() && run.Phase == client.PhaseSucceeded {
+		r.checkDrift(ctx, &m, &resp.Diagnostics)
+	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// checkDrift runs the run's scenario with its input as a check run and
+// records what it found in m.Drift: drifted when a target would change,
+// unknown when one cannot be checked (or the check failed), in_sync
+// otherwise. A check that cannot be started or waited for is a warning;
+// the run's state stays as it was.
+func (r *runResource) checkDrift(ctx context.Context, m *runModel, diags *diag.Diagnostics) {
+	in, _, at, err := runRequest(m)
+	if err != nil {
+		diags.AddAttributeWarning(*at, "Cannot check for drift", err.Error())
+		return
+	}
+	in.Mode = client.RunCheck
+	wait := time.Duration(m.WaitTimeoutSec.ValueInt64()) * time.Second
+	if wait <= 0 {
+		wait = DefaultWaitTimeout * time.Second
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	check, err := do(wctx, r.k, func(c context.Context) (*client.Run, error) {
+		run, _, err := r.k.c.RunCreate(c, in)
+		return run, err
+	})
+	if err == nil {
+		check, err = r.k.c.RunWait(wctx, check.ID)
+	}
+	if err != nil {
+		diags.AddWarning("Cannot check for drift", "The check run of "+m.ID.ValueString()+" did not finish: "+err.Error())
+		return
+	}
+	state := "in_sync"
+	switch {
+	case check.Check != nil && check.Check.WouldChange > 0:
+		state = "drifted"
+	case check.Phase != client.PhaseSucceeded || check.Check == nil || check.Check.Unknown > 0:
+		state = "unknown"
+	}
+	m.Drift, m.DriftRunID = types.StringValue(state), types.StringValue(check.ID)
 }
 
 // Update changes only what needs no run: wait_timeout_sec and
