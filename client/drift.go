@@ -144,3 +144,48 @@ type DeliveryList struct {
 func (c *Client) Deliveries(ctx context.Context, o ListOptions) (*DeliveryList, error) {
 	return call[DeliveryList](ctx, c, http.MethodGet, "/v1/notifications/deliveries", o.query(), nil)
 }
+
+// CloudDrift is one provider's VMs as the driver lists them against the
+// souls the registry holds for them.
+type CloudDrift struct {
+	Provider string `json:"provider"`
+	// Listable is false when the driver cannot list its VMs: nothing can
+	// be said of this provider.
+	Listable bool `json:"listable"`
+	// Missing are souls whose VM the driver no longer lists.
+	Missing []CloudVM `json:"missing" doc:"Live souls whose VM the driver no longer lists (deleted behind the keeper's back)."`
+	// Stopped are souls whose VM is not running.
+	Stopped []CloudVM `json:"stopped" doc:"Live souls whose VM the driver reports in a state other than running."`
+	// Resized are souls whose VM's size differs from the one it was
+	// registered with.
+	Resized []CloudVM `json:"resized" doc:"Live souls whose VM's size (cpus, memory, server or instance type, flavor) differs from what it was registered with."`
+	// Orphans are VMs with this deployment's tags and no soul.
+	Orphans []Orphan `json:"orphans" doc:"VMs this deployment made that no live soul owns (soulctl cloud orphans)."`
+}
+
+// CloudVM is a soul's VM in a cloud drift report.
+type CloudVM struct {
+	SID  string `json:"sid"`
+	VMID string `json:"vm_id"`
+	// What differs: the VM's state, or the size key with the registered
+	// and the current value.
+	State      string `json:"state,omitempty" required:"false"`
+	Key        string `json:"key,omitempty" required:"false"`
+	Registered string `json:"registered,omitempty" required:"false"`
+	Now        string `json:"now,omitempty" required:"false"`
+}
+
+// CloudDriftReport is GET /v1/drift/cloud.
+type CloudDriftReport struct {
+	Providers []CloudDrift `json:"providers"`
+}
+
+// CloudDriftOf reports the cloud drift of provider (every provider when
+// empty).
+func (c *Client) CloudDriftOf(ctx context.Context, provider string) (*CloudDriftReport, error) {
+	q := ListOptions{}.query()
+	if provider != "" {
+		q.Set("provider", provider)
+	}
+	return call[CloudDriftReport](ctx, c, http.MethodGet, "/v1/drift/cloud", q, nil)
+}

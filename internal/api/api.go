@@ -94,6 +94,7 @@ func New(cfg Config) *Server {
 	s.registerRuns()
 	s.registerDrift()
 	s.registerDeliveries()
+	s.registerCloudDrift()
 	s.registerCloud()
 	s.registerModules()
 	s.registerJoin()

@@ -20,6 +20,9 @@ type CloudService interface {
 	// DestroyOrphans destroys the given VMs after checking each is still an
 	// orphan, and audits it.
 	DestroyOrphans(ctx context.Context, provider string, vmIDs []string, actor store.Actor) ([]client.Orphan, error)
+	// CloudDrift compares the VMs each provider's driver lists (every
+	// provider when empty) with the souls the registry holds for them.
+	CloudDrift(ctx context.Context, provider string) ([]client.CloudDrift, error)
 }
 
 // Errors a CloudService returns, which errors.go maps to problems; a

@@ -466,3 +466,26 @@ func (s *Server) registerDeliveries() {
 		return &struct{ Body client.DeliveryList }{Body: out}, nil
 	})
 }
+
+func (s *Server) registerCloudDrift() {
+	if s.cloud == nil {
+		return
+	}
+	register(s, huma.Operation{
+		OperationID: "drift-cloud", Method: http.MethodGet, Path: "/v1/drift/cloud", Tags: driftTags,
+		Summary: "Cloud drift: VMs against the registry",
+		Description: "Per provider (one with provider=), the VMs its driver lists against the souls the registry holds for them: " +
+			"live souls whose VM is gone (missing), not running (stopped) or of another size than it was registered with (resized), " +
+			"and VMs this deployment made that no live soul owns (orphans). A driver that cannot list its VMs says listable false. " +
+			"Asks every driver, so it is slower than GET /v1/drift.",
+		Errors: []int{http.StatusNotFound, http.StatusBadGateway},
+	}, auth.ProviderRead, false, func(ctx context.Context, in *struct {
+		Provider string `query:"provider" required:"false"`
+	}) (*struct{ Body client.CloudDriftReport }, error) {
+		ps, err := s.cloud.CloudDrift(ctx, in.Provider)
+		if err != nil {
+			return nil, err
+		}
+		return &struct{ Body client.CloudDriftReport }{Body: client.CloudDriftReport{Providers: ps}}, nil
+	})
+}

@@ -57,7 +57,7 @@ Exit codes with --exit-code: 0 every soul is in sync (or its drift acknowledged)
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only souls with a seed in this state: in_sync, drifted, unknown, unreachable or checking")
 	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 2 when a soul is drifted (not acknowledged), unknown or unreachable")
-	cmd.AddCommand(a.driftCheckCommand(), a.driftAckCommand())
+	cmd.AddCommand(a.driftCheckCommand(), a.driftAckCommand(), a.driftCloudCommand())
 	return cmd
 }
 
@@ -248,5 +248,61 @@ The acknowledgement is audited (soul.drift_acknowledged) with the reason.`,
 	cmd.Flags().Int64Var(&in.SeedID, "seed", 0, "acknowledge this seed only (its id, soulctl soul seeds SID)")
 	cmd.Flags().StringVar(&in.Until, "until", "", "how long (12h, 7d) or until when (RFC 3339)")
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why, for the audit log")
+	return cmd
+}
+
+func (a *app) driftCloudCommand() *cobra.Command {
+	var provider string
+	var exitCode bool
+	cmd := &cobra.Command{
+		Use:   "cloud [--provider NAME]",
+		Short: "Compare each provider's VMs with the souls the registry holds",
+		Long: `Ask each provider's driver for its VMs and compare them with the souls the
+registry holds for them: a soul whose VM is gone (missing), not running
+(stopped) or of another size than it was registered with (resized), and VMs
+this deployment made that no soul owns (orphan; soulctl cloud orphans
+destroy removes them). --exit-code exits 2 when there is any.`,
+		Args: cobra.NoArgs,
+		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			rep, err := c.CloudDriftOf(cmd.Context(), provider)
+			if err != nil {
+				return err
+			}
+			t := &table{header: []string{"PROVIDER", "SID", "VM", "DRIFT"}}
+			found := 0
+			for _, cd := range rep.Providers {
+				if !cd.Listable {
+					t.add(cd.Provider, "", "", "driver cannot list its VMs")
+					continue
+				}
+				for _, v := range cd.Missing {
+					t.add(cd.Provider, v.SID, v.VMID, "missing")
+				}
+				for _, v := range cd.Stopped {
+					t.add(cd.Provider, v.SID, v.VMID, "stopped ("+v.State+")")
+				}
+				for _, v := range cd.Resized {
+					t.add(cd.Provider, v.SID, v.VMID, "resized ("+v.Key+" "+v.Registered+" → "+v.Now+")")
+				}
+				for _, o := range cd.Orphans {
+					t.add(cd.Provider, o.FQDN, o.VMID, "orphan")
+				}
+				found += len(cd.Missing) + len(cd.Stopped) + len(cd.Resized) + len(cd.Orphans)
+			}
+			if err := p.print(rep, t); err != nil {
+				return err
+			}
+			if exitCode && found > 0 {
+				return &exitError{code: ExitDrift}
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&provider, "provider", "", "only this provider")
+	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 2 when a VM has drifted or is an orphan")
 	return cmd
 }

@@ -2,6 +2,7 @@ package keeper
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/soulstack/soulstack/client"
@@ -162,4 +163,66 @@ func (c *cloudService) DestroyOrphans(ctx context.Context, provider string, vmID
 		return nil, fmt.Errorf("the orphans were destroyed but the audit event failed: %w", err)
 	}
 	return doomed, nil
+}
+
+// sizeKeys are the VM attributes that say a VM's size, across drivers.
+var sizeKeys = []string{"cpus", "memory_mb", "server_type", "instance_type", "flavor"}
+
+// CloudDrift lists, per provider, the live souls whose VM is gone,
+// stopped or resized, and the orphans.
+func (c *cloudService) CloudDrift(ctx context.Context, provider string) ([]client.CloudDrift, error) {
+	ps, err := c.providers(ctx, provider)
+	if err != nil {
+		return nil, err
+	}
+	out := []client.CloudDrift{}
+	for _, p := range ps {
+		cd := client.CloudDrift{Provider: p.Name, Missing: []client.CloudVM{}, Stopped: []client.CloudVM{}, Resized: []client.CloudVM{}, Orphans: []client.Orphan{}}
+		orphans, d, dp, listable, err := c.orphansOf(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		cd.Listable = listable
+		if !listable {
+			out = append(out, cd)
+			continue
+		}
+		cd.Orphans = append(cd.Orphans, orphans...)
+		vms, err := d.List(ctx, driversdk.ListRequest{Provider: dp})
+		if err != nil {
+			return nil, &api.DriverError{Provider: p.Name, Err: err}
+		}
+		byID := map[string]driversdk.VM{}
+		for _, vm := range vms {
+			byID[vm.ID] = vm
+		}
+		souls, err := c.st.SoulsOfProvider(ctx, p.Name)
+		if err != nil {
+			return nil, err
+		}
+		for _, so := range souls {
+			if so.Status == store.SoulDestroyed || so.VMID == "" {
+				continue
+			}
+			vm, ok := byID[so.VMID]
+			if !ok {
+				cd.Missing = append(cd.Missing, client.CloudVM{SID: so.SID, VMID: so.VMID})
+				continue
+			}
+			if st, _ := vm.Attributes["state"].(string); st != "" && st != "running" {
+				cd.Stopped = append(cd.Stopped, client.CloudVM{SID: so.SID, VMID: so.VMID, State: st})
+			}
+			var registered map[string]any
+			_ = json.Unmarshal(so.Attributes, &registered)
+			for _, k := range sizeKeys {
+				was, had := registered[k]
+				now, has := vm.Attributes[k]
+				if had && has && fmt.Sprint(was) != fmt.Sprint(now) {
+					cd.Resized = append(cd.Resized, client.CloudVM{SID: so.SID, VMID: so.VMID, Key: k, Registered: fmt.Sprint(was), Now: fmt.Sprint(now)})
+				}
+			}
+		}
+		out = append(out, cd)
+	}
+	return out, nil
 }

@@ -1,0 +1,105 @@
+package keeper_test
+
+import (
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/plugin"
+)
+
+// TestCloudDrift: three local VMs made by a keeper; then, behind its back
+// (through a plugin host of the test's own), one is destroyed, one
+// resized, and a VM is created with this deployment's tags and no soul.
+// GET /v1/drift/cloud reports the first missing, the second resized (its
+// memory against the registered one), the third as it should be, and the
+// stray VM as an orphan.
+func TestCloudDrift(t *testing.T) {
+	requireLocalVMs(t)
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	plugins := filepath.Join(data, "plugins")
+	buildLocalDriver(t, plugins)
+	k := serve(t, dir)
+	c := adminClient(t, k, data)
+	ctx := context.Background()
+	state := t.TempDir()
+	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "cdrift.test", Config: map[string]any{"state_dir": state, "max_count": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ProfileCreate(ctx, client.ProfileCreate{Name: "small", Provider: "local", Spec: map[string]any{"cpus": 1, "memory_mb": 256}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyLocalVMs(t, plugins, "cdrift.test", state) })
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: `steps:
+  - name: provision
+    on: keeper
+    module: core.cloud.created
+    params: {provider: local, profile: small, count: 3}
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := waitRun(t, c, run.ID)
+	var out struct {
+		Provision struct {
+			Hosts []struct {
+				SID  string `json:"sid"`
+				VMID string `json:"vm_id"`
+			} `json:"hosts"`
+		} `json:"provision"`
+	}
+	if err := json.Unmarshal(final.Outputs, &out); err != nil || final.Phase != client.PhaseSucceeded || len(out.Provision.Hosts) != 3 {
+		t.Fatalf("provision = %s %s (%v)", final.Phase, final.Outputs, err)
+	}
+	hosts := out.Provision.Hosts
+
+	if rep, err := c.CloudDriftOf(ctx, "local"); err != nil || len(rep.Providers) != 1 || !rep.Providers[0].Listable ||
+		len(rep.Providers[0].Missing)+len(rep.Providers[0].Resized)+len(rep.Providers[0].Stopped)+len(rep.Providers[0].Orphans) != 0 {
+		t.Fatalf("cloud drift before anything happened: %+v, %v", rep, err)
+	}
+
+	// Behind the keeper's back.
+	h, err := plugin.New(plugin.Config{PluginDir: plugins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	d, err := h.Driver(dctx, "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.Marshal(map[string]any{"state_dir": state})
+	p := driversdk.Provider{Name: "local", FQDNSuffix: "cdrift.test", Config: cfg, KeeperID: deploymentID(t, data)}
+	if err := d.Destroy(dctx, driversdk.DestroyRequest{Provider: p, VMIDs: []string{hosts[0].VMID}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Resize(dctx, driversdk.ResizeRequest{Provider: p, VMIDs: []string{hosts[1].VMID}, Spec: json.RawMessage(`{"cpus": 1, "memory_mb": 512}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Create(dctx, driversdk.CreateRequest{Provider: p, RequestID: "req_stray", Count: 1, Profile: json.RawMessage(`{"cpus": 1, "memory_mb": 256}`)}); err != nil {
+		t.Fatal(err)
+	}
+
+	rep, err := c.CloudDriftOf(ctx, "local")
+	if err != nil || len(rep.Providers) != 1 {
+		t.Fatalf("cloud drift: %+v, %v", rep, err)
+	}
+	cd := rep.Providers[0]
+	if len(cd.Missing) != 1 || cd.Missing[0].SID != hosts[0].SID {
+		t.Fatalf("missing = %+v, want %s", cd.Missing, hosts[0].SID)
+	}
+	if len(cd.Resized) != 1 || cd.Resized[0].SID != hosts[1].SID || cd.Resized[0].Key != "memory_mb" || cd.Resized[0].Registered != "256" || cd.Resized[0].Now != "512" {
+		t.Fatalf("resized = %+v, want %s memory_mb 256 -> 512", cd.Resized, hosts[1].SID)
+	}
+	if len(cd.Orphans) != 1 || cd.Orphans[0].RequestID != "req_stray" || len(cd.Stopped) != 0 {
+		t.Fatalf("orphans = %+v, stopped = %+v", cd.Orphans, cd.Stopped)
+	}
+}
