@@ -45,6 +45,7 @@ type Seed struct {
 	SealedInputs []string  `json:"sealed_inputs" doc:"The inputs the scenario declares secret (secret: true, or fed to a param its module declares secret): sealed at rest and *** in every answer."`
 	Status       string    `json:"status" enum:"active,orphaned"`
 	Remediate    string    `json:"remediate" enum:"manual,auto" doc:"What a drift check that finds the seed drifted does."`
+	DriftEvery   string    `json:"drift_every,omitempty" required:"false" doc:"The seed's own drift schedule, when it has one."`
 	CreatedBy    string    `json:"created_by"`
 	CreatedAt    time.Time `json:"created_at"`
 	// RunID is the run the seed started when it was added to a soul that
@@ -57,7 +58,9 @@ type SeedCreate struct {
 	Scenario string         `json:"scenario" doc:"Scenario YAML; it sees the seed's input plus input.sid, the soul's SID."`
 	Input    map[string]any `json:"input,omitempty" doc:"The scenario's input (sid is set by the keeper)."`
 	// Remediate is what a drift check that finds the seed drifted does.
-	Remediate string `json:"remediate,omitempty" required:"false" enum:"manual,auto" doc:"When a drift check finds the soul no longer carries the seed: manual (default) reports it; auto also starts an apply run of the seed as its creator (permissions checked again then), at most once per drift episode."`
+	// DriftEvery is the seed's own drift schedule.
+	DriftEvery string `json:"drift_every,omitempty" required:"false" doc:"Check this seed for drift this often (a Go duration, at least 30s), instead of with keeper.yml's drift.every sweep."`
+	Remediate  string `json:"remediate,omitempty" required:"false" enum:"manual,auto" doc:"When a drift check finds the soul no longer carries the seed: manual (default) reports it; auto also starts an apply run of the seed as its creator (permissions checked again then), at most once per drift episode."`
 }
 
 // SeedList is the answer of GET /v1/souls/{sid}/seeds.

@@ -37,6 +37,11 @@ var driftRank = map[string]int{store.DriftInSync: 0, store.DriftChecking: 1, sto
 // DriftCheck starts a check run of every active seed of the souls sids
 // (all souls with seeds when all is set) and returns them.
 func (s *Server) DriftCheck(ctx context.Context, sids []string, all bool, label *store.Label) (client.DriftCheckStarted, error) {
+	return s.driftCheck(ctx, sids, all, label, nil)
+}
+
+// driftCheck is DriftCheck for the seeds keep accepts (all when nil).
+func (s *Server) driftCheck(ctx context.Context, sids []string, all bool, label *store.Label, keep func(store.SoulSeed) bool) (client.DriftCheckStarted, error) {
 	out := client.DriftCheckStarted{Checks: []client.DriftCheckRun{}, Skipped: []client.DriftSkipped{}}
 	if all || label != nil {
 		after := ""
@@ -67,7 +72,7 @@ func (s *Server) DriftCheck(ctx context.Context, sids []string, all bool, label 
 			return out, err
 		}
 		for _, sd := range seeds {
-			if sd.Status != store.SeedActive {
+			if sd.Status != store.SeedActive || keep != nil && !keep(sd) {
 				continue
 			}
 			key := fmt.Sprintf("%s%s:%d:%d", driftKeyPrefix, sid, sd.ID, s.now().UnixNano())
@@ -85,10 +90,31 @@ func (s *Server) DriftCheck(ctx context.Context, sids []string, all bool, label 
 	return out, nil
 }
 
-// DriftSweep checks every soul that has seeds: the periodic drift check.
+// DriftSweep checks every seed without a schedule of its own: the
+// keeper-wide periodic drift check (drift.every).
 func (s *Server) DriftSweep(ctx context.Context) error {
-	started, err := s.DriftCheck(ctx, nil, true, nil)
+	started, err := s.driftCheck(ctx, nil, true, nil, func(sd store.SoulSeed) bool { return sd.DriftEvery == 0 })
 	s.log.Info("drift sweep", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
+	return err
+}
+
+// DriftDue checks the seeds with a schedule of their own that are due.
+func (s *Server) DriftDue(ctx context.Context) error {
+	due, err := s.store.DriftDue(ctx, s.now())
+	if err != nil || len(due) == 0 {
+		return err
+	}
+	want := map[string]map[int64]bool{}
+	var sids []string
+	for _, sd := range due {
+		if want[sd.SID] == nil {
+			want[sd.SID] = map[int64]bool{}
+			sids = append(sids, sd.SID)
+		}
+		want[sd.SID][sd.ID] = true
+	}
+	started, err := s.driftCheck(ctx, sids, false, nil, func(sd store.SoulSeed) bool { return want[sd.SID][sd.ID] })
+	s.log.Info("drift checks due", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -30,8 +31,12 @@ func seedWire(sd store.SoulSeed) client.Seed {
 	if remediate == "" {
 		remediate = store.SeedRemediateManual
 	}
-	return client.Seed{ID: sd.ID, SID: sd.SID, Scenario: sd.Scenario, Input: in, SealedInputs: orNone(sd.Secret), Status: sd.Status, CreatedBy: sd.CreatedBy, CreatedAt: sd.CreatedAt,
+	out := client.Seed{ID: sd.ID, SID: sd.SID, Scenario: sd.Scenario, Input: in, SealedInputs: orNone(sd.Secret), Status: sd.Status, CreatedBy: sd.CreatedBy, CreatedAt: sd.CreatedAt,
 		Remediate: remediate}
+	if sd.DriftEvery > 0 {
+		out.DriftEvery = sd.DriftEvery.String()
+	}
+	return out
 }
 
 func orNone(names []string) []string {
@@ -99,6 +104,13 @@ func (s *Server) registerSeeds() {
 		input := objectJSON(in.Body.Input)
 		actor := caller.Actor()
 		seed := store.SoulSeed{SID: in.SID, Scenario: in.Body.Scenario, Input: input, Secret: secretNames(checked.Secret), CreatedBy: string(actor), Remediate: in.Body.Remediate}
+		if e := in.Body.DriftEvery; e != "" {
+			d, err := time.ParseDuration(e)
+			if err != nil || d < 30*time.Second {
+				return nil, invalid("seed.drift_every_invalid", "body.drift_every", "%q is not a duration of at least 30s (e.g. 15m)", e)
+			}
+			seed.DriftEvery = d
+		}
 		sd, err := s.store.SeedAdd(ctx, store.SeedAddParams{Seed: seed, Actor: actor})
 		if err != nil {
 			return nil, err

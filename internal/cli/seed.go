@@ -35,7 +35,7 @@ func (a *app) soulSeedsCommand() *cobra.Command {
 
 func (a *app) soulSeedCommand() *cobra.Command {
 	var inputs []string
-	var inputFile, remediate string
+	var inputFile, remediate, driftEvery string
 	cmd := &cobra.Command{
 		Use:   "seed SID SCENARIO.yaml",
 		Short: "Add a seed to a soul",
@@ -58,7 +58,7 @@ soul that has joined already it runs at once. The scenario is checked first
 			if err != nil {
 				return err
 			}
-			s, err := c.SeedAdd(cmd.Context(), args[0], client.SeedCreate{Scenario: string(data), Input: input, Remediate: remediate})
+			s, err := c.SeedAdd(cmd.Context(), args[0], client.SeedCreate{Scenario: string(data), Input: input, Remediate: remediate, DriftEvery: driftEvery})
 			if err != nil {
 				return err
 			}
@@ -72,6 +72,7 @@ soul that has joined already it runs at once. The scenario is checked first
 	fs := cmd.Flags()
 	fs.StringArrayVar(&inputs, "input", nil, "input key=value; the value is JSON when it parses as JSON, else a string (repeatable)")
 	fs.StringVar(&inputFile, "input-file", "", "JSON object with the input (- for stdin); --input keys override it")
+	fs.StringVar(&driftEvery, "drift-every", "", "check this seed for drift this often (e.g. 15m; at least 30s) instead of with keeper.yml's drift.every sweep")
 	fs.StringVar(&remediate, "remediate", "", "when a drift check finds the soul no longer carries the seed: manual (default) reports it, auto applies the seed again (once per drift episode)")
 	return cmd
 }

@@ -56,6 +56,26 @@ steps:
 `}); err != nil {
 		t.Fatal(err)
 	}
+	// A seed with a schedule of its own, on another soul, is left out of
+	// the keeper-wide sweep and checked when it is due (within 30 s).
+	if _, err := c.SoulCreate(ctx, client.SoulCreate{SID: "web-2.drift.test", Address: srv.Addr,
+		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + key}}); err != nil {
+		t.Fatal(err)
+	}
+	own, err := c.SeedAdd(ctx, "web-2.drift.test", client.SeedCreate{DriftEvery: "1h", Scenario: `inputs:
+  sid: {type: string}
+steps:
+  - name: motd
+    on: "${ input.sid }"
+    module: core.file.present
+    params: {path: "` + filepath.Join(dir, "own") + `", content: "own schedule\n"}
+`})
+	if err != nil || own.DriftEvery != "1h0m0s" {
+		t.Fatalf("seed with drift_every: %+v, %v", own, err)
+	}
+	if _, err := c.SeedAdd(ctx, "web-2.drift.test", client.SeedCreate{DriftEvery: "5s", Scenario: "steps:\n  - name: x\n    on: \"${ input.sid }\"\n    module: core.command.ran\n    params: {cmd: \"true\"}\n"}); err == nil || !strings.Contains(err.Error(), "seed.drift_every_invalid") {
+		t.Fatalf("drift_every 5s: %v, want seed.drift_every_invalid", err)
+	}
 	deadline := time.Now().Add(60 * time.Second)
 	var rep *client.DriftReport
 	for {
@@ -64,7 +84,7 @@ steps:
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rep.Items) == 1 && rep.Items[0].State == client.DriftDrifted {
+		if len(rep.Items) == 2 && rep.Items[0].State == client.DriftDrifted && rep.Items[1].State == client.DriftDrifted {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -73,18 +93,18 @@ steps:
 		time.Sleep(500 * time.Millisecond)
 	}
 	sd := rep.Items[0].Seeds[0]
-	if sd.Kind != "pending" || sd.RunID == "" || !strings.Contains(sd.Reason, "motd") || rep.Counts[client.DriftDrifted] != 1 {
+	if sd.Kind != "pending" || sd.RunID == "" || !strings.Contains(sd.Reason, "motd") || rep.Counts[client.DriftDrifted] != 2 {
 		t.Fatalf("drift = %+v, counts %v", rep.Items[0], rep.Counts)
 	}
 	if _, err := os.Stat(target); !os.IsNotExist(err) {
 		t.Fatalf("the sweep's check wrote %s: %v", target, err)
 	}
-	// The drift was notified, signed, once.
+	// Each soul's drift was notified, signed, once.
 	deadline = time.Now().Add(20 * time.Second)
-	for len(hook.events()) == 0 && time.Now().Before(deadline) {
+	for len(hook.events()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if evs := hook.events(); len(evs) != 1 || evs[0].Event != "soul.drifted" || evs[0].Object != "soul/web-1.drift.test" {
+	if evs := hook.events(); len(evs) != 2 || evs[0].Event != "soul.drifted" || evs[1].Event != "soul.drifted" {
 		t.Fatalf("soul.drifted deliveries: %+v (refused %v)", evs, hook.bad)
 	}
 	req, _ := http.NewRequest(http.MethodGet, k.URL+"/metrics", nil)
@@ -95,7 +115,7 @@ steps:
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `soulstack_souls_drift{state="drifted"} 1`) || !strings.Contains(string(body), `soulstack_souls_drift{state="in_sync"} 0`) {
+	if !strings.Contains(string(body), `soulstack_souls_drift{state="drifted"} 2`) || !strings.Contains(string(body), `soulstack_souls_drift{state="in_sync"} 0`) {
 		t.Fatalf("/metrics has no drift gauge of one drifted soul:\n%s", grepLines(string(body), "soulstack_souls_drift"))
 	}
 }

@@ -500,16 +500,23 @@ func revokeOnChange(b rechecker) store.Subscriber {
 }
 
 // periodic are the keeper's scheduled tasks: the drift sweep when
-// keeper.yml's drift.every is set.
+// keeper.yml's drift.every is set, and every 30 s the drift checks of the
+// seeds with a schedule of their own that are due.
 func (s *System) periodic(c config.Config) []runner.Periodic {
+	tasks := []runner.Periodic{{Name: "drift-due", Every: 30 * time.Second, Run: func(ctx context.Context) error {
+		if s.API == nil {
+			return nil
+		}
+		return s.API.DriftDue(ctx)
+	}}}
 	if c.Drift.Every == 0 {
-		return nil
+		return tasks
 	}
 	jitter, _ := c.Drift.JitterFraction() // validated with the config
-	return []runner.Periodic{{Name: "drift-sweep", Every: c.Drift.Every.Std(), Jitter: jitter, Run: func(ctx context.Context) error {
+	return append(tasks, runner.Periodic{Name: "drift-sweep", Every: c.Drift.Every.Std(), Jitter: jitter, Run: func(ctx context.Context) error {
 		if s.API == nil {
 			return nil
 		}
 		return s.API.DriftSweep(ctx)
-	}}}
+	}})
 }

@@ -49,7 +49,7 @@ func periodicJobs(tasks []Periodic) []*river.PeriodicJob {
 	for _, t := range tasks {
 		t := t
 		out = append(out, river.NewPeriodicJob(river.PeriodicInterval(t.Every), func() (river.JobArgs, *river.InsertOpts) {
-			opts := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByPeriod: t.Every}}
+			opts := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: t.Every}} // one per task and period
 			if t.Jitter > 0 {
 				opts.ScheduledAt = time.Now().Add(time.Duration(rand.Float64() * t.Jitter * float64(t.Every)))
 			}

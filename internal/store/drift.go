@@ -99,6 +99,10 @@ type DriftStore interface {
 	// soul.drift_remediation_started); ErrNotFound when a later check has
 	// been started since.
 	DriftRemediated(ctx context.Context, sid string, seedID int64, checkRunID, runID string, actor Actor) error
+	// DriftDue returns the active seeds with their own drift schedule
+	// that are due at now: never checked, or last checked (or started)
+	// at least their interval ago; as (sid, seed id) pairs.
+	DriftDue(ctx context.Context, now time.Time) ([]SoulSeed, error)
 	// DriftAck acknowledges drift (audit soul.drift_acknowledged) and
 	// returns how many seeds it covered; ErrNotFound when none.
 	DriftAck(ctx context.Context, p DriftAckParams) (int, error)

@@ -85,6 +85,9 @@ type SoulSeed struct {
 	// SeedRemediateManual (report) or SeedRemediateAuto (apply the seed
 	// again, once per drift episode). Empty reads as manual.
 	Remediate string
+	// DriftEvery is the seed's own drift schedule; 0 leaves it to the
+	// keeper-wide drift.every sweep.
+	DriftEvery time.Duration
 }
 
 // The remediations of a drifted seed.

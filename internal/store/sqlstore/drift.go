@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -213,4 +214,35 @@ func (s *Store) DriftRemediated(ctx context.Context, sid string, seedID int64, c
 		return record{action: "soul.drift_remediation_started", object: "soul/" + sid, payload: map[string]any{
 			"sid": sid, "seed_id": seedID, "check_run_id": checkRunID, "run_id": runID}}, nil
 	})
+}
+
+// DriftDue returns the seeds with their own schedule that are due.
+func (s *Store) DriftDue(ctx context.Context, now time.Time) (_ []store.SoulSeed, err error) {
+	defer s.translate(&err)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT sd.sid, sd.id, sd.drift_every_ms, d.checked_at, d.changed_at, d.state FROM soul_seeds sd
+		LEFT JOIN soul_drift d ON d.sid = sd.sid AND d.seed_id = sd.id
+		WHERE sd.status = ? AND sd.drift_every_ms > 0 ORDER BY sd.sid, sd.id`), store.SeedActive)
+	if err != nil {
+		return nil, fmt.Errorf("due drift checks: %w", err)
+	}
+	defer rows.Close()
+	var out []store.SoulSeed
+	for rows.Next() {
+		var sd store.SoulSeed
+		var everyMS int64
+		var checked, changed sql.NullTime
+		var state sql.NullString
+		if err := rows.Scan(&sd.SID, &sd.ID, &everyMS, &checked, &changed, &state); err != nil {
+			return nil, fmt.Errorf("due drift checks: %w", err)
+		}
+		sd.DriftEvery = time.Duration(everyMS) * time.Millisecond
+		last := checked
+		if state.String == store.DriftChecking && changed.Valid {
+			last = changed // started, never finished: the start counts
+		}
+		if !last.Valid || !now.Before(last.Time.Add(sd.DriftEvery)) {
+			out = append(out, sd)
+		}
+	}
+	return out, rows.Err()
 }

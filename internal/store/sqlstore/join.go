@@ -197,8 +197,8 @@ func remediateOf(sd store.SoulSeed) string {
 // insertSeed adds one active seed inside tx.
 func (s *Store) insertSeed(ctx context.Context, tx *sql.Tx, sd store.SoulSeed, now time.Time) (int64, error) {
 	var id int64
-	err := tx.QueryRowContext(ctx, s.q(`INSERT INTO soul_seeds (sid, scenario, input, secret_inputs, status, created_by, created_at, remediate) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`),
-		sd.SID, sd.Scenario, jsonText(sd.Input), namesJSON(sd.Secret), store.SeedActive, sd.CreatedBy, now, remediateOf(sd)).Scan(&id)
+	err := tx.QueryRowContext(ctx, s.q(`INSERT INTO soul_seeds (sid, scenario, input, secret_inputs, status, created_by, created_at, remediate, drift_every_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id`),
+		sd.SID, sd.Scenario, jsonText(sd.Input), namesJSON(sd.Secret), store.SeedActive, sd.CreatedBy, now, remediateOf(sd), sd.DriftEvery.Milliseconds()).Scan(&id)
 	switch s.dialect.Classify(err) {
 	case ForeignKeyViolation:
 		return 0, &store.Error{Err: store.ErrNotFound, Kind: "soul", Key: sd.SID}
@@ -247,7 +247,7 @@ func (s *Store) SeedAdd(ctx context.Context, p store.SeedAddParams) (_ store.Sou
 // Seeds lists a soul's seeds by id.
 func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, scenario, input, secret_inputs, status, created_by, created_at, remediate FROM soul_seeds WHERE sid = ? ORDER BY id`), sid)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, sid, scenario, input, secret_inputs, status, created_by, created_at, remediate, drift_every_ms FROM soul_seeds WHERE sid = ? ORDER BY id`), sid)
 	if err != nil {
 		return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
 	}
@@ -257,12 +257,14 @@ func (s *Store) Seeds(ctx context.Context, sid string) (_ []store.SoulSeed, err 
 		var sd store.SoulSeed
 		var input, names string
 		var created sql.NullTime
-		if err := rows.Scan(&sd.ID, &sd.SID, &sd.Scenario, &input, &names, &sd.Status, &sd.CreatedBy, &created, &sd.Remediate); err != nil {
+		var everyMS int64
+		if err := rows.Scan(&sd.ID, &sd.SID, &sd.Scenario, &input, &names, &sd.Status, &sd.CreatedBy, &created, &sd.Remediate, &everyMS); err != nil {
 			return nil, fmt.Errorf("seeds of soul %q: %w", sid, err)
 		}
 		if err := json.Unmarshal([]byte(names), &sd.Secret); err != nil {
 			return nil, fmt.Errorf("secret inputs of seed %d of soul %q: %w", sd.ID, sid, err)
 		}
+		sd.DriftEvery = time.Duration(everyMS) * time.Millisecond
 		sd.Input = json.RawMessage(input)
 		if sd.Input, err = s.open(fmt.Sprintf("input of seed %d of soul %q", sd.ID, sid), sd.Input, sd.Secret); err != nil {
 			return nil, err

@@ -330,7 +330,7 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 	db := s.DB()
 	for _, q := range []string{ // 00023, webhook deliveries, 00022, drift, 00021, run modes, 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
 		`DROP TABLE webhook_deliveries`, `DELETE FROM goose_db_version WHERE version_id = 23`,
-		`DROP TABLE soul_drift`, `ALTER TABLE soul_seeds DROP COLUMN remediate`, `DELETE FROM goose_db_version WHERE version_id = 22`,
+		`DROP TABLE soul_drift`, `ALTER TABLE soul_seeds DROP COLUMN remediate`, `ALTER TABLE soul_seeds DROP COLUMN drift_every_ms`, `DELETE FROM goose_db_version WHERE version_id = 22`,
 		`ALTER TABLE run_targets DROP COLUMN changes`, `ALTER TABLE run_targets DROP COLUMN unknown`, `ALTER TABLE runs DROP COLUMN mode`,
 		`DELETE FROM goose_db_version WHERE version_id = 21`,
 		`DROP TABLE web_sessions`, `DELETE FROM goose_db_version WHERE version_id = 20`,

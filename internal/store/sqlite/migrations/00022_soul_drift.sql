@@ -24,8 +24,11 @@ CREATE TABLE soul_drift (
 -- What a seed does when a check finds it drifted: manual (report it) or
 -- auto (start an apply run of the seed as its creator, once per episode).
 ALTER TABLE soul_seeds ADD COLUMN remediate TEXT NOT NULL DEFAULT 'manual';
+-- A seed's own drift schedule (0: the keeper-wide drift.every).
+ALTER TABLE soul_seeds ADD COLUMN drift_every_ms BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX soul_drift_state ON soul_drift (state);
 
 -- +goose Down
+ALTER TABLE soul_seeds DROP COLUMN drift_every_ms;
 ALTER TABLE soul_seeds DROP COLUMN remediate;
 DROP TABLE soul_drift;
