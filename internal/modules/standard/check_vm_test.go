@@ -64,7 +64,11 @@ touch "$f" && echo '{"changed": true}'`
 	// pgQuiet makes the server write nothing by itself while a check is
 	// compared: no autovacuum, a checkpoint done, and the relation cache
 	// that a restarted server writes at its first connection written.
+	// wal_level minimal (set once, with a restart) stops the background
+	// writer's standby snapshots, which it writes to the WAL every 15 s
+	// after any activity.
 	const pgQuiet = `runuser -u postgres -- psql -X -q -d postgres -c 'ALTER SYSTEM SET autovacuum = off' -c 'SELECT pg_reload_conf()' -c 'SELECT 1' && sleep 1 && runuser -u postgres -- psql -X -q -d postgres -c CHECKPOINT`
+	const pgMinimal = `runuser -u postgres -- psql -X -q -d postgres -c 'ALTER SYSTEM SET wal_level = minimal' -c 'ALTER SYSTEM SET max_wal_senders = 0' && pg_ctlcluster 15 main restart && ` + pgQuiet
 	pg := func(pw string, remote bool) map[string]any {
 		return map[string]any{"db_name": "myapp", "db_user": "app_user", "db_password": pw, "allow_remote": remote}
 	}
@@ -87,7 +91,7 @@ touch "$f" && echo '{"changed": true}'`
 		{name: "script without a check answer", m: &script.Ran{}, params: map[string]any{"source": `echo '{"changed": true}'`}, unknown: true},
 		{name: "command without a guard", m: &command.Ran{}, params: map[string]any{"cmd": "true"}, unknown: true},
 		{name: "postgres absent", m: &postgres.Installed{}, params: pg("one", false), would: true},
-		{name: "postgres as asked", setup: pgQuiet, m: &postgres.Installed{}, params: pg("one", false), would: false},
+		{name: "postgres as asked", setup: pgMinimal, m: &postgres.Installed{}, params: pg("one", false), would: false},
 		{name: "postgres password change", setup: pgQuiet, m: &postgres.Installed{}, params: pg("two", false), would: true},
 		{name: "postgres config drift", setup: pgQuiet, m: &postgres.Installed{}, params: pg("two", true), would: true},
 		{name: "postgres config edited by hand", setup: `runuser -u postgres -- psql -X -q -c "ALTER SYSTEM SET listen_addresses = 'localhost'" && pg_ctlcluster 15 main restart && ` + pgQuiet,
