@@ -3,7 +3,9 @@ package keeper_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,10 +16,10 @@ import (
 
 // TestCloudDrift: three local VMs made by a keeper; then, behind its back
 // (through a plugin host of the test's own), one is destroyed, one
-// resized, and a VM is created with this deployment's tags and no soul.
-// GET /v1/drift/cloud reports the first missing, the second resized (its
-// memory against the registered one), the third as it should be, and the
-// stray VM as an orphan.
+// resized, one stopped (its init killed), and a VM is created with this
+// deployment's tags and no soul. GET /v1/drift/cloud reports the first
+// missing, the second resized (its memory against the registered one),
+// the third stopped, and the stray VM as an orphan.
 func TestCloudDrift(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
@@ -87,6 +89,21 @@ func TestCloudDrift(t *testing.T) {
 	if _, err := d.Create(dctx, driversdk.CreateRequest{Provider: p, RequestID: "req_stray", Count: 1, Profile: json.RawMessage(`{"cpus": 1, "memory_mb": 256}`)}); err != nil {
 		t.Fatal(err)
 	}
+	// The third VM's init dies (the VM stops): its PID is in the driver's
+	// record of it.
+	var rec struct {
+		PID int `json:"pid"`
+	}
+	b, err := os.ReadFile(filepath.Join(state, "vms", hosts[2].VMID, "vm.json"))
+	if err != nil || json.Unmarshal(b, &rec) != nil || rec.PID <= 1 {
+		t.Fatalf("the VM record of %s: %s, %v", hosts[2].VMID, b, err)
+	}
+	if err := syscall.Kill(rec.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100 && syscall.Kill(rec.PID, 0) == nil; i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	rep, err := c.CloudDriftOf(ctx, "local")
 	if err != nil || len(rep.Providers) != 1 {
@@ -99,7 +116,10 @@ func TestCloudDrift(t *testing.T) {
 	if len(cd.Resized) != 1 || cd.Resized[0].SID != hosts[1].SID || cd.Resized[0].Key != "memory_mb" || cd.Resized[0].Registered != "256" || cd.Resized[0].Now != "512" {
 		t.Fatalf("resized = %+v, want %s memory_mb 256 -> 512", cd.Resized, hosts[1].SID)
 	}
-	if len(cd.Orphans) != 1 || cd.Orphans[0].RequestID != "req_stray" || len(cd.Stopped) != 0 {
-		t.Fatalf("orphans = %+v, stopped = %+v", cd.Orphans, cd.Stopped)
+	if len(cd.Orphans) != 1 || cd.Orphans[0].RequestID != "req_stray" {
+		t.Fatalf("orphans = %+v", cd.Orphans)
+	}
+	if len(cd.Stopped) != 1 || cd.Stopped[0].SID != hosts[2].SID || cd.Stopped[0].State != "stopped" {
+		t.Fatalf("stopped = %+v, want %s", cd.Stopped, hosts[2].SID)
 	}
 }

@@ -137,10 +137,23 @@ func (b *browser) mainHTML() string {
 }
 
 // open loads a UI route (#/…) afresh and waits for the CSS selector sel.
+// A load that shows nothing of the route within 30 s (seen, rarely, on a
+// loaded machine: the page left at "Loading…" or at the sign-in form
+// with the session's key in place) is loaded once more, and the test log
+// says so; a second load that fails fails the test.
 func (b *browser) open(route, sel string) {
 	b.t.Helper()
 	b.loads++
 	b.collect()
+	url := fmt.Sprintf("%s/ui/?load=%d%s", b.base, b.loads, route)
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	err := chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(sel)))
+	cancel()
+	if err == nil {
+		return
+	}
+	b.t.Logf("open %s: %v after 30 s; loading it again (page: %.300s)", route, err, b.mainHTML())
+	b.loads++
 	b.run(chromedp.Navigate(fmt.Sprintf("%s/ui/?load=%d%s", b.base, b.loads, route)), chromedp.WaitVisible(chromedp.CSS(sel)))
 }
 

@@ -108,6 +108,12 @@ touch "$f" && echo '{"changed": true}'`
 			m: &docker.Installed{}, params: dk, would: true},
 		{name: "docker user missing from the group", setup: "useradd -m alice", m: &docker.Installed{},
 			params: map[string]any{"source": "distro", "compose": false, "verify": "daemon", "users": []any{"alice"}}, would: true},
+		// Someone removed the engine and left a docker CLI behind (a copy
+		// of the client binary): a lone CLI is not Docker installed.
+		{name: "docker CLI only", setup: `cp /usr/bin/docker /usr/local/bin/docker && pid=$(cat /run/docker.pid) && kill "$pid" && while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq docker.io >/dev/null && hash -r && docker --version && ! command -v dockerd`,
+			m: &docker.Installed{}, params: dk, would: true},
+		{name: "docker engine back", m: &docker.Installed{}, params: dk, would: false},
 	}
 	for _, s := range steps {
 		if s.setup != "" {
