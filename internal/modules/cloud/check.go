@@ -120,29 +120,8 @@ func (m *Resized) Check(ctx context.Context, run module.RunInfo, raw json.RawMes
 	if h == nil {
 		return module.Prediction{}, errUnprovisioned
 	}
-	prov, d, dp, err := provider(ctx, h, p.Provider)
-	if err != nil {
+	if _, err := p.prepare(ctx, h); err != nil {
 		return module.Prediction{}, err
-	}
-	if err := checkPairing(ctx, h.Registry, prov.Name, p.VMIDs, nil); err != nil {
-		return module.Prediction{}, err
-	}
-	caps, err := d.Capabilities(ctx)
-	if err != nil {
-		return module.Prediction{}, driverError("capabilities", err)
-	}
-	if !caps.Resizable {
-		return module.Prediction{}, &module.Error{Code: "resize.unsupported", Message: fmt.Sprintf("driver %q of provider %q cannot resize VMs", prov.Driver, prov.Name)}
-	}
-	sp, err := spec(ctx, h, prov.Name, p.Profile)
-	if err != nil {
-		return module.Prediction{}, err
-	}
-	if _, sp, err = takeAddress(sp, "profile"); err != nil {
-		return module.Prediction{}, err
-	}
-	if err := d.ValidateProfile(ctx, dp, sp); err != nil {
-		return module.Prediction{}, driverError("validate profile", err)
 	}
 	if len(p.VMIDs) == 0 {
 		return module.Prediction{}, nil

@@ -611,31 +611,49 @@ func (m *Resized) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	return res, nil
 }
 
-func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h *Services) (module.Result, error) {
+// resizing is what a resize checks before it asks the driver: the
+// provider, the pairing, that the driver resizes, and the spec.
+type resizing struct {
+	prov store.Provider
+	d    driversdk.Driver
+	dp   driversdk.Provider
+	spec json.RawMessage
+}
+
+func (p ResizedParams) prepare(ctx context.Context, h *Services) (resizing, error) {
 	prov, d, dp, err := provider(ctx, h, p.Provider)
 	if err != nil {
-		return module.Result{}, err
+		return resizing{}, err
 	}
 	if err := checkPairing(ctx, h.Registry, prov.Name, p.VMIDs, nil); err != nil {
-		return module.Result{}, err
+		return resizing{}, err
 	}
 	caps, err := d.Capabilities(ctx)
 	if err != nil {
-		return module.Result{}, driverError("capabilities", err)
+		return resizing{}, driverError("capabilities", err)
 	}
 	if !caps.Resizable {
-		return module.Result{}, &module.Error{Code: "resize.unsupported", Message: fmt.Sprintf("driver %q of provider %q cannot resize VMs", prov.Driver, prov.Name)}
+		return resizing{}, &module.Error{Code: "resize.unsupported", Message: fmt.Sprintf("driver %q of provider %q cannot resize VMs", prov.Driver, prov.Name)}
 	}
 	sp, err := spec(ctx, h, prov.Name, p.Profile)
 	if err != nil {
-		return module.Result{}, err
+		return resizing{}, err
 	}
 	if _, sp, err = takeAddress(sp, "profile"); err != nil { // the keeper's key, not the driver's
-		return module.Result{}, err
+		return resizing{}, err
 	}
 	if err := d.ValidateProfile(ctx, dp, sp); err != nil {
-		return module.Result{}, driverError("validate profile", err)
+		return resizing{}, driverError("validate profile", err)
 	}
+	return resizing{prov: prov, d: d, dp: dp, spec: sp}, nil
+}
+
+func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h *Services) (module.Result, error) {
+	rz, err := p.prepare(ctx, h)
+	if err != nil {
+		return module.Result{}, err
+	}
+	prov, d, dp, sp := rz.prov, rz.d, rz.dp, rz.spec
 	res, err := d.Resize(ctx, driversdk.ResizeRequest{Provider: dp, VMIDs: p.VMIDs, Spec: sp})
 	if err != nil {
 		return module.Result{}, driverError("resize", err)

@@ -285,6 +285,27 @@ func cacheValidity(p InstalledParams) (time.Duration, error) {
 	return d, nil
 }
 
+// lookMissing is the first round trip of install and its check: the
+// packages' states, the output as far as it is known (the installed
+// ones), and the packages missing.
+func lookMissing(ctx context.Context, m manager, t module.Target, p InstalledParams) (snapshot, installOutput, []spec, error) {
+	specs := specsOf(p.Packages)
+	out := installOutput{Status: "ok", Installed: []string{}, AlreadyInstalled: []string{}, Failed: []string{}, Reasons: map[string]string{}}
+	snap, err := m.query(ctx, t, specs)
+	if err != nil {
+		return snap, out, nil, err
+	}
+	var missing []spec
+	for _, s := range specs {
+		if snap.states.installed(s) {
+			out.AlreadyInstalled = append(out.AlreadyInstalled, s.raw)
+		} else {
+			missing = append(missing, s)
+		}
+	}
+	return snap, out, missing, nil
+}
+
 // install is core.pkg.installed on any manager.
 func install(ctx context.Context, m manager, t module.Target, p InstalledParams) (module.Result, error) {
 	lock, err := newLockPolicy(p.LockRetries, p.LockRetryDelay)
@@ -295,19 +316,9 @@ func install(ctx context.Context, m manager, t module.Target, p InstalledParams)
 	if err != nil {
 		return module.Result{}, err
 	}
-	specs := specsOf(p.Packages)
-	snap, err := m.query(ctx, t, specs)
+	snap, out, missing, err := lookMissing(ctx, m, t, p)
 	if err != nil {
 		return module.Result{}, err
-	}
-	out := installOutput{Status: "ok", Installed: []string{}, AlreadyInstalled: []string{}, Failed: []string{}, Reasons: map[string]string{}}
-	var missing []spec
-	for _, s := range specs {
-		if snap.states.installed(s) {
-			out.AlreadyInstalled = append(out.AlreadyInstalled, s.raw)
-		} else {
-			missing = append(missing, s)
-		}
 	}
 	if len(missing) == 0 {
 		return module.Result{Output: out.value()}, nil
@@ -383,19 +394,9 @@ func installCheck(ctx context.Context, m manager, t module.Target, p InstalledPa
 	if _, err := cacheValidity(p); err != nil {
 		return module.Prediction{}, err
 	}
-	specs := specsOf(p.Packages)
-	snap, err := m.query(ctx, t, specs)
+	_, out, missing, err := lookMissing(ctx, m, t, p)
 	if err != nil {
 		return module.Prediction{}, err
-	}
-	out := installOutput{Status: "ok", Installed: []string{}, AlreadyInstalled: []string{}, Failed: []string{}, Reasons: map[string]string{}}
-	var missing []spec
-	for _, s := range specs {
-		if snap.states.installed(s) {
-			out.AlreadyInstalled = append(out.AlreadyInstalled, s.raw)
-		} else {
-			missing = append(missing, s)
-		}
 	}
 	if len(missing) == 0 {
 		return module.Prediction{Output: out.value(), OutputKnown: true}, nil
