@@ -430,7 +430,7 @@ func TestWebUI(t *testing.T) {
 	if eval[int](b, `document.querySelectorAll('#cancel').length`) != 0 {
 		t.Fatal("a finished run still offers Cancel")
 	}
-	outputs := get(b, chromedp.Text(chromedp.CSS(`pre.outputs`)))
+	outputs := eval[string](b, `(document.querySelector('pre.outputs') || {}).textContent || ''`) // one evaluation: the page may redraw
 	if !strings.Contains(outputs, "pw=***") {
 		t.Fatalf("the run's outputs lost their masked value: %s", outputs)
 	}
@@ -452,7 +452,7 @@ steps:
 	// The run page re-renders as events arrive: read the cell's text once
 	// it holds one, not the node the wait found (it may have been replaced).
 	get(b, chromedp.Poll[bool](`!!(document.querySelector('tr[data-step="broken"] .cell-error') || {}).textContent`))
-	if msg := get(b, chromedp.Text(chromedp.CSS(`tr[data-step="broken"] .cell-error`))); !strings.Contains(msg, "command.failed") && !strings.Contains(msg, "exit") {
+	if msg := eval[string](b, `(document.querySelector('tr[data-step="broken"] .cell-error') || {}).textContent || ''`); !strings.Contains(msg, "command.failed") && !strings.Contains(msg, "exit") {
 		t.Fatalf("failed target shows %q", msg)
 	}
 	b.screenshot("run-failed")
@@ -472,7 +472,9 @@ steps:
 	b.open("#/runs/"+checkRun.ID, `#run-mode[data-mode="check"]`)
 	b.wait(`#plan li[data-step="conf"][data-status="would_change"] pre.diff`, `tr[data-step="conf"] td[data-status="would_change"]`)
 	get(b, chromedp.Poll[bool](`!!(document.querySelector('#plan pre.diff') || {}).textContent`))
-	if diff := get(b, chromedp.Text(chromedp.CSS(`#plan pre.diff`))); !strings.Contains(diff, "+listen 8080") {
+	// The page re-renders as the run's last events arrive: read the text
+	// in one evaluation, not through a node a redraw may have replaced.
+	if diff := eval[string](b, `(document.querySelector('#plan pre.diff') || {}).textContent || ''`); !strings.Contains(diff, "+listen 8080") {
 		t.Fatalf("the plan's diff shows %q", diff)
 	}
 	if _, err := os.Stat(planned); !os.IsNotExist(err) {
