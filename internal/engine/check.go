@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/soulstack/soulstack/client"
@@ -29,7 +30,7 @@ func (r *run) unknownUse(s *scenario.PlanStep, where ...string) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, u := range s.Uses() {
-		if u.Var != "steps" || !contains(where, u.Where) {
+		if u.Var != "steps" || !slices.Contains(where, u.Where) {
 			continue
 		}
 		for name, st := range r.st.Done {
@@ -53,15 +54,6 @@ func (r *run) unknownUse(s *scenario.PlanStep, where ...string) string {
 		}
 	}
 	return ""
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // firstLine is the first line of a reason, so that nested reasons stay

@@ -47,7 +47,6 @@ func (w *periodicWorker) Work(ctx context.Context, job *river.Job[PeriodicArgs])
 func periodicJobs(tasks []Periodic) []*river.PeriodicJob {
 	var out []*river.PeriodicJob
 	for _, t := range tasks {
-		t := t
 		out = append(out, river.NewPeriodicJob(river.PeriodicInterval(t.Every), func() (river.JobArgs, *river.InsertOpts) {
 			opts := &river.InsertOpts{UniqueOpts: river.UniqueOpts{ByArgs: true, ByPeriod: t.Every}} // one per task and period
 			if t.Jitter > 0 {

@@ -401,17 +401,8 @@ func paramValues(p InstalledParams) module.Values {
 // could not be installed, postgres.verify_failed when a user cannot run
 // SELECT 1 over TCP with its password, and postgres.failed otherwise.
 func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
-	var p InstalledParams
-	if err := module.DecodeParams(raw, &p); err != nil {
-		return module.Result{}, err
-	}
-	// The engine masks the string value of a secret param; the passwords
-	// inside the users list are registered here, before anything can echo
-	// them.
-	for _, u := range p.Users {
-		run.AddSecret(u.Password)
-	}
-	if err := m.ValidateParams(paramValues(p)); err != nil {
+	p, err := m.params(run, raw)
+	if err != nil {
 		return module.Result{}, err
 	}
 	pws := passwords(p)
@@ -428,25 +419,7 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 		return module.Result{}, err
 	}
 	if res.ExitCode != 0 {
-		code := CodeFailed
-		switch res.ExitCode {
-		case 10:
-			code = CodeInstallFailed
-		case 11:
-			code = CodeVerifyFailed
-		}
-		msg := strings.TrimSpace(string(res.Stderr))
-		if msg == "" {
-			msg = fmt.Sprintf("exit status %d", res.ExitCode)
-		}
-		// The script never prints a password; mask them anyway in case a
-		// tool on the soul echoed one.
-		for _, s := range append(pws, verifiers...) {
-			if s != "" {
-				msg = strings.ReplaceAll(msg, s, "***")
-			}
-		}
-		return module.Result{}, &module.Error{Code: code, Message: msg}
+		return module.Result{}, scriptError(res, append(pws, verifiers...))
 	}
 	out := bytes.TrimSpace(res.Stdout)
 	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
@@ -476,6 +449,43 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 	}}, nil
 }
 
+// params decodes and checks Run's and Check's params; the passwords inside
+// the users list join the run's secrets here, before anything can echo
+// them (the engine masks the string value of a secret param itself).
+func (m *Installed) params(run module.RunInfo, raw json.RawMessage) (InstalledParams, error) {
+	var p InstalledParams
+	if err := module.DecodeParams(raw, &p); err != nil {
+		return p, err
+	}
+	for _, u := range p.Users {
+		run.AddSecret(u.Password)
+	}
+	return p, m.ValidateParams(paramValues(p))
+}
+
+// scriptError is the error of the script's non-zero exit: its code from
+// the exit status, its message from stderr with secrets masked (the
+// script never prints a password; a tool on the soul might echo one).
+func scriptError(res module.ExecResult, secrets []string) error {
+	code := CodeFailed
+	switch res.ExitCode {
+	case 10:
+		code = CodeInstallFailed
+	case 11:
+		code = CodeVerifyFailed
+	}
+	msg := strings.TrimSpace(string(res.Stderr))
+	if msg == "" {
+		msg = fmt.Sprintf("exit status %d", res.ExitCode)
+	}
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "***")
+		}
+	}
+	return &module.Error{Code: code, Message: msg}
+}
+
 // Check asks the soul, in one round trip and changing nothing, what Run
 // would change: the server to install, the cluster to create or start,
 // the roles and databases to create, pg_hba.conf's managed block and
@@ -483,14 +493,8 @@ func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 // SCRAM secret (salt and iterations from the server, the keys computed
 // here), so a check never tries a login; the secret never leaves Check.
 func (m *Installed) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
-	var p InstalledParams
-	if err := module.DecodeParams(raw, &p); err != nil {
-		return module.Prediction{}, err
-	}
-	for _, u := range p.Users {
-		run.AddSecret(u.Password)
-	}
-	if err := m.ValidateParams(paramValues(p)); err != nil {
+	p, err := m.params(run, raw)
+	if err != nil {
 		return module.Prediction{}, err
 	}
 	res, err := t.Exec(ctx, command(p, make([]string, len(passwords(p))), "check"))
@@ -498,17 +502,7 @@ func (m *Installed) Check(ctx context.Context, run module.RunInfo, raw json.RawM
 		return module.Prediction{}, err
 	}
 	if res.ExitCode != 0 {
-		code := CodeFailed
-		if res.ExitCode == 10 {
-			code = CodeInstallFailed
-		}
-		msg := strings.TrimSpace(string(res.Stderr))
-		for _, pw := range passwords(p) {
-			if pw != "" {
-				msg = strings.ReplaceAll(msg, pw, "***")
-			}
-		}
-		return module.Prediction{}, &module.Error{Code: code, Message: msg}
+		return module.Prediction{}, scriptError(res, passwords(p))
 	}
 	pws := map[string]string{p.DBUser: p.DBPassword}
 	for _, u := range p.Users {
