@@ -2,13 +2,10 @@ package keeper_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
 // BenchmarkCheckFanout50 compares a check run with the idempotent apply
@@ -22,31 +19,7 @@ import (
 // would change on the first two steps and that the third (a command
 // without a guard) is unknown on every host.
 func BenchmarkCheckFanout50(b *testing.B) {
-	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "fanout.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	servers := sshtest.StartN(b, fanoutHosts, sshtest.Options{})
-	tmp := b.TempDir()
-	keyFile := filepath.Join(tmp, "id_ed25519")
-	if err := os.WriteFile(keyFile, servers[0].ClientKey, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	workDir := filepath.Join(tmp, "souls")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"))
-	hosts := make([]any, fanoutHosts)
-	for i, s := range servers {
-		sid := fmt.Sprintf("h%02d.bench.test", i+1)
-		hosts[i] = sid
-		if _, err := c.SoulCreate(b.Context(), client.SoulCreate{SID: sid, Address: s.Addr,
-			Connection: client.Connection{Transport: "ssh", User: s.User, Port: s.Port, KeyRef: "file:" + keyFile}}); err != nil {
-			b.Fatalf("register %s: %v", sid, err)
-		}
-	}
-	req := client.RunCreate{Scenario: string(src), File: "fanout.yaml", Timeout: "2m", Input: map[string]any{"hosts": hosts, "dir": workDir}}
+	_, c, req, _ := fanoutFixture(b)
 	req.Key = fmt.Sprintf("check-warm-%d", time.Now().UnixNano())
 	if warm, _ := fanoutRun(b, c, req); checkFanout(warm, false) != nil {
 		b.Fatalf("warm-up run: %v", checkFanout(warm, false))

@@ -55,41 +55,7 @@ func BenchmarkRunFanout50(b *testing.B) {
 	if err != nil {
 		b.Fatal("no ssh client for the baseline: apt-get install openssh-client")
 	}
-	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "fanout.yaml"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	servers := sshtest.StartN(b, fanoutHosts, sshtest.Options{})
-	tmp := b.TempDir()
-	keyFile := filepath.Join(tmp, "id_ed25519")
-	if err := os.WriteFile(keyFile, servers[0].ClientKey, 0o600); err != nil {
-		b.Fatal(err)
-	}
-	// The souls are this machine: the scenario's files go under the
-	// benchmark's temporary directory, removed when it ends.
-	workDir := filepath.Join(tmp, "souls")
-	if err := os.Mkdir(workDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-
-	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"))
-	ctx := b.Context()
-	hosts := make([]any, fanoutHosts)
-	for i, s := range servers {
-		sid := fmt.Sprintf("h%02d.bench.test", i+1)
-		hosts[i] = sid
-		_, err := c.SoulCreate(ctx, client.SoulCreate{
-			SID: sid, Address: s.Addr,
-			Connection: client.Connection{Transport: "ssh", User: s.User, Port: s.Port, KeyRef: "file:" + keyFile},
-		})
-		if err != nil {
-			b.Fatalf("register %s: %v", sid, err)
-		}
-	}
-	req := client.RunCreate{
-		Scenario: string(src), File: "fanout.yaml", Timeout: "2m",
-		Input: map[string]any{"hosts": hosts, "dir": workDir},
-	}
+	servers, c, req, keyFile := fanoutFixture(b)
 	openssh := func(s *sshtest.Server) error {
 		out, err := osexec.Command(sshBin, "-F", "/dev/null", "-i", keyFile,
 			"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
@@ -177,6 +143,43 @@ func BenchmarkRunFanout50(b *testing.B) {
 	b.ReportMetric(float64(finish.Milliseconds())/f, "finish-ms/op")
 	b.ReportMetric(float64(other.Milliseconds())/f, "other-ms/op")
 	b.ReportMetric(float64(events)/f, "events/op")
+}
+
+// fanoutFixture starts fanoutHosts real sshd, a keeper in this process with
+// a soul registered for each, and returns them with the request of
+// examples/fanout.yaml on them (its files under the benchmark's temporary
+// directory: the souls are this machine) and the client key's file.
+func fanoutFixture(b *testing.B) ([]*sshtest.Server, *client.Client, client.RunCreate, string) {
+	b.Helper()
+	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "fanout.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	servers := sshtest.StartN(b, fanoutHosts, sshtest.Options{})
+	tmp := b.TempDir()
+	keyFile := filepath.Join(tmp, "id_ed25519")
+	if err := os.WriteFile(keyFile, servers[0].ClientKey, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	workDir := filepath.Join(tmp, "souls")
+	if err := os.Mkdir(workDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"))
+	hosts := make([]any, fanoutHosts)
+	for i, s := range servers {
+		sid := fmt.Sprintf("h%02d.bench.test", i+1)
+		hosts[i] = sid
+		_, err := c.SoulCreate(b.Context(), client.SoulCreate{
+			SID: sid, Address: s.Addr,
+			Connection: client.Connection{Transport: "ssh", User: s.User, Port: s.Port, KeyRef: "file:" + keyFile},
+		})
+		if err != nil {
+			b.Fatalf("register %s: %v", sid, err)
+		}
+	}
+	req := client.RunCreate{Scenario: string(src), File: "fanout.yaml", Timeout: "2m", Input: map[string]any{"hosts": hosts, "dir": workDir}}
+	return servers, c, req, keyFile
 }
 
 // startFanoutKeeper runs a keeper in this process on a free loopback port
