@@ -36,6 +36,30 @@ func buildLocalDriver(t *testing.T, dir string) {
 	}
 }
 
+// localCloudKeeper serves a keeper with the real soul-cloud-local plugin,
+// a provider "local" (FQDN suffix suffix, max_count 3, its own state dir)
+// and a profile "small" (1 CPU, 256 MB), and destroys every VM of that
+// state dir when the test ends, whatever happened. It returns an admin
+// client, the keeper's data dir and the state dir.
+func localCloudKeeper(t *testing.T, suffix string) (c *client.Client, data, state string) {
+	t.Helper()
+	dir := t.TempDir()
+	data = filepath.Join(dir, ".keeper")
+	buildLocalDriver(t, filepath.Join(data, "plugins"))
+	k := serve(t, dir)
+	c = adminClient(t, k, data)
+	ctx := context.Background()
+	state = t.TempDir()
+	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: suffix, Config: map[string]any{"state_dir": state, "max_count": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ProfileCreate(ctx, client.ProfileCreate{Name: "small", Provider: "local", Spec: map[string]any{"cpus": 1, "memory_mb": 256}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { destroyLocalVMs(t, filepath.Join(data, "plugins"), suffix, state) })
+	return c, data, state
+}
+
 // TestLocalCloudEndToEnd: a keeper with the real soul-cloud-local plugin
 // creates two VMs, reaches both over SSH through the provision step's
 // hosts output, then destroys them with the cascade; VMs a crash left
@@ -43,21 +67,8 @@ func buildLocalDriver(t *testing.T, dir string) {
 func TestLocalCloudEndToEnd(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildLocalDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	c, data, state := localCloudKeeper(t, "e2e.test")
 	ctx := context.Background()
-	state := t.TempDir()
-	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "e2e.test", Config: map[string]any{"state_dir": state, "max_count": 3}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ProfileCreate(ctx, client.ProfileCreate{Name: "small", Provider: "local", Spec: map[string]any{"cpus": 1, "memory_mb": 256}}); err != nil {
-		t.Fatal(err)
-	}
-	// Whatever happens, leave no VM behind.
-	t.Cleanup(func() { destroyLocalVMs(t, filepath.Join(data, "plugins"), "e2e.test", state) })
 
 	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "spawn-local.yaml"), File: "spawn-local.yaml", Input: map[string]any{"count": 2}})
 	if err != nil {

@@ -23,21 +23,9 @@ import (
 func TestCloudDrift(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
+	c, data, state := localCloudKeeper(t, "cdrift.test")
 	plugins := filepath.Join(data, "plugins")
-	buildLocalDriver(t, plugins)
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
 	ctx := context.Background()
-	state := t.TempDir()
-	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "cdrift.test", Config: map[string]any{"state_dir": state, "max_count": 3}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.ProfileCreate(ctx, client.ProfileCreate{Name: "small", Provider: "local", Spec: map[string]any{"cpus": 1, "memory_mb": 256}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { destroyLocalVMs(t, plugins, "cdrift.test", state) })
 	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: `steps:
   - name: provision
     on: keeper
