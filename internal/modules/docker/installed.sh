@@ -18,6 +18,7 @@ export DEBIAN_FRONTEND=noninteractive
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
 
+no_image='no hello-world:latest image on the soul, and pull is never: load it first (docker load, or docker import), or use pull: missing or verify: daemon'
 changed=false installed=false daemon_started=false users_added= started= pulled=false
 
 # would KIND ACTION NAME records, in check mode, a change the apply would
@@ -190,7 +191,7 @@ if [ "$mode" = check ]; then
 		would service start docker
 	elif [ "$verify" = hello-world ] && ! docker image inspect hello-world:latest >/dev/null 2>&1; then
 		[ "$pull" = never ] &&
-			fail 11 "no hello-world:latest image on the soul, and pull is never: load it first (docker load, or docker import), or use pull: missing or verify: daemon"
+			fail 11 "$no_image"
 		would image pull hello-world:latest
 	fi
 	printf '{"changed":%s}\n' "$changed"
@@ -214,7 +215,7 @@ if [ "$verify" = hello-world ]; then
 	# its mirrors), unless pull is never: offline sites load it themselves.
 	if ! docker image inspect hello-world:latest >/dev/null 2>&1; then
 		[ "$pull" = never ] &&
-			fail 11 "no hello-world:latest image on the soul, and pull is never: load it first (docker load, or docker import), or use pull: missing or verify: daemon"
+			fail 11 "$no_image"
 		timeout 300 docker pull hello-world:latest >"$tmp/pull" 2>&1 ||
 			fail 14 "docker pull hello-world failed (no registry or mirror answered; an offline site loads the image and says pull: never): $(tail -n 3 "$tmp/pull" | tr '\n' ' ')"
 		pulled=true changed=true
