@@ -169,17 +169,18 @@ func (d Drift) JitterFraction() (float64, error) {
 	return f / 100, nil
 }
 
-// Runs is the lease a keeper holds on each run it executes. Every keeper
-// sharing one database must use the same timings: a keeper that thinks a
-// lease stale sooner than its holder renews it would take the run over
-// while it still executes.
+// Runs is the lease a keeper holds on the runs it executes: one heartbeat
+// row per keeper. Every keeper sharing one database must use the same
+// timings: a keeper that thinks a lease stale sooner than its holder
+// renews it would take the runs over while they still execute.
 type Runs struct {
-	// Heartbeat is how often the lease of each executing run is renewed
-	// (default 2s).
+	// Heartbeat is how often the keeper's heartbeat row is renewed
+	// (default 1s).
 	Heartbeat Duration `yaml:"heartbeat"`
-	// StaleAfter is how long a lease lasts without renewal before another
-	// keeper takes the run over and resumes it (default 15s; at least
-	// three heartbeats). The holder stops executing one heartbeat before.
+	// StaleAfter is how long a keeper's row lasts without renewal before
+	// another keeper takes its runs over and resumes them, reattaching
+	// their commands (default 3s; at least three heartbeats). The holder
+	// stops executing one heartbeat before.
 	StaleAfter Duration `yaml:"stale_after"`
 	// MaxTargetOutputBytes is the bytes of JSON a run keeps of one soul
 	// target's output (default 1 MiB); MaxOutputBytes the bytes it keeps
@@ -308,8 +309,8 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.AgentCertValidity, 24*time.Hour)
 	orDefault(&c.BootstrapTokenTTL, time.Hour)
 	orDefault(&c.DrainTimeout, 60*time.Second)
-	orDefault(&c.Runs.Heartbeat, 2*time.Second)
-	orDefault(&c.Runs.StaleAfter, 15*time.Second)
+	orDefault(&c.Runs.Heartbeat, time.Second)
+	orDefault(&c.Runs.StaleAfter, 3*time.Second)
 	if c.PluginDir == "" {
 		c.PluginDir = filepath.Join(c.DataDir, "plugins")
 	}
@@ -407,10 +408,10 @@ func (c Config) validateTimings() error {
 	if err := positive("agent_cert_validity", c.AgentCertValidity, Duration(time.Second), "24h"); err != nil {
 		return err
 	}
-	if err := positive("runs.heartbeat", c.Runs.Heartbeat, 0, "2s"); err != nil {
+	if err := positive("runs.heartbeat", c.Runs.Heartbeat, 0, "1s"); err != nil {
 		return err
 	}
-	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "15s"); err != nil {
+	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "3s"); err != nil {
 		return fmt.Errorf("%w (three runs.heartbeat)", err)
 	}
 	if c.Drift.Every != 0 && c.Drift.Every.Std() < 10*time.Second {

@@ -182,11 +182,11 @@ type heartbeatFails struct {
 	fail atomic.Bool
 }
 
-func (h *heartbeatFails) RunHeartbeat(ctx context.Context, id, owner string) (bool, error) {
+func (h *heartbeatFails) KeeperBeat(ctx context.Context, owner string) error {
 	if h.fail.Load() {
-		return false, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+		return errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
 	}
-	return h.Store.RunHeartbeat(ctx, id, owner)
+	return h.Store.KeeperBeat(ctx, owner)
 }
 
 // causeExec records the cause that ended its execution.

@@ -8,12 +8,11 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-
-	"github.com/soulstack/soulstack/internal/store"
 )
 
-// leaseLoop runs keepLease on a fake clock with renew answering from
-// answers, one per heartbeat; it reports each renewal and the stop.
+// leaseLoop runs keepAlive on a fake clock with renew answering from
+// answers, one per heartbeat; it reports each renewal and each judgement
+// that stops an execution.
 type leaseLoop struct {
 	clock   *clockwork.FakeClock
 	renewed chan time.Time // fake time of each renewal attempt
@@ -22,20 +21,23 @@ type leaseLoop struct {
 	cancel  context.CancelFunc
 }
 
-func startLease(t *testing.T, answer func(n int) (bool, error)) *leaseLoop {
+// startLease runs the loop for one execution of run "run_1", registered
+// before any heartbeat.
+func startLease(t *testing.T, answer func(n int) (map[string]bool, error)) *leaseLoop {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	l := &leaseLoop{clock: clockwork.NewFakeClock(), renewed: make(chan time.Time, 100), stopped: make(chan error, 1), done: make(chan struct{}), cancel: cancel}
+	l := &leaseLoop{clock: clockwork.NewFakeClock(), renewed: make(chan time.Time, 100), stopped: make(chan error, 100), done: make(chan struct{}), cancel: cancel}
+	r := &Runner{clock: l.clock, execs: map[string]*held{}}
+	r.hold("run_1", func(cause error) { l.stopped <- cause })
 	n := 0
-	renew := func(context.Context) (bool, error) {
+	renew := func(context.Context) (map[string]bool, error) {
 		n++
 		l.renewed <- l.clock.Now()
 		return answer(n)
 	}
-	stop := func(cause error) { l.stopped <- cause; cancel() }
 	go func() {
 		defer close(l.done)
-		keepLease(ctx, l.clock, Lease{}.withDefaults(), renew, stop, slog.New(slog.DiscardHandler))
+		keepAlive(ctx, l.clock, Lease{}.withDefaults(), renew, r.judgeHeld, slog.New(slog.DiscardHandler))
 	}()
 	t.Cleanup(func() { cancel(); <-l.done })
 	if err := l.clock.BlockUntilContext(t.Context(), 1); err != nil { // the heartbeat ticker
@@ -57,8 +59,6 @@ func (l *leaseLoop) beat(t *testing.T) {
 }
 
 // stop waits for the loop to stop the execution and returns the cause.
-// A loop that stopped earlier fails the beat after its stop instead: it
-// never renews again.
 func (l *leaseLoop) stop(t *testing.T) error {
 	t.Helper()
 	select {
@@ -70,27 +70,38 @@ func (l *leaseLoop) stop(t *testing.T) error {
 	}
 }
 
+// notStopped checks that no judgement stopped the execution so far.
+func (l *leaseLoop) notStopped(t *testing.T) {
+	t.Helper()
+	select {
+	case err := <-l.stopped:
+		t.Fatalf("the execution was stopped (%v) %s after the start", err, l.clock.Since(time.Time{}))
+	default:
+	}
+}
+
+var holdsRun1 = map[string]bool{"run_1": false}
+
 // TestLeaseHeartbeatThatStops: when the database stops answering the
-// heartbeats, the execution is stopped (errLeaseLost) at the first
-// heartbeat LeaseGiveUp after the last renewal, not before: before the
-// lease goes stale and another keeper may claim the run. The clock is
-// fake; nothing sleeps.
+// keeper's heartbeats, its executions are stopped (errLeaseLost) at the
+// first heartbeat LeaseGiveUp after the last renewal, not before: before
+// the keeper's row goes stale and another keeper may claim its runs. The
+// clock is fake; nothing sleeps.
 func TestLeaseHeartbeatThatStops(t *testing.T) {
 	t.Parallel()
 	outage := errors.New("connection refused")
-	l := startLease(t, func(n int) (bool, error) {
+	l := startLease(t, func(n int) (map[string]bool, error) {
 		if n <= 2 {
-			return false, nil
+			return holdsRun1, nil
 		}
-		return false, outage
+		return nil, outage
 	})
 	l.beat(t)
 	l.beat(t) // last renewal, at 2 heartbeats
 	lastOK := l.clock.Now()
-	// Every heartbeat before the give-up renews again: a loop that had
-	// stopped the execution would not.
 	for l.clock.Now().Add(HeartbeatEvery).Before(lastOK.Add(LeaseGiveUp)) {
 		l.beat(t)
+		l.notStopped(t)
 	}
 	l.beat(t)
 	if err := l.stop(t); !errors.Is(err, errLeaseLost) {
@@ -101,21 +112,21 @@ func TestLeaseHeartbeatThatStops(t *testing.T) {
 	}
 }
 
-// TestLeaseAnswers: a heartbeat that finds the lease taken by another
-// keeper stops the execution at once (errLeaseLost); one that brings a
-// cancel request stops it with errCancelRequested; healthy heartbeats
-// never stop it (each renews again).
+// TestLeaseAnswers: a heartbeat whose held runs lack the execution's run
+// (another keeper took it) stops it at once (errLeaseLost); one that
+// brings a cancel request stops it with errCancelRequested; healthy
+// heartbeats never stop it.
 func TestLeaseAnswers(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		answer func(n int) (bool, error)
+		answer func(n int) (map[string]bool, error)
 		beats  int
 		want   error
 	}{
-		{"lease lost", func(n int) (bool, error) { return false, store.ErrLeaseLost }, 1, errLeaseLost},
-		{"cancel requested", func(n int) (bool, error) { return n == 3, nil }, 3, errCancelRequested},
-		{"healthy", func(int) (bool, error) { return false, nil }, 20, nil},
+		{"lease lost", func(n int) (map[string]bool, error) { return map[string]bool{}, nil }, 1, errLeaseLost},
+		{"cancel requested", func(n int) (map[string]bool, error) { return map[string]bool{"run_1": n == 3}, nil }, 3, errCancelRequested},
+		{"healthy", func(int) (map[string]bool, error) { return holdsRun1, nil }, 20, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -124,12 +135,34 @@ func TestLeaseAnswers(t *testing.T) {
 				l.beat(t)
 			}
 			if tc.want == nil {
+				l.notStopped(t)
 				return
 			}
 			if err := l.stop(t); !errors.Is(err, tc.want) {
 				t.Fatalf("after %d heartbeats: stop = %v, want %v", tc.beats, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestLeaseIgnoresClaimsAfterTheQuestion: an execution registered after
+// the heartbeat asked which runs the keeper holds is not judged by that
+// answer, which cannot know its claim yet.
+func TestLeaseIgnoresClaimsAfterTheQuestion(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	r := &Runner{clock: clock, execs: map[string]*held{}}
+	asked := clock.Now()
+	clock.Advance(time.Millisecond)
+	stopped := false
+	r.hold("run_new", func(error) { stopped = true })
+	r.judgeHeld(map[string]bool{}, asked)
+	if stopped {
+		t.Fatal("a run claimed after the question was stopped as lost")
+	}
+	r.judgeHeld(map[string]bool{}, clock.Now())
+	if !stopped {
+		t.Fatal("a run the keeper no longer holds was not stopped")
 	}
 }
 

@@ -27,34 +27,36 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-// Default lease timing (Lease): a running run's heartbeat is renewed every
-// HeartbeatEvery; a run whose heartbeat is older than StaleAfter is taken
-// over.
+// Default lease timing (Lease). A keeper's liveness is one heartbeat row
+// (store.KeeperBeat), renewed every HeartbeatEvery, which holds every run
+// it executes; a run whose keeper's row is older than StaleAfter is taken
+// over, its commands reattached on the souls, so that a keeper killed
+// with -9 costs its runs about StaleAfter and nothing else.
 const (
-	HeartbeatEvery = 2 * time.Second
-	StaleAfter     = 15 * time.Second
+	HeartbeatEvery = time.Second
+	StaleAfter     = 3 * time.Second
 	// DefaultTimeout is a run's server-side timeout unless it asks for
 	// another.
 	DefaultTimeout = 15 * time.Minute
 	// MaxTimeout bounds what a run may ask for.
 	MaxTimeout = 24 * time.Hour
-	// RecoverEvery is how often a keeper looks for runs whose lease went
-	// stale (their keeper died) and re-enqueues them: a run is taken over
-	// between StaleAfter and StaleAfter+RecoverEvery after its last
-	// heartbeat.
-	RecoverEvery = HeartbeatEvery
-	// LeaseGiveUp is how long an execution goes on without renewing its
-	// lease (its database unreachable from this keeper) before it stops
-	// and leaves the run to be resumed: one heartbeat before the lease
-	// goes stale and another keeper may claim the run, so that two keepers
-	// never execute it at once.
+	// RecoverEvery is how often a keeper looks for runs whose keeper died
+	// and re-enqueues them: a run is taken over between StaleAfter and
+	// StaleAfter+RecoverEvery after its keeper's last heartbeat.
+	RecoverEvery = HeartbeatEvery / 2
+	// LeaseGiveUp is how long a keeper goes on without renewing its
+	// heartbeat (its database unreachable from here) before it stops its
+	// executions and leaves their runs to be resumed: one heartbeat before
+	// its row goes stale and another keeper may claim them, so that two
+	// keepers never execute a run at once. The commands those executions
+	// sent keep running on the souls; the next execution reattaches them.
 	LeaseGiveUp = StaleAfter - HeartbeatEvery
 )
 
-// Lease is how a runner holds the runs it executes: it renews each run's
-// heartbeat every Heartbeat, and takes over a run whose heartbeat is older
-// than StaleAfter; every keeper on one database must use the same. The
-// zero value is the defaults (HeartbeatEvery, StaleAfter).
+// Lease is how a keeper holds the runs it executes: it renews its
+// heartbeat row every Heartbeat, and takes over a run whose keeper's row
+// is older than StaleAfter; every keeper on one database must use the
+// same. The zero value is the defaults (HeartbeatEvery, StaleAfter).
 type Lease struct {
 	Heartbeat  time.Duration
 	StaleAfter time.Duration
@@ -79,15 +81,15 @@ func (l Lease) validate() error {
 	return nil
 }
 
-// giveUp is how long an execution goes on without renewing its lease
-// before it stops and leaves the run to be resumed: one heartbeat before
-// the lease goes stale and another keeper may claim the run.
+// giveUp is how long a keeper goes on without renewing its heartbeat
+// before it stops its executions: one heartbeat before its row goes stale
+// and another keeper may claim their runs.
 func (l Lease) giveUp() time.Duration { return l.StaleAfter - l.Heartbeat }
 
-// recoverEvery is how often the runner looks for runs whose lease went
-// stale: a run is taken over between StaleAfter and StaleAfter plus one
-// heartbeat after its last heartbeat.
-func (l Lease) recoverEvery() time.Duration { return l.Heartbeat }
+// recoverEvery is how often the runner looks for runs whose keeper died:
+// a run is taken over between StaleAfter and StaleAfter plus half a
+// heartbeat after its keeper's last heartbeat.
+func (l Lease) recoverEvery() time.Duration { return l.Heartbeat / 2 }
 
 // Outcome is how an execution ended.
 type Outcome struct {
@@ -157,8 +159,11 @@ type Store interface {
 	RunCreate(ctx context.Context, p store.RunCreateParams) (store.Run, bool, error)
 	RunGet(ctx context.Context, id string) (store.Run, error)
 	RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (store.Run, bool, error)
-	RunHeartbeat(ctx context.Context, id, owner string) (bool, error)
+	KeeperBeat(ctx context.Context, owner string) error
+	RunsHeld(ctx context.Context, owner string) (map[string]bool, error)
 	RunRelease(ctx context.Context, id, owner string) error
+	RunCommandRecord(ctx context.Context, owner string, c store.RunCommand) error
+	RunCommands(ctx context.Context, runID string) ([]store.RunCommand, error)
 	RunSteps(ctx context.Context, id string) ([]store.RunStep, []store.RunTarget, error)
 	RunStepSave(ctx context.Context, st store.RunStep) error
 	RunTargetSave(ctx context.Context, t store.RunTarget) error
@@ -207,6 +212,10 @@ type Runner struct {
 	hub   *Hub
 	wg    sync.WaitGroup
 	stop  context.CancelFunc
+	// alive is closed when the heartbeat loop (keepAlive) has returned;
+	// stopAlive ends it.
+	alive     chan struct{}
+	stopAlive context.CancelFunc
 
 	// drain is closed when the keeper starts to stop: executions hand
 	// their run back between two steps.
@@ -217,6 +226,9 @@ type Runner struct {
 
 	flightMu sync.Mutex
 	inFlight map[string]string // run id -> the step it executes
+	// execs are the executions here that the keeper's heartbeat holds,
+	// by run id: stopped when the lease is lost or a cancel requested.
+	execs map[string]*held
 
 	secretsMu sync.Mutex
 	secrets   map[string]*liveSecrets // by run id, while the run executes here
@@ -261,7 +273,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, execs: map[string]*held{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	tasks := map[string]Periodic{}
@@ -354,10 +366,23 @@ func (r *Runner) Start(ctx context.Context) error {
 	if err := r.river.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("start queue: %w", err)
 	}
+	// The keeper's row first: the runs it claims are held by it.
+	if err := r.cfg.Store.KeeperBeat(ctx, r.cfg.Owner); err != nil {
+		r.log.Warn("keeper heartbeat", "err", err)
+	}
 	// Runs this keeper owned when it died cannot be live: recover them now.
 	r.recover(ctx, r.cfg.Owner)
 	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r.stop = cancel
+	// The heartbeat outlives the other loops: it holds the runs a drain
+	// lets finish, and stops only once they have (stopNow).
+	aliveCtx, stopAlive := context.WithCancel(context.WithoutCancel(ctx))
+	r.alive = make(chan struct{})
+	r.stopAlive = stopAlive
+	go func() {
+		defer close(r.alive)
+		r.keepAlive(aliveCtx)
+	}()
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
@@ -391,6 +416,12 @@ func (r *Runner) stopNow(ctx context.Context) error {
 		r.stop()
 	}
 	r.wg.Wait()
+	defer func() {
+		if r.stopAlive != nil {
+			r.stopAlive()
+			<-r.alive
+		}
+	}()
 	r.drainOnce.Do(func() { close(r.drain) })
 	done := make(chan struct{})
 	go r.logDrain(done)

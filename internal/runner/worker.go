@@ -59,16 +59,11 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 
 	runCtx, cancel, release := r.runContext(ctx, run)
 	defer release()
-	var lease sync.WaitGroup
-	lease.Add(1)
-	go func() {
-		defer lease.Done()
-		keepLease(runCtx, r.clock, r.cfg.Lease, func(ctx context.Context) (bool, error) { return r.cfg.Store.RunHeartbeat(ctx, id, r.cfg.Owner) }, cancel, log)
-	}()
+	r.hold(id, cancel)
+	defer r.unhold(id)
 	out := r.execute(runCtx, run, rec, secrets)
 	cause := context.Cause(runCtx)
 	cancel(nil)
-	lease.Wait()
 	// What the execution buffered is stored however it ended, before the
 	// run is finished, handed back or left to be resumed.
 	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -106,16 +101,71 @@ func (r *Runner) runContext(ctx context.Context, run store.Run) (_ context.Conte
 	}
 }
 
-// keepLease renews the run's lease (renew) every lease.Heartbeat until ctx
-// ends. It stops the execution (stop) with errLeaseLost when another
-// keeper holds the lease, or when the lease could not be renewed for its
-// give-up time (another keeper may claim the run soon: better stop here
-// than both execute it), and with errCancelRequested when the heartbeat
-// brings a cancel request.
-func keepLease(ctx context.Context, clock clockwork.Clock, lease Lease, renew func(context.Context) (cancelRequested bool, err error), stop context.CancelCauseFunc, log *slog.Logger) {
+// held is one execution the keeper's heartbeat holds.
+type held struct {
+	stop  context.CancelCauseFunc
+	since time.Time // when it was registered, on the runner's clock
+}
+
+func (r *Runner) hold(id string, stop context.CancelCauseFunc) {
+	r.flightMu.Lock()
+	r.execs[id] = &held{stop: stop, since: r.clock.Now()}
+	r.flightMu.Unlock()
+}
+
+func (r *Runner) unhold(id string) {
+	r.flightMu.Lock()
+	delete(r.execs, id)
+	r.flightMu.Unlock()
+}
+
+// keepAlive renews the keeper's heartbeat row every lease.Heartbeat until
+// ctx ends, and looks at the runs the keeper holds (one write and one read
+// per heartbeat, however many runs execute here). It stops an execution
+// with errLeaseLost when another keeper holds its run, with
+// errCancelRequested when a cancel was requested, and every execution with
+// errLeaseLost when the heartbeat could not be renewed for its give-up
+// time (another keeper may claim the runs soon: better stop here than both
+// execute them; their commands go on running on the souls).
+func (r *Runner) keepAlive(ctx context.Context) {
+	keepAlive(ctx, r.clock, r.cfg.Lease, func(ctx context.Context) (map[string]bool, error) {
+		if err := r.cfg.Store.KeeperBeat(ctx, r.cfg.Owner); err != nil {
+			return nil, err
+		}
+		return r.cfg.Store.RunsHeld(ctx, r.cfg.Owner)
+	}, r.judgeHeld, r.log)
+}
+
+// judgeHeld stops the executions registered before asked whose runs are not
+// in held (another keeper took them), or whose cancel was requested; held
+// nil (the heartbeat given up) stops them all.
+func (r *Runner) judgeHeld(held map[string]bool, asked time.Time) {
+	r.flightMu.Lock()
+	defer r.flightMu.Unlock()
+	for id, x := range r.execs {
+		cancelReq, ok := held[id]
+		switch {
+		case held == nil:
+			x.stop(errLeaseLost)
+		case x.since.After(asked):
+			// Claimed after the question was asked: the answer cannot
+			// know it yet.
+		case !ok:
+			x.stop(errLeaseLost)
+		case cancelReq:
+			x.stop(errCancelRequested)
+		}
+	}
+}
+
+// keepAlive is the heartbeat loop on clock: renew every lease.Heartbeat,
+// judge (with the runs held and when they were asked for, or nil once the
+// heartbeat has not been renewed for the give-up time).
+func keepAlive(ctx context.Context, clock clockwork.Clock, lease Lease, renew func(context.Context) (map[string]bool, error), judge func(map[string]bool, time.Time), log *slog.Logger) {
 	t := clock.NewTicker(lease.Heartbeat)
 	defer t.Stop()
 	renewed := clock.Now()
+	gaveUp := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -125,24 +175,28 @@ func keepLease(ctx context.Context, clock clockwork.Clock, lease Lease, renew fu
 		// Bounded by the give-up time, so that a database that does not
 		// answer at all still lets the give-up happen in time.
 		giveUp := renewed.Add(lease.giveUp())
+		asked := clock.Now()
 		hctx, hcancel := clockwork.WithDeadline(ctx, clock, giveUp)
-		cancelReq, err := renew(hctx)
+		if !giveUp.After(asked) {
+			hctx, hcancel = context.WithTimeout(ctx, lease.Heartbeat)
+		}
+		held, err := renew(hctx)
 		hcancel()
 		switch {
-		case errors.Is(err, store.ErrLeaseLost):
-			stop(errLeaseLost)
-			return
 		case err != nil && !clock.Now().Before(giveUp):
-			log.Error("the run's lease could not be renewed in time; stopping it here, to be resumed by the keeper that claims it next", "since", clock.Since(renewed).Round(time.Second), "err", err)
-			stop(errLeaseLost)
-			return
-		case err != nil:
-			log.Warn("heartbeat failed", "err", err)
-		default:
-			renewed = clock.Now()
-			if cancelReq {
-				stop(errCancelRequested)
+			if !gaveUp {
+				log.Error("the keeper's heartbeat could not be renewed in time; stopping its executions here, to be resumed by the keeper that claims them next (their commands go on on the souls)", "since", clock.Since(renewed).Round(time.Second), "err", err)
 			}
+			gaveUp = true
+			judge(nil, asked)
+		case err != nil:
+			log.Warn("keeper heartbeat failed", "err", err)
+		default:
+			if gaveUp {
+				log.Info("keeper heartbeat renewed again")
+			}
+			renewed, gaveUp = clock.Now(), false
+			judge(held, asked)
 		}
 	}
 }

@@ -62,10 +62,36 @@ type Run struct {
 	Message string
 	// StateSealed holds the unmasked outputs of finished steps, encrypted,
 	// so that a resumed run sees what the crashed one computed.
-	StateSealed     string
-	Owner           string
+	StateSealed string
+	Owner       string
+	// HeartbeatAt is when the owner claimed the run (the owner's liveness
+	// is its keeper row, KeeperBeat).
 	HeartbeatAt     *time.Time
 	CancelRequested bool
+	// Epoch counts the run's executions: each claim is one more. The souls
+	// refuse a command of an older epoch than one they have seen for the
+	// run, which fences a keeper cut off from the database.
+	Epoch int64
+}
+
+// RunCommand is the write-ahead record of one soul-side command: stored
+// before the command is sent, so that a resumed run knows which commands
+// may already be running and through which transport it sent them.
+type RunCommand struct {
+	RunID string
+	// ID is the command id, "<run>.<step>.<attempt>.<n>.<sid hash>": the
+	// same command of a resumed run has the same id.
+	ID        string
+	StepIndex int
+	SID       string
+	Attempt   int
+	N         int // the command's place among its target's commands, from 1
+	Epoch     int64
+	// Digest is a hash of what the command runs, so that a resumed run
+	// that would send something else under the same id is caught.
+	Digest    string
+	Transport string // "ssh" or "agent"
+	SentAt    time.Time
 }
 
 // RunStep is the state of one step of a run.
@@ -164,15 +190,26 @@ type RunStore interface {
 	RunList(ctx context.Context, p RunListParams) ([]Run, error)
 	RunSteps(ctx context.Context, id string) ([]RunStep, []RunTarget, error)
 	// RunClaim makes owner the run's executor if the run is not finished
-	// and has no live owner (none, owner itself, or a heartbeat older than
-	// staleBefore). It sets phase Running and started_at.
+	// and has no live owner (none, owner itself, or an owner whose keeper
+	// heartbeat is older than staleBefore). It sets phase Running and
+	// started_at, and starts a new execution: Epoch is one more.
 	RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (Run, bool, error)
-	// RunHeartbeat renews owner's lease; ErrLeaseLost if it is gone.
-	RunHeartbeat(ctx context.Context, id, owner string) (cancelRequested bool, err error)
+	// KeeperBeat renews keeper owner's heartbeat row, which holds every
+	// run it owns: one write per keeper, however many runs it executes.
+	KeeperBeat(ctx context.Context, owner string) error
+	// RunsHeld lists the Running runs owner holds, each with whether a
+	// cancel was requested.
+	RunsHeld(ctx context.Context, owner string) (map[string]bool, error)
 	// RunRelease hands owner's lease back (a draining keeper): the run
 	// stays Running and any keeper may claim and resume it at once.
 	// ErrLeaseLost if owner does not hold it.
 	RunRelease(ctx context.Context, id, owner string) error
+	// RunCommandRecord stores a command's write-ahead record (again, for a
+	// command a resumed execution sends anew) if owner holds the run in
+	// the record's epoch; ErrLeaseLost otherwise.
+	RunCommandRecord(ctx context.Context, owner string, c RunCommand) error
+	// RunCommands lists a run's command records by id.
+	RunCommands(ctx context.Context, runID string) ([]RunCommand, error)
 	RunStepSave(ctx context.Context, s RunStep) error
 	RunTargetSave(ctx context.Context, t RunTarget) error
 	// RunTargetsSave saves several targets' results (as RunTargetSave
@@ -191,8 +228,9 @@ type RunStore interface {
 	// whole batch).
 	RunEventsAppend(ctx context.Context, es []RunEvent) error
 	RunEvents(ctx context.Context, id string, afterSeq int64, limit int) ([]RunEvent, error)
-	// RunsOrphaned lists Running runs whose owner is owner (pass the
-	// keeper's own id only at start, when none of its runs can be live)
-	// or whose heartbeat is older than staleBefore.
+	// RunsOrphaned lists Running runs with no owner, whose owner is owner
+	// (pass the keeper's own id only at start, when none of its runs can
+	// be live) or whose owner's keeper heartbeat is older than
+	// staleBefore.
 	RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) ([]string, error)
 }

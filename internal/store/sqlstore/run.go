@@ -15,7 +15,7 @@ import (
 var _ store.RunStore = (*Store)(nil)
 
 const runCols = `id, key, digest, name, scenario, input_sealed, input_masked, phase, error_code, error_message, timeout_ms,
-	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode`
+	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode, epoch`
 
 func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var r store.Run
@@ -24,7 +24,7 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var timeoutMS int64
 	var started, finished, heartbeat sql.NullTime
 	err := row.Scan(&r.ID, &key, &r.Digest, &r.Name, &r.Scenario, &r.InputSealed, &inputMasked, &r.Phase, &r.ErrorCode, &r.ErrorMsg, &timeoutMS,
-		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode)
+		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode, &r.Epoch)
 	r.Key, r.Owner = key.String, owner.String
 	r.InputMasked, r.Outputs = json.RawMessage(inputMasked), json.RawMessage(outputs)
 	r.Timeout = time.Duration(timeoutMS) * time.Millisecond
@@ -206,13 +206,20 @@ func (s *Store) RunSteps(ctx context.Context, id string) (_ []store.RunStep, _ [
 	return steps, targets, trows.Err()
 }
 
-// RunClaim takes the run's lease for owner.
+// liveOwner is the SQL condition "the run has a live owner other than
+// the claimer": its keeper row beat at or after the stale time, or it
+// claimed the run since then (a keeper's first claim may come before its
+// first beat is visible). Arguments: claimer, stale time, stale time.
+const liveOwner = `owner IS NOT NULL AND owner <> ? AND ((heartbeat_at IS NOT NULL AND heartbeat_at >= ?) OR EXISTS (SELECT 1 FROM keepers k WHERE k.id = runs.owner AND k.heartbeat_at >= ?))`
+
+// RunClaim takes the run's lease for owner, starting a new execution
+// (epoch + 1).
 func (s *Store) RunClaim(ctx context.Context, id, owner string, staleBefore time.Time) (_ store.Run, _ bool, err error) {
 	defer s.translate(&err)
-	now := s.stamp()
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET owner = ?, heartbeat_at = ?, phase = ?, started_at = COALESCE(started_at, ?)
-		WHERE id = ? AND phase IN (?, ?) AND (owner IS NULL OR owner = ? OR heartbeat_at < ?)`),
-		owner, now, store.PhaseRunning, now, id, store.PhasePending, store.PhaseRunning, owner, staleBefore.UTC())
+	now, stale := s.stamp(), staleBefore.UTC()
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET owner = ?, heartbeat_at = ?, epoch = epoch + 1, phase = ?, started_at = COALESCE(started_at, ?)
+		WHERE id = ? AND phase IN (?, ?) AND NOT (`+liveOwner+`)`),
+		owner, now, store.PhaseRunning, now, id, store.PhasePending, store.PhaseRunning, owner, stale, stale)
 	if err != nil {
 		return store.Run{}, false, fmt.Errorf("claim run %s: %w", id, err)
 	}
@@ -224,26 +231,43 @@ func (s *Store) RunClaim(ctx context.Context, id, owner string, staleBefore time
 	return r, n == 1, err
 }
 
-// RunHeartbeat renews the lease and reports a pending cancel request.
-func (s *Store) RunHeartbeat(ctx context.Context, id, owner string) (_ bool, err error) {
+// KeeperBeat renews keeper owner's heartbeat row.
+func (s *Store) KeeperBeat(ctx context.Context, owner string) (err error) {
 	defer s.translate(&err)
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET heartbeat_at = ? WHERE id = ? AND owner = ? AND phase = ?`), s.stamp(), id, owner, store.PhaseRunning)
+	now := s.stamp()
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO keepers (id, started_at, heartbeat_at) VALUES (?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET heartbeat_at = excluded.heartbeat_at`), owner, now, now)
 	if err != nil {
-		return false, fmt.Errorf("heartbeat run %s: %w", id, err)
+		return fmt.Errorf("keeper heartbeat: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return false, &store.Error{Err: store.ErrLeaseLost, Kind: "run", Key: id}
-	}
-	var cancel bool
-	err = s.db.QueryRowContext(ctx, s.q(`SELECT cancel_requested FROM runs WHERE id = ?`), id).Scan(&cancel)
-	return cancel, err
+	return nil
 }
 
-// RunRelease makes the lease stale at once: the heartbeat goes back to the
-// epoch, so RunsOrphaned and RunClaim of any keeper take the run over.
+// RunsHeld lists the Running runs owner holds and their cancel requests.
+func (s *Store) RunsHeld(ctx context.Context, owner string) (_ map[string]bool, err error) {
+	defer s.translate(&err)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id, cancel_requested FROM runs WHERE owner = ? AND phase = ?`), owner, store.PhaseRunning)
+	if err != nil {
+		return nil, fmt.Errorf("runs held by %s: %w", owner, err)
+	}
+	defer rows.Close()
+	held := map[string]bool{}
+	for rows.Next() {
+		var id string
+		var cancel bool
+		if err := rows.Scan(&id, &cancel); err != nil {
+			return nil, err
+		}
+		held[id] = cancel
+	}
+	return held, rows.Err()
+}
+
+// RunRelease drops owner's lease: the run has no owner, so any keeper
+// takes it over at once.
 func (s *Store) RunRelease(ctx context.Context, id, owner string) (err error) {
 	defer s.translate(&err)
-	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET heartbeat_at = ? WHERE id = ? AND owner = ? AND phase = ?`), time.Unix(0, 0).UTC(), id, owner, store.PhaseRunning)
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE runs SET owner = NULL WHERE id = ? AND owner = ? AND phase = ?`), id, owner, store.PhaseRunning)
 	if err != nil {
 		return fmt.Errorf("release run %s: %w", id, err)
 	}
@@ -251,6 +275,43 @@ func (s *Store) RunRelease(ctx context.Context, id, owner string) (err error) {
 		return &store.Error{Err: store.ErrLeaseLost, Kind: "run", Key: id}
 	}
 	return nil
+}
+
+// RunCommandRecord stores a command's write-ahead record, if owner holds
+// the run in the record's epoch.
+func (s *Store) RunCommandRecord(ctx context.Context, owner string, c store.RunCommand) (err error) {
+	defer s.translate(&err)
+	res, err := s.db.ExecContext(ctx, s.q(`INSERT INTO run_commands (run_id, id, step_index, sid, attempt, n, epoch, digest, transport, sent_at)
+		SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM runs WHERE id = ? AND owner = ? AND epoch = ? AND phase = ?)
+		ON CONFLICT (run_id, id) DO UPDATE SET epoch = excluded.epoch, digest = excluded.digest, transport = excluded.transport, sent_at = excluded.sent_at`),
+		c.RunID, c.ID, c.StepIndex, c.SID, c.Attempt, c.N, c.Epoch, c.Digest, c.Transport, s.stamp(), c.RunID, owner, c.Epoch, store.PhaseRunning)
+	if err != nil {
+		return fmt.Errorf("record command %s: %w", c.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return &store.Error{Err: store.ErrLeaseLost, Kind: "run", Key: c.RunID}
+	}
+	return nil
+}
+
+// RunCommands lists a run's command records by id.
+func (s *Store) RunCommands(ctx context.Context, runID string) (_ []store.RunCommand, err error) {
+	defer s.translate(&err)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT run_id, id, step_index, sid, attempt, n, epoch, digest, transport, sent_at FROM run_commands WHERE run_id = ? ORDER BY id`), runID)
+	if err != nil {
+		return nil, fmt.Errorf("commands of run %s: %w", runID, err)
+	}
+	defer rows.Close()
+	var out []store.RunCommand
+	for rows.Next() {
+		var c store.RunCommand
+		if err := rows.Scan(&c.RunID, &c.ID, &c.StepIndex, &c.SID, &c.Attempt, &c.N, &c.Epoch, &c.Digest, &c.Transport, &c.SentAt); err != nil {
+			return nil, err
+		}
+		c.SentAt = c.SentAt.UTC()
+		out = append(out, c)
+	}
+	return out, rows.Err()
 }
 
 // RunStepSave inserts or updates a step's state.
@@ -459,7 +520,8 @@ func (s *Store) RunEvents(ctx context.Context, id string, afterSeq int64, limit 
 // RunsOrphaned lists Running runs that lost their executor.
 func (s *Store) RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) (_ []string, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id FROM runs WHERE phase = ? AND (owner = ? OR heartbeat_at < ?) ORDER BY id`), store.PhaseRunning, owner, staleBefore.UTC())
+	stale := staleBefore.UTC()
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT id FROM runs WHERE phase = ? AND NOT (`+liveOwner+`) ORDER BY id`), store.PhaseRunning, owner, stale, stale)
 	if err != nil {
 		return nil, fmt.Errorf("orphaned runs: %w", err)
 	}

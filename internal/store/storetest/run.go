@@ -101,20 +101,39 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	now := time.Now()
+	if err := s.KeeperBeat(ctx, "keeper-a"); err != nil {
+		t.Fatal(err)
+	}
 	r, ok, err := s.RunClaim(ctx, "run_1", "keeper-a", now.Add(-30*time.Second))
-	if err != nil || !ok || r.Phase != store.PhaseRunning || r.Owner != "keeper-a" || r.StartedAt == nil {
+	if err != nil || !ok || r.Phase != store.PhaseRunning || r.Owner != "keeper-a" || r.StartedAt == nil || r.Epoch != 1 {
 		t.Fatalf("claim = %+v %v %v", r, ok, err)
 	}
 	if _, ok, _ := s.RunClaim(ctx, "run_1", "keeper-b", now.Add(-30*time.Second)); ok {
 		t.Fatal("a second keeper claimed a live run")
 	}
-	if cancel, err := s.RunHeartbeat(ctx, "run_1", "keeper-a"); err != nil || cancel {
-		t.Fatalf("heartbeat: %v %v", cancel, err)
+	if err := s.KeeperBeat(ctx, "keeper-a"); err != nil {
+		t.Fatalf("heartbeat: %v", err)
 	}
-	if _, err := s.RunHeartbeat(ctx, "run_1", "keeper-b"); !errors.Is(err, store.ErrLeaseLost) {
-		t.Fatalf("heartbeat by non-owner: %v", err)
+	if held, err := s.RunsHeld(ctx, "keeper-a"); err != nil || len(held) != 1 || held["run_1"] {
+		t.Fatalf("held by keeper-a = %v, %v", held, err)
 	}
-	// The lease can be taken over once the heartbeat is stale.
+	if held, err := s.RunsHeld(ctx, "keeper-b"); err != nil || len(held) != 0 {
+		t.Fatalf("held by keeper-b = %v, %v", held, err)
+	}
+	// The write-ahead record of a command needs the lease in its epoch.
+	cmd := store.RunCommand{RunID: "run_1", ID: "run_1.0.1.1.x", StepIndex: 0, SID: "web-1", Attempt: 1, N: 1, Epoch: 1, Digest: "d1", Transport: "ssh"}
+	if err := s.RunCommandRecord(ctx, "keeper-a", cmd); err != nil {
+		t.Fatalf("record command: %v", err)
+	}
+	if err := s.RunCommandRecord(ctx, "keeper-b", cmd); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("record command by non-owner: %v", err)
+	}
+	stale := cmd
+	stale.Epoch = 0
+	if err := s.RunCommandRecord(ctx, "keeper-a", stale); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("record command of an older epoch: %v", err)
+	}
+	// The lease can be taken over once the owner's heartbeat is stale.
 	if ids, err := s.RunsOrphaned(ctx, "", time.Now().Add(time.Minute)); err != nil || len(ids) != 1 {
 		t.Fatalf("orphaned (stale) = %v, %v", ids, err)
 	}
@@ -124,11 +143,22 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 	if ids, _ := s.RunsOrphaned(ctx, "keeper-a", time.Now().Add(-time.Minute)); len(ids) != 1 {
 		t.Fatalf("own run after restart not orphaned: %v", ids)
 	}
-	if _, ok, _ := s.RunClaim(ctx, "run_1", "keeper-b", time.Now().Add(time.Minute)); !ok {
-		t.Fatal("stale lease not taken over")
+	if r, ok, _ := s.RunClaim(ctx, "run_1", "keeper-b", time.Now().Add(time.Minute)); !ok || r.Epoch != 2 {
+		t.Fatalf("stale lease not taken over: %v %+v", ok, r)
 	}
 	if err := s.RunStateSave(ctx, "run_1", "keeper-a", "sealed:v1:old"); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("old owner saved state: %v", err)
+	}
+	if err := s.RunCommandRecord(ctx, "keeper-a", cmd); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("old owner recorded a command: %v", err)
+	}
+	// The new execution sends the same command again, in its epoch.
+	cmd.Epoch, cmd.Transport = 2, "agent"
+	if err := s.RunCommandRecord(ctx, "keeper-b", cmd); err != nil {
+		t.Fatalf("record command again: %v", err)
+	}
+	if cmds, err := s.RunCommands(ctx, "run_1"); err != nil || len(cmds) != 1 || cmds[0].Epoch != 2 || cmds[0].Transport != "agent" || cmds[0].SID != "web-1" || cmds[0].SentAt.IsZero() {
+		t.Fatalf("commands = %+v, %v", cmds, err)
 	}
 	// A draining keeper hands its lease back: another keeper may take the
 	// run over at once, without waiting for the heartbeat to go stale.
@@ -141,7 +171,7 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 	if ids, _ := s.RunsOrphaned(ctx, "", time.Now().Add(-time.Minute)); len(ids) != 1 {
 		t.Fatalf("a released run is not orphaned at once: %v", ids)
 	}
-	if r, ok, err := s.RunClaim(ctx, "run_1", "keeper-c", time.Now().Add(-time.Minute)); err != nil || !ok || r.Phase != store.PhaseRunning {
+	if r, ok, err := s.RunClaim(ctx, "run_1", "keeper-c", time.Now().Add(-time.Minute)); err != nil || !ok || r.Phase != store.PhaseRunning || r.Epoch != 3 {
 		t.Fatalf("claim a released run = %+v %v %v", r, ok, err)
 	}
 	if _, ok, _ := s.RunClaim(ctx, "run_1", "keeper-b", time.Now().Add(time.Minute)); !ok {
@@ -177,8 +207,8 @@ func testRunLifecycle(t *testing.T, b testdb.Backend) {
 	if _, err := s.RunCancel(ctx, store.DeleteParams{Key: "run_1", Actor: "tok_b"}); err != nil {
 		t.Fatal(err)
 	}
-	if cancel, err := s.RunHeartbeat(ctx, "run_1", "keeper-b"); err != nil || !cancel {
-		t.Fatalf("cancel request not seen by heartbeat: %v %v", cancel, err)
+	if held, err := s.RunsHeld(ctx, "keeper-b"); err != nil || !held["run_1"] {
+		t.Fatalf("cancel request not seen by the held runs: %v %v", held, err)
 	}
 	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_1", Owner: "keeper-a", Phase: store.PhaseSucceeded}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("finish by old owner: %v", err)
