@@ -20,22 +20,9 @@ import (
 // sshd, which this test started: one per open connection.
 func sshdSessions(t *testing.T, srv *sshtest.Server) []int {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(srv.Dir, "sshd.pid"))
+	pids, err := srv.ConnectionPIDs()
 	if err != nil {
 		t.Fatal(err)
-	}
-	pid := strings.TrimSpace(string(raw))
-	children, err := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pids []int
-	for _, f := range strings.Fields(string(children)) {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pids = append(pids, n)
 	}
 	return pids
 }

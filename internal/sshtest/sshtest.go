@@ -392,3 +392,28 @@ func freePort(addr string) (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// ConnectionPIDs returns the PIDs of the server's per-connection sshd
+// processes (one per open connection), children of the sshd this package
+// started: killing one cuts that connection as a network failure or an
+// OOM kill on the host would.
+func (s *Server) ConnectionPIDs() ([]int, error) {
+	raw, err := os.ReadFile(filepath.Join(s.Dir, "sshd.pid"))
+	if err != nil {
+		return nil, err
+	}
+	pid := strings.TrimSpace(string(raw))
+	children, err := os.ReadFile("/proc/" + pid + "/task/" + pid + "/children")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(children)) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		pids = append(pids, n)
+	}
+	return pids, nil
+}

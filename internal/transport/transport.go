@@ -32,6 +32,42 @@ type Command struct {
 	// Sudo runs the command as root: a transport whose user is not root
 	// wraps it in "sudo -n --", which fails at once instead of prompting.
 	Sudo bool
+	// Durable, when set, makes the command outlive the keeper and the
+	// connection: the soul runs it detached, spools its output and exit
+	// status by id, and answers a second Exec with the same id by
+	// reattaching to it, never by starting it again.
+	Durable *Durable
+}
+
+// Durable is what makes a command durable: its id, the run and lease
+// epoch it belongs to, and a digest of what it runs.
+type Durable struct {
+	// ID names the command on the soul ([A-Za-z0-9_.-], at most 128
+	// bytes): the same command of a resumed run has the same id.
+	ID string
+	// Run and Epoch fence the command: a soul refuses it (ErrFenced) when
+	// it has seen a later epoch of the run.
+	Run   string
+	Epoch int64
+	// Digest is a hash of the command: a second Exec with the same id and
+	// another digest fails ErrDiverged instead of reattaching.
+	Digest string
+	// Forget names spooled commands whose results the keeper has stored:
+	// the soul removes their spool entries.
+	Forget []string
+}
+
+// ValidDurableID reports whether id can name a durable command.
+func ValidDurableID(id string) bool {
+	if id == "" || len(id) > 128 || id[0] == '.' {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Result is how a command ended. A non-zero exit code is a result, not an
@@ -48,6 +84,9 @@ type Result struct {
 	// truncation marker (TruncationMarker).
 	StdoutTruncated bool
 	StderrTruncated bool
+	// Reattached says a durable command was already running or finished
+	// on the soul: this Exec attached to it rather than starting it.
+	Reattached bool
 }
 
 // Conn runs commands on one soul. Exec returns the command's Result; its
@@ -136,6 +175,45 @@ var (
 	// ErrInvalidCommand means the command cannot be sent as given.
 	ErrInvalidCommand = errors.New("invalid command")
 )
+
+// ErrDetach, as (or wrapped in) the cause of an Exec's context, means the
+// keeper lets go of the command rather than cancelling it: the keeper is
+// stopping or lost its lease. A durable command then keeps running on the
+// soul for the next execution to reattach; any other is killed.
+var ErrDetach = errors.New("detached from the command")
+
+// Detached reports whether ctx ended with ErrDetach as its cause.
+func Detached(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrDetach)
+}
+
+// Failures of durable commands, with the codes runs report.
+var (
+	// ErrFenced means the soul refused a durable command or a cancel of
+	// an older lease epoch than one it has seen for the run: the sender
+	// is a keeper that no longer holds the run.
+	ErrFenced error = NewSentinel("refused: a later execution of the run holds it", "run.fenced", nil)
+	// ErrCommandLost means the soul knows the durable command started but
+	// it ended without an exit status: the soul rebooted, or the command
+	// was killed with its supervisor.
+	ErrCommandLost error = NewSentinel("the command started on the soul and was lost before it ended (reboot or kill)", "run.command_lost", nil)
+	// ErrDiverged means a durable command's id names another command on
+	// the soul: the resumed run would not send what the first sent.
+	ErrDiverged error = NewSentinel("the command under this id on the soul is not the one sent now", "run.replay_diverged", nil)
+)
+
+// Forgetter is a Conn whose soul spools durable commands: Forget queues
+// the removal of the spool entries of ids (done with a later command, or
+// by the soul's expiry).
+type Forgetter interface {
+	Forget(ids []string)
+}
+
+// Via is implemented by a Conn that says which transport it is ("ssh",
+// "agent").
+type Via interface {
+	Via() string
+}
 
 // ErrOutputLimit means a soul sent more output for a command than the
 // keeper keeps (its per-stream limit, or too many reply parts): the

@@ -63,6 +63,10 @@ type Options struct {
 	// MaxOutput caps the bytes captured from each of stdout and stderr;
 	// 0 means DefaultMaxOutput.
 	MaxOutput int
+	// Spool is the directory on the souls where durable commands are
+	// spooled; empty means /var/lib/soulstack/spool for root and
+	// ${XDG_STATE_HOME:-~/.local/state}/soulstack/spool for other users.
+	Spool string
 	// MaxSessions bounds the commands running at once on one connection;
 	// 0 means DefaultMaxSessions. Keep it below the servers' MaxSessions
 	// (OpenSSH: 10), as cancelling a command takes one more session.
@@ -132,6 +136,8 @@ type Client struct {
 	busy     atomic.Int64 // commands holding a session slot
 	retired  atomic.Bool  // out of the pool: the last command to finish closes it
 	lastUsed atomic.Int64 // opts.Now in unix nanoseconds when a command last held or released a slot
+
+	durable durableState
 }
 
 func newClient(t Target, conn *gossh.Client, hostKey string, opts Options) *Client {

@@ -79,7 +79,15 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
 	}
-	res, err := c.run(ctx, marker, line, stdin, sudo)
+	var res Result
+	if cmd.Durable != nil {
+		if line, err = c.durableLine(marker, line, cmd.Durable); err != nil {
+			return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, err)
+		}
+		res, err = c.runDurable(ctx, marker, line, stdin, sudo, cmd.Durable)
+	} else {
+		res, err = c.run(ctx, marker, line, stdin, sudo)
+	}
 	if err != nil {
 		return res, fmt.Errorf("ssh exec on %s: %w", c.target, err)
 	}
@@ -227,16 +235,18 @@ func newMarker() (string, error) {
 	return "soulstack-pid-" + hex.EncodeToString(b[:]), nil
 }
 
-// pidSniffer passes stderr on to w, except the line "<marker> <pid>" that
-// the command line writes first, whose PID it keeps. It holds output back
-// until that line is found, or until 64 KiB came without it.
+// pidSniffer passes stderr on to w, except the lines led by the exec's
+// marker word that come first: "<marker> <pid>" (a plain command's shell)
+// or the supervisor's lines (see supervisorScript), which it parses. It
+// holds output back while it may still be such a line, up to 64 KiB.
 type pidSniffer struct {
 	mu     sync.Mutex
 	marker []byte
 	w      io.Writer
 	found  chan struct{} // closed once pid is known
 	buf    []byte
-	pid    int
+	sv     supervised
+	seen   bool // a marker line was parsed
 	done   bool
 }
 
@@ -253,40 +263,65 @@ func (s *pidSniffer) Write(p []byte) (int, error) {
 		return s.w.Write(p)
 	}
 	s.buf = append(s.buf, p...)
-	if i := bytes.Index(s.buf, s.marker); i >= 0 {
-		j := bytes.IndexByte(s.buf[i:], '\n')
-		if j < 0 && len(s.buf) <= sniffLimit {
-			return len(p), nil // the rest of the line is on its way
+	for !s.done && len(s.buf) > 0 {
+		j := bytes.IndexByte(s.buf, '\n')
+		n := min(len(s.buf), len(s.marker))
+		if !bytes.Equal(s.buf[:n], s.marker[:n]) {
+			switch {
+			case s.seen:
+				s.pass() // past the marker lines: the command's own stderr
+			case j >= 0:
+				// A line before the first marker line (sshd's "Could not
+				// chdir to home directory"): passed on, still sniffing.
+				s.w.Write(s.buf[:j+1])
+				s.buf = s.buf[j+1:]
+				continue
+			case len(s.buf) > sniffLimit:
+				s.pass()
+			}
+			break
 		}
 		if j < 0 {
-			// A marker line that never ends is not the shell's: whatever
-			// the server sends, no more than sniffLimit is held back.
-			s.done = true
-			s.w.Write(s.buf)
-			s.buf = nil
-			return len(p), nil
+			if len(s.buf) > sniffLimit {
+				// A marker line that never ends is not the shell's:
+				// whatever the server sends, no more than sniffLimit is
+				// held back.
+				s.pass()
+			}
+			break // the rest of the line is on its way
 		}
-		if pid, err := strconv.Atoi(string(s.buf[i+len(s.marker) : i+j])); err == nil && pid > 1 {
-			s.pid = pid
+		had := s.sv.pid
+		s.sv.parse(string(s.buf[len(s.marker):j]))
+		s.seen = true
+		if had == 0 && s.sv.pid > 1 {
 			close(s.found)
 		}
-		rest := append(s.buf[:i:i], s.buf[i+j+1:]...)
-		s.done, s.buf = true, nil
-		s.w.Write(rest)
-		return len(p), nil
-	}
-	if len(s.buf) > sniffLimit {
-		s.done = true
-		s.w.Write(s.buf)
-		s.buf = nil
+		s.buf = s.buf[j+1:]
 	}
 	return len(p), nil
+}
+
+// pass ends the sniffing: what is held back and all that follows goes to
+// w.
+func (s *pidSniffer) pass() {
+	s.done = true
+	if len(s.buf) > 0 {
+		s.w.Write(s.buf)
+	}
+	s.buf = nil
 }
 
 func (s *pidSniffer) get() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pid
+	return s.sv.pid
+}
+
+// supervised returns what the marker lines said.
+func (s *pidSniffer) supervised() supervised {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sv
 }
 
 // flush passes on whatever is still held back.
@@ -294,9 +329,7 @@ func (s *pidSniffer) flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.done {
-		s.done = true
-		s.w.Write(s.buf)
-		s.buf = nil
+		s.pass()
 	}
 }
 

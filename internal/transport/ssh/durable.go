@@ -1,0 +1,366 @@
+package ssh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/soulstack/soulstack/internal/transport"
+)
+
+// A durable command (transport.Command.Durable) starts under a small
+// supervisor, a POSIX shell script sent with the command in the same exec
+// request as any other command: no extra round trip. The supervisor keeps
+// a spool on the soul,
+//
+//	root:        /var/lib/soulstack/spool
+//	other users: ${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool
+//
+// (a persistent directory, not the user's runtime dir, which logind
+// empties when the user's last session ends and every boot), with one
+// directory per command id holding the command's digest, the boot it
+// started in, its PID, its output (each stream cut at MaxOutput+1 bytes,
+// the rest read and dropped) and, once it has ended, its exit status. The
+// command runs in a session of its own (setsid), so it outlives the SSH
+// session, the connection and the keeper.
+//
+// A second exec with the same id never starts the command again: it
+// attaches, waits for the exit status if the command still runs, and
+// returns the spooled result. The supervisor says what it did on the first
+// lines of stderr, each led by the exec's marker word:
+//
+//	<marker> pid <pid> new|attached    the command's process group
+//	<marker> end <status> [<signal>]   it ended; its stdout and stderr follow
+//	<marker> fenced <epoch>            refused: a later epoch of the run was seen
+//	<marker> lost <why>                started, and gone without an exit status
+//	<marker> diverged                  the id names another command
+//	<marker> nospool                   the spool cannot be written
+//
+// Fencing: each exec leaves the run's epoch in the spool ("runs/<run>.e<N>",
+// only ever added), and refuses to start, attach or kill for an older one.
+// Spool entries are removed when the keeper says it stored their results
+// (Forget, carried by a later command) and otherwise expire after
+// spoolTTL, swept by the first durable command of each connection.
+const supervisorScript = `mk=$1 S=$2 I=$3 R=$4 E=$5 G=$6 M=$7 F=$8 W=$9
+shift 9
+CHILD=$1
+shift
+[ -n "$S" ] || S=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool
+umask 077
+[ -d "$S/runs" ] || mkdir -p "$S/runs" 2>/dev/null || { echo "$mk nospool" >&2; exit 125; }
+[ -z "$F" ] || (cd "$S" && rm -rf -- $F)
+if [ "$W" = 1 ]; then
+find "$S" -mindepth 1 -maxdepth 1 ! -name runs -mmin +` + spoolTTLMinutes + ` -exec rm -rf {} + 2>/dev/null
+find "$S/runs" -mindepth 1 -maxdepth 1 -mmin +` + spoolTTLMinutes + ` -exec rm -f {} + 2>/dev/null
+fi
+for x in "$S/runs/$R".e*; do
+[ -e "$x" ] || continue
+[ "${x##*.e}" -gt "$E" ] && { echo "$mk fenced ${x##*.e}" >&2; exit 125; }
+done
+[ -e "$S/runs/$R.e$E" ] || : >"$S/runs/$R.e$E"
+read boot </proc/sys/kernel/random/boot_id 2>/dev/null || boot=unknown
+D=$S/$I T=$S/.in.$$
+cat >"$T" || { rm -f "$T"; echo "$mk nospool" >&2; exit 125; }
+while :; do
+if mkdir "$D" 2>/dev/null; then
+echo $$ >"$D/owner"; echo "$G" >"$D/digest"; echo "$boot" >"$D/boot"
+mkfifo "$D/o" "$D/e" || { echo "$mk nospool" >&2; exit 125; }
+exec 3<"$T"; rm -f "$T"
+setsid /bin/sh -c "$CHILD" sh "$D" "$M" "$1" <&3 3<&- >/dev/null 2>&1 &
+c=$!
+exec 3<&-
+echo "$mk pid $c new" >&2
+wait $c
+break
+fi
+rm -f "$T"
+read g <"$D/digest" 2>/dev/null || g=
+if [ -n "$g" ] && [ "$g" != "$G" ]; then echo "$mk diverged" >&2; exit 125; fi
+n=0
+while [ ! -f "$D/pid" ]; do
+read o <"$D/owner" 2>/dev/null || o=
+if [ -z "$o" ] || ! kill -0 "$o" 2>/dev/null; then n=$((n+1)); fi
+if [ $n -gt 20 ]; then rm -rf "$D"; echo "$mk lost unstarted" >&2; exit 125; fi
+sleep 0.1
+done
+read c <"$D/pid"; read b <"$D/boot" 2>/dev/null || b=
+if [ ! -f "$D/rc" ] && [ "$b" != "$boot" ]; then echo "$mk lost reboot" >&2; exit 125; fi
+echo "$mk pid $c attached" >&2
+while [ ! -f "$D/rc" ]; do
+if ! kill -0 "$c" 2>/dev/null; then sleep 0.2; [ -f "$D/rc" ] || { echo "$mk lost killed" >&2; exit 125; }; fi
+sleep 0.2
+done
+break
+done
+read rc <"$D/rc" 2>/dev/null || { echo "$mk lost killed" >&2; exit 125; }
+sig=
+[ "$rc" -gt 128 ] && sig=$(kill -l $((rc - 128)) 2>/dev/null)
+echo "$mk end $rc $sig" >&2
+cat "$D/out" 2>/dev/null
+cat "$D/err" >&2 2>/dev/null
+exit $rc`
+
+// childScript is the detached command under the supervisor: it writes its
+// own PID, runs the command line with its output through the spool's
+// FIFOs into files cut at max+1 bytes, and writes the exit status last
+// (rename: a reader sees all of it or none).
+const childScript = `D=$1 M=$2
+echo $$ >"$D/pid.t" && mv -f "$D/pid.t" "$D/pid"
+{ head -c $((M + 1)) >"$D/out"; cat >/dev/null; } <"$D/o" &
+{ head -c $((M + 1)) >"$D/err"; cat >/dev/null; } <"$D/e" &
+/bin/sh -c "$3" >"$D/o" 2>"$D/e"
+rc=$?
+wait
+rm -f "$D/o" "$D/e"
+echo $rc >"$D/rc.t" && mv -f "$D/rc.t" "$D/rc"`
+
+// spoolTTL is how long a spool entry whose result the keeper never said it
+// stored is kept: longer than a run may last (runner.MaxTimeout), so an
+// entry is there for as long as its run can be resumed.
+const (
+	spoolTTL        = 26 * time.Hour
+	spoolTTLMinutes = "1560"
+)
+
+// rootSpool is the spool of a root login.
+const rootSpool = "/var/lib/soulstack/spool"
+
+// spoolDir is the spool the supervisor uses for the client's user: empty
+// means the user's own state directory.
+func (c *Client) spoolDir() string {
+	if c.opts.Spool != "" {
+		return c.opts.Spool
+	}
+	if c.target.User == "root" {
+		return rootSpool
+	}
+	return ""
+}
+
+// durableState is what a client keeps for durable commands: the spool
+// entries to forget with its next durable command, and whether its spool
+// was swept on this connection.
+type durableState struct {
+	mu     sync.Mutex
+	forget []string
+	swept  bool
+}
+
+// maxForget bounds the ids one command carries; the rest wait for the next
+// one or expire.
+const maxForget = 256
+
+// Forget queues the removal of the spool entries of ids with the client's
+// next durable command.
+func (c *Client) Forget(ids []string) {
+	c.durable.mu.Lock()
+	defer c.durable.mu.Unlock()
+	for _, id := range ids {
+		if transport.ValidDurableID(id) && len(c.durable.forget) < 4*maxForget {
+			c.durable.forget = append(c.durable.forget, id)
+		}
+	}
+}
+
+// takeDurable returns the ids to forget now and whether to sweep.
+func (c *Client) takeDurable() (forget []string, sweep bool) {
+	c.durable.mu.Lock()
+	defer c.durable.mu.Unlock()
+	n := min(len(c.durable.forget), maxForget)
+	forget = append([]string(nil), c.durable.forget[:n]...)
+	c.durable.forget = c.durable.forget[n:]
+	sweep = !c.durable.swept
+	c.durable.swept = true
+	return forget, sweep
+}
+
+// Via says the client is the SSH transport.
+func (c *Client) Via() string { return "ssh" }
+
+// durableLine is the command line of a durable command: the supervisor,
+// its arguments, and the command's own line as one word.
+func (c *Client) durableLine(marker, line string, d *transport.Durable) (string, error) {
+	if !transport.ValidDurableID(d.ID) || !transport.ValidDurableID(d.Run) || strings.ContainsAny(d.Digest, " \t\n'\"\\") {
+		return "", fmt.Errorf("%w: durable command id %q, run %q or digest is not one the spool takes", ErrInvalidCommand, d.ID, d.Run)
+	}
+	forget, sweep := c.takeDurable()
+	for _, f := range d.Forget {
+		if transport.ValidDurableID(f) && len(forget) < maxForget {
+			forget = append(forget, f)
+		}
+	}
+	w := "0"
+	if sweep {
+		w = "1"
+	}
+	max := c.opts.MaxOutput
+	args := []string{"/bin/sh", "-c", supervisorScript, "sh", marker, c.spoolDir(), d.ID, d.Run, strconv.FormatInt(d.Epoch, 10), d.Digest,
+		strconv.Itoa(max), strings.Join(forget, " "), w, childScript, line}
+	out := "exec " + quoteArgs(args)
+	if len(out) > maxCommandLine {
+		return "", fmt.Errorf("%w: command line is %d bytes with its supervisor, over the %d a remote shell accepts", ErrInvalidCommand, len(out), maxCommandLine)
+	}
+	return out, nil
+}
+
+// supervised is what the supervisor said on its marker lines.
+type supervised struct {
+	pid      int
+	attached bool
+	ended    bool
+	status   int
+	signal   string
+	refusal  string // fenced, lost, diverged, nospool: the whole line after the marker
+}
+
+// parse reads one marker line (without the marker).
+func (s *supervised) parse(line string) {
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return
+	}
+	switch f[0] {
+	case "pid":
+		if len(f) >= 2 {
+			s.pid, _ = strconv.Atoi(f[1])
+		}
+		s.attached = len(f) >= 3 && f[2] == "attached"
+	case "end":
+		s.ended = true
+		if len(f) >= 2 {
+			s.status, _ = strconv.Atoi(f[1])
+		}
+		if len(f) >= 3 {
+			s.signal = f[2]
+		}
+	default:
+		if pid, err := strconv.Atoi(f[0]); err == nil { // a plain command's "<marker> <pid>"
+			s.pid = pid
+			return
+		}
+		s.refusal = line
+	}
+}
+
+// refused turns the supervisor's refusal into the transport error.
+func (s *supervised) refused() error {
+	f := strings.Fields(s.refusal)
+	if len(f) == 0 {
+		return nil
+	}
+	switch f[0] {
+	case "fenced":
+		return fmt.Errorf("%w (the soul has seen epoch %s of the run)", transport.ErrFenced, strings.Join(f[1:], " "))
+	case "lost":
+		why := map[string]string{"reboot": "the soul rebooted since it started", "killed": "it was killed without an exit status", "unstarted": "its supervisor died before it started"}[strings.Join(f[1:], " ")]
+		return fmt.Errorf("%w: %s", transport.ErrCommandLost, why)
+	case "diverged":
+		return transport.ErrDiverged
+	case "nospool":
+		return fmt.Errorf("%w: the soul's command spool cannot be written (%s for root, ~/.local/state/soulstack/spool otherwise)", ErrInvalidCommand, rootSpool)
+	}
+	return fmt.Errorf("%w: the supervisor said %q", ErrDisconnected, s.refusal)
+}
+
+// runDurable runs a durable command line (durableLine) and reads the
+// supervisor's account of it. When ctx ends because the keeper lets go
+// (transport.Detached), the session is closed and the command keeps
+// running; any other end of ctx kills its process group, fenced by the
+// run's epoch.
+func (c *Client) runDurable(ctx context.Context, marker, line string, stdin []byte, sudo bool, d *transport.Durable) (Result, error) {
+	sess, err := c.newSession(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer sess.Close()
+	in, err := sess.StdinPipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("open session: %w", err)
+	}
+	stdout := transport.NewCapture(c.opts.MaxOutput)
+	stderr := transport.NewCapture(c.opts.MaxOutput)
+	sn := newPIDSniffer(marker, stderr)
+	sess.Stdout, sess.Stderr = stdout, sn
+	if err := sess.Start(line); err != nil {
+		if errors.Is(err, io.EOF) || !c.alive() {
+			return Result{}, fmt.Errorf("start command: %w", ErrDisconnected)
+		}
+		return Result{}, errors.New("start command: the server refused the exec request")
+	}
+	go func() {
+		if len(stdin) > 0 {
+			in.Write(stdin)
+		}
+		in.Close()
+	}()
+	done := make(chan error, 1)
+	go func() { done <- sess.Wait() }()
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		if !transport.Detached(ctx) {
+			select {
+			case <-sn.found:
+				c.killDurable(ctx, sn.get(), sudo, d)
+			case <-done:
+			case <-time.After(cancelGrace):
+			}
+		}
+		sess.Close()
+		sn.flush()
+		res := result(stdout, stderr)
+		return res, context.Cause(ctx)
+	}
+	sn.flush()
+	res := result(stdout, stderr)
+	sv := sn.supervised()
+	if err := sv.refused(); err != nil {
+		return res, err
+	}
+	if !sv.ended {
+		var exitErr *gossh.ExitError
+		if waitErr != nil && !errors.As(waitErr, &exitErr) {
+			return res, fmt.Errorf("%w: %v", ErrDisconnected, waitErr)
+		}
+		// The session ended without the supervisor's end line: it was cut
+		// on the soul's side (sshd killed the session).
+		return res, fmt.Errorf("%w: the session ended before the command's end was read", ErrDisconnected)
+	}
+	res.ExitCode, res.Signal, res.Reattached = sv.status, sv.signal, sv.attached
+	return res, nil
+}
+
+// killDurable sends SIGKILL to the durable command's process group unless
+// the soul has seen a later epoch of its run, with sudo when the command
+// ran under sudo; best effort, bounded by cancelGrace.
+func (c *Client) killDurable(ctx context.Context, pid int, sudo bool, d *transport.Durable) {
+	if pid <= 1 {
+		return
+	}
+	kill := "kill -s KILL -- -" + strconv.Itoa(pid)
+	if sudo {
+		kill = "exec env LC_ALL=C sudo -n -- " + kill
+	}
+	script := `S=$1 R=$2 E=$3
+[ -n "$S" ] || S=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool
+for x in "$S/runs/$R".e*; do [ -e "$x" ] || continue; [ "${x##*.e}" -gt "$E" ] && exit 125; done
+` + kill
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
+	defer cancel()
+	sess, err := c.conn.NewSession()
+	if err != nil {
+		return
+	}
+	defer sess.Close()
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	sess.Run("exec " + quoteArgs([]string{"/bin/sh", "-c", script, "sh", c.spoolDir(), d.Run, strconv.FormatInt(d.Epoch, 10)}))
+}
