@@ -207,6 +207,12 @@ const (
 	// repeated and the run fails with run.interrupted. Data:
 	// StepInterruptedData. Step is set.
 	EventStepInterrupted EventKind = "step.interrupted"
+	// EventCommandReattached: a command a target sent before (in an
+	// execution its keeper lost, or before its connection was cut) was
+	// already running or finished on the soul, and this execution attached
+	// to it instead of starting it again. Data: CommandReattachedData.
+	// Step and SID are set.
+	EventCommandReattached EventKind = "command.reattached"
 	// EventRunFinished: the run reached a terminal phase; the last event
 	// the run stores. Data: RunFinishedData.
 	EventRunFinished EventKind = "run.finished"
@@ -224,7 +230,7 @@ var EventKinds = []EventKind{EventRunPhase, EventStepStarted, EventTargetResult,
 
 // EventData is the data of one kind of stored run event: RunPhaseData,
 // StepStartedData, TargetResultData, LogData, StepFinishedData,
-// StepInterruptedData or RunFinishedData.
+// StepInterruptedData, CommandReattachedData or RunFinishedData.
 type EventData interface {
 	// EventKind is the kind of event this data belongs to.
 	EventKind() EventKind
@@ -277,6 +283,18 @@ type StepInterruptedData struct {
 	Module string `json:"module"`
 }
 
+// CommandReattachedData is the data of a command.reattached event.
+type CommandReattachedData struct {
+	// Command is the command's id: <run>.<step>.<attempt>.<n>.<soul>.
+	Command   string `json:"command" doc:"The command's id on the soul."`
+	Transport string `json:"transport" enum:"ssh,agent" doc:"The transport that reattached it."`
+	// Epoch is the execution of the run that reattached it.
+	Epoch int64 `json:"epoch" doc:"The run's execution (lease epoch) that reattached the command."`
+	// Why: "resumed" (a new execution of the run) or "redialled" (the
+	// connection was cut and made again).
+	Why string `json:"why" enum:"resumed,redialled" doc:"resumed: a new execution of the run took it over; redialled: the connection was cut and made again."`
+}
+
 // RunFinishedData is the data of a run.finished event.
 type RunFinishedData struct {
 	Phase Phase     `json:"phase" enum:"Succeeded,Failed,Cancelled"`
@@ -302,6 +320,9 @@ func (StepFinishedData) EventKind() EventKind { return EventStepFinished }
 func (StepInterruptedData) EventKind() EventKind { return EventStepInterrupted }
 
 // EventKind implements EventData.
+func (CommandReattachedData) EventKind() EventKind { return EventCommandReattached }
+
+// EventKind implements EventData.
 func (RunFinishedData) EventKind() EventKind { return EventRunFinished }
 
 var (
@@ -311,6 +332,7 @@ var (
 	_ EventData = LogData{}
 	_ EventData = StepFinishedData{}
 	_ EventData = StepInterruptedData{}
+	_ EventData = CommandReattachedData{}
 	_ EventData = RunFinishedData{}
 )
 
@@ -336,6 +358,8 @@ func (e RunEvent) Decode() (EventData, error) {
 		d = decodeAs[StepFinishedData](e.Data)
 	case EventStepInterrupted:
 		d = decodeAs[StepInterruptedData](e.Data)
+	case EventCommandReattached:
+		d = decodeAs[CommandReattachedData](e.Data)
 	case EventRunFinished:
 		d = decodeAs[RunFinishedData](e.Data)
 	default:

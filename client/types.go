@@ -319,12 +319,12 @@ type RunList struct {
 // Kind says which type Data holds (Decode returns it): run.phase
 // RunPhaseData, step.started StepStartedData, target.result
 // TargetResultData, log LogData, step.finished StepFinishedData,
-// step.interrupted StepInterruptedData, run.finished RunFinishedData; the
+// step.interrupted StepInterruptedData, command.reattached CommandReattachedData, run.finished RunFinishedData; the
 // stream's own stream.end (no data) and stream.denied (a Problem).
 type RunEvent struct {
 	Seq  int64           `json:"seq" doc:"The event's number in its run, from 1; resume after it with Last-Event-ID."`
 	At   time.Time       `json:"at"`
-	Kind EventKind       `json:"kind" enum:"run.phase,step.started,target.result,log,step.finished,step.interrupted,run.finished,stream.end,stream.denied" doc:"What the event reports; it names the type of data (RunPhaseData, StepStartedData, TargetResultData, LogData, StepFinishedData, StepInterruptedData, RunFinishedData; a Problem for stream.denied)."`
+	Kind EventKind       `json:"kind" enum:"run.phase,step.started,target.result,log,step.finished,step.interrupted,command.reattached,run.finished,stream.end,stream.denied" doc:"What the event reports; it names the type of data (RunPhaseData, StepStartedData, TargetResultData, LogData, StepFinishedData, StepInterruptedData, CommandReattachedData, RunFinishedData; a Problem for stream.denied)."`
 	Step string          `json:"step,omitempty" required:"false" doc:"The step the event is about."`
 	SID  string          `json:"sid,omitempty" required:"false" doc:"The target the event is about (keeper for keeper-side steps)."`
 	Data json.RawMessage `json:"data" doc:"The kind's data object."`

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 
 	"github.com/soulstack/soulstack/internal/agent"
 	"github.com/soulstack/soulstack/internal/soulid"
@@ -19,6 +20,7 @@ func init() {
 			<-ctx.Done()
 			return nil
 		}
-		return agent.Serve(ctx, agent.Config{SID: st.SID, URLs: st.NATSURLs, TLS: id.TLSConfig(), Logger: log, Version: version.String()})
+		return agent.Serve(ctx, agent.Config{SID: st.SID, URLs: st.NATSURLs, TLS: id.TLSConfig(), Logger: log, Version: version.String(),
+			Spool: filepath.Join(id.Dir(), "spool")})
 	}
 }

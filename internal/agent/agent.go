@@ -52,6 +52,10 @@ type Config struct {
 	// Exec runs one command; nil means Run. Benchmarks of the bus itself
 	// set one that spawns nothing.
 	Exec func(ctx context.Context, req wire.ExecRequest) Outcome
+	// Spool is the directory where durable commands' results are kept
+	// (the soul's state dir/spool); empty: an agent that runs durable
+	// commands as plain ones, without spool or fencing (tests of the bus).
+	Spool string
 }
 
 // ErrConfig means Config is incomplete.
@@ -97,9 +101,17 @@ func Serve(ctx context.Context, cfg Config) error {
 			return nil
 		}
 	}
-	a := &agent{sid: cfg.SID, log: log, run: cfg.Exec, running: map[string]context.CancelFunc{}}
+	a := &agent{sid: cfg.SID, log: log, run: cfg.Exec, running: map[string]runningCmd{}}
 	if a.run == nil {
 		a.run = Run
+	}
+	if cfg.Spool != "" {
+		sp, err := newSpool(cfg.Spool)
+		if err != nil {
+			return err
+		}
+		sp.sweep(time.Now())
+		a.spool = sp
 	}
 	runCtx, stopRuns := context.WithCancel(ctx)
 	defer stopRuns()
@@ -171,9 +183,18 @@ type agent struct {
 	nc  *nats.Conn
 	ctx context.Context // ends when Serve returns; commands run under it
 
+	spool   *spool // nil: durable commands run as plain ones
+
 	wg      sync.WaitGroup
 	mu      sync.Mutex
-	running map[string]context.CancelFunc
+	running map[string]runningCmd // by request id
+}
+
+// runningCmd is a request's command that a cancel may kill: for a durable
+// one, only with an epoch of its run no older than one seen.
+type runningCmd struct {
+	cancel context.CancelFunc
+	run    string
 }
 
 // exec runs one command and sends its output parts and end to the
@@ -185,9 +206,13 @@ func (a *agent) exec(m *nats.Msg) {
 		return
 	}
 	replyTo := wire.ReplySubject(a.sid, req.ID)
+	if req.Durable != nil && a.spool != nil {
+		a.execDurable(req, replyTo)
+		return
+	}
 	ctx, cancel := context.WithCancel(a.ctx)
 	a.mu.Lock()
-	a.running[req.ID] = cancel
+	a.running[req.ID] = runningCmd{cancel: cancel}
 	a.mu.Unlock()
 	a.wg.Add(1)
 	go func() {
@@ -203,17 +228,48 @@ func (a *agent) exec(m *nats.Msg) {
 	}()
 }
 
+// execDurable runs or attaches to a durable command (spool.durable); its
+// replies come from there.
+func (a *agent) execDurable(req wire.ExecRequest, replyTo string) {
+	out, cancel, done := a.durable(req, replyTo)
+	if out != nil {
+		a.reply(replyTo, out.Stdout, out.Stderr, out.ExecEnd)
+		return
+	}
+	a.mu.Lock()
+	a.running[req.ID] = runningCmd{cancel: cancel, run: req.Durable.Run}
+	a.mu.Unlock()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		select {
+		case <-done:
+		case <-a.ctx.Done():
+		}
+		a.mu.Lock()
+		delete(a.running, req.ID)
+		a.mu.Unlock()
+	}()
+}
+
 func (a *agent) cancel(m *nats.Msg) {
 	var req wire.CancelRequest
 	if json.Unmarshal(m.Data, &req) != nil {
 		return
 	}
 	a.mu.Lock()
-	cancel := a.running[req.ID]
+	c, ok := a.running[req.ID]
 	a.mu.Unlock()
-	if cancel != nil {
-		cancel()
+	if !ok {
+		return
 	}
+	if c.run != "" {
+		if seen, ok := a.spool.fence(c.run, req.Epoch); !ok || req.Run != c.run {
+			a.log.Warn("refused a cancel of an older execution of the run", "run", c.run, "epoch", req.Epoch, "seen", seen)
+			return
+		}
+	}
+	c.cancel()
 }
 
 // reply sends stdout and stderr in parts of at most wire.ChunkSize bytes,

@@ -591,7 +591,7 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 	}
 	for name, kind := range map[string]client.EventKind{
 		"RunPhaseData": client.EventRunPhase, "StepStartedData": client.EventStepStarted, "TargetResultData": client.EventTargetResult,
-		"LogData": client.EventLog, "StepFinishedData": client.EventStepFinished, "StepInterruptedData": client.EventStepInterrupted,
+		"LogData": client.EventLog, "StepFinishedData": client.EventStepFinished, "StepInterruptedData": client.EventStepInterrupted, "CommandReattachedData": client.EventCommandReattached,
 		"RunFinishedData": client.EventRunFinished,
 	} {
 		if !strings.Contains(schemas[name].Description, string(kind)) {

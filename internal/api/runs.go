@@ -366,7 +366,7 @@ func (s *Server) registerRunEvents() {
 func (s *Server) eventSchemas() *huma.Schema {
 	reg := s.api.OpenAPI().Components.Schemas
 	for _, d := range []client.EventData{client.RunPhaseData{}, client.StepStartedData{}, client.TargetResultData{}, client.LogData{},
-		client.StepFinishedData{}, client.StepInterruptedData{}, client.RunFinishedData{}} {
+		client.StepFinishedData{}, client.StepInterruptedData{}, client.CommandReattachedData{}, client.RunFinishedData{}} {
 		t := reflect.TypeOf(d)
 		reg.Schema(t, true, t.Name())
 		if sc := reg.Map()[t.Name()]; sc != nil {

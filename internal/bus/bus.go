@@ -135,6 +135,46 @@ type Server struct {
 
 	epochMu sync.Mutex
 	epoch   chan struct{} // closed when the keeper's connection drops
+
+	forgetMu sync.Mutex
+	forgets  map[string][]string // sid -> spool entries to forget with its next durable command
+}
+
+// maxForget bounds the spool entries one command asks a soul to forget,
+// and maxForgetHeld those a keeper holds per soul; past it they expire on
+// the soul (agent.SpoolTTL).
+const (
+	maxForget     = 256
+	maxForgetHeld = 4 * maxForget
+)
+
+func (s *Server) addForget(sid string, ids []string) {
+	s.forgetMu.Lock()
+	defer s.forgetMu.Unlock()
+	if s.forgets == nil {
+		s.forgets = map[string][]string{}
+	}
+	held := s.forgets[sid]
+	for _, id := range ids {
+		if len(held) < maxForgetHeld {
+			held = append(held, id)
+		}
+	}
+	s.forgets[sid] = held
+}
+
+func (s *Server) takeForget(sid string) []string {
+	s.forgetMu.Lock()
+	defer s.forgetMu.Unlock()
+	held := s.forgets[sid]
+	n := min(len(held), maxForget)
+	out := append([]string(nil), held[:n]...)
+	if n == len(held) {
+		delete(s.forgets, sid)
+	} else {
+		s.forgets[sid] = held[n:]
+	}
+	return out
 }
 
 // currentEpoch returns a channel closed when the keeper's own connection

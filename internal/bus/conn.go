@@ -96,7 +96,18 @@ type Conn struct {
 	gone <-chan struct{}
 }
 
-var _ transport.Conn = (*Conn)(nil)
+var (
+	_ transport.Conn      = (*Conn)(nil)
+	_ transport.Forgetter = (*Conn)(nil)
+	_ transport.Via       = (*Conn)(nil)
+)
+
+// Via says the connection is the agent transport.
+func (c *Conn) Via() string { return "agent" }
+
+// Forget queues the removal of the spool entries of ids on the soul, sent
+// with its next durable command.
+func (c *Conn) Forget(ids []string) { c.s.addForget(c.sid, ids) }
 
 // Exec sends cmd to the soul's agent and collects its output parts and
 // end. When ctx ends first it sends a cancel, which kills the command's
@@ -107,6 +118,11 @@ var _ transport.Conn = (*Conn)(nil)
 func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Result, error) {
 	id := nuid.Next()
 	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: c.s.cfg.MaxOutput}
+	cancelReq := wire.CancelRequest{ID: id}
+	if d := cmd.Durable; d != nil {
+		req.Durable = &wire.Durable{ID: d.ID, Run: d.Run, Epoch: d.Epoch, Digest: d.Digest, Forget: append(c.s.takeForget(c.sid), d.Forget...)}
+		cancelReq.Run, cancelReq.Epoch = d.Run, d.Epoch
+	}
 	if d, ok := ctx.Deadline(); ok {
 		// The agent's own limit, a little after the keeper's, for a
 		// cancel that never arrives.
@@ -158,7 +174,7 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 		if err != nil {
 			// Whatever the soul sends, the keeper keeps no more: the
 			// command is cancelled there and fails here.
-			b, _ := json.Marshal(wire.CancelRequest{ID: id})
+			b, _ := json.Marshal(cancelReq)
 			_ = c.s.nc.Publish(wire.CancelSubject(c.sid), b)
 			return true, fmt.Errorf("agent exec on %s: %w: %v", c.sid, transport.ErrOutputLimit, err)
 		}
@@ -170,11 +186,18 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 				return true, fmt.Errorf("agent exec on %s: %w: undecodable end: %v", c.sid, ErrDisconnected, err)
 			}
 			res.ExitCode, res.Signal = end.ExitCode, end.Signal
-			res.StdoutTruncated, res.StderrTruncated = end.StdoutTruncated, end.StderrTruncated
-			if end.Code != "" {
-				return true, fmt.Errorf("agent exec on %s: %w: %s", c.sid, ErrInvalidCommand, end.Error)
+			res.StdoutTruncated, res.StderrTruncated, res.Reattached = end.StdoutTruncated, end.StderrTruncated, end.Reattached
+			switch end.Code {
+			case "":
+				return true, nil
+			case wire.CodeFenced:
+				return true, fmt.Errorf("agent exec on %s: %w: %s", c.sid, transport.ErrFenced, end.Error)
+			case wire.CodeLost:
+				return true, fmt.Errorf("agent exec on %s: %w: %s", c.sid, transport.ErrCommandLost, end.Error)
+			case wire.CodeDiverged:
+				return true, fmt.Errorf("agent exec on %s: %w", c.sid, transport.ErrDiverged)
 			}
-			return true, nil
+			return true, fmt.Errorf("agent exec on %s: %w: %s", c.sid, ErrInvalidCommand, end.Error)
 		}
 		return false, nil
 	}
@@ -189,7 +212,12 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 		case <-dropped:
 			return res, fmt.Errorf("agent exec on %s: %w: the keeper's own bus connection dropped", c.sid, ErrDisconnected)
 		case <-ctx.Done():
-			b, _ := json.Marshal(wire.CancelRequest{ID: id})
+			if cmd.Durable != nil && transport.Detached(ctx) {
+				// The keeper lets go: the command goes on on the soul,
+				// for the next execution to reattach.
+				return res, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
+			}
+			b, _ := json.Marshal(cancelReq)
 			_ = c.s.nc.Publish(wire.CancelSubject(c.sid), b)
 			timer := time.NewTimer(cancelGrace)
 			defer timer.Stop()

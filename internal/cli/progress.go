@@ -86,6 +86,11 @@ func eventDetail(data client.EventData) string {
 		return string(d.Status)
 	case client.StepInterruptedData:
 		return d.Module + " was running when the keeper stopped"
+	case client.CommandReattachedData:
+		if d.Why == "redialled" {
+			return "connection cut mid-command: reconnected and reattached to " + d.Command + " (it was not started again)"
+		}
+		return fmt.Sprintf("resumed (execution %d): reattached to %s over %s (it was not started again)", d.Epoch, d.Command, d.Transport)
 	case client.LogData:
 		return d.Message
 	case client.RunFinishedData:

@@ -68,6 +68,9 @@ type recorder struct {
 func (r *recorder) Event(string, string, client.EventData) {}
 func (r *recorder) Step(store.RunStep)                     {}
 func (r *recorder) Checkpoint([]byte) error                { return nil }
+func (r *recorder) Command(context.Context, store.RunCommand) error {
+	return nil
+}
 func (r *recorder) Target(t store.RunTarget, _ any) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -167,10 +167,16 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
 	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID),
 		check: x.Run.Mode == string(client.RunCheck)}
+	r.epoch, r.via = x.Run.Epoch, sentVia(x.Commands)
 	r.outputLeft.Store(e.Limits.run())
-	if st.InFlight != nil && !r.check { // a check changes nothing: repeating it is safe
+	// A step in flight when the run's last keeper stopped is run again: its
+	// soul-side commands are durable, so those that reached a soul are
+	// reattached there and never started twice. A check changes nothing,
+	// so repeating it is safe. Only a keeper-side step that is not
+	// idempotent (a cloud create) cannot be known to have finished.
+	if st.InFlight != nil && !r.check {
 		i := *st.InFlight
-		if i < len(plan.Steps) && !plan.Steps[i].Module.Info().Idempotent {
+		if i < len(plan.Steps) && plan.Steps[i].Keeper && !plan.Steps[i].Module.Info().Idempotent {
 			s := plan.Steps[i]
 			msg := fmt.Sprintf("the keeper stopped while step %q (%s) was running; it is not idempotent, so it is not repeated — check what it did before running again", s.Name, s.ID)
 			rec.Event(s.Name, "", client.StepInterruptedData{Index: i, Module: string(s.ID)})
@@ -276,6 +282,10 @@ type run struct {
 	outputLeft atomic.Int64
 	// check says the run is a check run: modules predict, nothing changes.
 	check bool
+	// epoch is this execution's lease epoch; via the transport earlier
+	// executions sent each (step, soul)'s durable commands through.
+	epoch int64
+	via   map[string]string
 
 	mu sync.Mutex
 	st *state
@@ -352,6 +362,9 @@ type targetResult struct {
 	unknown       string
 	changes       []client.Change
 	outputUnknown bool
+	// target is the soul the module ran on, whose durable commands are
+	// forgotten once the step's results are stored.
+	target *soulTarget
 }
 
 // step runs one step; fatal is non-empty when the run must stop: a
@@ -452,6 +465,11 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	if err := r.checkpoint(); err != nil {
 		return "", err
 	}
+	targets := make([]*soulTarget, 0, len(results))
+	for _, t := range results {
+		targets = append(targets, t.target)
+	}
+	r.forget(targets)
 	r.rec.Step(store.RunStep{Index: idx, Name: s.Name, Module: id, Status: string(status), FinishedAt: r.e.now()})
 	r.rec.Event(s.Name, "", client.StepFinishedData{Index: idx, Status: status, Changed: changed, Counts: counts(results)})
 	if len(failedHere) > 0 && (s.AnyErrorsFatal || s.Keeper) {
@@ -561,6 +579,10 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	}
 	if st, ok := target.(*soulTarget); ok {
 		defer func() { res.reached = st.ran.Load() }()
+		res.target = st
+		if !r.check {
+			st.durable = &durableTarget{r: r, step: &stepRef{index: s.Index, name: s.Name}, sid: sid}
+		}
 	}
 	if r.check {
 		p, err := r.predict(ctx, s, raw, target)
@@ -621,7 +643,7 @@ func (r *run) reach(ctx context.Context, s *scenario.PlanStep, sid string) (modu
 	if r.souls.AwaitsReady(sid) {
 		r.rec.Event(s.Name, sid, client.LogData{Message: "first contact with a cloud-made soul: waiting until its cloud-init has finished"})
 	}
-	return r.souls.Target(ctx, sid, retry, s.Module.Info().NeedsRoot)
+	return r.souls.Target(ctx, sid, retry, s.Module.Info().NeedsRoot, r.via[fmt.Sprintf("%d/%s", s.Index, sid)])
 }
 
 // attempt runs the module on target, again after RetryDelay while it
@@ -631,6 +653,9 @@ func (r *run) reach(ctx context.Context, s *scenario.PlanStep, sid string) (modu
 func (r *run) attempt(ctx context.Context, s *scenario.PlanStep, sid string, raw json.RawMessage, target module.Target) (out module.Result, attempts int, err error) {
 	for attempt := 0; ; attempt++ {
 		attempts = attempt + 1
+		if st, ok := target.(*soulTarget); ok && st.durable != nil {
+			st.durable.begin(attempts)
+		}
 		out, err = r.e.module(s).Run(ctx, r.info(s), raw, target)
 		if err == nil || attempt >= s.Retries || ctx.Err() != nil || errors.Is(err, transport.ErrDisconnected) {
 			break

@@ -61,8 +61,9 @@ func (r *eventRecorder) Step(s store.RunStep) {
 	r.steps[s.Name] = s.Status
 }
 
-func (r *eventRecorder) Checkpoint([]byte) error     { return nil }
-func (r *eventRecorder) Target(store.RunTarget, any) {}
+func (r *eventRecorder) Command(context.Context, store.RunCommand) error { return nil }
+func (r *eventRecorder) Checkpoint([]byte) error                         { return nil }
+func (r *eventRecorder) Target(store.RunTarget, any)                     {}
 
 // TestEngineEmitsTheVocabulary: the engine reports a run in client's typed
 // events, and a step whose targets were all skipped is skipped in its

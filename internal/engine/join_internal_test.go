@@ -46,7 +46,7 @@ func TestSoulsTargetAwaitsJoin(t *testing.T) {
 		pinned <- st.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: "good.acme.test", HostKey: srv.HostKey, Actor: store.ActorKeeper})
 		pinned <- st.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: "wrong.acme.test", HostKey: other.HostKey, Actor: store.ActorKeeper})
 	}()
-	if _, err := s.Target(ctx, "good.acme.test", ssh.RetryPolicy{}, false); err != nil {
+	if _, err := s.Target(ctx, "good.acme.test", ssh.RetryPolicy{}, false, ""); err != nil {
 		t.Fatalf("target after its join pinned the key: %v", err)
 	}
 	if err := <-pinned; err != nil {
@@ -55,10 +55,10 @@ func TestSoulsTargetAwaitsJoin(t *testing.T) {
 	if err := <-pinned; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Target(ctx, "wrong.acme.test", ssh.RetryPolicy{}, false); !errors.Is(err, ssh.ErrHostKeyMismatch) {
+	if _, err := s.Target(ctx, "wrong.acme.test", ssh.RetryPolicy{}, false, ""); !errors.Is(err, ssh.ErrHostKeyMismatch) {
 		t.Fatalf("target whose join pinned another key: %v; want ssh.host_key_mismatch", err)
 	}
-	_, err := s.Target(ctx, "never.acme.test", ssh.RetryPolicy{}, false)
+	_, err := s.Target(ctx, "never.acme.test", ssh.RetryPolicy{}, false, "")
 	if module.Code(err) != CodeJoinPending {
 		t.Fatalf("target that never joins: %v; want %s", err, CodeJoinPending)
 	}

@@ -60,7 +60,7 @@ func TestSoulsTargetWaitsForTheKey(t *testing.T) {
 	}
 	s := NewSouls(SoulsConfig{Store: st, KeeperKey: keeperKey, Dial: testSSH(t, ssh.Options{Sleep: sleep})})
 
-	tg, err := s.Target(ctx, "vm-1.acme.test", ssh.RetryPolicy{}, false)
+	tg, err := s.Target(ctx, "vm-1.acme.test", ssh.RetryPolicy{}, false, "")
 	if err != nil {
 		t.Fatalf("target a cloud-made soul whose key comes late: %v", err)
 	}
@@ -72,7 +72,7 @@ func TestSoulsTargetWaitsForTheKey(t *testing.T) {
 	}
 
 	sleeps = nil
-	_, err = s.Target(ctx, "db.example.test", ssh.RetryPolicy{}, false)
+	_, err = s.Target(ctx, "db.example.test", ssh.RetryPolicy{}, false, "")
 	if !errors.Is(err, ssh.ErrAuth) || len(sleeps) != 0 {
 		t.Fatalf("hand-registered soul with a refused key = %v after waits %v, want ssh.auth_failed at once", err, sleeps)
 	}

@@ -124,6 +124,22 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 	return so, nil
 }
 
+// refresh reads soul sid from the registry again (its status may have
+// changed since the run cached it).
+func (s *Souls) refresh(ctx context.Context, sid string) (store.Soul, error) {
+	var so store.Soul
+	err := retryStore(ctx, func(ctx context.Context) (err error) {
+		so, err = s.store.SoulGet(ctx, sid)
+		return err
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Soul{}, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is no longer registered", sid)}
+	}
+	return so, err
+}
+
+
+
 // hostKeys pins and checks host keys in the registry for the run's SSH
 // dialer (transport.HostKeys), keeping the run's cached records in step.
 type hostKeys struct{ s *Souls }
@@ -196,8 +212,10 @@ const AgentGrace = 30 * time.Second
 // else SSH. A soul that awaits readiness (awaitsReady) is dialled with its
 // key refusals retried and its cloud-init waited for
 // (transport.Peer.AwaitReady) before it is returned.
-// sudo wraps commands in sudo -n when the user is not root.
-func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPolicy, sudo bool) (module.Target, error) {
+// sudo wraps commands in sudo -n when the user is not root. via, when
+// set, is the only transport to use (transport.Peer.Via): the one an
+// earlier execution sent the target's durable commands through.
+func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPolicy, sudo bool, via string) (module.Target, error) {
 	so, err := s.Lookup(ctx, sid)
 	if err != nil {
 		return nil, err
@@ -218,7 +236,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 		addr = so.PrimaryIP
 	}
 	peer := transport.Peer{SID: sid, Address: addr, Port: portOf(so), User: so.Connection.User, Key: s.keyOf(so),
-		HostKey: so.Connection.HostKey, Retry: retry, AwaitReady: s.AwaitsReady(sid), ReadyTimeout: s.readyTimeout}
+		HostKey: so.Connection.HostKey, Retry: retry, AwaitReady: s.AwaitsReady(sid), ReadyTimeout: s.readyTimeout, Via: via}
 	if so.JoinedAt != nil {
 		peer.AgentUntil = so.JoinedAt.Add(AgentGrace)
 	}
@@ -228,6 +246,24 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 		return nil, err
 	}
 	st := &soulTarget{KeeperFiles: KeeperFiles(s.files), sid: sid, conn: c, sudo: sudo}
+	// A redial (after a cut) goes through the transport the commands went
+	// by, and only after the soul is looked up again: a soul destroyed
+	// meanwhile is not dialled.
+	st.redial = func(ctx context.Context) (transport.Conn, error) {
+		so, err := s.refresh(ctx, sid)
+		if err != nil {
+			return nil, err
+		}
+		if so.Status == store.SoulDestroyed {
+			return nil, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is destroyed", sid)}
+		}
+		p := peer
+		p.Via, p.AwaitReady = via, false
+		if p.Via == "" {
+			p.Via = transportOf(st.conn)
+		}
+		return s.dialer.Dial(ctx, p)
+	}
 	if awaits {
 		s.mu.Lock()
 		s.ready[sid] = true
@@ -363,6 +399,11 @@ type soulTarget struct {
 	transport string // "ssh" or "agent"
 	sudo      bool
 	ran       atomic.Bool // a command ran over the connection (any exit code)
+	// durable numbers and records the target's commands (apply runs'
+	// soul-side steps); nil sends them as plain commands.
+	durable *durableTarget
+	// redial reaches the soul again through the same transport.
+	redial func(ctx context.Context) (transport.Conn, error)
 }
 
 var (
@@ -373,7 +414,14 @@ var (
 func (t *soulTarget) SID() string { return t.sid }
 
 func (t *soulTarget) Exec(ctx context.Context, cmd module.Command) (module.ExecResult, error) {
-	res, err := t.conn.Exec(ctx, transport.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo})
+	tc := transport.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo}
+	var res transport.Result
+	var err error
+	if t.durable != nil {
+		res, err = t.execDurable(ctx, tc)
+	} else {
+		res, err = t.conn.Exec(ctx, tc)
+	}
 	if err != nil {
 		return module.ExecResult{}, err
 	}

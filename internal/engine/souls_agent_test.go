@@ -55,7 +55,7 @@ func TestSoulsChooseTheAgent(t *testing.T) {
 		return transport.AgentFirst(agents{"with-agent.local.test": conn}, pool.Dialer(keys), clockwork.NewRealClock())
 	}
 	s := engine.NewSouls(engine.SoulsConfig{Store: st, KeeperKey: key, Dial: dial})
-	tg, err := s.Target(ctx, "with-agent.local.test", transport.RetryPolicy{Attempts: 1}, true)
+	tg, err := s.Target(ctx, "with-agent.local.test", transport.RetryPolicy{Attempts: 1}, true, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestSoulsChooseTheAgent(t *testing.T) {
 	if len(conn.cmds) != 1 || conn.cmds[0].Argv[0] != "id" || conn.cmds[0].Env["A"] != "1" || string(conn.cmds[0].Stdin) != "in" || !conn.cmds[0].Sudo {
 		t.Errorf("the agent got %+v", conn.cmds)
 	}
-	_, err = s.Target(ctx, "ssh-only.local.test", transport.RetryPolicy{Attempts: 1}, false)
+	_, err = s.Target(ctx, "ssh-only.local.test", transport.RetryPolicy{Attempts: 1}, false, "")
 	if !errors.Is(err, transport.ErrUnreachable) || transport.Code(err) != "ssh.unreachable" {
 		t.Fatalf("a soul without an agent: %v (code %q), want ssh.unreachable", err, transport.Code(err))
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/transport"
 )
 
 // Default lease timing (Lease). A keeper's liveness is one heartbeat row
@@ -124,6 +125,10 @@ type Recorder interface {
 	Target(t store.RunTarget, output any)
 	// Checkpoint seals and saves the state a resumed execution needs.
 	Checkpoint(state []byte) error
+	// Command stores a soul-side command's write-ahead record, before the
+	// command is sent; ErrLeaseLost (wrapped) when this execution no
+	// longer holds the run.
+	Command(ctx context.Context, c store.RunCommand) error
 }
 
 // Execution is what an Executor gets for one run.
@@ -133,9 +138,11 @@ type Execution struct {
 	// Resume is the last checkpoint when the run is being resumed after
 	// its keeper died; nil on the first execution.
 	Resume []byte
-	// Steps and Targets are what the store recorded before.
-	Steps   []store.RunStep
-	Targets []store.RunTarget
+	// Steps and Targets are what the store recorded before; Commands the
+	// soul-side commands earlier executions sent (write-ahead records).
+	Steps    []store.RunStep
+	Targets  []store.RunTarget
+	Commands []store.RunCommand
 	// Drain is closed when the keeper stops: the executor then hands the
 	// run back (Outcome.HandBack) before its next step.
 	Drain <-chan struct{}
@@ -633,10 +640,12 @@ func AddInputSecrets(set *secret.Set, input map[string]any, declared map[string]
 }
 
 var (
-	errLeaseLost = errors.New("lease lost")
+	// errLeaseLost and ErrStopping are transport.ErrDetach: the commands
+	// in flight go on on the souls, for the next execution to reattach.
+	errLeaseLost = fmt.Errorf("lease lost: %w", transport.ErrDetach)
 	// ErrStopping is the cause of a run's context when the keeper's drain
 	// timeout cuts its step: the run is left to be resumed.
-	ErrStopping = errors.New("keeper stopping")
+	ErrStopping = fmt.Errorf("keeper stopping: %w", transport.ErrDetach)
 )
 
 // LeftToResume reports whether cause (of a run's context) means the

@@ -205,7 +205,7 @@ func keepAlive(ctx context.Context, clock clockwork.Clock, lease Lease, renew fu
 // executor run it; a run cancelled while it waited to resume is not
 // executed again.
 func (r *Runner) execute(ctx context.Context, run store.Run, rec *recorder, secrets *secret.Set) Outcome {
-	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets, Secrets: secrets, Drain: r.drain}
+	x := Execution{Run: run, Steps: rec.steps, Targets: rec.targets, Commands: rec.commands, Secrets: secrets, Drain: r.drain}
 	input, err := r.cfg.Sealer.Open(run.InputSealed)
 	if err == nil {
 		err = json.Unmarshal(input, &x.Input)
@@ -347,9 +347,10 @@ type recorder struct {
 	r       *Runner
 	ctx     context.Context
 	run     store.Run
-	secrets *secret.Set
-	steps   []store.RunStep
-	targets []store.RunTarget
+	secrets  *secret.Set
+	steps    []store.RunStep
+	targets  []store.RunTarget
+	commands []store.RunCommand
 
 	// flushMu serialises flushes, so batches are stored in seq order.
 	flushMu sync.Mutex
@@ -374,8 +375,24 @@ func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.
 		rec.seq = evs[len(evs)-1].Seq
 	}
 	var err error
-	rec.steps, rec.targets, err = r.cfg.Store.RunSteps(ctx, run.ID)
+	if rec.steps, rec.targets, err = r.cfg.Store.RunSteps(ctx, run.ID); err != nil {
+		return nil, err
+	}
+	rec.commands, err = r.cfg.Store.RunCommands(ctx, run.ID)
 	return rec, err
+}
+
+// Command stores a command's write-ahead record in this execution's
+// epoch, retried like any write; a lease another execution holds fails it.
+func (rec *recorder) Command(ctx context.Context, c store.RunCommand) error {
+	c.RunID, c.Epoch = rec.run.ID, rec.run.Epoch
+	err := rec.r.persist(context.WithoutCancel(ctx), "run command", func(ctx context.Context) error {
+		return rec.r.cfg.Store.RunCommandRecord(ctx, rec.r.cfg.Owner, c)
+	})
+	if errors.Is(err, store.ErrLeaseLost) {
+		return fmt.Errorf("%w: %w", errLeaseLost, err)
+	}
+	return err
 }
 
 func (rec *recorder) Event(step, sid string, data client.EventData) {

@@ -476,6 +476,9 @@ func (id *Identity) store(resp client.JoinResponse) error {
 }
 
 // State returns agent.json as loaded or last written.
+// Dir is the state directory the identity is kept in.
+func (id *Identity) Dir() string { return id.dir }
+
 func (id *Identity) State() State {
 	id.mu.Lock()
 	defer id.mu.Unlock()

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -9,6 +10,14 @@ import (
 
 // agentPoll is how often AgentFirst looks for an agent it waits for.
 const agentPoll = 100 * time.Millisecond
+
+// agentWaitForAttach bounds the wait for an agent to come back, when the
+// dial has no deadline of its own.
+const agentWaitForAttach = 5 * time.Minute
+
+// ErrAgentGone means a durable command was sent through a soul's agent and
+// the agent did not connect again to reattach it.
+var ErrAgentGone error = NewSentinel("agent gone", "agent.unreachable", ErrUnreachable)
 
 // AgentFirst is the Dialer of a keeper with an agent bus: a soul whose
 // agent is connected, or connects by Peer.AgentUntil, is reached through
@@ -25,6 +34,24 @@ type agentFirst struct {
 }
 
 func (d *agentFirst) Dial(ctx context.Context, p Peer) (Conn, error) {
+	switch p.Via {
+	case "ssh":
+		return d.fallback.Dial(ctx, p)
+	case "agent":
+		// The command's spool is the agent's: only the agent can attach.
+		if dl, ok := ctx.Deadline(); ok {
+			p.AgentUntil = dl
+		} else {
+			p.AgentUntil = d.clock.Now().Add(agentWaitForAttach)
+		}
+		if c, ok := d.agent(ctx, p); ok {
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, fmt.Errorf("%w: the agent of %s did not connect again to reattach its command", ErrAgentGone, p.SID)
+	}
 	if c, ok := d.agent(ctx, p); ok {
 		return c, nil
 	}

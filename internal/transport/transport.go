@@ -127,6 +127,10 @@ type Peer struct {
 	// it has none now (a soul that just joined starts its agent right
 	// after); zero: no wait.
 	AgentUntil time.Time
+	// Via, when set, is the transport to use and no other: the one an
+	// earlier execution sent a durable command through, whose spool is on
+	// that side ("agent": wait for the agent until ctx ends; "ssh").
+	Via string
 }
 
 // Dialer opens connections to souls for one run. Dial returns a Conn to

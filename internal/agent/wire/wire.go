@@ -133,7 +133,27 @@ type ExecRequest struct {
 	// TimeoutMS, when positive, is how long the command may run: the
 	// agent kills it after that even if the keeper's cancel never comes.
 	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Durable makes the command outlive the keeper and the connection:
+	// the agent spools its result under Durable.ID and answers a request
+	// with an id it knows by attaching, never by starting it again.
+	Durable *Durable `json:"durable,omitempty"`
 }
+
+// Durable is a durable command's identity (transport.Durable).
+type Durable struct {
+	ID     string   `json:"id"`
+	Run    string   `json:"run"`
+	Epoch  int64    `json:"epoch"`
+	Digest string   `json:"digest"`
+	Forget []string `json:"forget,omitempty"`
+}
+
+// Codes an agent ends a durable command with when it did not run it.
+const (
+	CodeFenced   = "run.fenced"
+	CodeLost     = "run.command_lost"
+	CodeDiverged = "run.replay_diverged"
+)
 
 // Reply parts: the header PartHeader of each reply message says what it
 // holds. Output parts carry raw bytes, in order; the last message is
@@ -155,14 +175,22 @@ type ExecEnd struct {
 	// its timeout.
 	Cancelled bool `json:"cancelled,omitempty"`
 	// Code and Error report a command the agent could not run at all
-	// ("agent.invalid_command").
+	// ("agent.invalid_command", or for a durable one CodeFenced, CodeLost,
+	// CodeDiverged).
 	Code  string `json:"code,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Reattached says a durable command was already running or finished:
+	// this request attached to it.
+	Reattached bool `json:"reattached,omitempty"`
 }
 
-// CancelRequest asks an agent to kill command ID's process group.
+// CancelRequest asks an agent to kill command ID's process group. For a
+// durable command, Run and Epoch fence it: refused when the agent has seen
+// a later epoch of the run.
 type CancelRequest struct {
-	ID string `json:"id"`
+	ID    string `json:"id"`
+	Run   string `json:"run,omitempty"`
+	Epoch int64  `json:"epoch,omitempty"`
 }
 
 // Heartbeat is what an agent sends every IntervalMS milliseconds.
