@@ -147,10 +147,12 @@ func TestKill9ResumesIdempotentStep(t *testing.T) {
 	}
 }
 
-// TestKill9NeverRepeatsNonIdempotentStep: a command in flight when the
-// keeper dies is not run again; the run fails with run.interrupted naming
-// the step.
-func TestKill9NeverRepeatsNonIdempotentStep(t *testing.T) {
+// TestKill9ReattachesNonIdempotentStep: a command in flight when the
+// keeper dies goes on on the soul; the restarted keeper resumes the run,
+// reattaches to the command instead of starting it again (a
+// command.reattached event says so), and the run succeeds with the
+// command's output. The command ran once.
+func TestKill9ReattachesNonIdempotentStep(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
@@ -159,29 +161,57 @@ func TestKill9NeverRepeatsNonIdempotentStep(t *testing.T) {
 	srv := sshtest.Start(t, sshtest.Options{})
 	addSoul(t, c, "h.local.test", srv)
 	counter := filepath.Join(t.TempDir(), "counter")
-	sc := "steps:\n  - name: slow\n    on: h.local.test\n    module: core.command.ran\n    params: {cmd: 'echo once >> " + counter + "; sleep 30'}\n"
+	sc := "steps:\n  - name: slow\n    on: h.local.test\n    module: core.command.ran\n    params: {cmd: 'echo once >> " + counter + "; sleep 3; echo finished'}\n"
 	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, c, run.ID, "step slow running", stepRunning("slow"))
-	for i := 0; i < 50; i++ { // until the command itself has started
-		if b, _ := os.ReadFile(counter); len(b) > 0 {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitCounter(t, counter)
 	_ = k.Cmd.Process.Kill()
 	<-k.Done()
 	k = serve(t, dir)
 	c = adminClient(t, k, data)
 	final := waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
-	if final.Phase != "Failed" || final.Error == nil || final.Error.Code != "run.interrupted" || !strings.Contains(final.Error.Message, `"slow"`) {
-		t.Fatalf("run = %s %+v", final.Phase, final.Error)
+	if final.Phase != "Succeeded" || !strings.Contains(final.Message, "finished") {
+		t.Fatalf("run = %s %+v %s", final.Phase, final.Error, final.Message)
 	}
 	if b, _ := os.ReadFile(counter); string(b) != "once\n" {
 		t.Fatalf("the interrupted command ran again: %q", b)
 	}
+	if got := reattached(t, c, run.ID); len(got) != 1 || got[0].Why != "resumed" || got[0].Epoch != 2 || got[0].Transport != "ssh" {
+		t.Fatalf("command.reattached events = %+v, want one, resumed in epoch 2 over ssh", got)
+	}
+}
+
+// waitCounter waits until the command that appends to path has started.
+func waitCounter(t *testing.T, path string) {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		if b, _ := os.ReadFile(path); len(b) > 0 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("the command writing %s never started", path)
+}
+
+// reattached returns the run's command.reattached events.
+func reattached(t *testing.T, c *client.Client, id string) []client.CommandReattachedData {
+	t.Helper()
+	var out []client.CommandReattachedData
+	err := c.RunEvents(context.Background(), id, 0, func(ev client.RunEvent) error {
+		if d, err := ev.Decode(); err == nil {
+			if r, ok := d.(client.CommandReattachedData); ok {
+				out = append(out, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("events of %s: %v", id, err)
+	}
+	return out
 }
 
 func TestRunTimeoutAndCancel(t *testing.T) {
