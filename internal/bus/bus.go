@@ -136,6 +136,9 @@ type Server struct {
 	epochMu sync.Mutex
 	epoch   chan struct{} // closed when the keeper's connection drops
 
+	// warmUntil is the end of the start-up grace (WarmUntil).
+	warmUntil time.Time
+
 	forgetMu sync.Mutex
 	forgets  map[string][]string // sid -> spool entries to forget with its next durable command
 }
@@ -242,6 +245,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.CalloutQueue = defaultCalloutQueue
 	}
 	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, paused: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
+	// Agents reconnect within their reconnect wait (1s) plus jitter (up to
+	// a heartbeat) of the keeper's restart, and are present at their
+	// first heartbeat.
+	s.warmUntil = time.Now().Add(ReconnectGrace(cfg.Heartbeat))
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -716,3 +723,13 @@ func (s *Server) Agent(sid string) (transport.Conn, bool) {
 }
 
 var _ transport.Agents = (*Server)(nil)
+
+// ReconnectGrace is how long after a bus starts its agents are expected to
+// have reconnected: three heartbeats and two seconds.
+func ReconnectGrace(heartbeat time.Duration) time.Duration { return 3*heartbeat + 2*time.Second }
+
+// WarmUntil is when the bus's start-up grace ends: until then a soul with
+// an agent identity whose agent is not connected yet is waited for (its
+// agent reconnects within a few heartbeats of the keeper's restart)
+// rather than reached over SSH.
+func (s *Server) WarmUntil() time.Time { return s.warmUntil }

@@ -236,7 +236,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 		addr = so.PrimaryIP
 	}
 	peer := transport.Peer{SID: sid, Address: addr, Port: portOf(so), User: so.Connection.User, Key: s.keyOf(so),
-		HostKey: so.Connection.HostKey, Retry: retry, AwaitReady: s.AwaitsReady(sid), ReadyTimeout: s.readyTimeout, Via: via}
+		HostKey: so.Connection.HostKey, Retry: retry, AwaitReady: s.AwaitsReady(sid), ReadyTimeout: s.readyTimeout, Via: via, HasAgent: so.CertSerial != ""}
 	if so.JoinedAt != nil {
 		peer.AgentUntil = so.JoinedAt.Add(AgentGrace)
 	}

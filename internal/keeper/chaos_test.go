@@ -25,6 +25,9 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/bus/bustest"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
@@ -234,6 +237,65 @@ func TestChaosKill9Random(t *testing.T) {
 		keeper = "does not answer /healthz"
 	}
 	report(t, chaosRow{Fault: "keeper kill -9 x20 at random points", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
+}
+
+// TestChaosKill9Agent: as TestChaosKill9Random (10 kills), with the soul
+// reached through its agent over the keeper's embedded bus (its SSH port
+// is closed): a command in flight at a kill goes on under the agent, which
+// spools its result; the restarted keeper's bus comes back on the same
+// port, the agent reconnects, and the resumed run reattaches the command.
+// Every accepted run ends Succeeded; every command ran exactly once.
+func TestChaosKill9Agent(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(chaosSeed(t), 15))
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	port := freePort(t)
+	cfg := keeperConfig(t, dir, fmt.Sprintf("nats:\n  listen: 127.0.0.1:%d\n  heartbeat: 300ms\n", port))
+	k := serve(t, dir, "--config", cfg)
+	c := adminClient(t, k, data)
+	const sid = "agent.local.test"
+	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(t)}}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadOrCreateCA(filepath.Join(data, "tls"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := bustest.Issue(t, ca, sid, time.Hour, time.Now())
+	recordSerial(t, config.Config{DataDir: data}, sid, id.Serial)
+	bustest.StartAgents(t, bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id},
+		Heartbeat: 300 * time.Millisecond, Jitter: -1, Spool: t.TempDir()})
+	waitSoul(t, c, sid, func(s client.Soul) bool { return s.Status == "active" })
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.3"), "${ input.host }", sid)
+	var ids []string
+	tags := map[string]string{}
+	const kills = 10
+	for kill := 0; kill < kills; kill++ {
+		for j := 0; j < 1+rng.IntN(3); j++ {
+			tag := fmt.Sprintf("k%02d-%d", kill, j)
+			run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": sid}})
+			if err != nil {
+				t.Fatalf("submit %s: %v", tag, err)
+			}
+			ids = append(ids, run.ID)
+			tags[run.ID] = tag
+		}
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		if err := k.Cmd.Process.Kill(); err != nil { // the keeper this test started, by PID
+			t.Fatal(err)
+		}
+		<-k.Done()
+		k = serve(t, dir, "--config", cfg)
+		c = adminClient(t, k, data)
+	}
+	final, outcome := settle(t, func() *client.Client { return c }, ids, 180*time.Second, "Succeeded")
+	checkLedger(t, ledgerPath, final, tags)
+	n := countReattached(t, c, ids)
+	keeper := fmt.Sprintf("restarted 10 times; the agent reconnected each time; %d commands reattached through it", n)
+	report(t, chaosRow{Fault: "keeper kill -9 x10, soul over the agent", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
 }
 
 // countReattached counts the command.reattached events of the runs.

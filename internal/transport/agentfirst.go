@@ -62,8 +62,12 @@ func (d *agentFirst) Dial(ctx context.Context, p Peer) (Conn, error) {
 }
 
 // agent returns the soul's agent connection, waiting for it until
-// p.AgentUntil.
+// p.AgentUntil, or for a soul with an agent identity until the end of the
+// bus's start-up grace.
 func (d *agentFirst) agent(ctx context.Context, p Peer) (Conn, bool) {
+	if w, ok := d.agents.(interface{ WarmUntil() time.Time }); ok && p.HasAgent && w.WarmUntil().After(p.AgentUntil) {
+		p.AgentUntil = w.WarmUntil()
+	}
 	if c, ok := d.agents.Agent(p.SID); ok || !d.clock.Now().Before(p.AgentUntil) {
 		return c, ok
 	}

@@ -127,6 +127,10 @@ type Peer struct {
 	// it has none now (a soul that just joined starts its agent right
 	// after); zero: no wait.
 	AgentUntil time.Time
+	// HasAgent says the soul holds an agent identity (it joined): while the
+	// keeper's bus is in its start-up grace (Agents that have WarmUntil),
+	// its agent is waited for before SSH is tried.
+	HasAgent bool
 	// Via, when set, is the transport to use and no other: the one an
 	// earlier execution sent a durable command through, whose spool is on
 	// that side ("agent": wait for the agent until ctx ends; "ssh").

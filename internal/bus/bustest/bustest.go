@@ -163,6 +163,9 @@ type AgentSpec struct {
 	// Jitter is each agent's agent.Config.Jitter: 0 its default (the
 	// heartbeat interval), negative none.
 	Jitter time.Duration `json:"jitter"`
+	// Spool, when set, is where each agent spools its durable commands
+	// (Spool/<sid>), as a soul's state dir does.
+	Spool string `json:"spool"`
 }
 
 // RunAgentIfAsked turns the test binary into an agent process when
@@ -195,6 +198,9 @@ func RunAgentIfAsked() {
 		cfg := agent.Config{SID: id.SID, URLs: s.URLs, TLS: tc, Logger: log.With("sid", id.SID), Heartbeat: s.Heartbeat, ReconnectWait: time.Second, Jitter: s.Jitter}
 		if s.NoExec {
 			cfg.Exec = func(context.Context, wire.ExecRequest) agent.Outcome { return agent.Outcome{} }
+		}
+		if s.Spool != "" {
+			cfg.Spool = filepath.Join(s.Spool, wire.Token(id.SID))
 		}
 		if s.Stagger > 0 {
 			time.Sleep(s.Stagger)
