@@ -183,7 +183,7 @@ type agent struct {
 	nc  *nats.Conn
 	ctx context.Context // ends when Serve returns; commands run under it
 
-	spool   *spool // nil: durable commands run as plain ones
+	spool *spool // nil: durable commands run as plain ones
 
 	wg      sync.WaitGroup
 	mu      sync.Mutex

@@ -138,8 +138,6 @@ func (s *Souls) refresh(ctx context.Context, sid string) (store.Soul, error) {
 	return so, err
 }
 
-
-
 // hostKeys pins and checks host keys in the registry for the run's SSH
 // dialer (transport.HostKeys), keeping the run's cached records in step.
 type hostKeys struct{ s *Souls }

@@ -344,9 +344,9 @@ const (
 // what it stores with the run's secrets, writes them in batches and wakes
 // SSE readers.
 type recorder struct {
-	r       *Runner
-	ctx     context.Context
-	run     store.Run
+	r        *Runner
+	ctx      context.Context
+	run      store.Run
 	secrets  *secret.Set
 	steps    []store.RunStep
 	targets  []store.RunTarget
