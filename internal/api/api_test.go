@@ -586,7 +586,7 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	schemas := comps.Components.Schemas
-	if got := strings.Join(schemas["RunEvent"].Properties["kind"].Enum, ","); got != "run.phase,step.started,target.result,log,step.finished,step.interrupted,run.finished,stream.end,stream.denied" {
+	if got := strings.Join(schemas["RunEvent"].Properties["kind"].Enum, ","); got != "run.phase,step.started,target.result,log,step.finished,step.interrupted,command.reattached,run.finished,stream.end,stream.denied" {
 		t.Errorf("RunEvent.kind enum = %q", got)
 	}
 	for name, kind := range map[string]client.EventKind{

@@ -124,6 +124,9 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 	return so, nil
 }
 
+// refreshFor bounds the registry read before a redial.
+const refreshFor = 2 * time.Second
+
 // refresh reads soul sid from the registry again (its status may have
 // changed since the run cached it).
 func (s *Souls) refresh(ctx context.Context, sid string) (store.Soul, error) {
@@ -248,11 +251,16 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 	// by, and only after the soul is looked up again: a soul destroyed
 	// meanwhile is not dialled.
 	st.redial = func(ctx context.Context) (transport.Conn, error) {
-		so, err := s.refresh(ctx, sid)
-		if err != nil {
+		// Bounded: a keeper whose registry does not answer still
+		// reattaches by the record it has (it may be fenced there).
+		rctx, cancel := context.WithTimeout(ctx, refreshFor)
+		so, err := s.refresh(rctx, sid)
+		cancel()
+		var me *module.Error
+		switch {
+		case errors.As(err, &me) && me.Code == "soul.destroyed":
 			return nil, err
-		}
-		if so.Status == store.SoulDestroyed {
+		case err == nil && so.Status == store.SoulDestroyed:
 			return nil, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is destroyed", sid)}
 		}
 		p := peer

@@ -592,7 +592,8 @@ func TestFleetRefusesAnotherDataKey(t *testing.T) {
 	if cps, _ := filepath.Glob(filepath.Join(cpDir, "*")); len(cps) != len(cpsBefore) {
 		t.Fatalf("the refused keeper wrote a checkpoint into the shared directory: %v -> %v", cpsBefore, cps)
 	}
-	if o, phase := f.owner(run.ID); o != 0 || phase != "Running" {
+	// Still released (no owner): the refused keeper claimed nothing.
+	if o, phase := f.owner(run.ID); o != -1 || phase != "Running" {
 		t.Fatalf("after the refused keeper the run is %s, owner index %d", phase, o)
 	}
 
