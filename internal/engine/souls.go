@@ -265,6 +265,17 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 		}
 		p := peer
 		p.Via, p.AwaitReady = via, false
+		// The host key pinned since the peer was made (first contact
+		// pins it in the run's cached record): a redial verifies it and
+		// pins nothing.
+		s.mu.Lock()
+		if k := s.souls[sid].Connection.HostKey; k != "" {
+			p.HostKey = k
+		}
+		s.mu.Unlock()
+		if err == nil && so.Connection.HostKey != "" {
+			p.HostKey = so.Connection.HostKey
+		}
 		if p.Via == "" {
 			p.Via = transportOf(st.conn)
 		}
