@@ -210,7 +210,7 @@ func TestChaosZombieKeeper(t *testing.T) {
 	}
 	report(t, chaosRow{Fault: "zombie keeper: database partitioned, lease outlasting the other keeper's", Runs: 1,
 		Outcome: fmt.Sprintf("%s on the other keeper; the zombie's reattach (epoch 1) refused by the soul, %d command.fenced audited; each command ran once", final.Phase, fenced),
-		Keeper: "the zombie stopped at the fence", Duration: time.Since(start)})
+		Keeper:  "the zombie stopped at the fence", Duration: time.Since(start)})
 }
 
 func waitFile(t *testing.T, path string, within time.Duration) {
