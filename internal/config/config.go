@@ -182,6 +182,10 @@ type Runs struct {
 	// their commands (default 3s; at least three heartbeats). The holder
 	// stops executing one heartbeat before.
 	StaleAfter Duration `yaml:"stale_after"`
+	// Workers is how many runs the keeper executes at once (default 20);
+	// more wait in the queue. Runs that mostly wait on their souls cost
+	// little each: one goroutine and a command in flight.
+	Workers int `yaml:"workers"`
 	// MaxTargetOutputBytes is the bytes of JSON a run keeps of one soul
 	// target's output (default 1 MiB); MaxOutputBytes the bytes it keeps
 	// of all its soul targets' outputs together (default 64 MiB), past
@@ -413,6 +417,9 @@ func (c Config) validateTimings() error {
 	}
 	if err := positive("runs.stale_after", c.Runs.StaleAfter, 3*c.Runs.Heartbeat, "3s"); err != nil {
 		return fmt.Errorf("%w (three runs.heartbeat)", err)
+	}
+	if c.Runs.Workers < 0 || c.Runs.Workers > 10000 {
+		return fmt.Errorf("runs.workers: %d is not between 1 and 10000 (0 means the default, 20)", c.Runs.Workers)
 	}
 	if c.Drift.Every != 0 && c.Drift.Every.Std() < 10*time.Second {
 		return fmt.Errorf("drift.every: %s is under 10s (e.g. 1h; 0 schedules no sweep)", c.Drift.Every.Std())

@@ -51,7 +51,7 @@ func stepRunning(name string) func(*client.Run) bool {
 // of a client retrying a connection to it — the keeper waiting for a
 // booting host, or for its database — which then connects to itself and
 // holds the port, so that the server cannot bind it.
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	for i := 0; i < 200; i++ {
 		port := 20000 + mathrand.IntN(12000)

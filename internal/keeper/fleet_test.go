@@ -27,7 +27,7 @@ import (
 // with its own data dir and all with the same data key (hence audit key)
 // and one shared audit checkpoint directory.
 type fleet struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	dirs  []string // each keeper's working directory
 	cfgs  []string // each keeper's keeper.yml
@@ -40,13 +40,13 @@ type fleet struct {
 // newFleet starts n keepers on a fresh PostgreSQL database: the first
 // alone, so that it migrates the database and makes the one admin token,
 // then the others.
-func newFleet(t *testing.T, n int, extraConfig string) *fleet {
+func newFleet(t testing.TB, n int, extraConfig string) *fleet {
 	t.Helper()
 	return newFleetOn(t, testdb.FreshPostgres(t), n, extraConfig)
 }
 
 // newFleetOn is newFleet on the empty PostgreSQL database url.
-func newFleetOn(t *testing.T, url string, n int, extraConfig string) *fleet {
+func newFleetOn(t testing.TB, url string, n int, extraConfig string) *fleet {
 	t.Helper()
 	f := &fleet{t: t, url: url}
 	shared := t.TempDir()

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 type proc = keepertest.Proc
 
 // serve starts `keeper serve` with args in dir and waits until it listens.
-func serve(t *testing.T, dir string, args ...string) *proc {
+func serve(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
 	return keepertest.Serve(t, keeperBin, dir, args...)
 }

@@ -31,7 +31,7 @@ func adminClient(t *testing.T, k *proc, dataDir string) *client.Client {
 }
 
 // addSoul registers a real sshd as a soul, its key in a 0600 file.
-func addSoul(t *testing.T, c *client.Client, sid string, srv *sshtest.Server) {
+func addSoul(t testing.TB, c *client.Client, sid string, srv *sshtest.Server) {
 	t.Helper()
 	keyPath := filepath.Join(t.TempDir(), sid+".key")
 	if err := os.WriteFile(keyPath, srv.ClientKey, 0o600); err != nil {

@@ -332,7 +332,8 @@ func (s *System) buildRuns(ctx context.Context) error {
 	}
 	s.Runs, err = runner.New(ctx, runner.Config{
 		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
-		Lease: runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
+		Lease:   runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
+		Workers: c.Runs.Workers,
 		// The API is built after the runner and before it starts: drift
 		// checks finish through it.
 		Finished: s.runFinished,

@@ -163,7 +163,7 @@ var listening = regexp.MustCompile(`msg="keeper listening" addr=(https?://[0-9a-
 // Serve runs `bin serve --listen 127.0.0.1:0 args…` in dir and waits until
 // it listens; the process is killed, by its PID, if the test ends with it
 // still running.
-func Serve(t *testing.T, bin, dir string, args ...string) *Proc {
+func Serve(t testing.TB, bin, dir string, args ...string) *Proc {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Dir = dir
@@ -174,7 +174,7 @@ func Serve(t *testing.T, bin, dir string, args ...string) *Proc {
 // execs it, such as `ip netns exec`), and waits until it logs that it
 // listens; it is killed, by its PID, if the test ends with it still
 // running.
-func Run(t *testing.T, cmd *exec.Cmd) *Proc {
+func Run(t testing.TB, cmd *exec.Cmd) *Proc {
 	t.Helper()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -235,7 +235,7 @@ func (p *Proc) Drain() string {
 
 // Interrupt sends SIGINT (Ctrl-C), waits up to 20 s for a clean exit and
 // returns the log lines not read yet.
-func (p *Proc) Interrupt(t *testing.T) string {
+func (p *Proc) Interrupt(t testing.TB) string {
 	t.Helper()
 	return p.stop(t, syscall.SIGINT, 20*time.Second)
 }
@@ -243,12 +243,12 @@ func (p *Proc) Interrupt(t *testing.T) string {
 // Terminate sends SIGTERM, as systemd does on every stop, waits up to
 // 120 s for a clean exit (a drain takes up to drain_timeout) and returns
 // the log lines not read yet.
-func (p *Proc) Terminate(t *testing.T) string {
+func (p *Proc) Terminate(t testing.TB) string {
 	t.Helper()
 	return p.stop(t, syscall.SIGTERM, 120*time.Second)
 }
 
-func (p *Proc) stop(t *testing.T, sig syscall.Signal, within time.Duration) string {
+func (p *Proc) stop(t testing.TB, sig syscall.Signal, within time.Duration) string {
 	t.Helper()
 	if err := p.Cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
