@@ -58,6 +58,9 @@ type Config struct {
 	Spool string
 }
 
+// spoolSweepEvery is how often the agent removes expired spool entries.
+const spoolSweepEvery = time.Hour
+
 // ErrConfig means Config is incomplete.
 var ErrConfig = errors.New("agent: invalid config")
 
@@ -163,6 +166,8 @@ func Serve(ctx context.Context, cfg Config) error {
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
+	sweep := time.NewTicker(spoolSweepEvery)
+	defer sweep.Stop()
 	beat()
 	for {
 		select {
@@ -172,6 +177,10 @@ func Serve(ctx context.Context, cfg Config) error {
 			return nil
 		case <-ticker.C:
 			beat()
+		case <-sweep.C:
+			if a.spool != nil {
+				a.spool.sweep(time.Now())
+			}
 		}
 	}
 }

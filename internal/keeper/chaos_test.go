@@ -298,16 +298,6 @@ func TestChaosKill9Agent(t *testing.T) {
 	report(t, chaosRow{Fault: "keeper kill -9 x10, soul over the agent", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
 }
 
-// countReattached counts the command.reattached events of the runs.
-func countReattached(t *testing.T, c *client.Client, ids []string) int {
-	t.Helper()
-	n := 0
-	for _, id := range ids {
-		n += len(reattached(t, c, id))
-	}
-	return n
-}
-
 // privatePostgres is a PostgreSQL server of the test's own, which the
 // test may stop and start.
 type privatePostgres struct {

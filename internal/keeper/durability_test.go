@@ -355,3 +355,13 @@ func addBootingSoul(t *testing.T, c *client.Client, sid, user string) (boot func
 	}
 	return func() { sshtest.Start(t, sshtest.Options{Port: port, ClientKey: priv, User: user}) }
 }
+
+// countReattached counts the command.reattached events of the runs.
+func countReattached(t *testing.T, c *client.Client, ids []string) int {
+	t.Helper()
+	n := 0
+	for _, id := range ids {
+		n += len(reattached(t, c, id))
+	}
+	return n
+}
