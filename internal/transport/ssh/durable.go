@@ -24,10 +24,10 @@ import (
 //	other users: ${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool
 //
 // (a persistent directory, not the user's runtime dir, which logind
-// empties when the user's last session ends and every boot), with one
-// directory per command id holding the command's digest, the boot it
-// started in, its PID, its output (each stream cut at MaxOutput+1 bytes,
-// the rest read and dropped) and, once it has ended, its exit status. The
+// empties when the user's last session ends and every boot), with, per
+// command id, the command's digest, the boot it started in, its PID, its
+// output (each stream cut at MaxOutput+1 bytes, the rest read and dropped)
+// and, once it has ended, its exit status. The
 // command runs in a session of its own (setsid), so it outlives the SSH
 // session, the connection and the keeper.
 //
@@ -43,6 +43,12 @@ import (
 //	<marker> diverged                  the id names another command
 //	<marker> nospool                   the spool cannot be written
 //
+// The spool holds, per command id, the files <id>.meta (digest, boot id,
+// the supervisor's PID), <id>.pid, <id>.out, <id>.err, <id>.rc ("<status>
+// end") and the FIFOs <id>.o and <id>.e. The first exec claims the id by
+// creating <id>.meta with noclobber (O_EXCL): of two execs of one id, one
+// starts the command and the other attaches.
+//
 // Fencing: each exec leaves the run's epoch in the spool ("runs/<run>.e<N>",
 // only ever added), and refuses to start, attach or kill for an older one.
 // Spool entries are removed when the keeper says it stored their results
@@ -50,29 +56,32 @@ import (
 // spoolTTL, swept by the first durable command of each connection.
 const supervisorScript = `mk=$1 S=$2 I=$3 R=$4 E=$5 G=$6 M=$7 F=$8 W=$9
 shift 9
-CHILD=$1
-shift
+CHILD=$1 IN=$2
+shift 2
 [ -n "$S" ] || S=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool
 umask 077
 [ -d "$S/runs" ] || mkdir -p "$S/runs" 2>/dev/null || { echo "$mk nospool" >&2; exit 125; }
-[ -z "$F" ] || (cd "$S" && rm -rf -- $F)
+[ -z "$F" ] || (cd "$S" && for f in $F; do rm -rf -- "$f" "$f".*; done)
 if [ "$W" = 1 ]; then
 find "$S" -mindepth 1 -maxdepth 1 ! -name runs -mmin +` + spoolTTLMinutes + ` -exec rm -rf {} + 2>/dev/null
 find "$S/runs" -mindepth 1 -maxdepth 1 -mmin +` + spoolTTLMinutes + ` -exec rm -f {} + 2>/dev/null
 fi
-for x in "$S/runs/$R".e*; do
-[ -e "$x" ] || continue
-[ "${x##*.e}" -gt "$E" ] && { echo "$mk fenced ${x##*.e}" >&2; exit 125; }
+for ep in "$S/runs/$R".e*; do
+[ -e "$ep" ] || continue
+[ "${ep##*.e}" -gt "$E" ] && { echo "$mk fenced ${ep##*.e}" >&2; exit 125; }
 done
 [ -e "$S/runs/$R.e$E" ] || : >"$S/runs/$R.e$E"
-read boot </proc/sys/kernel/random/boot_id 2>/dev/null || boot=unknown
-D=$S/$I T=$S/.in.$$
-cat >"$T" || { rm -f "$T"; echo "$mk nospool" >&2; exit 125; }
+read boot 2>/dev/null </proc/sys/kernel/random/boot_id || boot=unknown
+D=$S/$I T=/dev/null
+if [ "$IN" = 1 ]; then T=$S/.in.$$; cat >"$T" || { rm -f "$T"; echo "$mk nospool" >&2; exit 125; }; fi
 while :; do
-if mkdir "$D" 2>/dev/null; then
-echo $$ >"$D/owner"; echo "$G" >"$D/digest"; echo "$boot" >"$D/boot"
-mkfifo "$D/o" "$D/e" || { echo "$mk nospool" >&2; exit 125; }
-exec 3<"$T"; rm -f "$T"
+set -C
+if { true >"$D.meta"; } 2>/dev/null; then
+set +C
+echo "$G $boot $$" >"$D.meta"
+mkfifo "$D.o" "$D.e" || { echo "$mk nospool" >&2; exit 125; }
+exec 3<"$T"
+[ "$T" = /dev/null ] || rm -f "$T"
 setsid /bin/sh -c "$CHILD" sh "$D" "$M" "$1" <&3 3<&- >/dev/null 2>&1 &
 c=$!
 exec 3<&-
@@ -80,46 +89,59 @@ echo "$mk pid $c new" >&2
 wait $c
 break
 fi
-rm -f "$T"
-read g <"$D/digest" 2>/dev/null || g=
+set +C
+[ "$T" = /dev/null ] || rm -f "$T"
+read g b o 2>/dev/null <"$D.meta" || g=
 if [ -n "$g" ] && [ "$g" != "$G" ]; then echo "$mk diverged" >&2; exit 125; fi
-n=0
-while [ ! -f "$D/pid" ]; do
-read o <"$D/owner" 2>/dev/null || o=
+n=0 c=
+while :; do
+read c 2>/dev/null <"$D.pid" || c=
+[ -n "$c" ] && break
+read g b o 2>/dev/null <"$D.meta" || o=
 if [ -z "$o" ] || ! kill -0 "$o" 2>/dev/null; then n=$((n+1)); fi
-if [ $n -gt 20 ]; then rm -rf "$D"; echo "$mk lost unstarted" >&2; exit 125; fi
+if [ $n -gt 20 ]; then rm -f "$D".*; echo "$mk lost unstarted" >&2; exit 125; fi
 sleep 0.1
 done
-read c <"$D/pid"; read b <"$D/boot" 2>/dev/null || b=
-if [ ! -f "$D/rc" ] && [ "$b" != "$boot" ]; then echo "$mk lost reboot" >&2; exit 125; fi
+rc=
+read rc fin 2>/dev/null <"$D.rc" || fin=
+if [ "$fin" != end ] && [ "$b" != "$boot" ]; then echo "$mk lost reboot" >&2; exit 125; fi
 echo "$mk pid $c attached" >&2
-while [ ! -f "$D/rc" ]; do
-if ! kill -0 "$c" 2>/dev/null; then sleep 0.2; [ -f "$D/rc" ] || { echo "$mk lost killed" >&2; exit 125; }; fi
+while :; do
+read rc fin 2>/dev/null <"$D.rc" || fin=
+[ "$fin" = end ] && break
+if ! kill -0 "$c" 2>/dev/null; then
+sleep 0.2
+read rc fin 2>/dev/null <"$D.rc" || fin=
+[ "$fin" = end ] && break
+echo "$mk lost killed" >&2; exit 125
+fi
 sleep 0.2
 done
 break
 done
-read rc <"$D/rc" 2>/dev/null || { echo "$mk lost killed" >&2; exit 125; }
+read rc fin 2>/dev/null <"$D.rc" || fin=
+[ "$fin" = end ] || { echo "$mk lost killed" >&2; exit 125; }
 sig=
 [ "$rc" -gt 128 ] && sig=$(kill -l $((rc - 128)) 2>/dev/null)
 echo "$mk end $rc $sig" >&2
-cat "$D/out" 2>/dev/null
-cat "$D/err" >&2 2>/dev/null
+[ ! -s "$D.out" ] || cat "$D.out"
+[ ! -s "$D.err" ] || cat "$D.err" >&2
 exit $rc`
 
 // childScript is the detached command under the supervisor: it writes its
 // own PID, runs the command line with its output through the spool's
-// FIFOs into files cut at max+1 bytes, and writes the exit status last
-// (rename: a reader sees all of it or none).
+// FIFOs into files cut at max+1 bytes (what comes past that is read and
+// dropped, so the command goes on as it would over a plain session), and
+// writes "<status> end" last, in one write: a reader that does not see
+// "end" knows the command has not ended.
 const childScript = `D=$1 M=$2
-echo $$ >"$D/pid.t" && mv -f "$D/pid.t" "$D/pid"
-{ head -c $((M + 1)) >"$D/out"; cat >/dev/null; } <"$D/o" &
-{ head -c $((M + 1)) >"$D/err"; cat >/dev/null; } <"$D/e" &
-/bin/sh -c "$3" >"$D/o" 2>"$D/e"
+echo $$ >"$D.pid"
+{ head -c $((M + 1)) >"$D.out"; while read -r _; do :; done; } <"$D.o" &
+{ head -c $((M + 1)) >"$D.err"; while read -r _; do :; done; } <"$D.e" &
+eval "$3" >"$D.o" 2>"$D.e"
 rc=$?
 wait
-rm -f "$D/o" "$D/e"
-echo $rc >"$D/rc.t" && mv -f "$D/rc.t" "$D/rc"`
+echo "$rc end" >"$D.rc"`
 
 // spoolTTL is how long a spool entry whose result the keeper never said it
 // stored is kept: longer than a run may last (runner.MaxTimeout), so an
@@ -186,7 +208,7 @@ func (c *Client) Via() string { return "ssh" }
 
 // durableLine is the command line of a durable command: the supervisor,
 // its arguments, and the command's own line as one word.
-func (c *Client) durableLine(marker, line string, d *transport.Durable) (string, error) {
+func (c *Client) durableLine(marker, line string, hasStdin bool, d *transport.Durable) (string, error) {
 	if !transport.ValidDurableID(d.ID) || !transport.ValidDurableID(d.Run) || strings.ContainsAny(d.Digest, " \t\n'\"\\") {
 		return "", fmt.Errorf("%w: durable command id %q, run %q or digest is not one the spool takes", ErrInvalidCommand, d.ID, d.Run)
 	}
@@ -196,13 +218,16 @@ func (c *Client) durableLine(marker, line string, d *transport.Durable) (string,
 			forget = append(forget, f)
 		}
 	}
-	w := "0"
+	w, in := "0", "0"
 	if sweep {
 		w = "1"
 	}
+	if hasStdin {
+		in = "1"
+	}
 	max := c.opts.MaxOutput
 	args := []string{"/bin/sh", "-c", supervisorScript, "sh", marker, c.spoolDir(), d.ID, d.Run, strconv.FormatInt(d.Epoch, 10), d.Digest,
-		strconv.Itoa(max), strings.Join(forget, " "), w, childScript, line}
+		strconv.Itoa(max), strings.Join(forget, " "), w, childScript, in, line}
 	out := "exec " + quoteArgs(args)
 	if len(out) > maxCommandLine {
 		return "", fmt.Errorf("%w: command line is %d bytes with its supervisor, over the %d a remote shell accepts", ErrInvalidCommand, len(out), maxCommandLine)
@@ -351,7 +376,7 @@ func (c *Client) killDurable(ctx context.Context, pid int, sudo bool, d *transpo
 	}
 	script := `S=$1 R=$2 E=$3
 [ -n "$S" ] || S=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool
-for x in "$S/runs/$R".e*; do [ -e "$x" ] || continue; [ "${x##*.e}" -gt "$E" ] && exit 125; done
+for ep in "$S/runs/$R".e*; do [ -e "$ep" ] || continue; [ "${ep##*.e}" -gt "$E" ] && exit 125; done
 ` + kill
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
 	defer cancel()

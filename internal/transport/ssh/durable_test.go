@@ -231,21 +231,17 @@ func TestDurableSpool(t *testing.T) {
 	if !res.StdoutTruncated || len(res.Stdout) > 1100 {
 		t.Fatalf("big output: %d bytes, truncated %v", len(res.Stdout), res.StdoutTruncated)
 	}
-	if fi, err := os.Stat(filepath.Join(h.spool, "big", "out")); err != nil || fi.Size() != 1001 {
+	if fi, err := os.Stat(filepath.Join(h.spool, "big.out")); err != nil || fi.Size() != 1001 {
 		t.Fatalf("spooled output = %v, %v; want 1001 bytes", fi, err)
 	}
 	c.Forget([]string{"big"})
 	exec(t, c, durable("next", 1, ssh.Command{Argv: []string{"true"}}))
-	if _, err := os.Stat(filepath.Join(h.spool, "big")); !os.IsNotExist(err) {
-		t.Fatalf("a forgotten entry is still spooled: %v", err)
+	if left, _ := filepath.Glob(filepath.Join(h.spool, "big.*")); len(left) > 0 {
+		t.Fatalf("a forgotten entry is still spooled: %v", left)
 	}
 	// A command that started in another boot and never ended.
-	d := filepath.Join(h.spool, "rebooted")
-	if err := os.MkdirAll(d, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for name, v := range map[string]string{"digest": "d-rebooted", "boot": "another-boot", "pid": "1", "owner": "1"} {
-		if err := os.WriteFile(filepath.Join(d, name), []byte(v+"\n"), 0o600); err != nil {
+	for name, v := range map[string]string{"rebooted.meta": "d-rebooted another-boot 1", "rebooted.pid": "1"} {
+		if err := os.WriteFile(filepath.Join(h.spool, name), []byte(v+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -81,7 +81,7 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 	}
 	var res Result
 	if cmd.Durable != nil {
-		if line, err = c.durableLine(marker, line, cmd.Durable); err != nil {
+		if line, err = c.durableLine(marker, line, len(stdin) > 0, cmd.Durable); err != nil {
 			return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, err)
 		}
 		res, err = c.runDurable(ctx, marker, line, stdin, sudo, cmd.Durable)
