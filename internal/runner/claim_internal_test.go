@@ -309,3 +309,28 @@ func TestRecoveryEnqueuesAStaleRunOnce(t *testing.T) {
 		t.Fatalf("three recovery passes enqueued %d jobs for one stale run, want 1", n)
 	}
 }
+
+// TestOwnIdleRunIsRequeued: a run this keeper holds and does not execute
+// (its execution stopped to be resumed while the keeper stayed up, so its
+// keeper row is fresh and no other keeper takes it) gets a queue job from
+// the heartbeat loop, once per StaleAfter; a run it executes gets none.
+func TestOwnIdleRunIsRequeued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r, st, run, jobs := deadKeepersRun(t, nil)
+	if _, ok, err := st.RunClaim(ctx, run.ID, "keeper-b", time.Now().Add(time.Minute)); err != nil || !ok {
+		t.Fatalf("claim by keeper-b: %v %v", ok, err)
+	}
+	before := jobs()
+	held := map[string]bool{run.ID: false}
+	r.requeueOwn(ctx, held)
+	r.requeueOwn(ctx, held)
+	if n := jobs() - before; n != 1 {
+		t.Fatalf("%d jobs for a run keeper-b holds and does not execute, want 1", n)
+	}
+	r.takeOff("run_flying")
+	r.requeueOwn(ctx, map[string]bool{"run_flying": false})
+	if n := jobs() - before; n != 1 {
+		t.Fatalf("a run the keeper executes was re-enqueued (%d jobs)", n)
+	}
+}

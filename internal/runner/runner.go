@@ -236,6 +236,9 @@ type Runner struct {
 	// execs are the executions here that the keeper's heartbeat holds,
 	// by run id: stopped when the lease is lost or a cancel requested.
 	execs map[string]*held
+	// ownRequeued is when the heartbeat loop last re-enqueued each run this
+	// keeper holds and does not execute (requeueOwn).
+	ownRequeued map[string]time.Time
 
 	secretsMu sync.Mutex
 	secrets   map[string]*liveSecrets // by run id, while the run executes here
@@ -280,7 +283,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, execs: map[string]*held{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, execs: map[string]*held{}, ownRequeued: map[string]time.Time{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	tasks := map[string]Periodic{}
