@@ -208,27 +208,10 @@ func TestChaosKill9Random(t *testing.T) {
 	addSoul(t, c, "h.local.test", srv)
 	ledgerPath := filepath.Join(t.TempDir(), "ledger")
 	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.3"), "${ input.host }", "h.local.test")
-	var ids []string
-	tags := map[string]string{}
-	const kills = 20
-	for kill := 0; kill < kills; kill++ {
-		for j := 0; j < 1+rng.IntN(3); j++ {
-			tag := fmt.Sprintf("k%02d-%d", kill, j)
-			run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": "h.local.test"}})
-			if err != nil {
-				t.Fatalf("submit %s: %v", tag, err)
-			}
-			ids = append(ids, run.ID)
-			tags[run.ID] = tag
-		}
-		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
-		if err := k.Cmd.Process.Kill(); err != nil { // the keeper this test started, by PID
-			t.Fatal(err)
-		}
-		<-k.Done()
+	ids, tags := killLoop(t, rng, 20, func() *client.Client { return c }, sc, "h.local.test", func() {
 		k = serve(t, dir)
 		c = adminClient(t, k, data)
-	}
+	}, func() *proc { return k })
 	final, outcome := settle(t, func() *client.Client { return c }, ids, 120*time.Second, "Succeeded")
 	checkLedger(t, ledgerPath, final, tags)
 	keeper := fmt.Sprintf("restarted 20 times, answers /healthz; %d commands reattached", countReattached(t, c, ids))
@@ -270,13 +253,29 @@ func TestChaosKill9Agent(t *testing.T) {
 	waitSoul(t, c, sid, func(s client.Soul) bool { return s.Status == "active" })
 	ledgerPath := filepath.Join(t.TempDir(), "ledger")
 	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.3"), "${ input.host }", sid)
+	ids, tags := killLoop(t, rng, 10, func() *client.Client { return c }, sc, sid, func() {
+		k = serve(t, dir, "--config", cfg)
+		c = adminClient(t, k, data)
+	}, func() *proc { return k })
+	final, outcome := settle(t, func() *client.Client { return c }, ids, 180*time.Second, "Succeeded")
+	checkLedger(t, ledgerPath, final, tags)
+	n := countReattached(t, c, ids)
+	keeper := fmt.Sprintf("restarted 10 times; the agent reconnected each time; %d commands reattached through it", n)
+	report(t, chaosRow{Fault: "keeper kill -9 x10, soul over the agent", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
+}
+
+// killLoop kills the keeper (keeper()) with SIGKILL kills times: before
+// each kill it submits 1-3 runs of sc on host through c() and waits a
+// random 0-1.5 s; after each it restarts the keeper (restart). It returns
+// the runs and the ledger tag of each.
+func killLoop(t *testing.T, rng *rand.Rand, kills int, c func() *client.Client, sc, host string, restart func(), keeper func() *proc) ([]string, map[string]string) {
+	t.Helper()
 	var ids []string
 	tags := map[string]string{}
-	const kills = 10
 	for kill := 0; kill < kills; kill++ {
 		for j := 0; j < 1+rng.IntN(3); j++ {
 			tag := fmt.Sprintf("k%02d-%d", kill, j)
-			run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": sid}})
+			run, _, err := c().RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": host}})
 			if err != nil {
 				t.Fatalf("submit %s: %v", tag, err)
 			}
@@ -284,18 +283,14 @@ func TestChaosKill9Agent(t *testing.T) {
 			tags[run.ID] = tag
 		}
 		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		k := keeper()
 		if err := k.Cmd.Process.Kill(); err != nil { // the keeper this test started, by PID
 			t.Fatal(err)
 		}
 		<-k.Done()
-		k = serve(t, dir, "--config", cfg)
-		c = adminClient(t, k, data)
+		restart()
 	}
-	final, outcome := settle(t, func() *client.Client { return c }, ids, 180*time.Second, "Succeeded")
-	checkLedger(t, ledgerPath, final, tags)
-	n := countReattached(t, c, ids)
-	keeper := fmt.Sprintf("restarted 10 times; the agent reconnected each time; %d commands reattached through it", n)
-	report(t, chaosRow{Fault: "keeper kill -9 x10, soul over the agent", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
+	return ids, tags
 }
 
 // privatePostgres is a PostgreSQL server of the test's own, which the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,53 +299,28 @@ func (s *supervised) refused() error {
 // running; any other end of ctx kills its process group, fenced by the
 // run's epoch.
 func (c *Client) runDurable(ctx context.Context, marker, line string, stdin []byte, sudo bool, d *transport.Durable) (Result, error) {
-	sess, err := c.newSession(ctx)
+	st, err := c.start(ctx, marker, line, stdin)
 	if err != nil {
 		return Result{}, err
 	}
-	defer sess.Close()
-	in, err := sess.StdinPipe()
-	if err != nil {
-		return Result{}, fmt.Errorf("open session: %w", err)
-	}
-	stdout := transport.NewCapture(c.opts.MaxOutput)
-	stderr := transport.NewCapture(c.opts.MaxOutput)
-	sn := newPIDSniffer(marker, stderr)
-	sess.Stdout, sess.Stderr = stdout, sn
-	if err := sess.Start(line); err != nil {
-		if errors.Is(err, io.EOF) || !c.alive() {
-			return Result{}, fmt.Errorf("start command: %w", ErrDisconnected)
-		}
-		return Result{}, errors.New("start command: the server refused the exec request")
-	}
-	go func() {
-		if len(stdin) > 0 {
-			in.Write(stdin)
-		}
-		in.Close()
-	}()
-	done := make(chan error, 1)
-	go func() { done <- sess.Wait() }()
+	defer st.sess.Close()
 	var waitErr error
 	select {
-	case waitErr = <-done:
+	case waitErr = <-st.done:
 	case <-ctx.Done():
 		if !transport.Detached(ctx) {
 			select {
-			case <-sn.found:
-				c.killDurable(ctx, sn.get(), sudo, d)
-			case <-done:
+			case <-st.sniffer.found:
+				c.killDurable(ctx, st.sniffer.get(), sudo, d)
+			case <-st.done:
 			case <-time.After(cancelGrace):
 			}
 		}
-		sess.Close()
-		sn.flush()
-		res := result(stdout, stderr)
-		return res, context.Cause(ctx)
+		st.sess.Close()
+		return st.result(), context.Cause(ctx)
 	}
-	sn.flush()
-	res := result(stdout, stderr)
-	sv := sn.supervised()
+	res := st.result()
+	sv := st.sniffer.supervised()
 	if err := sv.refused(); err != nil {
 		return res, err
 	}

@@ -105,64 +105,35 @@ func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
 // is what a cancelled Exec kills: sshd does not deliver SSH signal requests
 // to root sessions.
 func (c *Client) run(ctx context.Context, marker, line string, stdin []byte, sudo bool) (Result, error) {
-	sess, err := c.newSession(ctx)
+	st, err := c.start(ctx, marker, "echo "+marker+" $$ >&2; exec "+line, stdin)
 	if err != nil {
 		return Result{}, err
 	}
-	defer sess.Close()
-	in, err := sess.StdinPipe()
-	if err != nil {
-		return Result{}, fmt.Errorf("open session: %w", err)
-	}
-	stdout := transport.NewCapture(c.opts.MaxOutput)
-	stderr := transport.NewCapture(c.opts.MaxOutput)
-	pid := newPIDSniffer(marker, stderr)
-	sess.Stdout, sess.Stderr = stdout, pid
-	if err := sess.Start("echo " + marker + " $$ >&2; exec " + line); err != nil {
-		// x/crypto/ssh quotes the command line in this error, and the
-		// line holds the command's arguments: never pass its text on.
-		if errors.Is(err, io.EOF) || !c.alive() {
-			return Result{}, fmt.Errorf("start command: %w", ErrDisconnected)
-		}
-		return Result{}, errors.New("start command: the server refused the exec request")
-	}
-	// The writer ends when stdin is written or when the channel closes,
-	// whichever comes first; a command that never reads its stdin must
-	// not turn into an error.
-	go func() {
-		if len(stdin) > 0 {
-			in.Write(stdin)
-		}
-		in.Close()
-	}()
-	done := make(chan error, 1)
-	go func() { done <- sess.Wait() }()
-
+	defer st.sess.Close()
+	pid := st.sniffer
 	var waitErr error
 	select {
-	case waitErr = <-done:
+	case waitErr = <-st.done:
 	case <-ctx.Done():
-		sess.Signal(gossh.SIGKILL) // honoured for non-root sessions only
+		st.sess.Signal(gossh.SIGKILL) // honoured for non-root sessions only
 		finished := false
 		select {
 		case <-pid.found:
 			c.killGroup(ctx, pid.get(), sudo)
-		case <-done:
+		case <-st.done:
 			finished = true
 		case <-time.After(cancelGrace):
 		}
-		sess.Close()
+		st.sess.Close()
 		if !finished {
 			select {
-			case <-done:
+			case <-st.done:
 			case <-time.After(cancelGrace):
 			}
 		}
-		pid.flush()
-		return result(stdout, stderr), context.Cause(ctx)
+		return st.result(), context.Cause(ctx)
 	}
-	pid.flush()
-	res := result(stdout, stderr)
+	res := st.result()
 	var exitErr *gossh.ExitError
 	switch {
 	case waitErr == nil:
@@ -173,6 +144,60 @@ func (c *Client) run(ctx context.Context, marker, line string, stdin []byte, sud
 		return res, fmt.Errorf("%w: %v", ErrDisconnected, waitErr)
 	}
 	return res, nil
+}
+
+// started is a command line started on a session of its own: its output
+// captures, the sniffer of its marker lines, and its end (done).
+type started struct {
+	sess           *gossh.Session
+	stdout, stderr *transport.Capture
+	sniffer        *pidSniffer
+	done           chan error
+}
+
+// start opens a session, starts line on it with stdin, then end of file,
+// on its standard input, and captures its output (stderr through the
+// sniffer of marker's lines).
+func (c *Client) start(ctx context.Context, marker, line string, stdin []byte) (*started, error) {
+	sess, err := c.newSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	in, err := sess.StdinPipe()
+	if err != nil {
+		sess.Close()
+		return nil, fmt.Errorf("open session: %w", err)
+	}
+	st := &started{sess: sess, stdout: transport.NewCapture(c.opts.MaxOutput), stderr: transport.NewCapture(c.opts.MaxOutput), done: make(chan error, 1)}
+	st.sniffer = newPIDSniffer(marker, st.stderr)
+	sess.Stdout, sess.Stderr = st.stdout, st.sniffer
+	if err := sess.Start(line); err != nil {
+		sess.Close()
+		// x/crypto/ssh quotes the command line in this error, and the
+		// line holds the command's arguments: never pass its text on.
+		if errors.Is(err, io.EOF) || !c.alive() {
+			return nil, fmt.Errorf("start command: %w", ErrDisconnected)
+		}
+		return nil, errors.New("start command: the server refused the exec request")
+	}
+	// The writer ends when stdin is written or when the channel closes,
+	// whichever comes first; a command that never reads its stdin must
+	// not turn into an error.
+	go func() {
+		if len(stdin) > 0 {
+			in.Write(stdin)
+		}
+		in.Close()
+	}()
+	go func() { st.done <- sess.Wait() }()
+	return st, nil
+}
+
+// result is what the command wrote so far, the sniffer's held-back bytes
+// passed on.
+func (st *started) result() Result {
+	st.sniffer.flush()
+	return result(st.stdout, st.stderr)
 }
 
 // Session opening retries: sshd frees a finished session's slot a moment
