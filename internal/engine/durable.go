@@ -20,7 +20,8 @@ import (
 )
 
 // Commands that outlive the keeper. Every command a soul-side step of an
-// apply run sends is durable (transport.Durable): it has an id made of the
+// apply run sends is durable (transport.Durable), except the read-only
+// probes modules mark (module.Command.ReadOnly), which are run again: it has an id made of the
 // run, the step, the attempt, its place among the target's commands and
 // the soul, so that the same command of a resumed run has the same id; its
 // write-ahead record is stored before it is sent (Recorder.Command, fenced
@@ -160,6 +161,24 @@ func (t *soulTarget) execDurable(ctx context.Context, cmd transport.Command) (tr
 			return res, rerr
 		}
 		t.conn, why = conn, "redialled"
+	}
+}
+
+// execAgain runs a read-only command (a probe) as a plain command: after a
+// cut connection it redials and runs it again, which changes nothing.
+func (t *soulTarget) execAgain(ctx context.Context, cmd transport.Command) (transport.Result, error) {
+	for {
+		res, err := t.conn.Exec(ctx, cmd)
+		if err == nil || !errors.Is(err, transport.ErrDisconnected) || ctx.Err() != nil || t.redial == nil {
+			return res, err
+		}
+		d := t.durable
+		d.r.rec.Event(d.step.name, d.sid, client.LogData{Message: fmt.Sprintf("the connection to %s was cut during a read-only command (%s); reconnecting to run it again", d.sid, transport.Code(err))})
+		conn, rerr := t.reconnect(ctx, err)
+		if rerr != nil {
+			return res, rerr
+		}
+		t.conn = conn
 	}
 }
 

@@ -434,9 +434,12 @@ func (t *soulTarget) Exec(ctx context.Context, cmd module.Command) (module.ExecR
 	tc := transport.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo}
 	var res transport.Result
 	var err error
-	if t.durable != nil {
+	switch {
+	case t.durable != nil && !cmd.ReadOnly:
 		res, err = t.execDurable(ctx, tc)
-	} else {
+	case t.durable != nil:
+		res, err = t.execAgain(ctx, tc)
+	default:
 		res, err = t.conn.Exec(ctx, tc)
 	}
 	if err != nil {

@@ -208,6 +208,12 @@ type Command struct {
 	Dir string
 	// Stdin is written to the program's standard input, then closed.
 	Stdin []byte
+	// ReadOnly says the command changes nothing on the soul (a probe of
+	// the current state): it is sent as a plain command, run again rather
+	// than reattached after a crash or a cut connection, at the cost of a
+	// plain exec. Every other command of an apply run is durable (it
+	// outlives the keeper and the connection and never runs twice).
+	ReadOnly bool
 }
 
 // ExecResult is the outcome of a command that ran.

@@ -138,7 +138,7 @@ func guarded(ctx context.Context, p RanParams, t module.Target) (bool, error) {
 		if g.path == "" {
 			continue
 		}
-		res, err := t.Exec(ctx, module.Command{Argv: []string{"test", "-e", g.path}})
+		res, err := t.Exec(ctx, module.Command{Argv: []string{"test", "-e", g.path}, ReadOnly: true})
 		if err != nil {
 			return false, err
 		}

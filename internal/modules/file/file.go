@@ -149,7 +149,7 @@ type fileState struct {
 }
 
 func stat(ctx context.Context, t module.Target, path string) (fileState, error) {
-	res, err := t.Exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", statScript, "sh", path}})
+	res, err := t.Exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", statScript, "sh", path}, ReadOnly: true})
 	if err != nil {
 		return fileState{}, err
 	}
@@ -300,7 +300,7 @@ func (*Present) Check(ctx context.Context, run module.RunInfo, raw json.RawMessa
 		default:
 			var old []byte
 			if d.before.exists {
-				res, err := t.Exec(ctx, module.Command{Argv: []string{"cat", "--", p.Path}})
+				res, err := t.Exec(ctx, module.Command{Argv: []string{"cat", "--", p.Path}, ReadOnly: true})
 				if err != nil {
 					return module.Prediction{}, err
 				}

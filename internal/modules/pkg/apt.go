@@ -202,7 +202,7 @@ func (apt) candidates(ctx context.Context, t module.Target, pkgs []spec) ([]stri
 	for _, s := range pkgs {
 		args = append(args, s.raw)
 	}
-	res, err := t.Exec(ctx, module.Command{Argv: args})
+	res, err := t.Exec(ctx, module.Command{Argv: args, ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +223,7 @@ func (apt) query(ctx context.Context, t module.Target, pkgs []spec) (snapshot, e
 	for _, s := range pkgs {
 		args = append(args, s.query())
 	}
-	res, err := t.Exec(ctx, module.Command{Argv: args})
+	res, err := t.Exec(ctx, module.Command{Argv: args, ReadOnly: true})
 	if err != nil {
 		return snapshot{}, err
 	}
