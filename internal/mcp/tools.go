@@ -275,6 +275,8 @@ func progressText(ev client.RunEvent) string {
 		return fmt.Sprintf("step %s %s: %s", ev.Step, d.Status, countsText(d.Counts))
 	case client.StepInterruptedData:
 		return fmt.Sprintf("step %s (%s) was interrupted by a keeper stop and is not repeated", ev.Step, d.Module)
+	case client.CommandReattachedData:
+		return fmt.Sprintf("step %s on %s: reattached to command %s over %s (%s), not started again", ev.Step, ev.SID, d.Command, d.Transport, d.Why)
 	case client.RunFinishedData:
 		if d.Error != nil {
 			return fmt.Sprintf("run %s: %s: %s", d.Phase, d.Error.Code, d.Error.Message)

@@ -35,6 +35,10 @@ export function decode(ev) {
       return {...base, type: STEP_FINISHED, index: d.index, status: d.status || '', changed: !!d.changed, counts: d.counts || {}};
     case 'step.interrupted':
       return {...base, type: LOG, text: (d.module ? d.module + ' ' : '') + 'was running when the keeper stopped'};
+    case 'command.reattached':
+      return {...base, type: LOG, text: d.why === 'redialled'
+        ? `connection cut mid-command: reconnected and reattached to ${d.command || ''} (not started again)`
+        : `resumed (execution ${d.epoch || ''}): reattached to ${d.command || ''} over ${d.transport || ''} (not started again)`};
     case 'log':
       return {...base, type: LOG, text: d.message || ''};
     case 'run.finished':
