@@ -135,8 +135,8 @@ exit $rc`
 // "end" knows the command has not ended.
 const childScript = `D=$1 M=$2
 echo $$ >"$D.pid"
-{ head -c $((M + 1)) >"$D.out"; while read -r _; do :; done; } <"$D.o" &
-{ head -c $((M + 1)) >"$D.err"; while read -r _; do :; done; } <"$D.e" &
+{ head -c $((M + 1)) >"$D.out"; exec cat >/dev/null; } <"$D.o" &
+{ head -c $((M + 1)) >"$D.err"; exec cat >/dev/null; } <"$D.e" &
 eval "$3" >"$D.o" 2>"$D.e"
 rc=$?
 wait
