@@ -32,7 +32,7 @@ var samples = []struct {
 	{"base", "", client.StepFinishedData{Index: 1, Status: client.StepFailed, Changed: true,
 		Counts: map[client.TargetStatus]int{client.TargetChanged: 1, client.TargetUnreachable: 1}}},
 	{"provision", "", client.StepInterruptedData{Index: 0, Module: "core.cloud.created"}},
-	{"deploy", "web-1", client.CommandReattachedData{Command: "run_0123.2.1.1.5f3a9c1e", Transport: "ssh", Epoch: 2, Why: "resumed"}},
+	{"deploy", "web-1", client.CommandReattachedData{Command: "run_0123.2.1.1.5f3a9c1e0b7d4a21", Transport: "ssh", Epoch: 2, Why: "resumed"}},
 	{"", "", client.RunFinishedData{Phase: client.PhaseFailed, Error: &client.RunError{Code: "run.interrupted", Message: "the keeper stopped while step \"provision\" was running"}}},
 }
 

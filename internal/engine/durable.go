@@ -81,7 +81,7 @@ func (d *durableTarget) next(ctx context.Context, cmd transport.Command, via str
 	attempt, n := d.attempt, d.n
 	d.mu.Unlock()
 	h := sha256.Sum256([]byte(d.sid))
-	id := fmt.Sprintf("%s.%d.%d.%d.%s", d.r.id, d.step.index, attempt, n, hex.EncodeToString(h[:4]))
+	id := fmt.Sprintf("%s.%d.%d.%d.%s", d.r.id, d.step.index, attempt, n, hex.EncodeToString(h[:8]))
 	digest := commandDigest(cmd)
 	err := d.r.rec.Command(ctx, store.RunCommand{ID: id, StepIndex: d.step.index, SID: d.sid, Attempt: attempt, N: n, Digest: digest, Transport: via})
 	if err != nil {

@@ -79,7 +79,8 @@ type Run struct {
 // may already be running and through which transport it sent them.
 type RunCommand struct {
 	RunID string
-	// ID is the command id, "<run>.<step>.<attempt>.<n>.<sid hash>": the
+	// ID is the command id, "<run>.<step>.<attempt>.<n>.<sid hash>" (the
+	// first 8 bytes of the SID's SHA-256, in hex: unique in a step): the
 	// same command of a resumed run has the same id.
 	ID        string
 	StepIndex int
