@@ -17,11 +17,6 @@ import (
 	"github.com/soulstack/soulstack/internal/transport"
 )
 
-// SpoolTTL is how long the result of a durable command is kept when the
-// keeper never says it stored it: longer than a run may last, so that it
-// is there for as long as its run can be resumed.
-const SpoolTTL = 26 * time.Hour
-
 // spool keeps the agent's durable commands (wire.Durable): those running in
 // this process, and on disk, by command id, each one's digest and boot and,
 // once it ended, its result (its output is bounded by the request's
@@ -64,7 +59,7 @@ func newSpool(dir string) (*spool, error) {
 	return &spool{dir: dir, boot: strings.TrimSpace(string(b)), running: map[string]*durableRun{}, epochs: map[string]int64{}}, nil
 }
 
-// sweep removes entries older than SpoolTTL that no command of this
+// sweep removes entries older than transport.SpoolTTL that no command of this
 // process holds.
 func (s *spool) sweep(now time.Time) {
 	for _, sub := range []string{"", "runs"} {
@@ -74,7 +69,7 @@ func (s *spool) sweep(now time.Time) {
 				continue
 			}
 			info, err := e.Info()
-			if err != nil || now.Sub(info.ModTime()) < SpoolTTL {
+			if err != nil || now.Sub(info.ModTime()) < transport.SpoolTTL {
 				continue
 			}
 			s.mu.Lock()

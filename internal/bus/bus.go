@@ -139,45 +139,9 @@ type Server struct {
 	// warmUntil is the end of the start-up grace (WarmUntil).
 	warmUntil time.Time
 
-	forgetMu sync.Mutex
-	forgets  map[string][]string // sid -> spool entries to forget with its next durable command
-}
-
-// maxForget bounds the spool entries one command asks a soul to forget,
-// and maxForgetHeld those a keeper holds per soul; past it they expire on
-// the soul (agent.SpoolTTL).
-const (
-	maxForget     = 256
-	maxForgetHeld = 4 * maxForget
-)
-
-func (s *Server) addForget(sid string, ids []string) {
-	s.forgetMu.Lock()
-	defer s.forgetMu.Unlock()
-	if s.forgets == nil {
-		s.forgets = map[string][]string{}
-	}
-	held := s.forgets[sid]
-	for _, id := range ids {
-		if len(held) < maxForgetHeld {
-			held = append(held, id)
-		}
-	}
-	s.forgets[sid] = held
-}
-
-func (s *Server) takeForget(sid string) []string {
-	s.forgetMu.Lock()
-	defer s.forgetMu.Unlock()
-	held := s.forgets[sid]
-	n := min(len(held), maxForget)
-	out := append([]string(nil), held[:n]...)
-	if n == len(held) {
-		delete(s.forgets, sid)
-	} else {
-		s.forgets[sid] = held[n:]
-	}
-	return out
+	// forgets are the spool entries to forget with each soul's next
+	// durable command.
+	forgets transport.ForgetQueue
 }
 
 // currentEpoch returns a channel closed when the keeper's own connection

@@ -107,7 +107,7 @@ func (c *Conn) Via() string { return "agent" }
 
 // Forget queues the removal of the spool entries of ids on the soul, sent
 // with its next durable command.
-func (c *Conn) Forget(ids []string) { c.s.addForget(c.sid, ids) }
+func (c *Conn) Forget(ids []string) { c.s.forgets.Add(c.sid, ids) }
 
 // Exec sends cmd to the soul's agent and collects its output parts and
 // end. When ctx ends first it sends a cancel, which kills the command's
@@ -120,7 +120,7 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: c.s.cfg.MaxOutput}
 	cancelReq := wire.CancelRequest{ID: id}
 	if d := cmd.Durable; d != nil {
-		req.Durable = &wire.Durable{ID: d.ID, Run: d.Run, Epoch: d.Epoch, Digest: d.Digest, Forget: append(c.s.takeForget(c.sid), d.Forget...)}
+		req.Durable = &wire.Durable{ID: d.ID, Run: d.Run, Epoch: d.Epoch, Digest: d.Digest, Forget: c.s.forgets.Take(c.sid)}
 		cancelReq.Run, cancelReq.Epoch = d.Run, d.Epoch
 	}
 	if d, ok := ctx.Deadline(); ok {

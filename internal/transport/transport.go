@@ -52,9 +52,6 @@ type Durable struct {
 	// Digest is a hash of the command: a second Exec with the same id and
 	// another digest fails ErrDiverged instead of reattaching.
 	Digest string
-	// Forget names spooled commands whose results the keeper has stored:
-	// the soul removes their spool entries.
-	Forget []string
 }
 
 // ValidDurableID reports whether id can name a durable command.
@@ -211,8 +208,8 @@ var (
 )
 
 // Forgetter is a Conn whose soul spools durable commands: Forget queues
-// the removal of the spool entries of ids (done with a later command, or
-// by the soul's expiry).
+// the removal of the spool entries of ids (ForgetQueue: done with a later
+// command to the soul, or by the soul's expiry after SpoolTTL).
 type Forgetter interface {
 	Forget(ids []string)
 }

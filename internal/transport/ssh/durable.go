@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
@@ -52,8 +52,8 @@ import (
 // only ever added), and refuses to start, attach or kill for an older one.
 // Spool entries are removed when the keeper says it stored their results
 // (Forget, carried by a later command) and otherwise expire after
-// spoolTTL, swept by the first durable command of each connection.
-const supervisorScript = `mk=$1 S=$2 I=$3 R=$4 E=$5 G=$6 M=$7 F=$8 W=$9
+// transport.SpoolTTL, swept by the first durable command of each connection.
+var supervisorScript = `mk=$1 S=$2 I=$3 R=$4 E=$5 G=$6 M=$7 F=$8 W=$9
 shift 9
 CHILD=$1 IN=$2
 shift 2
@@ -65,10 +65,7 @@ if [ "$W" = 1 ]; then
 find "$S" -mindepth 1 -maxdepth 1 ! -name runs -mmin +` + spoolTTLMinutes + ` -exec rm -rf {} + 2>/dev/null
 find "$S/runs" -mindepth 1 -maxdepth 1 -mmin +` + spoolTTLMinutes + ` -exec rm -f {} + 2>/dev/null
 fi
-for ep in "$S/runs/$R".e*; do
-[ -e "$ep" ] || continue
-[ "${ep##*.e}" -gt "$E" ] && { echo "$mk fenced ${ep##*.e}" >&2; exit 125; }
-done
+` + fenceCheck(`echo "$mk fenced ${ep##*.e}" >&2`) + `
 [ -e "$S/runs/$R.e$E" ] || : >"$S/runs/$R.e$E"
 read boot 2>/dev/null </proc/sys/kernel/random/boot_id || boot=unknown
 D=$S/$I T=/dev/null
@@ -127,6 +124,13 @@ echo "$mk end $rc $sig" >&2
 [ ! -s "$D.err" ] || cat "$D.err" >&2
 exit $rc`
 
+// fenceCheck is the shell that refuses what it guards (onRefuse, then exit
+// 125) when the spool $S has seen a later epoch of run $R than $E: the
+// supervisor's start or attach, and a kill.
+func fenceCheck(onRefuse string) string {
+	return `for ep in "$S/runs/$R".e*; do [ -e "$ep" ] || continue; [ "${ep##*.e}" -gt "$E" ] && { ` + onRefuse + `; exit 125; }; done`
+}
+
 // childScript is the detached command under the supervisor: it writes its
 // own PID, runs the command line with its output through the spool's
 // FIFOs into files cut at max+1 bytes (what comes past that is read and
@@ -142,13 +146,8 @@ rc=$?
 wait
 echo "$rc end" >"$D.rc"`
 
-// spoolTTL is how long a spool entry whose result the keeper never said it
-// stored is kept: longer than a run may last (runner.MaxTimeout), so an
-// entry is there for as long as its run can be resumed.
-const (
-	spoolTTL        = 26 * time.Hour
-	spoolTTLMinutes = "1560"
-)
+// spoolTTLMinutes is transport.SpoolTTL for find -mmin.
+var spoolTTLMinutes = strconv.Itoa(int(transport.SpoolTTL / time.Minute))
 
 // rootSpool is the spool of a root login.
 const rootSpool = "/var/lib/soulstack/spool"
@@ -169,38 +168,13 @@ func (c *Client) spoolDir() string {
 // entries to forget with its next durable command, and whether its spool
 // was swept on this connection.
 type durableState struct {
-	mu     sync.Mutex
-	forget []string
-	swept  bool
+	forget transport.ForgetQueue // under the client's one soul, key ""
+	swept  atomic.Bool
 }
-
-// maxForget bounds the ids one command carries; the rest wait for the next
-// one or expire.
-const maxForget = 256
 
 // Forget queues the removal of the spool entries of ids with the client's
 // next durable command.
-func (c *Client) Forget(ids []string) {
-	c.durable.mu.Lock()
-	defer c.durable.mu.Unlock()
-	for _, id := range ids {
-		if transport.ValidDurableID(id) && len(c.durable.forget) < 4*maxForget {
-			c.durable.forget = append(c.durable.forget, id)
-		}
-	}
-}
-
-// takeDurable returns the ids to forget now and whether to sweep.
-func (c *Client) takeDurable() (forget []string, sweep bool) {
-	c.durable.mu.Lock()
-	defer c.durable.mu.Unlock()
-	n := min(len(c.durable.forget), maxForget)
-	forget = append([]string(nil), c.durable.forget[:n]...)
-	c.durable.forget = c.durable.forget[n:]
-	sweep = !c.durable.swept
-	c.durable.swept = true
-	return forget, sweep
-}
+func (c *Client) Forget(ids []string) { c.durable.forget.Add("", ids) }
 
 // Via says the client is the SSH transport.
 func (c *Client) Via() string { return "ssh" }
@@ -211,14 +185,9 @@ func (c *Client) durableLine(marker, line string, hasStdin bool, d *transport.Du
 	if !transport.ValidDurableID(d.ID) || !transport.ValidDurableID(d.Run) || strings.ContainsAny(d.Digest, " \t\n'\"\\") {
 		return "", fmt.Errorf("%w: durable command id %q, run %q or digest is not one the spool takes", ErrInvalidCommand, d.ID, d.Run)
 	}
-	forget, sweep := c.takeDurable()
-	for _, f := range d.Forget {
-		if transport.ValidDurableID(f) && len(forget) < maxForget {
-			forget = append(forget, f)
-		}
-	}
+	forget := c.durable.forget.Take("")
 	w, in := "0", "0"
-	if sweep {
+	if !c.durable.swept.Swap(true) {
 		w = "1"
 	}
 	if hasStdin {
@@ -350,8 +319,7 @@ func (c *Client) killDurable(ctx context.Context, pid int, sudo bool, d *transpo
 	}
 	script := `S=$1 R=$2 E=$3
 [ -n "$S" ] || S=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool
-for ep in "$S/runs/$R".e*; do [ -e "$ep" ] || continue; [ "${ep##*.e}" -gt "$E" ] && exit 125; done
-` + kill
+` + fenceCheck(":") + "\n" + kill
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelGrace)
 	defer cancel()
 	sess, err := c.conn.NewSession()
