@@ -130,55 +130,43 @@ func transportOf(conn transport.Conn) string {
 	return "ssh"
 }
 
-// execDurable runs cmd as a durable command on the target's connection:
-// recorded, sent, and on a cut connection redialled and reattached until
-// the step's deadline (or ReattachFor).
-func (t *soulTarget) execDurable(ctx context.Context, cmd transport.Command) (transport.Result, error) {
+// execDurable runs cmd on the target's connection and, after a cut
+// connection, redials (until the step's deadline, or ReattachFor) and
+// sends it again. A command that may change the soul (readOnly false) is
+// durable: recorded before it is sent, and reattached on the soul when
+// sent again; a read-only one (a probe) is a plain command, simply run
+// again.
+func (t *soulTarget) execDurable(ctx context.Context, cmd transport.Command, readOnly bool) (transport.Result, error) {
 	d := t.durable
-	dur, err := d.next(ctx, cmd, transportOf(t.conn))
-	if err != nil {
-		return transport.Result{}, err
+	what := "a read-only command"
+	if !readOnly {
+		dur, err := d.next(ctx, cmd, transportOf(t.conn))
+		if err != nil {
+			return transport.Result{}, err
+		}
+		cmd.Durable, what = dur, "command "+dur.ID
 	}
-	cmd.Durable = dur
 	why := "resumed"
 	for {
 		res, err := t.conn.Exec(ctx, cmd)
 		switch {
 		case err == nil:
 			if res.Reattached {
-				d.r.rec.Event(d.step.name, d.sid, client.CommandReattachedData{Command: dur.ID, Transport: transportOf(t.conn), Epoch: d.r.epoch, Why: why})
+				d.r.rec.Event(d.step.name, d.sid, client.CommandReattachedData{Command: cmd.Durable.ID, Transport: transportOf(t.conn), Epoch: d.r.epoch, Why: why})
 			}
 			return res, nil
 		case errors.Is(err, transport.ErrFenced):
-			d.r.fenced(ctx, d, dur, err)
+			d.r.fenced(ctx, d, cmd.Durable, err)
 			return res, err
 		case !errors.Is(err, transport.ErrDisconnected) || ctx.Err() != nil || t.redial == nil:
 			return res, err
 		}
-		d.r.rec.Event(d.step.name, d.sid, client.LogData{Message: fmt.Sprintf("the connection to %s was cut while command %s ran (%s); reconnecting to reattach it", d.sid, dur.ID, transport.Code(err))})
+		d.r.rec.Event(d.step.name, d.sid, client.LogData{Message: fmt.Sprintf("the connection to %s was cut while %s ran (%s); reconnecting to send it again", d.sid, what, transport.Code(err))})
 		conn, rerr := t.reconnect(ctx, err)
 		if rerr != nil {
 			return res, rerr
 		}
 		t.conn, why = conn, "redialled"
-	}
-}
-
-// execAgain runs a read-only command (a probe) as a plain command: after a
-// cut connection it redials and runs it again, which changes nothing.
-func (t *soulTarget) execAgain(ctx context.Context, cmd transport.Command) (transport.Result, error) {
-	for {
-		res, err := t.conn.Exec(ctx, cmd)
-		if err == nil || !errors.Is(err, transport.ErrDisconnected) || ctx.Err() != nil || t.redial == nil {
-			return res, err
-		}
-		d := t.durable
-		d.r.rec.Event(d.step.name, d.sid, client.LogData{Message: fmt.Sprintf("the connection to %s was cut during a read-only command (%s); reconnecting to run it again", d.sid, transport.Code(err))})
-		conn, rerr := t.reconnect(ctx, err)
-		if rerr != nil {
-			return res, rerr
-		}
-		t.conn = conn
 	}
 }
 
@@ -236,12 +224,14 @@ func (r *run) forget(targets []*soulTarget) {
 	}
 }
 
-// sentVia maps (step, soul) to the transport earlier executions sent
-// durable commands through.
+// sentVia maps (step, soul) (viaKey) to the transport earlier executions
+// sent durable commands through.
 func sentVia(cmds []store.RunCommand) map[string]string {
 	m := make(map[string]string, len(cmds))
 	for _, c := range cmds {
-		m[fmt.Sprintf("%d/%s", c.StepIndex, c.SID)] = c.Transport
+		m[viaKey(c.StepIndex, c.SID)] = c.Transport
 	}
 	return m
 }
+
+func viaKey(step int, sid string) string { return fmt.Sprintf("%d/%s", step, sid) }

@@ -643,7 +643,7 @@ func (r *run) reach(ctx context.Context, s *scenario.PlanStep, sid string) (modu
 	if r.souls.AwaitsReady(sid) {
 		r.rec.Event(s.Name, sid, client.LogData{Message: "first contact with a cloud-made soul: waiting until its cloud-init has finished"})
 	}
-	return r.souls.Target(ctx, sid, retry, s.Module.Info().NeedsRoot, r.via[fmt.Sprintf("%d/%s", s.Index, sid)])
+	return r.souls.Target(ctx, sid, retry, s.Module.Info().NeedsRoot, r.via[viaKey(s.Index, sid)])
 }
 
 // attempt runs the module on target, again after RetryDelay while it

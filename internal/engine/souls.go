@@ -108,10 +108,7 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 	if ok {
 		return so, nil
 	}
-	err := retryStore(ctx, func(ctx context.Context) (err error) {
-		so, err = s.store.SoulGet(ctx, sid)
-		return err
-	})
+	so, err := s.get(ctx, sid)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Soul{}, &module.Error{Code: "soul.not_found", Message: fmt.Sprintf("soul %q is not registered", sid)}
 	}
@@ -124,17 +121,22 @@ func (s *Souls) Lookup(ctx context.Context, sid string) (store.Soul, error) {
 	return so, nil
 }
 
+// get reads soul sid from the registry, retrying a passing refusal.
+func (s *Souls) get(ctx context.Context, sid string) (so store.Soul, err error) {
+	err = retryStore(ctx, func(ctx context.Context) (err error) {
+		so, err = s.store.SoulGet(ctx, sid)
+		return err
+	})
+	return so, err
+}
+
 // refreshFor bounds the registry read before a redial.
 const refreshFor = 2 * time.Second
 
 // refresh reads soul sid from the registry again (its status may have
 // changed since the run cached it).
 func (s *Souls) refresh(ctx context.Context, sid string) (store.Soul, error) {
-	var so store.Soul
-	err := retryStore(ctx, func(ctx context.Context) (err error) {
-		so, err = s.store.SoulGet(ctx, sid)
-		return err
-	})
+	so, err := s.get(ctx, sid)
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Soul{}, &module.Error{Code: "soul.destroyed", Message: fmt.Sprintf("soul %q is no longer registered", sid)}
 	}
@@ -434,12 +436,9 @@ func (t *soulTarget) Exec(ctx context.Context, cmd module.Command) (module.ExecR
 	tc := transport.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo}
 	var res transport.Result
 	var err error
-	switch {
-	case t.durable != nil && !cmd.ReadOnly:
-		res, err = t.execDurable(ctx, tc)
-	case t.durable != nil:
-		res, err = t.execAgain(ctx, tc)
-	default:
+	if t.durable != nil {
+		res, err = t.execDurable(ctx, tc, cmd.ReadOnly)
+	} else {
 		res, err = t.conn.Exec(ctx, tc)
 	}
 	if err != nil {
