@@ -313,7 +313,7 @@ func TestRecoveryEnqueuesAStaleRunOnce(t *testing.T) {
 // TestOwnIdleRunIsRequeued: a run this keeper holds and does not execute
 // (its execution stopped to be resumed while the keeper stayed up, so its
 // keeper row is fresh and no other keeper takes it) gets a queue job from
-// the heartbeat loop, once per StaleAfter; a run it executes gets none.
+// the recovery pass, once per StaleAfter; a run it executes gets none.
 func TestOwnIdleRunIsRequeued(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -321,16 +321,19 @@ func TestOwnIdleRunIsRequeued(t *testing.T) {
 	if _, ok, err := st.RunClaim(ctx, run.ID, "keeper-b", time.Now().Add(time.Minute)); err != nil || !ok {
 		t.Fatalf("claim by keeper-b: %v %v", ok, err)
 	}
+	if err := st.KeeperBeat(ctx, "keeper-b"); err != nil {
+		t.Fatal(err)
+	}
 	before := jobs()
-	held := map[string]bool{run.ID: false}
-	r.requeueOwn(ctx, held)
-	r.requeueOwn(ctx, held)
+	r.takeOff(run.ID)
+	r.recover(ctx, "keeper-b")
+	if n := jobs() - before; n != 0 {
+		t.Fatalf("a run the keeper executes was re-enqueued (%d jobs)", n)
+	}
+	r.landed(run.ID)
+	r.recover(ctx, "keeper-b")
+	r.recover(ctx, "keeper-b")
 	if n := jobs() - before; n != 1 {
 		t.Fatalf("%d jobs for a run keeper-b holds and does not execute, want 1", n)
-	}
-	r.takeOff("run_flying")
-	r.requeueOwn(ctx, map[string]bool{"run_flying": false})
-	if n := jobs() - before; n != 1 {
-		t.Fatalf("a run the keeper executes was re-enqueued (%d jobs)", n)
 	}
 }

@@ -236,9 +236,6 @@ type Runner struct {
 	// execs are the executions here that the keeper's heartbeat holds,
 	// by run id: stopped when the lease is lost or a cancel requested.
 	execs map[string]*held
-	// ownRequeued is when the heartbeat loop last re-enqueued each run this
-	// keeper holds and does not execute (requeueOwn).
-	ownRequeued map[string]time.Time
 
 	secretsMu sync.Mutex
 	secrets   map[string]*liveSecrets // by run id, while the run executes here
@@ -283,7 +280,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, execs: map[string]*held{}, ownRequeued: map[string]time.Time{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
+	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, execs: map[string]*held{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	tasks := map[string]Periodic{}
@@ -403,7 +400,7 @@ func (r *Runner) Start(ctx context.Context) error {
 			case <-loopCtx.Done():
 				return
 			case <-t.Chan():
-				r.recover(loopCtx, "")
+				r.recover(loopCtx, r.cfg.Owner)
 			}
 		}
 	}()
@@ -494,6 +491,14 @@ func (r *Runner) takeOff(id string) bool {
 	return true
 }
 
+// isFlying reports whether run id executes here.
+func (r *Runner) isFlying(id string) bool {
+	r.flightMu.Lock()
+	defer r.flightMu.Unlock()
+	_, ok := r.inFlight[id]
+	return ok
+}
+
 func (r *Runner) setFlying(id, step string) {
 	r.flightMu.Lock()
 	r.inFlight[id] = step
@@ -507,8 +512,12 @@ func (r *Runner) landed(id string) {
 }
 
 // recover re-enqueues runs that lost their executor: Running runs whose
-// lease is stale (or owned by owner, this keeper before it restarted), and
-// Pending runs whose queue job is stuck with a dead keeper (stuckJobs).
+// keeper's lease is stale, or that owner (this keeper) holds and does not
+// execute — at start every run it held, later one whose execution stopped
+// to be resumed while the keeper stayed up (its heartbeat given up while
+// the database was down), which no other keeper takes over since this
+// keeper's row is fresh — and Pending runs whose queue job is stuck with a
+// dead keeper (stuckJobs).
 func (r *Runner) recover(ctx context.Context, owner string) {
 	ids, err := r.cfg.Store.RunsOrphaned(ctx, owner, r.clock.Now().Add(-r.cfg.Lease.StaleAfter))
 	if err != nil {
@@ -524,8 +533,9 @@ func (r *Runner) recover(ctx context.Context, owner string) {
 	for _, id := range ids {
 		// One job per stale run per StaleAfter from each keeper: while
 		// every worker is busy the job waits in the queue, and a new one
-		// every RecoverEvery would only pile up.
-		if _, ok := r.recovered[id]; ok {
+		// every RecoverEvery would only pile up. A run of owner's that
+		// executes here is live.
+		if _, ok := r.recovered[id]; ok || r.isFlying(id) {
 			continue
 		}
 		if _, err := r.river.Insert(ctx, RunArgs{RunID: id}, nil); err != nil {

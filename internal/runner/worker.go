@@ -133,48 +133,7 @@ func (r *Runner) keepAlive(ctx context.Context) {
 			return nil, err
 		}
 		return r.cfg.Store.RunsHeld(ctx, r.cfg.Owner)
-	}, func(held map[string]bool, asked time.Time) {
-		r.judgeHeld(held, asked)
-		r.requeueOwn(ctx, held)
-	}, r.log)
-}
-
-// requeueOwn gives a queue job to each run this keeper holds and does not
-// execute: an execution that stopped to be resumed (its heartbeat given up
-// while the database was down, or a step cut by the drain timeout) leaves
-// its run owned by a keeper whose row is fresh again, which no other
-// keeper takes over. Once per StaleAfter per run.
-func (r *Runner) requeueOwn(ctx context.Context, held map[string]bool) {
-	now := r.clock.Now()
-	r.flightMu.Lock()
-	var own []string
-	for id := range held {
-		if _, flying := r.inFlight[id]; !flying {
-			own = append(own, id)
-		}
-	}
-	for id, at := range r.ownRequeued {
-		if now.Sub(at) >= r.cfg.Lease.StaleAfter {
-			delete(r.ownRequeued, id)
-		}
-	}
-	r.flightMu.Unlock()
-	for _, id := range own {
-		r.flightMu.Lock()
-		_, done := r.ownRequeued[id]
-		r.flightMu.Unlock()
-		if done {
-			continue
-		}
-		if _, err := r.river.Insert(ctx, RunArgs{RunID: id}, nil); err != nil {
-			r.log.Warn("re-enqueue a run this keeper holds and does not execute", "run", id, "err", err)
-			continue
-		}
-		r.flightMu.Lock()
-		r.ownRequeued[id] = now
-		r.flightMu.Unlock()
-		r.log.Info("resuming a run this keeper stopped executing", "run", id)
-	}
+	}, r.judgeHeld, r.log)
 }
 
 // judgeHeld stops the executions registered before asked whose runs are not
@@ -217,10 +176,13 @@ func keepAlive(ctx context.Context, clock clockwork.Clock, lease Lease, renew fu
 		// answer at all still lets the give-up happen in time.
 		giveUp := renewed.Add(lease.giveUp())
 		asked := clock.Now()
-		hctx, hcancel := clockwork.WithDeadline(ctx, clock, giveUp)
+		// Past the give-up time (the executions are stopped already), a
+		// renewal still gets a heartbeat's time to bring the keeper back.
+		deadline := giveUp
 		if !giveUp.After(asked) {
-			hctx, hcancel = context.WithTimeout(ctx, lease.Heartbeat)
+			deadline = asked.Add(lease.Heartbeat)
 		}
+		hctx, hcancel := clockwork.WithDeadline(ctx, clock, deadline)
 		held, err := renew(hctx)
 		hcancel()
 		switch {
