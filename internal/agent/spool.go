@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -127,9 +126,6 @@ func (s *spool) forget(ids []string) {
 	}
 }
 
-// errSpool is a spool entry that cannot be read or written.
-var errSpool = errors.New("agent spool")
-
 // durable runs req (which has Durable) or attaches to it. An outcome it
 // can give at once (refused, or spooled by an earlier run) is returned;
 // otherwise the command runs (or already ran) in a goroutine that replies
@@ -180,12 +176,12 @@ func (a *agent) durable(req wire.ExecRequest, replyTo string) (*Outcome, context
 		return &out, nil, nil
 	}
 	if err := os.Mkdir(entry, 0o700); err != nil {
-		return refuse("agent.invalid_command", fmt.Sprintf("%v: %v", errSpool, err))
+		return refuse("agent.invalid_command", "agent spool: "+err.Error())
 	}
 	mb, _ := json.Marshal(meta{Digest: d.Digest, Boot: s.boot, Run: d.Run, Epoch: d.Epoch})
 	if err := atomicfile.Write(filepath.Join(entry, "meta.json"), mb, 0o600); err != nil {
 		_ = os.RemoveAll(entry)
-		return refuse("agent.invalid_command", fmt.Sprintf("%v: %v", errSpool, err))
+		return refuse("agent.invalid_command", "agent spool: "+err.Error())
 	}
 	ctx, cancel := context.WithCancel(a.ctx)
 	r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: cancel, replies: []string{replyTo}}

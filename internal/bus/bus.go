@@ -209,16 +209,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		cfg.CalloutQueue = defaultCalloutQueue
 	}
 	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, paused: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
-	// Agents reconnect within their reconnect wait (1s) plus jitter (up to
-	// a heartbeat) of the keeper's restart, and are present at their
-	// first heartbeat.
-	s.warmUntil = time.Now().Add(ReconnectGrace(cfg.Heartbeat))
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.warmUntil = s.now().Add(reconnectGrace(cfg.Heartbeat))
 	s.calloutQ = make(chan *nats.Msg, cfg.CalloutQueue)
 	var err error
 	if s.issuer, err = newIssuer(cfg.IssuerSeed); err != nil {
@@ -688,9 +685,11 @@ func (s *Server) Agent(sid string) (transport.Conn, bool) {
 
 var _ transport.Agents = (*Server)(nil)
 
-// ReconnectGrace is how long after a bus starts its agents are expected to
-// have reconnected: three heartbeats and two seconds.
-func ReconnectGrace(heartbeat time.Duration) time.Duration { return 3*heartbeat + 2*time.Second }
+// reconnectGrace is how long after a bus starts its agents are expected to
+// have reconnected: they reconnect within their reconnect wait (1 s) plus
+// jitter (up to a heartbeat) and are present at their first heartbeat, so
+// three heartbeats and two seconds.
+func reconnectGrace(heartbeat time.Duration) time.Duration { return 3*heartbeat + 2*time.Second }
 
 // WarmUntil is when the bus's start-up grace ends: until then a soul with
 // an agent identity whose agent is not connected yet is waited for (its
