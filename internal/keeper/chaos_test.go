@@ -25,9 +25,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/config"
-	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
@@ -239,18 +237,7 @@ func TestChaosKill9Agent(t *testing.T) {
 	k := serve(t, dir, "--config", cfg)
 	c := adminClient(t, k, data)
 	const sid = "agent.local.test"
-	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(t)}}); err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.LoadOrCreateCA(filepath.Join(data, "tls"), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := bustest.Issue(t, ca, sid, time.Hour, time.Now())
-	recordSerial(t, config.Config{DataDir: data}, sid, id.Serial)
-	bustest.StartAgents(t, bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id},
-		Heartbeat: 300 * time.Millisecond, Jitter: -1, Spool: t.TempDir()})
-	waitSoul(t, c, sid, func(s client.Soul) bool { return s.Status == "active" })
+	agentSoul(t, c, config.Config{DataDir: data}, sid, port, 300*time.Millisecond)
 	ledgerPath := filepath.Join(t.TempDir(), "ledger")
 	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.3"), "${ input.host }", sid)
 	ids, tags := killLoop(t, rng, 10, func() *client.Client { return c }, sc, sid, func() {

@@ -101,18 +101,7 @@ func writesInFlight(b *testing.B, n int) (rowsPerSec, walPerSec float64) {
 	f := newFleet(b, 1, fmt.Sprintf("runs: {workers: 600}\nnats:\n  listen: 127.0.0.1:%d\n  heartbeat: 5s\n", port))
 	c := f.client(0)
 	const sid = "writes.local.test"
-	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(b)}}); err != nil {
-		b.Fatal(err)
-	}
-	data := filepath.Join(f.dirs[0], "data")
-	ca, err := pki.LoadOrCreateCA(filepath.Join(data, "tls"), time.Now())
-	if err != nil {
-		b.Fatal(err)
-	}
-	id := bustest.Issue(b, ca, sid, time.Hour, time.Now())
-	recordSerial(b, config.Config{DataDir: data, DatabaseURL: f.url}, sid, id.Serial)
-	bustest.StartAgents(b, bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id}, Heartbeat: 5 * time.Second, Jitter: -1, Spool: b.TempDir()})
-	waitSoulTB(b, c, sid)
+	agentSoul(b, c, config.Config{DataDir: filepath.Join(f.dirs[0], "data"), DatabaseURL: f.url}, sid, port, 5*time.Second)
 	marks := b.TempDir()
 	sc := "steps:\n  - name: wait\n    on: " + sid + "\n    module: core.command.ran\n    params: {cmd: 'touch " + marks + "/${ input.i }; sleep 120'}\n"
 	for i := range n {
@@ -176,6 +165,26 @@ func writesInFlight(b *testing.B, n int) (rowsPerSec, walPerSec float64) {
 	return float64(r1-r0) / window.Seconds(), float64(l1-l0) / window.Seconds()
 }
 
+// agentSoul registers soul sid with an SSH port nothing answers on, issues
+// its identity from the keeper's CA (cfg's data dir) as a join would, and
+// runs its agent (a process, with a spool) on the keeper's bus at
+// 127.0.0.1:port until the soul is active.
+func agentSoul(tb testing.TB, c *client.Client, cfg config.Config, sid string, port int, heartbeat time.Duration) {
+	tb.Helper()
+	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(tb)}}); err != nil {
+		tb.Fatal(err)
+	}
+	ca, err := pki.LoadOrCreateCA(cfg.TLSDir(), time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	id := bustest.Issue(tb, ca, sid, time.Hour, time.Now())
+	recordSerial(tb, cfg, sid, id.Serial)
+	bustest.StartAgents(tb, bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id},
+		Heartbeat: heartbeat, Jitter: -1, Spool: tb.TempDir()})
+	waitSoul(tb, c, sid, func(s client.Soul) bool { return s.Status == "active" })
+}
+
 // waitPath waits until path exists and returns its info.
 func waitPath(tb testing.TB, path string, within time.Duration) os.FileInfo {
 	tb.Helper()
@@ -188,20 +197,5 @@ func waitPath(tb testing.TB, path string, within time.Duration) os.FileInfo {
 			tb.Fatalf("%s did not appear within %s", path, within)
 		}
 		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// waitSoulTB waits until soul sid is active.
-func waitSoulTB(tb testing.TB, c *client.Client, sid string) {
-	tb.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if so, err := c.SoulGet(context.Background(), sid); err == nil && so.Status == "active" {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("soul %s not active within 30s", sid)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

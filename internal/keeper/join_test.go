@@ -121,7 +121,7 @@ func postJoin(t *testing.T, url string, pool *x509.CertPool, path string, body a
 }
 
 // waitSoul polls a soul until ok says it is as wanted.
-func waitSoul(t *testing.T, c *client.Client, sid string, ok func(client.Soul) bool) client.Soul {
+func waitSoul(t testing.TB, c *client.Client, sid string, ok func(client.Soul) bool) client.Soul {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {

@@ -163,7 +163,7 @@ func TestChaosZombieKeeper(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFile(t, started, 30*time.Second)
+	waitPath(t, started, 30*time.Second)
 	zombieConns, err := srv.ConnectionPIDs() // keeper 0's only: keeper 1 is not running
 	if err != nil || len(zombieConns) == 0 {
 		t.Fatalf("keeper 0's SSH connections = %v, %v", zombieConns, err)
@@ -172,8 +172,7 @@ func TestChaosZombieKeeper(t *testing.T) {
 	f.start(1)
 	// Keeper 1 takes the run over and reattaches the command: the soul
 	// then holds epoch 2 of the run.
-	epoch2 := filepath.Join("/var/lib/soulstack/spool/runs", run.ID+".e2")
-	waitFile(t, epoch2, 30*time.Second)
+	waitPath(t, filepath.Join(rootSpool, "runs", run.ID+".e2"), 30*time.Second)
 	for _, pid := range zombieConns {
 		_ = syscall.Kill(pid, syscall.SIGKILL) // the sshd connection process of the server this test started
 	}
@@ -211,16 +210,4 @@ func TestChaosZombieKeeper(t *testing.T) {
 	report(t, chaosRow{Fault: "zombie keeper: database partitioned, lease outlasting the other keeper's", Runs: 1,
 		Outcome: fmt.Sprintf("%s on the other keeper; the zombie's reattach (epoch 1) refused by the soul, %d command.fenced audited; each command ran once", final.Phase, fenced),
 		Keeper:  "the zombie stopped at the fence", Duration: time.Since(start)})
-}
-
-func waitFile(t *testing.T, path string, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s did not appear within %s", path, within)
 }
