@@ -24,12 +24,17 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-// LocalGatewayName is the name every local VM's /etc/hosts gives the
-// bridge's address, where the host (and so the keeper) answers it.
+// LocalGatewayName is the name every local or QEMU VM's /etc/hosts gives
+// its bridge's address, where the host (and so the keeper) answers it.
 const LocalGatewayName = "soulstack-local-gateway"
 
-// localDriver is the driver whose VMs reach the keeper on the bridge.
+// localDriver is the driver whose VMs share the host's kernel.
 const localDriver = "local"
+
+// onHost reports whether the VMs of driver run on the keeper's host and
+// reach it on their bridge as LocalGatewayName: the local driver's and
+// the QEMU driver's.
+func onHost(driver string) bool { return driver == localDriver || driver == "qemu" }
 
 // agentSide is the keeper's side of souls that onboard themselves: the
 // CA that signs their certificates, the agent listener (TLS with that
@@ -158,7 +163,7 @@ func (a *agentSide) advertised(driver string) string {
 		return ""
 	case a.advertise != "":
 		return a.advertise
-	case driver == localDriver || a.fallbackHost == "":
+	case onHost(driver) || a.fallbackHost == "":
 		return "https://" + net.JoinHostPort(LocalGatewayName, strconv.Itoa(a.port))
 	}
 	return "https://" + net.JoinHostPort(a.fallbackHost, strconv.Itoa(a.port))

@@ -34,7 +34,7 @@ func agentBusURLs(c config.Config, side *agentSide, port string, busURLs func() 
 		}
 		host := listenHost
 		switch {
-		case driver == localDriver:
+		case onHost(driver):
 			host = LocalGatewayName
 		case side != nil && side.advertise != "":
 			// Where souls reach the agent listener (advertise_url), they

@@ -21,7 +21,15 @@ import (
 // the directory renamed into place. Builds of one base are serialized by
 // a flock; a finished base is never written again.
 func ensureBase(ctx context.Context, cfg Config, name string, log *slog.Logger) (string, error) {
-	dir := cfg.basesDir()
+	recipe := bases[name]
+	return BuildBase(ctx, cfg.basesDir(), name, recipe.suite, recipe.include, cfg.DebianMirror, log)
+}
+
+// BuildBase returns dir/name, a Debian root of suite with the packages
+// include (a comma-separated list for debootstrap's --include) built
+// from mirror if dir lacks it, as ensureBase does for this driver's
+// bases. soul-cloud-qemu builds its machine images' roots with it.
+func BuildBase(ctx context.Context, dir, name, suite, include, mirror string, log *slog.Logger) (string, error) {
 	final := filepath.Join(dir, name)
 	ready := func() bool { return exists(filepath.Join(final, "usr/sbin/sshd")) }
 	if ready() {
@@ -42,7 +50,6 @@ func ensureBase(ctx context.Context, cfg Config, name string, log *slog.Logger) 
 	if err != nil {
 		return "", unavailable("base %s is not built yet and debootstrap is not installed (apt-get install debootstrap)", name)
 	}
-	recipe := bases[name]
 	// Builds that did not finish (the holder of the lock died) are no
 	// use: their processes died with their process group.
 	stale, _ := filepath.Glob(filepath.Join(dir, name+".building-*"))
@@ -61,8 +68,8 @@ func ensureBase(ctx context.Context, cfg Config, name string, log *slog.Logger) 
 	}
 	defer logf.Close()
 	start := time.Now()
-	log.Info("building base", "base", name, "dir", final, "mirror", cfg.DebianMirror)
-	cmd := exec.CommandContext(ctx, tool, "--variant=minbase", "--include="+recipe.include, recipe.suite, tmp, cfg.DebianMirror)
+	log.Info("building base", "base", name, "dir", final, "mirror", mirror)
+	cmd := exec.CommandContext(ctx, tool, "--variant=minbase", "--include="+include, suite, tmp, mirror)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Env = []string{"PATH=" + vmPath, "LANG=C.UTF-8"}
