@@ -158,10 +158,21 @@ func (t *soulTarget) execDurable(ctx context.Context, cmd transport.Command, rea
 		case errors.Is(err, transport.ErrFenced):
 			d.r.fenced(ctx, d, cmd.Durable, err)
 			return res, err
+		case errors.Is(err, transport.ErrUnreachable) && ctx.Err() == nil && t.redial != nil:
+			// Nothing took the command (an agent that was present has gone,
+			// its soul rebooting, say): wait for the soul as for a cut.
+			d.r.rec.Event(d.step.name, d.sid, client.LogData{Message: fmt.Sprintf("%s could not be sent to %s (%s); reconnecting to send it", what, d.sid, transport.Code(err))})
+			// The bus may still count the agent present for a moment.
+			select {
+			case <-ctx.Done():
+				return res, err
+			case <-d.r.e.clock().After(redialEvery):
+			}
 		case !errors.Is(err, transport.ErrDisconnected) || ctx.Err() != nil || t.redial == nil:
 			return res, err
+		default:
+			d.r.rec.Event(d.step.name, d.sid, client.LogData{Message: fmt.Sprintf("the connection to %s was cut while %s ran (%s); reconnecting to send it again", d.sid, what, transport.Code(err))})
 		}
-		d.r.rec.Event(d.step.name, d.sid, client.LogData{Message: fmt.Sprintf("the connection to %s was cut while %s ran (%s); reconnecting to send it again", d.sid, what, transport.Code(err))})
 		conn, rerr := t.reconnect(ctx, err)
 		if rerr != nil {
 			return res, rerr

@@ -212,6 +212,8 @@ func (*Created) Info() module.Info {
 				"and with no setting the public one is used when the VM has one, else the private one. Any other value fails the step before " +
 				"anything is made (cloud.address_invalid); a VM without the address asked for fails it after the create (cloud.address_missing; " +
 				"the VMs are tagged with the request, soulctl cloud orphans lists them). Choose private when the keeper is in the VMs' network.",
+			"The keeper logs in to the VMs as the profile's ssh_user; a profile without one uses the login user the driver reports in the VM's " +
+				"ssh_user attribute (soul-cloud-qemu: debian, cloud-init's default user of Debian's images), else root.",
 			"Souls rows created by this step have no creating actor (keeper-internal action).",
 			"With self_onboard the userdata fetches the soul agent from the keeper's agent listener (advertise_url, checked against the keeper CA's fingerprint and the binary's sha256), " +
 				"runs `soul join` and starts `soul run`. The join uses the VM's one-time bootstrap token (issued, bound to the SID, valid for bootstrap_token_ttl from creation): " +

@@ -445,9 +445,6 @@ func (c *creation) register(p CreatedParams, h *Services, run module.RunInfo, vm
 		SSHUser string `json:"ssh_user"`
 	}
 	_ = json.Unmarshal(c.profile, &sshUser)
-	if sshUser.SSHUser == "" {
-		sshUser.SSHUser = "root"
-	}
 	r := &registration{souls: make([]store.Soul, len(vms)), tokens: make([]store.BootstrapToken, len(vms)), hosts: make([]any, len(vms)), vmIDs: make([]string, len(vms))}
 	for i, vm := range vms {
 		sid := strings.TrimSuffix(vm.FQDN, ".")
@@ -466,9 +463,19 @@ func (c *creation) register(p CreatedParams, h *Services, run module.RunInfo, vm
 		// ssh_host_key) lets the keeper pin it now instead of trusting
 		// the first contact.
 		hostKey, _ := vm.Attributes["ssh_host_key"].(string)
+		// The login user: the profile's ssh_user, else the one the driver
+		// reports (its default, such as a cloud image's cloud-init user),
+		// else root.
+		user := sshUser.SSHUser
+		if user == "" {
+			user, _ = vm.Attributes["ssh_user"].(string)
+		}
+		if user == "" {
+			user = "root"
+		}
 		r.souls[i] = store.Soul{
 			SID: sid, Provider: c.prov.Name, VMID: vm.ID, Address: addr, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
-			Connection: store.Connection{Transport: "ssh", User: sshUser.SSHUser, Port: 22, HostKey: hostKey,
+			Connection: store.Connection{Transport: "ssh", User: user, Port: 22, HostKey: hostKey,
 				AwaitJoin: p.SelfOnboard && hostKey == "" && joinsByItself(h, c.prov.Driver)},
 		}
 		r.tokens[i] = store.BootstrapToken{ID: randomID("bt_", 12), SID: sid, Hash: c.hashes[i], ExpiresAt: created.Add(h.BootstrapTTL)}

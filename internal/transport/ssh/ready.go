@@ -50,9 +50,22 @@ const readyLogLines = 20
 // The wait runs as the connecting user, without sudo: until cloud-init has
 // finished, the user's sudo rule may not exist yet. The log is root's to
 // read on most images, hence sudo -n after a plain try.
+//
+// cloud-init before 23.1 (Debian bookworm's 22.4) reports done between
+// two of its stages, once modules:config has finished and before
+// modules:final has started: status --wait returns while the userdata's
+// runcmd has not run yet. Under systemd the probe therefore also waits
+// until no cloud-init unit has a job queued (the boot's start jobs are
+// queued at once, so cloud-final's is there until it runs), then asks
+// again.
 var readyProbe = `if command -v cloud-init >/dev/null 2>&1; then
 cloud-init status --wait >/dev/null 2>&1
 rc=$?
+if [ -d /run/systemd/system ]; then
+while systemctl list-jobs --no-legend --no-pager 2>/dev/null | grep -Eq '[[:space:]]cloud-(init-local|init|config|final)\.service[[:space:]]'; do sleep 1; done
+cloud-init status --wait >/dev/null 2>&1
+rc=$?
+fi
 echo "cloud-init $rc"
 if [ "$rc" != 0 ] && [ "$rc" != 2 ]; then
 cloud-init status --long 2>&1 | head -n 40
