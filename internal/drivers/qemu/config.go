@@ -35,7 +35,7 @@ const (
 	// MaxCPUs bounds the cpus a VM may ask for.
 	MaxCPUs = 64
 	// MaxDiskGB bounds disk_gb.
-	MaxDiskGB = 4096
+	MaxDiskGB   = 4096
 	maxMemoryMB = 1 << 20
 )
 

@@ -364,7 +364,7 @@ func (d *Driver) makeVM(ctx context.Context, st store, p plan, req driversdk.Cre
 	}
 	v := &vmRecord{
 		ID: id, Index: i, FQDN: name, IP: ip, MAC: localcloud.MACFor(ip), Tap: tapName(id), Spec: p.spec, Accel: accel, Image: img,
-		Tags: map[string]string{driversdk.TagRunID: req.RunID, driversdk.TagRequestID: req.RequestID, driversdk.TagKeeper: req.Provider.KeeperID},
+		Tags:      map[string]string{driversdk.TagRunID: req.RunID, driversdk.TagRequestID: req.RequestID, driversdk.TagKeeper: req.Provider.KeeperID},
 		CreatedAt: time.Now().UTC(), HostKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))),
 	}
 	dir := st.vmDir(id)

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"mime/multipart"
-	"net/textproto"
 	"net/netip"
+	"net/textproto"
 	"os"
 	"strings"
 
@@ -96,7 +96,7 @@ func (s seed) userData() ([]byte, error) {
 		"merge_how": "list(append)+dict(no_replace,recurse_list)+str()",
 		"fqdn":      s.FQDN, "hostname": s.FQDN, "prefer_fqdn_over_hostname": true, "preserve_hostname": false,
 		"manage_etc_hosts": true,
-		"ssh_deletekeys": true, "ssh_genkeytypes": []string{},
+		"ssh_deletekeys":   true, "ssh_genkeytypes": []string{},
 		"ssh_keys": map[string]string{"ed25519_private": s.HostKey, "ed25519_public": s.HostKeyPub},
 	}
 	if len(s.AuthorizedKeys) > 0 {

@@ -37,16 +37,16 @@ const (
 
 // vmRecord is what the driver remembers of one VM.
 type vmRecord struct {
-	ID        string            `json:"id"`
-	Index     int               `json:"index"`
-	FQDN      string            `json:"fqdn"`
-	IP        netip.Addr        `json:"ip"`
-	MAC       string            `json:"mac"`
-	Tap       string            `json:"tap"`
-	Spec      Spec              `json:"spec"`
-	Accel     string            `json:"accel"`
+	ID    string     `json:"id"`
+	Index int        `json:"index"`
+	FQDN  string     `json:"fqdn"`
+	IP    netip.Addr `json:"ip"`
+	MAC   string     `json:"mac"`
+	Tap   string     `json:"tap"`
+	Spec  Spec       `json:"spec"`
+	Accel string     `json:"accel"`
 	// Image is what the VM's disk is made on and how it boots.
-	Image image `json:"image"`
+	Image     image             `json:"image"`
 	Tags      map[string]string `json:"tags"`
 	CreatedAt time.Time         `json:"created_at"`
 	// HostKey is the public half of the sshd host key the driver made
