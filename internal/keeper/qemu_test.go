@@ -247,18 +247,11 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 }
 
 // TestQEMUWaitsForCloudInit: sshd in a real VM answers long before
-// cloud-init has finished (ansible#44378: the userdata's runcmd sleeps
-// here), and the first step on the soul still runs only after it has.
-//
-// Open (issue 23): on this machine the first step still found the runcmd
-// unfinished, although `cloud-init status --wait` in the same VM waits
-// correctly when run by hand and the probe now also waits for queued
-// cloud-init units; the keeper's wait is to be traced before this test is
-// turned on (SOULSTACK_TEST_QEMU_READY=1 runs it).
+// cloud-init has finished (ansible#44378: the keeper's userdata, rendered
+// from keeper.yml's cloud_init, has a runcmd that sleeps), and the first
+// step on the soul still runs only after it has: cloud-init 22.4 reports
+// done between its config and final stages, which the probe waits out.
 func TestQEMUWaitsForCloudInit(t *testing.T) {
-	if os.Getenv("SOULSTACK_TEST_QEMU_READY") != "1" {
-		t.Skip("open bug (issue 23): the keeper's readiness wait does not hold on a QEMU VM yet; SOULSTACK_TEST_QEMU_READY=1 runs this test")
-	}
 	qemutest.RequireImageBuild(t)
 	t.Parallel()
 	const marker = "/var/tmp/cloud-init-finished"
@@ -272,7 +265,7 @@ func TestQEMUWaitsForCloudInit(t *testing.T) {
   - name: provision
     on: keeper
     module: core.cloud.created
-    params: {provider: qemu, count: 1, profile: {memory_mb: 768}}
+    params: {provider: qemu, count: 1, generate_userdata: true, profile: {memory_mb: 768}}
   - name: first
     on: "${ steps.provision.output.hosts.map(h, h.sid) }"
     module: core.command.ran

@@ -18,10 +18,12 @@ import (
 const DefaultReadyTimeout = 15 * time.Minute
 
 // ReadyConnectRetry is how a soul that awaits readiness is connected to
-// when the step sets no connect policy: about a minute of tries, longer
-// than the transport's default, since a VM just made may still be booting
-// or, its sshd up, refuse the key its cloud-init has not yet written.
-var ReadyConnectRetry = transport.RetryPolicy{Attempts: 12, Interval: 5 * time.Second}
+// when the step sets no connect policy: about five minutes of tries (as
+// Terraform's connection timeout), far longer than the transport's
+// default, since a VM just made may still be booting (a machine under
+// software emulation takes more than a minute to start sshd) or, its
+// sshd up, refuse the key its cloud-init has not yet written.
+var ReadyConnectRetry = transport.RetryPolicy{Attempts: 60, Interval: 5 * time.Second}
 
 // Codes of a soul that is not ready (ReadyError).
 const (
