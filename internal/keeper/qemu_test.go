@@ -172,10 +172,11 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
         echo "jq: $(jq --version)"
         echo "docker: $(systemctl is-active docker.service) $(docker info --format '{{.Driver}}')"
         echo "cloud-init: $(cloud-init status | cut -d' ' -f2)"
+        echo "schema: $(cloud-init schema --system >/dev/null 2>&1 && echo valid || echo invalid)"
 `, sid)
 	got := stdoutOf(t, runScenario(t, c, "look.yaml", look, nil, 5*time.Minute).Steps[0].Targets[0])
 	t.Logf("on %s:\n%s", sid, got)
-	for _, want := range []string{"init: systemd", "soul: active enabled", "jq: jq-1.6", "docker: active overlay2", "cloud-init: done"} {
+	for _, want := range []string{"init: systemd", "soul: active enabled", "jq: jq-1.6", "docker: active overlay2", "cloud-init: done", "schema: valid"} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("the VM says\n%s\nwant a line %q", got, want)
 		}

@@ -96,8 +96,8 @@ func (s seed) userData() ([]byte, error) {
 		"merge_how": "list(append)+dict(no_replace,recurse_list)+str()",
 		"fqdn":      s.FQDN, "hostname": s.FQDN, "prefer_fqdn_over_hostname": true, "preserve_hostname": false,
 		"manage_etc_hosts": true,
-		"ssh_deletekeys":   true, "ssh_genkeytypes": []string{},
-		"ssh_keys": map[string]string{"ed25519_private": s.HostKey, "ed25519_public": s.HostKeyPub},
+		"ssh_deletekeys":   true,
+		"ssh_keys":         map[string]string{"ed25519_private": s.HostKey, "ed25519_public": s.HostKeyPub},
 	}
 	if len(s.AuthorizedKeys) > 0 {
 		keys := make([]string, len(s.AuthorizedKeys))
