@@ -214,12 +214,17 @@ type AuditProblem struct {
 // SHA-256 instead of an HMAC under the audit key; Checkpoints counts the
 // signed checkpoints the log was checked against.
 type AuditReport struct {
-	OK          bool           `json:"ok"`
-	Checked     int64          `json:"checked"`
-	HeadSeq     int64          `json:"head_seq"`
-	Legacy      int64          `json:"legacy"`
-	Checkpoints int            `json:"checkpoints"`
-	Problems    []AuditProblem `json:"problems"`
+	OK          bool  `json:"ok"`
+	Checked     int64 `json:"checked"`
+	HeadSeq     int64 `json:"head_seq"`
+	Legacy      int64 `json:"legacy"`
+	Checkpoints int   `json:"checkpoints"`
+	// Restores counts the restore records (keeper restore) the log was
+	// checked against; Superseded the checkpoints whose rows a restore
+	// gave up, which are reported, not problems.
+	Restores   int            `json:"restores"`
+	Superseded int            `json:"superseded"`
+	Problems   []AuditProblem `json:"problems"`
 }
 
 // AuditList is a page of audit events, with the chain verification when

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -80,7 +81,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newMigrate(), newAudit(), newToken(), newVersion())
+	root.AddCommand(newServe(), newMigrate(), newBackup(), newRestore(), newAudit(), newToken(), newVersion())
 	return root
 }
 
@@ -141,6 +142,90 @@ func newMigrate() *cobra.Command {
 	return cmd
 }
 
+func newBackup() *cobra.Command {
+	var f flags
+	var includeKey bool
+	cmd := &cobra.Command{
+		Use:   "backup FILE",
+		Short: "Write a consistent online backup of the keeper to FILE",
+		Long: `Write a consistent backup of the keeper's data to FILE (a gzipped tar, mode
+0600), while the keeper runs: the SQLite database as one snapshot (VACUUM
+INTO), the keeper id, its SSH key and CA (private keys sealed with the data
+key), its files, and the audit checkpoints and restore records, copied
+before the database so that none is ahead of it. The audit log must verify
+first (backup.audit_broken otherwise): a backup never carries a broken log
+on. The data key itself is not in the backup unless --include-data-key;
+keep it (or data_key_ref's secret) apart, as restore needs it.
+
+With PostgreSQL (database_url) the database is not in FILE: back it up with
+pg_dump (docs/operations.md) and keep FILE with the dump.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.load()
+			if err != nil {
+				return err
+			}
+			m, err := keeper.Backup(cmd.Context(), c, args[0], keeper.BackupOptions{IncludeDataKey: includeKey})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "backed up keeper %s (%s, schema %d, audit row %d, %d files) to %s\n", m.KeeperID, m.Backend, m.SchemaVersion, m.Audit.Seq, len(m.Files), args[0])
+			if !m.DataKey.Included {
+				fmt.Fprintf(cmd.OutOrStdout(), "the data key is not in the backup (%s, fingerprint %s): restore needs it\n", m.DataKey.Ref, m.DataKey.Fingerprint)
+			}
+			return nil
+		},
+	}
+	f.bind(cmd, false)
+	cmd.Flags().BoolVar(&includeKey, "include-data-key", false, "put the data key itself in the backup (then the backup alone opens every secret)")
+	return cmd
+}
+
+func newRestore() *cobra.Command {
+	var f flags
+	var keyFile string
+	cmd := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Restore a backup into an empty data dir",
+		Long: `Restore the backup in FILE into the data dir (which must be empty, but for a
+data.key put there for the restore). Every member is checked against the
+backup's manifest, the data key against the backup's fingerprint (data_key_ref,
+--data-key FILE, the backup's own with --include-data-key, or <data-dir>/data.key),
+and the backup's audit log against its checkpoints and those already in the
+checkpoint directory (restore.audit_truncated when they say rows are missing).
+
+The audit history then continues from the backup: a signed restore record
+in the checkpoint directory says from which row, and supersedes the
+checkpoints written between the backup and the restore (kept in the record
+as the evidence of what the restore gave up); a keeper.restored event opens
+the continued chain. keeper audit verify passes with no file moved by hand.
+
+With PostgreSQL, restore the database with pg_restore first, then run this
+with the keeper's database_url.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.load()
+			if err != nil {
+				return err
+			}
+			r, err := keeper.Restore(cmd.Context(), c, args[0], keeper.RestoreOptions{DataKeyFile: keyFile})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "restored keeper %s from its backup of %s into %s; audit history continues from row %d",
+				r.Manifest.KeeperID, r.Manifest.CreatedAt.Format(time.RFC3339), c.DataDir, r.Record.FromSeq)
+			if n := len(r.Record.Superseded); n > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), " (%d checkpoint(s) written after the backup superseded)", n)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "; record %s\n", r.RecordPath)
+			return nil
+		},
+	}
+	f.bind(cmd, false)
+	cmd.Flags().StringVar(&keyFile, "data-key", "", "the data key file (base64) when keeper.yml has no data_key_ref and the backup does not include it")
+	return cmd
+}
+
 func newAudit() *cobra.Command {
 	audit := &cobra.Command{Use: "audit", Short: "Work with the audit log directly in the database"}
 	var f flags
@@ -185,6 +270,9 @@ audit.checkpoint_invalid; the command then exits 1.`,
 				}
 				if r.Legacy > 0 {
 					fmt.Fprintf(out, "rows 1..%d are legacy rows (plain SHA-256, written before the audit key): the keyed rows after them cover them as they were at the upgrade, but changes made before it cannot be detected\n", r.Legacy)
+				}
+				if r.Restores > 0 {
+					fmt.Fprintf(out, "%d restore record(s): the history continues from a backup; %d checkpoint(s) written between a backup and its restore are superseded\n", r.Restores, r.Superseded)
 				}
 				if r.Checkpoints == 0 {
 					fmt.Fprintf(out, "no signed checkpoint in %s: rows removed from the end of the log cannot be noticed\n", c.AuditCheckpointDir)

@@ -21,7 +21,7 @@ var errNoAuditVerifier = errors.New("audit verification is not configured")
 
 // ReportWire converts a verification report to its wire form.
 func ReportWire(r audit.Report) *client.AuditReport {
-	out := &client.AuditReport{OK: r.OK, Checked: r.Checked, HeadSeq: r.HeadSeq, Legacy: r.Legacy, Checkpoints: r.Checkpoints, Problems: make([]client.AuditProblem, 0, len(r.Problems))}
+	out := &client.AuditReport{OK: r.OK, Checked: r.Checked, HeadSeq: r.HeadSeq, Legacy: r.Legacy, Checkpoints: r.Checkpoints, Restores: r.Restores, Superseded: r.Superseded, Problems: make([]client.AuditProblem, 0, len(r.Problems))}
 	for _, p := range r.Problems {
 		out.Problems = append(out.Problems, client.AuditProblem{Seq: p.Seq, Kind: p.Kind, Message: p.Message})
 	}

@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -224,5 +225,130 @@ func TestCheckpoints(t *testing.T) {
 	r := verify(k, evs, head, cps)
 	if r.OK || len(r.Problems) != 1 || r.Problems[0].Kind != audit.ProblemCheckpointInvalid || !strings.Contains(r.Problems[0].Message, "keeper-b") {
 		t.Fatalf("unparsable checkpoint: %+v", r)
+	}
+}
+
+// sliceScanner is a log held in memory.
+type sliceScanner struct {
+	evs  []audit.Event
+	head audit.Head
+}
+
+func (s sliceScanner) AuditScan(_ context.Context, fn func(audit.Event) error) (audit.Head, error) {
+	for _, e := range s.evs {
+		if err := fn(e); err != nil {
+			return audit.Head{}, err
+		}
+	}
+	return s.head, nil
+}
+
+// TestRestoreRecords: a log restored from a backup verifies with the
+// signed restore record, which supersedes a checkpoint written between the
+// backup and the restore; the record cannot hide a truncation: of the
+// restored log below the backup's last row, or one that a checkpoint
+// written before the backup records; nor can a record signed by another
+// key; a keeper whose own checkpoint a restore superseded starts afresh.
+func TestRestoreRecords(t *testing.T) {
+	t.Parallel()
+	k := testKey(t, "the root of the audit key, 32 by")
+	ctx := context.Background()
+	evs, _ := chain(k, 10)
+	at := func(seq int) time.Time { return evs[seq-1].At }
+	ck := func(seq int, written time.Time) audit.CheckpointFile {
+		c := audit.Checkpoint{KeeperID: "keeper-a", Seq: int64(seq), Hash: evs[seq-1].Hash, KeyedFrom: 1, At: written}
+		k.Sign(&c)
+		return audit.CheckpointFile{Path: "keeper-a.checkpoint.json", Checkpoint: c}
+	}
+	// The backup holds rows 1..6; the live log went on to row 10, and a
+	// checkpoint recorded row 9 before the restore.
+	before, after := ck(4, at(4)), ck(9, at(9))
+	rec := audit.RestoreRecord{KeeperID: "keeper-b", FromSeq: 6, FromHash: evs[5].Hash, BackupAt: at(6).Add(time.Millisecond),
+		RestoredAt: at(10).Add(time.Minute), Superseded: []audit.Checkpoint{after.Checkpoint}}
+	k.SignRestore(&rec)
+	dir := t.TempDir()
+	path := audit.RestorePath(dir, "keeper-b", rec.RestoredAt)
+	if err := audit.WriteRestore(path, rec); err != nil {
+		t.Fatal(err)
+	}
+	restores, err := audit.ReadRestores(dir, k)
+	if err != nil || len(restores) != 1 || restores[0].Err != nil {
+		t.Fatalf("restore records = %+v, %v", restores, err)
+	}
+	// The restored log: the backup's rows, then the restore's own event.
+	restored := append([]audit.Event{}, evs[:6]...)
+	e := audit.Event{At: rec.RestoredAt, ActorAID: "host", Action: "keeper.restored", Object: "keeper/keeper-b", Payload: "{}"}
+	head := k.Seal(&e, audit.Head{Seq: 6, Hash: evs[5].Hash, KeyedFrom: 1})
+	restored = append(restored, e)
+	run := func(evs []audit.Event, head audit.Head, cps []audit.CheckpointFile, rs []audit.RestoreFile) audit.Report {
+		t.Helper()
+		r, err := audit.VerifyRestored(ctx, sliceScanner{evs, head}, k, cps, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	kinds := func(r audit.Report) string {
+		var out []string
+		for _, p := range r.Problems {
+			out = append(out, p.Kind+"@"+strconv.FormatInt(p.Seq, 10))
+		}
+		return strings.Join(out, " ")
+	}
+	if r := run(restored, head, []audit.CheckpointFile{before, after}, restores); !r.OK || r.Restores != 1 || r.Superseded != 1 || r.Checkpoints != 2 {
+		t.Fatalf("restored log with its record: %+v", r)
+	}
+	if r := run(restored, head, []audit.CheckpointFile{before, after}, nil); r.OK || kinds(r) != "audit.truncated@9" {
+		t.Fatalf("restored log without the record = %s, want audit.truncated@9", kinds(r))
+	}
+	// Rows removed from the restored log below the backup's last row.
+	cut := restored[:5]
+	if r := run(cut, audit.Head{Seq: 5, Hash: cut[4].Hash, KeyedFrom: 1}, []audit.CheckpointFile{before, after}, restores); r.OK || kinds(r) != "audit.truncated@6" {
+		t.Fatalf("restored log truncated below the backup = %s, want audit.truncated@6", kinds(r))
+	}
+	// A checkpoint written before the backup at a later row: the backup's
+	// own log had been truncated, and the restore supersedes nothing.
+	early := ck(8, at(6))
+	if r := run(restored, head, []audit.CheckpointFile{before, early}, restores); r.OK || kinds(r) != "audit.truncated@8" {
+		t.Fatalf("checkpoint from before the backup = %s, want audit.truncated@8", kinds(r))
+	}
+	// A record signed by someone without the audit key.
+	other := testKey(t, "another root of an audit key, 32")
+	forged, _ := audit.ReadRestores(dir, other)
+	if r := run(restored, head, []audit.CheckpointFile{before}, forged); r.OK || kinds(r) != "audit.checkpoint_invalid@6" {
+		t.Fatalf("forged restore record = %s", kinds(r))
+	}
+	if r := run(restored, head, []audit.CheckpointFile{before, after}, forged); r.OK {
+		t.Fatalf("a forged restore record superseded a checkpoint: %+v", r)
+	}
+
+	// keeper-a's own checkpoint (row 9) is superseded: its checkpointer
+	// starts on the restored log and writes a fresh one.
+	cpA := audit.NewCheckpointer(audit.CheckpointerConfig{Dir: dir, KeeperID: "keeper-a", Key: k})
+	if err := audit.WriteCheckpoint(cpA.Path(), after.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	rowHash := func(seq int64) (string, error) {
+		if seq < 1 || seq > int64(len(restored)) {
+			return "", nil
+		}
+		return restored[seq-1].Hash, nil
+	}
+	if p, err := cpA.Start(head, rowHash); p != nil || err != nil {
+		t.Fatalf("start over a superseded checkpoint: %+v %v", p, err)
+	}
+	if f, err := audit.ReadCheckpoint(cpA.Path(), k); err != nil || f.Checkpoint.Seq != 7 || f.Checkpoint.Hash != e.Hash {
+		t.Fatalf("checkpoint after the start = %+v, %v", f.Checkpoint, err)
+	}
+	// Without the record the same start finds the truncation and freezes.
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := audit.WriteCheckpoint(cpA.Path(), after.Checkpoint); err != nil {
+		t.Fatal(err)
+	}
+	cpA = audit.NewCheckpointer(audit.CheckpointerConfig{Dir: dir, KeeperID: "keeper-a", Key: k})
+	if p, err := cpA.Start(head, rowHash); err != nil || p == nil || p.Kind != audit.ProblemTruncated {
+		t.Fatalf("start without the record = %+v, %v", p, err)
 	}
 }

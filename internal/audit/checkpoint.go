@@ -81,17 +81,26 @@ func WriteCheckpoint(path string, c Checkpoint) error {
 	if err != nil {
 		return err
 	}
+	if err := writeAtomic(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("write audit checkpoint: %w", err)
+	}
+	return nil
+}
+
+// writeAtomic writes b to path through a synced temporary file (mode
+// 0600) in the same directory, renamed over the old file.
+func writeAtomic(path string, b []byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("write audit checkpoint: %w", err)
+		return err
 	}
 	tmp, err := os.CreateTemp(dir, ".checkpoint-*")
 	if err != nil {
-		return fmt.Errorf("write audit checkpoint: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name()) // after the rename this is a no-op
 	if err := tmp.Chmod(0o600); err == nil {
-		if _, err = tmp.Write(append(b, '\n')); err == nil {
+		if _, err = tmp.Write(b); err == nil {
 			err = tmp.Sync()
 		}
 	}
@@ -99,10 +108,10 @@ func WriteCheckpoint(path string, c Checkpoint) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("write audit checkpoint: %w", err)
+		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write audit checkpoint: %w", err)
+		return err
 	}
 	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync() // make the rename durable where the filesystem allows it
@@ -219,9 +228,10 @@ func (c *Checkpointer) Path() string { return c.path }
 // Start compares the log's head and the row at the previous checkpoint's
 // sequence number (rowHash returns its hash, "" when there is no such row)
 // with this keeper's previous checkpoint. When they agree, or there is no
-// previous checkpoint, it writes a checkpoint of head. When they do not, it
-// returns the problem and writes nothing, now or later: the old checkpoint
-// is the evidence and is kept until an operator moves it aside.
+// previous checkpoint (or a restore record in the directory supersedes
+// it: see RestoreRecord), it writes a checkpoint of head. When they do
+// not, it returns the problem and writes nothing, now or later: the old
+// checkpoint is the evidence and is kept until an operator moves it aside.
 func (c *Checkpointer) Start(head Head, rowHash func(seq int64) (string, error)) (*Problem, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -231,6 +241,18 @@ func (c *Checkpointer) Start(head Head, rowHash func(seq int64) (string, error))
 	}
 	c.keyedFrom = head.KeyedFrom
 	prev, err := ReadCheckpoint(c.path, c.cfg.Key)
+	if err == nil && prev.Err == nil {
+		restores, rerr := ReadRestores(c.cfg.Dir, c.cfg.Key)
+		if rerr != nil {
+			return nil, rerr
+		}
+		if superseded(restores, prev.Checkpoint) {
+			// A restore gave up the rows it recorded; the restore record
+			// holds it as evidence, and history continues from the backup.
+			c.cfg.Logger.Info("audit checkpoint superseded by a restore", "path", c.path, "seq", prev.Checkpoint.Seq)
+			err = fs.ErrNotExist
+		}
+	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

@@ -54,7 +54,12 @@ type Report struct {
 	HeadSeq     int64     `json:"head_seq"`
 	Legacy      int64     `json:"legacy"`
 	Checkpoints int       `json:"checkpoints"`
-	Problems    []Problem `json:"problems"`
+	// Restores is the number of valid restore records the log was checked
+	// against; Superseded the checkpoints they supersede (rows given up
+	// by a restore, reported, not counted as problems).
+	Restores   int       `json:"restores"`
+	Superseded int       `json:"superseded"`
+	Problems   []Problem `json:"problems"`
 }
 
 // Scanner reads the chain head and every event in one consistent snapshot,
@@ -66,7 +71,21 @@ type Scanner interface {
 // Verify checks the whole log that s holds against key and the checkpoint
 // files.
 func Verify(ctx context.Context, s Scanner, key *Key, checkpoints []CheckpointFile) (Report, error) {
+	return VerifyRestored(ctx, s, key, checkpoints, nil)
+}
+
+// VerifyRestored checks the log as Verify does, and against the restore
+// records of the checkpoint directory: each must find its backup's last
+// row in the log, and the checkpoints it supersedes are counted as such
+// (Report.Superseded), not as truncations.
+func VerifyRestored(ctx context.Context, s Scanner, key *Key, checkpoints []CheckpointFile, restores []RestoreFile) (Report, error) {
 	v := NewVerifier(key, checkpoints)
+	v.restores = restores
+	for _, r := range restores {
+		if r.Err == nil {
+			v.atSeq[r.Record.FromSeq] = ""
+		}
+	}
 	head, err := s.AuditScan(ctx, func(e Event) error { v.Add(e); return nil })
 	if err != nil {
 		return Report{}, err
@@ -79,6 +98,7 @@ func Verify(ctx context.Context, s Scanner, key *Key, checkpoints []CheckpointFi
 type Verifier struct {
 	key         *Key
 	checkpoints []CheckpointFile
+	restores    []RestoreFile
 	atSeq       map[int64]string // the hash seen at each checkpoint's seq
 
 	prevSeq  int64
@@ -217,6 +237,19 @@ func (v *Verifier) Finish(head Head) Report {
 		v.problem(head.Seq+1, ProblemHeadMismatch, fmt.Sprintf("rows after %d were added outside the keeper: the chain head records row %d", head.Seq, head.Seq))
 	}
 
+	last := Head{Seq: v.prevSeq, Hash: v.prevHash}
+	rowHash := func(seq int64) (string, error) { return v.atSeq[seq], nil }
+	for _, r := range v.restores {
+		if r.Err != nil {
+			v.problem(r.Record.FromSeq, ProblemCheckpointInvalid, fmt.Sprintf("restore record %s: %v", r.Path, r.Err))
+			continue
+		}
+		v.report.Restores++
+		rc := r.Record
+		// The restore's statement about its backup's last row is held
+		// to the log like a checkpoint's.
+		v.checkpointAgainst(Checkpoint{KeeperID: rc.KeeperID, Seq: rc.FromSeq, Hash: rc.FromHash, At: rc.BackupAt}, r.Path, last, rowHash)
+	}
 	for _, f := range v.checkpoints {
 		if f.Err != nil {
 			p := checkpointInvalid(f)
@@ -227,7 +260,11 @@ func (v *Verifier) Finish(head Head) Report {
 			v.report.Checkpoints++
 		}
 		ck := f.Checkpoint
-		v.checkpointAgainst(ck, f.Path, Head{Seq: v.prevSeq, Hash: v.prevHash}, func(seq int64) (string, error) { return v.atSeq[seq], nil })
+		if !f.Live && superseded(v.restores, ck) {
+			v.report.Superseded++
+			continue
+		}
+		v.checkpointAgainst(ck, f.Path, last, rowHash)
 	}
 	v.report.OK = len(v.report.Problems) == 0
 	if v.report.Problems == nil {

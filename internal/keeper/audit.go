@@ -107,12 +107,16 @@ func AuditVerifier(st audit.Scanner, key *audit.Key, checkpointDir string, live 
 		if err != nil {
 			return audit.Report{}, err
 		}
+		restores, err := audit.ReadRestores(checkpointDir, key)
+		if err != nil {
+			return audit.Report{}, err
+		}
 		if live != nil {
 			if f, ok := live.Live(); ok {
 				cps = append(cps, f)
 			}
 		}
-		return audit.Verify(ctx, st, key, cps)
+		return audit.VerifyRestored(ctx, st, key, cps, restores)
 	}
 }
 
