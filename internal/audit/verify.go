@@ -49,11 +49,11 @@ type Problem struct {
 // signed checkpoint files the log was checked against (a running keeper
 // also checks it against the last head it committed, held in memory).
 type Report struct {
-	OK          bool      `json:"ok"`
-	Checked     int64     `json:"checked"`
-	HeadSeq     int64     `json:"head_seq"`
-	Legacy      int64     `json:"legacy"`
-	Checkpoints int       `json:"checkpoints"`
+	OK          bool  `json:"ok"`
+	Checked     int64 `json:"checked"`
+	HeadSeq     int64 `json:"head_seq"`
+	Legacy      int64 `json:"legacy"`
+	Checkpoints int   `json:"checkpoints"`
 	// Restores is the number of valid restore records the log was checked
 	// against; Superseded the checkpoints they supersede (rows given up
 	// by a restore, reported, not counted as problems).
