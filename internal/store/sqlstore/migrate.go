@@ -25,9 +25,31 @@ func Migrate(ctx context.Context, db *sql.DB, dialect goose.Dialect, name string
 	if err != nil {
 		return nil, fmt.Errorf("apply %s migrations: %w", name, err)
 	}
+	// A database migrated by a newer keeper has versions this one does
+	// not know, which goose passes over in silence: refuse it rather than
+	// read and write a schema this code was not written for.
+	src := p.ListSources()
+	if db, err := p.GetDBVersion(ctx); err != nil {
+		return nil, fmt.Errorf("%s schema version: %w", name, err)
+	} else if len(src) > 0 && db > src[len(src)-1].Version {
+		return nil, &SchemaNewerError{Database: db, Keeper: src[len(src)-1].Version}
+	}
 	var applied []int64
 	for _, r := range results {
 		applied = append(applied, r.Source.Version)
 	}
 	return applied, nil
+}
+
+// CodeSchemaNewer is the code of a SchemaNewerError.
+const CodeSchemaNewer = "store.schema_newer"
+
+// SchemaNewerError is a database whose schema a newer keeper migrated:
+// this keeper does not open it (upgrade this keeper first).
+type SchemaNewerError struct {
+	Database, Keeper int64
+}
+
+func (e *SchemaNewerError) Error() string {
+	return fmt.Sprintf("%s: the database is at schema version %d, newer than this keeper's %d: it was migrated by a newer keeper; upgrade this keeper to open it", CodeSchemaNewer, e.Database, e.Keeper)
 }
