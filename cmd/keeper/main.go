@@ -3,14 +3,19 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/soulstack/soulstack/internal/api"
@@ -108,11 +113,72 @@ CA, made on first start in <data-dir>/tls (ca.crt for clients; keys mode
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return keeper.Run(ctx, c, keeper.NewLogger(os.Stderr, c), nil)
+			level := new(slog.LevelVar)
+			_ = level.UnmarshalText([]byte(c.Log.Level))
+			log := keeper.NewLoggerLevel(os.Stderr, c, level)
+			ready := make(chan net.Addr, 1)
+			done := make(chan struct{})
+			defer close(done)
+			go superviseService(ctx, done, ready, log, func() (config.Config, error) { return f.load() }, c, level)
+			return keeper.Run(ctx, c, log, ready)
 		},
 	}
 	f.bind(cmd, true)
 	return cmd
+}
+
+// superviseService speaks systemd's notify protocol ($NOTIFY_SOCKET, for
+// Type=notify units; nothing without it) and reloads the configuration on
+// SIGHUP: READY=1 once the keeper accepts requests, RELOADING=1 then
+// READY=1 around a reload, STOPPING=1 when it begins to drain. A reload
+// applies log.level, the one key that is safe to change while running;
+// any other key that changed is named in the log as needing a restart,
+// and a configuration that does not load keeps the running one.
+func superviseService(ctx context.Context, done <-chan struct{}, ready <-chan net.Addr, log *slog.Logger, load func() (config.Config, error), running config.Config, level *slog.LevelVar) {
+	notify := func(state string) {
+		if _, err := daemon.SdNotify(false, state); err != nil {
+			log.Warn("notify systemd", "state", state, "err", err)
+		}
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	select {
+	case <-ready:
+		notify(daemon.SdNotifyReady)
+	case <-ctx.Done():
+	case <-done:
+		return
+	}
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			notify(daemon.SdNotifyStopping)
+			<-done
+			return
+		case <-hup:
+			notify(daemon.SdNotifyReloading)
+			next, err := load()
+			if err != nil {
+				log.Error("reload: the configuration does not load; the running one stays", "err", err)
+				notify(daemon.SdNotifyReady)
+				continue
+			}
+			if next.Log.Level != running.Log.Level {
+				_ = level.UnmarshalText([]byte(next.Log.Level))
+				log.Info("reload: log level changed", "from", running.Log.Level, "to", next.Log.Level)
+			}
+			want := next
+			want.Log.Level = running.Log.Level
+			if changed := config.Changed(running, want); len(changed) > 0 {
+				log.Warn("reload: these keys changed and take effect only after a restart", "keys", strings.Join(changed, ", "))
+			}
+			running.Log.Level = next.Log.Level
+			notify(daemon.SdNotifyReady)
+		}
+	}
 }
 
 func newMigrate() *cobra.Command {

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -539,4 +540,38 @@ func (h HTTP) validate() error {
 		return fmt.Errorf("http.auth_failure_burst: %d must be at least 1", h.AuthFailureBurst)
 	}
 	return nil
+}
+
+// Changed names the keys (dotted yaml paths, such as log.format) whose
+// values differ between a and b.
+func Changed(a, b Config) []string {
+	var out []string
+	changed(reflect.ValueOf(a), reflect.ValueOf(b), "", &out)
+	return out
+}
+
+func changed(a, b reflect.Value, prefix string, out *[]string) {
+	t := a.Type()
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		av, bv := a.Field(i), b.Field(i)
+		if f.Type.Kind() == reflect.Struct && f.Type.NumField() > 0 && !reflect.DeepEqual(av.Interface(), bv.Interface()) {
+			before := len(*out)
+			changed(av, bv, prefix+name+".", out)
+			if len(*out) == before {
+				*out = append(*out, prefix+name)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(av.Interface(), bv.Interface()) {
+			*out = append(*out, prefix+name)
+		}
+	}
 }

@@ -31,8 +31,14 @@ import (
 
 // NewLogger returns the keeper's logger on w: structured and masked.
 func NewLogger(w io.Writer, c config.Config) *slog.Logger {
-	var level slog.Level
+	level := new(slog.LevelVar)
 	_ = level.UnmarshalText([]byte(c.Log.Level))
+	return NewLoggerLevel(w, c, level)
+}
+
+// NewLoggerLevel is NewLogger at a level that can change while the
+// keeper runs (SIGHUP reloads log.level).
+func NewLoggerLevel(w io.Writer, c config.Config, level *slog.LevelVar) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if c.Log.Format == "json" {
