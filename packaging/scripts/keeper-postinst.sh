@@ -1,0 +1,17 @@
+#!/bin/sh
+# soulstack-keeper postinst: the keeper's system user; the unit is enabled
+# and started on a first install, restarted on an upgrade.
+set -e
+if [ "$1" = configure ]; then
+	if ! getent passwd soulstack >/dev/null; then
+		adduser --system --group --home /var/lib/soulstack-keeper --no-create-home --quiet soulstack
+	fi
+	if [ -d /run/systemd/system ]; then
+		systemctl daemon-reload
+		if [ -z "$2" ]; then
+			systemctl enable --now soulstack-keeper.service
+		elif systemctl is-active --quiet soulstack-keeper.service; then
+			systemctl restart soulstack-keeper.service
+		fi
+	fi
+fi
