@@ -101,3 +101,12 @@ func Open(ctx context.Context, url string, opts ...sqlstore.Option) (*sqlstore.S
 func Migrate(ctx context.Context, db *sql.DB) ([]int64, error) {
 	return sqlstore.Migrate(ctx, db, goose.DialectPostgres, "postgres", migrations, "migrations")
 }
+
+// MigrateTo applies the migrations up to and including version (upgrade
+// tests build a database of every earlier schema with it).
+func MigrateTo(ctx context.Context, db *sql.DB, version int64) error {
+	return sqlstore.MigrateTo(ctx, db, goose.DialectPostgres, migrations, "migrations", version)
+}
+
+// Versions lists the migration versions, in order.
+func Versions() ([]int64, error) { return sqlstore.Versions(migrations, "migrations") }

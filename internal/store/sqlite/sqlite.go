@@ -298,3 +298,12 @@ var (
 	_ driver.RowsColumnTypeNullable         = (*cachedRows)(nil)
 	_ driver.RowsColumnTypePrecisionScale   = (*cachedRows)(nil)
 )
+
+// MigrateTo applies the migrations up to and including version (upgrade
+// tests build a database of every earlier schema with it).
+func MigrateTo(ctx context.Context, db *sql.DB, version int64) error {
+	return sqlstore.MigrateTo(ctx, db, goose.DialectSQLite3, migrations, "migrations", version)
+}
+
+// Versions lists the migration versions, in order.
+func Versions() ([]int64, error) { return sqlstore.Versions(migrations, "migrations") }

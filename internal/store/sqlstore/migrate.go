@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"fmt"
 	"io/fs"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/pressly/goose/v3"
 )
@@ -52,4 +55,43 @@ type SchemaNewerError struct {
 
 func (e *SchemaNewerError) Error() string {
 	return fmt.Sprintf("%s: the database is at schema version %d, newer than this keeper's %d: it was migrated by a newer keeper; upgrade this keeper to open it", CodeSchemaNewer, e.Database, e.Keeper)
+}
+
+// MigrateTo applies a backend's migrations up to and including version:
+// a database as a keeper of that schema left it (upgrade tests build
+// their fixtures this way).
+func MigrateTo(ctx context.Context, db *sql.DB, dialect goose.Dialect, migrations fs.FS, dir string, version int64) error {
+	sub, err := fs.Sub(migrations, dir)
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider(dialect, db, sub)
+	if err != nil {
+		return err
+	}
+	_, err = p.UpTo(ctx, version)
+	return err
+}
+
+// Versions lists a backend's migration versions (the numbers its .sql
+// files start with), in order.
+func Versions(migrations fs.FS, dir string) ([]int64, error) {
+	ents, err := fs.ReadDir(migrations, dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []int64
+	for _, e := range ents {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		if !ok || !strings.HasSuffix(e.Name(), ".sql") {
+			continue
+		}
+		v, err := strconv.ParseInt(num, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s: %w", e.Name(), err)
+		}
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	return out, nil
 }
