@@ -102,6 +102,11 @@ func (k *auditKeeper) q(query string) string {
 	if k.url == "" {
 		return query
 	}
+	return pgPlaceholders(query)
+}
+
+// pgPlaceholders rewrites a query's ? placeholders as PostgreSQL's $1, $2…
+func pgPlaceholders(query string) string {
 	n := 0
 	var b strings.Builder
 	for _, r := range query {

@@ -3,7 +3,6 @@ package keeper_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
@@ -35,31 +33,9 @@ func TestBackupRestoreWhileRunsExecute(t *testing.T) {
 	data := filepath.Join(dir, ".keeper")
 	k := serve(t, dir)
 	c := adminClient(t, k, data)
-	srv := sshtest.Start(t, sshtest.Options{})
-	addSoul(t, c, "h.local.test", srv)
-	ledger := filepath.Join(t.TempDir(), "ledger")
-	sc := `inputs:
-  tag: {type: string}
-steps:
-  - name: first
-    on: h.local.test
-    module: core.command.ran
-    params: {cmd: "sleep 2; echo ${ input.tag } first >> ` + ledger + `"}
-  - name: second
-    on: h.local.test
-    module: core.command.ran
-    params: {cmd: "sleep 2; echo ${ input.tag } second >> ` + ledger + `"}
-`
 	const n = 20
 	ctx := context.Background()
-	ids := make([]string, n)
-	for i := range ids {
-		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc, Input: map[string]any{"tag": fmt.Sprintf("r%02d", i)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = run.ID
-	}
+	ids, ledger := ledgerRuns(t, c, n)
 	for _, id := range ids[:4] {
 		waitFor(t, c, id, "a step running", func(r *client.Run) bool { return stepRunning("first")(r) || stepRunning("second")(r) })
 	}

@@ -24,31 +24,8 @@ func TestSIGTERMDrainsRunsInFlight(t *testing.T) {
 	data := filepath.Join(dir, ".keeper")
 	k := serve(t, dir)
 	c := adminClient(t, k, data)
-	srv := sshtest.Start(t, sshtest.Options{})
-	addSoul(t, c, "h.local.test", srv)
-	ledger := filepath.Join(t.TempDir(), "ledger")
-	sc := `inputs:
-  tag: {type: string}
-steps:
-  - name: first
-    on: h.local.test
-    module: core.command.ran
-    params: {cmd: "sleep 2; echo ${ input.tag } first >> ` + ledger + `"}
-  - name: second
-    on: h.local.test
-    module: core.command.ran
-    params: {cmd: "sleep 2; echo ${ input.tag } second >> ` + ledger + `"}
-`
 	const n = 20
-	ctx := context.Background()
-	ids := make([]string, n)
-	for i := range ids {
-		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc, Input: map[string]any{"tag": fmt.Sprintf("r%02d", i)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = run.ID
-	}
+	ids, ledger := ledgerRuns(t, c, n)
 	for _, id := range ids {
 		waitFor(t, c, id, "a step running", func(r *client.Run) bool { return stepRunning("first")(r) || stepRunning("second")(r) })
 	}
@@ -87,6 +64,36 @@ steps:
 	if len(count) != 2*n {
 		t.Errorf("ledger has %d distinct lines, want %d:\n%s", len(count), 2*n, b)
 	}
+}
+
+// ledgerRuns registers a soul on a real sshd and starts n runs of two
+// steps on it, each a command that sleeps 2 s and appends "rNN first" or
+// "rNN second" to the ledger file it returns.
+func ledgerRuns(t *testing.T, c *client.Client, n int) (ids []string, ledger string) {
+	t.Helper()
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.local.test", srv)
+	ledger = filepath.Join(t.TempDir(), "ledger")
+	sc := `inputs:
+  tag: {type: string}
+steps:
+  - name: first
+    on: h.local.test
+    module: core.command.ran
+    params: {cmd: "sleep 2; echo ${ input.tag } first >> ` + ledger + `"}
+  - name: second
+    on: h.local.test
+    module: core.command.ran
+    params: {cmd: "sleep 2; echo ${ input.tag } second >> ` + ledger + `"}
+`
+	for i := 0; i < n; i++ {
+		run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": fmt.Sprintf("r%02d", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, run.ID)
+	}
+	return ids, ledger
 }
 
 // TestDrainTimeoutHandsRunsBack: with a drain_timeout shorter than the

@@ -35,17 +35,7 @@ type fixture struct {
 func (f *fixture) exec(t *testing.T, query string, args ...any) {
 	t.Helper()
 	if f.pg {
-		n := 0
-		var b strings.Builder
-		for _, r := range query {
-			if r == '?' {
-				n++
-				fmt.Fprintf(&b, "$%d", n)
-				continue
-			}
-			b.WriteRune(r)
-		}
-		query = b.String()
+		query = pgPlaceholders(query)
 	}
 	if _, err := f.db.Exec(query, args...); err != nil {
 		t.Fatalf("fixture: %s: %v", query, err)
