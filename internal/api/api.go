@@ -7,6 +7,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/soulstack/soulstack/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -419,12 +423,22 @@ func newMetrics() *metrics {
 // observe records metrics and a debug log line for every operation.
 func (s *Server) observe(ctx huma.Context, next func(huma.Context)) {
 	start := time.Now()
-	next(ctx)
 	op := ctx.Operation()
+	// A server span per request, named by the route (never its ids): a
+	// run created here continues its trace in the queue and the engine.
+	sctx, span := tracing.Tracer().Start(ctx.Context(), op.Method+" "+op.Path, trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(attribute.String("http.request.method", op.Method), attribute.String("http.route", op.Path)))
+	ctx = huma.WithContext(ctx, sctx)
+	next(ctx)
 	status := ctx.Status()
 	if status == 0 {
 		status = http.StatusOK
 	}
+	span.SetAttributes(attribute.Int("http.response.status_code", status))
+	if status >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(status))
+	}
+	span.End()
 	elapsed := time.Since(start)
 	s.metrics.requests.WithLabelValues(op.OperationID, op.Method, strconv.Itoa(status)).Inc()
 	s.metrics.duration.WithLabelValues(op.OperationID, op.Method).Observe(elapsed.Seconds())

@@ -100,6 +100,9 @@ type Config struct {
 	// host:port as well (plain HTTP); the API listener's /metrics always
 	// needs a token with metrics.read.
 	MetricsListen string `yaml:"metrics_listen"`
+	// Tracing exports OpenTelemetry traces over OTLP/HTTP; off without
+	// an endpoint.
+	Tracing Tracing `yaml:"tracing"`
 	// HTTP bounds what one client can hold of the API listener.
 	HTTP HTTP `yaml:"http"`
 	// NATS is the agent transport's message bus (docs/agent.md).
@@ -247,6 +250,18 @@ type Vault struct {
 	TokenRef string `yaml:"token_ref"` // env:NAME or file:/path
 }
 
+// Tracing is keeper.yml's tracing section: one trace per run, from the
+// API request through the queue, the engine, each step and target, to
+// the transport.
+type Tracing struct {
+	// OTLPEndpoint is the collector's OTLP/HTTP base URL, such as
+	// http://127.0.0.1:4318 (spans go to <url>/v1/traces); empty: off.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// SampleRatio is the share of traces kept, from 0 (exclusive) to 1
+	// (the default).
+	SampleRatio float64 `yaml:"sample_ratio"`
+}
+
 // Log configures the keeper's log on stderr.
 type Log struct {
 	Level  string `yaml:"level"`  // debug, info, warn, error
@@ -388,6 +403,14 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
 			return fmt.Errorf("metrics_listen: %q is not host:port: %w", c.MetricsListen, err)
 		}
+	}
+	if u := c.Tracing.OTLPEndpoint; u != "" {
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" || pu.RawQuery != "" {
+			return fmt.Errorf("tracing.otlp_endpoint: %q is not an http:// or https:// URL such as http://127.0.0.1:4318", u)
+		}
+	}
+	if r := c.Tracing.SampleRatio; r < 0 || r > 1 {
+		return fmt.Errorf("tracing.sample_ratio: %v is not from 0 to 1", r)
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

@@ -10,6 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/tracing"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"slices"
 	"strings"
@@ -371,6 +374,13 @@ type targetResult struct {
 // keeper-side step failed, or any_errors_fatal and a target failed.
 func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err error) {
 	idx, id := s.Index, string(s.ID)
+	ctx, span := tracing.Tracer().Start(ctx, "step "+s.Name, trace.WithAttributes(tracing.RunID.String(r.id), tracing.Step.String(s.Name), tracing.Module.String(id)))
+	defer func() {
+		if err != nil || fatal != "" {
+			span.SetStatus(codes.Error, fatal)
+		}
+		span.End()
+	}()
 	r.mu.Lock()
 	r.st.InFlight = &idx
 	r.mu.Unlock()
@@ -526,7 +536,15 @@ func (r *run) report(s *scenario.PlanStep, t targetResult) {
 func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars expr.Vars) (res targetResult) {
 	start := r.e.clock().Now()
 	res = targetResult{sid: sid}
-	defer func() { res.took = r.e.clock().Since(start) }()
+	ctx, span := tracing.Tracer().Start(ctx, "target", trace.WithAttributes(tracing.RunID.String(r.id), tracing.Step.String(s.Name), tracing.SID.String(sid)))
+	defer func() {
+		res.took = r.e.clock().Since(start)
+		span.SetAttributes(tracing.Status.String(string(res.status)))
+		if res.code != "" {
+			span.SetStatus(codes.Error, res.code)
+		}
+		span.End()
+	}()
 	if s.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = clockwork.WithTimeout(ctx, r.e.clock(), s.Timeout)

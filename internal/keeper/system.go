@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -28,6 +29,7 @@ import (
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
+	"github.com/soulstack/soulstack/internal/tracing"
 	"github.com/soulstack/soulstack/internal/transport"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 	"github.com/soulstack/soulstack/internal/ui"
@@ -108,6 +110,7 @@ func New(ctx context.Context, c config.Config, log *slog.Logger) (_ *System, err
 		run  func(context.Context) error
 	}{
 		{"registry", s.openRegistry},
+		{"tracing", s.setupTracing},
 		{"listen", s.listen},
 		{"admin token", s.bootstrapAdmin},
 		{"agent side", s.buildAgentSide},
@@ -122,6 +125,28 @@ func New(ctx context.Context, c config.Config, log *slog.Logger) (_ *System, err
 		s.Log.Debug("keeper part built", "part", step.name)
 	}
 	return s, nil
+}
+
+// setupTracing installs the OTLP exporter of keeper.yml's tracing
+// section; Close flushes it, after the drain.
+func (s *System) setupTracing(ctx context.Context) error {
+	t := s.Config.Tracing
+	shutdown, err := tracing.Setup(ctx, tracing.Config{Endpoint: strings.TrimRight(t.OTLPEndpoint, "/"), SampleRatio: t.SampleRatio,
+		Service: "soulstack-keeper", Version: version.String(), Instance: s.OwnerID})
+	if err != nil {
+		return err
+	}
+	if t.OTLPEndpoint != "" {
+		s.Log.Info("tracing", "otlp_endpoint", t.OTLPEndpoint)
+	}
+	s.onClose(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			s.Log.Warn("flush traces", "err", err)
+		}
+	})
+	return nil
 }
 
 // onClose registers fn to run when the system is closed.

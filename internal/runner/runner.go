@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/tracing"
 	"log/slog"
 	"sort"
 	"sync"
@@ -257,6 +258,9 @@ type liveSecrets struct {
 // RunArgs is the queue job of one run.
 type RunArgs struct {
 	RunID string `json:"run_id"`
+	// TraceParent is the W3C trace context of the request that made the
+	// run (when tracing is on): its execution continues that trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // Kind is the job's stable kind name.
@@ -599,7 +603,7 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 		},
 		Actor: p.Actor,
 		Enqueue: func(ctx context.Context, tx *sql.Tx) error {
-			_, err := r.river.InsertTx(ctx, tx, RunArgs{RunID: id}, nil)
+			_, err := r.river.InsertTx(ctx, tx, RunArgs{RunID: id, TraceParent: tracing.Inject(ctx)}, nil)
 			return err
 		},
 	})

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/tracing"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"sync"
 	"time"
@@ -50,6 +53,13 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	secrets := r.openSecrets(id)
 	defer r.closeSecrets(id)
 	log := slog.New(secrets.LogHandler(r.log.Handler())).With("run", id)
+	// The run's trace: the API request's, when the job carries it. The
+	// time the job waited in the queue is a span of its own.
+	ctx = tracing.Extract(ctx, job.Args.TraceParent)
+	_, queued := tracing.Tracer().Start(ctx, "queue", trace.WithTimestamp(job.CreatedAt), trace.WithAttributes(tracing.RunID.String(id)))
+	queued.End()
+	ctx, span := tracing.Tracer().Start(ctx, "run", trace.WithAttributes(tracing.RunID.String(id), tracing.RunName.String(run.Name), tracing.RunMode.String(run.Mode)))
+	defer span.End()
 	rec, err := newRecorder(ctx, r, run, secrets)
 	if err != nil {
 		return err
@@ -62,6 +72,10 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	r.hold(id, cancel)
 	defer r.unhold(id)
 	out := r.execute(runCtx, run, rec, secrets)
+	span.SetAttributes(tracing.Phase.String(string(out.Phase)))
+	if out.ErrorCode != "" {
+		span.SetStatus(codes.Error, out.ErrorCode)
+	}
 	cause := context.Cause(runCtx)
 	cancel(nil)
 	// What the execution buffered is stored however it ended, before the

@@ -7,6 +7,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"sort"
 	"strconv"
@@ -53,6 +57,19 @@ const cancelGrace = 5 * time.Second
 // output captured so far returned. Error messages never contain the command
 // line, since its arguments may hold data the caller does not want logged.
 func (c *Client) Exec(ctx context.Context, cmd Command) (Result, error) {
+	// A span per command: where and how it ended, never its text.
+	ctx, span := tracing.Tracer().Start(ctx, "ssh.exec", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("server.address", c.target.Address), attribute.Int("server.port", c.target.WithDefaults().Port), attribute.String("user.name", c.target.User)))
+	res, err := c.exec(ctx, cmd)
+	span.SetAttributes(attribute.Int("process.exit.code", res.ExitCode))
+	if err != nil {
+		span.SetStatus(otelcodes.Error, "ssh exec failed")
+	}
+	span.End()
+	return res, err
+}
+
+func (c *Client) exec(ctx context.Context, cmd Command) (Result, error) {
 	sudo := cmd.Sudo && c.target.User != "root"
 	line, stdin, err := commandLine(cmd, sudo)
 	if err != nil {

@@ -1,0 +1,195 @@
+package keeper_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/sshtest"
+)
+
+// otlpReceiver is an OTLP/HTTP trace receiver on loopback: it keeps the
+// spans it is sent and the raw bodies they came in.
+type otlpReceiver struct {
+	*httptest.Server
+	mu       sync.Mutex
+	spans    []*tracepb.Span
+	services []string
+	raw      bytes.Buffer
+}
+
+func newOTLPReceiver(t *testing.T) *otlpReceiver {
+	r := &otlpReceiver{}
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost || req.URL.Path != "/v1/traces" {
+			http.NotFound(w, req)
+			return
+		}
+		var body io.Reader = http.MaxBytesReader(w, req.Body, 16<<20)
+		if req.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			body = zr
+		}
+		b, err := io.ReadAll(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var ex coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(b, &ex); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.mu.Lock()
+		r.raw.Write(b)
+		for _, rs := range ex.ResourceSpans {
+			for _, a := range rs.GetResource().GetAttributes() {
+				if a.Key == "service.name" {
+					r.services = append(r.services, a.GetValue().GetStringValue())
+				}
+			}
+			for _, ss := range rs.ScopeSpans {
+				r.spans = append(r.spans, ss.Spans...)
+			}
+		}
+		r.mu.Unlock()
+		out, _ := proto.Marshal(&coltracepb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(out)
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func attr(s *tracepb.Span, key string) string {
+	for _, a := range s.Attributes {
+		if a.Key == key {
+			return a.GetValue().GetStringValue()
+		}
+	}
+	return ""
+}
+
+// TestRunTraceOverSSH: with tracing.otlp_endpoint set, one run over SSH is
+// one trace, exported to a real OTLP/HTTP receiver: the API request's
+// server span, the time in the queue, the run (with its id), each step,
+// each target and each SSH command, each the child of the one before;
+// the run's secret input is in no span.
+func TestRunTraceOverSSH(t *testing.T) {
+	t.Parallel()
+	rcv := newOTLPReceiver(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keeper.yml")
+	if err := os.WriteFile(cfg, []byte("tracing: {otlp_endpoint: "+rcv.URL+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := serve(t, dir, "--config", cfg)
+	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	addSoul(t, c, "h.local.test", sshtest.Start(t, sshtest.Options{}))
+	const canary = "trace-canary-5f1e0c"
+	sc := `inputs:
+  token: {type: string, secret: true}
+steps:
+  - name: hello
+    on: h.local.test
+    module: core.command.ran
+    params: {cmd: "test -n '${ input.token }' && echo hello"}
+  - name: place
+    on: h.local.test
+    module: core.file.present
+    params: {path: ` + filepath.Join(t.TempDir(), "placed") + `, content: "${ input.token }"}
+`
+	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"token": canary}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final := waitFor(t, c, run.ID, "the run", func(r *client.Run) bool { return client.Terminal(r.Phase) }); final.Phase != "Succeeded" {
+		t.Fatalf("run = %s %+v", final.Phase, final.Error)
+	}
+	k.Interrupt(t) // flushes the exporter
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	byName := map[string][]*tracepb.Span{}
+	byID := map[string]*tracepb.Span{}
+	for _, s := range rcv.spans {
+		byName[s.Name] = append(byName[s.Name], s)
+		byID[hex.EncodeToString(s.SpanId)] = s
+	}
+	one := func(name string) *tracepb.Span {
+		t.Helper()
+		for _, s := range byName[name] {
+			if name != "POST /v1/runs" || s.Kind == tracepb.Span_SPAN_KIND_SERVER {
+				return s
+			}
+		}
+		t.Fatalf("no span %q among %d spans", name, len(rcv.spans))
+		return nil
+	}
+	post, queue, runSpan := one("POST /v1/runs"), one("queue"), one("run")
+	trace := hex.EncodeToString(post.TraceId)
+	parentIs := func(child, parent *tracepb.Span) {
+		t.Helper()
+		if hex.EncodeToString(child.TraceId) != trace {
+			t.Errorf("span %q is in trace %x, not the run's %s", child.Name, child.TraceId, trace)
+		}
+		if !bytes.Equal(child.ParentSpanId, parent.SpanId) {
+			t.Errorf("span %q's parent is %x, want %q (%x)", child.Name, child.ParentSpanId, parent.Name, parent.SpanId)
+		}
+	}
+	parentIs(queue, post)
+	parentIs(runSpan, post)
+	if attr(runSpan, "soulstack.run.id") != run.ID || attr(runSpan, "soulstack.run.phase") != "Succeeded" {
+		t.Errorf("run span attributes: %v", runSpan.Attributes)
+	}
+	for _, step := range []string{"step hello", "step place"} {
+		parentIs(one(step), runSpan)
+	}
+	targets := byName["target"]
+	if len(targets) != 2 {
+		t.Fatalf("%d target spans, want 2", len(targets))
+	}
+	for _, tg := range targets {
+		if p := byID[hex.EncodeToString(tg.ParentSpanId)]; p == nil || !strings.HasPrefix(p.Name, "step ") || attr(tg, "soulstack.soul.sid") != "h.local.test" {
+			t.Errorf("target span %v: parent %v", tg.Attributes, p)
+		}
+	}
+	execs := byName["ssh.exec"]
+	if len(execs) < 2 {
+		t.Fatalf("%d ssh.exec spans, want one per command at least", len(execs))
+	}
+	for _, e := range execs {
+		if p := byID[hex.EncodeToString(e.ParentSpanId)]; p == nil || p.Name != "target" {
+			t.Errorf("ssh.exec span's parent = %v, want a target span", p)
+		}
+	}
+	if len(rcv.services) == 0 || rcv.services[0] != "soulstack-keeper" {
+		t.Errorf("service.name = %v", rcv.services)
+	}
+	counts := map[string]int{}
+	for n, ss := range byName {
+		counts[n] = len(ss)
+	}
+	t.Logf("spans exported: %v", counts)
+	if bytes.Contains(rcv.raw.Bytes(), []byte(canary)) {
+		t.Fatal("the run's secret input is in an exported span")
+	}
+}
