@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/tracing"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -124,6 +126,18 @@ func runAgent(ctx context.Context, id *soulid.Identity, log *slog.Logger, retry 
 	defer cancel()
 	st := id.State()
 	log.Info("soul agent running", "sid", st.SID, "keeper", st.KeeperURL, "cert_not_after", id.Certificate().NotAfter, "version", version.String())
+	// OpenTelemetry's own variable turns the agent's traces on: the
+	// keeper's trace of each command continues in the agent's span.
+	shutdown, err := tracing.Setup(ctx, tracing.Config{Endpoint: strings.TrimRight(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "/"),
+		Service: "soulstack-soul", Version: version.String(), Instance: st.SID})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = shutdown(sctx)
+	}()
 	errc := make(chan error, 2)
 	go func() { errc <- id.RenewLoop(ctx, log, retry) }()
 	n := 1

@@ -12,6 +12,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -215,8 +218,12 @@ func (a *agent) exec(m *nats.Msg) {
 		return
 	}
 	replyTo := wire.ReplySubject(a.sid, req.ID)
+	// The keeper's trace continues here (exported when the agent's
+	// tracing is on): one span per command, its outcome only.
+	_, span := tracing.Tracer().Start(tracing.Extract(a.ctx, m.Header.Get(wire.TraceHeader)), "agent.command",
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(tracing.SID.String(a.sid), attribute.Bool("soulstack.command.durable", req.Durable != nil)))
 	if req.Durable != nil && a.spool != nil {
-		a.execDurable(req, replyTo)
+		a.execDurable(req, replyTo, span)
 		return
 	}
 	ctx, cancel := context.WithCancel(a.ctx)
@@ -233,15 +240,19 @@ func (a *agent) exec(m *nats.Msg) {
 			cancel()
 		}()
 		out := a.run(ctx, req)
+		span.SetAttributes(attribute.Int("process.exit.code", out.ExitCode))
+		span.End()
 		a.reply(replyTo, out.Stdout, out.Stderr, out.ExecEnd)
 	}()
 }
 
 // execDurable runs or attaches to a durable command (spool.durable); its
 // replies come from there.
-func (a *agent) execDurable(req wire.ExecRequest, replyTo string) {
+func (a *agent) execDurable(req wire.ExecRequest, replyTo string, span trace.Span) {
 	out, cancel, done := a.durable(req, replyTo)
 	if out != nil {
+		span.SetAttributes(attribute.Bool("soulstack.command.attached", true), attribute.Int("process.exit.code", out.ExitCode))
+		span.End()
 		a.reply(replyTo, out.Stdout, out.Stderr, out.ExecEnd)
 		return
 	}
@@ -255,6 +266,7 @@ func (a *agent) execDurable(req wire.ExecRequest, replyTo string) {
 		case <-done:
 		case <-a.ctx.Done():
 		}
+		span.End()
 		a.mu.Lock()
 		delete(a.running, req.ID)
 		a.mu.Unlock()

@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -116,6 +120,19 @@ func (c *Conn) Forget(ids []string) { c.s.forgets.Add(c.sid, ids) }
 // command), ErrDisconnected (the agent went away meanwhile),
 // ErrInvalidCommand or ErrBus.
 func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Result, error) {
+	// A span per command, whose trace context travels to the agent in the
+	// message header: where and how it ended, never its text.
+	ctx, span := tracing.Tracer().Start(ctx, "agent.exec", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(tracing.SID.String(c.sid)))
+	res, err := c.exec(ctx, cmd)
+	span.SetAttributes(attribute.Int("process.exit.code", res.ExitCode))
+	if err != nil {
+		span.SetStatus(codes.Error, "agent exec failed")
+	}
+	span.End()
+	return res, err
+}
+
+func (c *Conn) exec(ctx context.Context, cmd transport.Command) (transport.Result, error) {
 	id := nuid.Next()
 	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: c.s.cfg.MaxOutput}
 	cancelReq := wire.CancelRequest{ID: id}
@@ -159,6 +176,9 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 	}
 	dropped := c.s.currentEpoch()
 	msg := &nats.Msg{Subject: wire.ExecSubject(c.sid), Reply: inbox, Data: data}
+	if tp := tracing.Inject(ctx); tp != "" {
+		msg.Header = nats.Header{wire.TraceHeader: []string{tp}}
+	}
 	if err := c.s.nc.PublishMsg(msg); err != nil {
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
 	}

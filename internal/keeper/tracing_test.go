@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -13,12 +14,16 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/bus/bustest"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -29,11 +34,12 @@ type otlpReceiver struct {
 	mu       sync.Mutex
 	spans    []*tracepb.Span
 	services []string
+	service  map[*tracepb.Span]string // the service.name of each span's resource
 	raw      bytes.Buffer
 }
 
 func newOTLPReceiver(t *testing.T) *otlpReceiver {
-	r := &otlpReceiver{}
+	r := &otlpReceiver{service: map[*tracepb.Span]string{}}
 	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != http.MethodPost || req.URL.Path != "/v1/traces" {
 			http.NotFound(w, req)
@@ -61,13 +67,18 @@ func newOTLPReceiver(t *testing.T) *otlpReceiver {
 		r.mu.Lock()
 		r.raw.Write(b)
 		for _, rs := range ex.ResourceSpans {
+			name := ""
 			for _, a := range rs.GetResource().GetAttributes() {
 				if a.Key == "service.name" {
-					r.services = append(r.services, a.GetValue().GetStringValue())
+					name = a.GetValue().GetStringValue()
+					r.services = append(r.services, name)
 				}
 			}
 			for _, ss := range rs.ScopeSpans {
 				r.spans = append(r.spans, ss.Spans...)
+				for _, sp := range ss.Spans {
+					r.service[sp] = name
+				}
 			}
 		}
 		r.mu.Unlock()
@@ -191,5 +202,67 @@ steps:
 	t.Logf("spans exported: %v", counts)
 	if bytes.Contains(rcv.raw.Bytes(), []byte(canary)) {
 		t.Fatal("the run's secret input is in an exported span")
+	}
+}
+
+// TestRunTraceOverAgent: a run on a soul reached through its agent is one
+// trace across both processes: the keeper's target span has an agent.exec
+// span whose trace context travels in the bus message, and the agent's
+// own span (exported by the agent process) is its child.
+func TestRunTraceOverAgent(t *testing.T) {
+	t.Parallel()
+	rcv := newOTLPReceiver(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	port := freePort(t)
+	cfg := keeperConfig(t, dir, fmt.Sprintf("nats:\n  listen: 127.0.0.1:%d\n  heartbeat: 300ms\ntracing: {otlp_endpoint: %s}\n", port, rcv.URL))
+	k := serve(t, dir, "--config", cfg)
+	c := adminClient(t, k, data)
+	const sid = "traced.local.test"
+	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(t)}}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadOrCreateCA(config.Config{DataDir: data}.TLSDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := bustest.Issue(t, ca, sid, time.Hour, time.Now())
+	recordSerial(t, config.Config{DataDir: data}, sid, id.Serial)
+	agents := bustest.StartAgents(t, bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id},
+		Heartbeat: 300 * time.Millisecond, Jitter: -1, Spool: t.TempDir(), OTLPEndpoint: rcv.URL})
+	waitSoul(t, c, sid, func(s client.Soul) bool { return s.Status == "active" })
+	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: "steps:\n  - name: hello\n    on: " + sid + "\n    module: core.command.ran\n    params: {cmd: 'echo over the agent'}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if final := waitFor(t, c, run.ID, "the run", func(r *client.Run) bool { return client.Terminal(r.Phase) }); final.Phase != "Succeeded" {
+		t.Fatalf("run = %s %+v", final.Phase, final.Error)
+	}
+	k.Interrupt(t)
+	if !agents.Stop() {
+		t.Fatal("the agent did not stop on SIGTERM")
+	}
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var target, exec, cmd *tracepb.Span
+	for _, s := range rcv.spans {
+		switch {
+		case s.Name == "target" && attr(s, "soulstack.soul.sid") == sid:
+			target = s
+		case s.Name == "agent.exec" && rcv.service[s] == "soulstack-keeper":
+			exec = s
+		case s.Name == "agent.command" && rcv.service[s] == "soulstack-soul":
+			cmd = s
+		}
+	}
+	if target == nil || exec == nil || cmd == nil {
+		t.Fatalf("spans: target %v, keeper's agent.exec %v, agent's agent.command %v (of %d)", target != nil, exec != nil, cmd != nil, len(rcv.spans))
+	}
+	if !bytes.Equal(exec.ParentSpanId, target.SpanId) || !bytes.Equal(cmd.ParentSpanId, exec.SpanId) {
+		t.Errorf("parents: agent.exec's %x (target %x), agent.command's %x (agent.exec %x)", exec.ParentSpanId, target.SpanId, cmd.ParentSpanId, exec.SpanId)
+	}
+	if !bytes.Equal(cmd.TraceId, target.TraceId) {
+		t.Errorf("the agent's span is in trace %x, the run's is %x", cmd.TraceId, target.TraceId)
 	}
 }

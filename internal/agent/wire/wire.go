@@ -88,6 +88,10 @@ func SID(token string) (string, error) {
 	return string(b), nil
 }
 
+// TraceHeader is the message header that carries a command's W3C trace
+// context (traceparent) from the keeper to the agent, when tracing is on.
+const TraceHeader = "traceparent"
+
 // ExecSubject is where commands for sid are sent.
 func ExecSubject(sid string) string { return SoulPrefix + Token(sid) + ".exec" }
 

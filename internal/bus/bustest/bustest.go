@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"github.com/soulstack/soulstack/internal/tracing"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -166,6 +167,9 @@ type AgentSpec struct {
 	// Spool, when set, is where each agent spools its durable commands
 	// (Spool/<sid>), as a soul's state dir does.
 	Spool string `json:"spool"`
+	// OTLPEndpoint, when set, exports the agents' traces there, as
+	// OTEL_EXPORTER_OTLP_ENDPOINT does for soul run.
+	OTLPEndpoint string `json:"otlp_endpoint"`
 }
 
 // RunAgentIfAsked turns the test binary into an agent process when
@@ -188,6 +192,11 @@ func RunAgentIfAsked() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	shutdown, err := tracing.Setup(ctx, tracing.Config{Endpoint: s.OTLPEndpoint, Service: "soulstack-soul"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "agent tracing:", err)
+		os.Exit(2)
+	}
 	var wg sync.WaitGroup
 	for _, id := range s.Identities {
 		tc, err := id.TLS()
@@ -214,6 +223,9 @@ func RunAgentIfAsked() {
 		}()
 	}
 	wg.Wait()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = shutdown(sctx)
+	cancel()
 	os.Exit(0)
 }
 
