@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/soulstack/soulstack/internal/tracing"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -19,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/soulstack/soulstack/internal/soulid"
+	"github.com/soulstack/soulstack/internal/tracing"
 	"github.com/soulstack/soulstack/internal/version"
 )
 

@@ -12,9 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/soulstack/soulstack/internal/tracing"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"math/rand/v2"
 	"strings"
@@ -22,8 +19,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soulstack/soulstack/internal/agent/wire"
+	"github.com/soulstack/soulstack/internal/tracing"
 )
 
 // Config configures Serve.

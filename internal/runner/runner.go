@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/soulstack/soulstack/internal/tracing"
 	"log/slog"
 	"sort"
 	"sync"
@@ -26,6 +25,7 @@ import (
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/tracing"
 	"github.com/soulstack/soulstack/internal/transport"
 )
 

@@ -15,7 +15,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
-	"github.com/soulstack/soulstack/internal/tracing"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -30,6 +29,7 @@ import (
 	"github.com/soulstack/soulstack/internal/agent/wire"
 	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/testlog"
+	"github.com/soulstack/soulstack/internal/tracing"
 )
 
 // CA is a keeper CA in a temporary directory with a server certificate
