@@ -273,3 +273,41 @@ func TestExample(t *testing.T) {
 		t.Fatalf("the example's default profile %s: %v", profile, err)
 	}
 }
+
+// TestIncompleteVM: a VM dir without its record (a create that died
+// before writing it) is listed by its ID, state incomplete, and destroyed
+// by its ID like any VM; destroying it again is a no-op.
+func TestIncompleteVM(t *testing.T) {
+	qemutest.Require(t)
+	t.Parallel()
+	state, err := os.MkdirTemp("/var/tmp", "soul-cloud-qemu-incomplete-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	const id = "vm-0a1b2c3d"
+	if err := os.MkdirAll(filepath.Join(state, "vms", id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.Marshal(map[string]any{"state_dir": state})
+	prov := driversdk.Provider{Name: "qemu", Config: cfg, KeeperID: "kd-test"}
+	d := New(Options{})
+	vms, err := d.List(t.Context(), driversdk.ListRequest{Provider: prov})
+	if err != nil || len(vms) != 1 || vms[0].ID != id || vms[0].Attributes["state"] != "incomplete" || vms[0].PrimaryIP != "" {
+		t.Fatalf("list = %+v, %v", vms, err)
+	}
+	if _, err := d.Resize(t.Context(), driversdk.ResizeRequest{Provider: prov, VMIDs: []string{id}, Spec: json.RawMessage(`{"memory_mb": 512}`)}); driversdk.CodeOf(err) != driversdk.CodeVMNotFound {
+		t.Fatalf("resize of an incomplete VM: %v", err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := d.Destroy(t.Context(), driversdk.DestroyRequest{Provider: prov, VMIDs: []string{id}}); err != nil {
+			t.Fatalf("destroy %d: %v", i+1, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(state, "vms", id)); !os.IsNotExist(err) {
+		t.Fatalf("the VM dir is still there: %v", err)
+	}
+	if vms, err := d.List(t.Context(), driversdk.ListRequest{Provider: prov}); err != nil || len(vms) != 0 {
+		t.Fatalf("list after destroy = %+v, %v", vms, err)
+	}
+}

@@ -540,6 +540,14 @@ func (d *Driver) Destroy(ctx context.Context, req driversdk.DestroyRequest) erro
 		return err
 	}
 	for _, v := range recs {
+		if !v.IP.IsValid() {
+			// No record: a create that died (creates hold the state lock
+			// this holds now, so none is still making it).
+			if err := d.remove(ctx, st, v); err != nil {
+				return timeoutOr(ctx, err)
+			}
+			continue
+		}
 		unlock, err := st.lockVM(ctx, v.ID)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -574,14 +582,16 @@ func (d *Driver) known(st store, ids []string) ([]*vmRecord, error) {
 			continue
 		}
 		v, err := st.loadVM(id)
+		if errors.Is(err, os.ErrNotExist) {
+			v, err = st.partial(id)
+		}
 		switch {
-		case err == nil:
-			recs = append(recs, v)
-		case errors.Is(err, os.ErrNotExist) && st.destroyed(id):
-		case errors.Is(err, os.ErrNotExist):
-			missing = append(missing, id)
-		default:
+		case err != nil:
 			return nil, err
+		case v != nil:
+			recs = append(recs, v)
+		case !st.destroyed(id):
+			missing = append(missing, id)
 		}
 	}
 	if len(missing) > 0 {
@@ -600,7 +610,7 @@ func (d *Driver) remove(ctx context.Context, st store, v *vmRecord) error {
 	if err := localcloud.DeleteLink(ctx, v.Tap); err != nil {
 		return err
 	}
-	if net, ok, _ := localcloud.KnownHostNetwork(st.dir); ok {
+	if net, ok, _ := localcloud.KnownHostNetwork(st.dir); ok && v.IP.IsValid() {
 		localcloud.ForgetNeighbour(ctx, net, v.IP)
 	}
 	if err := st.addTombstone(v.ID); err != nil {
@@ -614,10 +624,12 @@ func (d *Driver) remove(ctx context.Context, st store, v *vmRecord) error {
 }
 
 // owned refuses, with driver.not_owned, VMs of another keeper deployment.
+// A VM with no keeper tag (one whose create died before its first record)
+// is nobody's, and may go.
 func owned(recs []*vmRecord, keeper string) error {
 	var theirs []string
 	for _, v := range recs {
-		if v.Tags[driversdk.TagKeeper] != keeper {
+		if k, ok := v.Tags[driversdk.TagKeeper]; ok && k != keeper {
 			theirs = append(theirs, v.ID)
 		}
 	}
@@ -646,6 +658,11 @@ func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 	}
 	if len(recs) != len(req.VMIDs) {
 		return nil, &driversdk.Error{Code: codeNotFound, Message: "some of " + strings.Join(req.VMIDs, ", ") + " are destroyed"}
+	}
+	for _, v := range recs {
+		if !v.IP.IsValid() {
+			return nil, &driversdk.Error{Code: codeNotFound, Message: "VM " + v.ID + " was never completely made (its create died): destroy it"}
+		}
 	}
 	if err := owned(recs, req.Provider.KeeperID); err != nil {
 		return nil, err
@@ -754,6 +771,11 @@ func (v *vmRecord) info(running bool) driversdk.VM {
 		"cpus": v.Spec.CPUs, "memory_mb": v.Spec.MemoryMB, "disk_gb": v.Spec.DiskGB, "image": image,
 		"ssh_user": v.Spec.SSHUser, "ssh_host_key": v.HostKey, "state": state, "mac": v.MAC, "accel": v.Accel,
 		"created_at": v.CreatedAt.UTC().Format(time.RFC3339),
+	}
+	if !v.IP.IsValid() {
+		// A create that died before its first record: nothing but the ID.
+		attrs["state"] = "incomplete"
+		return driversdk.VM{ID: v.ID, Attributes: attrs, Tags: maps.Clone(v.Tags)}
 	}
 	ip := v.IP.String()
 	return driversdk.VM{ID: v.ID, FQDN: v.FQDN, PrimaryIP: ip, PrivateIP: ip, Attributes: attrs, Tags: maps.Clone(v.Tags),

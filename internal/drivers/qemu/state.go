@@ -106,15 +106,29 @@ func (s store) vms() ([]*vmRecord, error) {
 		}
 		v, err := s.loadVM(e.Name())
 		if errors.Is(err, fs.ErrNotExist) {
-			continue // half made or half removed
+			// A create that died before its first record, or a destroy
+			// before it removed the dir: reported by its ID alone, so that
+			// it can still be listed and destroyed.
+			v, err = s.partial(e.Name())
 		}
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, v)
+		if v != nil {
+			out = append(out, v)
+		}
 	}
 	slices.SortFunc(out, func(a, b *vmRecord) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out, nil
+}
+
+// partial is the record of a VM dir without a vm.json: nil when the
+// dir is gone too or the VM was destroyed (its dir on the way out).
+func (s store) partial(id string) (*vmRecord, error) {
+	if fi, err := os.Stat(s.vmDir(id)); err != nil || !fi.IsDir() || s.destroyed(id) {
+		return nil, nil
+	}
+	return &vmRecord{ID: id, Tap: tapName(id)}, nil
 }
 
 func (s store) destroyed(id string) bool {
