@@ -44,12 +44,16 @@ type Checkpoint struct {
 }
 
 func (k *Key) checkpointMAC(c Checkpoint) string {
+	return k.signFields(checkpointDomain, strconv.Itoa(c.Version), c.KeeperID, strconv.FormatInt(c.Seq, 10), c.Hash,
+		strconv.FormatInt(c.KeyedFrom, 10), Normalize(c.At).Format(time.RFC3339Nano))
+}
+
+// signFields is the HMAC under k of domain and then each field,
+// length-prefixed so that no two field lists give the same text.
+func (k *Key) signFields(domain string, fields ...string) string {
 	h := hmac.New(sha256.New, k.mac)
-	h.Write([]byte(checkpointDomain))
-	for _, f := range []string{
-		strconv.Itoa(c.Version), c.KeeperID, strconv.FormatInt(c.Seq, 10), c.Hash,
-		strconv.FormatInt(c.KeyedFrom, 10), Normalize(c.At).Format(time.RFC3339Nano),
-	} {
+	h.Write([]byte(domain))
+	for _, f := range fields {
 		fmt.Fprintf(h, "%d:%s;", len(f), f)
 	}
 	return hex.EncodeToString(h.Sum(nil))
@@ -157,25 +161,38 @@ func ReadCheckpoint(path string, k *Key) (CheckpointFile, error) {
 // ReadCheckpoints reads every checkpoint file in dir, in name order. A
 // directory that does not exist holds none.
 func ReadCheckpoints(dir string, k *Key) ([]CheckpointFile, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	paths, err := filesEnding(dir, checkpointExt)
 	if err != nil {
 		return nil, fmt.Errorf("read audit checkpoints: %w", err)
 	}
 	var out []CheckpointFile
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), checkpointExt) {
-			continue
-		}
-		f, err := ReadCheckpoint(filepath.Join(dir, e.Name()), k)
+	for _, p := range paths {
+		f, err := ReadCheckpoint(p, k)
 		if err != nil {
 			return nil, fmt.Errorf("read audit checkpoint: %w", err)
 		}
 		out = append(out, f)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// filesEnding lists the regular files of dir whose names end in ext, in
+// name order; a directory that does not exist holds none.
+func filesEnding(dir, ext string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), ext) {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	sort.Strings(out)
 	return out, nil
 }
 

@@ -2,17 +2,11 @@ package audit
 
 import (
 	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -50,8 +44,6 @@ type RestoreRecord struct {
 }
 
 func (k *Key) restoreMAC(r RestoreRecord) string {
-	h := hmac.New(sha256.New, k.mac)
-	h.Write([]byte(restoreDomain))
 	fields := []string{
 		strconv.Itoa(r.Version), r.KeeperID, strconv.FormatInt(r.FromSeq, 10), r.FromHash,
 		Normalize(r.BackupAt).Format(time.RFC3339Nano), Normalize(r.RestoredAt).Format(time.RFC3339Nano),
@@ -59,10 +51,7 @@ func (k *Key) restoreMAC(r RestoreRecord) string {
 	for _, c := range r.Superseded {
 		fields = append(fields, c.MAC)
 	}
-	for _, f := range fields {
-		fmt.Fprintf(h, "%d:%s;", len(f), f)
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return k.signFields(restoreDomain, fields...)
 }
 
 // SignRestore fills in r's version and signature.
@@ -114,19 +103,12 @@ type RestoreFile struct {
 // is the order of the restores of each keeper). A directory that does not
 // exist holds none.
 func ReadRestores(dir string, k *Key) ([]RestoreFile, error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	paths, err := filesEnding(dir, restoreExt)
 	if err != nil {
 		return nil, fmt.Errorf("read audit restore records: %w", err)
 	}
 	var out []RestoreFile
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), restoreExt) {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
+	for _, path := range paths {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("read audit restore record: %w", err)
@@ -139,7 +121,6 @@ func ReadRestores(dir string, k *Key) ([]RestoreFile, error) {
 		}
 		out = append(out, f)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
 
