@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/soulstack/soulstack/internal/logctx"
 	pb "github.com/soulstack/soulstack/internal/plugin/proto/clouddriverv1"
 	"github.com/soulstack/soulstack/internal/plugin/wire"
 )
@@ -39,7 +40,10 @@ import (
 //
 // Log with log/slog (or the log package): Serve makes slog's default
 // logger write JSON lines to the original stderr, which the keeper forwards
-// to its own log at the same level, masked. Never log the provider's
+// to its own log at the same level, masked. Log a call's work with the
+// call's context (slog.InfoContext(ctx, ...)): the line then carries the
+// run the keeper made the call for. NewLogHandler's own handler does not
+// add it; wrap it the way Serve does to get the same. Never log the provider's
 // credentials; the keeper masks their text anyway.
 //
 // Every call's context carries the deadline the keeper set for the call. A
@@ -50,7 +54,7 @@ import (
 // it is gone, so a driver never outlives its keeper.
 func Serve(d Driver) {
 	stderr := os.Stderr
-	slog.SetDefault(slog.New(NewLogHandler(stderr, slog.LevelDebug)))
+	slog.SetDefault(slog.New(logctx.Handler(NewLogHandler(stderr, slog.LevelDebug))))
 	go exitWithParent(os.Getppid())
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  wire.Handshake,
@@ -135,6 +139,9 @@ var _ pb.CloudDriverServer = (*server)(nil)
 // wire.DeadlineKey), turns a panic into an error, and maps the error to a
 // gRPC status.
 func guard(ctx context.Context, method string, call func(ctx context.Context) error) (err error) {
+	if vals := metadata.ValueFromIncomingContext(ctx, wire.RunKey); len(vals) == 1 {
+		ctx = logctx.WithRun(ctx, vals[0])
+	}
 	if dl, ok := driverDeadline(ctx); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, dl)
@@ -142,7 +149,7 @@ func guard(ctx context.Context, method string, call func(ctx context.Context) er
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			slog.Error("driver panicked", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			slog.ErrorContext(ctx, "driver panicked", "method", method, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 			err = toStatus(ctx, &Error{Code: CodeDriverFailed, Message: fmt.Sprintf("driver panicked in %s: %v", method, r)})
 		}
 	}()

@@ -23,12 +23,16 @@ import (
 	"github.com/soulstack/soulstack/internal/keeper"
 	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/store"
+	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/version"
 )
 
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "keeper:", err)
+		if _, newer := errors.AsType[*sqlstore.SchemaNewerError](err); newer {
+			os.Exit(keeper.ExitSchemaNewer)
+		}
 		os.Exit(1)
 	}
 }

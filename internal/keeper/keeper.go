@@ -22,6 +22,7 @@ import (
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/logctx"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/postgres"
@@ -44,7 +45,7 @@ func NewLoggerLevel(w io.Writer, c config.Config, level *slog.LevelVar) *slog.Lo
 	if c.Log.Format == "json" {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(secret.NewLogHandler(h))
+	return slog.New(secret.NewLogHandler(logctx.Handler(h)))
 }
 
 // OpenStore opens and migrates the configured database, creating the data

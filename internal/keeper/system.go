@@ -315,7 +315,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 		return []byte(v), err
 	}
 	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup,
-		Env: keeperDirsEnv(c, append(s.Agent.hostPorts(), busPort(s.Bus))...), Logger: s.Log.With("component", "plugin")})
+		Env: keeperDirsEnv(c, append(s.Agent.hostPorts(), busPort(s.Bus))...), Logger: s.Log}) // the host names its lines component=plugin
 	if err != nil {
 		return err
 	}
@@ -427,15 +427,26 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 		}
 		defer msrv.Close()
 	}
+	latest, err := schemaLatest(c)
+	if err != nil {
+		return err
+	}
+	newer := watchSchema(ctx, s.Store, latest, s.Clock, s.Log)
 	s.Log.Info("keeper listening", "addr", s.scheme+s.ln.Addr().String(), "version", version.String())
 	if ready != nil {
 		ready <- s.ln.Addr()
 	}
 
+	var stopped error // why the keeper stops, when it is not asked to
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
+	case stopped = <-newer:
+		// A newer keeper migrated the database: this one claims no run
+		// any more, finishes the steps in flight (the drain) and exits,
+		// its runs handed back to the newer keepers.
+		s.Log.Error("the database was migrated by a newer keeper; stopping", "code", sqlstore.CodeSchemaNewer, "err", stopped)
 	}
 	// Drain first, the API still answering: no run is claimed any more,
 	// the steps in flight finish (up to drain_timeout) and their runs are
@@ -451,7 +462,7 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 		return err
 	}
 	s.Log.Info("stopped")
-	return nil
+	return stopped
 }
 
 // dialer is the transport of one run: a soul's agent when it is connected

@@ -158,7 +158,7 @@ type Proc struct {
 	done chan error
 }
 
-var listening = regexp.MustCompile(`msg="keeper listening" addr=(https?://[0-9a-f.:\[\]]+)`)
+var listening = regexp.MustCompile(`msg="keeper listening" addr=(https?://[0-9a-f.:\[\]]+)|"msg":"keeper listening","addr":"(https?://[0-9a-f.:\[\]]+)"`)
 
 // Serve runs `bin serve --listen 127.0.0.1:0 args…` in dir and waits until
 // it listens; the process is killed, by its PID, if the test ends with it
@@ -190,7 +190,7 @@ func Run(t testing.TB, cmd *exec.Cmd) *Proc {
 		for sc.Scan() {
 			line := sc.Text()
 			if m := listening.FindStringSubmatch(line); m != nil {
-				addr <- m[1]
+				addr <- m[1] + m[2]
 			}
 			select {
 			case p.logs <- line:

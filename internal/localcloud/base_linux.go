@@ -10,8 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/soulstack/soulstack/driversdk"
 	"golang.org/x/sys/unix"
+
+	"github.com/soulstack/soulstack/driversdk"
 )
 
 // ensureBase returns the directory of the named base (see bases), built
@@ -68,7 +69,7 @@ func BuildBase(ctx context.Context, dir, name, suite, include, mirror string, lo
 	}
 	defer logf.Close()
 	start := time.Now()
-	log.Info("building base", "base", name, "dir", final, "mirror", mirror)
+	log.InfoContext(ctx, "building base", "base", name, "dir", final, "mirror", mirror)
 	cmd := exec.CommandContext(ctx, tool, "--variant=minbase", "--include="+include, suite, tmp, mirror)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
@@ -107,6 +108,6 @@ func BuildBase(ctx context.Context, dir, name, suite, include, mirror string, lo
 	if err := os.Rename(tmp, final); err != nil {
 		return "", err
 	}
-	log.Info("built base", "base", name, "seconds", time.Since(start).Seconds())
+	log.InfoContext(ctx, "built base", "base", name, "seconds", time.Since(start).Seconds())
 	return final, nil
 }

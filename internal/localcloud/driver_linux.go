@@ -14,8 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/soulstack/soulstack/driversdk"
 	"golang.org/x/sys/unix"
+
+	"github.com/soulstack/soulstack/driversdk"
 )
 
 func geteuid() int { return os.Geteuid() }
@@ -137,7 +138,7 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 	}
 	have := requestVMs(all, req)
 	if len(have) == req.Count {
-		d.log().Info("create: request already done", "request_id", req.RequestID, "count", req.Count)
+		d.log().InfoContext(ctx, "create: request already done", "request_id", req.RequestID, "count", req.Count)
 		return infos(have), nil
 	}
 
@@ -172,9 +173,9 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 	}
 	for _, vm := range vms {
 		have[vm.rec.Index] = vm.rec
-		d.log().Info("created VM", "vm", vm.rec.ID, "fqdn", vm.rec.FQDN, "ip", vm.rec.IP, "pid", vm.rec.PID)
+		d.log().InfoContext(ctx, "created VM", "vm", vm.rec.ID, "fqdn", vm.rec.FQDN, "ip", vm.rec.IP, "pid", vm.rec.PID)
 	}
-	d.log().Info("create done", "count", len(vms), "seconds", time.Since(start).Seconds())
+	d.log().InfoContext(ctx, "create done", "count", len(vms), "seconds", time.Since(start).Seconds())
 	return infos(have), nil
 }
 
@@ -286,13 +287,13 @@ func (d *Driver) bootAll(ctx context.Context, st store, h *hostState, cg cgroupH
 	defer cancel()
 	for _, vm := range vms {
 		if terr := teardown(cctx, st, h, cg, vm.rec); terr != nil {
-			d.log().Error("create: undo", "vm", vm.rec.ID, "err", terr)
+			d.log().ErrorContext(ctx, "create: undo", "vm", vm.rec.ID, "err", terr)
 		}
 	}
 	if left, _ := st.vms(); len(left) == 0 {
 		removeCgroupParents(cg.parents)
 		if terr := teardownHost(cctx, st); terr != nil {
-			d.log().Error("create: undo host network", "err", terr)
+			d.log().ErrorContext(ctx, "create: undo host network", "err", terr)
 		}
 	}
 	return &driversdk.Error{Code: codeFailed, Message: "create VMs: " + err.Error()}
@@ -384,7 +385,7 @@ func (d *Driver) destroy(ctx context.Context, cfg Config, keeper string, ids []s
 			continue
 		}
 		done = append(done, v.ID)
-		d.log().Info("destroyed VM", "vm", v.ID, "fqdn", v.FQDN)
+		d.log().InfoContext(ctx, "destroyed VM", "vm", v.ID, "fqdn", v.FQDN)
 	}
 	if err := st.addTombstones(done); err != nil {
 		errs = append(errs, err)
@@ -471,7 +472,7 @@ func (d *Driver) resize(ctx context.Context, cfg Config, keeper string, ids []st
 		if err := st.saveVM(v); err != nil {
 			return out, err
 		}
-		d.log().Info("resized VM", "vm", v.ID, "cpus", v.Spec.CPUs, "memory_mb", v.Spec.MemoryMB)
+		d.log().InfoContext(ctx, "resized VM", "vm", v.ID, "cpus", v.Spec.CPUs, "memory_mb", v.Spec.MemoryMB)
 		out = append(out, driversdk.ResizeResult{VMID: v.ID, CausedDowntime: false})
 	}
 	return out, nil

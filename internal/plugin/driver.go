@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/logctx"
 	pb "github.com/soulstack/soulstack/internal/plugin/proto/clouddriverv1"
 	"github.com/soulstack/soulstack/internal/plugin/wire"
 )
@@ -55,6 +56,9 @@ func (d *driver) do(ctx context.Context, method string, timeout time.Duration, f
 	})
 	defer stop()
 	rpcCtx = metadata.AppendToOutgoingContext(rpcCtx, wire.DeadlineKey, strconv.FormatInt(deadline.UnixNano(), 10))
+	if run := logctx.Run(ctx); run != "" {
+		rpcCtx = metadata.AppendToOutgoingContext(rpcCtx, wire.RunKey, run)
+	}
 
 	if err := fn(rpcCtx, p); err != nil {
 		return callError(p, c, err)

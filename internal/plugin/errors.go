@@ -110,7 +110,7 @@ func callError(p *proc, c call, err error) error {
 			return &driversdk.Error{Code: driversdk.CodeDriverTimeout, Message: fmt.Sprintf("driver %q: %s: %s", c.driver, c.method, st.Message())}
 		}
 		p.stop(true)
-		p.log.Error("driver did not answer after its deadline; killed its plugin process",
+		p.log.ErrorContext(c.parent, "driver did not answer after its deadline; killed its plugin process",
 			"method", c.method, "pid", p.pid, "timeout", c.budget)
 		return &driversdk.Error{
 			Code:    driversdk.CodeDriverTimeout,
@@ -133,7 +133,7 @@ func callError(p *proc, c call, err error) error {
 		if exited {
 			what = "its plugin process exited"
 		}
-		p.log.Error("driver crashed during a call", "method", c.method, "pid", p.pid, "error", st.Message())
+		p.log.ErrorContext(c.parent, "driver crashed during a call", "method", c.method, "pid", p.pid, "error", st.Message())
 		return &driversdk.Error{
 			Code:    driversdk.CodeDriverCrashed,
 			Message: fmt.Sprintf("driver %q: %s failed: %s; a new plugin process is started for the next call", c.driver, c.method, what),

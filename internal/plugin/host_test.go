@@ -17,6 +17,7 @@ import (
 
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/driversdk/drivertest"
+	"github.com/soulstack/soulstack/internal/logctx"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/secret"
 )
@@ -107,7 +108,7 @@ func newHost(t *testing.T, cfg plugin.Config) (*plugin.Host, *capture) {
 	t.Helper()
 	logs := &capture{}
 	cfg.PluginDir = drivertest.PluginDir(t)
-	cfg.Logger = slog.New(logs)
+	cfg.Logger = slog.New(logctx.Handler(logs)) // as the keeper's logger
 	h, err := plugin.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -602,6 +603,45 @@ func TestLogsAndCredentials(t *testing.T) {
 	}
 	if !seen {
 		t.Fatalf("the plugin's log line with the credentials is not in the keeper log, masked:\n%s", text)
+	}
+}
+
+// TestDriverLinesCarryTheRun: what a driver logs during a call made for a
+// run reaches the keeper's log naming the run, and so does what the host
+// logs of the call's failure; a call outside a run names none.
+func TestDriverLinesCarryTheRun(t *testing.T) {
+	t.Parallel()
+	h, logs := newHost(t, plugin.Config{})
+	d := fake(t, h)
+	prov := provider(`{"log_credentials": true, "crash": "Destroy"}`)
+	prov.Credentials = []byte("c")
+	ctx := logctx.WithRun(context.Background(), "run_logs")
+	if _, err := d.Create(ctx, driversdk.CreateRequest{Provider: prov, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Create(context.Background(), driversdk.CreateRequest{Provider: prov, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	err := d.Destroy(ctx, driversdk.DestroyRequest{Provider: prov, VMIDs: []string{"x"}})
+	wantCode(t, err, driversdk.CodeDriverCrashed)
+	_ = h.Close()
+
+	var runs []string
+	for _, r := range logs.all() {
+		switch r.msg {
+		case "calling the fake cloud API", "crashing on purpose", "driver crashed during a call":
+			runs = append(runs, r.msg+"="+r.attrs["run"])
+		}
+	}
+	want := []string{
+		"calling the fake cloud API=run_logs",
+		"calling the fake cloud API=",
+		"calling the fake cloud API=run_logs",
+		"crashing on purpose=run_logs",
+		"driver crashed during a call=run_logs",
+	}
+	if !slices.Equal(runs, want) {
+		t.Fatalf("the lines' runs:\n got %q\nwant %q\n%s", runs, want, logs.text())
 	}
 }
 

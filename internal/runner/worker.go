@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/logctx"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/tracing"
@@ -52,7 +53,8 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	}
 	secrets := r.openSecrets(id)
 	defer r.closeSecrets(id)
-	log := slog.New(secrets.LogHandler(r.log.Handler())).With("run", id)
+	log := slog.New(secrets.LogHandler(r.log.Handler())).With(logctx.RunKey, id)
+	ctx = logctx.WithRun(ctx, id) // what the run's work logs with its context names the run
 	// The run's trace: the API request's, when the job carries it. The
 	// time the job waited in the queue is a span of its own.
 	ctx = tracing.Extract(ctx, job.Args.TraceParent)

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
+
 	"github.com/soulstack/soulstack/driversdk"
 )
 
@@ -138,7 +139,7 @@ func (d *Driver) createFailed(ctx context.Context, s *session, ids []string, op 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if _, terr := s.ec2.TerminateInstances(cctx, &ec2.TerminateInstancesInput{InstanceIds: made}); terr != nil {
-		d.log.Warn("terminate the instances of a failed create", "instances", made, "error", mapError("terminate", terr))
+		d.log.WarnContext(ctx, "terminate the instances of a failed create", "instances", made, "error", mapError("terminate", terr))
 		e.Message += fmt.Sprintf("; instances %s were made and could NOT be terminated (%v): they carry the request's tags, soulctl cloud orphans lists them", strings.Join(made, ", "), mapError("terminate", terr))
 		return e
 	}

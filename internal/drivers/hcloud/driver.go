@@ -202,7 +202,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 		if err != nil {
 			return nil, d.rollback(ctx, s, req.RequestID, servers, fmt.Sprintf("create server %d of %d", i+1, req.Count), err)
 		}
-		d.log().Info("server created", "server_id", srv.ID, "name", srv.Name, "request_id", req.RequestID)
+		d.log().InfoContext(ctx, "server created", "server_id", srv.ID, "name", srv.Name, "request_id", req.RequestID)
 		servers[i] = srv
 		actions = append(actions, acts...)
 	}
@@ -424,7 +424,7 @@ func (d *Driver) rollback(rctx context.Context, s *session, requestID string, he
 			left = append(left, strconv.FormatInt(id, 10))
 			continue
 		}
-		d.log().Info("server deleted after a failed create", "server_id", id, "request_id", requestID)
+		d.log().InfoContext(rctx, "server deleted after a failed create", "server_id", id, "request_id", requestID)
 	}
 	switch {
 	case len(left) > 0:
@@ -579,7 +579,7 @@ func (d *Driver) Destroy(ctx context.Context, req driversdk.DestroyRequest) erro
 			}
 			return mapError(fmt.Sprintf("delete server %d", srv.ID), err)
 		}
-		d.log().Info("server deleted", "server_id", srv.ID)
+		d.log().InfoContext(ctx, "server deleted", "server_id", srv.ID)
 		if res != nil && res.Action != nil {
 			actions = append(actions, res.Action)
 		}
@@ -614,7 +614,7 @@ func (d *Driver) Resize(ctx context.Context, req driversdk.ResizeRequest) ([]dri
 		if err != nil {
 			return out, err
 		}
-		d.log().Info("server resized", "server_id", srv.ID, "server_type", spec.ServerType, "unchanged", r.Unchanged)
+		d.log().InfoContext(ctx, "server resized", "server_id", srv.ID, "server_type", spec.ServerType, "unchanged", r.Unchanged)
 		out = append(out, r)
 	}
 	return out, nil

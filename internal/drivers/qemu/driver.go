@@ -22,9 +22,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/localcloud"
-	"golang.org/x/crypto/ssh"
 )
 
 // Options configure a Driver. The zero value is ready to use.
@@ -334,12 +335,12 @@ func (d *Driver) undo(ctx context.Context, st store, made []*vmRecord) {
 	ctx = context.WithoutCancel(ctx)
 	for _, v := range made {
 		if err := d.remove(ctx, st, v); err != nil {
-			d.log().Warn("undo a failed create", "vm", v.ID, "err", err)
+			d.log().WarnContext(ctx, "undo a failed create", "vm", v.ID, "err", err)
 		}
 	}
 	if left, err := st.vms(); err == nil && len(left) == 0 {
 		if err := localcloud.TeardownHostNetwork(ctx, st.dir); err != nil {
-			d.log().Warn("undo a failed create: host network", "err", err)
+			d.log().WarnContext(ctx, "undo a failed create: host network", "err", err)
 		}
 	}
 }
@@ -398,7 +399,7 @@ func (d *Driver) makeVM(ctx context.Context, st store, p plan, req driversdk.Cre
 	if err != nil {
 		return v, err
 	}
-	d.log().Info("VM started", "vm", id, "fqdn", name, "ip", ip, "accel", accel, "pid", pid)
+	d.log().InfoContext(ctx, "VM started", "vm", id, "fqdn", name, "ip", ip, "accel", accel, "pid", pid)
 	return v, nil
 }
 
@@ -503,7 +504,7 @@ func (d *Driver) accel(ctx context.Context, cfg Config, binary string, img image
 			b, _ := json.Marshal(known)
 			_ = localcloud.WriteFileAtomic(path, b)
 		}
-		d.log().Info("KVM probe", "kvm", ok, "why", why)
+		d.log().InfoContext(ctx, "KVM probe", "kvm", ok, "why", why)
 	}
 	switch {
 	case known.KVM:
@@ -619,7 +620,7 @@ func (d *Driver) remove(ctx context.Context, st store, v *vmRecord) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	d.log().Info("VM destroyed", "vm", v.ID, "fqdn", v.FQDN)
+	d.log().InfoContext(ctx, "VM destroyed", "vm", v.ID, "fqdn", v.FQDN)
 	return nil
 }
 
@@ -728,7 +729,7 @@ func (d *Driver) restart(ctx context.Context, st store, cfg Config, v *vmRecord,
 		err = serr
 	}
 	if err == nil {
-		d.log().Info("VM resized", "vm", v.ID, "cpus", spec.CPUs, "memory_mb", spec.MemoryMB, "disk_gb", spec.DiskGB, "seconds", time.Since(start).Seconds())
+		d.log().InfoContext(ctx, "VM resized", "vm", v.ID, "cpus", spec.CPUs, "memory_mb", spec.MemoryMB, "disk_gb", spec.DiskGB, "seconds", time.Since(start).Seconds())
 	}
 	return err
 }

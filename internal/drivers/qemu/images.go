@@ -176,7 +176,7 @@ func (d *Driver) debianImage(ctx context.Context, cfg Config) (image, error) {
 	}
 	// The root tree is no use once the image exists.
 	_ = os.RemoveAll(root)
-	d.log().Info("built image", "image", ImageDebianBookworm, "seconds", time.Since(start).Seconds())
+	d.log().InfoContext(ctx, "built image", "image", ImageDebianBookworm, "seconds", time.Since(start).Seconds())
 	return img, nil
 }
 

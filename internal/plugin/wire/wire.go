@@ -92,3 +92,8 @@ func Plugins(server clouddriverv1.CloudDriverServer) map[int]plugin.PluginSet {
 // answers (with driver.timeout) before the keeper gives up on it, and only a
 // driver still busy after the grace period is taken for hung and killed.
 const DeadlineKey = "soulstack-deadline-unix-nano"
+
+// RunKey is the gRPC metadata key under which the keeper sends the id of
+// the run a driver call is made for (none outside a run): the driver's log
+// lines for the call carry it (driversdk, internal/logctx).
+const RunKey = "soulstack-run"

@@ -57,6 +57,14 @@ func (e *SchemaNewerError) Error() string {
 	return fmt.Sprintf("%s: the database is at schema version %d, newer than this keeper's %d: it was migrated by a newer keeper; upgrade this keeper to open it", CodeSchemaNewer, e.Database, e.Keeper)
 }
 
+// SchemaVersion is the newest schema version migrated into the database
+// (goose's version table).
+func (s *Store) SchemaVersion(ctx context.Context) (v int64, err error) {
+	defer s.translate(&err)
+	err = s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version_id), 0) FROM goose_db_version`).Scan(&v)
+	return v, err
+}
+
 // MigrateTo applies a backend's migrations up to and including version:
 // a database as a keeper of that schema left it (upgrade tests build
 // their fixtures this way).

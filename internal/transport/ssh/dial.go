@@ -278,7 +278,7 @@ func dial(ctx context.Context, t Target, opts Options) (*Client, error) {
 		if attempt >= t.Retry.Attempts {
 			break
 		}
-		opts.Logger.Debug("ssh connect failed, retrying", "target", t.String(),
+		opts.Logger.DebugContext(ctx, "ssh connect failed, retrying", "target", t.String(),
 			"attempt", attempt, "of", t.Retry.Attempts, "in", t.Retry.Interval, "err", err)
 		if err := opts.Sleep(ctx, t.Retry.Interval); err != nil {
 			return nil, fmt.Errorf("ssh connect %s: %w", t, err)

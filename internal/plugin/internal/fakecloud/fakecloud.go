@@ -145,17 +145,17 @@ func behave(ctx context.Context, p driversdk.Provider, method string) error {
 		return err
 	}
 	if cfg.LogCredentials {
-		slog.Info("calling the fake cloud API", "method", method, "auth", string(p.Credentials))
+		slog.InfoContext(ctx, "calling the fake cloud API", "method", method, "auth", string(p.Credentials))
 	}
 	if cfg.Chatter > 0 {
 		chatter(cfg.Chatter)
 	}
 	switch method {
 	case cfg.Crash:
-		slog.Error("crashing on purpose", "method", method)
+		slog.ErrorContext(ctx, "crashing on purpose", "method", method)
 		os.Exit(3)
 	case cfg.Hang:
-		slog.Warn("hanging on purpose", "method", method)
+		slog.WarnContext(ctx, "hanging on purpose", "method", method)
 		time.Sleep(time.Hour)
 	case cfg.Slow:
 		<-ctx.Done()
