@@ -191,6 +191,25 @@ EOF`)
 	v.run("systemctl reload soulstack-keeper.service && sleep 1 && systemctl is-active soulstack-keeper.service")
 	v.run(env + "soulctl soul get self.package.test")
 
+	// The daily backup: enabled by the package, started here by hand as
+	// its timer would, while the keeper serves; the backup restores into
+	// an empty data dir and its audit log verifies there.
+	if got := v.run("systemctl is-enabled soulstack-keeper-backup.timer; systemctl is-active soulstack-keeper-backup.timer"); got != "enabled\nactive\n" {
+		t.Fatalf("the backup timer is:\n%s", got)
+	}
+	v.run("systemctl start soulstack-keeper-backup.service")
+	backup := strings.TrimSpace(v.run("ls /var/backups/soulstack/keeper-*.backup"))
+	if got := v.run("stat -c '%U %a' " + backup + " /var/backups/soulstack; stat -c %U /var/lib/soulstack-keeper/keeper.db*"); !strings.HasPrefix(got, "soulstack 600\nsoulstack 700\n") || strings.Contains(got, "root") {
+		t.Fatalf("the backup and the data dir's files after it:\n%s", got)
+	}
+	v.run("keeper restore " + backup + " --data-dir /tmp/restored --data-key /var/lib/soulstack-keeper/data.key")
+	if got := v.run("keeper audit verify --data-dir /tmp/restored"); !strings.Contains(got, "audit chain OK") {
+		t.Fatalf("audit verify of the restored backup:\n%s", got)
+	}
+	if got := v.run("systemctl is-active soulstack-keeper.service"); got != "active\n" {
+		t.Fatalf("the keeper after the backup: %s", got)
+	}
+
 	v.run("DEBIAN_FRONTEND=noninteractive apt-get remove -y soulstack-keeper >/dev/null")
 	if got, _ := v.try("systemctl is-active soulstack-keeper.service"); strings.TrimSpace(got) == "active" {
 		t.Fatal("the keeper still runs after apt-get remove")

@@ -36,21 +36,30 @@ write_files:
     permissions: "0755"
     content: |
       #!/bin/sh
-      # Fetch the soul agent from the keeper, join, and start it.
+      # Join with the soul agent and start it: the soulstack-soul package's
+      # agent and unit when the image has them, else the keeper's agent,
+      # fetched and checked against its digest.
       set -eu
-      bin={{ .StateDir }}/bin
-      mkdir -p "$bin"
-      curl -fsS --retry 10 --retry-delay 1 --retry-connrefused --cacert /etc/soulstack/ca.crt -o "$bin/soul.part" "{{ .AgentURL }}"
-      echo "{{ .AgentSHA256 }}  $bin/soul.part" | sha256sum -c -
-      chmod 0755 "$bin/soul.part"
-      mv "$bin/soul.part" "$bin/soul"
-      "$bin/soul" join --retry-for 3m --host-key-dir {{ .HostKeyDir }}
+      if [ -x /usr/bin/soul ] && [ -f /lib/systemd/system/soul.service ]; then
+        soul=/usr/bin/soul
+      else
+        bin={{ .StateDir }}/bin
+        mkdir -p "$bin"
+        curl -fsS --retry 10 --retry-delay 1 --retry-connrefused --cacert /etc/soulstack/ca.crt -o "$bin/soul.part" "{{ .AgentURL }}"
+        echo "{{ .AgentSHA256 }}  $bin/soul.part" | sha256sum -c -
+        chmod 0755 "$bin/soul.part"
+        mv "$bin/soul.part" "$bin/soul"
+        soul="$bin/soul"
+      fi
+      "$soul" join --retry-for 3m --host-key-dir {{ .HostKeyDir }}
       if [ -d /run/systemd/system ]; then
-        printf '[Unit]\nDescription=Soul Stack agent\nAfter=network-online.target\n[Service]\nExecStart=%s run\nRestart=always\n[Install]\nWantedBy=multi-user.target\n' "$bin/soul" > /etc/systemd/system/soul.service
-        systemctl daemon-reload
+        if [ "$soul" != /usr/bin/soul ]; then
+          printf '[Unit]\nDescription=Soul Stack agent\nAfter=network-online.target\n[Service]\nExecStart=%s run\nRestart=always\n[Install]\nWantedBy=multi-user.target\n' "$soul" > /etc/systemd/system/soul.service
+          systemctl daemon-reload
+        fi
         systemctl enable --now soul.service
       else
-        setsid -f "$bin/soul" run >>/var/log/soul.log 2>&1 </dev/null
+        setsid -f "$soul" run >>/var/log/soul.log 2>&1 </dev/null
       fi
 runcmd:
   - /etc/soulstack/start-agent.sh

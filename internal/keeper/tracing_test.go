@@ -205,6 +205,69 @@ steps:
 	}
 }
 
+// TestResumedRunContinuesItsTrace: a run handed back by a stopping keeper
+// and resumed by the next one stays one trace: the second execution's run
+// span, like the first's, is a child of the POST /v1/runs span (the trace
+// context is kept with the run, not only in its first queue job).
+func TestResumedRunContinuesItsTrace(t *testing.T) {
+	t.Parallel()
+	rcv := newOTLPReceiver(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "keeper.yml")
+	if err := os.WriteFile(cfg, []byte("tracing: {otlp_endpoint: "+rcv.URL+"}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	k := serve(t, dir, "--config", cfg)
+	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	addSoul(t, c, "h.local.test", sshtest.Start(t, sshtest.Options{}))
+	started := filepath.Join(t.TempDir(), "started")
+	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: `steps:
+  - name: first
+    on: h.local.test
+    module: core.command.ran
+    params: {cmd: "touch ` + started + `; sleep 2"}
+  - name: second
+    on: h.local.test
+    module: core.command.ran
+    params: {cmd: "echo second"}
+`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, c, run.ID, "the first step to start", func(*client.Run) bool {
+		_, err := os.Stat(started)
+		return err == nil
+	})
+	k.Interrupt(t) // drains: the first step finishes, the run is handed back
+	k = serve(t, dir, "--config", cfg)
+	c = adminClient(t, k, filepath.Join(dir, ".keeper"))
+	if final := waitRun(t, c, run.ID); final.Phase != client.PhaseSucceeded {
+		t.Fatalf("the resumed run = %s %+v", final.Phase, final.Error)
+	}
+	k.Interrupt(t)
+
+	rcv.mu.Lock()
+	defer rcv.mu.Unlock()
+	var post *tracepb.Span
+	var runs []*tracepb.Span
+	for _, s := range rcv.spans {
+		switch {
+		case s.Name == "POST /v1/runs" && s.Kind == tracepb.Span_SPAN_KIND_SERVER:
+			post = s
+		case s.Name == "run" && attr(s, "soulstack.run.id") == run.ID:
+			runs = append(runs, s)
+		}
+	}
+	if post == nil || len(runs) != 2 {
+		t.Fatalf("POST span %v, %d run spans; want one and two", post, len(runs))
+	}
+	for i, r := range runs {
+		if !bytes.Equal(r.TraceId, post.TraceId) || !bytes.Equal(r.ParentSpanId, post.SpanId) {
+			t.Errorf("execution %d: trace %x parent %x; want the request's trace %x and span %x", i+1, r.TraceId, r.ParentSpanId, post.TraceId, post.SpanId)
+		}
+	}
+}
+
 // TestRunTraceOverAgent: a run on a soul reached through its agent is one
 // trace across both processes: the keeper's target span has an agent.exec
 // span whose trace context travels in the bus message, and the agent's

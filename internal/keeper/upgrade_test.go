@@ -80,6 +80,11 @@ var upgradeFixtures = map[int64]func(t *testing.T, f *fixture){
 	22: func(t *testing.T, f *fixture) {
 		f.exec(t, `INSERT INTO soul_drift (sid, seed_id, state, checked_at) VALUES ('fx.upgrade.test', 1, 'in_sync', ?)`, f.at)
 	},
+	24: func(t *testing.T, f *fixture) {
+		f.exec(t, `INSERT INTO keepers (id, started_at, heartbeat_at) VALUES ('keeper-fx', ?, ?)`, f.at, f.at)
+		f.exec(t, `UPDATE runs SET epoch = 1 WHERE id = 'run_fx'`)
+		f.exec(t, `INSERT INTO run_commands (run_id, id, step_index, sid, attempt, n, epoch, digest, transport, sent_at) VALUES ('run_fx', 'run_fx.0.1.1.aa', 0, 'fx.upgrade.test', 1, 1, 1, 'dd', 'ssh', ?)`, f.at)
+	},
 	23: func(t *testing.T, f *fixture) {
 		f.exec(t, `INSERT INTO webhook_deliveries (id, notification, event, object, status, attempts, last_code, created_at, updated_at) VALUES ('wd_fx', 'ops', 'run.finished', 'run/run_fx', 'delivered', 1, 200, ?, ?)`, f.at, f.at)
 	},
@@ -206,6 +211,37 @@ func upgradeFrom(t *testing.T, backend string, from int64, versions []int64) {
 	final := waitFor(t, c, run.ID, "a run on the upgraded data", func(r *client.Run) bool { return client.Terminal(r.Phase) })
 	if final.Phase != "Succeeded" || !strings.Contains(stdoutOf(t, final.Steps[0].Targets[0]), "upgraded") {
 		t.Fatalf("run on the upgraded data = %s %+v", final.Phase, final.Error)
+	}
+	// Writes on and next to the old rows, through the migrated columns
+	// and indexes, and the chain goes on verifying.
+	if found, err := c.SoulSearch(ctx, client.ListOptions{}, client.SoulFilter{Label: "role=web"}); err != nil || len(found.Items) != 1 || found.Items[0].SID != "fx.upgrade.test" {
+		t.Fatalf("search the old souls by attribute: %+v, %v", found, err)
+	}
+	if found, err := c.SoulSearch(ctx, client.ListOptions{}, client.SoulFilter{Provider: "fx", Status: "destroyed"}); err != nil || len(found.Items) != 1 {
+		t.Fatalf("search the old souls by provider and status: %+v, %v", found, err)
+	}
+	if _, err := c.SeedAdd(ctx, "fx.upgrade.test", client.SeedCreate{Scenario: "steps:\n  - name: motd\n    on: ${ input.sid }\n    module: core.command.ran\n    params: {cmd: \"true\"}\n", DriftEvery: "1h"}); err != nil {
+		t.Fatalf("add a seed to the old soul: %v", err)
+	}
+	if seeds, err := c.SeedList(ctx, "fx.upgrade.test"); err != nil || len(seeds.Items) != 2 {
+		t.Fatalf("seeds after adding one: %+v, %v", seeds, err)
+	}
+	if err := c.ProfileDelete(ctx, "fx-small"); err != nil {
+		t.Fatalf("delete the old profile: %v", err)
+	}
+	tok, err := c.TokenCreate(ctx, client.TokenCreate{Name: "after-upgrade", Role: "viewer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.TokenRevoke(ctx, tok.ID); err != nil {
+		t.Fatalf("revoke a token: %v", err)
+	}
+	if toks, err := c.TokenList(ctx, client.ListOptions{}); err != nil || len(toks.Items) < 2 {
+		t.Fatalf("tokens: %+v, %v", toks, err)
+	}
+	rep, err = c.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 1}, Verify: true})
+	if err != nil || rep.Verify == nil || !rep.Verify.OK || rep.Verify.Legacy != 3 {
+		t.Fatalf("audit after writes on the upgraded data: %+v, %v", rep.Verify, err)
 	}
 	k.Interrupt(t)
 }

@@ -259,7 +259,8 @@ type liveSecrets struct {
 type RunArgs struct {
 	RunID string `json:"run_id"`
 	// TraceParent is the W3C trace context of the request that made the
-	// run (when tracing is on): its execution continues that trace.
+	// run, in jobs a keeper before schema 25 enqueued; the run row holds it
+	// now (store.Run.TraceParent), for every execution of the run.
 	TraceParent string `json:"traceparent,omitempty"`
 }
 
@@ -596,14 +597,15 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 	if err != nil {
 		return store.Run{}, false, err
 	}
+	traceParent := tracing.Inject(ctx)
 	return r.cfg.Store.RunCreate(ctx, store.RunCreateParams{
 		Run: store.Run{
 			ID: id, Key: p.Key, Digest: digest, Name: p.Name, Scenario: p.Scenario, Mode: string(p.Mode),
-			InputSealed: r.cfg.Sealer.Seal(input), InputMasked: maskedJSON, Timeout: p.Timeout,
+			InputSealed: r.cfg.Sealer.Seal(input), InputMasked: maskedJSON, Timeout: p.Timeout, TraceParent: traceParent,
 		},
 		Actor: p.Actor,
 		Enqueue: func(ctx context.Context, tx *sql.Tx) error {
-			_, err := r.river.InsertTx(ctx, tx, RunArgs{RunID: id, TraceParent: tracing.Inject(ctx)}, nil)
+			_, err := r.river.InsertTx(ctx, tx, RunArgs{RunID: id}, nil)
 			return err
 		},
 	})

@@ -55,9 +55,14 @@ func (w *worker) Work(ctx context.Context, job *river.Job[RunArgs]) error {
 	defer r.closeSecrets(id)
 	log := slog.New(secrets.LogHandler(r.log.Handler())).With(logctx.RunKey, id)
 	ctx = logctx.WithRun(ctx, id) // what the run's work logs with its context names the run
-	// The run's trace: the API request's, when the job carries it. The
-	// time the job waited in the queue is a span of its own.
-	ctx = tracing.Extract(ctx, job.Args.TraceParent)
+	// The run's trace: the API request's, also for an execution that
+	// recovers the run after its keeper stopped. The time the job waited
+	// in the queue is a span of its own.
+	traceParent := run.TraceParent
+	if traceParent == "" {
+		traceParent = job.Args.TraceParent
+	}
+	ctx = tracing.Extract(ctx, traceParent)
 	_, queued := tracing.Tracer().Start(ctx, "queue", trace.WithTimestamp(job.CreatedAt), trace.WithAttributes(tracing.RunID.String(id)))
 	queued.End()
 	ctx, span := tracing.Tracer().Start(ctx, "run", trace.WithAttributes(tracing.RunID.String(id), tracing.RunName.String(run.Name), tracing.RunMode.String(run.Mode)))

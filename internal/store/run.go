@@ -72,6 +72,9 @@ type Run struct {
 	// refuse a command of an older epoch than one they have seen for the
 	// run, which fences a keeper cut off from the database.
 	Epoch int64
+	// TraceParent is the W3C trace context of the request that made the
+	// run (empty without tracing): every execution continues that trace.
+	TraceParent string
 }
 
 // RunCommand is the write-ahead record of one soul-side command: stored

@@ -1,6 +1,7 @@
 #!/bin/sh
-# soulstack-keeper postinst: the keeper's system user; the unit is enabled
-# and started on a first install, restarted on an upgrade.
+# soulstack-keeper postinst: the keeper's system user; the unit and the
+# daily backup's timer are enabled and started on a first install, the
+# keeper restarted on an upgrade.
 set -e
 if [ "$1" = configure ]; then
 	if ! getent passwd soulstack >/dev/null; then
@@ -9,7 +10,7 @@ if [ "$1" = configure ]; then
 	if [ -d /run/systemd/system ]; then
 		systemctl daemon-reload
 		if [ -z "$2" ]; then
-			systemctl enable --now soulstack-keeper.service
+			systemctl enable --now soulstack-keeper.service soulstack-keeper-backup.timer
 		elif systemctl is-active --quiet soulstack-keeper.service; then
 			systemctl restart soulstack-keeper.service
 		fi

@@ -15,7 +15,7 @@ import (
 var _ store.RunStore = (*Store)(nil)
 
 const runCols = `id, key, digest, name, scenario, input_sealed, input_masked, phase, error_code, error_message, timeout_ms,
-	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode, epoch`
+	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode, epoch, trace_parent`
 
 func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var r store.Run
@@ -24,7 +24,7 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var timeoutMS int64
 	var started, finished, heartbeat sql.NullTime
 	err := row.Scan(&r.ID, &key, &r.Digest, &r.Name, &r.Scenario, &r.InputSealed, &inputMasked, &r.Phase, &r.ErrorCode, &r.ErrorMsg, &timeoutMS,
-		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode, &r.Epoch)
+		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode, &r.Epoch, &r.TraceParent)
 	r.Key, r.Owner = key.String, owner.String
 	r.InputMasked, r.Outputs = json.RawMessage(inputMasked), json.RawMessage(outputs)
 	r.Timeout = time.Duration(timeoutMS) * time.Millisecond
@@ -74,9 +74,9 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (_ store
 	r.CreatedAt = s.stamp()
 	r.CreatedBy = string(p.Actor)
 	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO runs (id, key, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at, mode)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ID, nullString(r.Key), r.Digest, r.Name, r.Scenario, r.InputSealed, jsonText(r.InputMasked), r.Phase, r.Timeout.Milliseconds(), r.CreatedBy, r.CreatedAt, r.Mode)
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO runs (id, key, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at, mode, trace_parent)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ID, nullString(r.Key), r.Digest, r.Name, r.Scenario, r.InputSealed, jsonText(r.InputMasked), r.Phase, r.Timeout.Milliseconds(), r.CreatedBy, r.CreatedAt, r.Mode, r.TraceParent)
 		if s.dialect.Classify(err) == UniqueViolation {
 			return record{}, &store.Error{Err: store.ErrExists, Kind: "run", Key: r.Key}
 		}
