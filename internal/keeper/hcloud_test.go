@@ -23,29 +23,8 @@ import (
 func TestHcloudEndToEnd(t *testing.T) {
 	t.Parallel()
 	const token = "CANARY-e2e-hcloud-token-91b2"
-	fake := hcloudfake.New(token)
-	t.Cleanup(fake.Close)
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-hcloud"), "../../cmd/soul-cloud-hcloud").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-hcloud: %v\n%s", err, out)
-	}
-	tokenFile := filepath.Join(dir, "hcloud.token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	k, c, fake := hcloudKeeper(t, token, "")
 	ctx := context.Background()
-	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "hetzner", Driver: "hcloud", Region: "fsn1", FQDNSuffix: "hc.test",
-		CredentialsRef: "file:" + tokenFile,
-		Config:         map[string]any{"endpoint": fake.URL, "poll_interval": "5ms", "retry_base": "5ms"}}); err != nil {
-		t.Fatal(err)
-	}
 
 	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "hcloud.yaml"), File: "hcloud.yaml",
 		Input: map[string]any{"count": 2, "greet": false, "networks": []any{"soulstack-net"}}})
@@ -107,4 +86,39 @@ func TestHcloudEndToEnd(t *testing.T) {
 	if logs := k.Interrupt(t); strings.Contains(logs, token) {
 		t.Fatalf("the API token shows in the keeper's log:\n%s", logs)
 	}
+}
+
+// hcloudKeeper starts a keeper with the real soul-cloud-hcloud plugin and
+// keeper.yml text cfg (none when empty), and registers provider "hetzner"
+// against a fake of the Hetzner API that accepts token, read through
+// credentials_ref.
+func hcloudKeeper(t *testing.T, token, cfg string) (*proc, *client.Client, *hcloudfake.Fake) {
+	t.Helper()
+	fake := hcloudfake.New(token)
+	t.Cleanup(fake.Close)
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	plugins := filepath.Join(data, "plugins")
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-hcloud"), "../../cmd/soul-cloud-hcloud").CombinedOutput(); err != nil {
+		t.Fatalf("build soul-cloud-hcloud: %v\n%s", err, out)
+	}
+	tokenFile := filepath.Join(dir, "hcloud.token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	if cfg != "" {
+		args = []string{"--config", keeperConfig(t, dir, cfg)}
+	}
+	k := serve(t, dir, args...)
+	c := adminClient(t, k, data)
+	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "hetzner", Driver: "hcloud", Region: "fsn1", FQDNSuffix: "hc.test",
+		CredentialsRef: "file:" + tokenFile,
+		Config:         map[string]any{"endpoint": fake.URL, "poll_interval": "5ms", "retry_base": "5ms"}}); err != nil {
+		t.Fatal(err)
+	}
+	return k, c, fake
 }

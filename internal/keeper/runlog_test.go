@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/internal/drivers/hcloud/hcloudfake"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -24,34 +21,8 @@ import (
 // works over SSH; no line that mentions a run's id lacks its "run".
 func TestRunLogLinesNameTheRun(t *testing.T) {
 	t.Parallel()
-	const token = "CANARY-runlog-hcloud-token-7a3e"
-	fake := hcloudfake.New(token)
-	t.Cleanup(fake.Close)
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-hcloud"), "../../cmd/soul-cloud-hcloud").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-hcloud: %v\n%s", err, out)
-	}
-	tokenFile := filepath.Join(dir, "hcloud.token")
-	cfg := filepath.Join(dir, "keeper.yml")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg, []byte("log: {format: json}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	k := serve(t, dir, "--config", cfg)
-	c := adminClient(t, k, data)
+	k, c, fake := hcloudKeeper(t, "CANARY-runlog-hcloud-token-7a3e", "log: {format: json}\n")
 	ctx := context.Background()
-	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "hetzner", Driver: "hcloud", Region: "fsn1", FQDNSuffix: "hc.test",
-		CredentialsRef: "file:" + tokenFile,
-		Config:         map[string]any{"endpoint": fake.URL, "poll_interval": "5ms", "retry_base": "5ms"}}); err != nil {
-		t.Fatal(err)
-	}
 	addSoul(t, c, "h.local.test", sshtest.Start(t, sshtest.Options{}))
 
 	var ids []string
@@ -115,7 +86,7 @@ func TestRunLogLinesNameTheRun(t *testing.T) {
 			}
 		case "run finished":
 			finished++
-			if !contains(ids, got) {
+			if !slices.Contains(ids, got) {
 				t.Errorf("a run finished line names run %q: %s", got, line)
 			}
 		}
@@ -123,13 +94,4 @@ func TestRunLogLinesNameTheRun(t *testing.T) {
 	if created != 4 || finished != 3 {
 		t.Fatalf("%d server created and %d run finished lines, want 4 and 3:\n%s", created, finished, logs)
 	}
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
