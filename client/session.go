@@ -22,10 +22,23 @@ type Session struct {
 	Permissions []string `json:"permissions" doc:"Every permission the token holds."`
 	Via         string   `json:"via" enum:"bearer,cookie" doc:"How this request was authenticated."`
 	CSRF        string   `json:"csrf,omitempty" required:"false" doc:"Only for a cookie session: send it as X-CSRF-Token on every POST, PUT, PATCH and DELETE."`
+	Person      *Person  `json:"person,omitempty" required:"false" doc:"Who signed in with OIDC to get the token; absent for a token minted by hand."`
+}
+
+// Person is someone who signed in with OIDC.
+type Person struct {
+	Issuer  string `json:"issuer" doc:"The OIDC issuer of the person's ID token."`
+	Subject string `json:"subject" doc:"The subject (sub) of the person's ID token: with issuer, who the person is."`
+	Name    string `json:"name" doc:"The person's name, as the provider gave it (name, else email, else preferred_username)."`
 }
 
 // Whoami returns the token the client uses: its id, name, role and every
 // permission it holds (GET /v1/whoami).
 func (c *Client) Whoami(ctx context.Context) (*Session, error) {
 	return call[Session](ctx, c, http.MethodGet, "/v1/whoami", nil, nil)
+}
+
+// AuthMethods says how a keeper signs people in (GET /v1/auth/methods).
+type AuthMethods struct {
+	OIDC bool `json:"oidc" doc:"People may sign in with the keeper's OpenID Connect provider: GET /v1/auth/oidc/login."`
 }

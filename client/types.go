@@ -155,6 +155,7 @@ type Token struct {
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
 	Active      bool       `json:"active"`
+	Person      *Person    `json:"person,omitempty" required:"false" doc:"Who the keeper minted the token for at an OIDC sign-in; absent for a token minted by hand."`
 }
 
 // TokenCreate is the body of POST /v1/tokens.

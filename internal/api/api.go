@@ -60,10 +60,13 @@ type Config struct {
 	// Join enables POST /v1/join, /v1/join/renew and the soul binary's
 	// download (join.go); nil: the keeper serves none of them.
 	Join *JoinConfig
+	// OIDC enables sign-in with an OpenID Connect provider (oidc.go).
+	OIDC *OIDCConfig
 }
 
 // Server is the Operator API as an http.Handler.
 type Server struct {
+	oidc    *oidcFlow // nil: no OIDC sign-in
 	store   store.Store
 	log     *slog.Logger
 	now     func() time.Time
@@ -103,6 +106,7 @@ func New(cfg Config) *Server {
 	s.registerModules()
 	s.registerJoin()
 	s.registerSession()
+	s.registerOIDC()
 	s.mux.HandleFunc("GET "+ResourceMetadataPath, serveResourceMetadata)
 	s.mux.HandleFunc("GET "+ResourceMetadataPath+"/mcp", serveResourceMetadata)
 	if cfg.UI != nil {
@@ -147,6 +151,7 @@ func newServer(cfg Config, agent bool) *Server {
 		cloud:   cfg.Cloud,
 		limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
 		audit:   cfg.VerifyAudit,
+		oidc:    newOIDCFlow(cfg.OIDC),
 
 		keyConflicts: newKeyConflicts(),
 		readiness:    &readiness{},

@@ -156,7 +156,7 @@ func (s *Server) session(ctx context.Context, id, key string) (auth.Principal, e
 			s.log.Warn("record a session's use", "err", err)
 		}
 	}
-	return auth.Principal{TokenID: t.ID, Name: t.Name, Role: t.Role, Grant: auth.GrantOf(t)}, nil
+	return auth.PrincipalOf(t), nil
 }
 
 // safeMethod reports whether a method does not change state.
@@ -193,6 +193,7 @@ func checkOrigin(ctx huma.Context) error {
 
 func sessionWire(p auth.Principal, via string) client.Session {
 	out := client.Session{ID: p.TokenID, Name: p.Name, Role: p.Role, Permissions: permissionNames(p.Grant.Effective()), Via: via}
+	out.Person = personWire(p.Person)
 	if out.Permissions == nil {
 		out.Permissions = []string{}
 	}

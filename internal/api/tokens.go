@@ -15,7 +15,7 @@ import (
 
 func tokenWire(t store.APIToken, now func() bool) client.Token {
 	return client.Token{ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()),
-		CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Active: now()}
+		CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Active: now(), Person: personWire(t.Person)}
 }
 
 // grantFor checks what a new token asks for: exactly one of a built-in role

@@ -249,6 +249,14 @@ type Principal struct {
 	Role    string
 	// Grant is what the token may do.
 	Grant Grant
+	// Person is who signed in with OIDC to get the token; nil for a
+	// token minted by hand.
+	Person *store.Person
+}
+
+// PrincipalOf is the principal token t authenticates.
+func PrincipalOf(t store.APIToken) Principal {
+	return Principal{TokenID: t.ID, Name: t.Name, Role: t.Role, Grant: GrantOf(t), Person: t.Person}
 }
 
 // Can reports whether the principal holds p.
@@ -341,7 +349,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 	if !c.token.Active(now) {
 		return Principal{}, ErrInvalidToken
 	}
-	return Principal{TokenID: c.token.ID, Name: c.token.Name, Role: c.token.Role, Grant: GrantOf(c.token)}, nil
+	return PrincipalOf(c.token), nil
 }
 
 // Forget drops the cached entry of the token with the given id, and keeps

@@ -103,6 +103,9 @@ type Config struct {
 	// Tracing exports OpenTelemetry traces over OTLP/HTTP; off without
 	// an endpoint.
 	Tracing Tracing `yaml:"tracing"`
+	// OIDC signs people in with an OpenID Connect provider; off without
+	// an issuer.
+	OIDC OIDC `yaml:"oidc"`
 	// HTTP bounds what one client can hold of the API listener.
 	HTTP HTTP `yaml:"http"`
 	// NATS is the agent transport's message bus (docs/agent.md).
@@ -342,6 +345,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.NATS = c.NATS.withDefaults(c.Listen, c.AgentListen)
 	c.SSH = c.SSH.withDefaults()
+	c.OIDC = c.OIDC.withDefaults()
 	return c
 }
 
@@ -411,6 +415,9 @@ func (c Config) Validate() error {
 	}
 	if r := c.Tracing.SampleRatio; r < 0 || r > 1 {
 		return fmt.Errorf("tracing.sample_ratio: %v is not from 0 to 1", r)
+	}
+	if err := c.OIDC.validate(); err != nil {
+		return err
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

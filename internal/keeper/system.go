@@ -372,17 +372,41 @@ func (s *System) buildRuns(ctx context.Context) error {
 	return nil
 }
 
+// oidcConfig is keeper.yml's oidc section for the API, its client secret
+// resolved; nil when OIDC sign-in is off.
+func (s *System) oidcConfig(ctx context.Context) (*api.OIDCConfig, error) {
+	o := s.Config.OIDC
+	if !o.Enabled() {
+		return nil, nil
+	}
+	var secretText string
+	if o.ClientSecretRef != "" {
+		v, err := s.resolver.Resolve(ctx, o.ClientSecretRef)
+		if err != nil {
+			return nil, fmt.Errorf("oidc.client_secret_ref: %w", err)
+		}
+		secret.Register(v)
+		secretText = v
+	}
+	return &api.OIDCConfig{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: secretText, RedirectURL: o.RedirectURL, Scopes: o.Scopes,
+		GroupsClaim: o.GroupsClaim, Roles: o.Roles, TokenTTL: o.TokenTTL.Std(), Seal: s.sealer.Seal, Open: s.sealer.Open}, nil
+}
+
 // buildAPI builds the Operator API with the web UI and MCP beside it on
 // the API's server, and the agent API for the agent listener.
-func (s *System) buildAPI(context.Context) error {
+func (s *System) buildAPI(ctx context.Context) error {
 	c := s.Config
+	oidcCfg, err := s.oidcConfig(ctx)
+	if err != nil {
+		return err
+	}
 	guard := api.NewJoinGuard(s.Store, s.Log, s.Clock.Now, c.HTTP.AuthFailureBurst, c.HTTP.AuthFailureInterval.Std())
 	s.onClose(guard.Close) // its last summary, before the store closes
 	join := s.Agent.joinConfig(c, guard)
 	check := scenarioChecker(s.Store)
 	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Notify: s.Notifier.Notify, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
-		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join})
+		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg})
 	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)
 	s.http.RegisterOnShutdown(s.stopMCP)
 	if s.Agent.ln != nil {

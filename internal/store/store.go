@@ -142,6 +142,17 @@ type APIToken struct {
 	CreatedAt   time.Time
 	ExpiresAt   *time.Time
 	RevokedAt   *time.Time
+	// Person is who the keeper minted the token for at an OIDC sign-in;
+	// nil for a token minted by hand.
+	Person *Person
+}
+
+// Person is someone who signed in with OIDC: the issuer and subject of
+// their ID token identify them, the name is for people to read.
+type Person struct {
+	Issuer  string
+	Subject string
+	Name    string
 }
 
 // Active reports whether the token may authenticate at now.
@@ -185,6 +196,10 @@ const ActorKeeper Actor = "keeper"
 // ActorHost is the actor of commands run on the keeper's host against its
 // database directly (keeper token bootstrap): host access is trusted.
 const ActorHost Actor = "host"
+
+// ActorOIDC is the actor of what the keeper does at a person's OIDC
+// sign-in (the token it mints for them; the event names the person).
+const ActorOIDC Actor = "oidc"
 
 // ProviderCreateParams creates a provider.
 type ProviderCreateParams struct {

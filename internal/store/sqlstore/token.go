@@ -9,13 +9,17 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-const tokenCols = `id, name, role, permissions, hash, created_by, created_at, expires_at, revoked_at`
+const tokenCols = `id, name, role, permissions, hash, created_by, created_at, expires_at, revoked_at, person_issuer, person_subject, person_name`
 
 func scanToken(row interface{ Scan(...any) error }) (store.APIToken, error) {
 	var t store.APIToken
 	var expires, revoked sql.NullTime
 	var perms string
-	err := row.Scan(&t.ID, &t.Name, &t.Role, &perms, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked)
+	var person store.Person
+	err := row.Scan(&t.ID, &t.Name, &t.Role, &perms, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked, &person.Issuer, &person.Subject, &person.Name)
+	if person.Issuer != "" {
+		t.Person = &person
+	}
 	if perms != "" {
 		t.Permissions = strings.Split(perms, ",")
 	}
@@ -25,8 +29,13 @@ func scanToken(row interface{ Scan(...any) error }) (store.APIToken, error) {
 }
 
 func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (record, error) {
-	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-		t.ID, t.Name, t.Role, strings.Join(t.Permissions, ","), t.Hash, t.CreatedBy, t.CreatedAt, nullTime(t.ExpiresAt), nullTime(t.RevokedAt))
+	var person store.Person
+	if t.Person != nil {
+		person = *t.Person
+	}
+	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		t.ID, t.Name, t.Role, strings.Join(t.Permissions, ","), t.Hash, t.CreatedBy, t.CreatedAt, nullTime(t.ExpiresAt), nullTime(t.RevokedAt),
+		person.Issuer, person.Subject, person.Name)
 	if s.dialect.Classify(err) == UniqueViolation {
 		return record{}, &store.Error{Err: store.ErrExists, Kind: "token", Key: t.ID}
 	}
@@ -39,6 +48,9 @@ func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (
 	}
 	if t.ExpiresAt != nil {
 		payload["expires_at"] = t.ExpiresAt.UTC()
+	}
+	if t.Person != nil {
+		payload["person"] = map[string]any{"issuer": t.Person.Issuer, "subject": t.Person.Subject, "name": t.Person.Name}
 	}
 	return record{action: "token.created", object: "token/" + t.ID, payload: payload}, nil
 }

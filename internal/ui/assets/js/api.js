@@ -95,6 +95,23 @@ export async function signIn(token) {
   return session;
 }
 
+// adoptSignIn keeps the key of a session the keeper started at an OIDC
+// sign-in: it arrives in the URL fragment (#csrf=…), which browsers never
+// send to a server, and is taken out of the address at once. It reports
+// whether there was one.
+export function adoptSignIn() {
+  const m = /^#csrf=([A-Za-z0-9_-]+)$/.exec(location.hash);
+  if (!m) return false;
+  keepKey(m[1]);
+  history.replaceState(null, '', location.pathname + '#/runs');
+  return true;
+}
+
+// authMethods says how this keeper signs people in: {oidc: bool}.
+export async function authMethods() {
+  try { return await call('GET', '/v1/auth/methods'); } catch { return {oidc: false}; }
+}
+
 export async function signOut() {
   try { await call('DELETE', '/v1/session'); } finally {
     session = null;

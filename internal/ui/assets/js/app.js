@@ -93,6 +93,11 @@ function signInPage() {
   h('button', {type: 'submit', class: 'primary'}, 'Sign in'), msg);
   replace(main, form);
   input.focus();
+  api.authMethods().then(m => {
+    if (!m.oidc || !form.isConnected) return;
+    form.insertBefore(h('a', {class: 'button primary', id: 'sign-in-oidc', href: '/v1/auth/oidc/login?return_to=' + encodeURIComponent('/ui/')},
+      'Sign in with your identity provider'), form.children[1]);
+  });
 }
 
 document.getElementById('sign-out').addEventListener('click', async () => {
@@ -104,6 +109,7 @@ api.whenSignedOut(() => show());
 window.addEventListener('hashchange', show);
 
 (async () => {
+  api.adoptSignIn();
   try {
     await api.loadSession();
   } catch (e) {

@@ -1,0 +1,378 @@
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+	"github.com/danielgtaylor/huma/v2"
+	"golang.org/x/oauth2"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// People sign in to the web UI with the company's OpenID Connect provider:
+//
+//  1. GET /v1/auth/oidc/login sends the browser to the provider with an
+//     authorization code request (state, nonce, PKCE S256). What the
+//     callback must match is sealed with the data key into a short-lived
+//     cookie (Path /v1/auth/oidc/, SameSite=Lax so that the provider's
+//     redirect back carries it): no keeper-side state, any keeper of a
+//     fleet can take the callback.
+//  2. GET /v1/auth/oidc/callback checks the state, exchanges the code with
+//     the PKCE verifier, verifies the ID token (signature by the issuer's
+//     keys, issuer, audience = the keeper's client, expiry, the nonce of
+//     this sign-in), maps the groups claim to a role, mints a token for the
+//     person that expires with the sign-in (audit token.created, actor
+//     oidc, with the person) and starts a web UI session for it as POST
+//     /v1/session does; the session's key travels to the page in the URL
+//     fragment, which browsers never send to a server.
+
+// OIDCConfig configures the sign-in (Config.OIDC; nil: off).
+type OIDCConfig struct {
+	Issuer, ClientID, ClientSecret, RedirectURL string
+	Scopes                                      []string
+	GroupsClaim                                 string
+	// Roles maps a group to a role; the strongest of a person's wins.
+	Roles map[string]string
+	// TokenTTL is the lifetime of a sign-in's token.
+	TokenTTL time.Duration
+	// Seal and Open protect the sign-in cookie (the data key's sealer).
+	Seal func([]byte) string
+	Open func(string) ([]byte, error)
+	// HTTPClient talks to the provider; nil: one with a 10 s timeout.
+	HTTPClient *http.Client
+}
+
+// oidcCookie holds a sign-in in progress between login and callback.
+const oidcCookie = "soulstack_oidc"
+
+const oidcPurpose = "soulstack.oidc-login.v1"
+
+// oidcLoginTTL is how long a sign-in may take at the provider.
+const oidcLoginTTL = 10 * time.Minute
+
+// pendingLogin is what the sign-in cookie seals.
+type pendingLogin struct {
+	Purpose  string    `json:"purpose"` // oidcPurpose: no other sealed value passes for one
+	State    string    `json:"state"`
+	Nonce    string    `json:"nonce"`
+	Verifier string    `json:"verifier"`
+	ReturnTo string    `json:"return_to"`
+	Expires  time.Time `json:"expires"`
+}
+
+// oidcFlow is the sign-in's provider side, discovered on first use (the
+// keeper starts while its provider is down, and tries again at the next
+// sign-in).
+type oidcFlow struct {
+	cfg OIDCConfig
+
+	mu       sync.Mutex
+	oauth    *oauth2.Config
+	verifier *oidc.IDTokenVerifier
+}
+
+func newOIDCFlow(cfg *OIDCConfig) *oidcFlow {
+	if cfg == nil {
+		return nil
+	}
+	return &oidcFlow{cfg: *cfg}
+}
+
+func (f *oidcFlow) httpContext(ctx context.Context) context.Context {
+	c := f.cfg.HTTPClient
+	if c == nil {
+		c = &http.Client{Timeout: 10 * time.Second}
+	}
+	return oidc.ClientContext(ctx, c)
+}
+
+// discover returns the provider's endpoints and ID token verifier.
+func (f *oidcFlow) discover(ctx context.Context) (*oauth2.Config, *oidc.IDTokenVerifier, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.oauth != nil {
+		return f.oauth, f.verifier, nil
+	}
+	ctx, cancel := context.WithTimeout(f.httpContext(ctx), 10*time.Second)
+	defer cancel()
+	p, err := oidc.NewProvider(ctx, f.cfg.Issuer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("discover the OIDC provider %s: %w", f.cfg.Issuer, err)
+	}
+	f.oauth = &oauth2.Config{ClientID: f.cfg.ClientID, ClientSecret: f.cfg.ClientSecret, Endpoint: p.Endpoint(), RedirectURL: f.cfg.RedirectURL, Scopes: f.cfg.Scopes}
+	f.verifier = p.Verifier(&oidc.Config{ClientID: f.cfg.ClientID})
+	return f.oauth, f.verifier, nil
+}
+
+// oidcError is a sign-in that failed; code is stable.
+type oidcError struct {
+	status        int
+	code, message string
+}
+
+func (e *oidcError) Error() string { return e.code + ": " + e.message }
+
+func (s *Server) registerOIDC() {
+	register(s, huma.Operation{
+		OperationID: "auth-methods", Method: http.MethodGet, Path: "/v1/auth/methods", Tags: []string{"session"},
+		Summary:     "How this keeper signs people in",
+		Description: "oidc: people may sign in to the web UI with the keeper's OpenID Connect provider (GET /v1/auth/oidc/login). No token needed.",
+	}, auth.Authenticated, true, func(context.Context, *struct{}) (*struct{ Body client.AuthMethods }, error) {
+		return &struct{ Body client.AuthMethods }{Body: client.AuthMethods{OIDC: s.oidc != nil}}, nil
+	})
+	if s.oidc == nil {
+		return
+	}
+	s.mux.HandleFunc("GET /v1/auth/oidc/login", s.oidcLogin)
+	s.mux.HandleFunc("GET /v1/auth/oidc/callback", s.oidcCallback)
+}
+
+// oidcLogin starts a sign-in: GET /v1/auth/oidc/login[?return_to=/ui/…].
+func (s *Server) oidcLogin(w http.ResponseWriter, r *http.Request) {
+	returnTo := r.URL.Query().Get("return_to")
+	if returnTo == "" {
+		returnTo = "/ui/"
+	}
+	if !localUIPath(returnTo) {
+		writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_return_invalid", "return_to must be a path of the web UI (/ui/…)"))
+		return
+	}
+	oc, _, err := s.oidc.discover(r.Context())
+	if err != nil {
+		s.log.Warn("OIDC sign-in", "err", err)
+		writeProblem(w, problem(http.StatusBadGateway, "auth.oidc_unavailable", "the identity provider cannot be reached; try again"))
+		return
+	}
+	state, err1 := randomSecret()
+	nonce, err2 := randomSecret()
+	if err := errors.Join(err1, err2); err != nil {
+		writeProblem(w, problem(http.StatusInternalServerError, "internal", err.Error()))
+		return
+	}
+	p := pendingLogin{Purpose: oidcPurpose, State: state, Nonce: nonce, Verifier: oauth2.GenerateVerifier(), ReturnTo: returnTo, Expires: s.now().Add(oidcLoginTTL)}
+	b, _ := json.Marshal(p)
+	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: s.oidc.cfg.Seal(b), Path: "/v1/auth/oidc/", HttpOnly: true, Secure: r.TLS != nil,
+		SameSite: http.SameSiteLaxMode, MaxAge: int(oidcLoginTTL / time.Second)})
+	http.Redirect(w, r, oc.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(p.Verifier)), http.StatusFound)
+}
+
+// localUIPath reports whether p is a path of the web UI on this keeper
+// (never another host: no open redirect).
+func localUIPath(p string) bool {
+	u, err := url.Parse(p)
+	return err == nil && u.Scheme == "" && u.Host == "" && strings.HasPrefix(u.Path, "/ui/") && !strings.Contains(p, "\\") && !strings.HasPrefix(p, "//")
+}
+
+// oidcCallback finishes a sign-in: GET /v1/auth/oidc/callback?code&state.
+func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
+	// The sign-in cookie is spent whatever happens: a callback is good once.
+	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Path: "/v1/auth/oidc/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode, MaxAge: -1})
+	p, err := s.signIn(r)
+	if err != nil {
+		var oe *oidcError
+		if !errors.As(err, &oe) {
+			s.log.Error("OIDC sign-in", "err", err)
+			oe = &oidcError{http.StatusInternalServerError, "internal", "the sign-in failed; try again"}
+		} else {
+			s.log.Warn("OIDC sign-in refused", "code", oe.code, "reason", oe.message, "client", hostOf(r.RemoteAddr))
+		}
+		writeProblem(w, problem(oe.status, oe.code, oe.message))
+		return
+	}
+	http.SetCookie(w, &p.cookie)
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	http.Redirect(w, r, p.returnTo+"#csrf="+url.QueryEscape(p.key), http.StatusSeeOther)
+}
+
+// signedIn is a finished sign-in: its session cookie, the session's key
+// and where the browser goes.
+type signedIn struct {
+	cookie        http.Cookie
+	key, returnTo string
+}
+
+func (s *Server) signIn(r *http.Request) (*signedIn, error) {
+	q := r.URL.Query()
+	if e := q.Get("error"); e != "" {
+		return nil, &oidcError{http.StatusUnauthorized, "auth.oidc_denied", "the identity provider refused the sign-in: " + bounded(e+" "+q.Get("error_description"), 200)}
+	}
+	c, err := r.Cookie(oidcCookie)
+	if err != nil || c.Value == "" {
+		return nil, &oidcError{http.StatusUnauthorized, "auth.oidc_state", "no sign-in in progress in this browser (its cookie is gone, or this callback was used already); sign in again"}
+	}
+	raw, err := s.oidc.cfg.Open(c.Value)
+	var p pendingLogin
+	if err != nil || json.Unmarshal(raw, &p) != nil || p.Purpose != oidcPurpose || p.State == "" {
+		return nil, &oidcError{http.StatusUnauthorized, "auth.oidc_state", "the sign-in cookie is not one this keeper made; sign in again"}
+	}
+	if !s.now().Before(p.Expires) {
+		return nil, &oidcError{http.StatusUnauthorized, "auth.oidc_state", "the sign-in took longer than " + oidcLoginTTL.String() + "; sign in again"}
+	}
+	if subtle.ConstantTimeCompare([]byte(q.Get("state")), []byte(p.State)) != 1 {
+		return nil, &oidcError{http.StatusUnauthorized, "auth.oidc_state", "the callback's state is not this browser's sign-in"}
+	}
+	oc, verifier, err := s.oidc.discover(r.Context())
+	if err != nil {
+		return nil, &oidcError{http.StatusBadGateway, "auth.oidc_unavailable", "the identity provider cannot be reached; try again"}
+	}
+	ctx, cancel := context.WithTimeout(s.oidc.httpContext(r.Context()), 15*time.Second)
+	defer cancel()
+	tok, err := oc.Exchange(ctx, q.Get("code"), oauth2.VerifierOption(p.Verifier))
+	if err != nil {
+		return nil, &oidcError{http.StatusUnauthorized, "auth.oidc_code", "the identity provider did not accept the sign-in's code: " + bounded(err.Error(), 300)}
+	}
+	rawID, _ := tok.Extra("id_token").(string)
+	person, groups, err := s.verifyIDToken(ctx, verifier, rawID, p.Nonce)
+	if err != nil {
+		return nil, err
+	}
+	role := s.oidc.roleOf(groups)
+	if role == "" {
+		return nil, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("none of your groups (%s) has a role on this keeper", strings.Join(groups, ", "))}
+	}
+	return s.startPersonSession(r, person, groups, role, p.ReturnTo)
+}
+
+// idClaims are the ID token claims the keeper reads.
+type idClaims struct {
+	Name              string `json:"name"`
+	Email             string `json:"email"`
+	PreferredUsername string `json:"preferred_username"`
+}
+
+// verifyIDToken checks an ID token (signature, issuer, audience, expiry,
+// nonce) and returns the person and their groups.
+func (s *Server) verifyIDToken(ctx context.Context, verifier *oidc.IDTokenVerifier, raw, nonce string) (store.Person, []string, error) {
+	if raw == "" {
+		return store.Person{}, nil, &oidcError{http.StatusUnauthorized, "auth.oidc_id_token", "the identity provider's answer has no ID token"}
+	}
+	id, err := verifier.Verify(ctx, raw)
+	if err != nil {
+		return store.Person{}, nil, &oidcError{http.StatusUnauthorized, "auth.oidc_id_token", "the ID token is not valid for this keeper: " + bounded(err.Error(), 300)}
+	}
+	if subtle.ConstantTimeCompare([]byte(id.Nonce), []byte(nonce)) != 1 {
+		return store.Person{}, nil, &oidcError{http.StatusUnauthorized, "auth.oidc_id_token", "the ID token was not issued for this sign-in (nonce)"}
+	}
+	var c idClaims
+	var all map[string]any
+	if err := id.Claims(&c); err != nil || id.Claims(&all) != nil {
+		return store.Person{}, nil, &oidcError{http.StatusUnauthorized, "auth.oidc_id_token", "the ID token's claims cannot be read"}
+	}
+	name := c.Name
+	for _, alt := range []string{c.Email, c.PreferredUsername, id.Subject} {
+		if name == "" {
+			name = alt
+		}
+	}
+	return store.Person{Issuer: id.Issuer, Subject: id.Subject, Name: bounded(name, 200)}, groupsOf(all[s.oidc.cfg.GroupsClaim]), nil
+}
+
+// groupsOf reads a groups claim: a list of strings, or one string.
+func groupsOf(v any) []string {
+	var out []string
+	switch x := v.(type) {
+	case string:
+		out = []string{x}
+	case []any:
+		for _, g := range x {
+			if s, ok := g.(string); ok {
+				out = append(out, s)
+			}
+		}
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// roleOf is the strongest role the groups map to, or "".
+func (f *oidcFlow) roleOf(groups []string) string {
+	rank := map[string]int{"viewer": 1, "operator": 2, "admin": 3}
+	best := ""
+	for _, g := range groups {
+		if r := f.cfg.Roles[g]; rank[r] > rank[best] {
+			best = r
+		}
+	}
+	return best
+}
+
+// startPersonSession mints the person's token and a session for it.
+func (s *Server) startPersonSession(r *http.Request, person store.Person, groups []string, role, returnTo string) (*signedIn, error) {
+	plain, id, hash, err := auth.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	_ = plain // the token is never shown: the session stands for it
+	now := s.now()
+	expires := now.Add(s.oidc.cfg.TokenTTL)
+	t, err := s.store.TokenCreate(r.Context(), store.TokenCreateParams{
+		Token: store.APIToken{ID: id, Name: personTokenName(person), Role: role, Hash: hash, ExpiresAt: &expires, Person: &person},
+		Actor: store.ActorOIDC,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sid, err1 := randomSecret()
+	key, err2 := randomSecret()
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	sessionEnd := now.Add(SessionTTL)
+	if expires.Before(sessionEnd) {
+		sessionEnd = expires
+	}
+	if err := s.store.SessionCreate(r.Context(), store.WebSession{Hash: sessionHash(sid), KeyHash: sessionKeyHash(key), TokenID: t.ID,
+		CreatedAt: now, ExpiresAt: sessionEnd, LastSeenAt: now}); err != nil {
+		return nil, err
+	}
+	s.log.Info("OIDC sign-in", "token_id", t.ID, "issuer", person.Issuer, "subject", person.Subject, "role", role, "groups", groups)
+	return &signedIn{cookie: sessionCookie(sid, r.TLS != nil), key: key, returnTo: returnTo}, nil
+}
+
+// personTokenName is a DNS label for the person's token: oidc- and the
+// readable part of their name.
+func personTokenName(p store.Person) string {
+	label := strings.ToLower(p.Name)
+	if at := strings.IndexByte(label, '@'); at > 0 {
+		label = label[:at]
+	}
+	label = strings.Trim(nonLabel.ReplaceAllString(label, "-"), "-")
+	if label == "" {
+		label = "person"
+	}
+	return bounded("oidc-"+label, 63)
+}
+
+var nonLabel = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// bounded cuts s to n bytes.
+func bounded(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// personWire is a person as the API shows one.
+func personWire(p *store.Person) *client.Person {
+	if p == nil {
+		return nil
+	}
+	return &client.Person{Issuer: p.Issuer, Subject: p.Subject, Name: p.Name}
+}

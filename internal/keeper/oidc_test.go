@@ -1,0 +1,228 @@
+package keeper_test
+
+import (
+	"context"
+	"encoding/json"
+
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/oauth2-proxy/mockoidc"
+
+	"github.com/soulstack/soulstack/client"
+)
+
+// oidcKeeper is a real keeper whose keeper.yml signs people in with a real
+// OIDC provider on loopback (mockoidc: discovery, JWKS, authorization and
+// token endpoints, PKCE).
+type oidcKeeper struct {
+	idp   *mockoidc.MockOIDC
+	k     *proc
+	admin *client.Client
+	url   string
+}
+
+func newOIDCKeeper(t *testing.T) *oidcKeeper {
+	t.Helper()
+	idp, err := mockoidc.Run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = idp.Shutdown() })
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "oidc.secret")
+	if err := os.WriteFile(secretFile, []byte(idp.ClientSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cfg := keeperConfig(t, dir, fmt.Sprintf(`oidc:
+  issuer: %s
+  client_id: %s
+  client_secret_ref: file:%s
+  redirect_url: http://%s/v1/auth/oidc/callback
+  roles: {sre: operator, platform: admin}
+`, idp.Issuer(), idp.ClientID, secretFile, addr))
+	k := serve(t, dir, "--config", cfg, "--listen", addr)
+	return &oidcKeeper{idp: idp, k: k, admin: adminClient(t, k, filepath.Join(dir, ".keeper")), url: "http://" + addr}
+}
+
+// idpBrowser is a idpBrowser's part of a sign-in: it follows the redirects from
+// the keeper to the provider and back, keeps cookies, and stops where the
+// keeper sends it to the web UI.
+type idpBrowser struct {
+	c        *http.Client
+	callback *url.URL // the provider's redirect back to the keeper, as followed
+}
+
+func newIDPBrowser(t *testing.T) *idpBrowser {
+	jar, _ := cookiejar.New(nil)
+	b := &idpBrowser{}
+	b.c = &http.Client{Jar: jar, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if req.URL.Path == "/v1/auth/oidc/callback" {
+			b.callback = req.URL
+		}
+		if strings.HasPrefix(req.URL.Path, "/ui/") {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}}
+	return b
+}
+
+// get returns the status, the Location header and the body of GET u.
+func (b *idpBrowser) get(t *testing.T, u string) (int, string, string) {
+	t.Helper()
+	resp, err := b.c.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Location"), string(body)
+}
+
+func problemCode(body string) string {
+	var p struct{ Code string }
+	_ = json.Unmarshal([]byte(body), &p)
+	return p.Code
+}
+
+// TestOIDCSignIn: a person whose group maps to a role signs in through the
+// provider (authorization code with PKCE and a nonce); the keeper mints a
+// token for them that names the person (issuer, subject, name) and expires
+// with the sign-in, starts a web UI session whose key reaches the page in
+// the URL fragment, and audits token.created with actor oidc. The same
+// callback cannot be used twice, neither without the sign-in's cookie nor
+// with it; a person whose groups map to nothing is refused and gets no
+// token; return_to cannot leave the web UI.
+func TestOIDCSignIn(t *testing.T) {
+	t.Parallel()
+	ok := newOIDCKeeper(t)
+	ctx := context.Background()
+	before, err := ok.admin.TokenList(ctx, client.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ok.idp.QueueUser(&mockoidc.MockUser{Subject: "u-ada", Email: "ada@example.com", PreferredUsername: "ada", Groups: []string{"sre", "dev"}})
+	b := newIDPBrowser(t)
+	status, loc, body := b.get(t, ok.url+"/v1/auth/oidc/login?return_to=/ui/")
+	if status != http.StatusSeeOther || !strings.HasPrefix(loc, "/ui/#csrf=") {
+		t.Fatalf("sign-in: %d %q %s", status, loc, body)
+	}
+	if b.callback == nil || b.callback.Query().Get("code") == "" {
+		t.Fatalf("the provider did not send the idpBrowser back with a code: %v", b.callback)
+	}
+	key := strings.TrimPrefix(loc, "/ui/#csrf=")
+	req, _ := http.NewRequest(http.MethodGet, ok.url+"/v1/whoami", nil)
+	req.Header.Set("X-CSRF-Token", key)
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var who client.Session
+	_ = json.NewDecoder(resp.Body).Decode(&who)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || who.Via != "cookie" || who.Role != "operator" || who.Name != "oidc-ada" || who.Person == nil ||
+		who.Person.Issuer != ok.idp.Issuer() || who.Person.Subject != "u-ada" || who.Person.Name != "ada@example.com" {
+		t.Fatalf("whoami after the sign-in: %d %+v %+v", resp.StatusCode, who, who.Person)
+	}
+	toks, err := ok.admin.TokenList(ctx, client.ListOptions{})
+	if err != nil || len(toks.Items) != len(before.Items)+1 {
+		t.Fatalf("tokens after one sign-in: %+v, %v", toks, err)
+	}
+	var minted *client.Token
+	for i := range toks.Items {
+		if toks.Items[i].ID == who.ID {
+			minted = &toks.Items[i]
+		}
+	}
+	if minted == nil || minted.ExpiresAt == nil || minted.CreatedBy != "oidc" {
+		t.Fatalf("the person's token: %+v", minted)
+	}
+	events, err := ok.admin.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var audited bool
+	for _, e := range events.Items {
+		if e.Action == "token.created" && e.ActorAID == "oidc" && strings.Contains(string(e.Payload), `"subject":"u-ada"`) && strings.Contains(string(e.Payload), ok.idp.Issuer()) {
+			audited = true
+		}
+	}
+	if !audited {
+		t.Fatalf("no token.created by oidc naming the person in the audit log: %+v", events.Items)
+	}
+	if logs := ok.k.Drain(); strings.Contains(logs, ok.idp.ClientSecret) {
+		t.Fatal("the client secret is in the keeper's log")
+	}
+
+	// The callback again: the sign-in cookie is spent; and with a copy of
+	// it, the provider's code is.
+	status, _, body = b.get(t, b.callback.String())
+	if status != http.StatusUnauthorized || problemCode(body) != "auth.oidc_state" {
+		t.Fatalf("the callback replayed: %d %s", status, body)
+	}
+
+	// A sign-in whose cookie an attacker copied: the code is spent too.
+	ok.idp.QueueUser(&mockoidc.MockUser{Subject: "u-bob", Email: "bob@example.com", Groups: []string{"sre"}})
+	b2 := newIDPBrowser(t)
+	b2.c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Path == "/v1/auth/oidc/callback" {
+			b2.callback = req.URL
+			return http.ErrUseLastResponse // hold the callback
+		}
+		return nil
+	}
+	b2.get(t, ok.url+"/v1/auth/oidc/login")
+	kurl, _ := url.Parse(ok.url)
+	cookies := b2.c.Jar.Cookies(&url.URL{Scheme: "http", Host: kurl.Host, Path: "/v1/auth/oidc/"})
+	for i := range 2 {
+		thief := newIDPBrowser(t)
+		thief.c.Jar.SetCookies(&url.URL{Scheme: "http", Host: kurl.Host, Path: "/v1/auth/oidc/"}, cookies)
+		status, _, body = thief.get(t, b2.callback.String())
+		if i == 0 && status != http.StatusSeeOther {
+			t.Fatalf("the held callback: %d %s", status, body)
+		}
+		if i == 1 && (status != http.StatusUnauthorized || problemCode(body) != "auth.oidc_code") {
+			t.Fatalf("the same callback with a copy of its cookie: %d %s, want 401 auth.oidc_code", status, body)
+		}
+	}
+
+	// Groups that map to no role: refused, no token.
+	ok.idp.QueueUser(&mockoidc.MockUser{Subject: "u-eve", Email: "eve@example.com", Groups: []string{"marketing"}})
+	n := len(toks.Items) + 1 // bob's
+	status, _, body = newIDPBrowser(t).get(t, ok.url+"/v1/auth/oidc/login")
+	if status != http.StatusForbidden || problemCode(body) != "auth.oidc_no_role" || !strings.Contains(body, "marketing") {
+		t.Fatalf("a person without a role: %d %s", status, body)
+	}
+	if toks, err := ok.admin.TokenList(ctx, client.ListOptions{}); err != nil || len(toks.Items) != n {
+		t.Fatalf("tokens after a refused sign-in: %d (want %d), %v", len(toks.Items), n, err)
+	}
+
+	// return_to may not leave the web UI.
+	for _, to := range []string{"https://evil.example/", "//evil.example/ui/", "/v1/tokens"} {
+		status, _, body = newIDPBrowser(t).get(t, ok.url+"/v1/auth/oidc/login?return_to="+url.QueryEscape(to))
+		if status != http.StatusBadRequest || problemCode(body) != "auth.oidc_return_invalid" {
+			t.Fatalf("return_to %s: %d %s", to, status, body)
+		}
+	}
+	if m, err := (&http.Client{}).Get(ok.url + "/v1/auth/methods"); err != nil || m.StatusCode != 200 {
+		t.Fatalf("auth methods: %v %v", m, err)
+	} else {
+		var am client.AuthMethods
+		_ = json.NewDecoder(m.Body).Decode(&am)
+		m.Body.Close()
+		if !am.OIDC {
+			t.Fatal("auth methods does not offer OIDC")
+		}
+	}
+
+}
