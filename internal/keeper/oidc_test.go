@@ -13,7 +13,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/soulstack/soulstack/client"
@@ -225,4 +227,50 @@ func TestOIDCSignIn(t *testing.T) {
 		}
 	}
 
+}
+
+// TestUIOIDCSignIn: in real Chromium, the web UI's sign-in page offers the
+// identity provider; one click goes through the provider and back, and the
+// page is signed in as the person (their token's name and role), the
+// session's key taken out of the address into the tab's storage; the page
+// reports no script error or policy violation.
+func TestUIOIDCSignIn(t *testing.T) {
+	t.Parallel()
+	ok := newOIDCKeeper(t)
+	ok.idp.QueueUser(&mockoidc.MockUser{Subject: "u-ada", Email: "ada@example.com", PreferredUsername: "ada", Groups: []string{"platform"}})
+	b := newBrowser(t, ok.url, t.TempDir())
+	b.open("", "#sign-in-oidc")
+	b.run(chromedp.Click(chromedp.CSS("#sign-in-oidc")))
+	// The click leaves the page for the provider and comes back to a new
+	// one: wait for it to show who signed in.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		done, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!document.getElementById('who-name') && document.getElementById('who-name').textContent !== '' && location.pathname === '/ui/'`))
+		cancel()
+		if err == nil && done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the page did not come back signed in: %v\n%s", err, b.mainHTML())
+		}
+		time.Sleep(200 * time.Millisecond) // a navigation in between: look again
+	}
+	who := eval[string](b, `document.getElementById('who-name').textContent`)
+	if !strings.Contains(who, "oidc-ada") || !strings.Contains(who, "admin") {
+		t.Fatalf("signed in as %q, want oidc-ada, admin\n%s", who, b.html())
+	}
+	if href := eval[string](b, `location.href`); strings.Contains(href, "csrf") || !strings.HasSuffix(href, "#/runs") {
+		t.Fatalf("the address after the sign-in: %s", href)
+	}
+	if r := b.pageFetch("GET", "/v1/whoami", "", true); r.Status != 200 {
+		t.Fatalf("whoami from the page: %+v", r)
+	}
+	if r := b.pageFetch("POST", "/v1/tokens", `{"name": "x", "role": "viewer"}`, false); r.Status != http.StatusUnauthorized && r.Status != http.StatusForbidden {
+		t.Fatalf("a cookie request without the key: %+v", r)
+	}
+	b.signOut()
+	if len(b.problems) > 0 {
+		t.Fatalf("the pages reported %d problem(s):\n%s", len(b.problems), strings.Join(b.problems, "\n"))
+	}
 }
