@@ -42,3 +42,15 @@ func (c *Client) Whoami(ctx context.Context) (*Session, error) {
 type AuthMethods struct {
 	OIDC bool `json:"oidc" doc:"People may sign in with the keeper's OpenID Connect provider: GET /v1/auth/oidc/login."`
 }
+
+// OIDCCodeExchange is soulctl login's one-time code and the PKCE verifier
+// of its challenge (POST /v1/auth/oidc/token).
+type OIDCCodeExchange struct {
+	Code     string `json:"code" maxLength:"128" doc:"The one-time code the keeper sent to soulctl's loopback listener."`
+	Verifier string `json:"verifier" minLength:"43" maxLength:"128" doc:"The PKCE verifier whose S256 challenge soulctl sent with the login."`
+}
+
+// OIDCCodeExchange exchanges a login code for the person's token.
+func (c *Client) OIDCCodeExchange(ctx context.Context, in OIDCCodeExchange) (*TokenCreated, error) {
+	return call[TokenCreated](ctx, c, http.MethodPost, "/v1/auth/oidc/token", nil, in)
+}

@@ -73,7 +73,28 @@ type pendingLogin struct {
 	Verifier string    `json:"verifier"`
 	ReturnTo string    `json:"return_to"`
 	Expires  time.Time `json:"expires"`
+	// A soulctl login: where its loopback listener waits, its PKCE
+	// challenge for the one-time code, and its own state.
+	CLIRedirect  string `json:"cli_redirect,omitempty"`
+	CLIChallenge string `json:"cli_challenge,omitempty"`
+	CLIState     string `json:"cli_state,omitempty"`
 }
+
+// cliCode is what a soulctl login's one-time code stands for, sealed.
+type cliCode struct {
+	Purpose   string       `json:"purpose"` // cliCodePurpose
+	Person    store.Person `json:"person"`
+	Groups    []string     `json:"groups"`
+	Role      string       `json:"role"`
+	Challenge string       `json:"challenge"`
+}
+
+const cliCodePurpose = "soulstack.oidc-cli-code.v1"
+
+// cliCodeTTL is how long soulctl has to exchange its code.
+const cliCodeTTL = 2 * time.Minute
+
+var pkceValue = regexp.MustCompile(`^[A-Za-z0-9._~-]{43,128}$`)
 
 // oidcFlow is the sign-in's provider side, discovered on first use (the
 // keeper starts while its provider is down, and tries again at the next
@@ -140,6 +161,15 @@ func (s *Server) registerOIDC() {
 	}
 	s.mux.HandleFunc("GET /v1/auth/oidc/login", s.oidcLogin)
 	s.mux.HandleFunc("GET /v1/auth/oidc/callback", s.oidcCallback)
+	register(s, huma.Operation{
+		OperationID: "oidc-token", Method: http.MethodPost, Path: "/v1/auth/oidc/token", Tags: []string{"session"},
+		Summary: "Exchange a soulctl login's one-time code for the person's token",
+		Description: "soulctl login opens GET /v1/auth/oidc/login?cli_redirect=http://127.0.0.1:PORT/…&cli_challenge=S256(verifier)&cli_state=…; " +
+			"after the sign-in at the identity provider the keeper sends the browser to cli_redirect with a one-time code (valid " + cliCodeTTL.String() + "), " +
+			"which soulctl exchanges here with its PKCE verifier for a token of the person (audit token.created by oidc, naming the person; it expires with the sign-in). " +
+			"A code is good once: 401 auth.oidc_code for one unknown, used, expired, or with another verifier. No API token needed.",
+		Errors: []int{http.StatusUnauthorized},
+	}, auth.Authenticated, true, s.exchangeCLICode)
 }
 
 // oidcLogin starts a sign-in: GET /v1/auth/oidc/login[?return_to=/ui/…].
@@ -165,10 +195,32 @@ func (s *Server) oidcLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := pendingLogin{Purpose: oidcPurpose, State: state, Nonce: nonce, Verifier: oauth2.GenerateVerifier(), ReturnTo: returnTo, Expires: s.now().Add(oidcLoginTTL)}
+	if q := r.URL.Query(); q.Get("cli_redirect") != "" {
+		p.CLIRedirect, p.CLIChallenge, p.CLIState = q.Get("cli_redirect"), q.Get("cli_challenge"), q.Get("cli_state")
+		if !loopbackRedirect(p.CLIRedirect) {
+			writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_return_invalid", "cli_redirect must be http://127.0.0.1:PORT/… or http://[::1]:PORT/… (soulctl login's own listener)"))
+			return
+		}
+		if !pkceValue.MatchString(p.CLIChallenge) || len(p.CLIState) > 128 {
+			writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_challenge_invalid", "cli_challenge must be an S256 PKCE challenge (43 to 128 URL-safe characters), cli_state at most 128 characters"))
+			return
+		}
+	}
 	b, _ := json.Marshal(p)
 	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: s.oidc.cfg.Seal(b), Path: "/v1/auth/oidc/", HttpOnly: true, Secure: r.TLS != nil,
 		SameSite: http.SameSiteLaxMode, MaxAge: int(oidcLoginTTL / time.Second)})
 	http.Redirect(w, r, oc.AuthCodeURL(state, oidc.Nonce(nonce), oauth2.S256ChallengeOption(p.Verifier)), http.StatusFound)
+}
+
+// loopbackRedirect reports whether u is a loopback listener's URL: the
+// only place a soulctl login's code may go.
+func loopbackRedirect(u string) bool {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Scheme != "http" || pu.User != nil || pu.Port() == "" {
+		return false
+	}
+	h := pu.Hostname()
+	return h == "127.0.0.1" || h == "::1"
 }
 
 // localUIPath reports whether p is a path of the web UI on this keeper
@@ -194,17 +246,19 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem(oe.status, oe.code, oe.message))
 		return
 	}
-	http.SetCookie(w, &p.cookie)
+	if p.cookie != nil {
+		http.SetCookie(w, p.cookie)
+	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
-	http.Redirect(w, r, p.returnTo+"#csrf="+url.QueryEscape(p.key), http.StatusSeeOther)
+	http.Redirect(w, r, p.location, http.StatusSeeOther)
 }
 
-// signedIn is a finished sign-in: its session cookie, the session's key
-// and where the browser goes.
+// signedIn is a finished sign-in: the web UI session's cookie (none for a
+// soulctl login) and where the browser goes.
 type signedIn struct {
-	cookie        http.Cookie
-	key, returnTo string
+	cookie   *http.Cookie
+	location string
 }
 
 func (s *Server) signIn(r *http.Request) (*signedIn, error) {
@@ -246,7 +300,78 @@ func (s *Server) signIn(r *http.Request) (*signedIn, error) {
 	if role == "" {
 		return nil, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("none of your groups (%s) has a role on this keeper", strings.Join(groups, ", "))}
 	}
+	if p.CLIRedirect != "" {
+		return s.cliCode(r.Context(), p, person, groups, role)
+	}
 	return s.startPersonSession(r, person, groups, role, p.ReturnTo)
+}
+
+// cliCode ends a soulctl login at the provider: a one-time code, bound to
+// soulctl's PKCE challenge, goes to soulctl's loopback listener.
+func (s *Server) cliCode(ctx context.Context, p pendingLogin, person store.Person, groups []string, role string) (*signedIn, error) {
+	code, err := randomSecret()
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(cliCode{Purpose: cliCodePurpose, Person: person, Groups: groups, Role: role, Challenge: p.CLIChallenge})
+	if err := s.store.OIDCCodePut(ctx, cliCodeHash(code), s.oidc.cfg.Seal(b), s.now().Add(cliCodeTTL)); err != nil {
+		return nil, err
+	}
+	u, _ := url.Parse(p.CLIRedirect)
+	q := u.Query()
+	q.Set("code", code)
+	q.Set("state", p.CLIState)
+	u.RawQuery = q.Encode()
+	return &signedIn{location: u.String()}, nil
+}
+
+func cliCodeHash(code string) string { return domainHash("soulstack.oidc-cli-code.v1\x00", code) }
+
+// exchangeCLICode is POST /v1/auth/oidc/token: soulctl's one-time code and
+// its PKCE verifier for the person's token.
+func (s *Server) exchangeCLICode(ctx context.Context, in *struct{ Body client.OIDCCodeExchange }) (*struct{ Body client.TokenCreated }, error) {
+	refused := problem(http.StatusUnauthorized, "auth.oidc_code", "the login code is unknown, used already or expired, or the verifier is not its own; run soulctl login again")
+	sealed, err := s.store.OIDCCodeTake(ctx, cliCodeHash(in.Body.Code), s.now())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, refused
+	}
+	if err != nil {
+		return nil, err
+	}
+	raw, err := s.oidc.cfg.Open(sealed)
+	var c cliCode
+	if err != nil || json.Unmarshal(raw, &c) != nil || c.Purpose != cliCodePurpose {
+		return nil, refused
+	}
+	if subtle.ConstantTimeCompare([]byte(oauth2.S256ChallengeFromVerifier(in.Body.Verifier)), []byte(c.Challenge)) != 1 {
+		return nil, refused
+	}
+	t, plain, err := s.mintPersonToken(ctx, c.Person, c.Groups, c.Role)
+	if err != nil {
+		return nil, err
+	}
+	return &struct{ Body client.TokenCreated }{Body: client.TokenCreated{
+		ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()), CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain,
+	}}, nil
+}
+
+// mintPersonToken mints a token for a person who signed in, expiring with
+// the sign-in (audit token.created by oidc, naming the person).
+func (s *Server) mintPersonToken(ctx context.Context, person store.Person, groups []string, role string) (store.APIToken, string, error) {
+	plain, id, hash, err := auth.NewToken()
+	if err != nil {
+		return store.APIToken{}, "", err
+	}
+	expires := s.now().Add(s.oidc.cfg.TokenTTL)
+	t, err := s.store.TokenCreate(ctx, store.TokenCreateParams{
+		Token: store.APIToken{ID: id, Name: personTokenName(person), Role: role, Hash: hash, ExpiresAt: &expires, Person: &person},
+		Actor: store.ActorOIDC,
+	})
+	if err != nil {
+		return store.APIToken{}, "", err
+	}
+	s.log.Info("OIDC sign-in", "token_id", t.ID, "issuer", person.Issuer, "subject", person.Subject, "role", role, "groups", groups)
+	return t, plain, nil
 }
 
 // idClaims are the ID token claims the keeper reads.
@@ -312,19 +437,10 @@ func (f *oidcFlow) roleOf(groups []string) string {
 	return best
 }
 
-// startPersonSession mints the person's token and a session for it.
+// startPersonSession mints the person's token and a web UI session for
+// it; the session's key goes to the page in the URL fragment.
 func (s *Server) startPersonSession(r *http.Request, person store.Person, groups []string, role, returnTo string) (*signedIn, error) {
-	plain, id, hash, err := auth.NewToken()
-	if err != nil {
-		return nil, err
-	}
-	_ = plain // the token is never shown: the session stands for it
-	now := s.now()
-	expires := now.Add(s.oidc.cfg.TokenTTL)
-	t, err := s.store.TokenCreate(r.Context(), store.TokenCreateParams{
-		Token: store.APIToken{ID: id, Name: personTokenName(person), Role: role, Hash: hash, ExpiresAt: &expires, Person: &person},
-		Actor: store.ActorOIDC,
-	})
+	t, _, err := s.mintPersonToken(r.Context(), person, groups, role) // the session stands for the token, which is never shown
 	if err != nil {
 		return nil, err
 	}
@@ -333,16 +449,17 @@ func (s *Server) startPersonSession(r *http.Request, person store.Person, groups
 	if err := errors.Join(err1, err2); err != nil {
 		return nil, err
 	}
-	sessionEnd := now.Add(SessionTTL)
-	if expires.Before(sessionEnd) {
-		sessionEnd = expires
+	now := s.now()
+	end := now.Add(SessionTTL)
+	if t.ExpiresAt != nil && t.ExpiresAt.Before(end) {
+		end = *t.ExpiresAt
 	}
 	if err := s.store.SessionCreate(r.Context(), store.WebSession{Hash: sessionHash(sid), KeyHash: sessionKeyHash(key), TokenID: t.ID,
-		CreatedAt: now, ExpiresAt: sessionEnd, LastSeenAt: now}); err != nil {
+		CreatedAt: now, ExpiresAt: end, LastSeenAt: now}); err != nil {
 		return nil, err
 	}
-	s.log.Info("OIDC sign-in", "token_id", t.ID, "issuer", person.Issuer, "subject", person.Subject, "role", role, "groups", groups)
-	return &signedIn{cookie: sessionCookie(sid, r.TLS != nil), key: key, returnTo: returnTo}, nil
+	c := sessionCookie(sid, r.TLS != nil)
+	return &signedIn{cookie: &c, location: returnTo + "#csrf=" + url.QueryEscape(key)}, nil
 }
 
 // personTokenName is a DNS label for the person's token: oidc- and the

@@ -151,7 +151,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 	asGroup(root)
 	fs := root.PersistentFlags()
 	fs.StringVar(&a.keeperURL, "keeper", "", "keeper URL (env "+EnvKeeper+", default "+client.DefaultURL+")")
-	fs.StringVar(&a.token, "token", "", "API token (env "+EnvToken+", else ./"+AdminTokenFile+" when present)")
+	fs.StringVar(&a.token, "token", "", "API token (env "+EnvToken+", else soulctl login's for this keeper, else ./"+AdminTokenFile+" when present)")
 	fs.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	fs.StringVar(&a.caFile, "ca-file", "", "PEM file of the CA to trust for an https:// keeper (env "+EnvCA+")")
 	fs.StringVar(&a.caFingerprint, "ca-fingerprint", "", "pin the keeper's CA by its SHA-256 fingerprint, sha256:… (env "+EnvCAFingerprint+")")
@@ -169,6 +169,8 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.cloudCommand(),
 		a.versionCommand(),
 		a.mcpCommand(),
+		a.loginCommand(),
+		a.whoamiCommand(),
 	)
 	return root
 }
@@ -231,6 +233,9 @@ func (a *app) resolveToken() (token, source string, err error) {
 	}
 	if t := a.env.Getenv(EnvToken); t != "" {
 		return t, EnvToken, nil
+	}
+	if t, ok := a.loggedInToken(a.resolvedURL); ok {
+		return t, "soulctl login", nil
 	}
 	b, err := os.ReadFile(AdminTokenFile)
 	switch {

@@ -1,15 +1,17 @@
 package keeper_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
-
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -272,5 +274,119 @@ func TestUIOIDCSignIn(t *testing.T) {
 	b.signOut()
 	if len(b.problems) > 0 {
 		t.Fatalf("the pages reported %d problem(s):\n%s", len(b.problems), strings.Join(b.problems, "\n"))
+	}
+}
+
+// TestSoulctlLogin: soulctl login, a real subprocess, prints the URL to
+// open; a browser following it signs in at the provider and is sent to
+// soulctl's loopback listener with a one-time code, which soulctl
+// exchanges with its PKCE verifier for the person's token and keeps
+// (0600) for that keeper; soulctl whoami then runs as the person. The same
+// code cannot be exchanged again, nor with another verifier, and a
+// cli_redirect that is not a loopback listener is refused.
+func TestSoulctlLogin(t *testing.T) {
+	t.Parallel()
+	ok := newOIDCKeeper(t)
+	ok.idp.QueueUser(&mockoidc.MockUser{Subject: "u-cli", Email: "cli@example.com", PreferredUsername: "cli", Groups: []string{"sre"}})
+	home := t.TempDir()
+	env := append(os.Environ(), "XDG_CONFIG_HOME="+home, "SOULSTACK_KEEPER="+ok.url, "SOULSTACK_TOKEN=")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	login := exec.CommandContext(ctx, soulctlBinary(t), "login", "--no-browser", "-o", "json")
+	login.Env = env
+	stderr, err := login.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout strings.Builder
+	login.Stdout = &stdout
+	if err := login.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	var loginURL string
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); strings.HasPrefix(l, ok.url+"/v1/auth/oidc/login?") {
+			loginURL = l
+			break
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	if loginURL == "" {
+		t.Fatal("soulctl login printed no URL to open")
+	}
+	// The browser: keeper, provider, keeper, then soulctl's listener.
+	var toSoulctl *url.URL
+	jar, _ := cookiejar.New(nil)
+	br := &http.Client{Jar: jar, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if req.URL.Path == "/callback" {
+			toSoulctl = req.URL
+		}
+		return nil
+	}}
+	resp, err := br.Get(loginURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(page), "Signed in") {
+		t.Fatalf("the browser at the end of the sign-in: %d %s", resp.StatusCode, page)
+	}
+	if err := login.Wait(); err != nil {
+		t.Fatalf("soulctl login: %v\n%s", err, stdout.String())
+	}
+	var got client.TokenCreated
+	if err := json.Unmarshal([]byte(stdout.String()), &got); err != nil || got.Name != "oidc-cli" || got.Role != "operator" || got.Token != "" || got.ExpiresAt == nil {
+		t.Fatalf("soulctl login printed %s (%v); want the token's name and role, never the token", stdout.String(), err)
+	}
+	credFile := filepath.Join(home, "soulstack", "credentials.json")
+	if fi, err := os.Stat(credFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the kept credentials: %v %v", fi, err)
+	}
+
+	who := exec.CommandContext(ctx, soulctlBinary(t), "whoami", "-o", "json")
+	who.Env = env
+	out, err := who.CombinedOutput()
+	var s client.Session
+	if err != nil || json.Unmarshal(out, &s) != nil || s.Name != "oidc-cli" || s.Person == nil || s.Person.Subject != "u-cli" {
+		t.Fatalf("soulctl whoami after the login: %v\n%s", err, out)
+	}
+
+	// The code again, and a code with another verifier: refused.
+	anon, err := client.New(ok.url, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := toSoulctl.Query().Get("code")
+	verifier := strings.Repeat("v", 43)
+	_, err = anon.OIDCCodeExchange(ctx, client.OIDCCodeExchange{Code: code, Verifier: verifier})
+	if p := (*client.Problem)(nil); !errors.As(err, &p) || p.Code != "auth.oidc_code" {
+		t.Fatalf("the code exchanged twice: %v", err)
+	}
+	ok.idp.QueueUser(&mockoidc.MockUser{Subject: "u-cli", Email: "cli@example.com", Groups: []string{"sre"}})
+	challenge := "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM" // S256 of another verifier
+	held := newIDPBrowser(t)
+	var back *url.URL
+	held.c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Path == "/callback" {
+			back = req.URL
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
+	held.get(t, ok.url+"/v1/auth/oidc/login?"+url.Values{"cli_redirect": {"http://127.0.0.1:9/callback"}, "cli_challenge": {challenge}, "cli_state": {"s"}}.Encode())
+	if back == nil || back.Query().Get("code") == "" || back.Query().Get("state") != "s" {
+		t.Fatalf("no code for the second login: %v", back)
+	}
+	_, err = anon.OIDCCodeExchange(ctx, client.OIDCCodeExchange{Code: back.Query().Get("code"), Verifier: verifier})
+	if p := (*client.Problem)(nil); !errors.As(err, &p) || p.Code != "auth.oidc_code" {
+		t.Fatalf("a code with another verifier: %v", err)
+	}
+	for _, to := range []string{"http://evil.example:80/callback", "https://127.0.0.1:8/callback", "http://127.0.0.1/callback"} {
+		status, _, body := newIDPBrowser(t).get(t, ok.url+"/v1/auth/oidc/login?"+url.Values{"cli_redirect": {to}, "cli_challenge": {challenge}}.Encode())
+		if status != http.StatusBadRequest || problemCode(body) != "auth.oidc_return_invalid" {
+			t.Fatalf("cli_redirect %s: %d %s", to, status, body)
+		}
 	}
 }

@@ -388,4 +388,10 @@ type SessionStore interface {
 	// SessionDelete deletes a session (audit session.deleted by actor);
 	// an unknown one is ErrNotFound.
 	SessionDelete(ctx context.Context, hash string, actor Actor) error
+	// OIDCCodePut stores a soulctl login's one-time code (its hash) with
+	// what it stands for, sealed, until expires; expired codes go.
+	OIDCCodePut(ctx context.Context, hash, sealed string, expires time.Time) error
+	// OIDCCodeTake deletes the code and returns what it stood for, once:
+	// ErrNotFound for a code unknown, taken already or expired at now.
+	OIDCCodeTake(ctx context.Context, hash string, now time.Time) (string, error)
 }

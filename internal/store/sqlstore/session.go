@@ -70,3 +70,26 @@ func (s *Store) SessionDelete(ctx context.Context, hash string, actor store.Acto
 		return record{action: "session.deleted", object: "token/" + tokenID, payload: map[string]any{"token_id": tokenID}}, nil
 	})
 }
+
+// OIDCCodePut stores a one-time login code and deletes the expired ones.
+// No audit: the code is a step of a sign-in, whose token.created is.
+func (s *Store) OIDCCodePut(ctx context.Context, hash, sealed string, expires time.Time) (err error) {
+	defer s.translate(&err)
+	if _, err := s.db.ExecContext(ctx, s.q(`DELETE FROM oidc_codes WHERE expires_at <= ?`), s.stamp()); err != nil {
+		return fmt.Errorf("delete expired login codes: %w", err)
+	}
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO oidc_codes (hash, sealed, expires_at) VALUES (?, ?, ?)`), hash, sealed, expires.UTC())
+	return err
+}
+
+// OIDCCodeTake deletes a live code and returns what it stood for; the
+// DELETE decides, so that two exchanges of one code get it once.
+func (s *Store) OIDCCodeTake(ctx context.Context, hash string, now time.Time) (_ string, err error) {
+	defer s.translate(&err)
+	var sealed string
+	err = s.db.QueryRowContext(ctx, s.q(`DELETE FROM oidc_codes WHERE hash = ? AND expires_at > ? RETURNING sealed`), hash, now.UTC()).Scan(&sealed)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", &store.Error{Err: store.ErrNotFound, Kind: "login code", Key: "(hidden)"}
+	}
+	return sealed, err
+}
