@@ -97,6 +97,7 @@ func New(cfg Config) *Server {
 	s.registerSouls()
 	s.registerSeeds()
 	s.registerTokens()
+	s.registerProjects()
 	s.registerAudit()
 	s.registerRuns()
 	s.registerDrift()

@@ -37,7 +37,9 @@ const (
 	RunCancel      Permission = "run.cancel"
 	AuditRead      Permission = "audit.read"
 	TokenManage    Permission = "token.manage"
-	MetricsRead    Permission = "metrics.read"
+	// ProjectManage creates, lists and deletes projects.
+	ProjectManage Permission = "project.manage"
+	MetricsRead   Permission = "metrics.read"
 	// DriftCheck starts drift checks of souls' seeds; DriftAck
 	// acknowledges a soul's drift.
 	DriftCheck Permission = "drift.check"
@@ -58,7 +60,7 @@ var reads = []Permission{ProviderRead, ProfileRead, SoulRead, RunRead, AuditRead
 // holds all of them, so a new permission is added here.
 var all = append(append([]Permission{}, reads...),
 	ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete,
-	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize, DriftCheck, DriftAck)
+	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize, DriftCheck, DriftAck, ProjectManage)
 
 // roles maps each built-in role to what it may do.
 var roles = map[string]map[Permission]bool{

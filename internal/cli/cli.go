@@ -171,6 +171,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.mcpCommand(),
 		a.loginCommand(),
 		a.whoamiCommand(),
+		a.projectCommand(),
 	)
 	return root
 }

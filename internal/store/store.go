@@ -201,6 +201,37 @@ const ActorHost Actor = "host"
 // sign-in (the token it mints for them; the event names the person).
 const ActorOIDC Actor = "oidc"
 
+// Project is a team's share of the keeper: its providers, profiles, souls
+// and runs belong to it as isolation arrives (DESIGN.md section 13).
+type Project struct {
+	Name        string
+	Description string
+	CreatedAt   time.Time
+	CreatedBy   string
+}
+
+// DefaultProject always exists; it holds what the keeper held before
+// projects.
+const DefaultProject = "default"
+
+// ProjectCreateParams creates a project.
+type ProjectCreateParams struct {
+	Project Project
+	Actor   Actor
+}
+
+// ProjectStore holds the projects.
+type ProjectStore interface {
+	// ProjectCreate stores a project (audit project.created); a taken name
+	// is ErrExists.
+	ProjectCreate(ctx context.Context, p ProjectCreateParams) (Project, error)
+	ProjectGet(ctx context.Context, name string) (Project, error)
+	ProjectList(ctx context.Context, p ListParams) ([]Project, error)
+	// ProjectDelete deletes a project (audit project.deleted); the
+	// default project is ErrInUse.
+	ProjectDelete(ctx context.Context, p DeleteParams) error
+}
+
 // ProviderCreateParams creates a provider.
 type ProviderCreateParams struct {
 	Provider Provider
@@ -254,6 +285,7 @@ type Store interface {
 	SessionStore
 	DriftStore
 	DeliveryStore
+	ProjectStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)

@@ -62,6 +62,9 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"Sealed", testSealed},
 		{"Sessions", testSessions},
 		{"Drift", testDrift},
+		{"Projects", testProjects},
+		{"PersonTokens", testPersonTokens},
+		{"OIDCCodes", testOIDCCodes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
