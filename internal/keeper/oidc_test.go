@@ -259,11 +259,16 @@ func TestUIOIDCSignIn(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // a navigation in between: look again
 	}
 	who := eval[string](b, `document.getElementById('who-name').textContent`)
-	if !strings.Contains(who, "oidc-ada") || !strings.Contains(who, "admin") {
-		t.Fatalf("signed in as %q, want oidc-ada, admin\n%s", who, b.html())
+	if !strings.Contains(who, "ada@example.com (oidc-ada)") || !strings.Contains(who, "admin") {
+		t.Fatalf("signed in as %q, want ada@example.com (oidc-ada), admin\n%s", who, b.html())
 	}
 	if href := eval[string](b, `location.href`); strings.Contains(href, "csrf") || !strings.HasSuffix(href, "#/runs") {
 		t.Fatalf("the address after the sign-in: %s", href)
+	}
+	// The tokens page names the person the token was minted for.
+	b.open("#/tokens", "#tokens [data-key]")
+	if html := b.mainHTML(); !strings.Contains(html, "ada@example.com") || !strings.Contains(html, "minted by keeper") {
+		t.Fatalf("the tokens page does not name the person (and the admin token's minter):\n%s", html)
 	}
 	if r := b.pageFetch("GET", "/v1/whoami", "", true); r.Status != 200 {
 		t.Fatalf("whoami from the page: %+v", r)

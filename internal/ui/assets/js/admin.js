@@ -19,6 +19,7 @@ export async function tokensPage(main) {
     replace(list, table([
       {label: 'ID', cell: t => h('span', {class: 'mono'}, t.id, t.id === me.id ? h('span', {class: 'muted'}, ' (this session)') : null)},
       {label: 'Name', cell: t => t.name},
+      {label: 'Person', cell: t => t.person ? h('span', {title: t.person.subject + ' at ' + t.person.issuer}, t.person.name) : h('span', {class: 'muted'}, 'minted by ' + t.created_by)},
       {label: 'Role', cell: t => t.role},
       {label: 'Permissions', cell: t => h('span', {class: 'perms'}, t.permissions.join(' '))},
       {label: 'State', cell: t => badge(t.active ? 'active' : (t.revoked_at ? 'revoked' : 'expired'))},

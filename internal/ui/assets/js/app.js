@@ -40,7 +40,8 @@ function drawNav(active) {
   if (!s) return;
   replace(nav, pages.filter(p => !p.perm || api.can(p.perm)).map(p =>
     h('a', {href: '#/' + p.path, 'aria-current': p.path === active ? 'page' : null}, p.label)));
-  replace(document.getElementById('who-name'), h('span', {class: 'muted'}, 'signed in as '), s.name, ' ', h('span', {class: 'role'}, s.role));
+  replace(document.getElementById('who-name'), h('span', {class: 'muted'}, 'signed in as '),
+    s.person ? s.person.name + ' (' + s.name + ')' : s.name, ' ', h('span', {class: 'role'}, s.role));
 }
 
 async function show() {
