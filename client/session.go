@@ -54,3 +54,8 @@ type OIDCCodeExchange struct {
 func (c *Client) OIDCCodeExchange(ctx context.Context, in OIDCCodeExchange) (*TokenCreated, error) {
 	return call[TokenCreated](ctx, c, http.MethodPost, "/v1/auth/oidc/token", nil, in)
 }
+
+// Logout revokes the token the client uses (POST /v1/auth/logout).
+func (c *Client) Logout(ctx context.Context) error {
+	return c.do(ctx, http.MethodPost, "/v1/auth/logout", nil, nil, nil)
+}

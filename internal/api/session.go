@@ -257,6 +257,22 @@ func (s *Server) registerSession() {
 	})
 
 	register(s, huma.Operation{
+		OperationID: "logout", Method: http.MethodPost, Path: "/v1/auth/logout", Tags: tags,
+		Summary: "Revoke the calling token",
+		Description: "Revokes the token that authenticates the request (audit token.revoked by the token itself): every session of it ends and it opens nothing any more, " +
+			"wherever it is used. soulctl logout calls it for the token soulctl login kept. Refused with 409 token.last_admin for the last active admin token. " +
+			"A web UI session must send its key (" + CSRFHeader + ") and come from the keeper's own page, as for any write.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusUnauthorized, http.StatusConflict},
+	}, auth.Authenticated, false, func(ctx context.Context, _ *struct{}) (*struct{}, error) {
+		p := principal(ctx)
+		if err := s.store.TokenRevoke(ctx, store.DeleteParams{Key: p.TokenID, Actor: p.Actor()}); err != nil {
+			return nil, err
+		}
+		s.authn.Forget(p.TokenID)
+		return nil, nil
+	})
+
+	register(s, huma.Operation{
 		OperationID: "session-create", Method: http.MethodPost, Path: "/v1/session", Tags: tags,
 		Summary: "Sign in to the web UI with an API token",
 		Description: "Verifies the token as every route does and starts a session: an opaque id in the " + SecureSessionCookie +

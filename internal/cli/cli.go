@@ -170,6 +170,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.versionCommand(),
 		a.mcpCommand(),
 		a.loginCommand(),
+		a.logoutCommand(),
 		a.whoamiCommand(),
 		a.projectCommand(),
 	)

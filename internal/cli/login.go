@@ -195,6 +195,46 @@ func (a *app) login(ctx context.Context, c *client.Client, noBrowser bool) (*cli
 	return c.OIDCCodeExchange(ctx, client.OIDCCodeExchange{Code: code, Verifier: verifier})
 }
 
+func (a *app) logoutCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "logout",
+		Short: "Revoke the token soulctl login kept for this keeper, and forget it",
+		Long: `Revoke the token soulctl login kept for the keeper (--keeper or ` + EnvKeeper + `)
+at the keeper, which ends every session of it, and remove it from the
+credentials file. A token the keeper no longer accepts (expired, revoked
+elsewhere) is only forgotten.`,
+		Args: cobra.NoArgs,
+		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
+			_, opts, err := a.connection()
+			if err != nil {
+				return err
+			}
+			url := strings.TrimRight(a.resolvedURL, "/")
+			creds, path, err := a.readCredentials()
+			if err != nil {
+				return err
+			}
+			cr, ok := creds.Keepers[url]
+			if !ok {
+				return fmt.Errorf("soulctl login kept no token for %s", url)
+			}
+			c, err := client.NewWithOptions(a.resolvedURL, cr.Token, opts)
+			if err != nil {
+				return usageErrorf("--keeper: %v", err)
+			}
+			var prob *client.Problem
+			if err := c.Logout(cmd.Context()); err != nil && !(errors.As(err, &prob) && prob.Status == http.StatusUnauthorized) {
+				return err
+			}
+			delete(creds.Keepers, url)
+			if err := a.writeCredentials(creds, path); err != nil {
+				return err
+			}
+			return p.print(nil, text(fmt.Sprintf("signed out of %s: token %s revoked and forgotten\n", url, cr.Name)))
+		}),
+	}
+}
+
 func (a *app) whoamiCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "whoami",

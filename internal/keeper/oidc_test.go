@@ -358,6 +358,38 @@ func TestSoulctlLogin(t *testing.T) {
 		t.Fatalf("soulctl whoami after the login: %v\n%s", err, out)
 	}
 
+	// soulctl logout revokes the kept token at the keeper and forgets it.
+	raw, err := os.ReadFile(credFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept struct {
+		Keepers map[string]struct{ Token string } `json:"keepers"`
+	}
+	if err := json.Unmarshal(raw, &kept); err != nil || kept.Keepers[ok.url].Token == "" {
+		t.Fatalf("the credentials file: %s (%v)", raw, err)
+	}
+	logout := exec.CommandContext(ctx, soulctlBinary(t), "logout")
+	logout.Env = env
+	if out, err := logout.CombinedOutput(); err != nil || !strings.Contains(string(out), "revoked") {
+		t.Fatalf("soulctl logout: %v\n%s", err, out)
+	}
+	if raw, _ := os.ReadFile(credFile); strings.Contains(string(raw), kept.Keepers[ok.url].Token) {
+		t.Fatalf("the token is still kept after logout: %s", raw)
+	}
+	old, _ := client.New(ok.url, kept.Keepers[ok.url].Token)
+	if _, err := old.Whoami(ctx); err == nil {
+		t.Fatal("the logged-out token still authenticates")
+	}
+	wantProblem := func(what string, err error, code string) {
+		t.Helper()
+		var p *client.Problem
+		if !errors.As(err, &p) || p.Code != code {
+			t.Fatalf("%s: %v, want %s", what, err, code)
+		}
+	}
+	wantProblem("the last admin token logs out", ok.admin.Logout(ctx), "token.last_admin")
+
 	// The code again, and a code with another verifier: refused.
 	anon, err := client.New(ok.url, "")
 	if err != nil {
