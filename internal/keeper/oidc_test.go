@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -57,22 +56,31 @@ func newOIDCKeeper(t *testing.T) *oidcKeeper {
 	return &oidcKeeper{idp: idp, k: k, admin: adminClient(t, k, filepath.Join(dir, ".keeper")), url: "http://" + addr}
 }
 
-// idpBrowser is a idpBrowser's part of a sign-in: it follows the redirects from
-// the keeper to the provider and back, keeps cookies, and stops where the
-// keeper sends it to the web UI.
+// idpBrowser is a browser's part of a sign-in: it follows the redirects
+// from the keeper to the provider and back, keeps cookies, remembers where
+// it was sent, and stops where the keeper sends it to the web UI.
 type idpBrowser struct {
-	c        *http.Client
-	callback *url.URL // the provider's redirect back to the keeper, as followed
+	c       *http.Client
+	visited []*url.URL // the redirects it was sent, in order
+	holdAt  string     // a path it is sent to but does not go to ("": none)
+}
+
+// sentTo is the last redirect the browser followed to path, or nil.
+func (b *idpBrowser) sentTo(path string) *url.URL {
+	for i := len(b.visited) - 1; i >= 0; i-- {
+		if b.visited[i].Path == path {
+			return b.visited[i]
+		}
+	}
+	return nil
 }
 
 func newIDPBrowser(t *testing.T) *idpBrowser {
 	jar, _ := cookiejar.New(nil)
 	b := &idpBrowser{}
 	b.c = &http.Client{Jar: jar, CheckRedirect: func(req *http.Request, via []*http.Request) error {
-		if req.URL.Path == "/v1/auth/oidc/callback" {
-			b.callback = req.URL
-		}
-		if strings.HasPrefix(req.URL.Path, "/ui/") {
+		b.visited = append(b.visited, req.URL)
+		if strings.HasPrefix(req.URL.Path, "/ui/") || req.URL.Path == b.holdAt {
 			return http.ErrUseLastResponse
 		}
 		return nil
@@ -121,8 +129,9 @@ func TestOIDCSignIn(t *testing.T) {
 	if status != http.StatusSeeOther || !strings.HasPrefix(loc, "/ui/#csrf=") {
 		t.Fatalf("sign-in: %d %q %s", status, loc, body)
 	}
-	if b.callback == nil || b.callback.Query().Get("code") == "" {
-		t.Fatalf("the provider did not send the idpBrowser back with a code: %v", b.callback)
+	callback := b.sentTo("/v1/auth/oidc/callback")
+	if callback == nil || callback.Query().Get("code") == "" {
+		t.Fatalf("the provider did not send the browser back with a code: %v", b.visited)
 	}
 	key := strings.TrimPrefix(loc, "/ui/#csrf=")
 	req, _ := http.NewRequest(http.MethodGet, ok.url+"/v1/whoami", nil)
@@ -170,7 +179,7 @@ func TestOIDCSignIn(t *testing.T) {
 
 	// The callback again: the sign-in cookie is spent; and with a copy of
 	// it, the provider's code is.
-	status, _, body = b.get(t, b.callback.String())
+	status, _, body = b.get(t, callback.String())
 	if status != http.StatusUnauthorized || problemCode(body) != "auth.oidc_state" {
 		t.Fatalf("the callback replayed: %d %s", status, body)
 	}
@@ -178,20 +187,15 @@ func TestOIDCSignIn(t *testing.T) {
 	// A sign-in whose cookie an attacker copied: the code is spent too.
 	ok.idp.QueueUser(&mockoidc.MockUser{Subject: "u-bob", Email: "bob@example.com", Groups: []string{"sre"}})
 	b2 := newIDPBrowser(t)
-	b2.c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if req.URL.Path == "/v1/auth/oidc/callback" {
-			b2.callback = req.URL
-			return http.ErrUseLastResponse // hold the callback
-		}
-		return nil
-	}
+	b2.holdAt = "/v1/auth/oidc/callback"
 	b2.get(t, ok.url+"/v1/auth/oidc/login")
+	held := b2.sentTo(b2.holdAt)
 	kurl, _ := url.Parse(ok.url)
 	cookies := b2.c.Jar.Cookies(&url.URL{Scheme: "http", Host: kurl.Host, Path: "/v1/auth/oidc/"})
 	for i := range 2 {
 		thief := newIDPBrowser(t)
 		thief.c.Jar.SetCookies(&url.URL{Scheme: "http", Host: kurl.Host, Path: "/v1/auth/oidc/"}, cookies)
-		status, _, body = thief.get(t, b2.callback.String())
+		status, _, body = thief.get(t, held.String())
 		if i == 0 && status != http.StatusSeeOther {
 			t.Fatalf("the held callback: %d %s", status, body)
 		}
@@ -321,23 +325,11 @@ func TestSoulctlLogin(t *testing.T) {
 		t.Fatal("soulctl login printed no URL to open")
 	}
 	// The browser: keeper, provider, keeper, then soulctl's listener.
-	var toSoulctl *url.URL
-	jar, _ := cookiejar.New(nil)
-	br := &http.Client{Jar: jar, CheckRedirect: func(req *http.Request, via []*http.Request) error {
-		if req.URL.Path == "/callback" {
-			toSoulctl = req.URL
-		}
-		return nil
-	}}
-	resp, err := br.Get(loginURL)
-	if err != nil {
-		t.Fatal(err)
+	br := newIDPBrowser(t)
+	if status, _, page := br.get(t, loginURL); status != 200 || !strings.Contains(page, "Signed in") {
+		t.Fatalf("the browser at the end of the sign-in: %d %s", status, page)
 	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(page), "Signed in") {
-		t.Fatalf("the browser at the end of the sign-in: %d %s", resp.StatusCode, page)
-	}
+	toSoulctl := br.sentTo("/callback")
 	if err := login.Wait(); err != nil {
 		t.Fatalf("soulctl login: %v\n%s", err, stdout.String())
 	}
@@ -381,14 +373,7 @@ func TestSoulctlLogin(t *testing.T) {
 	if _, err := old.Whoami(ctx); err == nil {
 		t.Fatal("the logged-out token still authenticates")
 	}
-	wantProblem := func(what string, err error, code string) {
-		t.Helper()
-		var p *client.Problem
-		if !errors.As(err, &p) || p.Code != code {
-			t.Fatalf("%s: %v, want %s", what, err, code)
-		}
-	}
-	wantProblem("the last admin token logs out", ok.admin.Logout(ctx), "token.last_admin")
+	wantProblem(t, ok.admin.Logout(ctx), http.StatusConflict, "token.last_admin") // the last admin token cannot log out
 
 	// The code again, and a code with another verifier: refused.
 	anon, err := client.New(ok.url, "")
@@ -398,28 +383,18 @@ func TestSoulctlLogin(t *testing.T) {
 	code := toSoulctl.Query().Get("code")
 	verifier := strings.Repeat("v", 43)
 	_, err = anon.OIDCCodeExchange(ctx, client.OIDCCodeExchange{Code: code, Verifier: verifier})
-	if p := (*client.Problem)(nil); !errors.As(err, &p) || p.Code != "auth.oidc_code" {
-		t.Fatalf("the code exchanged twice: %v", err)
-	}
+	wantProblem(t, err, http.StatusUnauthorized, "auth.oidc_code") // the code exchanged twice
 	ok.idp.QueueUser(&mockoidc.MockUser{Subject: "u-cli", Email: "cli@example.com", Groups: []string{"sre"}})
 	challenge := "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM" // S256 of another verifier
-	held := newIDPBrowser(t)
-	var back *url.URL
-	held.c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-		if req.URL.Path == "/callback" {
-			back = req.URL
-			return http.ErrUseLastResponse
-		}
-		return nil
-	}
-	held.get(t, ok.url+"/v1/auth/oidc/login?"+url.Values{"cli_redirect": {"http://127.0.0.1:9/callback"}, "cli_challenge": {challenge}, "cli_state": {"s"}}.Encode())
+	second := newIDPBrowser(t)
+	second.holdAt = "/callback" // nothing listens there: the browser is not sent on
+	second.get(t, ok.url+"/v1/auth/oidc/login?"+url.Values{"cli_redirect": {"http://127.0.0.1:9/callback"}, "cli_challenge": {challenge}, "cli_state": {"s"}}.Encode())
+	back := second.sentTo("/callback")
 	if back == nil || back.Query().Get("code") == "" || back.Query().Get("state") != "s" {
 		t.Fatalf("no code for the second login: %v", back)
 	}
 	_, err = anon.OIDCCodeExchange(ctx, client.OIDCCodeExchange{Code: back.Query().Get("code"), Verifier: verifier})
-	if p := (*client.Problem)(nil); !errors.As(err, &p) || p.Code != "auth.oidc_code" {
-		t.Fatalf("a code with another verifier: %v", err)
-	}
+	wantProblem(t, err, http.StatusUnauthorized, "auth.oidc_code") // a code with another verifier
 	for _, to := range []string{"http://evil.example:80/callback", "https://127.0.0.1:8/callback", "http://127.0.0.1/callback"} {
 		status, _, body := newIDPBrowser(t).get(t, ok.url+"/v1/auth/oidc/login?"+url.Values{"cli_redirect": {to}, "cli_challenge": {challenge}}.Encode())
 		if status != http.StatusBadRequest || problemCode(body) != "auth.oidc_return_invalid" {

@@ -2,7 +2,7 @@ package keeper_test
 
 import (
 	"context"
-	"errors"
+	"net/http"
 	"path/filepath"
 	"testing"
 
@@ -18,25 +18,18 @@ func TestProjectsRegistry(t *testing.T) {
 	k := serve(t, dir)
 	admin := adminClient(t, k, filepath.Join(dir, ".keeper"))
 	ctx := context.Background()
-	wantCode := func(what string, err error, code string) {
-		t.Helper()
-		var p *client.Problem
-		if !errors.As(err, &p) || p.Code != code {
-			t.Fatalf("%s: %v, want %s", what, err, code)
-		}
-	}
 	if p, err := admin.ProjectCreate(ctx, client.ProjectCreate{Name: "team-a", Description: "the A team"}); err != nil || p.Name != "team-a" || p.Description != "the A team" {
 		t.Fatalf("create: %+v, %v", p, err)
 	}
 	_, err := admin.ProjectCreate(ctx, client.ProjectCreate{Name: "team-a"})
-	wantCode("a second team-a", err, "project.exists")
+	wantProblem(t, err, http.StatusConflict, "project.exists")
 	_, err = admin.ProjectCreate(ctx, client.ProjectCreate{Name: "Team A!"})
-	wantCode("a bad name", err, "name.invalid")
+	wantProblem(t, err, http.StatusUnprocessableEntity, "name.invalid")
 	l, err := admin.ProjectList(ctx, client.ListOptions{})
 	if err != nil || len(l.Items) != 2 || l.Items[0].Name != "default" || l.Items[1].Name != "team-a" {
 		t.Fatalf("list: %+v, %v", l, err)
 	}
-	wantCode("delete the default project", admin.ProjectDelete(ctx, "default"), "project.default")
+	wantProblem(t, admin.ProjectDelete(ctx, "default"), http.StatusConflict, "project.default")
 
 	for _, role := range []string{"operator", "viewer"} {
 		tok, err := admin.TokenCreate(ctx, client.TokenCreate{Name: role, Role: role})
@@ -45,16 +38,16 @@ func TestProjectsRegistry(t *testing.T) {
 		}
 		c, _ := client.New(k.Addr, tok.Token)
 		_, err = c.ProjectCreate(ctx, client.ProjectCreate{Name: "mine"})
-		wantCode(role+" creates a project", err, "auth.forbidden")
+		wantProblem(t, err, http.StatusForbidden, "auth.forbidden")
 		_, err = c.ProjectList(ctx, client.ListOptions{})
-		wantCode(role+" lists projects", err, "auth.forbidden")
-		wantCode(role+" deletes a project", c.ProjectDelete(ctx, "team-a"), "auth.forbidden")
+		wantProblem(t, err, http.StatusForbidden, "auth.forbidden")
+		wantProblem(t, c.ProjectDelete(ctx, "team-a"), http.StatusForbidden, "auth.forbidden")
 	}
 	if err := admin.ProjectDelete(ctx, "team-a"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = admin.ProjectGet(ctx, "team-a")
-	wantCode("get a deleted project", err, "project.not_found")
+	wantProblem(t, err, http.StatusNotFound, "project.not_found")
 	events, err := admin.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 100}})
 	if err != nil {
 		t.Fatal(err)
