@@ -350,9 +350,7 @@ func (s *Server) exchangeCLICode(ctx context.Context, in *struct{ Body client.OI
 	if err != nil {
 		return nil, err
 	}
-	return &struct{ Body client.TokenCreated }{Body: client.TokenCreated{
-		ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()), CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain,
-	}}, nil
+	return &struct{ Body client.TokenCreated }{Body: tokenCreatedWire(t, plain)}, nil
 }
 
 // mintPersonToken mints a token for a person who signed in, expiring with
@@ -444,18 +442,8 @@ func (s *Server) startPersonSession(r *http.Request, person store.Person, groups
 	if err != nil {
 		return nil, err
 	}
-	sid, err1 := randomSecret()
-	key, err2 := randomSecret()
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, err
-	}
-	now := s.now()
-	end := now.Add(SessionTTL)
-	if t.ExpiresAt != nil && t.ExpiresAt.Before(end) {
-		end = *t.ExpiresAt
-	}
-	if err := s.store.SessionCreate(r.Context(), store.WebSession{Hash: sessionHash(sid), KeyHash: sessionKeyHash(key), TokenID: t.ID,
-		CreatedAt: now, ExpiresAt: end, LastSeenAt: now}); err != nil {
+	sid, key, err := s.startSession(r.Context(), t.ID, t.ExpiresAt)
+	if err != nil {
 		return nil, err
 	}
 	c := sessionCookie(sid, r.TLS != nil)

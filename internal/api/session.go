@@ -159,6 +159,26 @@ func (s *Server) session(ctx context.Context, id, key string) (auth.Principal, e
 	return auth.PrincipalOf(t), nil
 }
 
+// startSession stores a new web UI session of token tokenID, lasting
+// SessionTTL or until the token expires (tokenExpires, nil: never), and
+// returns its id and key.
+func (s *Server) startSession(ctx context.Context, tokenID string, tokenExpires *time.Time) (id, key string, err error) {
+	if id, err = randomSecret(); err != nil {
+		return "", "", err
+	}
+	if key, err = randomSecret(); err != nil {
+		return "", "", err
+	}
+	now := s.now()
+	end := now.Add(SessionTTL)
+	if tokenExpires != nil && tokenExpires.Before(end) {
+		end = *tokenExpires
+	}
+	err = s.store.SessionCreate(ctx, store.WebSession{Hash: sessionHash(id), KeyHash: sessionKeyHash(key), TokenID: tokenID,
+		CreatedAt: now, ExpiresAt: end, LastSeenAt: now})
+	return id, key, err
+}
+
 // safeMethod reports whether a method does not change state.
 func safeMethod(m string) bool {
 	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
@@ -291,17 +311,8 @@ func (s *Server) registerSession() {
 		if prob != nil {
 			return nil, prob
 		}
-		id, err := randomSecret()
+		id, key, err := s.startSession(ctx, p.TokenID, nil)
 		if err != nil {
-			return nil, err
-		}
-		key, err := randomSecret()
-		if err != nil {
-			return nil, err
-		}
-		now := s.now()
-		if err := s.store.SessionCreate(ctx, store.WebSession{Hash: sessionHash(id), KeyHash: sessionKeyHash(key), TokenID: p.TokenID,
-			CreatedAt: now, ExpiresAt: now.Add(SessionTTL), LastSeenAt: now}); err != nil {
 			return nil, err
 		}
 		s.log.Info("web UI sign-in", "token_id", p.TokenID)

@@ -18,6 +18,12 @@ func tokenWire(t store.APIToken, now func() bool) client.Token {
 		CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Active: now(), Person: personWire(t.Person)}
 }
 
+// tokenCreatedWire is a new token's answer: the one carrying its plain text.
+func tokenCreatedWire(t store.APIToken, plain string) client.TokenCreated {
+	return client.TokenCreated{ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()),
+		CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain}
+}
+
 // grantFor checks what a new token asks for: exactly one of a built-in role
 // and an explicit permission list, every permission known, and nothing
 // the caller does not hold itself (no escalation through token.manage).
@@ -87,9 +93,7 @@ func (s *Server) registerTokens() {
 		if err != nil {
 			return nil, err
 		}
-		return &struct{ Body client.TokenCreated }{Body: client.TokenCreated{
-			ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()), CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain,
-		}}, nil
+		return &struct{ Body client.TokenCreated }{Body: tokenCreatedWire(t, plain)}, nil
 	})
 
 	register(s, huma.Operation{

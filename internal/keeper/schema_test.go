@@ -37,7 +37,7 @@ func TestRefusesNewerSchema(t *testing.T) {
 			if err := db.QueryRow(`SELECT seq FROM audit_head WHERE id = 1`).Scan(&head); err != nil {
 				t.Fatal(err)
 			}
-			k.exec(db, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (9999, `+map[string]string{"sqlite": "1", "postgres": "true"}[backend]+`)`)
+			migrateAhead(k, db)
 			for _, args := range [][]string{{"migrate"}, {"serve", "--listen", "127.0.0.1:0"}} {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				out, err := exec.CommandContext(ctx, keeperBin, append(args, k.flags()...)...).CombinedOutput()
@@ -93,7 +93,7 @@ func TestServingKeeperStopsOnNewerSchema(t *testing.T) {
 				return strings.Contains(string(b), "start")
 			})
 			db := k.db()
-			k.exec(db, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (9999, `+map[string]string{"sqlite": "1", "postgres": "true"}[backend]+`)`)
+			migrateAhead(k, db)
 
 			var exit error
 			select {
@@ -126,4 +126,11 @@ func TestServingKeeperStopsOnNewerSchema(t *testing.T) {
 			p.Interrupt(t)
 		})
 	}
+}
+
+// migrateAhead makes k's database look migrated by a newer keeper: schema
+// version 9999, which this keeper does not know.
+func migrateAhead(k *auditKeeper, db *sql.DB) {
+	applied := map[string]string{"sqlite": "1", "postgres": "true"}[k.backend]
+	k.exec(db, `INSERT INTO goose_db_version (version_id, is_applied) VALUES (9999, `+applied+`)`)
 }

@@ -213,10 +213,7 @@ func TestResumedRunContinuesItsTrace(t *testing.T) {
 	t.Parallel()
 	rcv := newOTLPReceiver(t)
 	dir := t.TempDir()
-	cfg := filepath.Join(dir, "keeper.yml")
-	if err := os.WriteFile(cfg, []byte("tracing: {otlp_endpoint: "+rcv.URL+"}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg := keeperConfig(t, dir, "tracing: {otlp_endpoint: "+rcv.URL+"}\n")
 	k := serve(t, dir, "--config", cfg)
 	c := adminClient(t, k, filepath.Join(dir, ".keeper"))
 	addSoul(t, c, "h.local.test", sshtest.Start(t, sshtest.Options{}))
