@@ -23,6 +23,7 @@ type Session struct {
 	Via         string   `json:"via" enum:"bearer,cookie" doc:"How this request was authenticated."`
 	CSRF        string   `json:"csrf,omitempty" required:"false" doc:"Only for a cookie session: send it as X-CSRF-Token on every POST, PUT, PATCH and DELETE."`
 	Person      *Person  `json:"person,omitempty" required:"false" doc:"Who signed in with OIDC to get the token; absent for a token minted by hand."`
+	Project     string   `json:"project,omitempty" required:"false" doc:"The one project the token acts in; absent for a keeper-wide token."`
 }
 
 // Person is someone who signed in with OIDC.

@@ -57,6 +57,8 @@ type Provider struct {
 	CredentialsRef string          `json:"credentials_ref,omitempty" required:"false" doc:"Reference to the credentials: env:NAME, file:/path or vault:<path>#<field>. Resolved only at use time."`
 	FQDNSuffix     string          `json:"fqdn_suffix,omitempty" required:"false" doc:"DNS suffix of the VMs' FQDNs."`
 	Config         json.RawMessage `json:"config,omitempty" required:"false" doc:"Driver-specific settings (a JSON object)."`
+	Project        string          `json:"project" readOnly:"true" doc:"The project that owns it and its credentials."`
+	SharedWith     []string        `json:"shared_with,omitempty" required:"false" readOnly:"true" doc:"Projects that may read and use it (never manage it); shown to its own project and keeper-wide tokens."`
 	CreatedAt      time.Time       `json:"created_at" readOnly:"true"`
 	CreatedBy      string          `json:"created_by" readOnly:"true" doc:"The actor id (API token id) that created it."`
 }
@@ -69,6 +71,7 @@ type ProviderCreate struct {
 	CredentialsRef string         `json:"credentials_ref,omitempty" required:"false" doc:"env:NAME, file:/abs/path or vault:<path>#<field>."`
 	FQDNSuffix     string         `json:"fqdn_suffix,omitempty" required:"false" doc:"DNS suffix of the VMs' FQDNs, e.g. local.test."`
 	Config         map[string]any `json:"config,omitempty" required:"false" doc:"Driver-specific settings."`
+	Project        string         `json:"project,omitempty" required:"false" doc:"The project it goes into: a keeper-wide token's choice (default when absent); a project's token creates in its own project only."`
 }
 
 // ProviderList is a page of providers.
@@ -79,11 +82,13 @@ type ProviderList struct {
 
 // Profile is a VM spec on top of a provider.
 type Profile struct {
-	Name      string          `json:"name"`
-	Provider  string          `json:"provider"`
-	Spec      json.RawMessage `json:"spec"`
-	CreatedAt time.Time       `json:"created_at" readOnly:"true"`
-	CreatedBy string          `json:"created_by" readOnly:"true"`
+	Name       string          `json:"name"`
+	Provider   string          `json:"provider"`
+	Spec       json.RawMessage `json:"spec"`
+	Project    string          `json:"project" readOnly:"true" doc:"The project that owns it."`
+	SharedWith []string        `json:"shared_with,omitempty" required:"false" readOnly:"true" doc:"Projects that may read and use it."`
+	CreatedAt  time.Time       `json:"created_at" readOnly:"true"`
+	CreatedBy  string          `json:"created_by" readOnly:"true"`
 }
 
 // ProfileCreate is the body of POST /v1/profiles.
@@ -91,6 +96,7 @@ type ProfileCreate struct {
 	Name     string         `json:"name" doc:"DNS label, at most 63 characters."`
 	Provider string         `json:"provider" doc:"Name of a registered provider."`
 	Spec     map[string]any `json:"spec" doc:"Backend-specific VM parameters (image, size, network…)."`
+	Project  string         `json:"project,omitempty" required:"false" doc:"The project it goes into: a keeper-wide token's choice (default when absent); a project's token creates in its own project only."`
 }
 
 // ProfileList is a page of profiles.
@@ -114,6 +120,7 @@ type Soul struct {
 	Status       string          `json:"status" enum:"pending,active,unreachable,destroyed"`
 	Address      string          `json:"address,omitempty"`
 	Provider     string          `json:"provider,omitempty"`
+	Project      string          `json:"project" doc:"The project it belongs to: that project's runs alone reach it."`
 	VMID         string          `json:"vm_id,omitempty"`
 	PrimaryIP    string          `json:"primary_ip,omitempty"`
 	Attributes   json.RawMessage `json:"attributes"`
@@ -134,6 +141,7 @@ type SoulCreate struct {
 	Address    string         `json:"address" doc:"IP address or host name the keeper connects to."`
 	Connection Connection     `json:"connection"`
 	Attributes map[string]any `json:"attributes,omitempty" required:"false"`
+	Project    string         `json:"project,omitempty" required:"false" doc:"The project it goes into: a keeper-wide token's choice (default when absent); a project's token creates in its own project only."`
 }
 
 // SoulList is a page of souls.
@@ -156,6 +164,7 @@ type Token struct {
 	RevokedAt   *time.Time `json:"revoked_at,omitempty"`
 	Active      bool       `json:"active"`
 	Person      *Person    `json:"person,omitempty" required:"false" doc:"Who the keeper minted the token for at an OIDC sign-in; absent for a token minted by hand."`
+	Project     string     `json:"project,omitempty" required:"false" doc:"The one project the token acts in; absent for a keeper-wide token."`
 }
 
 // TokenCreate is the body of POST /v1/tokens.
@@ -166,6 +175,7 @@ type TokenCreate struct {
 	// then custom); a token may grant only permissions it holds itself.
 	Permissions []string   `json:"permissions,omitempty" required:"false" doc:"An explicit permission list, e.g. [run.create, cloud.create], instead of a role; the caller must hold each one itself."`
 	ExpiresAt   *time.Time `json:"expires_at,omitempty" required:"false" doc:"When the token stops working; never when absent."`
+	Project     string     `json:"project,omitempty" required:"false" doc:"The one project the token acts in (its objects alone exist for it); absent: keeper-wide, which only a keeper-wide token may create. A project's token creates tokens of its own project."`
 }
 
 // TokenCreated answers POST /v1/tokens. Token, the plain secret, appears
@@ -178,6 +188,7 @@ type TokenCreated struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
 	Token       string     `json:"token" doc:"The API token. Shown once; store it now."`
+	Project     string     `json:"project,omitempty" required:"false" doc:"The token's project; absent when keeper-wide."`
 }
 
 // RevealsSecret marks the one response whose secret field is meant for the
@@ -245,7 +256,8 @@ type RunCreate struct {
 	// File names the scenario in validation messages (file:line:column).
 	File string `json:"file,omitempty" required:"false" doc:"The scenario's file name, used in validation messages."`
 	// Mode is apply (the default) or check.
-	Mode RunMode `json:"mode,omitempty" required:"false" enum:"apply,check" doc:"apply (the default) makes souls and clouds right; check says per target what apply would change (would_change, or unknown and why) and changes nothing."`
+	Mode    RunMode `json:"mode,omitempty" required:"false" enum:"apply,check" doc:"apply (the default) makes souls and clouds right; check says per target what apply would change (would_change, or unknown and why) and changes nothing."`
+	Project string  `json:"project,omitempty" required:"false" doc:"The project the run acts in: it reaches that project's souls, providers and profiles (and those shared with it) alone. A keeper-wide token's choice (default when absent); a project's token runs in its own project."`
 }
 
 // RunError is why a run or a target failed.
@@ -303,6 +315,7 @@ type Run struct {
 	StartedAt  *time.Time      `json:"started_at"`
 	FinishedAt *time.Time      `json:"finished_at"`
 	Timeout    string          `json:"timeout"`
+	Project    string          `json:"project" doc:"The project the run acts in."`
 	Error      *RunError       `json:"error,omitempty"`
 	Input      json.RawMessage `json:"input" doc:"The input, masked."`
 	Steps      []RunStep       `json:"steps"`
@@ -367,7 +380,8 @@ type ScenarioValidate struct {
 	Input    map[string]any `json:"input,omitempty" required:"false" doc:"The input a run would get; declared defaults apply."`
 	// PartialInput says Input is not all a run will get (a CI check of
 	// the file alone): a required input it lacks is then not a problem.
-	PartialInput bool `json:"partial_input,omitempty" required:"false" doc:"The input is not all a run will get (checking the file alone, as in CI): required inputs it lacks are not problems; everything else is checked as for a run."`
+	PartialInput bool   `json:"partial_input,omitempty" required:"false" doc:"The input is not all a run will get (checking the file alone, as in CI): required inputs it lacks are not problems; everything else is checked as for a run."`
+	Project      string `json:"project,omitempty" required:"false" doc:"The project a run would act in (as for POST /v1/runs): literal targets must be its souls."`
 }
 
 // ScenarioValidation is the answer of POST /v1/scenarios/validate.

@@ -98,6 +98,9 @@ func New(cfg Config) *Server {
 	s.registerSeeds()
 	s.registerTokens()
 	s.registerProjects()
+	s.registerBindings()
+	registerShares(s, "provider", auth.ProviderCreate, s.store.ProviderGet, providerOwner, providerWire)
+	registerShares(s, "profile", auth.ProfileCreate, s.store.ProfileGet, profileOwner, profileWire)
 	s.registerAudit()
 	s.registerRuns()
 	s.registerDrift()
@@ -385,15 +388,15 @@ func page[T any](items []T, limit int, key func(T) string) ([]T, string) {
 
 // listPage runs a list route: it fetches one item more than asked to know
 // whether a next page exists, and converts the page to its wire form.
-func listPage[R, W any](ctx context.Context, in *ListInput, list func(context.Context, store.ListParams) ([]R, error), key func(R) string, wire func(R) W) ([]W, string, error) {
-	rs, err := list(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+func listPage[R, W any](ctx context.Context, in *ListInput, list func(context.Context, store.ListParams) ([]R, error), key func(R) string, wire func(context.Context, R) W) ([]W, string, error) {
+	rs, err := list(ctx, listScope(ctx, in))
 	if err != nil {
 		return nil, "", err
 	}
 	rs, next := page(rs, in.Limit, key)
 	out := make([]W, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, wire(r))
+		out = append(out, wire(ctx, r))
 	}
 	return out, next, nil
 }

@@ -31,8 +31,9 @@ func ReportWire(r audit.Report) *client.AuditReport {
 func (s *Server) registerAudit() {
 	register(s, huma.Operation{
 		OperationID: "audit-list", Method: http.MethodGet, Path: "/v1/audit", Tags: []string{"audit"},
-		Summary:     "List audit events, and verify the hash chain",
-		Description: "Events in sequence order. With verify=true the answer also carries the verification of the whole chain, naming every edited, deleted or recomputed row and every truncation a signed checkpoint reveals.",
+		Summary: "List audit events, and verify the hash chain",
+		Description: "Events in sequence order. With verify=true the answer also carries the verification of the whole chain, naming every edited, deleted or recomputed row and every truncation a signed checkpoint reveals. " +
+			"A project's token lists the events about its project alone (and may not verify: 403 auth.keeper_wide_required); keeper-wide tokens list every event.",
 	}, auth.AuditRead, false, func(ctx context.Context, in *struct {
 		ListInput
 		Verify bool `query:"verify" doc:"Also verify the whole hash chain."`
@@ -45,7 +46,12 @@ func (s *Server) registerAudit() {
 			}
 			after = n
 		}
-		evs, err := s.store.AuditList(ctx, store.AuditListParams{Limit: in.Limit + 1, AfterSeq: after})
+		// A project's token reads its project's events; the chain, which
+		// runs through every project's, is verified by keeper-wide ones.
+		if in.Verify && !principal(ctx).KeeperWide() {
+			return nil, problem(http.StatusForbidden, "auth.keeper_wide_required", "verifying the audit chain reads every project's events; it needs a keeper-wide token")
+		}
+		evs, err := s.store.AuditList(ctx, store.AuditListParams{Limit: in.Limit + 1, AfterSeq: after, Project: scopeOf(ctx)})
 		if err != nil {
 			return nil, err
 		}

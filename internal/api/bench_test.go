@@ -203,7 +203,7 @@ func TestResponseIsEncodedMask(t *testing.T) {
 	}
 	wire := func(p store.Provider) client.Provider {
 		return client.Provider{Name: p.Name, Driver: p.Driver, Region: p.Region, CredentialsRef: p.CredentialsRef,
-			FQDNSuffix: p.FQDNSuffix, Config: p.Config, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy}
+			FQDNSuffix: p.FQDNSuffix, Config: p.Config, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy, Project: p.Project}
 	}
 	encode := func(v any) string {
 		var buf bytes.Buffer

@@ -69,6 +69,9 @@ func (s *Server) registerCloud() {
 	}, auth.ProviderRead, false, func(ctx context.Context, in *struct {
 		Provider string `query:"provider" doc:"Only this provider."`
 	}) (*struct{ Body client.OrphanList }, error) {
+		if err := s.ownsProvider(ctx, in.Provider, "query.provider"); err != nil {
+			return nil, err
+		}
 		items, err := s.cloud.Orphans(ctx, in.Provider)
 		if err != nil {
 			return nil, err
@@ -83,10 +86,33 @@ func (s *Server) registerCloud() {
 		if err := checkName("body.provider", in.Body.Provider); err != nil {
 			return nil, err
 		}
+		if err := s.ownsProvider(ctx, in.Body.Provider, "body.provider"); err != nil {
+			return nil, err
+		}
 		items, err := s.cloud.DestroyOrphans(ctx, in.Body.Provider, in.Body.VMIDs, principal(ctx).Actor())
 		if err != nil {
 			return nil, err
 		}
 		return &struct{ Body client.OrphanList }{Body: client.OrphanList{Items: items}}, nil
 	})
+}
+
+// ownsProvider lets a project's caller at the orphans of its own
+// providers alone: it must name one (every provider's orphans are the
+// keeper's), and another project's provider is a 404.
+func (s *Server) ownsProvider(ctx context.Context, name, location string) error {
+	if principal(ctx).KeeperWide() {
+		return nil
+	}
+	if name == "" {
+		return invalid("cloud.provider_required", location, "a project's token lists the orphans of one of its providers: name it")
+	}
+	p, err := s.store.ProviderGet(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !manages(ctx, p.Project) {
+		return hidden("provider", name)
+	}
+	return nil
 }

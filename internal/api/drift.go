@@ -46,7 +46,7 @@ func (s *Server) driftCheck(ctx context.Context, sids []string, all bool, label 
 	if all || label != nil {
 		after := ""
 		for {
-			page, err := s.store.SoulSearch(ctx, store.SoulListParams{ListParams: store.ListParams{After: after, Limit: 500}, Label: label})
+			page, err := s.store.SoulSearch(ctx, store.SoulListParams{ListParams: store.ListParams{After: after, Limit: 500, Project: scopeOf(ctx)}, Label: label})
 			if err != nil {
 				return out, err
 			}
@@ -60,7 +60,7 @@ func (s *Server) driftCheck(ctx context.Context, sids []string, all bool, label 
 		}
 	}
 	for _, sid := range sids {
-		so, err := s.store.SoulGet(ctx, sid)
+		so, err := s.soulOf(ctx, sid)
 		if err != nil {
 			return out, err
 		}
@@ -347,7 +347,7 @@ func (s *Server) registerDrift() {
 		if limit == 0 {
 			limit = 100
 		}
-		ds, err := s.store.DriftList(ctx, store.DriftListParams{State: in.State, SID: in.SID, After: in.After, Limit: limit})
+		ds, err := s.store.DriftList(ctx, store.DriftListParams{State: in.State, SID: in.SID, After: in.After, Limit: limit, Project: scopeOf(ctx)})
 		if err != nil {
 			return nil, err
 		}
@@ -377,6 +377,9 @@ func (s *Server) registerDrift() {
 		}
 		if until.Sub(s.now()) > maxAckFor {
 			return nil, invalid("drift.ack_invalid", "body.until", "%s is more than 90 days ahead", b.Until)
+		}
+		if so, err := s.store.SoulGet(ctx, b.SID); err == nil && !sees(ctx, so.Project, nil) {
+			return nil, &store.Error{Err: store.ErrNotFound, Kind: "drift", Key: b.SID}
 		}
 		if _, err := s.store.DriftAck(ctx, store.DriftAckParams{SID: b.SID, SeedID: b.SeedID, Until: until, Reason: b.Reason,
 			Actor: principal(ctx).Actor()}); err != nil {
@@ -429,13 +432,18 @@ func (s *Server) submitSeedAs(ctx context.Context, sd store.SoulSeed, mode clien
 	if err := (auth.Checker{Tokens: s.store, Now: s.now}).Authorize(ctx, sd.CreatedBy, auth.RunCreate); err != nil {
 		return store.Run{}, fmt.Errorf("seed %d: its creator %w", sd.ID, err)
 	}
-	checked, problems := s.check(fmt.Sprintf("seed-%d.yaml", sd.ID), sd.Scenario, input)
+	// A seed's run acts in its soul's project.
+	so, err := s.store.SoulGet(ctx, sd.SID)
+	if err != nil {
+		return store.Run{}, fmt.Errorf("seed %d: %w", sd.ID, err)
+	}
+	checked, problems := s.check(so.Project, fmt.Sprintf("seed-%d.yaml", sd.ID), sd.Scenario, input)
 	if len(problems) > 0 {
 		return store.Run{}, fmt.Errorf("seed %d: %s: %s", sd.ID, problems[0].Location, problems[0].Message)
 	}
 	run, _, err := s.runs.Submit(ctx, runner.SubmitParams{
 		Name: checked.Name, Scenario: sd.Scenario, Input: checked.Input, Secret: checked.Secret,
-		Key: key, Actor: store.Actor(sd.CreatedBy), Mode: mode,
+		Key: key, Actor: store.Actor(sd.CreatedBy), Mode: mode, Project: so.Project,
 	})
 	return run, err
 }

@@ -159,6 +159,10 @@ func problemFor(err error) (*client.Problem, bool) {
 
 // storeProblem maps the store's errors about one object (*store.Error).
 func storeProblem(err error) (*client.Problem, bool) {
+	var qe *store.QuotaError
+	if errors.As(err, &qe) {
+		return problem(http.StatusConflict, "quota.exceeded", qe.Error()+"; nothing was started"), true
+	}
 	var se *store.Error
 	if !errors.As(err, &se) {
 		return nil, false

@@ -46,8 +46,12 @@ type OIDCConfig struct {
 	Issuer, ClientID, ClientSecret, RedirectURL string
 	Scopes                                      []string
 	GroupsClaim                                 string
-	// Roles maps a group to a role; the strongest of a person's wins.
+	// Roles maps a group to a keeper-wide role; the strongest of a
+	// person's wins.
 	Roles map[string]string
+	// Projects maps a project to its groups' roles there (keeper.yml);
+	// bindings made through the API add to them.
+	Projects map[string]map[string]string
 	// TokenTTL is the lifetime of a sign-in's token.
 	TokenTTL time.Duration
 	// Seal and Open protect the sign-in cookie (the data key's sealer).
@@ -73,6 +77,9 @@ type pendingLogin struct {
 	Verifier string    `json:"verifier"`
 	ReturnTo string    `json:"return_to"`
 	Expires  time.Time `json:"expires"`
+	// Project is the project the person asked to sign in to; empty: their
+	// keeper-wide role, else the first project they have a role in.
+	Project string `json:"project,omitempty"`
 	// A soulctl login: where its loopback listener waits, its PKCE
 	// challenge for the one-time code, and its own state.
 	CLIRedirect  string `json:"cli_redirect,omitempty"`
@@ -86,6 +93,7 @@ type cliCode struct {
 	Person    store.Person `json:"person"`
 	Groups    []string     `json:"groups"`
 	Role      string       `json:"role"`
+	Project   string       `json:"project,omitempty"`
 	Challenge string       `json:"challenge"`
 }
 
@@ -194,7 +202,12 @@ func (s *Server) oidcLogin(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem(http.StatusInternalServerError, "internal", err.Error()))
 		return
 	}
-	p := pendingLogin{Purpose: oidcPurpose, State: state, Nonce: nonce, Verifier: oauth2.GenerateVerifier(), ReturnTo: returnTo, Expires: s.now().Add(oidcLoginTTL)}
+	p := pendingLogin{Purpose: oidcPurpose, State: state, Nonce: nonce, Verifier: oauth2.GenerateVerifier(), ReturnTo: returnTo, Expires: s.now().Add(oidcLoginTTL),
+		Project: r.URL.Query().Get("project")}
+	if p.Project != "" && checkName("query.project", p.Project) != nil {
+		writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_project_invalid", "project must be a project's name"))
+		return
+	}
 	if q := r.URL.Query(); q.Get("cli_redirect") != "" {
 		p.CLIRedirect, p.CLIChallenge, p.CLIState = q.Get("cli_redirect"), q.Get("cli_challenge"), q.Get("cli_state")
 		if !loopbackRedirect(p.CLIRedirect) {
@@ -296,24 +309,24 @@ func (s *Server) signIn(r *http.Request) (*signedIn, error) {
 	if err != nil {
 		return nil, err
 	}
-	role := s.oidc.roleOf(groups)
-	if role == "" {
-		return nil, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("none of your groups (%s) has a role on this keeper", strings.Join(groups, ", "))}
+	g, err := s.accessOf(r.Context(), person, groups, p.Project)
+	if err != nil {
+		return nil, err
 	}
 	if p.CLIRedirect != "" {
-		return s.cliCode(r.Context(), p, person, groups, role)
+		return s.cliCode(r.Context(), p, person, groups, g)
 	}
-	return s.startPersonSession(r, person, groups, role, p.ReturnTo)
+	return s.startPersonSession(r, person, groups, g, p.ReturnTo)
 }
 
 // cliCode ends a soulctl login at the provider: a one-time code, bound to
 // soulctl's PKCE challenge, goes to soulctl's loopback listener.
-func (s *Server) cliCode(ctx context.Context, p pendingLogin, person store.Person, groups []string, role string) (*signedIn, error) {
+func (s *Server) cliCode(ctx context.Context, p pendingLogin, person store.Person, groups []string, g access) (*signedIn, error) {
 	code, err := randomSecret()
 	if err != nil {
 		return nil, err
 	}
-	b, _ := json.Marshal(cliCode{Purpose: cliCodePurpose, Person: person, Groups: groups, Role: role, Challenge: p.CLIChallenge})
+	b, _ := json.Marshal(cliCode{Purpose: cliCodePurpose, Person: person, Groups: groups, Role: g.role, Project: g.project, Challenge: p.CLIChallenge})
 	if err := s.store.OIDCCodePut(ctx, cliCodeHash(code), s.oidc.cfg.Seal(b), s.now().Add(cliCodeTTL)); err != nil {
 		return nil, err
 	}
@@ -346,7 +359,7 @@ func (s *Server) exchangeCLICode(ctx context.Context, in *struct{ Body client.OI
 	if subtle.ConstantTimeCompare([]byte(oauth2.S256ChallengeFromVerifier(in.Body.Verifier)), []byte(c.Challenge)) != 1 {
 		return nil, refused
 	}
-	t, plain, err := s.mintPersonToken(ctx, c.Person, c.Groups, c.Role)
+	t, plain, err := s.mintPersonToken(ctx, c.Person, c.Groups, access{role: c.Role, project: c.Project})
 	if err != nil {
 		return nil, err
 	}
@@ -355,20 +368,20 @@ func (s *Server) exchangeCLICode(ctx context.Context, in *struct{ Body client.OI
 
 // mintPersonToken mints a token for a person who signed in, expiring with
 // the sign-in (audit token.created by oidc, naming the person).
-func (s *Server) mintPersonToken(ctx context.Context, person store.Person, groups []string, role string) (store.APIToken, string, error) {
+func (s *Server) mintPersonToken(ctx context.Context, person store.Person, groups []string, g access) (store.APIToken, string, error) {
 	plain, id, hash, err := auth.NewToken()
 	if err != nil {
 		return store.APIToken{}, "", err
 	}
 	expires := s.now().Add(s.oidc.cfg.TokenTTL)
 	t, err := s.store.TokenCreate(ctx, store.TokenCreateParams{
-		Token: store.APIToken{ID: id, Name: personTokenName(person), Role: role, Hash: hash, ExpiresAt: &expires, Person: &person},
+		Token: store.APIToken{ID: id, Name: personTokenName(person), Role: g.role, Hash: hash, ExpiresAt: &expires, Person: &person, Project: g.project},
 		Actor: store.ActorOIDC,
 	})
 	if err != nil {
 		return store.APIToken{}, "", err
 	}
-	s.log.Info("OIDC sign-in", "token_id", t.ID, "issuer", person.Issuer, "subject", person.Subject, "role", role, "groups", groups)
+	s.log.Info("OIDC sign-in", "token_id", t.ID, "issuer", person.Issuer, "subject", person.Subject, "role", g.role, "project", g.project, "groups", groups)
 	return t, plain, nil
 }
 
@@ -423,22 +436,102 @@ func groupsOf(v any) []string {
 	return slices.Compact(out)
 }
 
-// roleOf is the strongest role the groups map to, or "".
+// roleRank orders the roles a person may get, weakest first.
+var roleRank = map[string]int{"viewer": 1, "operator": 2, "admin": 3}
+
+// roleOf is the strongest keeper-wide role the groups map to, or "".
 func (f *oidcFlow) roleOf(groups []string) string {
-	rank := map[string]int{"viewer": 1, "operator": 2, "admin": 3}
 	best := ""
 	for _, g := range groups {
-		if r := f.cfg.Roles[g]; rank[r] > rank[best] {
+		if r := f.cfg.Roles[g]; roleRank[r] > roleRank[best] {
 			best = r
 		}
 	}
 	return best
 }
 
+// access is what a sign-in gets: a role, in one project or (project
+// empty) keeper-wide.
+type access struct {
+	role, project string
+}
+
+// projectRoles is the strongest role the person has in each project:
+// through their groups in keeper.yml's oidc.projects, and through the
+// bindings made with the API (of their groups, or of them by issuer and
+// subject).
+func (s *Server) projectRoles(ctx context.Context, person store.Person, groups []string) (map[string]string, error) {
+	out := map[string]string{}
+	grant := func(project, role string) {
+		if roleRank[role] > roleRank[out[project]] {
+			out[project] = role
+		}
+	}
+	for project, byGroup := range s.oidc.cfg.Projects {
+		for _, g := range groups {
+			grant(project, byGroup[g])
+		}
+	}
+	bindings, err := s.store.Bindings(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	me := personSubject(person)
+	for _, b := range bindings {
+		if b.Kind == store.BindPerson && b.Subject == me || b.Kind == store.BindGroup && slices.Contains(groups, b.Subject) {
+			grant(b.Project, b.Role)
+		}
+	}
+	delete(out, "")
+	return out, nil
+}
+
+// personSubject is how a binding names a person: issuer and subject.
+func personSubject(p store.Person) string { return p.Issuer + " " + p.Subject }
+
+// accessOf is what the person gets at this sign-in. Asked for a project,
+// their role there (a keeper-wide role counts in every project); else
+// their keeper-wide role, or, without one, their role in the first
+// project (by name) they have one in. Nothing: auth.oidc_no_role.
+func (s *Server) accessOf(ctx context.Context, person store.Person, groups []string, project string) (access, error) {
+	keeper := s.oidc.roleOf(groups)
+	roles, err := s.projectRoles(ctx, person, groups)
+	if err != nil {
+		return access{}, err
+	}
+	if project != "" {
+		if _, err := s.store.ProjectGet(ctx, project); err != nil {
+			return access{}, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("you have no role in project %q", project)}
+		}
+		role := roles[project]
+		if roleRank[keeper] > roleRank[role] {
+			role = keeper
+		}
+		if role == "" {
+			return access{}, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("you have no role in project %q", project)}
+		}
+		return access{role: role, project: project}, nil
+	}
+	if keeper != "" {
+		return access{role: keeper}, nil
+	}
+	names := make([]string, 0, len(roles))
+	for p := range roles {
+		names = append(names, p)
+	}
+	slices.Sort(names)
+	for _, p := range names {
+		if _, err := s.store.ProjectGet(ctx, p); err == nil {
+			return access{role: roles[p], project: p}, nil
+		}
+	}
+	return access{}, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("none of your groups (%s) has a role on this keeper", strings.Join(groups, ", "))}
+}
+
 // startPersonSession mints the person's token and a web UI session for
 // it; the session's key goes to the page in the URL fragment.
-func (s *Server) startPersonSession(r *http.Request, person store.Person, groups []string, role, returnTo string) (*signedIn, error) {
-	t, _, err := s.mintPersonToken(r.Context(), person, groups, role) // the session stands for the token, which is never shown
+func (s *Server) startPersonSession(r *http.Request, person store.Person, groups []string, g access, returnTo string) (*signedIn, error) {
+	t, _, err := s.mintPersonToken(r.Context(), person, groups, g) // the session stands for the token, which is never shown
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"slices"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -15,9 +16,15 @@ type profileOutput struct {
 	Body client.Profile
 }
 
-func profileWire(p store.Profile) client.Profile {
-	return client.Profile{Name: p.Name, Provider: p.Provider, Spec: p.Spec, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy}
+func profileWire(ctx context.Context, p store.Profile) client.Profile {
+	out := client.Profile{Name: p.Name, Provider: p.Provider, Spec: p.Spec, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy, Project: p.Project}
+	if manages(ctx, p.Project) {
+		out.SharedWith = p.SharedWith
+	}
+	return out
 }
+
+func profileOwner(p store.Profile) (string, []string) { return p.Project, p.SharedWith }
 
 func (s *Server) registerProfiles() {
 	tags := []string{"profiles"}
@@ -35,15 +42,24 @@ func (s *Server) registerProfiles() {
 			}
 			return nil, err
 		}
+		project, err := createIn(ctx, b.Project)
+		if err != nil {
+			return nil, err
+		}
+		// The provider must be the project's or shared with it; another
+		// project's is as missing as one that does not exist.
+		if prov, err := s.store.ProviderGet(ctx, b.Provider); err == nil && prov.Project != project && !slices.Contains(prov.SharedWith, project) {
+			return nil, invalid("profile.provider_missing", "body.provider", "provider %q does not exist", b.Provider)
+		}
 		spec := objectJSON(b.Spec)
 		p, err := s.store.ProfileCreate(ctx, store.ProfileCreateParams{
-			Profile: store.Profile{Name: b.Name, Provider: b.Provider, Spec: spec},
+			Profile: store.Profile{Name: b.Name, Provider: b.Provider, Spec: spec, Project: project},
 			Actor:   principal(ctx).Actor(),
 		})
 		if err != nil {
 			return nil, err
 		}
-		return &profileOutput{Body: profileWire(p)}, nil
+		return &profileOutput{Body: profileWire(ctx, p)}, nil
 	})
 
 	register(s, huma.Operation{
@@ -57,10 +73,10 @@ func (s *Server) registerProfiles() {
 	registerGet[nameInput](s, huma.Operation{
 		OperationID: "profile-get", Method: http.MethodGet, Path: "/v1/profiles/{name}", Tags: tags,
 		Summary: "Get a profile", Errors: []int{http.StatusNotFound},
-	}, auth.ProfileRead, s.store.ProfileGet, profileWire)
+	}, auth.ProfileRead, "profile", s.store.ProfileGet, profileOwner, profileWire)
 
 	registerDelete[nameInput](s, huma.Operation{
 		OperationID: "profile-delete", Method: http.MethodDelete, Path: "/v1/profiles/{name}", Tags: tags,
 		Summary: "Delete a profile", DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
-	}, auth.ProfileDelete, s.store.ProfileDelete)
+	}, auth.ProfileDelete, "profile", s.store.ProfileGet, profileOwner, s.store.ProfileDelete)
 }

@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -11,9 +13,11 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-func projectWire(p store.Project) client.Project {
-	return client.Project{Name: p.Name, Description: p.Description, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy}
+func projectWire(_ context.Context, p store.Project) client.Project {
+	return client.Project{Name: p.Name, Description: p.Description, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy, Quota: client.Quota(p.Quota)}
 }
+
+func projectOwner(p store.Project) (string, []string) { return p.Name, nil }
 
 func (s *Server) registerProjects() {
 	tags := []string{"projects"}
@@ -32,7 +36,7 @@ func (s *Server) registerProjects() {
 		if err != nil {
 			return nil, err
 		}
-		return &struct{ Body client.Project }{Body: projectWire(p)}, nil
+		return &struct{ Body client.Project }{Body: projectWire(ctx, p)}, nil
 	})
 
 	register(s, huma.Operation{
@@ -46,7 +50,7 @@ func (s *Server) registerProjects() {
 	registerGet[nameInput](s, huma.Operation{
 		OperationID: "project-get", Method: http.MethodGet, Path: "/v1/projects/{name}", Tags: tags,
 		Summary: "Get a project", Errors: []int{http.StatusNotFound},
-	}, auth.ProjectManage, s.store.ProjectGet, projectWire)
+	}, auth.ProjectManage, "project", s.store.ProjectGet, projectOwner, projectWire)
 
 	register(s, huma.Operation{
 		OperationID: "project-delete", Method: http.MethodDelete, Path: "/v1/projects/{name}", Tags: tags,
@@ -58,5 +62,156 @@ func (s *Server) registerProjects() {
 			return nil, problem(http.StatusConflict, "project.default", "the default project always exists; it holds what the keeper held before projects")
 		}
 		return nil, s.store.ProjectDelete(ctx, store.DeleteParams{Key: in.Name, Actor: principal(ctx).Actor()})
+	})
+}
+
+func bindingWire(b store.Binding) client.Binding {
+	return client.Binding{Project: b.Project, Kind: b.Kind, Subject: b.Subject, Role: b.Role, CreatedAt: b.CreatedAt, CreatedBy: b.CreatedBy}
+}
+
+// registerBindings registers a project's role bindings and quota. Who
+// may bind is who may mint tokens there: token.manage in the project (a
+// binding is a token at the next sign-in); the quota is the keeper's.
+func (s *Server) registerBindings() {
+	tags := []string{"projects"}
+	// inProject refuses a caller of another project: 404, as for any of
+	// its objects.
+	inProject := func(ctx context.Context, name string) error {
+		if !manages(ctx, name) {
+			return hidden("project", name)
+		}
+		_, err := s.store.ProjectGet(ctx, name)
+		return err
+	}
+	register(s, huma.Operation{
+		OperationID: "binding-list", Method: http.MethodGet, Path: "/v1/projects/{name}/bindings", Tags: tags,
+		Summary: "List a project's role bindings", Errors: []int{http.StatusNotFound},
+	}, auth.TokenManage, false, func(ctx context.Context, in *nameInput) (*struct{ Body client.BindingList }, error) {
+		if err := inProject(ctx, in.Name); err != nil {
+			return nil, err
+		}
+		bs, err := s.store.Bindings(ctx, in.Name)
+		if err != nil {
+			return nil, err
+		}
+		out := &struct{ Body client.BindingList }{Body: client.BindingList{Items: make([]client.Binding, 0, len(bs))}}
+		for _, b := range bs {
+			out.Body.Items = append(out.Body.Items, bindingWire(b))
+		}
+		return out, nil
+	})
+	register(s, huma.Operation{
+		OperationID: "binding-put", Method: http.MethodPut, Path: "/v1/projects/{name}/bindings", Tags: tags,
+		Summary: "Bind a group or a person to a role in a project",
+		Description: "What the group's members (or the person) get when they sign in to the project with OIDC, besides keeper.yml's oidc.projects; " +
+			"replaces the role they had there. Audit binding.put. A project's admin binds in its own project, never above its own role.",
+		Errors: []int{http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, auth.TokenManage, false, func(ctx context.Context, in *struct {
+		Name string `path:"name"`
+		Body client.BindingPut
+	}) (*struct{ Body client.Binding }, error) {
+		if err := inProject(ctx, in.Name); err != nil {
+			return nil, err
+		}
+		b := in.Body
+		if b.Kind == store.BindPerson && !strings.Contains(strings.TrimSpace(b.Subject), " ") {
+			return nil, invalid("binding.subject_invalid", "body.subject", "a person is named by the issuer and subject of their ID token, joined by a space")
+		}
+		if _, err := grantFor(principal(ctx), in.Name, client.TokenCreate{Role: b.Role}); err != nil {
+			return nil, err
+		}
+		got, err := s.store.BindingPut(ctx, store.Binding{Project: in.Name, Kind: b.Kind, Subject: strings.TrimSpace(b.Subject), Role: b.Role}, principal(ctx).Actor())
+		if err != nil {
+			return nil, err
+		}
+		return &struct{ Body client.Binding }{Body: bindingWire(got)}, nil
+	})
+	register(s, huma.Operation{
+		OperationID: "binding-delete", Method: http.MethodDelete, Path: "/v1/projects/{name}/bindings", Tags: tags,
+		Summary:       "Remove a role binding",
+		Description:   "Audit binding.deleted. Tokens minted at earlier sign-ins keep working until they expire (oidc.token_ttl); revoke them to end them now.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
+	}, auth.TokenManage, false, func(ctx context.Context, in *struct {
+		Name    string `path:"name"`
+		Kind    string `query:"kind" enum:"group,person" required:"true"`
+		Subject string `query:"subject" required:"true" maxLength:"500"`
+	}) (*struct{}, error) {
+		if err := inProject(ctx, in.Name); err != nil {
+			return nil, err
+		}
+		return nil, s.store.BindingDelete(ctx, store.Binding{Project: in.Name, Kind: in.Kind, Subject: in.Subject}, principal(ctx).Actor())
+	})
+	register(s, huma.Operation{
+		OperationID: "project-quota", Method: http.MethodPut, Path: "/v1/projects/{name}/quota", Tags: tags,
+		Summary: "Set a project's quota",
+		Description: "VMs alive, their vCPUs and memory, and runs not finished; 0 is no limit. A create past it is refused with quota.exceeded " +
+			"before any driver is called, counted in the create's own transaction. Audit project.quota_set.",
+		Errors: []int{http.StatusNotFound},
+	}, auth.ProjectManage, false, func(ctx context.Context, in *struct {
+		Name string `path:"name"`
+		Body client.Quota
+	}) (*struct{ Body client.Project }, error) {
+		p, err := s.store.ProjectSetQuota(ctx, in.Name, store.Quota(in.Body), principal(ctx).Actor())
+		if err != nil {
+			return nil, err
+		}
+		return &struct{ Body client.Project }{Body: projectWire(ctx, p)}, nil
+	})
+}
+
+// registerShares registers the share routes of providers or profiles
+// (kind): the owning project (or a keeper-wide caller) shares it with
+// another project to read and use, never to manage; credentials stay in
+// the owner's provider. Audit share.added / share.removed.
+func registerShares[R, W any](s *Server, kind string, perm auth.Permission, get func(context.Context, string) (R, error), owner owned[R], wire func(context.Context, R) W) {
+	tags := []string{kind + "s"}
+	owns := func(ctx context.Context, name string) error {
+		r, err := get(ctx, name)
+		if err != nil {
+			return err
+		}
+		if project, shared := owner(r); !manages(ctx, project) {
+			if sees(ctx, project, shared) {
+				return problem(http.StatusForbidden, "auth.forbidden", fmt.Sprintf("%s %q is shared with your project to use, not to manage", kind, name))
+			}
+			return hidden(kind, name)
+		}
+		return nil
+	}
+	register(s, huma.Operation{
+		OperationID: kind + "-share", Method: http.MethodPost, Path: "/v1/" + kind + "s/{name}/shares", Tags: tags,
+		Summary: "Share a " + kind + " with a project", Description: "The project may read and use it (never manage it). Audit share.added.",
+		Errors: []int{http.StatusNotFound, http.StatusConflict, http.StatusUnprocessableEntity},
+	}, perm, false, func(ctx context.Context, in *struct {
+		Name string `path:"name"`
+		Body client.Share
+	}) (*struct{ Body W }, error) {
+		if err := owns(ctx, in.Name); err != nil {
+			return nil, err
+		}
+		if err := checkName("body.project", in.Body.Project); err != nil {
+			return nil, err
+		}
+		if err := s.store.ShareAdd(ctx, store.Share{Kind: kind, Name: in.Name, Project: in.Body.Project}, principal(ctx).Actor()); err != nil {
+			return nil, err
+		}
+		r, err := get(ctx, in.Name)
+		if err != nil {
+			return nil, err
+		}
+		return &struct{ Body W }{Body: wire(ctx, r)}, nil
+	})
+	register(s, huma.Operation{
+		OperationID: kind + "-unshare", Method: http.MethodDelete, Path: "/v1/" + kind + "s/{name}/shares/{project}", Tags: tags,
+		Summary: "Take a " + kind + "'s share back", Description: "Audit share.removed. Runs already started keep what they read.",
+		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
+	}, perm, false, func(ctx context.Context, in *struct {
+		Name    string `path:"name"`
+		Project string `path:"project"`
+	}) (*struct{}, error) {
+		if err := owns(ctx, in.Name); err != nil {
+			return nil, err
+		}
+		return nil, s.store.ShareRemove(ctx, store.Share{Kind: kind, Name: in.Name, Project: in.Project}, principal(ctx).Actor())
 	})
 }

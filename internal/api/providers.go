@@ -19,12 +19,20 @@ type providerOutput struct {
 	Body client.Provider
 }
 
-func providerWire(p store.Provider) client.Provider {
-	return client.Provider{
+// providerWire is a provider as the caller sees it: the projects it is
+// shared with only to a caller that manages it.
+func providerWire(ctx context.Context, p store.Provider) client.Provider {
+	out := client.Provider{
 		Name: p.Name, Driver: p.Driver, Region: p.Region, CredentialsRef: p.CredentialsRef,
-		FQDNSuffix: p.FQDNSuffix, Config: p.Config, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy,
+		FQDNSuffix: p.FQDNSuffix, Config: p.Config, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy, Project: p.Project,
 	}
+	if manages(ctx, p.Project) {
+		out.SharedWith = p.SharedWith
+	}
+	return out
 }
+
+func providerOwner(p store.Provider) (string, []string) { return p.Project, p.SharedWith }
 
 func (s *Server) registerProviders() {
 	tags := []string{"providers"}
@@ -42,15 +50,19 @@ func (s *Server) registerProviders() {
 		); err != nil {
 			return nil, err
 		}
+		project, err := createIn(ctx, b.Project)
+		if err != nil {
+			return nil, err
+		}
 		config := objectJSON(b.Config)
 		p, err := s.store.ProviderCreate(ctx, store.ProviderCreateParams{
-			Provider: store.Provider{Name: b.Name, Driver: b.Driver, Region: b.Region, CredentialsRef: b.CredentialsRef, FQDNSuffix: b.FQDNSuffix, Config: config},
+			Provider: store.Provider{Name: b.Name, Driver: b.Driver, Region: b.Region, CredentialsRef: b.CredentialsRef, FQDNSuffix: b.FQDNSuffix, Config: config, Project: project},
 			Actor:    principal(ctx).Actor(),
 		})
 		if err != nil {
 			return nil, err
 		}
-		return &providerOutput{Body: providerWire(p)}, nil
+		return &providerOutput{Body: providerWire(ctx, p)}, nil
 	})
 
 	register(s, huma.Operation{
@@ -64,13 +76,13 @@ func (s *Server) registerProviders() {
 	registerGet[nameInput](s, huma.Operation{
 		OperationID: "provider-get", Method: http.MethodGet, Path: "/v1/providers/{name}", Tags: tags,
 		Summary: "Get a provider", Errors: []int{http.StatusNotFound},
-	}, auth.ProviderRead, s.store.ProviderGet, providerWire)
+	}, auth.ProviderRead, "provider", s.store.ProviderGet, providerOwner, providerWire)
 
 	registerDelete[nameInput](s, huma.Operation{
 		OperationID: "provider-delete", Method: http.MethodDelete, Path: "/v1/providers/{name}", Tags: tags,
 		Summary: "Delete a provider", Description: "Refused with 409 provider.in_use while profiles use it.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, auth.ProviderDelete, s.store.ProviderDelete)
+	}, auth.ProviderDelete, "provider", s.store.ProviderGet, providerOwner, s.store.ProviderDelete)
 }
 
 // fqdnSuffix validates an optional DNS suffix.

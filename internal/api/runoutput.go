@@ -75,7 +75,7 @@ func (s *Server) registerRunOutputs() {
 			"and runs.max_output_bytes. 404 run.output_not_found when the run has no such step or target.",
 		Errors: []int{http.StatusNotFound},
 	}, auth.RunRead, false, func(ctx context.Context, in *runOutputsInput) (*struct{ Body json.RawMessage }, error) {
-		r, err := s.store.RunGet(ctx, in.ID)
+		r, err := s.runOf(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}

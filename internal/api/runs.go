@@ -65,7 +65,8 @@ func requireStepPermissions(p auth.Principal, needs []StepPermission) error {
 
 // ScenarioChecker parses and validates a scenario with its input before a
 // run is accepted, reporting every problem with file:line:column.
-type ScenarioChecker func(file, text string, input map[string]any) (CheckedScenario, []client.ProblemError)
+// Literal targets must be souls of project (any soul when it is empty).
+type ScenarioChecker func(project, file, text string, input map[string]any) (CheckedScenario, []client.ProblemError)
 
 type runOutput struct {
 	Body client.Run
@@ -74,7 +75,7 @@ type runOutput struct {
 func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (client.Run, error) {
 	out := client.Run{
 		ID: r.ID, Key: r.Key, Name: r.Name, Mode: runMode(r.Mode), Phase: client.Phase(r.Phase), CreatedAt: r.CreatedAt, CreatedBy: r.CreatedBy,
-		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Timeout: r.Timeout.String(), Input: r.InputMasked,
+		StartedAt: r.StartedAt, FinishedAt: r.FinishedAt, Timeout: r.Timeout.String(), Input: r.InputMasked, Project: r.Project,
 		Outputs: r.Outputs, Message: r.Message, Steps: []client.RunStep{},
 	}
 	if r.ErrorCode != "" {
@@ -175,7 +176,11 @@ func (s *Server) registerScenarioValidate() {
 		if file == "" {
 			file = "scenario.yaml"
 		}
-		_, problems := s.check(file, in.Body.Scenario, in.Body.Input)
+		project, err := createIn(ctx, in.Body.Project)
+		if err != nil {
+			return nil, err
+		}
+		_, problems := s.check(project, file, in.Body.Scenario, in.Body.Input)
 		if in.Body.PartialInput {
 			problems = slices.DeleteFunc(problems, func(p client.ProblemError) bool { return p.Code == scenario.CodeInputMissing })
 		}
@@ -232,7 +237,11 @@ func (s *Server) registerRunCreate() {
 		if file == "" {
 			file = "scenario.yaml"
 		}
-		checked, problems := s.check(file, b.Scenario, b.Input)
+		project, err := createIn(ctx, b.Project)
+		if err != nil {
+			return nil, err
+		}
+		checked, problems := s.check(project, file, b.Scenario, b.Input)
 		if len(problems) > 0 {
 			detail := fmt.Sprintf("the scenario has %d problem(s); nothing ran", len(problems))
 			if len(problems) == 1 {
@@ -245,7 +254,7 @@ func (s *Server) registerRunCreate() {
 		}
 		run, created, err := s.runs.Submit(ctx, runner.SubmitParams{
 			Name: checked.Name, Scenario: b.Scenario, Input: checked.Input, Secret: checked.Secret,
-			Key: b.Key, Timeout: timeout, Actor: caller.Actor(), Mode: b.Mode,
+			Key: b.Key, Timeout: timeout, Actor: caller.Actor(), Mode: b.Mode, Project: project,
 		})
 		if errors.Is(err, store.ErrKeyConflict) {
 			return nil, s.keyConflict(ctx, caller, b.Key, err)
@@ -277,7 +286,7 @@ func (s *Server) registerRunList() {
 		Phase string `query:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled" doc:"Only runs in this phase."`
 		Name  string `query:"name" maxLength:"200" doc:"Only runs whose scenario name contains this text (ignoring ASCII case)."`
 	}) (*struct{ Body client.RunList }, error) {
-		rs, err := s.store.RunList(ctx, store.RunListParams{ListParams: store.ListParams{Limit: in.Limit + 1, After: in.After}, Phase: in.Phase, NameContains: in.Name})
+		rs, err := s.store.RunList(ctx, store.RunListParams{ListParams: listScope(ctx, &in.ListInput), Phase: in.Phase, NameContains: in.Name})
 		if err != nil {
 			return nil, err
 		}
@@ -291,13 +300,25 @@ func (s *Server) registerRunList() {
 	})
 }
 
+// runOf reads run id for the caller: another project's run is a 404.
+func (s *Server) runOf(ctx context.Context, id string) (store.Run, error) {
+	r, err := s.store.RunGet(ctx, id)
+	if err != nil {
+		return store.Run{}, err
+	}
+	if !sees(ctx, r.Project, nil) {
+		return store.Run{}, hidden("run", id)
+	}
+	return r, nil
+}
+
 // registerRunGet registers GET /v1/runs/{id}.
 func (s *Server) registerRunGet() {
 	register(s, huma.Operation{
 		OperationID: "run-get", Method: http.MethodGet, Path: "/v1/runs/{id}", Tags: runTags,
 		Summary: "Get a run with its steps, targets and outputs", Errors: []int{http.StatusNotFound},
 	}, auth.RunRead, false, func(ctx context.Context, in *runIDInput) (*runOutput, error) {
-		r, err := s.store.RunGet(ctx, in.ID)
+		r, err := s.runOf(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -316,6 +337,9 @@ func (s *Server) registerRunCancel() {
 		Summary: "Cancel a run", Description: "A Pending run is cancelled at once; a Running one stops at its next check (within seconds). 409 run.finished when it already ended.",
 		DefaultStatus: http.StatusAccepted, Errors: []int{http.StatusNotFound, http.StatusConflict},
 	}, auth.RunCancel, false, func(ctx context.Context, in *runIDInput) (*runOutput, error) {
+		if _, err := s.runOf(ctx, in.ID); err != nil {
+			return nil, err
+		}
 		r, err := s.store.RunCancel(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()})
 		if err != nil {
 			return nil, err
@@ -345,8 +369,12 @@ func (s *Server) registerRunEvents() {
 		LastEventID string `header:"Last-Event-ID" doc:"Resume after this event."`
 		After       int64  `query:"after" doc:"Resume after this event (for clients that cannot set headers)."`
 	}) (*huma.StreamResponse, error) {
-		if _, err := s.store.RunHead(ctx, in.ID); err != nil {
+		head, err := s.store.RunHead(ctx, in.ID)
+		if err != nil {
 			return nil, err
+		}
+		if !sees(ctx, head.Project, nil) {
+			return nil, hidden("run", in.ID)
 		}
 		after := in.After
 		if in.LastEventID != "" {

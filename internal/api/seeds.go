@@ -52,7 +52,7 @@ func (s *Server) registerSeeds() {
 		OperationID: "seed-list", Method: http.MethodGet, Path: "/v1/souls/{sid}/seeds", Tags: tags,
 		Summary: "List a soul's seeds", Errors: []int{http.StatusNotFound},
 	}, auth.SoulRead, false, func(ctx context.Context, in *sidInput) (*struct{ Body client.SeedList }, error) {
-		if _, err := s.store.SoulGet(ctx, in.SID); err != nil {
+		if _, err := s.soulOf(ctx, in.SID); err != nil {
 			return nil, err
 		}
 		seeds, err := s.store.Seeds(ctx, in.SID)
@@ -79,7 +79,7 @@ func (s *Server) registerSeeds() {
 		SID  string `path:"sid" doc:"The soul's id."`
 		Body client.SeedCreate
 	}) (*struct{ Body client.Seed }, error) {
-		so, err := s.store.SoulGet(ctx, in.SID)
+		so, err := s.soulOf(ctx, in.SID)
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +94,7 @@ func (s *Server) registerSeeds() {
 		if err := caller.Require(auth.RunCreate); err != nil {
 			return nil, err
 		}
-		checked, err := s.checkSeed(in.SID, in.Body.Scenario, in.Body.Input)
+		checked, err := s.checkSeed(so.Project, in.SID, in.Body.Scenario, in.Body.Input)
 		if err != nil {
 			return nil, err
 		}
@@ -127,6 +127,18 @@ func (s *Server) registerSeeds() {
 	})
 }
 
+// soulOf reads soul sid for the caller: another project's soul is a 404.
+func (s *Server) soulOf(ctx context.Context, sid string) (store.Soul, error) {
+	so, err := s.store.SoulGet(ctx, sid)
+	if err != nil {
+		return store.Soul{}, err
+	}
+	if !sees(ctx, so.Project, nil) {
+		return store.Soul{}, hidden("soul", sid)
+	}
+	return so, nil
+}
+
 // secretNames lists the names set holds, sorted.
 func secretNames(set map[string]bool) []string {
 	names := make([]string, 0, len(set))
@@ -141,12 +153,12 @@ func secretNames(set map[string]bool) []string {
 
 // checkSeed validates a seed's scenario with its input plus sid: the
 // permissions its steps need and the inputs it declares secret.
-func (s *Server) checkSeed(sid, text string, input map[string]any) (CheckedScenario, error) {
+func (s *Server) checkSeed(project, sid, text string, input map[string]any) (CheckedScenario, error) {
 	if s.check == nil {
 		return CheckedScenario{}, nil
 	}
 	in, _ := seedInput(objectJSON(input), sid)
-	checked, problems := s.check("seed.yaml", text, in)
+	checked, problems := s.check(project, "seed.yaml", text, in)
 	if len(problems) == 0 {
 		return checked, nil
 	}

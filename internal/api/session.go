@@ -212,8 +212,9 @@ func checkOrigin(ctx huma.Context) error {
 }
 
 func sessionWire(p auth.Principal, via string) client.Session {
-	out := client.Session{ID: p.TokenID, Name: p.Name, Role: p.Role, Permissions: permissionNames(p.Grant.Effective()), Via: via}
+	out := client.Session{ID: p.TokenID, Name: p.Name, Role: p.Role, Permissions: permissionNames(p.Effective()), Via: via}
 	out.Person = personWire(p.Person)
+	out.Project = p.Project
 	if out.Permissions == nil {
 		out.Permissions = []string{}
 	}

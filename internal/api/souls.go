@@ -19,14 +19,16 @@ type soulOutput struct {
 	Body client.Soul
 }
 
-func soulWire(so store.Soul) client.Soul {
+func soulWire(_ context.Context, so store.Soul) client.Soul {
 	return client.Soul{
 		SID: so.SID, Status: so.Status, Address: so.Address, Provider: so.Provider, VMID: so.VMID, PrimaryIP: so.PrimaryIP,
 		Attributes: so.Attributes, CreatedByAID: so.CreatedByAID, CreatedAt: so.CreatedAt, UpdatedAt: so.UpdatedAt,
-		LastSeenAt: so.LastSeenAt, LastError: so.LastError, CertSerial: so.CertSerial, CertNotAfter: so.CertNotAfter, JoinedAt: so.JoinedAt,
+		Project: so.Project, LastSeenAt: so.LastSeenAt, LastError: so.LastError, CertSerial: so.CertSerial, CertNotAfter: so.CertNotAfter, JoinedAt: so.JoinedAt,
 		Connection: client.Connection{Transport: so.Connection.Transport, User: so.Connection.User, Port: so.Connection.Port, KeyRef: so.Connection.KeyRef, HostKey: so.Connection.HostKey},
 	}
 }
+
+func soulOwner(so store.Soul) (string, []string) { return so.Project, nil }
 
 func (s *Server) registerSouls() {
 	tags := []string{"souls"}
@@ -48,12 +50,16 @@ func (s *Server) registerSouls() {
 		if c.HostKey != "" {
 			return nil, invalid("request.invalid", "body.connection.host_key", "is pinned by the keeper on first contact and cannot be set")
 		}
+		project, err := createIn(ctx, b.Project)
+		if err != nil {
+			return nil, err
+		}
 		attrs := objectJSON(b.Attributes)
 		actor := principal(ctx).Actor()
 		aid := string(actor)
 		so, err := s.store.SoulCreate(ctx, store.SoulCreateParams{
 			Soul: store.Soul{
-				SID: b.SID, Status: store.SoulActive, Address: b.Address, Attributes: attrs, CreatedByAID: &aid,
+				SID: b.SID, Status: store.SoulActive, Address: b.Address, Attributes: attrs, CreatedByAID: &aid, Project: project,
 				Connection: store.Connection{Transport: c.Transport, User: c.User, Port: c.Port, KeyRef: c.KeyRef},
 			},
 			Actor: actor,
@@ -61,7 +67,7 @@ func (s *Server) registerSouls() {
 		if err != nil {
 			return nil, err
 		}
-		return &soulOutput{Body: soulWire(so)}, nil
+		return &soulOutput{Body: soulWire(ctx, so)}, nil
 	})
 
 	register(s, huma.Operation{
@@ -72,6 +78,7 @@ func (s *Server) registerSouls() {
 		if err != nil {
 			return nil, err
 		}
+		p.Project = scopeOf(ctx)
 		rs, err := s.store.SoulSearch(ctx, p)
 		if err != nil {
 			return nil, err
@@ -79,7 +86,7 @@ func (s *Server) registerSouls() {
 		rs, next := page(rs, in.Limit, func(so store.Soul) string { return so.SID })
 		items := make([]client.Soul, 0, len(rs))
 		for _, so := range rs {
-			items = append(items, soulWire(so))
+			items = append(items, soulWire(ctx, so))
 		}
 		return &struct{ Body client.SoulList }{Body: client.SoulList{Items: items, Next: next}}, nil
 	})
@@ -87,13 +94,13 @@ func (s *Server) registerSouls() {
 	registerGet[sidInput](s, huma.Operation{
 		OperationID: "soul-get", Method: http.MethodGet, Path: "/v1/souls/{sid}", Tags: tags,
 		Summary: "Get a soul", Errors: []int{http.StatusNotFound},
-	}, auth.SoulRead, s.store.SoulGet, soulWire)
+	}, auth.SoulRead, "soul", s.store.SoulGet, soulOwner, soulWire)
 
 	registerDelete[sidInput](s, huma.Operation{
 		OperationID: "soul-delete", Method: http.MethodDelete, Path: "/v1/souls/{sid}", Tags: tags,
 		Summary: "Remove a soul from the registry", Description: "The host itself is not touched.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
-	}, auth.SoulDelete, s.store.SoulDelete)
+	}, auth.SoulDelete, "soul", s.store.SoulGet, soulOwner, s.store.SoulDelete)
 }
 
 // userName validates a POSIX user name for SSH.

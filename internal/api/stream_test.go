@@ -57,7 +57,7 @@ func TestStreamReadsOnlyNewEvents(t *testing.T) {
 			t.Parallel()
 			st := &countingStore{Store: b.Open(t)}
 			hub := runner.NewHub()
-			check := func(string, string, map[string]any) (api.CheckedScenario, []client.ProblemError) {
+			check := func(string, string, string, map[string]any) (api.CheckedScenario, []client.ProblemError) {
 				return api.CheckedScenario{}, nil
 			}
 			srv := httptest.NewServer(api.New(api.Config{Store: st, Version: "test", Runs: hubOnly{hub}, Check: check}))

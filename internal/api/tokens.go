@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -14,20 +16,21 @@ import (
 )
 
 func tokenWire(t store.APIToken, now func() bool) client.Token {
-	return client.Token{ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()),
-		CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Active: now(), Person: personWire(t.Person)}
+	return client.Token{ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.PrincipalOf(t).Effective()),
+		CreatedBy: t.CreatedBy, CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Active: now(), Person: personWire(t.Person), Project: t.Project}
 }
 
 // tokenCreatedWire is a new token's answer: the one carrying its plain text.
 func tokenCreatedWire(t store.APIToken, plain string) client.TokenCreated {
-	return client.TokenCreated{ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.GrantOf(t).Effective()),
-		CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain}
+	return client.TokenCreated{ID: t.ID, Name: t.Name, Role: t.Role, Permissions: permissionNames(auth.PrincipalOf(t).Effective()),
+		CreatedAt: t.CreatedAt, ExpiresAt: t.ExpiresAt, Token: plain, Project: t.Project}
 }
 
-// grantFor checks what a new token asks for: exactly one of a built-in role
-// and an explicit permission list, every permission known, and nothing
-// the caller does not hold itself (no escalation through token.manage).
-func grantFor(caller auth.Principal, b client.TokenCreate) (auth.Grant, error) {
+// grantFor checks what a new token of project asks for: exactly one of a
+// built-in role and an explicit permission list, every permission known,
+// and nothing the caller does not hold itself (no escalation through
+// token.manage; a project's token never holds the keeper-wide ones).
+func grantFor(caller auth.Principal, project string, b client.TokenCreate) (auth.Grant, error) {
 	var g auth.Grant
 	switch {
 	case b.Role != "" && b.Permissions != nil:
@@ -48,7 +51,14 @@ func grantFor(caller auth.Principal, b client.TokenCreate) (auth.Grant, error) {
 	default:
 		g = auth.Grant{Role: b.Role}
 	}
-	for _, p := range g.Effective() {
+	if g.Role == auth.RoleCustom {
+		for i, p := range g.Permissions {
+			if !slices.Contains(grantHolds(g, project), p) {
+				return g, invalid("token.permission_keeper_wide", fmt.Sprintf("body.permissions[%d]", i), "%s acts on the whole keeper; a token of project %s cannot hold it", p, project)
+			}
+		}
+	}
+	for _, p := range grantHolds(g, project) {
 		if err := caller.Require(p); err != nil {
 			var fe *auth.ForbiddenError
 			if errors.As(err, &fe) {
@@ -75,7 +85,15 @@ func (s *Server) registerTokens() {
 		if err := checkName("body.name", b.Name); err != nil {
 			return nil, err
 		}
-		g, err := grantFor(principal(ctx), b)
+		project := ""
+		if b.Project != "" || !principal(ctx).KeeperWide() {
+			p, err := createIn(ctx, b.Project)
+			if err != nil {
+				return nil, err
+			}
+			project = p
+		}
+		g, err := grantFor(principal(ctx), project, b)
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +105,7 @@ func (s *Server) registerTokens() {
 			return nil, err
 		}
 		t, err := s.store.TokenCreate(ctx, store.TokenCreateParams{
-			Token: store.APIToken{ID: id, Name: b.Name, Role: g.Role, Permissions: permissionNames(g.Permissions), Hash: hash, ExpiresAt: b.ExpiresAt},
+			Token: store.APIToken{ID: id, Name: b.Name, Role: g.Role, Permissions: permissionNames(g.Permissions), Hash: hash, ExpiresAt: b.ExpiresAt, Project: project},
 			Actor: principal(ctx).Actor(),
 		})
 		if err != nil {
@@ -100,7 +118,7 @@ func (s *Server) registerTokens() {
 		OperationID: "token-list", Method: http.MethodGet, Path: "/v1/tokens", Tags: tags,
 		Summary: "List API tokens (never the tokens themselves)",
 	}, auth.TokenManage, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.TokenList }, error) {
-		ts, err := s.store.TokenList(ctx, store.ListParams{Limit: in.Limit + 1, After: in.After})
+		ts, err := s.store.TokenList(ctx, listScope(ctx, in))
 		if err != nil {
 			return nil, err
 		}
@@ -120,6 +138,13 @@ func (s *Server) registerTokens() {
 	}, auth.TokenManage, false, func(ctx context.Context, in *struct {
 		ID string `path:"id" doc:"The token's id (tok_…)."`
 	}) (*struct{}, error) {
+		t, err := s.store.TokenGet(ctx, in.ID)
+		if err != nil {
+			return nil, err
+		}
+		if !manages(ctx, t.Project) || t.Project == "" && !principal(ctx).KeeperWide() {
+			return nil, hidden("token", in.ID)
+		}
 		if err := s.store.TokenRevoke(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()}); err != nil {
 			return nil, err
 		}

@@ -254,20 +254,49 @@ type Principal struct {
 	// Person is who signed in with OIDC to get the token; nil for a
 	// token minted by hand.
 	Person *store.Person
+	// Project is the one project the token acts in: its grant holds there
+	// alone and other projects' objects do not exist for it. Empty for a
+	// keeper-wide token.
+	Project string
 }
 
 // PrincipalOf is the principal token t authenticates.
 func PrincipalOf(t store.APIToken) Principal {
-	return Principal{TokenID: t.ID, Name: t.Name, Role: t.Role, Grant: GrantOf(t), Person: t.Person}
+	return Principal{TokenID: t.ID, Name: t.Name, Role: t.Role, Grant: GrantOf(t), Person: t.Person, Project: t.Project}
 }
 
-// Can reports whether the principal holds p.
-func (p Principal) Can(perm Permission) bool { return p.Grant.Can(perm) }
+// Effective returns every permission the principal holds, in documented
+// order.
+func (p Principal) Effective() []Permission {
+	var out []Permission
+	for _, perm := range p.Grant.Effective() {
+		if p.Can(perm) {
+			out = append(out, perm)
+		}
+	}
+	return out
+}
+
+// KeeperWide reports whether the principal acts in every project.
+func (p Principal) KeeperWide() bool { return p.Project == "" }
+
+// keeperWideOnly are the permissions a project's token never holds: they
+// act on the keeper, not on one project.
+var keeperWideOnly = set(ProjectManage, MetricsRead)
+
+// Can reports whether the principal holds p: its grant's, except the
+// keeper-wide permissions for a project's token.
+func (p Principal) Can(perm Permission) bool {
+	return p.Grant.Can(perm) && (p.KeeperWide() || !keeperWideOnly[perm])
+}
 
 // Require returns a *ForbiddenError when the principal lacks perm.
 func (p Principal) Require(perm Permission) error {
 	if p.Can(perm) {
 		return nil
+	}
+	if p.Grant.Can(perm) {
+		return &ForbiddenError{TokenID: p.TokenID, Permission: perm, Reason: "belongs to project " + p.Project + "; " + string(perm) + " needs a keeper-wide token"}
 	}
 	return &ForbiddenError{TokenID: p.TokenID, Permission: perm, Reason: "(" + p.Grant.Describe() + ") lacks permission " + string(perm)}
 }

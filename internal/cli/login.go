@@ -100,6 +100,7 @@ func (a *app) loggedInToken(keeperURL string) (string, bool) {
 
 func (a *app) loginCommand() *cobra.Command {
 	var noBrowser bool
+	var project string
 	var wait time.Duration
 	cmd := &cobra.Command{
 		Use:   "login",
@@ -122,7 +123,7 @@ given. The token expires with the sign-in; run soulctl login again then.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 			defer cancel()
-			t, err := a.login(ctx, c, noBrowser)
+			t, err := a.login(ctx, c, noBrowser, project)
 			if err != nil {
 				return err
 			}
@@ -139,16 +140,21 @@ given. The token expires with the sign-in; run soulctl login again then.`,
 			if t.ExpiresAt != nil {
 				until = timestamp(*t.ExpiresAt)
 			}
-			return p.print(t, record{{"signed in as", t.Name}, {"role", t.Role}, {"until", until}, {"token kept in", path}})
+			in := t.Project
+			if in == "" {
+				in = "every project (keeper-wide)"
+			}
+			return p.print(t, record{{"signed in as", t.Name}, {"role", t.Role}, {"project", in}, {"until", until}, {"token kept in", path}})
 		}),
 	}
 	cmd.Flags().BoolVar(&noBrowser, "no-browser", false, "only print the URL to open")
+	cmd.Flags().StringVar(&project, "project", "", "sign in to this project (default: your keeper-wide role, else the first project you have a role in)")
 	cmd.Flags().DurationVar(&wait, "timeout", 5*time.Minute, "how long to wait for the sign-in")
 	return cmd
 }
 
 // login runs the loopback flow and returns the person's new token.
-func (a *app) login(ctx context.Context, c *client.Client, noBrowser bool) (*client.TokenCreated, error) {
+func (a *app) login(ctx context.Context, c *client.Client, noBrowser bool, project string) (*client.TokenCreated, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen for the sign-in: %w", err)
@@ -162,6 +168,9 @@ func (a *app) login(ctx context.Context, c *client.Client, noBrowser bool) (*cli
 	state := base64.RawURLEncoding.EncodeToString(b)
 	redirect := "http://" + ln.Addr().String() + "/callback"
 	q := url.Values{"cli_redirect": {redirect}, "cli_challenge": {oauth2.S256ChallengeFromVerifier(verifier)}, "cli_state": {state}}
+	if project != "" {
+		q.Set("project", project)
+	}
 	loginURL := strings.TrimRight(a.resolvedURL, "/") + "/v1/auth/oidc/login?" + q.Encode()
 
 	codes := make(chan string, 1)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -10,12 +11,20 @@ import (
 )
 
 func (a *app) profileCommand() *cobra.Command {
-	return group("profile", "Register and inspect VM profiles",
+	return group("profile", "Register, inspect and share VM profiles", append([]*cobra.Command{
 		a.profileCreateCommand(),
 		a.profileListCommand(),
 		a.profileGetCommand(),
 		a.profileDeleteCommand(),
-	)
+	}, a.shareCommands("profile",
+		func(ctx context.Context, c *client.Client, name, project string) error {
+			_, err := c.ProfileShare(ctx, name, project)
+			return err
+		},
+		func(ctx context.Context, c *client.Client, name, project string) error {
+			return c.ProfileUnshare(ctx, name, project)
+		},
+	)...)...)
 }
 
 func (a *app) profileCreateCommand() *cobra.Command {
@@ -52,6 +61,7 @@ parameters (image, size, network…) as a JSON object.`,
 	fs := cmd.Flags()
 	fs.StringVar(&in.Provider, "provider", "", "name of a registered provider (required)")
 	fs.StringVar(&spec, "spec", "", "VM parameters: a JSON object, @file.json, or @- for stdin (default {})")
+	fs.StringVar(&in.Project, "project", "", "the project it goes into (a keeper-wide token's choice; default: the default project, or the token's own)")
 	_ = cmd.MarkFlagRequired("provider")
 	return cmd
 }
@@ -128,6 +138,8 @@ func profileRecord(p *client.Profile) record {
 		{"Name", p.Name},
 		{"Provider", p.Provider},
 		{"Spec", compactJSON(p.Spec)},
+		{"Project", p.Project},
+		{"Shared with", strings.Join(p.SharedWith, ", ")},
 		{"Created", timestamp(p.CreatedAt)},
 		{"Created by", p.CreatedBy},
 	}

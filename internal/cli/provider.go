@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -10,12 +11,20 @@ import (
 )
 
 func (a *app) providerCommand() *cobra.Command {
-	return group("provider", "Register and inspect cloud providers",
+	return group("provider", "Register, inspect and share cloud providers", append([]*cobra.Command{
 		a.providerCreateCommand(),
 		a.providerListCommand(),
 		a.providerGetCommand(),
 		a.providerDeleteCommand(),
-	)
+	}, a.shareCommands("provider",
+		func(ctx context.Context, c *client.Client, name, project string) error {
+			_, err := c.ProviderShare(ctx, name, project)
+			return err
+		},
+		func(ctx context.Context, c *client.Client, name, project string) error {
+			return c.ProviderUnshare(ctx, name, project)
+		},
+	)...)...)
 }
 
 func (a *app) providerCreateCommand() *cobra.Command {
@@ -54,6 +63,7 @@ VMs and driver-specific settings as a JSON object.`,
 	fs.StringVar(&in.CredentialsRef, "credentials-ref", "", "reference to the credentials: env:NAME, file:/path or vault:<path>#<field>")
 	fs.StringVar(&in.FQDNSuffix, "fqdn-suffix", "", "DNS suffix of the VMs' FQDNs, e.g. local.test")
 	fs.StringVar(&config, "config", "", "driver settings: a JSON object, @file.json, or @- for stdin")
+	fs.StringVar(&in.Project, "project", "", "the project it goes into (a keeper-wide token's choice; default: the default project, or the token's own)")
 	_ = cmd.MarkFlagRequired("driver")
 	return cmd
 }
@@ -132,6 +142,8 @@ func providerRecord(p *client.Provider) record {
 		{"Region", p.Region},
 		{"Credentials ref", p.CredentialsRef},
 		{"FQDN suffix", p.FQDNSuffix},
+		{"Project", p.Project},
+		{"Shared with", strings.Join(p.SharedWith, ", ")},
 		{"Config", compactJSON(p.Config)},
 		{"Created", timestamp(p.CreatedAt)},
 		{"Created by", p.CreatedBy},

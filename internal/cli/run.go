@@ -24,6 +24,7 @@ const maxScenarioBytes = 1 << 20
 func (a *app) runCommand() *cobra.Command {
 	var (
 		inputs      []string
+		project     string
 		inputFile   string
 		key         string
 		timeout     string
@@ -83,6 +84,7 @@ printed as JSON.`,
 				return err
 			}
 			in.Key = key
+			in.Project = project
 			if check.check {
 				in.Mode = client.RunCheck
 			} else if check.diff || check.exitCode {
@@ -118,6 +120,7 @@ printed as JSON.`,
 	fs.StringVar(&timeout, "timeout", "", "server-side timeout of the run, e.g. 15m (the keeper's default when empty)")
 	fs.StringVar(&waitTimeout, "wait-timeout", "", "stop waiting after this long and exit 3; the run goes on (default: wait until it ends)")
 	fs.BoolVar(&detach, "detach", false, "print the run's id as soon as it is accepted and exit")
+	fs.StringVar(&project, "project", "", "the project the run acts in: its souls, providers and profiles (a keeper-wide token's choice; default: the default project, or the token's own)")
 	fs.BoolVar(&check.check, "check", false, "check run: say what an apply would change, change nothing")
 	fs.BoolVar(&check.diff, "diff", false, "with --check: show files' changes as unified diffs")
 	fs.BoolVar(&check.exitCode, "exit-code", false, "with --check: exit 0 when nothing would change, 2 when changes are pending, 1 on error")

@@ -56,6 +56,7 @@ Attribute values are strings.`,
 	fs.IntVar(&in.Connection.Port, "port", 22, "SSH port")
 	fs.StringVar(&in.Connection.KeyRef, "key-ref", "", "reference to the SSH private key: env:NAME, file:/path or vault:<path>#<field>")
 	fs.StringArrayVar(&attrs, "attr", nil, "attribute key=value (repeatable)")
+	fs.StringVar(&in.Project, "project", "", "the project it goes into (a keeper-wide token's choice; default: the default project, or the token's own)")
 	_ = cmd.MarkFlagRequired("address")
 	return cmd
 }
@@ -145,6 +146,7 @@ func soulRecord(s *client.Soul) record {
 	}
 	return record{
 		{"SID", s.SID},
+		{"Project", s.Project},
 		{"Status", s.Status},
 		{"Address", s.Address},
 		{"Provider", s.Provider},

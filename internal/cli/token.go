@@ -64,6 +64,7 @@ The token is printed once; the keeper keeps only its hash.`,
 	fs.StringVar(&in.Role, "role", "", "admin, operator or viewer")
 	fs.StringSliceVar(&perms, "permissions", nil, "explicit permissions instead of a role, comma-separated (e.g. run.create,cloud.create)")
 	fs.StringVar(&expiresIn, "expires-in", "", "lifetime, e.g. 720h or 30d (default: never expires)")
+	fs.StringVar(&in.Project, "project", "", "the one project the token acts in (default: keeper-wide for a keeper-wide caller, else the caller's project)")
 	cmd.MarkFlagsMutuallyExclusive("role", "permissions")
 	cmd.MarkFlagsOneRequired("role", "permissions")
 	return cmd

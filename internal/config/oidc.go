@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -29,15 +30,22 @@ type OIDC struct {
 	// GroupsClaim is the ID token claim that lists the person's groups;
 	// default groups.
 	GroupsClaim string `yaml:"groups_claim"`
-	// Roles maps a group to the role its members get (admin, operator or
-	// viewer); a person in several groups gets the strongest. A person in
-	// none of them is refused.
+	// Roles maps a group to the keeper-wide role its members get (admin,
+	// operator or viewer); a person in several groups gets the strongest.
 	Roles map[string]string `yaml:"roles"`
+	// Projects maps a project to its groups' roles there: a person in
+	// none of Roles' groups signs in to a project where a group of theirs
+	// (or a binding made through the API) has a role. A person with no
+	// role anywhere is refused.
+	Projects map[string]map[string]string `yaml:"projects"`
 	// TokenTTL is how long a sign-in lasts: the lifetime of the token the
 	// keeper mints for the person (default 12h). The person's access is
 	// checked again at the next sign-in.
 	TokenTTL Duration `yaml:"token_ttl"`
 }
+
+// dnsLabel is a project's name: lower-case letters, digits and '-'.
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Enabled reports whether OIDC sign-in is configured.
 func (o OIDC) Enabled() bool { return o.Issuer != "" }
@@ -83,12 +91,22 @@ func (o OIDC) validate() error {
 	if !slices.Contains(o.Scopes, "openid") {
 		return fmt.Errorf("oidc.scopes: %v lacks openid", o.Scopes)
 	}
-	if len(o.Roles) == 0 {
-		return fmt.Errorf("oidc.roles: map at least one group to a role (%s); nobody could sign in", strings.Join(OIDCRoles, ", "))
+	if len(o.Roles) == 0 && len(o.Projects) == 0 {
+		return fmt.Errorf("oidc.roles: map at least one group to a role (%s), here or in oidc.projects; nobody could sign in", strings.Join(OIDCRoles, ", "))
 	}
 	for g, r := range o.Roles {
 		if !slices.Contains(OIDCRoles, r) {
 			return fmt.Errorf("oidc.roles.%s: %q is not one of %s", g, r, strings.Join(OIDCRoles, ", "))
+		}
+	}
+	for p, groups := range o.Projects {
+		if !dnsLabel.MatchString(p) {
+			return fmt.Errorf("oidc.projects.%s: not a project name (a DNS label)", p)
+		}
+		for g, r := range groups {
+			if !slices.Contains(OIDCRoles, r) {
+				return fmt.Errorf("oidc.projects.%s.%s: %q is not one of %s", p, g, r, strings.Join(OIDCRoles, ", "))
+			}
 		}
 	}
 	return positive("oidc.token_ttl", o.TokenTTL, Duration(time.Minute), "12h")

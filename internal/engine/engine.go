@@ -167,8 +167,8 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = slog.New(secrets.LogHandler(log.Handler()))
-	souls := NewSouls(SoulsConfig{Store: e.Store, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
-	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID),
+	souls := NewSouls(SoulsConfig{Store: e.Store, Project: x.Run.Project, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
+	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, project: x.Run.Project, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID),
 		check: x.Run.Mode == string(client.RunCheck)}
 	r.epoch, r.via = x.Run.Epoch, sentVia(x.Commands)
 	r.outputLeft.Store(e.Limits.run())
@@ -271,6 +271,7 @@ type run struct {
 	e       *Executor
 	id      string
 	creator string // API token id of the run's creator
+	project string // the run's project: its targets are that project's souls
 	rec     runner.Recorder
 	souls   *Souls
 	input   map[string]any
@@ -297,7 +298,7 @@ type run struct {
 // info is what a module learns of the run it executes in.
 func (r *run) info(s *scenario.PlanStep) module.RunInfo {
 	secretParams := append(s.SecretParams(), s.ParamsUsing(r.secretInputs)...)
-	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Secrets: r.secrets, SecretParams: secretParams}
+	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Project: r.project, Secrets: r.secrets, SecretParams: secretParams}
 }
 
 // secretInputNames names the inputs whose values are secret: declared

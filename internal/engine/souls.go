@@ -38,6 +38,7 @@ type Registry interface {
 // verified after.
 type Souls struct {
 	store   Registry
+	project string           // the run's project; empty confines nothing
 	dialer  transport.Dialer // nil: no transport at all
 	keeper  []byte           // the keeper's own private key, for souls without key_ref
 	files   string           // the keeper's files directory
@@ -70,11 +71,15 @@ type SoulsConfig struct {
 	// ReadyTimeout bounds the wait for a cloud-made soul's cloud-init
 	// when the step has no deadline; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// Project confines the run to its project's souls: another project's
+	// soul is not registered, as far as the run can tell. Empty confines
+	// nothing.
+	Project string
 }
 
 // NewSouls returns the soul reacher of one run; Close it when the run ends.
 func NewSouls(cfg SoulsConfig) *Souls {
-	s := &Souls{store: cfg.Store, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
+	s := &Souls{store: cfg.Store, project: cfg.Project, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
 	if s.readyTimeout <= 0 {
 		s.readyTimeout = DefaultReadyTimeout
 	}
@@ -127,6 +132,11 @@ func (s *Souls) get(ctx context.Context, sid string) (so store.Soul, err error) 
 		so, err = s.store.SoulGet(ctx, sid)
 		return err
 	})
+	if err == nil && s.project != "" && so.Project != s.project {
+		// Checked at every read, so a target computed while the run goes
+		// (an output, a fact) cannot reach across either.
+		return store.Soul{}, &store.Error{Err: store.ErrNotFound, Kind: "soul", Key: sid}
+	}
 	return so, err
 }
 

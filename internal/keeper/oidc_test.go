@@ -34,6 +34,13 @@ type oidcKeeper struct {
 
 func newOIDCKeeper(t *testing.T) *oidcKeeper {
 	t.Helper()
+	return newOIDCKeeperWith(t, "")
+}
+
+// newOIDCKeeperWith is newOIDCKeeper with more of the oidc section
+// (indented two spaces).
+func newOIDCKeeperWith(t *testing.T, more string) *oidcKeeper {
+	t.Helper()
 	idp, err := mockoidc.Run()
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +58,7 @@ func newOIDCKeeper(t *testing.T) *oidcKeeper {
   client_secret_ref: file:%s
   redirect_url: http://%s/v1/auth/oidc/callback
   roles: {sre: operator, platform: admin}
-`, idp.Issuer(), idp.ClientID, secretFile, addr))
+%s`, idp.Issuer(), idp.ClientID, secretFile, addr, more))
 	k := serve(t, dir, "--config", cfg, "--listen", addr)
 	return &oidcKeeper{idp: idp, k: k, admin: adminClient(t, k, filepath.Join(dir, ".keeper")), url: "http://" + addr}
 }
@@ -400,5 +407,127 @@ func TestSoulctlLogin(t *testing.T) {
 		if status != http.StatusBadRequest || problemCode(body) != "auth.oidc_return_invalid" {
 			t.Fatalf("cli_redirect %s: %d %s", to, status, body)
 		}
+	}
+}
+
+// TestOIDCProjectRoles: people sign in to projects. keeper.yml's
+// oidc.projects gives group devs operator in project a; a binding made
+// through the API gives group ops admin in project b, and another one a
+// single person viewer in b. A dev gets a token of project a (no
+// keeper-wide role); asking for project b, where none of their groups
+// has a role, is refused; an ops person asking for b gets admin there;
+// the person bound by name gets viewer in b; a platform person (keeper-
+// wide admin) gets a keeper-wide token, or one of b when they ask. Only
+// who may mint tokens in b may bind there, never above their own role.
+func TestOIDCProjectRoles(t *testing.T) {
+	t.Parallel()
+	ok := newOIDCKeeperWith(t, "  projects: {a: {devs: operator}}\n")
+	ctx := context.Background()
+	for _, p := range []string{"a", "b"} {
+		if _, err := ok.admin.ProjectCreate(ctx, client.ProjectCreate{Name: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := ok.admin.BindingPut(ctx, "b", client.BindingPut{Kind: "group", Subject: "ops", Role: "admin"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ok.admin.BindingPut(ctx, "b", client.BindingPut{Kind: "person", Subject: ok.idp.Issuer() + " u-eve", Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	signIn := func(user *mockoidc.MockUser, project string) (client.Session, int, string) {
+		t.Helper()
+		ok.idp.QueueUser(user)
+		b := newIDPBrowser(t)
+		u := ok.url + "/v1/auth/oidc/login"
+		if project != "" {
+			u += "?project=" + project
+		}
+		status, loc, body := b.get(t, u)
+		if status != http.StatusSeeOther {
+			return client.Session{}, status, problemCode(body)
+		}
+		req, _ := http.NewRequest(http.MethodGet, ok.url+"/v1/whoami", nil)
+		req.Header.Set("X-CSRF-Token", strings.TrimPrefix(loc, "/ui/#csrf="))
+		resp, err := b.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var who client.Session
+		_ = json.NewDecoder(resp.Body).Decode(&who)
+		return who, resp.StatusCode, ""
+	}
+	dev := &mockoidc.MockUser{Subject: "u-dev", Email: "dev@example.com", Groups: []string{"devs"}}
+	if who, _, code := signIn(dev, ""); who.Project != "a" || who.Role != "operator" {
+		t.Fatalf("a dev signs in: %+v %s", who, code)
+	}
+	if _, status, code := signIn(dev, "b"); status != http.StatusForbidden || code != "auth.oidc_no_role" {
+		t.Fatalf("a dev asks for project b: %d %s", status, code)
+	}
+	if who, _, code := signIn(&mockoidc.MockUser{Subject: "u-ops", Email: "ops@example.com", Groups: []string{"ops", "devs"}}, "b"); who.Project != "b" || who.Role != "admin" {
+		t.Fatalf("an ops person asks for b: %+v %s", who, code)
+	}
+	if who, _, code := signIn(&mockoidc.MockUser{Subject: "u-eve", Email: "eve@example.com", Groups: []string{"nobody"}}, ""); who.Project != "b" || who.Role != "viewer" {
+		t.Fatalf("the person bound by name: %+v %s", who, code)
+	}
+	if who, _, code := signIn(&mockoidc.MockUser{Subject: "u-pat", Email: "pat@example.com", Groups: []string{"platform"}}, ""); who.Project != "" || who.Role != "admin" {
+		t.Fatalf("a platform person: %+v %s", who, code)
+	}
+	pat, _, code := signIn(&mockoidc.MockUser{Subject: "u-pat", Email: "pat@example.com", Groups: []string{"platform"}}, "b")
+	if pat.Project != "b" || pat.Role != "admin" {
+		t.Fatalf("a platform person asks for b: %+v %s", pat, code)
+	}
+	if _, status, code := signIn(&mockoidc.MockUser{Subject: "u-x", Groups: []string{"devs"}}, "nosuch"); status != http.StatusForbidden || code != "auth.oidc_no_role" {
+		t.Fatalf("an unknown project: %d %s", status, code)
+	}
+
+	// Binding is minting tokens: an operator of b may not; b's admin may,
+	// in b alone, up to admin; the bindings are audited in b.
+	mint := func(project, role string) *client.Client {
+		tok, err := ok.admin.TokenCreate(ctx, client.TokenCreate{Name: project + "-" + role, Role: role, Project: project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := client.New(ok.k.Addr, tok.Token)
+		return c
+	}
+	_, err := mint("b", "operator").BindingPut(ctx, "b", client.BindingPut{Kind: "group", Subject: "x", Role: "viewer"})
+	wantProblem(t, err, http.StatusForbidden, "auth.forbidden")
+	adminB := mint("b", "admin")
+	_, err = adminB.BindingPut(ctx, "a", client.BindingPut{Kind: "group", Subject: "x", Role: "viewer"})
+	wantProblem(t, err, http.StatusNotFound, "project.not_found")
+	if _, err := adminB.BindingPut(ctx, "b", client.BindingPut{Kind: "group", Subject: "devs", Role: "viewer"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = adminB.BindingPut(ctx, "b", client.BindingPut{Kind: "person", Subject: "no-space", Role: "viewer"})
+	wantProblem(t, err, http.StatusUnprocessableEntity, "binding.subject_invalid")
+	if who, _, code := signIn(dev, "b"); who.Project != "b" || who.Role != "viewer" {
+		t.Fatalf("a dev asks for b after the binding: %+v %s", who, code)
+	}
+	l, err := adminB.BindingList(ctx, "b")
+	if err != nil || len(l.Items) != 3 {
+		t.Fatalf("b's bindings: %+v, %v", l, err)
+	}
+	if err := adminB.BindingDelete(ctx, "b", "group", "devs"); err != nil {
+		t.Fatal(err)
+	}
+	if _, status, code := signIn(dev, "b"); status != http.StatusForbidden || code != "auth.oidc_no_role" {
+		t.Fatalf("a dev asks for b after the unbinding: %d %s", status, code)
+	}
+	evs, err := adminB.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 500}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var put, deleted int
+	for _, e := range evs.Items {
+		switch e.Action {
+		case "binding.put":
+			put++
+		case "binding.deleted":
+			deleted++
+		}
+	}
+	if put != 3 || deleted != 1 {
+		t.Fatalf("b's audit: %d binding.put, %d binding.deleted; want 3 and 1", put, deleted)
 	}
 }

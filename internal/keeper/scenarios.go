@@ -24,7 +24,7 @@ func loadPlan(text string, input map[string]any) (*scenario.Plan, error) {
 // accepted: every problem of the scenario and the input, plus literal
 // targets that are not registered souls.
 func scenarioChecker(st soulGetter) api.ScenarioChecker {
-	return func(file, text string, input map[string]any) (api.CheckedScenario, []client.ProblemError) {
+	return func(project, file, text string, input map[string]any) (api.CheckedScenario, []client.ProblemError) {
 		plan, err := scenario.Load(file, []byte(text), input)
 		if err != nil {
 			var se *scenario.Error
@@ -52,7 +52,9 @@ func scenarioChecker(st soulGetter) api.ScenarioChecker {
 				if sid == module.Keeper {
 					continue
 				}
-				if _, err := st.SoulGet(ctx, sid); errors.Is(err, store.ErrNotFound) {
+				// Another project's soul is as unknown as one not
+				// registered: the message does not tell them apart.
+				if so, err := st.SoulGet(ctx, sid); errors.Is(err, store.ErrNotFound) || err == nil && project != "" && so.Project != project {
 					problems = append(problems, client.ProblemError{
 						Location: s.Pos.String(), Code: "scenario.unknown_soul",
 						Message: fmt.Sprintf("step %q targets %q, which is not a registered soul (soulctl soul add)", s.Name, sid),

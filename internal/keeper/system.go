@@ -389,7 +389,7 @@ func (s *System) oidcConfig(ctx context.Context) (*api.OIDCConfig, error) {
 		secretText = v
 	}
 	return &api.OIDCConfig{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: secretText, RedirectURL: o.RedirectURL, Scopes: o.Scopes,
-		GroupsClaim: o.GroupsClaim, Roles: o.Roles, TokenTTL: o.TokenTTL.Std(), Seal: s.sealer.Seal, Open: s.sealer.Open}, nil
+		GroupsClaim: o.GroupsClaim, Roles: o.Roles, Projects: o.Projects, TokenTTL: o.TokenTTL.Std(), Seal: s.sealer.Seal, Open: s.sealer.Open}, nil
 }
 
 // buildAPI builds the Operator API with the web UI and MCP beside it on

@@ -224,7 +224,7 @@ func (s *Server) validate(ctx context.Context, c call, in validateInput) (*valid
 	if file == "" {
 		file = "scenario.yaml"
 	}
-	_, problems := s.cfg.Check(file, in.Scenario, in.Input)
+	_, problems := s.cfg.Check(c.p.Project, file, in.Scenario, in.Input)
 	out := &validateOutput{Valid: len(problems) == 0, Problems: make([]client.ProblemError, len(problems))}
 	for i, p := range problems {
 		out.Problems[i] = client.ProblemError{Location: p.Location, Code: p.Code, Message: secret.MaskString(p.Message)}

@@ -102,6 +102,10 @@ type RunInfo struct {
 	// Creator is the id of the API token that created the run: the actor
 	// of every audit event the step writes.
 	Creator string
+	// Project is the run's project: the step may use that project's
+	// providers, profiles and souls (and the providers and profiles shared
+	// with it) alone. Empty outside a run, where nothing is confined.
+	Project string
 	// Secrets masks the text of secrets the module resolves or mints in
 	// this run's events, outputs and logs. Nil outside a run.
 	Secrets Secrets
@@ -110,6 +114,13 @@ type RunInfo struct {
 	// run's secret inputs. A module must not report anything derived from
 	// them, such as a hash, which would let a reader guess a short secret.
 	SecretParams []string
+}
+
+// Sees reports whether the step may use an object of project, shared
+// with shared: every object outside a run, else one of the run's project
+// or shared with it.
+func (r RunInfo) Sees(project string, shared []string) bool {
+	return r.Project == "" || project == r.Project || slices.Contains(shared, r.Project)
 }
 
 // SecretParam reports whether the step's param name carries a secret.

@@ -565,6 +565,8 @@ type SubmitParams struct {
 	Actor   store.Actor
 	// Mode is client.RunApply (empty) or client.RunCheck.
 	Mode client.RunMode
+	// Project is the project the run acts in; empty is the default one.
+	Project string
 }
 
 // Submit accepts a run: it stores the run with its input sealed and its
@@ -585,6 +587,9 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 	if p.Mode != client.RunApply {
 		content = string(p.Mode) + ";" + content // a check and an apply of the same content are different runs
 	}
+	if p.Project != "" && p.Project != store.DefaultProject {
+		content = "project " + p.Project + ";" + content // so are the same content's runs in two projects
+	}
 	digest := r.cfg.Sealer.Digest(append([]byte(content), canonical(p.Input)...))
 	// The input is stored masked with the run's own secrets: a secret input
 	// masks the copy of its text under another input of the same run, and
@@ -602,6 +607,7 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 		Run: store.Run{
 			ID: id, Key: p.Key, Digest: digest, Name: p.Name, Scenario: p.Scenario, Mode: string(p.Mode),
 			InputSealed: r.cfg.Sealer.Seal(input), InputMasked: maskedJSON, Timeout: p.Timeout, TraceParent: traceParent,
+			Project: p.Project,
 		},
 		Actor: p.Actor,
 		Enqueue: func(ctx context.Context, tx *sql.Tx) error {

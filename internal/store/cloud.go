@@ -24,10 +24,15 @@ type BootstrapToken struct {
 
 // CloudRequest is a create request recorded before the driver is called.
 type CloudRequest struct {
-	RequestID  string
-	RunID      string
-	Step       string
-	Provider   string
+	RequestID string
+	RunID     string
+	Step      string
+	Provider  string
+	// Project is the run's project; VCPUs and MemoryMB are what each of
+	// the Count VMs takes of its quota (0 when the profile does not say).
+	Project    string
+	VCPUs      int
+	MemoryMB   int
 	Count      int
 	Status     string // requested, created, failed
 	VMIDs      []string
@@ -69,6 +74,9 @@ type CloudDestroyParams struct {
 	AlreadyGone []string
 	// Actor is the run's creator, the actor of cloud.provisioned.
 	Actor Actor
+	// Project is the run's project: the destroy touches only its souls,
+	// and its audit event is the project's.
+	Project string
 	// Audit is extra payload of cloud.provisioned (the counters are added).
 	Audit map[string]any
 }
@@ -86,8 +94,9 @@ type CloudStore interface {
 	CloudRequestFail(ctx context.Context, requestID, msg string) error
 	CloudRequestGet(ctx context.Context, requestID string) (CloudRequest, error)
 	// CloudVMsCreated returns those of vmIDs that a completed create
-	// request of provider made: the VMs this keeper created there.
-	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]bool, error)
+	// request of provider made (the VMs this keeper created there), each
+	// with the project of the run that created it.
+	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]string, error)
 	// CloudProvision stores the outcome of a create (see
 	// CloudProvisionParams); an audit failure fails it and nothing is kept.
 	CloudProvision(ctx context.Context, p CloudProvisionParams) error

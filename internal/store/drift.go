@@ -75,6 +75,8 @@ type DriftAckParams struct {
 type DriftListParams struct {
 	State, SID, After string
 	Limit             int
+	// Project, when set, keeps the souls of that project.
+	Project string
 }
 
 // DriftStore keeps the souls' drift.

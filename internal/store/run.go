@@ -75,6 +75,9 @@ type Run struct {
 	// TraceParent is the W3C trace context of the request that made the
 	// run (empty without tracing): every execution continues that trace.
 	TraceParent string
+	// Project is the project the run acts in: it reaches that project's
+	// souls, providers and profiles (and those shared with it) alone.
+	Project string
 }
 
 // RunCommand is the write-ahead record of one soul-side command: stored
@@ -162,6 +165,7 @@ type RunFinishParams struct {
 type RunHead struct {
 	Phase      string
 	FinishedAt *time.Time
+	Project    string
 }
 
 // RunListParams pages through runs, optionally filtered.

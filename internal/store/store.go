@@ -38,6 +38,27 @@ var (
 	ErrStorageFull = errors.New("the database's storage is full")
 )
 
+// ErrQuotaExceeded: the create would take its project past a quota;
+// *QuotaError says which.
+var ErrQuotaExceeded = errors.New("quota exceeded")
+
+// QuotaError is a create refused by its project's quota: Asked more of
+// Resource (vms, vcpus, memory_mb, runs) while Used of Limit are taken.
+type QuotaError struct {
+	Project  string
+	Resource string
+	Limit    int
+	Used     int
+	Asked    int
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("project %q: quota of %d %s exceeded: %d in use, %d more asked", e.Project, e.Limit, e.Resource, e.Used, e.Asked)
+}
+
+// Unwrap makes errors.Is(err, ErrQuotaExceeded) true.
+func (e *QuotaError) Unwrap() error { return ErrQuotaExceeded }
+
 // Error is a store failure about one object: Kind is "provider", "profile",
 // "soul" or "token"; Key is its name or id; Ref is the missing or dependent
 // object where there is one.
@@ -68,6 +89,10 @@ type Provider struct {
 	Config         json.RawMessage
 	CreatedAt      time.Time
 	CreatedBy      string
+	// Project owns the provider and its credentials; SharedWith are the
+	// projects that may read and use it (never manage it).
+	Project    string
+	SharedWith []string
 }
 
 // Profile is a VM spec on top of a provider.
@@ -77,6 +102,9 @@ type Profile struct {
 	Spec      json.RawMessage
 	CreatedAt time.Time
 	CreatedBy string
+	// Project owns the profile; SharedWith may read and use it.
+	Project    string
+	SharedWith []string
 }
 
 // Soul statuses.
@@ -126,6 +154,8 @@ type Soul struct {
 	CertSerial   string
 	CertNotAfter *time.Time
 	JoinedAt     *time.Time
+	// Project is the project the soul belongs to: its runs alone reach it.
+	Project string
 }
 
 // APIToken is an Operator API token. Only the hash of the token is stored.
@@ -145,6 +175,9 @@ type APIToken struct {
 	// Person is who the keeper minted the token for at an OIDC sign-in;
 	// nil for a token minted by hand.
 	Person *Person
+	// Project is the one project the token acts in; empty for a
+	// keeper-wide token.
+	Project string
 }
 
 // Person is someone who signed in with OIDC: the issuer and subject of
@@ -165,6 +198,9 @@ func (t APIToken) Active(now time.Time) bool {
 type ListParams struct {
 	Limit int
 	After string
+	// Project, when set, keeps the objects of that project (and, for
+	// providers and profiles, those shared with it).
+	Project string
 }
 
 // SoulListParams pages through souls by SID, keeping those that match
@@ -208,6 +244,15 @@ type Project struct {
 	Description string
 	CreatedAt   time.Time
 	CreatedBy   string
+	Quota       Quota
+}
+
+// Quota bounds what a project holds at once; 0 is no limit.
+type Quota struct {
+	VMs      int `json:"vms"`
+	VCPUs    int `json:"vcpus"`
+	MemoryMB int `json:"memory_mb"`
+	Runs     int `json:"runs"`
 }
 
 // DefaultProject always exists; it holds what the keeper held before
@@ -227,9 +272,54 @@ type ProjectStore interface {
 	ProjectCreate(ctx context.Context, p ProjectCreateParams) (Project, error)
 	ProjectGet(ctx context.Context, name string) (Project, error)
 	ProjectList(ctx context.Context, p ListParams) ([]Project, error)
-	// ProjectDelete deletes a project (audit project.deleted); the
-	// default project is ErrInUse.
+	// ProjectDelete deletes an empty project (audit project.deleted): the
+	// default project, and one that still holds a provider, profile, soul
+	// not destroyed, run not finished or active token, is ErrInUse naming
+	// what it holds.
 	ProjectDelete(ctx context.Context, p DeleteParams) error
+	// ProjectSetQuota replaces a project's quota (audit project.quota_set).
+	ProjectSetQuota(ctx context.Context, name string, q Quota, actor Actor) (Project, error)
+
+	// BindingPut binds a group or person to a role in a project, replacing
+	// the role they had there (audit binding.put); an unknown project is
+	// ErrReferenceMissing.
+	BindingPut(ctx context.Context, b Binding, actor Actor) (Binding, error)
+	// BindingDelete removes a binding (audit binding.deleted); ErrNotFound
+	// when there is none.
+	BindingDelete(ctx context.Context, b Binding, actor Actor) error
+	// Bindings lists the bindings of a project, or of every project for
+	// project "", by project, kind and subject.
+	Bindings(ctx context.Context, project string) ([]Binding, error)
+
+	// ShareAdd shares a provider or profile with a project (audit
+	// share.added); ShareRemove takes it back (audit share.removed).
+	ShareAdd(ctx context.Context, sh Share, actor Actor) error
+	ShareRemove(ctx context.Context, sh Share, actor Actor) error
+}
+
+// Binding kinds: who a role binding is for.
+const (
+	BindGroup  = "group"
+	BindPerson = "person"
+)
+
+// Binding gives a group (a value of the OIDC groups claim) or a person
+// (issuer and subject, joined by a space) a role in a project.
+type Binding struct {
+	Project   string
+	Kind      string
+	Subject   string
+	Role      string
+	CreatedAt time.Time
+	CreatedBy string
+}
+
+// Share is a provider or profile (Kind "provider" or "profile") shared
+// with Project.
+type Share struct {
+	Kind    string
+	Name    string
+	Project string
 }
 
 // ProviderCreateParams creates a provider.
@@ -274,6 +364,8 @@ type TokenAdminParams struct {
 type AuditListParams struct {
 	Limit    int
 	AfterSeq int64
+	// Project, when set, keeps the events about that project.
+	Project string
 }
 
 // Store is the registries' persistence. Implementations: store/sqlite and
@@ -392,6 +484,8 @@ type AuditParams struct {
 	Action  string
 	Object  string
 	Payload any
+	// Project is the project the event is about; empty for keeper-wide.
+	Project string
 }
 
 // WebSession is a web UI session: the hashes of its opaque cookie id and

@@ -36,7 +36,7 @@ func (m *Created) Check(ctx context.Context, run module.RunInfo, raw json.RawMes
 	if h == nil {
 		return module.Prediction{}, errUnprovisioned
 	}
-	c, err := p.prepare(ctx, h)
+	c, err := p.prepare(ctx, h, run)
 	if err != nil {
 		return module.Prediction{}, err
 	}
@@ -76,11 +76,11 @@ func (m *Destroyed) Check(ctx context.Context, run module.RunInfo, raw json.RawM
 	if h == nil {
 		return module.Prediction{}, errUnprovisioned
 	}
-	prov, d, dp, err := provider(ctx, h, p.Provider)
+	prov, d, dp, err := provider(ctx, h, run, p.Provider)
 	if err != nil {
 		return module.Prediction{}, err
 	}
-	if err := checkPairing(ctx, h.Registry, prov.Name, p.VMIDs, p.SIDs); err != nil {
+	if err := checkPairing(ctx, h.Registry, run, prov.Name, p.VMIDs, p.SIDs); err != nil {
 		return module.Prediction{}, err
 	}
 	live, _, err := liveVMs(ctx, d, dp, p.VMIDs)
@@ -120,7 +120,7 @@ func (m *Resized) Check(ctx context.Context, run module.RunInfo, raw json.RawMes
 	if h == nil {
 		return module.Prediction{}, errUnprovisioned
 	}
-	if _, err := p.prepare(ctx, h); err != nil {
+	if _, err := p.prepare(ctx, h, run); err != nil {
 		return module.Prediction{}, err
 	}
 	if len(p.VMIDs) == 0 {

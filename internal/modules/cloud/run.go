@@ -28,7 +28,7 @@ type Registry interface {
 	SoulGet(ctx context.Context, sid string) (store.Soul, error)
 	CloudRequestCreate(ctx context.Context, r store.CloudRequest) error
 	CloudRequestFail(ctx context.Context, requestID, msg string) error
-	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]bool, error)
+	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]string, error)
 	CloudProvision(ctx context.Context, p store.CloudProvisionParams) error
 	CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error)
 	AuditRecord(ctx context.Context, p store.AuditParams) error
@@ -99,9 +99,30 @@ func driverError(op string, err error) error {
 	return &module.Error{Code: "driver.failed", Message: op + ": " + err.Error(), Err: err}
 }
 
+// sizeOf is what one VM of a profile spec takes of its project's vCPU and
+// memory quotas: its cpus (or vcpus) and memory_mb, 0 for what the spec
+// does not state (a cloud's instance type counts as a VM alone).
+func sizeOf(spec json.RawMessage) (vcpus, memoryMB int) {
+	var sz struct {
+		CPUs     int `json:"cpus"`
+		VCPUs    int `json:"vcpus"`
+		MemoryMB int `json:"memory_mb"`
+	}
+	_ = json.Unmarshal(spec, &sz) // a spec of other shapes states neither
+	if sz.CPUs == 0 {
+		sz.CPUs = sz.VCPUs
+	}
+	return sz.CPUs, sz.MemoryMB
+}
+
 // provider loads the provider, its driver and its credentials.
-func provider(ctx context.Context, h *Services, name string) (store.Provider, driversdk.Driver, driversdk.Provider, error) {
+func provider(ctx context.Context, h *Services, run module.RunInfo, name string) (store.Provider, driversdk.Driver, driversdk.Provider, error) {
 	p, err := h.Registry.ProviderGet(ctx, name)
+	if err == nil && !run.Sees(p.Project, p.SharedWith) {
+		// Another project's provider, not shared with the run's: as if it
+		// did not exist.
+		err = &store.Error{Err: store.ErrNotFound, Kind: "provider", Key: name}
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return p, nil, driversdk.Provider{}, &module.Error{Code: "provider.not_found", Message: fmt.Sprintf("provider %q is not registered", name)}
 	}
@@ -123,12 +144,15 @@ func provider(ctx context.Context, h *Services, name string) (store.Provider, dr
 
 // spec resolves a profile param: a registered profile's name (of the same
 // provider) or an inline map.
-func spec(ctx context.Context, h *Services, provider string, v any) (json.RawMessage, error) {
+func spec(ctx context.Context, h *Services, run module.RunInfo, provider string, v any) (json.RawMessage, error) {
 	switch x := v.(type) {
 	case nil:
 		return json.RawMessage(`{}`), nil
 	case string:
 		pr, err := h.Registry.ProfileGet(ctx, x)
+		if err == nil && !run.Sees(pr.Project, pr.SharedWith) {
+			err = &store.Error{Err: store.ErrNotFound, Kind: "profile", Key: x}
+		}
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, &module.Error{Code: "profile.not_found", Message: fmt.Sprintf("profile %q is not registered", x)}
 		}
@@ -275,7 +299,7 @@ func (m *Created) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 }
 
 func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h *Services, a *attempt) (module.Result, error) {
-	c, err := p.prepare(ctx, h)
+	c, err := p.prepare(ctx, h, run)
 	if err != nil {
 		return module.Result{}, err
 	}
@@ -289,7 +313,14 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h *Services,
 
 	requestID := randomID("req_", 12)
 	a.requestID = requestID
-	if err := h.Registry.CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: c.prov.Name, Count: p.Count}); err != nil {
+	vcpus, memory := sizeOf(c.profile)
+	err = h.Registry.CloudRequestCreate(ctx, store.CloudRequest{RequestID: requestID, RunID: run.ID, Step: run.Step, Provider: c.prov.Name, Count: p.Count,
+		Project: run.Project, VCPUs: vcpus, MemoryMB: memory})
+	var qe *store.QuotaError
+	if errors.As(err, &qe) {
+		return module.Result{}, &module.Error{Code: "quota.exceeded", Message: qe.Error() + "; no VM was asked for", Err: err}
+	}
+	if err != nil {
 		return module.Result{}, err
 	}
 	vms, err := c.driver.Create(ctx, driversdk.CreateRequest{
@@ -341,19 +372,19 @@ type creation struct {
 
 // prepare loads the provider, checks count and profile with the driver,
 // and predicts the names of a self_onboard batch (none may be taken).
-func (p *CreatedParams) prepare(ctx context.Context, h *Services) (*creation, error) {
+func (p *CreatedParams) prepare(ctx context.Context, h *Services, run module.RunInfo) (*creation, error) {
 	if p.Count < 1 {
 		p.Count = 1
 	}
 	var c creation
 	var err error
-	if c.prov, c.driver, c.dp, err = provider(ctx, h, p.Provider); err != nil {
+	if c.prov, c.driver, c.dp, err = provider(ctx, h, run, p.Provider); err != nil {
 		return nil, err
 	}
 	if max := maxCount(c.prov); p.Count > max {
 		return nil, &module.Error{Code: "cloud.count_exceeded", Message: fmt.Sprintf("count %d is above provider %q's max_count %d", p.Count, c.prov.Name, max)}
 	}
-	profile, err := spec(ctx, h, c.prov.Name, p.Profile)
+	profile, err := spec(ctx, h, run, c.prov.Name, p.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -515,11 +546,11 @@ func (m *Destroyed) Run(ctx context.Context, run module.RunInfo, raw json.RawMes
 }
 
 func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h *Services) (module.Result, error) {
-	prov, d, dp, err := provider(ctx, h, p.Provider)
+	prov, d, dp, err := provider(ctx, h, run, p.Provider)
 	if err != nil {
 		return module.Result{}, err
 	}
-	if err := checkPairing(ctx, h.Registry, prov.Name, p.VMIDs, p.SIDs); err != nil {
+	if err := checkPairing(ctx, h.Registry, run, prov.Name, p.VMIDs, p.SIDs); err != nil {
 		return module.Result{}, err
 	}
 	live, gone, err := liveVMs(ctx, d, dp, p.VMIDs)
@@ -535,7 +566,7 @@ func (p DestroyedParams) run(ctx context.Context, run module.RunInfo, h *Service
 	}
 	// The cascade's counters decide the rest of "changed"; the event
 	// written in its transaction computes it from the same counters.
-	c, err := h.Registry.CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.Actor(run.Creator),
+	c, err := h.Registry.CloudDestroy(ctx, store.CloudDestroyParams{Provider: prov.Name, VMIDs: p.VMIDs, SIDs: sids, Actor: store.Actor(run.Creator), Project: run.Project,
 		Destroyed: live, AlreadyGone: gone, Audit: map[string]any{"outcome": "ok", "run_id": run.ID, "step": run.Step}})
 	changed := len(live) > 0 || c.SoulsDestroyed+c.SeedsOrphaned+c.TokensBurned > 0
 	if err != nil {
@@ -627,12 +658,12 @@ type resizing struct {
 	spec json.RawMessage
 }
 
-func (p ResizedParams) prepare(ctx context.Context, h *Services) (resizing, error) {
-	prov, d, dp, err := provider(ctx, h, p.Provider)
+func (p ResizedParams) prepare(ctx context.Context, h *Services, run module.RunInfo) (resizing, error) {
+	prov, d, dp, err := provider(ctx, h, run, p.Provider)
 	if err != nil {
 		return resizing{}, err
 	}
-	if err := checkPairing(ctx, h.Registry, prov.Name, p.VMIDs, nil); err != nil {
+	if err := checkPairing(ctx, h.Registry, run, prov.Name, p.VMIDs, nil); err != nil {
 		return resizing{}, err
 	}
 	caps, err := d.Capabilities(ctx)
@@ -642,7 +673,7 @@ func (p ResizedParams) prepare(ctx context.Context, h *Services) (resizing, erro
 	if !caps.Resizable {
 		return resizing{}, &module.Error{Code: "resize.unsupported", Message: fmt.Sprintf("driver %q of provider %q cannot resize VMs", prov.Driver, prov.Name)}
 	}
-	sp, err := spec(ctx, h, prov.Name, p.Profile)
+	sp, err := spec(ctx, h, run, prov.Name, p.Profile)
 	if err != nil {
 		return resizing{}, err
 	}
@@ -656,7 +687,7 @@ func (p ResizedParams) prepare(ctx context.Context, h *Services) (resizing, erro
 }
 
 func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h *Services) (module.Result, error) {
-	rz, err := p.prepare(ctx, h)
+	rz, err := p.prepare(ctx, h, run)
 	if err != nil {
 		return module.Result{}, err
 	}
@@ -683,7 +714,7 @@ func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h *Services)
 // recorded them) and souls that are not the given VMs of that provider:
 // a hand-registered soul, a soul of another VM or another provider. Each
 // refusal is a cloud.pairing_mismatch naming what did not match.
-func checkPairing(ctx context.Context, st Registry, provider string, vmIDs, sids []string) error {
+func checkPairing(ctx context.Context, st Registry, run module.RunInfo, provider string, vmIDs, sids []string) error {
 	mismatch := func(format string, args ...any) error {
 		return &module.Error{Code: "cloud.pairing_mismatch", Message: fmt.Sprintf(format, args...) + "; nothing was changed"}
 	}
@@ -693,7 +724,9 @@ func checkPairing(ctx context.Context, st Registry, provider string, vmIDs, sids
 	}
 	given := map[string]bool{}
 	for _, id := range vmIDs {
-		if !owned[id] {
+		// Another project's VM is as unknown as one this keeper never
+		// made.
+		if project, ok := owned[id]; !ok || !run.Sees(project, nil) {
 			return mismatch("VM %q was not created by this keeper at provider %q", id, provider)
 		}
 		given[id] = true
@@ -701,7 +734,7 @@ func checkPairing(ctx context.Context, st Registry, provider string, vmIDs, sids
 	carried := map[string]string{} // vm_id -> sid
 	for _, sid := range sids {
 		so, err := st.SoulGet(ctx, sid)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, store.ErrNotFound) || err == nil && !run.Sees(so.Project, nil) {
 			return mismatch("soul %q is not registered", sid)
 		}
 		if err != nil {

@@ -22,7 +22,9 @@ func scanEvent(row interface{ Scan(...any) error }) (audit.Event, error) {
 // AuditList returns audit events after AfterSeq in sequence order.
 func (s *Store) AuditList(ctx context.Context, params store.AuditListParams) (_ []audit.Event, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+auditCols+` FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?`), params.AfterSeq, limitOf(params.Limit))
+	cond, args := inProject(params.Project, "")
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+auditCols+` FROM audit_events WHERE seq > ?`+cond+` ORDER BY seq LIMIT ?`),
+		append(append([]any{params.AfterSeq}, args...), limitOf(params.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("list audit events: %w", err)
 	}
@@ -91,6 +93,6 @@ func readHead(ctx context.Context, q interface {
 func (s *Store) AuditRecord(ctx context.Context, p store.AuditParams) (err error) {
 	defer s.translate(&err)
 	return s.mutate(ctx, p.Actor, func(*sql.Tx) (record, error) {
-		return record{action: p.Action, object: p.Object, payload: p.Payload}, nil
+		return record{action: p.Action, object: p.Object, payload: p.Payload, project: p.Project}, nil
 	})
 }

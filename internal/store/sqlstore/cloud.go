@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -12,12 +13,54 @@ import (
 
 var _ store.CloudStore = (*Store)(nil)
 
-// CloudRequestCreate records a create request before the driver is called.
+// CloudRequestCreate records a create request before the driver is
+// called, after counting it against its project's quota under the
+// project's row lock: two concurrent creates cannot both fit in what is
+// left, and a refused one (*store.QuotaError) records nothing.
 func (s *Store) CloudRequestCreate(ctx context.Context, r store.CloudRequest) (err error) {
 	defer s.translate(&err)
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO cloud_requests (request_id, run_id, step, provider, count, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		r.RequestID, r.RunID, r.Step, r.Provider, r.Count, "requested", s.stamp())
+	r.Project = projectOf(r.Project)
+	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	q, err := s.lockProject(ctx, tx, r.Project, "cloud_request", r.RequestID)
+	if err != nil {
+		return err
+	}
+	if q.VMs > 0 || q.VCPUs > 0 || q.MemoryMB > 0 {
+		var used store.Quota
+		// VMs alive, and VMs of requests in flight (of runs not finished:
+		// a crashed run's request does not hold the quota for ever).
+		err := tx.QueryRowContext(ctx, s.q(`SELECT
+			(SELECT COUNT(*) FROM souls WHERE project = ? AND vm_id <> '' AND status <> ?) +
+			(SELECT COALESCE(SUM(count), 0) FROM cloud_requests WHERE project = ? AND status = 'requested' AND run_id IN (SELECT id FROM runs WHERE phase IN (?, ?))),
+			(SELECT COALESCE(SUM(vcpus), 0) FROM souls WHERE project = ? AND vm_id <> '' AND status <> ?) +
+			(SELECT COALESCE(SUM(count * vcpus), 0) FROM cloud_requests WHERE project = ? AND status = 'requested' AND run_id IN (SELECT id FROM runs WHERE phase IN (?, ?))),
+			(SELECT COALESCE(SUM(memory_mb), 0) FROM souls WHERE project = ? AND vm_id <> '' AND status <> ?) +
+			(SELECT COALESCE(SUM(count * memory_mb), 0) FROM cloud_requests WHERE project = ? AND status = 'requested' AND run_id IN (SELECT id FROM runs WHERE phase IN (?, ?)))`),
+			r.Project, store.SoulDestroyed, r.Project, store.PhasePending, store.PhaseRunning,
+			r.Project, store.SoulDestroyed, r.Project, store.PhasePending, store.PhaseRunning,
+			r.Project, store.SoulDestroyed, r.Project, store.PhasePending, store.PhaseRunning).Scan(&used.VMs, &used.VCPUs, &used.MemoryMB)
+		if err != nil {
+			return fmt.Errorf("count the VMs of project %q: %w", r.Project, err)
+		}
+		for _, c := range []struct {
+			resource          string
+			limit, used, more int
+		}{{"vms", q.VMs, used.VMs, r.Count}, {"vcpus", q.VCPUs, used.VCPUs, r.Count * r.VCPUs}, {"memory_mb", q.MemoryMB, used.MemoryMB, r.Count * r.MemoryMB}} {
+			if c.limit > 0 && c.used+c.more > c.limit {
+				return &store.QuotaError{Project: r.Project, Resource: c.resource, Limit: c.limit, Used: c.used, Asked: c.more}
+			}
+		}
+	}
+	_, err = tx.ExecContext(ctx, s.q(`INSERT INTO cloud_requests (request_id, run_id, step, provider, count, status, created_at, project, vcpus, memory_mb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		r.RequestID, r.RunID, r.Step, r.Provider, r.Count, "requested", s.stamp(), r.Project, r.VCPUs, r.MemoryMB)
+	if err != nil {
+		return fmt.Errorf("record cloud request %s: %w", r.RequestID, err)
+	}
+	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("record cloud request %s: %w", r.RequestID, err)
 	}
 	return nil
@@ -51,21 +94,21 @@ func (s *Store) CloudRequestGet(ctx context.Context, requestID string) (_ store.
 
 // CloudVMsCreated returns those of vmIDs that a completed create request
 // of provider recorded.
-func (s *Store) CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (_ map[string]bool, err error) {
+func (s *Store) CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (_ map[string]string, err error) {
 	defer s.translate(&err)
 	want := map[string]bool{}
 	for _, id := range vmIDs {
 		want[id] = true
 	}
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT vm_ids FROM cloud_requests WHERE provider = ? AND status = 'created'`), provider)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT vm_ids, project FROM cloud_requests WHERE provider = ? AND status = 'created'`), provider)
 	if err != nil {
 		return nil, fmt.Errorf("created VMs of provider %q: %w", provider, err)
 	}
 	defer rows.Close()
-	found := map[string]bool{}
+	found := map[string]string{}
 	for rows.Next() {
-		var raw string
-		if err := rows.Scan(&raw); err != nil {
+		var raw, project string
+		if err := rows.Scan(&raw, &project); err != nil {
 			return nil, fmt.Errorf("created VMs of provider %q: %w", provider, err)
 		}
 		var ids []string
@@ -74,7 +117,7 @@ func (s *Store) CloudVMsCreated(ctx context.Context, provider string, vmIDs []st
 		}
 		for _, id := range ids {
 			if want[id] {
-				found[id] = true
+				found[id] = project
 			}
 		}
 	}
@@ -98,14 +141,21 @@ func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams
 	}
 	p.Seeds = seeds
 	return s.mutate(ctx, actor, func(tx *sql.Tx) (record, error) {
+		// The souls belong to the request's project and take what it
+		// counted of the quota.
+		project, vcpus, memory := store.DefaultProject, 0, 0
+		err := tx.QueryRowContext(ctx, s.q(`SELECT project, vcpus, memory_mb FROM cloud_requests WHERE request_id = ?`), p.RequestID).Scan(&project, &vcpus, &memory)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return record{}, fmt.Errorf("read cloud request %s: %w", p.RequestID, err)
+		}
 		var vmIDs, sids []string
 		for _, so := range p.Souls {
 			conn, err := json.Marshal(so.Connection)
 			if err != nil {
 				return record{}, err
 			}
-			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO souls (`+soulCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-				so.SID, store.SoulPending, so.Address, nullString(so.Provider), so.VMID, so.PrimaryIP, jsonText(so.Attributes), string(conn), nil, now, now)
+			_, err = tx.ExecContext(ctx, s.q(`INSERT INTO souls (`+soulCols+`, project, vcpus, memory_mb) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+				so.SID, store.SoulPending, so.Address, nullString(so.Provider), so.VMID, so.PrimaryIP, jsonText(so.Attributes), string(conn), nil, now, now, project, vcpus, memory)
 			if s.dialect.Classify(err) == UniqueViolation {
 				return record{}, &store.Error{Err: store.ErrExists, Kind: "soul", Key: so.SID}
 			}
@@ -137,7 +187,7 @@ func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
-		return record{action: "cloud.provisioned", object: "provider/" + providerOf(p.Souls), payload: payload}, nil
+		return record{action: "cloud.provisioned", object: "provider/" + providerOf(p.Souls), payload: payload, project: project}, nil
 	})
 }
 
@@ -165,12 +215,12 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (_
 			// paired selects the given souls that really are this
 			// provider's VMs among vm_ids; everything below is limited to
 			// them.
-			paired := `sid IN (` + placeholders(len(p.SIDs)) + `) AND provider = ? AND vm_id <> '' AND vm_id IN (` + placeholders(len(p.VMIDs)) + `)`
+			paired := `sid IN (` + placeholders(len(p.SIDs)) + `) AND provider = ? AND project = ? AND vm_id <> '' AND vm_id IN (` + placeholders(len(p.VMIDs)) + `)`
 			var pairedArgs []any
 			for _, sid := range p.SIDs {
 				pairedArgs = append(pairedArgs, sid)
 			}
-			pairedArgs = append(pairedArgs, p.Provider)
+			pairedArgs = append(pairedArgs, p.Provider, projectOf(p.Project))
 			for _, id := range p.VMIDs {
 				pairedArgs = append(pairedArgs, id)
 			}
@@ -212,7 +262,7 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (_
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
-		return record{action: "cloud.provisioned", object: "provider/" + p.Provider, payload: payload, changes: changes}, nil
+		return record{action: "cloud.provisioned", object: "provider/" + p.Provider, payload: payload, changes: changes, project: projectOf(p.Project)}, nil
 	})
 	return c, err
 }

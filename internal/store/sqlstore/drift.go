@@ -102,6 +102,10 @@ func (s *Store) DriftList(ctx context.Context, p store.DriftListParams) (_ []sto
 		q += ` AND state = ?`
 		args = append(args, p.State)
 	}
+	if p.Project != "" {
+		q += ` AND sid IN (SELECT sid FROM souls WHERE project = ?)`
+		args = append(args, p.Project)
+	}
 	q += ` ORDER BY sid LIMIT ?`
 	args = append(args, limitOf(p.Limit))
 	rows, err := s.db.QueryContext(ctx, s.q(q), args...)

@@ -10,12 +10,12 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-const providerCols = `name, driver, region, credentials_ref, fqdn_suffix, config, created_at, created_by`
+const providerCols = `name, driver, region, credentials_ref, fqdn_suffix, config, created_at, created_by, project`
 
 func scanProvider(row interface{ Scan(...any) error }) (store.Provider, error) {
 	var p store.Provider
 	var config string
-	err := row.Scan(&p.Name, &p.Driver, &p.Region, &p.CredentialsRef, &p.FQDNSuffix, &config, &p.CreatedAt, &p.CreatedBy)
+	err := row.Scan(&p.Name, &p.Driver, &p.Region, &p.CredentialsRef, &p.FQDNSuffix, &config, &p.CreatedAt, &p.CreatedBy, &p.Project)
 	p.Config = json.RawMessage(config)
 	p.CreatedAt = p.CreatedAt.UTC()
 	return p, err
@@ -31,9 +31,13 @@ func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateP
 		return store.Provider{}, err
 	}
 	p.Config = json.RawMessage(jsonText(p.Config))
+	p.Project = projectOf(p.Project)
 	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-			p.Name, p.Driver, p.Region, p.CredentialsRef, p.FQDNSuffix, string(p.Config), p.CreatedAt, p.CreatedBy)
+		if err := s.projectExists(ctx, tx, p.Project, "provider", p.Name); err != nil {
+			return record{}, err
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO providers (`+providerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			p.Name, p.Driver, p.Region, p.CredentialsRef, p.FQDNSuffix, string(p.Config), p.CreatedAt, p.CreatedBy, p.Project)
 		if err != nil {
 			if s.dialect.Classify(err) == UniqueViolation {
 				return record{}, &store.Error{Err: store.ErrExists, Kind: "provider", Key: p.Name}
@@ -43,7 +47,7 @@ func (s *Store) ProviderCreate(ctx context.Context, params store.ProviderCreateP
 		return record{action: "provider.created", object: "provider/" + p.Name, payload: map[string]any{
 			"name": p.Name, "driver": p.Driver, "region": p.Region, "credentials_ref": p.CredentialsRef,
 			"fqdn_suffix": p.FQDNSuffix, "config": p.Config,
-		}}, nil
+		}, project: p.Project}, nil
 	})
 	if err != nil {
 		return store.Provider{}, err
@@ -58,13 +62,18 @@ func (s *Store) ProviderGet(ctx context.Context, name string) (_ store.Provider,
 	if err != nil {
 		return store.Provider{}, notFound(err, "provider", name)
 	}
+	if p.SharedWith, err = s.sharedWith(ctx, "provider", p.Name); err != nil {
+		return store.Provider{}, err
+	}
 	return s.openProvider(p)
 }
 
 // ProviderList lists providers by name.
 func (s *Store) ProviderList(ctx context.Context, params store.ListParams) (_ []store.Provider, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+providerCols+` FROM providers WHERE name > ? ORDER BY name LIMIT ?`), params.After, limitOf(params.Limit))
+	cond, args := inProject(params.Project, "provider")
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+providerCols+` FROM providers WHERE name > ?`+cond+` ORDER BY name LIMIT ?`),
+		append(append([]any{params.After}, args...), limitOf(params.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("list providers: %w", err)
 	}
@@ -80,7 +89,15 @@ func (s *Store) ProviderList(ctx context.Context, params store.ListParams) (_ []
 		}
 		out = append(out, p)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].SharedWith, err = s.sharedWith(ctx, "provider", out[i].Name); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // openProvider opens the provider's sealed config fields.
@@ -95,6 +112,10 @@ func (s *Store) openProvider(p store.Provider) (store.Provider, error) {
 func (s *Store) ProviderDelete(ctx context.Context, params store.DeleteParams) (err error) {
 	defer s.translate(&err)
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		project, err := s.objectProject(ctx, tx, "providers", "name", params.Key)
+		if err != nil {
+			return record{}, notFound(err, "provider", params.Key)
+		}
 		// Destroyed souls no longer hold their provider: they let go of it
 		// here; live souls and profiles still block the delete (FK RESTRICT).
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET provider = NULL WHERE provider = ? AND status = ?`), params.Key, store.SoulDestroyed); err != nil {
@@ -110,7 +131,10 @@ func (s *Store) ProviderDelete(ctx context.Context, params store.DeleteParams) (
 		if err := deleted(res, "provider", params.Key); err != nil {
 			return record{}, err
 		}
-		return record{action: "provider.deleted", object: "provider/" + params.Key, payload: map[string]any{"name": params.Key}}, nil
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM project_shares WHERE kind = 'provider' AND name = ?`), params.Key); err != nil {
+			return record{}, fmt.Errorf("delete shares of provider %q: %w", params.Key, err)
+		}
+		return record{action: "provider.deleted", object: "provider/" + params.Key, payload: map[string]any{"name": params.Key}, project: project}, nil
 	})
 }
 
@@ -141,12 +165,12 @@ func (s *Store) inUse(ctx context.Context, provider string) error {
 	return e
 }
 
-const profileCols = `name, provider, spec, created_at, created_by`
+const profileCols = `name, provider, spec, created_at, created_by, project`
 
 func scanProfile(row interface{ Scan(...any) error }) (store.Profile, error) {
 	var p store.Profile
 	var spec string
-	err := row.Scan(&p.Name, &p.Provider, &spec, &p.CreatedAt, &p.CreatedBy)
+	err := row.Scan(&p.Name, &p.Provider, &spec, &p.CreatedAt, &p.CreatedBy, &p.Project)
 	p.Spec = json.RawMessage(spec)
 	p.CreatedAt = p.CreatedAt.UTC()
 	return p, err
@@ -160,9 +184,13 @@ func (s *Store) ProfileCreate(ctx context.Context, params store.ProfileCreatePar
 	p.CreatedAt = s.stamp()
 	p.CreatedBy = string(params.Actor)
 	p.Spec = json.RawMessage(jsonText(p.Spec))
+	p.Project = projectOf(p.Project)
 	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO profiles (`+profileCols+`) VALUES (?, ?, ?, ?, ?)`),
-			p.Name, p.Provider, string(p.Spec), p.CreatedAt, p.CreatedBy)
+		if err := s.projectExists(ctx, tx, p.Project, "profile", p.Name); err != nil {
+			return record{}, err
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO profiles (`+profileCols+`) VALUES (?, ?, ?, ?, ?, ?)`),
+			p.Name, p.Provider, string(p.Spec), p.CreatedAt, p.CreatedBy, p.Project)
 		switch s.dialect.Classify(err) {
 		case UniqueViolation:
 			return record{}, &store.Error{Err: store.ErrExists, Kind: "profile", Key: p.Name}
@@ -174,7 +202,7 @@ func (s *Store) ProfileCreate(ctx context.Context, params store.ProfileCreatePar
 		}
 		return record{action: "profile.created", object: "profile/" + p.Name, payload: map[string]any{
 			"name": p.Name, "provider": p.Provider, "spec": p.Spec,
-		}}, nil
+		}, project: p.Project}, nil
 	})
 	if err != nil {
 		return store.Profile{}, err
@@ -189,13 +217,18 @@ func (s *Store) ProfileGet(ctx context.Context, name string) (_ store.Profile, e
 	if err != nil {
 		return store.Profile{}, notFound(err, "profile", name)
 	}
+	if p.SharedWith, err = s.sharedWith(ctx, "profile", p.Name); err != nil {
+		return store.Profile{}, err
+	}
 	return p, nil
 }
 
 // ProfileList lists profiles by name.
 func (s *Store) ProfileList(ctx context.Context, params store.ListParams) (_ []store.Profile, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+profileCols+` FROM profiles WHERE name > ? ORDER BY name LIMIT ?`), params.After, limitOf(params.Limit))
+	cond, args := inProject(params.Project, "profile")
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+profileCols+` FROM profiles WHERE name > ?`+cond+` ORDER BY name LIMIT ?`),
+		append(append([]any{params.After}, args...), limitOf(params.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("list profiles: %w", err)
 	}
@@ -208,13 +241,25 @@ func (s *Store) ProfileList(ctx context.Context, params store.ListParams) (_ []s
 		}
 		out = append(out, p)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].SharedWith, err = s.sharedWith(ctx, "profile", out[i].Name); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // ProfileDelete deletes a profile.
 func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) (err error) {
 	defer s.translate(&err)
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
+		project, err := s.objectProject(ctx, tx, "profiles", "name", params.Key)
+		if err != nil {
+			return record{}, notFound(err, "profile", params.Key)
+		}
 		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM profiles WHERE name = ?`), params.Key)
 		if err != nil {
 			return record{}, fmt.Errorf("delete profile %q: %w", params.Key, err)
@@ -222,7 +267,10 @@ func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) (e
 		if err := deleted(res, "profile", params.Key); err != nil {
 			return record{}, err
 		}
-		return record{action: "profile.deleted", object: "profile/" + params.Key, payload: map[string]any{"name": params.Key}}, nil
+		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM project_shares WHERE kind = 'profile' AND name = ?`), params.Key); err != nil {
+			return record{}, fmt.Errorf("delete shares of profile %q: %w", params.Key, err)
+		}
+		return record{action: "profile.deleted", object: "profile/" + params.Key, payload: map[string]any{"name": params.Key}, project: project}, nil
 	})
 }
 
@@ -230,7 +278,7 @@ func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) (e
 // what scanSoul reads.
 const (
 	soulCols       = `sid, status, address, provider, vm_id, primary_ip, attributes, connection, created_by_aid, created_at, updated_at`
-	soulSelectCols = soulCols + `, last_seen_at, last_error, cert_serial, cert_not_after, joined_at`
+	soulSelectCols = soulCols + `, last_seen_at, last_error, cert_serial, cert_not_after, joined_at, project`
 )
 
 func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
@@ -239,7 +287,7 @@ func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
 	var provider, createdBy sql.NullString
 	var seen, notAfter, joined sql.NullTime
 	err := row.Scan(&s.SID, &s.Status, &s.Address, &provider, &s.VMID, &s.PrimaryIP, &attrs, &conn, &createdBy, &s.CreatedAt, &s.UpdatedAt, &seen, &s.LastError,
-		&s.CertSerial, &notAfter, &joined)
+		&s.CertSerial, &notAfter, &joined, &s.Project)
 	if err != nil {
 		return s, err
 	}
@@ -275,9 +323,13 @@ func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (
 	if so.CreatedByAID != nil {
 		createdBy = sql.NullString{String: *so.CreatedByAID, Valid: true}
 	}
+	so.Project = projectOf(so.Project)
 	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO souls (`+soulCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			so.SID, so.Status, so.Address, nullString(so.Provider), so.VMID, so.PrimaryIP, string(so.Attributes), string(conn), createdBy, so.CreatedAt, so.UpdatedAt)
+		if err := s.projectExists(ctx, tx, so.Project, "soul", so.SID); err != nil {
+			return record{}, err
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO souls (`+soulCols+`, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			so.SID, so.Status, so.Address, nullString(so.Provider), so.VMID, so.PrimaryIP, string(so.Attributes), string(conn), createdBy, so.CreatedAt, so.UpdatedAt, so.Project)
 		switch s.dialect.Classify(err) {
 		case UniqueViolation:
 			return record{}, &store.Error{Err: store.ErrExists, Kind: "soul", Key: so.SID}
@@ -290,7 +342,7 @@ func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (
 		return record{action: "soul.registered", object: "soul/" + so.SID, payload: map[string]any{
 			"sid": so.SID, "address": so.Address, "status": so.Status, "provider": so.Provider,
 			"connection": map[string]any{"transport": so.Connection.Transport, "user": so.Connection.User, "port": so.Connection.Port, "key_ref": so.Connection.KeyRef},
-		}}, nil
+		}, project: so.Project}, nil
 	})
 	if err != nil {
 		return store.Soul{}, err
@@ -329,6 +381,9 @@ func (s *Store) SoulSearch(ctx context.Context, p store.SoulListParams) (_ []sto
 		cond, a := s.dialect.AttributeIs(p.Label.Key, p.Label.Value)
 		query, args = query+` AND `+cond, append(args, a...)
 	}
+	if cond, a := inProject(p.Project, ""); cond != "" {
+		query, args = query+cond, append(args, a...)
+	}
 	rows, err := s.db.QueryContext(ctx, s.q(query+` ORDER BY sid LIMIT ?`), append(args, limitOf(p.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("list souls: %w", err)
@@ -361,7 +416,7 @@ func (s *Store) SoulDelete(ctx context.Context, params store.DeleteParams) (err 
 			return record{}, err
 		}
 		return record{action: "soul.deleted", object: "soul/" + params.Key, payload: map[string]any{"sid": params.Key},
-			changes: []store.Change{store.SoulGone{Soul: so}}}, nil
+			changes: []store.Change{store.SoulGone{Soul: so}}, project: so.Project}, nil
 	})
 }
 
@@ -384,6 +439,33 @@ func (s *Store) SoulPinHostKey(ctx context.Context, p store.SoulHostKeyParams) (
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET connection = ?, updated_at = ? WHERE sid = ?`), string(conn), s.stamp(), p.SID); err != nil {
 			return record{}, fmt.Errorf("pin host key of soul %q: %w", p.SID, err)
 		}
-		return record{action: "soul.host_key_pinned", object: "soul/" + p.SID, payload: map[string]any{"sid": p.SID, "host_key": p.HostKey}}, nil
+		return record{action: "soul.host_key_pinned", object: "soul/" + p.SID, payload: map[string]any{"sid": p.SID, "host_key": p.HostKey}, project: so.Project}, nil
 	})
+}
+
+// objectProject reads the project of the row of table whose column col is
+// key, in tx.
+func (s *Store) objectProject(ctx context.Context, tx *sql.Tx, table, col, key string) (string, error) {
+	var p string
+	err := tx.QueryRowContext(ctx, s.q(`SELECT project FROM `+table+` WHERE `+col+` = ?`), key).Scan(&p)
+	return p, err
+}
+
+// sharedWith lists the projects a provider or profile is shared with, by
+// name.
+func (s *Store) sharedWith(ctx context.Context, kind, name string) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT project FROM project_shares WHERE kind = ? AND name = ? ORDER BY project`), kind, name)
+	if err != nil {
+		return nil, fmt.Errorf("list shares of %s %q: %w", kind, name, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			return nil, fmt.Errorf("list shares of %s %q: %w", kind, name, err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
 }

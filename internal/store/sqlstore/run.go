@@ -15,7 +15,7 @@ import (
 var _ store.RunStore = (*Store)(nil)
 
 const runCols = `id, key, digest, name, scenario, input_sealed, input_masked, phase, error_code, error_message, timeout_ms,
-	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode, epoch, trace_parent`
+	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode, epoch, trace_parent, project`
 
 func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var r store.Run
@@ -24,7 +24,7 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var timeoutMS int64
 	var started, finished, heartbeat sql.NullTime
 	err := row.Scan(&r.ID, &key, &r.Digest, &r.Name, &r.Scenario, &r.InputSealed, &inputMasked, &r.Phase, &r.ErrorCode, &r.ErrorMsg, &timeoutMS,
-		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode, &r.Epoch, &r.TraceParent)
+		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode, &r.Epoch, &r.TraceParent, &r.Project)
 	r.Key, r.Owner = key.String, owner.String
 	r.InputMasked, r.Outputs = json.RawMessage(inputMasked), json.RawMessage(outputs)
 	r.Timeout = time.Duration(timeoutMS) * time.Millisecond
@@ -73,10 +73,25 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (_ store
 	}
 	r.CreatedAt = s.stamp()
 	r.CreatedBy = string(p.Actor)
+	r.Project = projectOf(r.Project)
 	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO runs (id, key, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at, mode, trace_parent)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
-			r.ID, nullString(r.Key), r.Digest, r.Name, r.Scenario, r.InputSealed, jsonText(r.InputMasked), r.Phase, r.Timeout.Milliseconds(), r.CreatedBy, r.CreatedAt, r.Mode, r.TraceParent)
+		q, err := s.lockProject(ctx, tx, r.Project, "run", r.ID)
+		if err != nil {
+			return record{}, err
+		}
+		if q.Runs > 0 {
+			var n int
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM runs WHERE project = ? AND phase IN (?, ?)`),
+				r.Project, store.PhasePending, store.PhaseRunning).Scan(&n); err != nil {
+				return record{}, fmt.Errorf("count the runs of project %q: %w", r.Project, err)
+			}
+			if n+1 > q.Runs {
+				return record{}, &store.QuotaError{Project: r.Project, Resource: "runs", Limit: q.Runs, Used: n, Asked: 1}
+			}
+		}
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO runs (id, key, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at, mode, trace_parent, project)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			r.ID, nullString(r.Key), r.Digest, r.Name, r.Scenario, r.InputSealed, jsonText(r.InputMasked), r.Phase, r.Timeout.Milliseconds(), r.CreatedBy, r.CreatedAt, r.Mode, r.TraceParent, r.Project)
 		if s.dialect.Classify(err) == UniqueViolation {
 			return record{}, &store.Error{Err: store.ErrExists, Kind: "run", Key: r.Key}
 		}
@@ -92,7 +107,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (_ store
 		// runs had the same input, a guess of a secret input included.
 		return record{action: "run.started", object: "run/" + r.ID, payload: map[string]any{
 			"id": r.ID, "key": r.Key, "name": r.Name, "mode": r.Mode, "timeout": r.Timeout.String(), "input": r.InputMasked,
-		}}, nil
+		}, project: r.Project}, nil
 	})
 	if errors.Is(err, store.ErrExists) && r.Key != "" {
 		// A concurrent request with the same key won the insert.
@@ -124,7 +139,7 @@ func (s *Store) RunHead(ctx context.Context, id string) (_ store.RunHead, err er
 	defer s.translate(&err)
 	var h store.RunHead
 	var finished sql.NullTime
-	if err := s.db.QueryRowContext(ctx, s.q(`SELECT phase, finished_at FROM runs WHERE id = ?`), id).Scan(&h.Phase, &finished); err != nil {
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT phase, finished_at, project FROM runs WHERE id = ?`), id).Scan(&h.Phase, &finished, &h.Project); err != nil {
 		return store.RunHead{}, notFound(err, "run", id)
 	}
 	h.FinishedAt = timePtr(finished)
@@ -144,6 +159,9 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (_ []store.R
 	}
 	if p.NameContains != "" {
 		query, args = query+` AND LOWER(name) LIKE LOWER(?) ESCAPE '\'`, append(args, "%"+likeEscaper.Replace(p.NameContains)+"%")
+	}
+	if cond, a := inProject(p.Project, ""); cond != "" {
+		query, args = query+cond, append(args, a...)
 	}
 	rows, err := s.db.QueryContext(ctx, s.q(query+` ORDER BY id DESC LIMIT ?`), append(args, limitOf(p.Limit))...)
 	if err != nil {
@@ -411,8 +429,8 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) (err err
 	// carries out what that token asked for. created_by never changes, so
 	// reading it before the transaction is safe.
 	actor := store.ActorKeeper
-	var creator string
-	if err := s.db.QueryRowContext(ctx, s.q(`SELECT created_by FROM runs WHERE id = ?`), p.ID).Scan(&creator); err == nil && creator != "" {
+	var creator, project string
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT created_by, project FROM runs WHERE id = ?`), p.ID).Scan(&creator, &project); err == nil && creator != "" {
 		actor = store.Actor(creator)
 	}
 	return s.mutate(ctx, actor, func(tx *sql.Tx) (record, error) {
@@ -433,7 +451,7 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) (err err
 		if p.ErrorCode != "" {
 			payload["error"] = map[string]any{"code": p.ErrorCode, "message": p.ErrorMsg}
 		}
-		return record{action: "run.finished", object: "run/" + p.ID, payload: payload}, nil
+		return record{action: "run.finished", object: "run/" + p.ID, payload: payload, project: project}, nil
 	})
 }
 
@@ -442,8 +460,8 @@ func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (_ store.Ru
 	defer s.translate(&err)
 	now := s.stamp()
 	err = s.mutate(ctx, p.Actor, func(tx *sql.Tx) (record, error) {
-		var phase, createdBy string
-		if err := tx.QueryRowContext(ctx, s.q(`SELECT phase, created_by FROM runs WHERE id = ?`), p.Key).Scan(&phase, &createdBy); err != nil {
+		var phase, createdBy, project string
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT phase, created_by, project FROM runs WHERE id = ?`), p.Key).Scan(&phase, &createdBy, &project); err != nil {
 			return record{}, notFound(err, "run", p.Key)
 		}
 		if store.Terminal(phase) {
@@ -460,7 +478,7 @@ func (s *Store) RunCancel(ctx context.Context, p store.DeleteParams) (_ store.Ru
 		} else if _, err := tx.ExecContext(ctx, s.q(`UPDATE runs SET cancel_requested = ? WHERE id = ?`), true, p.Key); err != nil {
 			return record{}, fmt.Errorf("cancel run %s: %w", p.Key, err)
 		}
-		return record{action: "run.cancelled", object: "run/" + p.Key, payload: map[string]any{"id": p.Key, "phase_at_request": phase, "created_by": createdBy}}, nil
+		return record{action: "run.cancelled", object: "run/" + p.Key, payload: map[string]any{"id": p.Key, "phase_at_request": phase, "created_by": createdBy}, project: project}, nil
 	})
 	if err != nil {
 		return store.Run{}, err

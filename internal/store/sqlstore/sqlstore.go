@@ -169,6 +169,10 @@ type record struct {
 	object  string
 	payload any
 	changes []store.Change
+	// project is the project the event is about, empty for a keeper-wide
+	// one: a map payload carries it too (hashed), the column says who may
+	// read the event.
+	project string
 }
 
 // mutate runs fn in a transaction that first locks the audit chain head,
@@ -195,14 +199,20 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 	if err != nil {
 		return err
 	}
+	if rec.project == "" {
+		rec.project = s.objectsProject(ctx, tx, rec.object)
+	}
+	if m, ok := rec.payload.(map[string]any); ok && rec.project != "" {
+		m["project"] = rec.project
+	}
 	payload, err := audit.MarshalPayload(secret.Mask(rec.payload))
 	if err != nil {
 		return err
 	}
 	ev := audit.Event{At: s.now(), ActorAID: string(actor), Action: rec.action, Object: rec.object, Payload: payload}
 	newHead := s.chain.Seal(&ev, head)
-	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO audit_events (seq, at, actor_aid, action, object, payload, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
-		ev.Seq, ev.At, ev.ActorAID, ev.Action, ev.Object, ev.Payload, ev.PrevHash, ev.Hash); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO audit_events (seq, at, actor_aid, action, object, payload, prev_hash, hash, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		ev.Seq, ev.At, ev.ActorAID, ev.Action, ev.Object, ev.Payload, ev.PrevHash, ev.Hash, rec.project); err != nil {
 		return fmt.Errorf("write audit event %s: %w", rec.action, err)
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1`), newHead.Seq, newHead.Hash); err != nil {
@@ -223,6 +233,90 @@ func limitOf(n int) int {
 		return 100
 	}
 	return n
+}
+
+// projectOf is the project an object is created in: the default one
+// when none is named.
+func projectOf(p string) string {
+	if p == "" {
+		return store.DefaultProject
+	}
+	return p
+}
+
+// projectExists fails with ErrReferenceMissing, about the object kind
+// key, when project does not exist: checked in the transaction that
+// creates the object.
+func (s *Store) projectExists(ctx context.Context, tx *sql.Tx, project, kind, key string) error {
+	var n int
+	err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM projects WHERE name = ?`), project).Scan(&n)
+	if err != nil {
+		return fmt.Errorf("look up project %q: %w", project, err)
+	}
+	if n == 0 {
+		return &store.Error{Err: store.ErrReferenceMissing, Kind: kind, Key: key, Ref: "project " + project}
+	}
+	return nil
+}
+
+// objectsProject is the project of the audit object named object
+// ("soul/<sid>", "run/<id>", "provider/<name>", "profile/<name>"), read
+// in tx; empty for other objects and for one that does not exist (any
+// more).
+func (s *Store) objectsProject(ctx context.Context, tx *sql.Tx, object string) string {
+	kind, key, _ := strings.Cut(object, "/")
+	table, col := "", ""
+	switch kind {
+	case "soul":
+		table, col = "souls", "sid"
+	case "run":
+		table, col = "runs", "id"
+	case "provider":
+		table, col = "providers", "name"
+	case "profile":
+		table, col = "profiles", "name"
+	default:
+		return ""
+	}
+	p, err := s.objectProject(ctx, tx, table, col, key)
+	if err != nil {
+		return ""
+	}
+	return p
+}
+
+// lockProject takes project's row for the rest of tx (a create's quota is
+// counted and the create made under it, so two concurrent creates cannot
+// both fit) and returns its quota; an unknown project is
+// ErrReferenceMissing about the object kind key.
+func (s *Store) lockProject(ctx context.Context, tx *sql.Tx, project, kind, key string) (store.Quota, error) {
+	res, err := tx.ExecContext(ctx, s.q(`UPDATE projects SET quota_runs = quota_runs WHERE name = ?`), project)
+	if err != nil {
+		return store.Quota{}, fmt.Errorf("lock project %q: %w", project, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.Quota{}, &store.Error{Err: store.ErrReferenceMissing, Kind: kind, Key: key, Ref: "project " + project}
+	}
+	var q store.Quota
+	err = tx.QueryRowContext(ctx, s.q(`SELECT quota_vms, quota_vcpus, quota_memory_mb, quota_runs FROM projects WHERE name = ?`), project).
+		Scan(&q.VMs, &q.VCPUs, &q.MemoryMB, &q.Runs)
+	if err != nil {
+		return store.Quota{}, fmt.Errorf("read the quota of project %q: %w", project, err)
+	}
+	return q, nil
+}
+
+// inProject is the condition that keeps a list to project p (with args)
+// — nothing when p is empty; shared adds the provider or profile shares
+// of that kind.
+func inProject(p, shared string) (string, []any) {
+	if p == "" {
+		return "", nil
+	}
+	if shared == "" {
+		return ` AND project = ?`, []any{p}
+	}
+	return ` AND (project = ? OR name IN (SELECT name FROM project_shares WHERE kind = '` + shared + `' AND project = ?))`, []any{p, p}
 }
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }

@@ -9,14 +9,14 @@ import (
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-const tokenCols = `id, name, role, permissions, hash, created_by, created_at, expires_at, revoked_at, person_issuer, person_subject, person_name`
+const tokenCols = `id, name, role, permissions, hash, created_by, created_at, expires_at, revoked_at, person_issuer, person_subject, person_name, project`
 
 func scanToken(row interface{ Scan(...any) error }) (store.APIToken, error) {
 	var t store.APIToken
 	var expires, revoked sql.NullTime
 	var perms string
 	var person store.Person
-	err := row.Scan(&t.ID, &t.Name, &t.Role, &perms, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked, &person.Issuer, &person.Subject, &person.Name)
+	err := row.Scan(&t.ID, &t.Name, &t.Role, &perms, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked, &person.Issuer, &person.Subject, &person.Name, &t.Project)
 	if person.Issuer != "" {
 		t.Person = &person
 	}
@@ -33,9 +33,9 @@ func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (
 	if t.Person != nil {
 		person = *t.Person
 	}
-	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		t.ID, t.Name, t.Role, strings.Join(t.Permissions, ","), t.Hash, t.CreatedBy, t.CreatedAt, nullTime(t.ExpiresAt), nullTime(t.RevokedAt),
-		person.Issuer, person.Subject, person.Name)
+		person.Issuer, person.Subject, person.Name, t.Project)
 	if s.dialect.Classify(err) == UniqueViolation {
 		return record{}, &store.Error{Err: store.ErrExists, Kind: "token", Key: t.ID}
 	}
@@ -52,7 +52,12 @@ func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (
 	if t.Person != nil {
 		payload["person"] = map[string]any{"issuer": t.Person.Issuer, "subject": t.Person.Subject, "name": t.Person.Name}
 	}
-	return record{action: "token.created", object: "token/" + t.ID, payload: payload}, nil
+	if t.Project != "" {
+		if err := s.projectExists(ctx, tx, t.Project, "token", t.Name); err != nil {
+			return record{}, err
+		}
+	}
+	return record{action: "token.created", object: "token/" + t.ID, payload: payload, project: t.Project}, nil
 }
 
 // TokenCreate stores a new API token's hash.
@@ -103,7 +108,7 @@ func (s *Store) TokenAdminBootstrap(ctx context.Context, params store.TokenAdmin
 	t.CreatedBy = string(params.Actor)
 	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
 		var active []string
-		rows, err := tx.QueryContext(ctx, s.q(`SELECT id FROM api_tokens WHERE role = 'admin' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY id`), t.CreatedAt)
+		rows, err := tx.QueryContext(ctx, s.q(`SELECT id FROM api_tokens WHERE role = 'admin' AND project = '' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY id`), t.CreatedAt)
 		if err != nil {
 			return record{}, fmt.Errorf("list active admin tokens: %w", err)
 		}
@@ -174,7 +179,9 @@ func (s *Store) TokenGetByHash(ctx context.Context, hash string) (_ store.APITok
 // TokenList lists tokens by id, which sorts by creation time.
 func (s *Store) TokenList(ctx context.Context, params store.ListParams) (_ []store.APIToken, err error) {
 	defer s.translate(&err)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE id > ? ORDER BY id LIMIT ?`), params.After, limitOf(params.Limit))
+	cond, args := inProject(params.Project, "")
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+tokenCols+` FROM api_tokens WHERE id > ?`+cond+` ORDER BY id LIMIT ?`),
+		append(append([]any{params.After}, args...), limitOf(params.Limit))...)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
@@ -203,9 +210,9 @@ func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) (err
 		if t.RevokedAt != nil {
 			return record{}, &store.Error{Err: store.ErrRevoked, Kind: "token", Key: params.Key}
 		}
-		if t.Role == "admin" {
+		if t.Role == "admin" && t.Project == "" {
 			var others int
-			err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM api_tokens WHERE role = 'admin' AND id <> ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), t.ID, now).Scan(&others)
+			err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM api_tokens WHERE role = 'admin' AND project = '' AND id <> ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), t.ID, now).Scan(&others)
 			if err != nil {
 				return record{}, fmt.Errorf("count admin tokens: %w", err)
 			}
@@ -220,6 +227,6 @@ func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) (err
 		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM web_sessions WHERE token_id = ?`), t.ID); err != nil {
 			return record{}, fmt.Errorf("end the sessions of token %q: %w", t.ID, err)
 		}
-		return record{action: "token.revoked", object: "token/" + t.ID, payload: map[string]any{"id": t.ID, "name": t.Name, "role": t.Role}}, nil
+		return record{action: "token.revoked", object: "token/" + t.ID, payload: map[string]any{"id": t.ID, "name": t.Name, "role": t.Role}, project: t.Project}, nil
 	})
 }

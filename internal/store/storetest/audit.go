@@ -328,7 +328,14 @@ func testAuditAttacks(t *testing.T, b testdb.Backend) {
 func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 	s := b.Open(t)
 	db := s.DB()
-	for _, q := range []string{ // 00027, projects, 00026, the tokens' people and login codes, 00025, the runs' trace context, 00024, keeper rows, epochs and command records, 00023, webhook deliveries, 00022, drift, 00021, run modes, 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
+	for _, q := range []string{ // 00028, project isolation, 00027, projects, 00026, the tokens' people and login codes, 00025, the runs' trace context, 00024, keeper rows, epochs and command records, 00023, webhook deliveries, 00022, drift, 00021, run modes, 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
+		`DROP TABLE project_shares`, `DROP TABLE project_bindings`,
+		`DROP INDEX audit_events_project`, `DROP INDEX runs_project`, `DROP INDEX souls_project`, `DROP INDEX profiles_project`, `DROP INDEX providers_project`,
+		`ALTER TABLE souls DROP COLUMN memory_mb`, `ALTER TABLE souls DROP COLUMN vcpus`, `ALTER TABLE souls DROP COLUMN project`,
+		`ALTER TABLE cloud_requests DROP COLUMN memory_mb`, `ALTER TABLE cloud_requests DROP COLUMN vcpus`, `ALTER TABLE cloud_requests DROP COLUMN project`,
+		`ALTER TABLE audit_events DROP COLUMN project`, `ALTER TABLE api_tokens DROP COLUMN project`, `ALTER TABLE runs DROP COLUMN project`,
+		`ALTER TABLE profiles DROP COLUMN project`, `ALTER TABLE providers DROP COLUMN project`,
+		`DELETE FROM goose_db_version WHERE version_id = 28`,
 		`DROP TABLE projects`, `DELETE FROM goose_db_version WHERE version_id = 27`,
 		`DROP TABLE oidc_codes`, `ALTER TABLE api_tokens DROP COLUMN person_name`, `ALTER TABLE api_tokens DROP COLUMN person_subject`, `ALTER TABLE api_tokens DROP COLUMN person_issuer`, `DELETE FROM goose_db_version WHERE version_id = 26`,
 		`ALTER TABLE runs DROP COLUMN trace_parent`, `DELETE FROM goose_db_version WHERE version_id = 25`,
@@ -377,8 +384,8 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	applied, err := b.Migrate(ctx, db)
-	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11, 16, 19, 20, 21, 22, 23, 24, 25, 26, 27}) {
-		t.Fatalf("migrate = %v, %v; want [6 8 10 11 16 19 20 21 22 23 24 25 26 27]", applied, err)
+	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11, 16, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28}) {
+		t.Fatalf("migrate = %v, %v; want [6 8 10 11 16 19 20 21 22 23 24 25 26 27 28]", applied, err)
 	}
 	head, err := s.AuditHead(ctx)
 	if err != nil || head.KeyedFrom != 4 {

@@ -44,7 +44,7 @@ func testCloudProvisionAndDestroy(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	owned, err := s.CloudVMsCreated(ctx, "local", []string{"vm-1", "vm-2", "vm-9"})
-	if err != nil || len(owned) != 2 || !owned["vm-1"] || !owned["vm-2"] {
+	if err != nil || len(owned) != 2 || owned["vm-1"] != store.DefaultProject || owned["vm-2"] != store.DefaultProject {
 		t.Fatalf("created VMs of local = %v, %v", owned, err)
 	}
 	if owned, err := s.CloudVMsCreated(ctx, "other", []string{"vm-1"}); err != nil || len(owned) != 0 {

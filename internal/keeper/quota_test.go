@@ -1,0 +1,239 @@
+package keeper_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/plugin"
+	"github.com/soulstack/soulstack/internal/sshtest"
+	"github.com/soulstack/soulstack/internal/testdb"
+)
+
+// TestProjectQuotasAndSharing: against a real keeper with the real
+// soul-cloud-local plugin, on SQLite and PostgreSQL. Project a owns a
+// provider and a profile and shares them with project b to use; b's admin
+// sees them but cannot delete them or share them on, and creates VMs with
+// them: the souls are b's and a cannot reach them. b has a quota of 2
+// VMs: two concurrent creates of 2 VMs each cannot both fit, exactly one
+// makes its VMs and the other fails with quota.exceeded without a VM
+// asked for; once the VMs are destroyed the quota is free again. A quota
+// of one unfinished run refuses a second run while the first goes.
+func TestProjectQuotasAndSharing(t *testing.T) {
+	requireLocalVMs(t)
+	t.Parallel()
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			data := filepath.Join(dir, ".keeper")
+			buildLocalDriver(t, filepath.Join(data, "plugins"))
+			var args []string
+			if backend == "postgres" {
+				args = []string{"--database-url", testdb.FreshPostgres(t)}
+			}
+			k := serve(t, dir, args...)
+			admin := adminClient(t, k, data)
+			suffix := "quota-" + backend + ".test"
+			state := t.TempDir()
+			t.Cleanup(func() { destroyLocalVMs(t, filepath.Join(data, "plugins"), suffix, state) })
+			quotasAndSharing(t, k, admin, filepath.Join(data, "plugins"), suffix, state)
+		})
+	}
+}
+
+func quotasAndSharing(t *testing.T, k *proc, admin *client.Client, plugins, suffix, state string) {
+	ctx := context.Background()
+	for _, p := range []string{"a", "b"} {
+		if _, err := admin.ProjectCreate(ctx, client.ProjectCreate{Name: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: suffix, Project: "a",
+		Config: map[string]any{"state_dir": state, "max_count": 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.ProfileCreate(ctx, client.ProfileCreate{Name: "small", Provider: "local", Project: "a", Spec: map[string]any{"cpus": 1, "memory_mb": 256}}); err != nil {
+		t.Fatal(err)
+	}
+	mint := func(project string) *client.Client {
+		tok, err := admin.TokenCreate(ctx, client.TokenCreate{Name: project + "-admin", Role: "admin", Project: project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := client.New(k.Addr, tok.Token)
+		return c
+	}
+	adminA, adminB := mint("a"), mint("b")
+
+	// Not shared yet: b cannot see or use them.
+	_, err := adminB.ProviderGet(ctx, "local")
+	wantProblem(t, err, http.StatusNotFound, "provider.not_found")
+	run, _ := cloudStep(t, adminB, "core.cloud.created", "{provider: local, profile: small, count: 1}")
+	if run.Phase != client.PhaseFailed || !strings.Contains(describeSteps(run.Steps), "provider.not_found") {
+		t.Fatalf("b creates with a's provider before the share: %s\n%s", run.Phase, describeSteps(run.Steps))
+	}
+
+	// a shares; b may use, never manage.
+	_, err = adminB.ProviderShare(ctx, "local", "b")
+	wantProblem(t, err, http.StatusNotFound, "provider.not_found")
+	if p, err := adminA.ProviderShare(ctx, "local", "b"); err != nil || len(p.SharedWith) != 1 || p.SharedWith[0] != "b" {
+		t.Fatalf("share the provider: %+v, %v", p, err)
+	}
+	if _, err := adminA.ProfileShare(ctx, "small", "b"); err != nil {
+		t.Fatal(err)
+	}
+	seen, err := adminB.ProviderGet(ctx, "local")
+	if err != nil || seen.Project != "a" || len(seen.SharedWith) != 0 {
+		t.Fatalf("b reads the shared provider (without a's list of shares): %+v, %v", seen, err)
+	}
+	wantProblem(t, adminB.ProviderDelete(ctx, "local"), http.StatusForbidden, "auth.forbidden", "not to manage")
+	wantProblem(t, adminB.ProfileDelete(ctx, "small"), http.StatusForbidden, "auth.forbidden", "not to manage")
+	_, err = adminB.ProviderShare(ctx, "local", "default")
+	wantProblem(t, err, http.StatusForbidden, "auth.forbidden")
+
+	if _, err := admin.ProjectSetQuota(ctx, "b", client.Quota{VMs: 2, VCPUs: 2}); err != nil {
+		t.Fatal(err)
+	}
+	// Two creates of 2 VMs at once: the quota holds 2.
+	var wg sync.WaitGroup
+	runs := make([]*client.Run, 2)
+	for i := range runs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, _, err := adminB.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: cloud\n    on: keeper\n    module: core.cloud.created\n    params: {provider: local, profile: small, count: 2}\n"})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			runs[i] = r
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	var ok, refused int
+	for _, r := range runs {
+		done := waitRunFor(t, adminB, r.ID, 4*time.Minute)
+		switch {
+		case done.Phase == client.PhaseSucceeded:
+			ok++
+		case done.Phase == client.PhaseFailed && strings.Contains(describeSteps(done.Steps), "quota.exceeded"):
+			refused++
+		default:
+			t.Fatalf("create: %s\n%s", done.Phase, describeSteps(done.Steps))
+		}
+	}
+	if ok != 1 || refused != 1 {
+		t.Fatalf("of two concurrent creates %d succeeded and %d were refused; want one each", ok, refused)
+	}
+	souls, err := adminB.SoulList(ctx, client.ListOptions{})
+	if err != nil || len(souls.Items) != 2 {
+		t.Fatalf("b's souls: %+v, %v", souls, err)
+	}
+	vmIDs := []string{}
+	sids := []string{}
+	for _, so := range souls.Items {
+		if so.Project != "b" || so.Provider != "local" {
+			t.Fatalf("a soul b made with a's provider: %+v", so)
+		}
+		vmIDs, sids = append(vmIDs, so.VMID), append(sids, so.SID)
+	}
+	if n := countLocalVMs(t, plugins, suffix, state); n != 2 {
+		t.Fatalf("the driver holds %d VMs; the refused create must have asked for none", n)
+	}
+	// a owns the provider but not b's souls.
+	if l, err := adminA.SoulList(ctx, client.ListOptions{}); err != nil || len(l.Items) != 0 {
+		t.Fatalf("a's souls: %+v, %v", l, err)
+	}
+	run, _ = cloudStep(t, adminA, "core.cloud.destroyed", "{provider: local, vm_ids: "+jsonList(vmIDs)+", sids: "+jsonList(sids)+"}")
+	if run.Phase != client.PhaseFailed || !strings.Contains(describeSteps(run.Steps), "cloud.pairing_mismatch") {
+		t.Fatalf("a destroys b's VMs: %s\n%s", run.Phase, describeSteps(run.Steps))
+	}
+	run, _ = cloudStep(t, adminB, "core.cloud.created", "{provider: local, profile: small, count: 1}")
+	if run.Phase != client.PhaseFailed || !strings.Contains(describeSteps(run.Steps), "quota.exceeded") {
+		t.Fatalf("a third VM: %s\n%s", run.Phase, describeSteps(run.Steps))
+	}
+	run, _ = cloudStep(t, adminB, "core.cloud.destroyed", "{provider: local, vm_ids: "+jsonList(vmIDs)+", sids: "+jsonList(sids)+"}")
+	if run.Phase != client.PhaseSucceeded {
+		t.Fatalf("b destroys its VMs: %s\n%s", run.Phase, describeSteps(run.Steps))
+	}
+	run, _ = cloudStep(t, adminB, "core.cloud.created", "{provider: local, profile: small, count: 2}")
+	if run.Phase != client.PhaseSucceeded {
+		t.Fatalf("after the destroy the quota is free: %s\n%s", run.Phase, describeSteps(run.Steps))
+	}
+
+	// Runs: one at a time.
+	if _, err := admin.ProjectSetQuota(ctx, "a", client.Quota{Runs: 1}); err != nil {
+		t.Fatal(err)
+	}
+	srv := sshtest.Start(t, sshtest.Options{})
+	keyPath := filepath.Join(t.TempDir(), "id")
+	if err := os.WriteFile(keyPath, srv.ClientKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminA.SoulCreate(ctx, client.SoulCreate{SID: "slow.a.test", Address: srv.Addr,
+		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
+		t.Fatal(err)
+	}
+	slow, _, err := adminA.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: s\n    on: slow.a.test\n    module: core.command.ran\n    params: {cmd: \"sleep 4\"}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = adminA.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: s\n    on: slow.a.test\n    module: core.command.ran\n    params: {cmd: \"true\"}\n"})
+	wantProblem(t, err, http.StatusConflict, "quota.exceeded", "runs")
+	if done := waitRun(t, adminA, slow.ID); done.Phase != client.PhaseSucceeded {
+		t.Fatalf("the slow run: %s\n%s", done.Phase, describeSteps(done.Steps))
+	}
+	if _, _, err := adminA.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: s\n    on: slow.a.test\n    module: core.command.ran\n    params: {cmd: \"true\"}\n"}); err != nil {
+		t.Fatalf("once the run ended the quota is free: %v", err)
+	}
+	// Every share is in the owner's audit.
+	evs, err := adminA.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shares := 0
+	for _, e := range evs.Items {
+		if e.Action == "share.added" {
+			shares++
+		}
+	}
+	if shares != 2 {
+		t.Fatalf("a's audit has %d share.added; want 2", shares)
+	}
+}
+
+func jsonList(l []string) string { return `["` + strings.Join(l, `", "`) + `"]` }
+
+// countLocalVMs is how many VMs the local driver holds in state.
+func countLocalVMs(t *testing.T, pluginDir, suffix, state string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h, err := plugin.New(plugin.Config{PluginDir: pluginDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	d, err := h.Driver(ctx, "local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := json.Marshal(map[string]string{"state_dir": state})
+	vms, err := d.List(ctx, driversdk.ListRequest{Provider: driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: cfg}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(vms)
+}
