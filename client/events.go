@@ -30,15 +30,22 @@ const (
 	PhaseFailed Phase = "Failed"
 	// PhaseCancelled: cancelled by request (POST /v1/runs/{id}/cancel).
 	PhaseCancelled Phase = "Cancelled"
+	// PhaseAwaitingApproval: a step an approval policy holds waits for a
+	// person other than the run's creator to approve it (POST
+	// /v1/runs/{id}/approve); the run goes on Running when approved.
+	PhaseAwaitingApproval Phase = "AwaitingApproval"
+	// PhaseRejected: the step's approval was rejected, or it expired;
+	// the step did not run.
+	PhaseRejected Phase = "Rejected"
 )
 
 // Phases lists every phase in order.
-var Phases = []Phase{PhasePending, PhaseRunning, PhaseSucceeded, PhaseFailed, PhaseCancelled}
+var Phases = []Phase{PhasePending, PhaseRunning, PhaseAwaitingApproval, PhaseSucceeded, PhaseFailed, PhaseCancelled, PhaseRejected}
 
-// Terminal reports whether the phase is final: Succeeded, Failed or
-// Cancelled.
+// Terminal reports whether the phase is final: Succeeded, Failed,
+// Cancelled or Rejected.
 func (p Phase) Terminal() bool {
-	return p == PhaseSucceeded || p == PhaseFailed || p == PhaseCancelled
+	return p == PhaseSucceeded || p == PhaseFailed || p == PhaseCancelled || p == PhaseRejected
 }
 
 // Terminal reports whether a phase is final.

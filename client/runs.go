@@ -181,3 +181,51 @@ func (c *Client) RunOutputs(ctx context.Context, id, step, sid string) (json.Raw
 func (c *Client) ScenarioValidate(ctx context.Context, in ScenarioValidate) (*ScenarioValidation, error) {
 	return call[ScenarioValidation](ctx, c, http.MethodPost, "/v1/scenarios/validate", nil, in)
 }
+
+// RunApproval is a run's step an approval policy held.
+type RunApproval struct {
+	Step        string     `json:"step"`
+	Module      string     `json:"module"`
+	Policies    []string   `json:"policies" doc:"The ids of the approval policies that held the step."`
+	Why         string     `json:"why" doc:"Why, in words."`
+	Status      string     `json:"status" enum:"pending,approved,rejected,expired"`
+	RequestedAt time.Time  `json:"requested_at"`
+	ExpiresAt   time.Time  `json:"expires_at" doc:"A pending approval nobody decides by then expires, and the run ends Rejected."`
+	DecidedBy   string     `json:"decided_by,omitempty" required:"false" doc:"The token that decided (keeper for an expiry)."`
+	Person      string     `json:"person,omitempty" required:"false" doc:"The person who decided: the issuer and subject of their ID token."`
+	DecidedAt   *time.Time `json:"decided_at,omitempty" required:"false"`
+	Reason      string     `json:"reason,omitempty" required:"false"`
+}
+
+// RunDecision is the body of POST /v1/runs/{id}/approve and /reject.
+type RunDecision struct {
+	Reason string `json:"reason" minLength:"1" maxLength:"1000" doc:"Why: kept in the run and the audit log."`
+}
+
+// RunApprove approves the step the run waits on; RunReject rejects it
+// and the run ends Rejected.
+func (c *Client) RunApprove(ctx context.Context, id, reason string) (*Run, error) {
+	return call[Run](ctx, c, http.MethodPost, "/v1/runs/"+esc(id)+"/approve", nil, RunDecision{Reason: reason})
+}
+
+// RunReject rejects the step the run waits on: the run ends Rejected.
+func (c *Client) RunReject(ctx context.Context, id, reason string) (*Run, error) {
+	return call[Run](ctx, c, http.MethodPost, "/v1/runs/"+esc(id)+"/reject", nil, RunDecision{Reason: reason})
+}
+
+// ApprovalPolicy is the approval policy set through the API (GET and PUT
+// /v1/approvals/policy); keeper.yml's approvals come on top of it.
+type ApprovalPolicy struct {
+	Policy string `json:"policy" maxLength:"262144" doc:"Cedar forbid rules: what one forbids, a run does only once a second person approves (docs/approvals.md). Empty: none."`
+	Config string `json:"config,omitempty" required:"false" readOnly:"true" doc:"keeper.yml's approvals.policy, which applies too."`
+}
+
+// ApprovalPolicyGet returns the approval policy.
+func (c *Client) ApprovalPolicyGet(ctx context.Context) (*ApprovalPolicy, error) {
+	return call[ApprovalPolicy](ctx, c, http.MethodGet, "/v1/approvals/policy", nil, nil)
+}
+
+// ApprovalPolicySet replaces the approval policy set through the API.
+func (c *Client) ApprovalPolicySet(ctx context.Context, policy string) (*ApprovalPolicy, error) {
+	return call[ApprovalPolicy](ctx, c, http.MethodPut, "/v1/approvals/policy", nil, ApprovalPolicy{Policy: policy})
+}

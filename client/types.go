@@ -309,7 +309,7 @@ type Run struct {
 	Key        string          `json:"key,omitempty"`
 	Name       string          `json:"name"`
 	Mode       RunMode         `json:"mode" enum:"apply,check" doc:"apply, or check: the run changed nothing and says what apply would change."`
-	Phase      Phase           `json:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled"`
+	Phase      Phase           `json:"phase" enum:"Pending,Running,AwaitingApproval,Succeeded,Failed,Cancelled,Rejected"`
 	CreatedAt  time.Time       `json:"created_at"`
 	CreatedBy  string          `json:"created_by"`
 	StartedAt  *time.Time      `json:"started_at"`
@@ -324,8 +324,10 @@ type Run struct {
 	// then ends with the truncation marker) to fit.
 	OutputsTruncated bool `json:"outputs_truncated,omitempty" required:"false" doc:"The answer holds outputs (and message) cut to fit; GET /v1/runs/{id}/outputs has them whole."`
 	// Check counts a check run's targets by prediction.
-	Check   *CheckSummary `json:"check,omitempty" required:"false" doc:"A check run's targets by what apply would do."`
-	Message string        `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded (a check run's summary: how many targets would change, how many are unknown and why); otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
+	Check *CheckSummary `json:"check,omitempty" required:"false" doc:"A check run's targets by what apply would do."`
+	// Approvals are the run's steps an approval policy held.
+	Approvals []RunApproval `json:"approvals,omitempty" required:"false" doc:"The steps an approval policy held: pending while the run is AwaitingApproval, then approved, rejected or expired."`
+	Message   string        `json:"message" doc:"The job's message: the JSON text of the outputs when the run Succeeded (a check run's summary: how many targets would change, how many are unknown and why); otherwise the error, each failed target as '<step> on <sid>: <code>: <message>' joined with '; ' (at most 5, then a count), or '<code>: <message>' for a run-level error. Outputs stay in outputs."`
 }
 
 // RunList is a page of runs, newest first.

@@ -62,24 +62,28 @@ type Config struct {
 	Join *JoinConfig
 	// OIDC enables sign-in with an OpenID Connect provider (oidc.go).
 	OIDC *OIDCConfig
+	// ApprovalConfig is keeper.yml's approval policy text, shown beside
+	// the one set through the API.
+	ApprovalConfig string
 }
 
 // Server is the Operator API as an http.Handler.
 type Server struct {
-	oidc    *oidcFlow // nil: no OIDC sign-in
-	store   store.Store
-	log     *slog.Logger
-	now     func() time.Time
-	authn   *auth.Authenticator
-	mux     *http.ServeMux
-	api     huma.API
-	metrics *metrics
-	runs    RunService
-	check   ScenarioChecker
-	notify  func(ctx context.Context, event, object string, data any)
-	cloud   CloudService
-	limiter *authLimiter
-	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
+	oidc           *oidcFlow // nil: no OIDC sign-in
+	store          store.Store
+	log            *slog.Logger
+	now            func() time.Time
+	authn          *auth.Authenticator
+	mux            *http.ServeMux
+	api            huma.API
+	metrics        *metrics
+	runs           RunService
+	check          ScenarioChecker
+	notify         func(ctx context.Context, event, object string, data any)
+	cloud          CloudService
+	approvalConfig string
+	limiter        *authLimiter
+	audit          func(context.Context) (audit.Report, error) // Config.VerifyAudit
 	// keyConflicts limits re-run key conflicts per token.
 	keyConflicts *keyConflicts
 	// readiness caches /readyz's database ping.
@@ -144,18 +148,19 @@ func newServer(cfg Config, agent bool) *Server {
 		cfg.AuthFailureInterval = time.Second
 	}
 	s := &Server{
-		store:   cfg.Store,
-		log:     cfg.Logger,
-		now:     cfg.Now,
-		authn:   auth.NewAuthenticator(cfg.Store, cfg.Now),
-		mux:     http.NewServeMux(),
-		runs:    cfg.Runs,
-		check:   cfg.Check,
-		notify:  cfg.Notify,
-		cloud:   cfg.Cloud,
-		limiter: newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
-		audit:   cfg.VerifyAudit,
-		oidc:    newOIDCFlow(cfg.OIDC),
+		store:          cfg.Store,
+		log:            cfg.Logger,
+		now:            cfg.Now,
+		authn:          auth.NewAuthenticator(cfg.Store, cfg.Now),
+		mux:            http.NewServeMux(),
+		runs:           cfg.Runs,
+		check:          cfg.Check,
+		notify:         cfg.Notify,
+		cloud:          cfg.Cloud,
+		approvalConfig: cfg.ApprovalConfig,
+		limiter:        newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
+		audit:          cfg.VerifyAudit,
+		oidc:           newOIDCFlow(cfg.OIDC),
 
 		keyConflicts: newKeyConflicts(),
 		readiness:    &readiness{},

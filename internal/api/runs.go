@@ -81,11 +81,19 @@ func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (clie
 	if r.ErrorCode != "" {
 		out.Error = &client.RunError{Code: r.ErrorCode, Message: r.ErrorMsg}
 	}
+	out.Phase = store.ShownPhase(r.Phase, r.ErrorCode, r.AwaitingApproval)
 	if !withSteps {
 		boundRun(&out, listOutputs)
 		return out, nil
 	}
 	boundRun(&out, answerOutputs)
+	approvals, err := s.store.Approvals(ctx, r.ID)
+	if err != nil {
+		return out, err
+	}
+	for _, a := range approvals {
+		out.Approvals = append(out.Approvals, approvalWire(a))
+	}
 	steps, targets, err := s.store.RunSteps(ctx, r.ID)
 	if err != nil {
 		return out, err
@@ -154,6 +162,7 @@ func (s *Server) registerRuns() {
 	s.registerRunList()
 	s.registerRunGet()
 	s.registerRunCancel()
+	s.registerApprovals()
 	s.registerRunEvents()
 	s.registerRunOutputs()
 	if s.check != nil {
@@ -283,7 +292,7 @@ func (s *Server) registerRunList() {
 		OperationID: "run-list", Method: http.MethodGet, Path: "/v1/runs", Tags: runTags, Summary: "List runs, newest first",
 	}, auth.RunRead, false, func(ctx context.Context, in *struct {
 		ListInput
-		Phase string `query:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled" doc:"Only runs in this phase."`
+		Phase string `query:"phase" enum:"Pending,Running,AwaitingApproval,Succeeded,Failed,Cancelled,Rejected" doc:"Only runs in this phase."`
 		Name  string `query:"name" maxLength:"200" doc:"Only runs whose scenario name contains this text (ignoring ASCII case)."`
 	}) (*struct{ Body client.RunList }, error) {
 		rs, err := s.store.RunList(ctx, store.RunListParams{ListParams: listScope(ctx, &in.ListInput), Phase: in.Phase, NameContains: in.Name})

@@ -39,7 +39,12 @@ const (
 	TokenManage    Permission = "token.manage"
 	// ProjectManage creates, lists and deletes projects.
 	ProjectManage Permission = "project.manage"
-	MetricsRead   Permission = "metrics.read"
+	// RunApprove approves or rejects a run's step an approval policy
+	// holds (never the run's creator); PolicyManage sets the approval
+	// policies.
+	RunApprove   Permission = "run.approve"
+	PolicyManage Permission = "policy.manage"
+	MetricsRead  Permission = "metrics.read"
 	// DriftCheck starts drift checks of souls' seeds; DriftAck
 	// acknowledges a soul's drift.
 	DriftCheck Permission = "drift.check"
@@ -60,7 +65,7 @@ var reads = []Permission{ProviderRead, ProfileRead, SoulRead, RunRead, AuditRead
 // holds all of them, so a new permission is added here.
 var all = append(append([]Permission{}, reads...),
 	ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete,
-	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize, DriftCheck, DriftAck, ProjectManage)
+	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize, DriftCheck, DriftAck, ProjectManage, RunApprove, PolicyManage)
 
 // roles maps each built-in role to what it may do.
 var roles = map[string]map[Permission]bool{
@@ -282,7 +287,7 @@ func (p Principal) KeeperWide() bool { return p.Project == "" }
 
 // keeperWideOnly are the permissions a project's token never holds: they
 // act on the keeper, not on one project.
-var keeperWideOnly = set(ProjectManage, MetricsRead)
+var keeperWideOnly = set(ProjectManage, MetricsRead, PolicyManage)
 
 // Can reports whether the principal holds p: its grant's, except the
 // keeper-wide permissions for a project's token.

@@ -17,14 +17,52 @@ import (
 )
 
 func (a *app) runsCommand() *cobra.Command {
-	return group("runs", "Inspect, follow, wait for and cancel runs",
+	return group("runs", "Inspect, follow, wait for, cancel, approve and reject runs",
 		a.runsListCommand(),
 		a.runsGetCommand(),
 		a.runsLogsCommand(),
 		a.runsWaitCommand(),
 		a.runsCancelCommand(),
 		a.runsOutputCommand(),
+		a.runsDecideCommand(true),
+		a.runsDecideCommand(false),
 	)
+}
+
+// runsDecideCommand is runs approve (approve) or runs reject.
+func (a *app) runsDecideCommand(approve bool) *cobra.Command {
+	verb, short := "reject", "Reject the step a run waits on: the run ends Rejected"
+	if approve {
+		verb, short = "approve", "Approve the step a run waits on: the run goes on"
+	}
+	var reason string
+	cmd := &cobra.Command{
+		Use:   verb + " ID --reason TEXT",
+		Short: short,
+		Long: short + `. A run waits (phase AwaitingApproval) when an approval
+policy holds one of its steps; another person than its creator, with
+run.approve in its project, decides. The reason is kept with the run and in
+the audit log.`,
+		Args: exactArgs("ID"),
+		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			decide := c.RunReject
+			if approve {
+				decide = c.RunApprove
+			}
+			r, err := decide(cmd.Context(), args[0], reason)
+			if err != nil {
+				return err
+			}
+			return p.print(r, text(fmt.Sprintf("run %s: %sd; it is %s\n", r.ID, verb, r.Phase)))
+		}),
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (required)")
+	_ = cmd.MarkFlagRequired("reason")
+	return cmd
 }
 
 func (a *app) runsListCommand() *cobra.Command {

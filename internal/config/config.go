@@ -106,6 +106,9 @@ type Config struct {
 	// OIDC signs people in with an OpenID Connect provider; off without
 	// an issuer.
 	OIDC OIDC `yaml:"oidc"`
+	// Approvals are the approval policies: steps they hold wait for a
+	// second person (docs/approvals.md).
+	Approvals Approvals `yaml:"approvals"`
 	// HTTP bounds what one client can hold of the API listener.
 	HTTP HTTP `yaml:"http"`
 	// NATS is the agent transport's message bus (docs/agent.md).
@@ -346,6 +349,7 @@ func (c Config) WithDefaults() Config {
 	c.NATS = c.NATS.withDefaults(c.Listen, c.AgentListen)
 	c.SSH = c.SSH.withDefaults()
 	c.OIDC = c.OIDC.withDefaults()
+	orDefault(&c.Approvals.ExpiresIn, 24*time.Hour)
 	return c
 }
 
@@ -415,6 +419,9 @@ func (c Config) Validate() error {
 	}
 	if r := c.Tracing.SampleRatio; r < 0 || r > 1 {
 		return fmt.Errorf("tracing.sample_ratio: %v is not from 0 to 1", r)
+	}
+	if err := c.Approvals.validate(); err != nil {
+		return err
 	}
 	if err := c.OIDC.validate(); err != nil {
 		return err

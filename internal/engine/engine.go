@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/approval"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/expr"
 	"github.com/soulstack/soulstack/internal/module"
@@ -66,6 +67,14 @@ type Executor struct {
 	Authorizer Authorizer
 	// Limits bound what a run keeps of its souls' outputs.
 	Limits OutputLimits
+	// Approvals holds the steps approval policies hold until another
+	// person decides (approval.Gate); nil holds nothing.
+	Approvals Approvals
+}
+
+// Approvals holds a step until it may run (approval.Gate.Hold).
+type Approvals interface {
+	Hold(ctx context.Context, s approval.Step) error
 }
 
 // Authorizer decides whether the API token tokenID may, now, do what perm
@@ -169,7 +178,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	log = slog.New(secrets.LogHandler(log.Handler()))
 	souls := NewSouls(SoulsConfig{Store: e.Store, Project: x.Run.Project, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
 	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, project: x.Run.Project, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID),
-		check: x.Run.Mode == string(client.RunCheck)}
+		check: x.Run.Mode == string(client.RunCheck), name: x.Run.Name, drain: x.Drain}
 	r.epoch, r.via = x.Run.Epoch, sentVia(x.Commands)
 	r.outputLeft.Store(e.Limits.run())
 	// A step in flight when the run's last keeper stopped is run again: its
@@ -200,7 +209,13 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		default:
 		}
 		fatal, err := r.step(ctx, s)
-		if err != nil {
+		var rejected *approval.RejectedError
+		switch {
+		case errors.As(err, &rejected):
+			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: rejected.Code, ErrorMsg: rejected.Msg, Outputs: r.outputs()} // shown Rejected
+		case errors.Is(err, approval.ErrHandBack):
+			return runner.Outcome{HandBack: true, Outputs: r.outputs()}
+		case err != nil:
 			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: codeOf(err), ErrorMsg: err.Error(), Outputs: r.outputs()}
 		}
 		if fatal != "" {
@@ -271,6 +286,8 @@ type run struct {
 	e       *Executor
 	id      string
 	creator string // API token id of the run's creator
+	name    string // the scenario's name
+	drain   <-chan struct{}
 	project string // the run's project: its targets are that project's souls
 	rec     runner.Recorder
 	souls   *Souls
@@ -382,6 +399,11 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 		}
 		span.End()
 	}()
+	// Held for approval before it is in flight: a run handed back while
+	// it waits resumes waiting, not as an interrupted step.
+	if err := r.hold(ctx, s); err != nil {
+		return "", err
+	}
 	r.mu.Lock()
 	r.st.InFlight = &idx
 	r.mu.Unlock()
@@ -487,6 +509,47 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 		return fmt.Sprintf("step %q failed on %s%s", s.Name, strings.Join(failedHere, ", "), fatalNote(s)), nil
 	}
 	return "", nil
+}
+
+// hold asks the approval gate whether step s may run, and waits while it
+// is held (the run shows AwaitingApproval meanwhile). A check run changes
+// nothing and is never held; nor is a keeper-side step whose when is
+// false.
+func (r *run) hold(ctx context.Context, s *scenario.PlanStep) error {
+	if r.e.Approvals == nil || r.check {
+		return nil
+	}
+	vars := r.vars()
+	var params json.RawMessage
+	if s.Keeper {
+		if ok, err := s.Enabled(ctx, vars); err != nil || !ok {
+			return nil // the step says so itself when it runs
+		}
+		params, _ = s.Params(ctx, vars)
+		// A policy sees no secret: the secret params are left out.
+		if secret := append(s.SecretParams(), s.ParamsUsing(r.secretInputs)...); len(secret) > 0 {
+			var m map[string]any
+			_ = json.Unmarshal(params, &m)
+			for _, name := range secret {
+				delete(m, name)
+			}
+			params, _ = json.Marshal(m)
+		}
+	}
+	sids, _ := s.Targets(ctx, vars)
+	deadline, _ := ctx.Deadline()
+	return r.e.Approvals.Hold(ctx, approval.Step{
+		RunID: r.id, RunName: r.name, Mode: "apply", Project: r.project, Creator: r.creator,
+		Index: s.Index, Name: s.Name, Module: string(s.ID), Keeper: s.Keeper, Targets: len(sids), Params: params,
+		Deadline: deadline, Drain: r.drain,
+		Waiting: func(waiting bool) {
+			phase := client.PhaseRunning
+			if waiting {
+				phase = client.PhaseAwaitingApproval
+			}
+			r.rec.Event("", "", client.RunPhaseData{Phase: phase})
+		},
+	})
 }
 
 func fatalNote(s *scenario.PlanStep) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/soulstack/soulstack/internal/api"
+	"github.com/soulstack/soulstack/internal/approval"
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/bus"
@@ -338,7 +339,12 @@ func (s *System) buildRuns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	policy, err := c.Approvals.Parsed()
+	if err != nil {
+		return err
+	}
 	exec := &engine.Executor{
+		Approvals: &approval.Gate{Store: s.Store, Config: policy, ExpiresIn: c.Approvals.ExpiresIn.Std(), Now: s.Clock.Now},
 		Store:     s.Store,
 		Load:      loadPlan,
 		KeeperKey: sshKey,
@@ -406,7 +412,8 @@ func (s *System) buildAPI(ctx context.Context) error {
 	check := scenarioChecker(s.Store)
 	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Notify: s.Notifier.Notify, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
-		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg})
+		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
+		ApprovalConfig: c.Approvals.Policy})
 	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)
 	s.http.RegisterOnShutdown(s.stopMCP)
 	if s.Agent.ln != nil {

@@ -35,7 +35,7 @@ func TestSchemaFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := doc.Properties.Run.Properties
-	if got := strings.Join(run["phase"].Enum, ","); got != "Pending,Running,Succeeded,Failed,Cancelled" {
+	if got := strings.Join(run["phase"].Enum, ","); got != "Pending,Running,AwaitingApproval,Succeeded,Failed,Cancelled,Rejected" {
 		t.Errorf("phase enum %q", got)
 	}
 	if !strings.Contains(run["message"].Description, "Succeeded") {

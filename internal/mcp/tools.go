@@ -36,6 +36,11 @@ type runIDInput struct {
 	ID string `json:"id" jsonschema:"The run's id (run_…), as run_start or runs_list return it."`
 }
 
+type runDecisionInput struct {
+	ID     string `json:"id" jsonschema:"The run's id (run_…)."`
+	Reason string `json:"reason" jsonschema:"Why: kept with the run and in the audit log."`
+}
+
 type moduleIDInput struct {
 	ID string `json:"id" jsonschema:"The module state's ID: namespace.module.state, e.g. core.pkg.installed (see modules_list)."`
 }
@@ -182,6 +187,19 @@ func (s *Server) addTools() {
 		object:      func(in any) string { return "run/" + in.(runIDInput).ID }},
 		func(ctx context.Context, c call, in runIDInput) (*client.Run, error) {
 			return c.c.RunCancel(ctx, in.ID)
+		})
+
+	add(s, toolSpec{name: "run_approve", title: "Approve a held step", write: true, perm: auth.RunApprove,
+		description: "Approve the step a run waits on (phase AwaitingApproval, held by an approval policy): the step runs and the run goes on. Needs a keeper that allows writes over MCP and a token with run.approve of another person than the run's creator (run.self_approval otherwise). The reason is kept with the run and audited.",
+		object:      func(in any) string { return "run/" + in.(runDecisionInput).ID }},
+		func(ctx context.Context, c call, in runDecisionInput) (*client.Run, error) {
+			return c.c.RunApprove(ctx, in.ID, in.Reason)
+		})
+	add(s, toolSpec{name: "run_reject", title: "Reject a held step", write: true, perm: auth.RunApprove,
+		description: "Reject the step a run waits on: the step does not run and the run ends Rejected. Same rules as run_approve.",
+		object:      func(in any) string { return "run/" + in.(runDecisionInput).ID }},
+		func(ctx context.Context, c call, in runDecisionInput) (*client.Run, error) {
+			return c.c.RunReject(ctx, in.ID, in.Reason)
 		})
 
 	add(s, toolSpec{name: "audit_verify", title: "Verify the audit log",

@@ -293,7 +293,7 @@ func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secre
 		}
 		return fmt.Errorf("finish run %s: %w", run.ID, err)
 	}
-	data := client.RunFinishedData{Phase: client.Phase(out.Phase)}
+	data := client.RunFinishedData{Phase: store.ShownPhase(out.Phase, out.ErrorCode, false)}
 	if out.ErrorCode != "" {
 		data.Error = &client.RunError{Code: out.ErrorCode, Message: finish.ErrorMsg}
 	}

@@ -18,7 +18,37 @@ const (
 	PhaseSucceeded = string(client.PhaseSucceeded)
 	PhaseFailed    = string(client.PhaseFailed)
 	PhaseCancelled = string(client.PhaseCancelled)
+	// PhaseAwaitingApproval and PhaseRejected are never stored: a run
+	// waiting for approval is Running (its keeper holds it) with a pending
+	// approval, a rejected one Failed with a RejectedCode; they are shown
+	// in these phases (ShownPhase).
+	PhaseAwaitingApproval = string(client.PhaseAwaitingApproval)
+	PhaseRejected         = string(client.PhaseRejected)
 )
+
+// Error codes of a run whose step's approval was rejected or expired.
+const (
+	CodeRejected        = "run.rejected"
+	CodeApprovalExpired = "run.approval_expired"
+)
+
+// RejectedCode reports whether a Failed run with error code ended
+// Rejected.
+func RejectedCode(code string) bool { return code == CodeRejected || code == CodeApprovalExpired }
+
+// ShownPhase is the phase a run is shown in: its stored phase, but
+// AwaitingApproval for a Running run a step of which waits for approval,
+// and Rejected for a Failed run whose step's approval was rejected or
+// expired.
+func ShownPhase(phase, code string, awaiting bool) client.Phase {
+	switch {
+	case phase == PhaseRunning && awaiting:
+		return client.PhaseAwaitingApproval
+	case phase == PhaseFailed && RejectedCode(code):
+		return client.PhaseRejected
+	}
+	return client.Phase(phase)
+}
 
 // Terminal reports whether phase is final.
 func Terminal(phase string) bool { return client.Phase(phase).Terminal() }
@@ -78,6 +108,9 @@ type Run struct {
 	// Project is the project the run acts in: it reaches that project's
 	// souls, providers and profiles (and those shared with it) alone.
 	Project string
+	// AwaitingApproval: the run is Running and a step of it waits for a
+	// person's approval (read, never written).
+	AwaitingApproval bool
 }
 
 // RunCommand is the write-ahead record of one soul-side command: stored

@@ -378,6 +378,7 @@ type Store interface {
 	DriftStore
 	DeliveryStore
 	ProjectStore
+	ApprovalStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)

@@ -15,7 +15,8 @@ import (
 var _ store.RunStore = (*Store)(nil)
 
 const runCols = `id, key, digest, name, scenario, input_sealed, input_masked, phase, error_code, error_message, timeout_ms,
-	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode, epoch, trace_parent, project`
+	created_by, created_at, started_at, finished_at, outputs, message, state_sealed, owner, heartbeat_at, cancel_requested, mode, epoch, trace_parent, project,
+	EXISTS (SELECT 1 FROM run_approvals a WHERE a.run_id = runs.id AND a.status = 'pending')`
 
 func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var r store.Run
@@ -24,7 +25,7 @@ func scanRun(row interface{ Scan(...any) error }) (store.Run, error) {
 	var timeoutMS int64
 	var started, finished, heartbeat sql.NullTime
 	err := row.Scan(&r.ID, &key, &r.Digest, &r.Name, &r.Scenario, &r.InputSealed, &inputMasked, &r.Phase, &r.ErrorCode, &r.ErrorMsg, &timeoutMS,
-		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode, &r.Epoch, &r.TraceParent, &r.Project)
+		&r.CreatedBy, &r.CreatedAt, &started, &finished, &outputs, &r.Message, &r.StateSealed, &owner, &heartbeat, &r.CancelRequested, &r.Mode, &r.Epoch, &r.TraceParent, &r.Project, &r.AwaitingApproval)
 	r.Key, r.Owner = key.String, owner.String
 	r.InputMasked, r.Outputs = json.RawMessage(inputMasked), json.RawMessage(outputs)
 	r.Timeout = time.Duration(timeoutMS) * time.Millisecond
@@ -154,7 +155,18 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (_ []store.R
 		after = "~" // sorts after every id
 	}
 	query, args := `SELECT `+runCols+` FROM runs WHERE id < ?`, []any{after}
-	if p.Phase != "" {
+	const awaiting = `id IN (SELECT run_id FROM run_approvals WHERE status = 'pending')`
+	switch p.Phase {
+	case "":
+	case store.PhaseAwaitingApproval: // Running, held by an approval
+		query, args = query+` AND phase = ? AND `+awaiting, append(args, store.PhaseRunning)
+	case store.PhaseRunning:
+		query, args = query+` AND phase = ? AND NOT `+awaiting, append(args, store.PhaseRunning)
+	case store.PhaseRejected: // Failed, for the approval
+		query, args = query+` AND phase = ? AND error_code IN (?, ?)`, append(args, store.PhaseFailed, store.CodeRejected, store.CodeApprovalExpired)
+	case store.PhaseFailed:
+		query, args = query+` AND phase = ? AND error_code NOT IN (?, ?)`, append(args, store.PhaseFailed, store.CodeRejected, store.CodeApprovalExpired)
+	default:
 		query, args = query+` AND phase = ?`, append(args, p.Phase)
 	}
 	if p.NameContains != "" {

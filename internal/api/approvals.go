@@ -1,0 +1,126 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/danielgtaylor/huma/v2"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/approval"
+	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+func approvalWire(a store.Approval) client.RunApproval {
+	return client.RunApproval{Step: a.Step, Module: a.Module, Policies: a.Policies, Why: a.Why, Status: a.Status, RequestedAt: a.RequestedAt,
+		ExpiresAt: a.ExpiresAt, DecidedBy: a.DecidedBy, Person: a.DecidedPerson, DecidedAt: a.DecidedAt, Reason: a.Reason}
+}
+
+// registerApprovals registers the decisions on held steps and the
+// approval policy routes.
+func (s *Server) registerApprovals() {
+	for _, approve := range []bool{true, false} {
+		verb, summary, desc := "reject", "Reject the step a run waits on", "The step does not run and the run ends Rejected. Audit run.rejected."
+		if approve {
+			verb, summary, desc = "approve", "Approve the step a run waits on", "The step runs and the run goes on. Audit run.approved."
+		}
+		register(s, huma.Operation{
+			OperationID: "run-" + verb, Method: http.MethodPost, Path: "/v1/runs/{id}/" + verb, Tags: runTags,
+			Summary: summary,
+			Description: desc + " Needs run.approve in the run's project, and a person other than the run's creator: " +
+				"403 run.self_approval for the creator's own token or another token of the same person. " +
+				"409 run.not_awaiting_approval when no step waits (decided already, or expired).",
+			Errors: []int{http.StatusNotFound, http.StatusConflict},
+		}, auth.RunApprove, false, func(ctx context.Context, in *struct {
+			ID   string `path:"id"`
+			Body client.RunDecision
+		}) (*runOutput, error) {
+			r, err := s.runOf(ctx, in.ID)
+			if err != nil {
+				return nil, err
+			}
+			caller := principal(ctx)
+			if err := s.notCreator(ctx, caller, r); err != nil {
+				return nil, err
+			}
+			person := ""
+			if caller.Person != nil {
+				person = personSubject(*caller.Person)
+			}
+			_, err = s.store.ApprovalDecide(ctx, store.ApprovalDecision{RunID: r.ID, Approve: approve, Reason: strings.TrimSpace(in.Body.Reason), Actor: caller.Actor(), Person: person})
+			if errors.Is(err, store.ErrNotPending) {
+				return nil, problem(http.StatusConflict, "run.not_awaiting_approval", "run "+r.ID+" has no step waiting for approval (decided already, expired, or never held)")
+			}
+			if err != nil {
+				return nil, err
+			}
+			if s.runs != nil {
+				s.runs.Hub().Notify(r.ID)
+			}
+			if r, err = s.store.RunGet(ctx, r.ID); err != nil {
+				return nil, err
+			}
+			w, err := s.runWire(ctx, r, true)
+			if err != nil {
+				return nil, err
+			}
+			return &runOutput{Body: w}, nil
+		})
+	}
+
+	register(s, huma.Operation{
+		OperationID: "approval-policy-get", Method: http.MethodGet, Path: "/v1/approvals/policy", Tags: []string{"approvals"},
+		Summary: "Read the approval policies",
+	}, auth.PolicyManage, false, func(ctx context.Context, _ *struct{}) (*struct{ Body client.ApprovalPolicy }, error) {
+		p, err := s.store.ApprovalPolicy(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &struct{ Body client.ApprovalPolicy }{Body: client.ApprovalPolicy{Policy: p, Config: s.approvalConfig}}, nil
+	})
+	register(s, huma.Operation{
+		OperationID: "approval-policy-set", Method: http.MethodPut, Path: "/v1/approvals/policy", Tags: []string{"approvals"},
+		Summary: "Set the approval policies",
+		Description: "Cedar forbid rules, each with an @id: what one forbids, a run does only once another person approves it (docs/approvals.md). " +
+			"They apply from the next step of every run, beside keeper.yml's. 422 approval.policy_invalid says where the text is wrong. Audit approval.policy_set.",
+		Errors: []int{http.StatusUnprocessableEntity},
+	}, auth.PolicyManage, false, func(ctx context.Context, in *struct{ Body client.ApprovalPolicy }) (*struct{ Body client.ApprovalPolicy }, error) {
+		p, err := approval.Parse("policy", in.Body.Policy)
+		if err == nil {
+			var config approval.Policy
+			if config, err = approval.Parse("keeper.yml", s.approvalConfig); err == nil {
+				_, err = approval.Join(config, p)
+			}
+		}
+		if err != nil {
+			return nil, invalid("approval.policy_invalid", "body.policy", "%v", err)
+		}
+		if err := s.store.ApprovalPolicySet(ctx, in.Body.Policy, principal(ctx).Actor()); err != nil {
+			return nil, err
+		}
+		return &struct{ Body client.ApprovalPolicy }{Body: client.ApprovalPolicy{Policy: in.Body.Policy, Config: s.approvalConfig}}, nil
+	})
+}
+
+// notCreator refuses the run's creator: the same token, or another token
+// of the same person.
+func (s *Server) notCreator(ctx context.Context, caller auth.Principal, r store.Run) error {
+	refuse := problem(http.StatusForbidden, "run.self_approval", "the run's creator cannot decide on their own run; another person with run.approve must")
+	if caller.TokenID == r.CreatedBy {
+		return refuse
+	}
+	creator, err := s.store.TokenGet(ctx, r.CreatedBy)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if caller.Person != nil && creator.Person != nil && personSubject(*caller.Person) == personSubject(*creator.Person) {
+		return refuse
+	}
+	return nil
+}
