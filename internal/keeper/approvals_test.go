@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,7 +17,9 @@ import (
 
 // approvalsConfig holds every command run in project prod for a second
 // person; held steps wait 10 s at most.
-const approvalsConfig = `approvals:
+const approvalsConfig = `mcp:
+  allow_writes: true
+approvals:
   expires_in: 10s
   policy: |
     @id("prod-commands")
@@ -130,8 +133,11 @@ func approvals(t *testing.T, dir string, args []string) {
 	wantProblem(t, err, http.StatusForbidden, "auth.forbidden")
 	_, err = outsider.RunApprove(ctx, r.ID, "ok")
 	wantProblem(t, err, http.StatusNotFound, "run.not_found")
-	if _, err := approver.RunApprove(ctx, r.ID, "change ticket 42"); err != nil {
-		t.Fatal(err)
+	// Approved with soulctl, as a person would.
+	approve := exec.Command(soulctlBinary(t), "runs", "approve", r.ID, "--reason", "change ticket 42")
+	approve.Env = append(os.Environ(), "SOULSTACK_KEEPER="+k.Addr, "SOULSTACK_TOKEN="+tokens["approver"])
+	if out, err := approve.CombinedOutput(); err != nil || !strings.Contains(string(out), "approved") {
+		t.Fatalf("soulctl runs approve: %v\n%s", err, out)
 	}
 	done := waitRun(t, creator, r.ID)
 	if done.Phase != client.PhaseSucceeded || len(done.Approvals) != 1 || done.Approvals[0].Status != "approved" || done.Approvals[0].Reason != "change ticket 42" {
@@ -147,9 +153,21 @@ func approvals(t *testing.T, dir string, args []string) {
 	rejectedMarker := filepath.Join(t.TempDir(), "rejected")
 	r = start(creator, rejectedMarker)
 	awaiting(creator, r.ID)
-	if _, err := approver.RunReject(ctx, r.ID, "not during the freeze"); err != nil {
+	// Rejected over MCP.
+	own, err := connectHTTP(ctx, k, tokens["creator"], nil)
+	if err != nil {
 		t.Fatal(err)
 	}
+	refused(t, callTool(ctx, t, own, "run_reject", map[string]any{"id": r.ID, "reason": "mine"}, nil), "run.self_approval")
+	own.Close()
+	session, err := connectHTTP(ctx, k, tokens["approver"], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := callTool(ctx, t, session, "run_reject", map[string]any{"id": r.ID, "reason": "not during the freeze"}, nil); res.IsError {
+		t.Fatalf("run_reject: %s", resultText(res))
+	}
+	session.Close()
 	done = waitRun(t, creator, r.ID)
 	if done.Phase != client.PhaseRejected || done.Error == nil || done.Error.Code != "run.rejected" || !strings.Contains(done.Error.Message, "not during the freeze") {
 		t.Fatalf("after the rejection: %s %+v", done.Phase, done.Error)
