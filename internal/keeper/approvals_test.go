@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/testdb"
@@ -244,5 +246,82 @@ func approvals(t *testing.T, dir string, args []string) {
 	}
 	if seen["run.approval_requested"] != 4 || seen["run.approved"] != 2 || seen["run.rejected"] != 1 || seen["run.approval_expired"] != 1 {
 		t.Fatalf("prod's audit of approvals: %v", seen)
+	}
+}
+
+// TestUIApprovals: in real Chromium, the run's page of a run held for
+// approval shows the hold, its project and the signed-in project; the
+// run's creator who clicks Approve is refused (run.self_approval, shown
+// on the page) and the step does not run; another person of the project
+// types a reason and clicks Approve, and the page follows the run to
+// Succeeded.
+func TestUIApprovals(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	k := serve(t, dir, "--config", keeperConfig(t, dir, "approvals:\n  expires_in: 2m\n  policy: |\n    @id(\"prod-commands\")\n    forbid (principal, action == Action::\"core.command.ran\", resource == Project::\"prod\");\n"))
+	admin := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	ctx := context.Background()
+	if _, err := admin.ProjectCreate(ctx, client.ProjectCreate{Name: "prod"}); err != nil {
+		t.Fatal(err)
+	}
+	srv := sshtest.Start(t, sshtest.Options{})
+	keyPath := filepath.Join(t.TempDir(), "id")
+	if err := os.WriteFile(keyPath, srv.ClientKey, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SoulCreate(ctx, client.SoulCreate{SID: "db.prod.test", Address: srv.Addr, Project: "prod",
+		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
+		t.Fatal(err)
+	}
+	mint := func(name string) string {
+		tok, err := admin.TokenCreate(ctx, client.TokenCreate{Name: name, Role: "admin", Project: "prod"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok.Token
+	}
+	creatorTok, approverTok := mint("creator"), mint("approver")
+	creator, _ := client.New(k.Addr, creatorTok)
+	marker := filepath.Join(t.TempDir(), "ran")
+	r, _, err := creator.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: migrate\n    on: db.prod.test\n    module: core.command.ran\n    params: {cmd: \"touch " + marker + "\"}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shots := filepath.Join(os.TempDir(), "soulstack-ui-shots")
+	_ = os.MkdirAll(shots, 0o755)
+
+	own := newBrowser(t, k.Addr, shots)
+	own.signIn(creatorTok)
+	own.open("#/runs/"+r.ID, "#approve")
+	if got := get(own, chromedp.Text(chromedp.CSS("#who-project"))); !strings.Contains(got, "prod") {
+		t.Fatalf("the header says %q", got)
+	}
+	own.run(chromedp.SendKeys(chromedp.CSS("#approval-reason"), "my own change"), chromedp.Click(chromedp.CSS("#approve")),
+		chromedp.WaitVisible(chromedp.CSS(".error")))
+	if html := own.mainHTML(); !strings.Contains(html, "run.self_approval") {
+		t.Fatalf("the creator's approval: %s", html)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the creator's own approval let the step run")
+	}
+
+	b := newBrowser(t, k.Addr, shots)
+	b.signIn(approverTok)
+	b.open("#/runs/"+r.ID, "#approve")
+	if got := get(b, chromedp.Text(chromedp.CSS("#run-project"))); got != "prod" {
+		t.Fatalf("the run's project is shown as %q", got)
+	}
+	if got := get(b, chromedp.Text(chromedp.CSS("#approvals"))); !strings.Contains(got, "prod-commands") {
+		t.Fatalf("the hold is shown as %q", got)
+	}
+	b.screenshot("run-awaiting-approval")
+	b.run(chromedp.SendKeys(chromedp.CSS("#approval-reason"), "change ticket 7"), chromedp.Click(chromedp.CSS("#approve")),
+		chromedp.WaitVisible(chromedp.CSS(`#run-phase[data-phase="Succeeded"]`)))
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the approved step did not run: %v", err)
+	}
+	done, err := creator.RunGet(ctx, r.ID)
+	if err != nil || len(done.Approvals) != 1 || done.Approvals[0].Reason != "change ticket 7" || done.Approvals[0].Status != "approved" {
+		t.Fatalf("the run after the UI's approval: %+v, %v", done, err)
 	}
 }

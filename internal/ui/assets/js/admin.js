@@ -21,6 +21,7 @@ export async function tokensPage(main) {
       {label: 'Name', cell: t => t.name},
       {label: 'Person', cell: t => t.person ? h('span', {title: t.person.subject + ' at ' + t.person.issuer}, t.person.name) : h('span', {class: 'muted'}, 'minted by ' + t.created_by)},
       {label: 'Role', cell: t => t.role},
+      {label: 'Project', cell: t => t.project || h('span', {class: 'muted'}, 'every project')},
       {label: 'Permissions', cell: t => h('span', {class: 'perms'}, t.permissions.join(' '))},
       {label: 'State', cell: t => badge(t.active ? 'active' : (t.revoked_at ? 'revoked' : 'expired'))},
       {label: 'Created', cell: t => time(t.created_at)},

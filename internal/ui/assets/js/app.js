@@ -41,7 +41,8 @@ function drawNav(active) {
   replace(nav, pages.filter(p => !p.perm || api.can(p.perm)).map(p =>
     h('a', {href: '#/' + p.path, 'aria-current': p.path === active ? 'page' : null}, p.label)));
   replace(document.getElementById('who-name'), h('span', {class: 'muted'}, 'signed in as '),
-    s.person ? s.person.name + ' (' + s.name + ')' : s.name, ' ', h('span', {class: 'role'}, s.role));
+    s.person ? s.person.name + ' (' + s.name + ')' : s.name, ' ', h('span', {class: 'role'}, s.role),
+    ' ', h('span', {class: 'project', id: 'who-project'}, s.project ? 'in project ' + s.project : 'in every project'));
 }
 
 async function show() {

@@ -3,8 +3,8 @@ import {h, replace, table, badge, time, duration, json, errorBox} from './dom.js
 import * as api from './api.js';
 import * as events from './events.js';
 
-const PHASES = ['Pending', 'Running', 'Succeeded', 'Failed', 'Cancelled'];
-const TERMINAL = new Set(['Succeeded', 'Failed', 'Cancelled']);
+const PHASES = ['Pending', 'Running', 'AwaitingApproval', 'Succeeded', 'Failed', 'Cancelled', 'Rejected'];
+const TERMINAL = new Set(['Succeeded', 'Failed', 'Cancelled', 'Rejected']);
 const STATUSES = ['ok', 'changed', 'failed', 'skipped', 'unreachable'];
 // A check run's targets say what an apply would do instead of changing.
 const CHECK_STATUSES = ['ok', 'would_change', 'unknown', 'failed', 'skipped', 'unreachable'];
@@ -234,6 +234,40 @@ export async function runPage(main, {id, signal}) {
     }
   };
 
+  // A step an approval policy holds: another person approves or rejects
+  // it with a reason.
+  const decide = async (verb, btn) => {
+    const reason = head.querySelector('#approval-reason').value.trim();
+    if (!reason) {
+      head.querySelector('#approval-reason').focus();
+      return;
+    }
+    btn.disabled = true;
+    try {
+      run = await api.call('POST', '/v1/runs/' + encodeURIComponent(id) + '/' + verb, {reason});
+      state.phase = run.phase;
+      draw();
+    } catch (e) {
+      btn.disabled = false;
+      head.append(errorBox(e));
+    }
+  };
+  const approvals = () => {
+    const list = run.approvals || [];
+    if (!list.length) return null;
+    const pending = list.find(a => a.status === 'pending');
+    return h('div', {class: 'approvals', id: 'approvals'},
+      h('h2', {}, 'Approvals'),
+      h('ul', {}, list.map(a => h('li', {dataset: {status: a.status}},
+        badge(a.status), ' ', h('strong', {}, a.step), ' ', h('span', {class: 'muted mono'}, a.module), ' — ', a.why,
+        a.status === 'pending' ? h('span', {class: 'muted'}, ' (expires ', time(a.expires_at), ')') : null,
+        a.decided_by ? h('div', {class: 'muted'}, a.status + ' by ', h('span', {class: 'mono'}, a.person || a.decided_by), a.reason ? ': ' + a.reason : '') : null))),
+      pending && state.phase === 'AwaitingApproval' && api.can('run.approve') ? h('div', {class: 'decide'},
+        h('label', {}, 'Reason ', h('input', {type: 'text', id: 'approval-reason', maxlength: '1000', placeholder: 'why (kept in the audit log)'})),
+        h('button', {type: 'button', id: 'approve', onclick: (e) => decide('approve', e.target)}, 'Approve'),
+        h('button', {type: 'button', class: 'danger', id: 'reject', onclick: (e) => decide('reject', e.target)}, 'Reject')) : null);
+  };
+
   const draw = () => {
     const terminal = TERMINAL.has(state.phase);
     const shownLog = body.querySelector('details.log');
@@ -242,6 +276,7 @@ export async function runPage(main, {id, signal}) {
       h('h1', {}, 'Run ', h('span', {class: 'mono'}, run.id)),
       h('dl', {class: 'facts'},
         h('dt', {}, 'Scenario'), h('dd', {}, run.name || '—'),
+        h('dt', {}, 'Project'), h('dd', {id: 'run-project'}, run.project || 'default'),
         h('dt', {}, 'Phase'), h('dd', {id: 'run-phase', 'data-phase': state.phase}, badge(state.phase)),
         h('dt', {}, 'Mode'), h('dd', {id: 'run-mode', 'data-mode': run.mode || 'apply'}, run.mode === 'check' ? 'check — changes nothing, says what an apply would change' : 'apply'),
         h('dt', {}, 'Created'), h('dd', {}, time(run.created_at), ' by ', h('span', {class: 'mono'}, run.created_by)),
@@ -250,6 +285,7 @@ export async function runPage(main, {id, signal}) {
           : runDuration(run) || '—'),
         run.key ? [h('dt', {}, 'Key'), h('dd', {class: 'mono'}, run.key)] : null),
       !terminal && api.can('run.cancel') ? h('button', {type: 'button', class: 'danger', id: 'cancel', onclick: (e) => cancel(e.target)}, 'Cancel run') : null,
+      approvals(),
       state.error ? h('div', {class: 'error'}, h('strong', {}, state.error.code || 'error'), ' ', state.error.message) : null);
     replace(body,
       h('h2', {}, 'Steps × hosts'), grid(state),
@@ -299,6 +335,7 @@ export async function runPage(main, {id, signal}) {
         return;
       }
       if (u.type === events.PHASE && u.phase === 'Running' && !run.started_at && u.at) run.started_at = u.at.toISOString();
+      if (u.type === events.PHASE && u.phase === 'AwaitingApproval') refresh().catch(e => status.replaceChildren(errorBox(e))); // the approval asked
       if (live || u.type === events.LOG) state.apply(u);
       if (live) status.textContent = 'Live: following the run\'s events.';
       if (!pending) { // a burst of events is drawn once
