@@ -148,6 +148,7 @@ func projectIsolation(t *testing.T, k *proc, admin *client.Client) {
 				break
 			}
 		}
+		wantProblem(t, admin.ProjectDelete(ctx, "a"), http.StatusConflict, "project.in_use")
 		// The keeper-wide routes.
 		_, err = adminA.ProjectList(ctx, client.ListOptions{})
 		wantProblem(t, err, http.StatusForbidden, "auth.forbidden")
