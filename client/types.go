@@ -211,6 +211,10 @@ type AuditEvent struct {
 	Payload  json.RawMessage `json:"payload" doc:"Masked JSON of what changed."`
 	PrevHash string          `json:"prev_hash"`
 	Hash     string          `json:"hash"`
+	// ActorPerson is the person the actor token was minted for at an OIDC
+	// sign-in (read from the token; the chain holds it in the token's
+	// token.created event).
+	ActorPerson *Person `json:"actor_person,omitempty" required:"false" doc:"Who the actor token belongs to, when the keeper minted it for a person at an OIDC sign-in: the person behind the event."`
 }
 
 // AuditProblem is a finding of the chain verifier, naming the row (for a

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -57,10 +58,18 @@ func (s *Server) registerAudit() {
 		}
 		evs, next := page(evs, in.Limit, func(e audit.Event) string { return strconv.FormatInt(e.Seq, 10) })
 		out := &struct{ Body client.AuditList }{Body: client.AuditList{Items: make([]client.AuditEvent, 0, len(evs)), Next: next}}
+		people := map[string]*client.Person{} // by actor token id, read once a page
 		for _, e := range evs {
+			person, known := people[e.ActorAID]
+			if !known && strings.HasPrefix(e.ActorAID, "tok_") {
+				if t, err := s.store.TokenGet(ctx, e.ActorAID); err == nil {
+					person = personWire(t.Person)
+				}
+				people[e.ActorAID] = person
+			}
 			out.Body.Items = append(out.Body.Items, client.AuditEvent{
 				Seq: e.Seq, At: e.At, ActorAID: e.ActorAID, Action: e.Action, Object: e.Object,
-				Payload: json.RawMessage(e.Payload), PrevHash: e.PrevHash, Hash: e.Hash,
+				Payload: json.RawMessage(e.Payload), PrevHash: e.PrevHash, Hash: e.Hash, ActorPerson: person,
 			})
 		}
 		if in.Verify {

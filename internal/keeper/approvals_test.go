@@ -250,7 +250,8 @@ func approvals(t *testing.T, dir string, args []string) {
 }
 
 // TestUIApprovals: in real Chromium, the run's page of a run held for
-// approval shows the hold, its project and the signed-in project; the
+// approval shows the hold, its project and the signed-in project (whose
+// souls page lists the project's souls alone); the
 // run's creator who clicks Approve is refused (run.self_approval, shown
 // on the page) and the step does not run; another person of the project
 // types a reason and clicks Approve, and the page follows the run to
@@ -270,6 +271,10 @@ func TestUIApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := admin.SoulCreate(ctx, client.SoulCreate{SID: "db.prod.test", Address: srv.Addr, Project: "prod",
+		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.SoulCreate(ctx, client.SoulCreate{SID: "web.default.test", Address: srv.Addr,
 		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
 		t.Fatal(err)
 	}
@@ -319,6 +324,12 @@ func TestUIApprovals(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#run-phase[data-phase="Succeeded"]`)))
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("the approved step did not run: %v", err)
+	}
+	// The signed-in project is all the UI shows: prod's soul, not the
+	// default project's.
+	b.open("#/souls", `#souls tr[data-key="db.prod.test"]`)
+	if html := b.mainHTML(); strings.Contains(html, "web.default.test") {
+		t.Fatal("a prod session's souls page shows the default project's soul")
 	}
 	done, err := creator.RunGet(ctx, r.ID)
 	if err != nil || len(done.Approvals) != 1 || done.Approvals[0].Reason != "change ticket 7" || done.Approvals[0].Status != "approved" {

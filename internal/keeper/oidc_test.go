@@ -180,6 +180,28 @@ func TestOIDCSignIn(t *testing.T) {
 	if !audited {
 		t.Fatalf("no token.created by oidc naming the person in the audit log: %+v", events.Items)
 	}
+	// What the person does is theirs in the audit log: signing out (the
+	// session's own token revoked) names them as the actor's person.
+	req, _ = http.NewRequest(http.MethodPost, ok.url+"/v1/auth/logout", nil)
+	req.Header.Set("X-CSRF-Token", key)
+	req.Header.Set("Origin", ok.url)
+	if resp, err = b.c.Do(req); err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("sign out: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	events, err = ok.admin.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var theirs bool
+	for _, e := range events.Items {
+		if e.Action == "token.revoked" && e.ActorAID == who.ID && e.ActorPerson != nil && e.ActorPerson.Subject == "u-ada" && e.ActorPerson.Issuer == ok.idp.Issuer() {
+			theirs = true
+		}
+	}
+	if !theirs {
+		t.Fatalf("the person's sign-out is not theirs in the audit log: %+v", events.Items)
+	}
 	if logs := ok.k.Drain(); strings.Contains(logs, ok.idp.ClientSecret) {
 		t.Fatal("the client secret is in the keeper's log")
 	}
