@@ -20,6 +20,7 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // oidcKeeper is a real keeper whose keeper.yml signs people in with a real
@@ -37,9 +38,20 @@ func newOIDCKeeper(t *testing.T) *oidcKeeper {
 	return newOIDCKeeperWith(t, "")
 }
 
+// newOIDCKeeperOn is newOIDCKeeperWith on a backend: sqlite, or postgres
+// (a fresh database).
+func newOIDCKeeperOn(t *testing.T, backend, more string) *oidcKeeper {
+	t.Helper()
+	var args []string
+	if backend == "postgres" {
+		args = []string{"--database-url", testdb.FreshPostgres(t)}
+	}
+	return newOIDCKeeperWith(t, more, args...)
+}
+
 // newOIDCKeeperWith is newOIDCKeeper with more of the oidc section
 // (indented two spaces).
-func newOIDCKeeperWith(t *testing.T, more string) *oidcKeeper {
+func newOIDCKeeperWith(t *testing.T, more string, args ...string) *oidcKeeper {
 	t.Helper()
 	idp, err := mockoidc.Run()
 	if err != nil {
@@ -59,7 +71,7 @@ func newOIDCKeeperWith(t *testing.T, more string) *oidcKeeper {
   redirect_url: http://%s/v1/auth/oidc/callback
   roles: {sre: operator, platform: admin}
 %s`, idp.Issuer(), idp.ClientID, secretFile, addr, more))
-	k := serve(t, dir, "--config", cfg, "--listen", addr)
+	k := serve(t, dir, append([]string{"--config", cfg, "--listen", addr}, args...)...)
 	return &oidcKeeper{idp: idp, k: k, admin: adminClient(t, k, filepath.Join(dir, ".keeper")), url: "http://" + addr}
 }
 
@@ -443,7 +455,15 @@ func TestSoulctlLogin(t *testing.T) {
 // who may mint tokens in b may bind there, never above their own role.
 func TestOIDCProjectRoles(t *testing.T) {
 	t.Parallel()
-	ok := newOIDCKeeperWith(t, "  projects: {a: {devs: operator}}\n")
+	for _, backend := range []string{"sqlite", "postgres"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			oidcProjectRoles(t, newOIDCKeeperOn(t, backend, "  projects: {a: {devs: operator}}\n"))
+		})
+	}
+}
+
+func oidcProjectRoles(t *testing.T, ok *oidcKeeper) {
 	ctx := context.Background()
 	for _, p := range []string{"a", "b"} {
 		if _, err := ok.admin.ProjectCreate(ctx, client.ProjectCreate{Name: p}); err != nil {
