@@ -66,14 +66,7 @@ func approvals(t *testing.T, dir string, args []string) {
 		}
 	}
 	srv := sshtest.Start(t, sshtest.Options{})
-	keyPath := filepath.Join(t.TempDir(), "id")
-	if err := os.WriteFile(keyPath, srv.ClientKey, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.SoulCreate(ctx, client.SoulCreate{SID: "db.prod.test", Address: srv.Addr, Project: "prod",
-		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
-		t.Fatal(err)
-	}
+	addSoulIn(t, admin, "db.prod.test", "prod", srv)
 	tokens := map[string]string{}
 	mint := func(name, role, project string) *client.Client {
 		tok, err := admin.TokenCreate(ctx, client.TokenCreate{Name: name, Role: role, Project: project})
@@ -266,18 +259,8 @@ func TestUIApprovals(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := sshtest.Start(t, sshtest.Options{})
-	keyPath := filepath.Join(t.TempDir(), "id")
-	if err := os.WriteFile(keyPath, srv.ClientKey, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.SoulCreate(ctx, client.SoulCreate{SID: "db.prod.test", Address: srv.Addr, Project: "prod",
-		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.SoulCreate(ctx, client.SoulCreate{SID: "web.default.test", Address: srv.Addr,
-		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
-		t.Fatal(err)
-	}
+	addSoulIn(t, admin, "db.prod.test", "prod", srv)
+	addSoul(t, admin, "web.default.test", srv)
 	mint := func(name string) string {
 		tok, err := admin.TokenCreate(ctx, client.TokenCreate{Name: name, Role: "admin", Project: "prod"})
 		if err != nil {

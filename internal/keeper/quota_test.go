@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -177,15 +176,7 @@ func quotasAndSharing(t *testing.T, k *proc, admin *client.Client, plugins, suff
 	if _, err := admin.ProjectSetQuota(ctx, "a", client.Quota{Runs: 1}); err != nil {
 		t.Fatal(err)
 	}
-	srv := sshtest.Start(t, sshtest.Options{})
-	keyPath := filepath.Join(t.TempDir(), "id")
-	if err := os.WriteFile(keyPath, srv.ClientKey, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := adminA.SoulCreate(ctx, client.SoulCreate{SID: "slow.a.test", Address: srv.Addr,
-		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}}); err != nil {
-		t.Fatal(err)
-	}
+	addSoul(t, adminA, "slow.a.test", sshtest.Start(t, sshtest.Options{}))
 	slow, _, err := adminA.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: s\n    on: slow.a.test\n    module: core.command.ran\n    params: {cmd: \"sleep 4\"}\n"})
 	if err != nil {
 		t.Fatal(err)

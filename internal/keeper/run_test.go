@@ -33,11 +33,19 @@ func adminClient(t *testing.T, k *proc, dataDir string) *client.Client {
 // addSoul registers a real sshd as a soul, its key in a 0600 file.
 func addSoul(t testing.TB, c *client.Client, sid string, srv *sshtest.Server) {
 	t.Helper()
+	addSoulIn(t, c, sid, "", srv)
+}
+
+// addSoulIn registers sshd srv as soul sid of project (the caller's
+// choice of project when empty).
+func addSoulIn(t testing.TB, c *client.Client, sid, project string, srv *sshtest.Server) {
+	t.Helper()
 	keyPath := filepath.Join(t.TempDir(), sid+".key")
 	if err := os.WriteFile(keyPath, srv.ClientKey, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: srv.Addr, Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}})
+	_, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: srv.Addr, Project: project,
+		Connection: client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}})
 	if err != nil {
 		t.Fatal(err)
 	}
