@@ -245,7 +245,7 @@ type EventData interface {
 
 // RunPhaseData is the data of a run.phase event.
 type RunPhaseData struct {
-	Phase Phase `json:"phase" enum:"Pending,Running,Succeeded,Failed,Cancelled" doc:"The phase the run entered."`
+	Phase Phase `json:"phase" enum:"Pending,Running,AwaitingApproval,Succeeded,Failed,Cancelled,Rejected" doc:"The phase the run entered (AwaitingApproval while a step waits for a second person, Running again once approved)."`
 	// Resumed is true when a keeper took the run over from a checkpoint
 	// (its keeper stopped or died mid-run).
 	Resumed bool `json:"resumed" doc:"True when the run resumes from a checkpoint after its keeper stopped."`
@@ -304,7 +304,7 @@ type CommandReattachedData struct {
 
 // RunFinishedData is the data of a run.finished event.
 type RunFinishedData struct {
-	Phase Phase     `json:"phase" enum:"Succeeded,Failed,Cancelled"`
+	Phase Phase     `json:"phase" enum:"Succeeded,Failed,Cancelled,Rejected"`
 	Error *RunError `json:"error,omitempty" required:"false" doc:"Why the run did not succeed."`
 }
 
