@@ -258,7 +258,11 @@ func (a *app) whoamiCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r := record{{"token", s.ID}, {"name", s.Name}, {"role", s.Role}}
+			in := s.Project
+			if in == "" {
+				in = "every project (keeper-wide)"
+			}
+			r := record{{"token", s.ID}, {"name", s.Name}, {"role", s.Role}, {"project", in}}
 			if s.Person != nil {
 				r = append(r, [2]string{"person", s.Person.Name + " (" + s.Person.Subject + " at " + s.Person.Issuer + ")"})
 			}
