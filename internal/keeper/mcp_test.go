@@ -26,7 +26,7 @@ import (
 // mcpTools is every tool the keeper serves.
 var mcpTools = []string{
 	"audit_verify", "module_show", "modules_list", "profile_get", "profiles_list", "provider_get", "providers_list",
-	"run_cancel", "run_get", "run_start", "run_wait", "runs_list", "scenario_validate", "soul_get", "souls_list",
+	"run_approve", "run_cancel", "run_get", "run_reject", "run_start", "run_wait", "runs_list", "scenario_validate", "soul_get", "souls_list",
 }
 
 // The canaries: a secret run input and a provider credential in the
@@ -375,6 +375,9 @@ func exerciseMCP(ctx context.Context, t *testing.T, mk *mcpKeeper, s *sdk.Client
 	}
 	callTool(ctx, t, s, "runs_list", nil, nil)
 	refused(t, callTool(ctx, t, s, "run_cancel", map[string]any{"id": final.ID}, nil), "run.finished")
+	// An operator holds no run.approve (TestApprovals decides over MCP).
+	refused(t, callTool(ctx, t, s, "run_approve", map[string]any{"id": final.ID, "reason": "ok"}, nil), "auth.forbidden")
+	refused(t, callTool(ctx, t, s, "run_reject", map[string]any{"id": final.ID, "reason": "no"}, nil), "auth.forbidden")
 	var report client.AuditReport
 	structured(t, callTool(ctx, t, s, "audit_verify", nil, nil), &report)
 	if !report.OK || report.Checked == 0 {
@@ -528,6 +531,7 @@ func TestMCPWritesDisabled(t *testing.T) {
 	defer s.Close()
 	refused(t, callTool(ctx, t, s, "run_start", map[string]any{"scenario": mcpScenario, "input": map[string]any{"pin": canaryInput}}, nil), "mcp.writes_disabled")
 	refused(t, callTool(ctx, t, s, "run_cancel", map[string]any{"id": "run_x"}, nil), "mcp.writes_disabled")
+	refused(t, callTool(ctx, t, s, "run_approve", map[string]any{"id": "run_x", "reason": "ok"}, nil), "mcp.writes_disabled")
 	runs, err := mk.admin.RunList(ctx, client.ListOptions{})
 	if err != nil || len(runs.Items) != 0 {
 		t.Fatalf("runs after refused writes: %+v %v", runs, err)
