@@ -45,6 +45,7 @@ func recordSerial(t testing.TB, cfg config.Config, sid, serial string) {
 // loopback port.
 type agentKeeper struct {
 	cfg  config.Config
+	url  string // the API's URL
 	c    *client.Client
 	urls []string
 	ca   *pki.CA
@@ -83,7 +84,7 @@ func startAgentKeeperWith(t testing.TB, cfg config.Config) *agentKeeper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &agentKeeper{cfg: k.Config, c: k.Client, urls: strings.Fields(m[1]), ca: ca, logs: k.Logs}
+	return &agentKeeper{cfg: k.Config, url: k.URL, c: k.Client, urls: strings.Fields(m[1]), ca: ca, logs: k.Logs}
 }
 
 // closedPort returns a loopback port nothing listens on: SSH to it is
