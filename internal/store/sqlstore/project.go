@@ -78,8 +78,12 @@ func (s *Store) ProjectDelete(ctx context.Context, params store.DeleteParams) (e
 		return &store.Error{Err: store.ErrInUse, Kind: "project", Key: params.Key}
 	}
 	return s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
-		if _, err := s.lockProject(ctx, tx, params.Key, "project", params.Key); err != nil {
+		_, err := s.lockProject(ctx, tx, params.Key, "project", params.Key)
+		if errors.Is(err, store.ErrReferenceMissing) {
 			return record{}, &store.Error{Err: store.ErrNotFound, Kind: "project", Key: params.Key}
+		}
+		if err != nil {
+			return record{}, err
 		}
 		held, err := s.projectHolds(ctx, tx, params.Key)
 		if err != nil {
