@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"slices"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -48,7 +47,7 @@ func (s *Server) registerProfiles() {
 		}
 		// The provider must be the project's or shared with it; another
 		// project's is as missing as one that does not exist.
-		if prov, err := s.store.ProviderGet(ctx, b.Provider); err == nil && prov.Project != project && !slices.Contains(prov.SharedWith, project) {
+		if prov, err := s.store.ProviderGet(ctx, b.Provider); err == nil && !store.Visible(prov.Project, prov.SharedWith, project) {
 			return nil, invalid("profile.provider_missing", "body.provider", "provider %q does not exist", b.Provider)
 		}
 		spec := objectJSON(b.Spec)

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"net/http"
-	"slices"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
@@ -25,8 +24,7 @@ func scopeOf(ctx context.Context) string { return principal(ctx).Project }
 // sees reports whether the caller may see (and use) an object of project
 // that is shared with shared.
 func sees(ctx context.Context, project string, shared []string) bool {
-	p := scopeOf(ctx)
-	return p == "" || p == project || slices.Contains(shared, p)
+	return store.Visible(project, shared, scopeOf(ctx))
 }
 
 // manages reports whether the caller may change an object of project: a

@@ -14,7 +14,6 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/sshtest"
-	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // approvalsConfig holds every command run in project prod for a second
@@ -47,10 +46,7 @@ func TestApprovals(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			args := []string{"--config", keeperConfig(t, dir, approvalsConfig)}
-			if backend == "postgres" {
-				args = append(args, "--database-url", testdb.FreshPostgres(t))
-			}
+			args := append([]string{"--config", keeperConfig(t, dir, approvalsConfig)}, databaseArgs(t, backend)...)
 			approvals(t, dir, args)
 		})
 	}

@@ -272,22 +272,27 @@ func buildLocalDriverTB(tb testing.TB, dir string) {
 func destroyLocalVMs(tb testing.TB, pluginDir, suffix, state string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if err := withLocalDriver(ctx, pluginDir, suffix, state, func(d driversdk.Driver, p driversdk.Provider) error {
+		return destroyDriverVMs(ctx, d, p)
+	}); err != nil {
+		tb.Errorf("destroy VMs: %v", err)
+	}
+}
+
+// withLocalDriver calls fn with the local driver, through a plugin host
+// of its own, and the provider of state's VMs.
+func withLocalDriver(ctx context.Context, pluginDir, suffix, state string, fn func(driversdk.Driver, driversdk.Provider) error) error {
 	h, err := plugin.New(plugin.Config{PluginDir: pluginDir})
 	if err != nil {
-		tb.Errorf("destroy VMs: %v", err)
-		return
+		return err
 	}
 	defer h.Close()
 	d, err := h.Driver(ctx, "local")
 	if err != nil {
-		tb.Errorf("destroy VMs: %v", err)
-		return
+		return err
 	}
 	cfg, _ := json.Marshal(map[string]string{"state_dir": state})
-	p := driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: cfg}
-	if err := destroyDriverVMs(ctx, d, p); err != nil {
-		tb.Errorf("destroy VMs: %v", err)
-	}
+	return fn(d, driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: cfg})
 }
 
 // benchVM is one VM of the provision step's output.

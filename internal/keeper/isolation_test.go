@@ -12,7 +12,6 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/sshtest"
-	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // TestProjectIsolation: against a real keeper on SQLite and PostgreSQL,
@@ -31,11 +30,7 @@ func TestProjectIsolation(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			var args []string
-			if backend == "postgres" {
-				args = []string{"--database-url", testdb.FreshPostgres(t)}
-			}
-			k := serve(t, dir, args...)
+			k := serve(t, dir, databaseArgs(t, backend)...)
 			admin := adminClient(t, k, filepath.Join(dir, ".keeper"))
 			projectIsolation(t, k, admin)
 		})

@@ -38,6 +38,16 @@ func TestMain(m *testing.M) {
 // proc is a keeper process started by a test.
 type proc = keepertest.Proc
 
+// databaseArgs are the serve arguments of a backend: none for sqlite (the
+// data dir's file), a fresh database for postgres.
+func databaseArgs(t testing.TB, backend string) []string {
+	t.Helper()
+	if backend == "postgres" {
+		return []string{"--database-url", testdb.FreshPostgres(t)}
+	}
+	return nil
+}
+
 // serve starts `keeper serve` with args in dir and waits until it listens.
 func serve(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()

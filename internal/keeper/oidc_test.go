@@ -20,7 +20,6 @@ import (
 	"github.com/oauth2-proxy/mockoidc"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // oidcKeeper is a real keeper whose keeper.yml signs people in with a real
@@ -42,11 +41,7 @@ func newOIDCKeeper(t *testing.T) *oidcKeeper {
 // (a fresh database).
 func newOIDCKeeperOn(t *testing.T, backend, more string) *oidcKeeper {
 	t.Helper()
-	var args []string
-	if backend == "postgres" {
-		args = []string{"--database-url", testdb.FreshPostgres(t)}
-	}
-	return newOIDCKeeperWith(t, more, args...)
+	return newOIDCKeeperWith(t, more, databaseArgs(t, backend)...)
 }
 
 // newOIDCKeeperWith is newOIDCKeeper with more of the oidc section

@@ -2,7 +2,6 @@ package keeper_test
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -12,9 +11,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
-	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/sshtest"
-	"github.com/soulstack/soulstack/internal/testdb"
 )
 
 // TestProjectQuotasAndSharing: against a real keeper with the real
@@ -35,11 +32,7 @@ func TestProjectQuotasAndSharing(t *testing.T) {
 			dir := t.TempDir()
 			data := filepath.Join(dir, ".keeper")
 			buildLocalDriver(t, filepath.Join(data, "plugins"))
-			var args []string
-			if backend == "postgres" {
-				args = []string{"--database-url", testdb.FreshPostgres(t)}
-			}
-			k := serve(t, dir, args...)
+			k := serve(t, dir, databaseArgs(t, backend)...)
 			admin := adminClient(t, k, data)
 			suffix := "quota-" + backend + ".test"
 			state := t.TempDir()
@@ -212,19 +205,13 @@ func countLocalVMs(t *testing.T, pluginDir, suffix, state string) int {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	h, err := plugin.New(plugin.Config{PluginDir: pluginDir})
-	if err != nil {
+	n := 0
+	if err := withLocalDriver(ctx, pluginDir, suffix, state, func(d driversdk.Driver, p driversdk.Provider) error {
+		vms, err := d.List(ctx, driversdk.ListRequest{Provider: p})
+		n = len(vms)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	defer h.Close()
-	d, err := h.Driver(ctx, "local")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _ := json.Marshal(map[string]string{"state_dir": state})
-	vms, err := d.List(ctx, driversdk.ListRequest{Provider: driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: cfg}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(vms)
+	return n
 }

@@ -33,6 +33,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/soulstack/soulstack/internal/store"
+
 	"github.com/soulstack/soulstack/client"
 )
 
@@ -120,7 +122,7 @@ type RunInfo struct {
 // with shared: every object outside a run, else one of the run's project
 // or shared with it.
 func (r RunInfo) Sees(project string, shared []string) bool {
-	return r.Project == "" || project == r.Project || slices.Contains(shared, r.Project)
+	return store.Visible(project, shared, r.Project)
 }
 
 // SecretParam reports whether the step's param name carries a secret.
