@@ -8,6 +8,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -47,7 +48,7 @@ func (s *Server) registerProfiles() {
 		}
 		// The provider must be the project's or shared with it; another
 		// project's is as missing as one that does not exist.
-		if prov, err := s.store.ProviderGet(ctx, b.Provider); err == nil && !store.Visible(prov.Project, prov.SharedWith, project) {
+		if prov, err := s.store.ProviderGet(ctx, b.Provider); err == nil && !module.Visible(prov.Project, prov.SharedWith, project) {
 			return nil, invalid("profile.provider_missing", "body.provider", "provider %q does not exist", b.Provider)
 		}
 		spec := objectJSON(b.Spec)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -24,7 +25,7 @@ func scopeOf(ctx context.Context) string { return principal(ctx).Project }
 // sees reports whether the caller may see (and use) an object of project
 // that is shared with shared.
 func sees(ctx context.Context, project string, shared []string) bool {
-	return store.Visible(project, shared, scopeOf(ctx))
+	return module.Visible(project, shared, scopeOf(ctx))
 }
 
 // manages reports whether the caller may change an object of project: a

@@ -33,8 +33,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/soulstack/soulstack/internal/store"
-
 	"github.com/soulstack/soulstack/client"
 )
 
@@ -122,7 +120,14 @@ type RunInfo struct {
 // with shared: every object outside a run, else one of the run's project
 // or shared with it.
 func (r RunInfo) Sees(project string, shared []string) bool {
-	return store.Visible(project, shared, r.Project)
+	return Visible(project, shared, r.Project)
+}
+
+// Visible reports whether an object of owner, shared with shared, may be
+// seen and used in project; in every project when project is empty
+// (keeper-wide). The API and the cloud steps share this one rule.
+func Visible(owner string, shared []string, project string) bool {
+	return project == "" || project == owner || slices.Contains(shared, project)
 }
 
 // SecretParam reports whether the step's param name carries a secret.

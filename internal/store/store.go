@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/soulstack/soulstack/internal/audit"
@@ -254,13 +253,6 @@ type Quota struct {
 	VCPUs    int `json:"vcpus"`
 	MemoryMB int `json:"memory_mb"`
 	Runs     int `json:"runs"`
-}
-
-// Visible reports whether an object of owner, shared with shared, may be
-// seen and used in project; in every project when project is empty
-// (keeper-wide).
-func Visible(owner string, shared []string, project string) bool {
-	return project == "" || project == owner || slices.Contains(shared, project)
 }
 
 // DefaultProject always exists; it holds what the keeper held before
