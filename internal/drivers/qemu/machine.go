@@ -187,9 +187,11 @@ func processAlive(pid int, id string) bool {
 // first (the guest shuts down, QEMU exits), then after grace QMP quit,
 // then SIGKILL. It returns once the process is gone.
 func stop(ctx context.Context, v *vmRecord, dir string, grace time.Duration) error {
-	if !processAlive(v.PID, v.ID) {
+	pid := qemuPID(v, dir)
+	if pid == 0 {
 		return nil
 	}
+	v.PID = pid
 	sock := filepath.Join(dir, "qmp.sock")
 	if grace > 0 {
 		if err := qmpRun(ctx, sock, "system_powerdown", nil, nil); err == nil && waitGone(ctx, v, grace) {
@@ -209,6 +211,33 @@ func stop(ctx context.Context, v *vmRecord, dir string, grace time.Duration) err
 		return fmt.Errorf("VM %s (pid %d) is still running after SIGKILL", v.ID, v.PID)
 	}
 	return nil
+}
+
+// qemuPID finds the QEMU process of v: the recorded pid, else the one its
+// pid file names, else any process carrying the VM's unique name. A
+// create cut short (its deadline killed the launcher while QEMU
+// daemonized, or it failed before the pid was recorded) leaves a VM
+// process the record does not name; destroying the VM must still end it.
+// 0 when there is none.
+func qemuPID(v *vmRecord, dir string) int {
+	if processAlive(v.PID, v.ID) {
+		return v.PID
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "qemu.pid")); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && processAlive(pid, v.ID) {
+			return pid
+		}
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && processAlive(pid, v.ID) {
+			return pid
+		}
+	}
+	return 0
 }
 
 func waitGone(ctx context.Context, v *vmRecord, d time.Duration) bool {
