@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/digitalocean/go-qemu/qmp"
+
 	"github.com/soulstack/soulstack/driversdk"
 )
 
