@@ -374,10 +374,23 @@ func (s *Server) mintPersonToken(ctx context.Context, person store.Person, group
 		return store.APIToken{}, "", err
 	}
 	expires := s.now().Add(s.oidc.cfg.TokenTTL)
+	person.Groups = groups
 	t, err := s.store.TokenCreate(ctx, store.TokenCreateParams{
 		Token: store.APIToken{ID: id, Name: personTokenName(person), Role: g.role, Hash: hash, ExpiresAt: &expires, Person: &person, Project: g.project},
 		Actor: store.ActorOIDC,
 	})
+	if err != nil {
+		return store.APIToken{}, "", err
+	}
+	// A binding changed while this sign-in read the old ones: the change's
+	// own sweep ran before this token existed, so this one is checked here.
+	bindings, err := s.store.Bindings(ctx, "")
+	if err == nil && s.lapsed(t, bindings, s.now()) {
+		err = s.store.TokenRevoke(ctx, store.DeleteParams{Key: t.ID, Actor: store.ActorOIDC})
+		if err == nil {
+			err = &oidcError{http.StatusForbidden, "auth.oidc_no_role", "your role changed while you signed in; sign in again"}
+		}
+	}
 	if err != nil {
 		return store.APIToken{}, "", err
 	}
@@ -461,6 +474,15 @@ type access struct {
 // bindings made with the API (of their groups, or of them by issuer and
 // subject).
 func (s *Server) projectRoles(ctx context.Context, person store.Person, groups []string) (map[string]string, error) {
+	bindings, err := s.store.Bindings(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	return s.projectRolesIn(bindings, person, groups), nil
+}
+
+// projectRolesIn is projectRoles with the bindings given.
+func (s *Server) projectRolesIn(bindings []store.Binding, person store.Person, groups []string) map[string]string {
 	out := map[string]string{}
 	grant := func(project, role string) {
 		if roleRank[role] > roleRank[out[project]] {
@@ -472,10 +494,6 @@ func (s *Server) projectRoles(ctx context.Context, person store.Person, groups [
 			grant(project, byGroup[g])
 		}
 	}
-	bindings, err := s.store.Bindings(ctx, "")
-	if err != nil {
-		return nil, err
-	}
 	me := personSubject(person)
 	for _, b := range bindings {
 		if b.Kind == store.BindPerson && b.Subject == me || b.Kind == store.BindGroup && slices.Contains(groups, b.Subject) {
@@ -483,7 +501,83 @@ func (s *Server) projectRoles(ctx context.Context, person store.Person, groups [
 		}
 	}
 	delete(out, "")
-	return out, nil
+	return out
+}
+
+// roleNow is the role a person's token would get if its person signed in
+// again now with the groups of the sign-in that minted it: from
+// keeper.yml's oidc roles and projects and the bindings as they are now.
+// "" when they give it none, or when OIDC sign-in is off or trusts
+// another issuer now.
+func (s *Server) roleNow(t store.APIToken, bindings []store.Binding) string {
+	if s.oidc == nil || t.Person == nil || t.Person.Issuer != s.oidc.cfg.Issuer {
+		return ""
+	}
+	role := s.oidc.roleOf(t.Person.Groups)
+	if t.Project != "" {
+		if r := s.projectRolesIn(bindings, *t.Person, t.Person.Groups)[t.Project]; roleRank[r] > roleRank[role] {
+			role = r
+		}
+	}
+	return role
+}
+
+// lapsed reports whether t is a person's token whose role is no longer
+// held (roleNow ranks below it). A token minted by hand, or before the
+// keeper kept the sign-in's groups, is never lapsed: it lives until it
+// expires or is revoked.
+func (s *Server) lapsed(t store.APIToken, bindings []store.Binding, now time.Time) bool {
+	if t.Person == nil || t.Person.Groups == nil || !t.Active(now) {
+		return false
+	}
+	return roleRank[s.roleNow(t, bindings)] < roleRank[t.Role]
+}
+
+// WithdrawLapsedAccess revokes the person tokens of project (every
+// project's and the keeper-wide ones when project is "") whose role their
+// person no longer holds: a binding removed or lowered, keeper.yml's oidc
+// roles or projects changed, OIDC turned off. A person's token expires
+// with their access, not only with its oidc.token_ttl. The keeper calls it
+// when it starts and after every binding change; each revocation is
+// audited (token.revoked by actor). It returns how many it revoked; the
+// error is the first that kept it from revoking one.
+func (s *Server) WithdrawLapsedAccess(ctx context.Context, project string, actor store.Actor) (int, error) {
+	bindings, err := s.store.Bindings(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	var first error
+	n, after := 0, ""
+	for {
+		page, err := s.store.TokenList(ctx, store.ListParams{Limit: 500, After: after, Project: project})
+		if err != nil {
+			return n, err
+		}
+		now := s.now()
+		for _, t := range page {
+			if !s.lapsed(t, bindings, now) {
+				continue
+			}
+			err := s.store.TokenRevoke(ctx, store.DeleteParams{Key: t.ID, Actor: actor})
+			s.authn.Forget(t.ID)
+			switch {
+			case errors.Is(err, store.ErrRevoked):
+			case err != nil:
+				s.log.Error("a person's access was withdrawn but their token could not be revoked", "token_id", t.ID, "err", err)
+				if first == nil {
+					first = fmt.Errorf("revoke token %s: %w", t.ID, err)
+				}
+			default:
+				n++
+				s.log.Info("a person's access was withdrawn: their token is revoked", "token_id", t.ID,
+					"issuer", t.Person.Issuer, "subject", t.Person.Subject, "role", t.Role, "project", t.Project)
+			}
+		}
+		if len(page) < 500 {
+			return n, first
+		}
+		after = page[len(page)-1].ID
+	}
 }
 
 // personSubject is how a binding names a person: issuer and subject.

@@ -65,6 +65,15 @@ func (s *Server) registerProjects() {
 	})
 }
 
+// withdrawAfterBinding revokes the person tokens of project whose role a
+// binding change took away. The change stands either way; a token it
+// cannot revoke now is logged and revoked at the keeper's next start.
+func (s *Server) withdrawAfterBinding(ctx context.Context, project string) {
+	if _, err := s.WithdrawLapsedAccess(ctx, project, principal(ctx).Actor()); err != nil {
+		s.log.Error("withdraw access after a binding change", "project", project, "err", err)
+	}
+}
+
 func bindingWire(b store.Binding) client.Binding {
 	return client.Binding{Project: b.Project, Kind: b.Kind, Subject: b.Subject, Role: b.Role, CreatedAt: b.CreatedAt, CreatedBy: b.CreatedBy}
 }
@@ -124,12 +133,13 @@ func (s *Server) registerBindings() {
 		if err != nil {
 			return nil, err
 		}
+		s.withdrawAfterBinding(ctx, in.Name)
 		return &struct{ Body client.Binding }{Body: bindingWire(got)}, nil
 	})
 	register(s, huma.Operation{
 		OperationID: "binding-delete", Method: http.MethodDelete, Path: "/v1/projects/{name}/bindings", Tags: tags,
 		Summary:       "Remove a role binding",
-		Description:   "Audit binding.deleted. Tokens minted at earlier sign-ins keep working until they expire (oidc.token_ttl); revoke them to end them now.",
+		Description:   "Audit binding.deleted. The project's person tokens whose role the binding gave, and nothing else still gives, are revoked at once (token.revoked).",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
 	}, auth.TokenManage, false, func(ctx context.Context, in *struct {
 		Name    string `path:"name"`
@@ -139,7 +149,11 @@ func (s *Server) registerBindings() {
 		if err := inProject(ctx, in.Name); err != nil {
 			return nil, err
 		}
-		return nil, s.store.BindingDelete(ctx, store.Binding{Project: in.Name, Kind: in.Kind, Subject: in.Subject}, principal(ctx).Actor())
+		if err := s.store.BindingDelete(ctx, store.Binding{Project: in.Name, Kind: in.Kind, Subject: in.Subject}, principal(ctx).Actor()); err != nil {
+			return nil, err
+		}
+		s.withdrawAfterBinding(ctx, in.Name)
+		return nil, nil
 	})
 	register(s, huma.Operation{
 		OperationID: "project-quota", Method: http.MethodPut, Path: "/v1/projects/{name}/quota", Tags: tags,

@@ -30,6 +30,20 @@ type oidcKeeper struct {
 	k     *proc
 	admin *client.Client
 	url   string
+	// config writes keeper.yml with more of the oidc section; args start
+	// the keeper in dir (restart).
+	config func(more string) string
+	dir    string
+	args   []string
+}
+
+// restart stops the keeper and starts it again on the same data, address
+// and provider, with more as the rest of its oidc section.
+func (ok *oidcKeeper) restart(t *testing.T, more string) {
+	t.Helper()
+	ok.k.Terminate(t)
+	ok.config(more)
+	ok.k = serve(t, ok.dir, ok.args...)
 }
 
 func newOIDCKeeper(t *testing.T) *oidcKeeper {
@@ -59,15 +73,18 @@ func newOIDCKeeperWith(t *testing.T, more string, args ...string) *oidcKeeper {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cfg := keeperConfig(t, dir, fmt.Sprintf(`oidc:
+	config := func(more string) string {
+		return keeperConfig(t, dir, fmt.Sprintf(`oidc:
   issuer: %s
   client_id: %s
   client_secret_ref: file:%s
   redirect_url: http://%s/v1/auth/oidc/callback
   roles: {sre: operator, platform: admin}
 %s`, idp.Issuer(), idp.ClientID, secretFile, addr, more))
-	k := serve(t, dir, append([]string{"--config", cfg, "--listen", addr}, args...)...)
-	return &oidcKeeper{idp: idp, k: k, admin: adminClient(t, k, filepath.Join(dir, ".keeper")), url: "http://" + addr}
+	}
+	args = append([]string{"--config", config(more), "--listen", addr}, args...)
+	k := serve(t, dir, args...)
+	return &oidcKeeper{idp: idp, k: k, admin: adminClient(t, k, filepath.Join(dir, ".keeper")), url: "http://" + addr, config: config, dir: dir, args: args}
 }
 
 // idpBrowser is a browser's part of a sign-in: it follows the redirects
@@ -471,7 +488,10 @@ func oidcProjectRoles(t *testing.T, ok *oidcKeeper) {
 	if _, err := ok.admin.BindingPut(ctx, "b", client.BindingPut{Kind: "person", Subject: ok.idp.Issuer() + " u-eve", Role: "viewer"}); err != nil {
 		t.Fatal(err)
 	}
-	signIn := func(user *mockoidc.MockUser, project string) (client.Session, int, string) {
+	// signInKeep signs user in to project in a browser of its own and
+	// returns what whoami says, and a func that asks whoami again in that
+	// browser session (its status).
+	signInKeep := func(user *mockoidc.MockUser, project string) (client.Session, int, string, func() int) {
 		t.Helper()
 		ok.idp.QueueUser(user)
 		b := newIDPBrowser(t)
@@ -481,36 +501,49 @@ func oidcProjectRoles(t *testing.T, ok *oidcKeeper) {
 		}
 		status, loc, body := b.get(t, u)
 		if status != http.StatusSeeOther {
-			return client.Session{}, status, problemCode(body)
+			return client.Session{}, status, problemCode(body), nil
 		}
-		req, _ := http.NewRequest(http.MethodGet, ok.url+"/v1/whoami", nil)
-		req.Header.Set("X-CSRF-Token", strings.TrimPrefix(loc, "/ui/#csrf="))
-		resp, err := b.c.Do(req)
-		if err != nil {
-			t.Fatal(err)
+		whoami := func() (client.Session, int) {
+			req, _ := http.NewRequest(http.MethodGet, ok.url+"/v1/whoami", nil)
+			req.Header.Set("X-CSRF-Token", strings.TrimPrefix(loc, "/ui/#csrf="))
+			resp, err := b.c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var who client.Session
+			_ = json.NewDecoder(resp.Body).Decode(&who)
+			return who, resp.StatusCode
 		}
-		defer resp.Body.Close()
-		var who client.Session
-		_ = json.NewDecoder(resp.Body).Decode(&who)
-		return who, resp.StatusCode, ""
+		who, status := whoami()
+		return who, status, "", func() int { _, status := whoami(); return status }
+	}
+	signIn := func(user *mockoidc.MockUser, project string) (client.Session, int, string) {
+		t.Helper()
+		who, status, code, _ := signInKeep(user, project)
+		return who, status, code
 	}
 	dev := &mockoidc.MockUser{Subject: "u-dev", Email: "dev@example.com", Groups: []string{"devs"}}
-	if who, _, code := signIn(dev, ""); who.Project != "a" || who.Role != "operator" {
+	who, _, code, devInA := signInKeep(dev, "")
+	if who.Project != "a" || who.Role != "operator" {
 		t.Fatalf("a dev signs in: %+v %s", who, code)
 	}
 	if _, status, code := signIn(dev, "b"); status != http.StatusForbidden || code != "auth.oidc_no_role" {
 		t.Fatalf("a dev asks for project b: %d %s", status, code)
 	}
-	if who, _, code := signIn(&mockoidc.MockUser{Subject: "u-ops", Email: "ops@example.com", Groups: []string{"ops", "devs"}}, "b"); who.Project != "b" || who.Role != "admin" {
+	ops := &mockoidc.MockUser{Subject: "u-ops", Email: "ops@example.com", Groups: []string{"ops", "devs"}}
+	who, _, code, opsInB := signInKeep(ops, "b")
+	if who.Project != "b" || who.Role != "admin" {
 		t.Fatalf("an ops person asks for b: %+v %s", who, code)
 	}
-	if who, _, code := signIn(&mockoidc.MockUser{Subject: "u-eve", Email: "eve@example.com", Groups: []string{"nobody"}}, ""); who.Project != "b" || who.Role != "viewer" {
+	who, _, code, eveInB := signInKeep(&mockoidc.MockUser{Subject: "u-eve", Email: "eve@example.com", Groups: []string{"nobody"}}, "")
+	if who.Project != "b" || who.Role != "viewer" {
 		t.Fatalf("the person bound by name: %+v %s", who, code)
 	}
 	if who, _, code := signIn(&mockoidc.MockUser{Subject: "u-pat", Email: "pat@example.com", Groups: []string{"platform"}}, ""); who.Project != "" || who.Role != "admin" {
 		t.Fatalf("a platform person: %+v %s", who, code)
 	}
-	pat, _, code := signIn(&mockoidc.MockUser{Subject: "u-pat", Email: "pat@example.com", Groups: []string{"platform"}}, "b")
+	pat, _, code, patInB := signInKeep(&mockoidc.MockUser{Subject: "u-pat", Email: "pat@example.com", Groups: []string{"platform"}}, "b")
 	if pat.Project != "b" || pat.Role != "admin" {
 		t.Fatalf("a platform person asks for b: %+v %s", pat, code)
 	}
@@ -538,7 +571,8 @@ func oidcProjectRoles(t *testing.T, ok *oidcKeeper) {
 	}
 	_, err = adminB.BindingPut(ctx, "b", client.BindingPut{Kind: "person", Subject: "no-space", Role: "viewer"})
 	wantProblem(t, err, http.StatusUnprocessableEntity, "binding.subject_invalid")
-	if who, _, code := signIn(dev, "b"); who.Project != "b" || who.Role != "viewer" {
+	who, _, code, devInB := signInKeep(dev, "b")
+	if who.Project != "b" || who.Role != "viewer" {
 		t.Fatalf("a dev asks for b after the binding: %+v %s", who, code)
 	}
 	l, err := adminB.BindingList(ctx, "b")
@@ -551,20 +585,62 @@ func oidcProjectRoles(t *testing.T, ok *oidcKeeper) {
 	if _, status, code := signIn(dev, "b"); status != http.StatusForbidden || code != "auth.oidc_no_role" {
 		t.Fatalf("a dev asks for b after the unbinding: %d %s", status, code)
 	}
+
+	// A person's token expires with their access: the dev's session in b,
+	// whose role the removed binding gave, ends at once; the sessions
+	// whose roles still hold (the ops admin's, whose devs group was
+	// unbound too; the person bound by name; the keeper-wide admin; the
+	// dev's in a, from keeper.yml) go on.
+	if got := devInB(); got != http.StatusUnauthorized {
+		t.Fatalf("the dev's session in b after the unbinding: %d, want 401", got)
+	}
+	for name, still := range map[string]func() int{"ops in b": opsInB, "eve in b": eveInB, "pat in b": patInB, "dev in a": devInA} {
+		if got := still(); got != http.StatusOK {
+			t.Fatalf("%s after b's devs binding is removed: %d, want 200", name, got)
+		}
+	}
+	// A role lowered ends the sessions above it; signing in again gives
+	// the new one.
+	if _, err := adminB.BindingPut(ctx, "b", client.BindingPut{Kind: "group", Subject: "ops", Role: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := opsInB(); got != http.StatusUnauthorized {
+		t.Fatalf("the ops admin's session after ops is lowered to operator: %d, want 401", got)
+	}
+	if got := eveInB(); got != http.StatusOK {
+		t.Fatalf("eve's session after ops is lowered: %d, want 200", got)
+	}
+	if who, _, code := signIn(ops, "b"); who.Role != "operator" {
+		t.Fatalf("the ops person signs in again: %+v %s", who, code)
+	}
+
 	evs, err := adminB.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 500}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var put, deleted int
+	var put, deleted, revoked int
 	for _, e := range evs.Items {
 		switch e.Action {
 		case "binding.put":
 			put++
 		case "binding.deleted":
 			deleted++
+		case "token.revoked":
+			revoked++
 		}
 	}
-	if put != 3 || deleted != 1 {
-		t.Fatalf("b's audit: %d binding.put, %d binding.deleted; want 3 and 1", put, deleted)
+	if put != 4 || deleted != 1 || revoked != 2 {
+		t.Fatalf("b's audit: %d binding.put, %d binding.deleted, %d token.revoked; want 4, 1 and 2", put, deleted, revoked)
+	}
+
+	// keeper.yml changed: a, mapped from the devs group there, is no
+	// longer; the keeper's next start ends the dev's session in a. The
+	// keeper-wide admin's role still holds.
+	ok.restart(t, "")
+	if got := devInA(); got != http.StatusUnauthorized {
+		t.Fatalf("the dev's session in a after keeper.yml dropped a's mapping: %d, want 401", got)
+	}
+	if got := patInB(); got != http.StatusOK {
+		t.Fatalf("the keeper-wide admin's session after the restart: %d, want 200", got)
 	}
 }

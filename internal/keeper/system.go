@@ -433,6 +433,13 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	}
 	stopWatch := watchAdminTokens(ctx, s.Store, s.Clock, s.Log)
 	defer stopWatch()
+	// keeper.yml's oidc section may have changed since the last start: a
+	// person's token whose role it no longer gives ends now.
+	if n, err := s.API.WithdrawLapsedAccess(ctx, "", store.ActorOIDC); err != nil {
+		s.Log.Error("withdraw the access keeper.yml no longer gives", "revoked", n, "err", err)
+	} else if n > 0 {
+		s.Log.Info("withdrew the access keeper.yml no longer gives", "revoked", n)
+	}
 	if err := s.Runs.Start(ctx); err != nil {
 		return err
 	}

@@ -186,6 +186,10 @@ type Person struct {
 	Issuer  string
 	Subject string
 	Name    string
+	// Groups are the groups of the sign-in (its groups claim), from
+	// which the token's role came; nil for a token minted before the
+	// keeper kept them.
+	Groups []string
 }
 
 // Active reports whether the token may authenticate at now.

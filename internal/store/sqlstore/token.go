@@ -3,21 +3,29 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/soulstack/soulstack/internal/store"
 )
 
-const tokenCols = `id, name, role, permissions, hash, created_by, created_at, expires_at, revoked_at, person_issuer, person_subject, person_name, project`
+const tokenCols = `id, name, role, permissions, hash, created_by, created_at, expires_at, revoked_at, person_issuer, person_subject, person_name, project, person_groups`
 
 func scanToken(row interface{ Scan(...any) error }) (store.APIToken, error) {
 	var t store.APIToken
 	var expires, revoked sql.NullTime
 	var perms string
 	var person store.Person
-	err := row.Scan(&t.ID, &t.Name, &t.Role, &perms, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked, &person.Issuer, &person.Subject, &person.Name, &t.Project)
+	var groups sql.NullString
+	err := row.Scan(&t.ID, &t.Name, &t.Role, &perms, &t.Hash, &t.CreatedBy, &t.CreatedAt, &expires, &revoked, &person.Issuer, &person.Subject, &person.Name, &t.Project, &groups)
 	if person.Issuer != "" {
+		if groups.Valid {
+			person.Groups = []string{}
+			if jerr := json.Unmarshal([]byte(groups.String), &person.Groups); jerr != nil && err == nil {
+				err = fmt.Errorf("token %s: its groups: %w", t.ID, jerr)
+			}
+		}
 		t.Person = &person
 	}
 	if perms != "" {
@@ -30,12 +38,22 @@ func scanToken(row interface{ Scan(...any) error }) (store.APIToken, error) {
 
 func (s *Store) insertToken(ctx context.Context, tx *sql.Tx, t store.APIToken) (record, error) {
 	var person store.Person
+	var groups sql.NullString
 	if t.Person != nil {
 		person = *t.Person
+		g := person.Groups
+		if g == nil {
+			g = []string{} // [] when none, never null: null is a token from before groups were kept
+		}
+		b, err := json.Marshal(g)
+		if err != nil {
+			return record{}, err
+		}
+		groups = sql.NullString{String: string(b), Valid: true}
 	}
-	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+	_, err := tx.ExecContext(ctx, s.q(`INSERT INTO api_tokens (`+tokenCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 		t.ID, t.Name, t.Role, strings.Join(t.Permissions, ","), t.Hash, t.CreatedBy, t.CreatedAt, nullTime(t.ExpiresAt), nullTime(t.RevokedAt),
-		person.Issuer, person.Subject, person.Name, t.Project)
+		person.Issuer, person.Subject, person.Name, t.Project, groups)
 	if s.dialect.Classify(err) == UniqueViolation {
 		return record{}, &store.Error{Err: store.ErrExists, Kind: "token", Key: t.ID}
 	}

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -50,19 +51,33 @@ func testProjects(t *testing.T, b testdb.Backend) {
 	}
 }
 
-// testPersonTokens: a token minted for a person keeps the person; one
-// minted by hand has none.
+// testPersonTokens: a token minted for a person keeps the person and the
+// groups of their sign-in ([] when none; nil only for a token from before
+// the keeper kept them); one minted by hand has none.
 func testPersonTokens(t *testing.T, b testdb.Backend) {
 	s := b.Open(t)
-	person := store.Person{Issuer: "https://idp.example", Subject: "u-1", Name: "Ada"}
+	person := store.Person{Issuer: "https://idp.example", Subject: "u-1", Name: "Ada", Groups: []string{"devs", "ops"}}
 	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_p", Name: "oidc-ada", Role: "viewer", Hash: "hp", Person: &person}, Actor: store.ActorOIDC}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_h", Name: "hand", Role: "viewer", Hash: "hh"}, Actor: store.ActorKeeper}); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.TokenGet(ctx, "tok_p"); err != nil || got.Person == nil || *got.Person != person || got.CreatedBy != "oidc" {
+	if got, err := s.TokenGet(ctx, "tok_p"); err != nil || got.Person == nil || !reflect.DeepEqual(*got.Person, person) || got.CreatedBy != "oidc" {
 		t.Fatalf("the person's token: %+v, %v", got, err)
+	}
+	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_n", Name: "oidc-bob", Role: "viewer", Hash: "hn",
+		Person: &store.Person{Issuer: "https://idp.example", Subject: "u-2", Name: "Bob"}}, Actor: store.ActorOIDC}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.TokenGet(ctx, "tok_n"); err != nil || got.Person == nil || got.Person.Groups == nil || len(got.Person.Groups) != 0 {
+		t.Fatalf("a person in no group: %+v, %v", got.Person, err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `UPDATE api_tokens SET person_groups = NULL WHERE id = 'tok_n'`); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.TokenGet(ctx, "tok_n"); err != nil || got.Person == nil || got.Person.Groups != nil {
+		t.Fatalf("a token from before the keeper kept the groups: %+v, %v", got.Person, err)
 	}
 	if got, err := s.TokenGetByHash(ctx, "hh"); err != nil || got.Person != nil {
 		t.Fatalf("a token by hand: %+v, %v", got, err)
