@@ -63,6 +63,9 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"Sessions", testSessions},
 		{"Drift", testDrift},
 		{"Projects", testProjects},
+		{"Bindings", testBindings},
+		{"Shares", testShares},
+		{"RunQuota", testRunQuota},
 		{"PersonTokens", testPersonTokens},
 		{"OIDCCodes", testOIDCCodes},
 	}
