@@ -74,7 +74,8 @@ type SoulDrift struct {
 	Seeds        []SeedDrift `json:"seeds"`
 }
 
-// DriftReport is GET /v1/drift: counts over every soul, and a page.
+// DriftReport is GET /v1/drift: counts over every soul the caller sees
+// (its project's, or every one for a keeper-wide token), and a page.
 type DriftReport struct {
 	// Counts are souls by state.
 	Counts map[string]int `json:"counts" doc:"Souls by state (every soul with a checked seed, not only this page)."`
@@ -126,6 +127,7 @@ type Delivery struct {
 	Notification string    `json:"notification" doc:"The notification of keeper.yml it went to."`
 	Event        string    `json:"event"`
 	Object       string    `json:"object"`
+	Project      string    `json:"project,omitempty" required:"false" doc:"The project the event is about; absent for a keeper-wide event."`
 	Status       string    `json:"status" enum:"pending,delivered,failed" doc:"pending: queued or waiting to retry; delivered: the receiver answered 2xx; failed: every attempt failed."`
 	Attempts     int       `json:"attempts"`
 	LastCode     int       `json:"last_code,omitempty" required:"false" doc:"The receiver's last HTTP status (0: no answer)."`

@@ -36,8 +36,9 @@ type Config struct {
 	Store  store.Store
 	Logger *slog.Logger
 	// Notify, when set, sends an outgoing notification (soul.drifted,
-	// soul.in_sync); the keeper's webhook notifier.
-	Notify  func(ctx context.Context, event, object string, data any)
+	// soul.in_sync) about an object of project; the keeper's webhook
+	// notifier.
+	Notify  func(ctx context.Context, project, event, object string, data any)
 	Version string
 	Now     func() time.Time // nil: time.Now
 	// Runs and Check enable the run routes; without them the keeper
@@ -79,7 +80,7 @@ type Server struct {
 	metrics        *metrics
 	runs           RunService
 	check          ScenarioChecker
-	notify         func(ctx context.Context, event, object string, data any)
+	notify         func(ctx context.Context, project, event, object string, data any)
 	cloud          CloudService
 	approvalConfig string
 	limiter        *authLimiter

@@ -21,8 +21,9 @@ type CloudService interface {
 	// orphan, and audits it.
 	DestroyOrphans(ctx context.Context, provider string, vmIDs []string, actor store.Actor) ([]client.Orphan, error)
 	// CloudDrift compares the VMs each provider's driver lists (every
-	// provider when empty) with the souls the registry holds for them.
-	CloudDrift(ctx context.Context, provider string) ([]client.CloudDrift, error)
+	// provider when empty) with the souls the registry holds for them; of
+	// project's providers and souls alone when project is set.
+	CloudDrift(ctx context.Context, provider, project string) ([]client.CloudDrift, error)
 }
 
 // Errors a CloudService returns, which errors.go maps to problems; a
@@ -99,7 +100,7 @@ func (s *Server) registerCloud() {
 
 // ownsProvider lets a project's caller at the orphans of its own
 // providers alone: it must name one (every provider's orphans are the
-// keeper's), and another project's provider is a 404.
+// keeper's), and it must manage it (providerManaged).
 func (s *Server) ownsProvider(ctx context.Context, name, location string) error {
 	if principal(ctx).KeeperWide() {
 		return nil
@@ -107,11 +108,21 @@ func (s *Server) ownsProvider(ctx context.Context, name, location string) error 
 	if name == "" {
 		return invalid("cloud.provider_required", location, "a project's token lists the orphans of one of its providers: name it")
 	}
+	return s.providerManaged(ctx, name)
+}
+
+// providerManaged is nil when the caller manages provider name, the one
+// kind of caller that answers for its VMs: another project's provider is
+// a 404, one shared with the caller's project to use a 403.
+func (s *Server) providerManaged(ctx context.Context, name string) error {
 	p, err := s.store.ProviderGet(ctx, name)
 	if err != nil {
 		return err
 	}
 	if !manages(ctx, p.Project) {
+		if sees(ctx, p.Project, p.SharedWith) {
+			return problem(http.StatusForbidden, "auth.forbidden", fmt.Sprintf("provider %q is shared with your project to use, not to answer for its VMs", name))
+		}
 		return hidden("provider", name)
 	}
 	return nil

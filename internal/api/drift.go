@@ -155,9 +155,9 @@ func (s *Server) DriftFinished(ctx context.Context, run store.Run) {
 		data := map[string]any{"sid": sid, "seed_id": seedID, "state": d.State, "from": before, "kind": d.Kind, "reason": d.Reason, "run_id": run.ID}
 		switch {
 		case d.State == store.DriftDrifted:
-			s.notify(ctx, "soul.drifted", "soul/"+sid, data)
+			s.notify(ctx, run.Project, "soul.drifted", "soul/"+sid, data)
 		case d.State == store.DriftInSync && before != store.DriftChecking:
-			s.notify(ctx, "soul.in_sync", "soul/"+sid, data)
+			s.notify(ctx, run.Project, "soul.in_sync", "soul/"+sid, data)
 		}
 	}
 }
@@ -352,7 +352,7 @@ func (s *Server) registerDrift() {
 			return nil, err
 		}
 		items := driftWire(ds, s.now())
-		counts, _, err := s.driftSoulCounts(ctx)
+		counts, _, err := s.driftSoulCounts(ctx, scopeOf(ctx))
 		if err != nil {
 			return nil, err
 		}
@@ -397,13 +397,14 @@ func (s *Server) registerDrift() {
 	})
 }
 
-// driftSoulCounts counts souls by their seeds' worst state, and how many
-// of the drifted ones are acknowledged.
-func (s *Server) driftSoulCounts(ctx context.Context) (map[string]int, int, error) {
+// driftSoulCounts counts the souls of project (every project's for "")
+// by their seeds' worst state, and how many of the drifted ones are
+// acknowledged.
+func (s *Server) driftSoulCounts(ctx context.Context, project string) (map[string]int, int, error) {
 	counts, acked := map[string]int{}, 0
 	after := ""
 	for {
-		ds, err := s.store.DriftList(ctx, store.DriftListParams{After: after, Limit: 500})
+		ds, err := s.store.DriftList(ctx, store.DriftListParams{After: after, Limit: 500, Project: project})
 		if err != nil {
 			return nil, 0, err
 		}
@@ -448,8 +449,10 @@ func (s *Server) submitSeedAs(ctx context.Context, sd store.SoulSeed, mode clien
 	return run, err
 }
 
-// driftDesc is the drift gauge: souls by their seeds' worst state.
-var driftDesc = prometheus.NewDesc("soulstack_souls_drift", "Souls by drift state (their seeds' worst; acknowledged drift counts as drifted_acknowledged).", []string{"state"}, nil)
+// driftDesc is the drift gauge: each project's souls by their seeds'
+// worst state.
+var driftDesc = prometheus.NewDesc("soulstack_souls_drift",
+	"Souls by project and drift state (their seeds' worst; acknowledged drift counts as drifted_acknowledged).", []string{"project", "state"}, nil)
 
 // driftCollector reads the drift counts at each scrape, bounded in time.
 type driftCollector struct{ s *Server }
@@ -459,15 +462,29 @@ func (c driftCollector) Describe(ch chan<- *prometheus.Desc) { ch <- driftDesc }
 func (c driftCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	counts, acked, err := c.s.driftSoulCounts(ctx)
-	if err != nil {
-		c.s.log.Warn("drift metrics", "err", err)
-		return
-	}
-	counts[store.DriftDrifted] -= acked
-	counts["drifted_acknowledged"] = acked
-	for _, st := range []string{store.DriftInSync, store.DriftDrifted, "drifted_acknowledged", store.DriftUnknown, store.DriftUnreachable, store.DriftChecking} {
-		ch <- prometheus.MustNewConstMetric(driftDesc, prometheus.GaugeValue, float64(counts[st]), st)
+	after := ""
+	for {
+		projects, err := c.s.store.ProjectList(ctx, store.ListParams{Limit: 500, After: after})
+		if err != nil {
+			c.s.log.Warn("drift metrics", "err", err)
+			return
+		}
+		for _, p := range projects {
+			counts, acked, err := c.s.driftSoulCounts(ctx, p.Name)
+			if err != nil {
+				c.s.log.Warn("drift metrics", "project", p.Name, "err", err)
+				return
+			}
+			counts[store.DriftDrifted] -= acked
+			counts["drifted_acknowledged"] = acked
+			for _, st := range []string{store.DriftInSync, store.DriftDrifted, "drifted_acknowledged", store.DriftUnknown, store.DriftUnreachable, store.DriftChecking} {
+				ch <- prometheus.MustNewConstMetric(driftDesc, prometheus.GaugeValue, float64(counts[st]), p.Name, st)
+			}
+		}
+		if len(projects) < 500 {
+			return
+		}
+		after = projects[len(projects)-1].Name
 	}
 }
 
@@ -475,8 +492,9 @@ func (s *Server) registerDeliveries() {
 	register(s, huma.Operation{
 		OperationID: "delivery-list", Method: http.MethodGet, Path: "/v1/notifications/deliveries", Tags: []string{"notifications"},
 		Summary: "The webhook delivery log",
-		Description: "Every outgoing webhook delivery (keeper.yml notifications), newest first: its event and object, status " +
-			"(pending, delivered, failed), attempts and the receiver's last answer. Page with after (a delivery id).",
+		Description: "Every outgoing webhook delivery (keeper.yml notifications), newest first: its event, object and project, status " +
+			"(pending, delivered, failed), attempts and the receiver's last answer. A project's token lists its project's deliveries " +
+			"alone. Page with after (a delivery id).",
 	}, auth.AuditRead, false, func(ctx context.Context, in *struct {
 		Limit int    `query:"limit" minimum:"0" maximum:"500" required:"false"`
 		After string `query:"after" required:"false" doc:"List deliveries older than this one."`
@@ -485,13 +503,13 @@ func (s *Server) registerDeliveries() {
 		if limit == 0 {
 			limit = 100
 		}
-		ds, err := s.store.Deliveries(ctx, in.After, limit)
+		ds, err := s.store.Deliveries(ctx, store.DeliveryListParams{Before: in.After, Limit: limit, Project: scopeOf(ctx)})
 		if err != nil {
 			return nil, err
 		}
 		out := client.DeliveryList{Items: []client.Delivery{}}
 		for _, d := range ds {
-			out.Items = append(out.Items, client.Delivery{ID: d.ID, Notification: d.Notification, Event: d.Event, Object: d.Object, Status: d.Status,
+			out.Items = append(out.Items, client.Delivery{ID: d.ID, Notification: d.Notification, Event: d.Event, Object: d.Object, Project: d.Project, Status: d.Status,
 				Attempts: d.Attempts, LastCode: d.LastCode, LastError: d.LastError, CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt})
 		}
 		if len(ds) == limit {
@@ -511,12 +529,18 @@ func (s *Server) registerCloudDrift() {
 		Description: "Per provider (one with provider=), the VMs its driver lists against the souls the registry holds for them: " +
 			"live souls whose VM is gone (missing), not running (stopped) or of another size than it was registered with (resized), " +
 			"and VMs this deployment made that no live soul owns (orphans). A driver that cannot list its VMs says listable false. " +
-			"Asks every driver, so it is slower than GET /v1/drift.",
-		Errors: []int{http.StatusNotFound, http.StatusBadGateway},
+			"A project's token is answered of its project's own providers and souls alone (another project's provider is a 404, " +
+			"one shared with it a 403). Asks every driver, so it is slower than GET /v1/drift.",
+		Errors: []int{http.StatusForbidden, http.StatusNotFound, http.StatusBadGateway},
 	}, auth.ProviderRead, false, func(ctx context.Context, in *struct {
 		Provider string `query:"provider" required:"false"`
 	}) (*struct{ Body client.CloudDriftReport }, error) {
-		ps, err := s.cloud.CloudDrift(ctx, in.Provider)
+		if in.Provider != "" {
+			if err := s.providerManaged(ctx, in.Provider); err != nil {
+				return nil, err
+			}
+		}
+		ps, err := s.cloud.CloudDrift(ctx, in.Provider, scopeOf(ctx))
 		if err != nil {
 			return nil, err
 		}

@@ -187,6 +187,9 @@ func storeProblem(err error) (*client.Problem, bool) {
 		return problem(http.StatusConflict, "run.key_conflict", fmt.Sprintf("key %q is already used by %s with a different scenario or input; use a new key to run again", se.Key, se.Ref)), true
 	case errors.Is(err, store.ErrFinished):
 		return problem(http.StatusConflict, "run.finished", fmt.Sprintf("run %s already finished (%s)", se.Key, se.Ref)), true
+	case errors.Is(err, store.ErrRetired):
+		return problem(http.StatusConflict, se.Kind+".name_retired", fmt.Sprintf("%s %q was deleted, and its name is not given again: "+
+			"its finished runs, audit events and other records keep it; choose another name", se.Kind, se.Key)), true
 	case errors.Is(err, store.ErrLastAdmin):
 		return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
 	}

@@ -19,8 +19,10 @@ import (
 // TestDriftSweep: keeper.yml's drift schedule sweeps by itself (a River
 // periodic job): a soul whose seed was never applied is found drifted
 // (pending) without anyone asking, the check changed nothing on the host,
-// /metrics counts the soul under soulstack_souls_drift{state="drifted"},
-// and a soul.drifted webhook reaches a receiver on loopback.
+// /metrics counts the soul under soulstack_souls_drift{project="default",state="drifted"}
+// (another project's viewer counts none of them),
+// and a soul.drifted webhook of project default reaches a receiver on
+// loopback (another project's viewer lists none of its deliveries).
 func TestDriftSweep(t *testing.T) {
 	t.Parallel()
 	srv := sshtest.Start(t, sshtest.Options{})
@@ -37,6 +39,9 @@ func TestDriftSweep(t *testing.T) {
 	})
 	c := k.Client
 	ctx := context.Background()
+	if _, err := c.ProjectCreate(ctx, client.ProjectCreate{Name: "other"}); err != nil {
+		t.Fatal(err)
+	}
 	key := filepath.Join(dir, "id")
 	if err := os.WriteFile(key, srv.ClientKey, 0o600); err != nil {
 		t.Fatal(err)
@@ -104,8 +109,9 @@ steps:
 	for len(hook.events()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if evs := hook.events(); len(evs) != 2 || evs[0].Event != "soul.drifted" || evs[1].Event != "soul.drifted" {
-		t.Fatalf("soul.drifted deliveries: %+v (refused %v)", evs, hook.bad)
+	if evs := hook.events(); len(evs) != 2 || evs[0].Event != "soul.drifted" || evs[1].Event != "soul.drifted" ||
+		evs[0].Project != "default" || evs[1].Project != "default" {
+		t.Fatalf("soul.drifted deliveries (of project default): %+v (refused %v)", evs, hook.bad)
 	}
 	req, _ := http.NewRequest(http.MethodGet, k.URL+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+k.Token)
@@ -115,8 +121,28 @@ steps:
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `soulstack_souls_drift{state="drifted"} 2`) || !strings.Contains(string(body), `soulstack_souls_drift{state="in_sync"} 0`) {
-		t.Fatalf("/metrics has no drift gauge of one drifted soul:\n%s", grepLines(string(body), "soulstack_souls_drift"))
+	if !strings.Contains(string(body), `soulstack_souls_drift{project="default",state="drifted"} 2`) ||
+		!strings.Contains(string(body), `soulstack_souls_drift{project="default",state="in_sync"} 0`) ||
+		!strings.Contains(string(body), `soulstack_souls_drift{project="other",state="drifted"} 0`) {
+		t.Fatalf("/metrics has no drift gauge of the two drifted souls of default (and none of other's):\n%s", grepLines(string(body), "soulstack_souls_drift"))
+	}
+	// Another project's viewer counts its own souls alone: none drifted.
+	tok, err := c.TokenCreate(ctx, client.TokenCreate{Name: "other-viewer", Role: "viewer", Project: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := client.New(k.URL, tok.Token)
+	if rep, err := other.Drift(ctx, "", client.ListOptions{}); err != nil || len(rep.Items) != 0 || rep.Counts[client.DriftDrifted] != 0 {
+		t.Fatalf("another project's drift report: %+v, %v; want no soul and no count of default's", rep, err)
+	}
+	// The delivery log: default's deliveries are default's, and the other
+	// project's viewer lists none of them.
+	if log, err := c.Deliveries(ctx, client.ListOptions{}); err != nil || len(log.Items) != 2 ||
+		log.Items[0].Project != "default" || log.Items[1].Project != "default" {
+		t.Fatalf("the keeper admin's delivery log: %+v, %v", log, err)
+	}
+	if log, err := other.Deliveries(ctx, client.ListOptions{}); err != nil || len(log.Items) != 0 {
+		t.Fatalf("another project's delivery log: %+v, %v; want none of default's", log, err)
 	}
 }
 

@@ -234,6 +234,15 @@ func projectIsolation(t *testing.T, k *proc, admin *client.Client) {
 		}
 	})
 
+	t.Run("cloud drift", func(t *testing.T) {
+		// (What a project's cloud drift lists: TestProjectQuotasAndSharing,
+		// which has a real driver behind its provider.)
+		_, err := viewB.CloudDriftOf(ctx, "cloud-a")
+		wantProblem(t, err, http.StatusNotFound, "provider.not_found")
+		_, err = viewB.CloudOrphans(ctx, "cloud-a")
+		wantProblem(t, err, http.StatusNotFound, "provider.not_found")
+	})
+
 	t.Run("mcp", func(t *testing.T) {
 		s, err := connectHTTP(ctx, k, opATok.Token, nil)
 		if err != nil {

@@ -61,7 +61,7 @@ func (s *System) runFinished(ctx context.Context, run store.Run) {
 	if run.ErrorCode != "" {
 		data["error"] = client.RunError{Code: run.ErrorCode, Message: run.ErrorMsg}
 	}
-	s.Notifier.Notify(ctx, event, "run/"+run.ID, data)
+	s.Notifier.Notify(ctx, run.Project, event, "run/"+run.ID, data)
 }
 
 // notifyingRegistry is the cloud states' registry that notifies
@@ -74,7 +74,7 @@ type notifyingRegistry struct {
 func (r notifyingRegistry) AuditRecord(ctx context.Context, p store.AuditParams) error {
 	err := r.Registry.AuditRecord(ctx, p)
 	if err == nil && p.Action == "cloud.provisioned" {
-		r.n.Notify(ctx, p.Action, p.Object, p.Payload)
+		r.n.Notify(ctx, p.Project, p.Action, p.Object, p.Payload)
 	}
 	return err
 }
@@ -82,7 +82,11 @@ func (r notifyingRegistry) AuditRecord(ctx context.Context, p store.AuditParams)
 func (r notifyingRegistry) CloudProvision(ctx context.Context, p store.CloudProvisionParams) error {
 	err := r.Registry.CloudProvision(ctx, p)
 	if err == nil {
-		r.n.Notify(ctx, "cloud.provisioned", "provider/"+providerOf(p.Audit), p.Audit)
+		project := ""
+		if len(p.Souls) > 0 {
+			project = p.Souls[0].Project
+		}
+		r.n.Notify(ctx, project, "cloud.provisioned", "provider/"+providerOf(p.Audit), p.Audit)
 	}
 	return err
 }
@@ -95,7 +99,7 @@ func (r notifyingRegistry) CloudDestroy(ctx context.Context, p store.CloudDestro
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
-		r.n.Notify(ctx, "cloud.provisioned", "provider/"+p.Provider, payload)
+		r.n.Notify(ctx, p.Project, "cloud.provisioned", "provider/"+p.Provider, payload)
 	}
 	return c, err
 }

@@ -33,7 +33,10 @@ type cloudService struct {
 	resolve  func(ctx context.Context, ref string) ([]byte, error)
 }
 
-func (c *cloudService) providers(ctx context.Context, name string) ([]store.Provider, error) {
+// providers returns provider name, or every provider when name is
+// empty: of project alone when project is set (a share lets a project use
+// a provider, never answer for its VMs).
+func (c *cloudService) providers(ctx context.Context, name, project string) ([]store.Provider, error) {
 	if name != "" {
 		p, err := c.st.ProviderGet(ctx, name)
 		if err != nil {
@@ -44,11 +47,15 @@ func (c *cloudService) providers(ctx context.Context, name string) ([]store.Prov
 	var all []store.Provider
 	after := ""
 	for {
-		page, err := c.st.ProviderList(ctx, store.ListParams{Limit: 500, After: after})
+		page, err := c.st.ProviderList(ctx, store.ListParams{Limit: 500, After: after, Project: project})
 		if err != nil {
 			return nil, err
 		}
-		all = append(all, page...)
+		for _, p := range page {
+			if project == "" || p.Project == project {
+				all = append(all, p)
+			}
+		}
 		if len(page) < 500 {
 			return all, nil
 		}
@@ -112,7 +119,7 @@ func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans
 
 // Orphans lists orphaned VMs.
 func (c *cloudService) Orphans(ctx context.Context, provider string) ([]client.Orphan, error) {
-	ps, err := c.providers(ctx, provider)
+	ps, err := c.providers(ctx, provider, "")
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +139,7 @@ func (c *cloudService) Orphans(ctx context.Context, provider string) ([]client.O
 
 // DestroyOrphans destroys VMs that are still orphans, with an audit event.
 func (c *cloudService) DestroyOrphans(ctx context.Context, provider string, vmIDs []string, actor store.Actor) ([]client.Orphan, error) {
-	ps, err := c.providers(ctx, provider)
+	ps, err := c.providers(ctx, provider, "")
 	if err != nil {
 		return nil, err
 	}
@@ -169,9 +176,12 @@ func (c *cloudService) DestroyOrphans(ctx context.Context, provider string, vmID
 var sizeKeys = []string{"cpus", "memory_mb", "server_type", "instance_type", "flavor"}
 
 // CloudDrift lists, per provider, the live souls whose VM is gone,
-// stopped or resized, and the orphans.
-func (c *cloudService) CloudDrift(ctx context.Context, provider string) ([]client.CloudDrift, error) {
-	ps, err := c.providers(ctx, provider)
+// stopped or resized, and the orphans. With project set it answers of
+// that project's providers and souls alone: a soul another project made
+// on a provider shared with it is that project's, and neither listed nor
+// (being owned) an orphan.
+func (c *cloudService) CloudDrift(ctx context.Context, provider, project string) ([]client.CloudDrift, error) {
+	ps, err := c.providers(ctx, provider, project)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +211,7 @@ func (c *cloudService) CloudDrift(ctx context.Context, provider string) ([]clien
 			return nil, err
 		}
 		for _, so := range souls {
-			if so.Status == store.SoulDestroyed || so.VMID == "" {
+			if so.Status == store.SoulDestroyed || so.VMID == "" || project != "" && so.Project != project {
 				continue
 			}
 			vm, ok := byID[so.VMID]

@@ -10,8 +10,9 @@ import (
 )
 
 // TestProjectsRegistry: against a real keeper, an admin creates, lists,
-// gets and deletes a project (audited); the default project exists and
-// cannot be deleted; an operator and a viewer may do none of it.
+// gets and deletes a project (audited); a deleted project's name is not
+// given again; the default project exists and cannot be deleted; an
+// operator and a viewer may do none of it.
 func TestProjectsRegistry(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -48,6 +49,10 @@ func TestProjectsRegistry(t *testing.T) {
 	}
 	_, err = admin.ProjectGet(ctx, "team-a")
 	wantProblem(t, err, http.StatusNotFound, "project.not_found")
+	// The name stays with what team-a left (its audit events here): a new
+	// project is never given it, or it would read them.
+	_, err = admin.ProjectCreate(ctx, client.ProjectCreate{Name: "team-a"})
+	wantProblem(t, err, http.StatusConflict, "project.name_retired")
 	events, err := admin.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 100}})
 	if err != nil {
 		t.Fatal(err)

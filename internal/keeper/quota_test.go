@@ -2,6 +2,7 @@ package keeper_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -21,7 +22,8 @@ import (
 // them: the souls are b's and a cannot reach them. b has a quota of 2
 // VMs: two concurrent creates of 2 VMs each cannot both fit, exactly one
 // makes its VMs and the other fails with quota.exceeded without a VM
-// asked for; once the VMs are destroyed the quota is free again. A quota
+// asked for; the cloud drift of the provider is a's, and names none of
+// b's souls; once the VMs are destroyed the quota is free again. A quota
 // of one unfinished run refuses a second run while the first goes.
 func TestProjectQuotasAndSharing(t *testing.T) {
 	requireLocalVMs(t)
@@ -147,6 +149,27 @@ func quotasAndSharing(t *testing.T, k *proc, admin *client.Client, plugins, suff
 	// a owns the provider but not b's souls.
 	if l, err := adminA.SoulList(ctx, client.ListOptions{}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("a's souls: %+v, %v", l, err)
+	}
+	// The cloud drift of a's provider is a's to read: b's VMs on it are
+	// owned (no orphans) and b's souls are not named to a; b, which only
+	// uses the provider, does not answer for its VMs.
+	for _, name := range []string{"local", ""} {
+		cd, err := adminA.CloudDriftOf(ctx, name)
+		if err != nil || len(cd.Providers) != 1 || cd.Providers[0].Provider != "local" || !cd.Providers[0].Listable ||
+			len(cd.Providers[0].Orphans) != 0 || len(cd.Providers[0].Missing) != 0 {
+			t.Fatalf("a's cloud drift (provider %q): %+v, %v", name, cd, err)
+		}
+		if b, _ := json.Marshal(cd); strings.Contains(string(b), sids[0]) || strings.Contains(string(b), sids[1]) {
+			t.Fatalf("a's cloud drift names b's souls: %s", b)
+		}
+	}
+	_, err = adminB.CloudDriftOf(ctx, "local")
+	wantProblem(t, err, http.StatusForbidden, "auth.forbidden", "not to answer for its VMs")
+	if cd, err := adminB.CloudDriftOf(ctx, ""); err != nil || len(cd.Providers) != 0 {
+		t.Fatalf("b's cloud drift (it owns no provider): %+v, %v", cd, err)
+	}
+	if cd, err := admin.CloudDriftOf(ctx, "local"); err != nil || len(cd.Providers) != 1 || len(cd.Providers[0].Orphans) != 0 {
+		t.Fatalf("the keeper admin's cloud drift: %+v, %v", cd, err)
 	}
 	run, _ = cloudStep(t, adminA, "core.cloud.destroyed", "{provider: local, vm_ids: "+jsonList(vmIDs)+", sids: "+jsonList(sids)+"}")
 	if run.Phase != client.PhaseFailed || !strings.Contains(describeSteps(run.Steps), "cloud.pairing_mismatch") {

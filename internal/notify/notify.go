@@ -79,7 +79,10 @@ type Payload struct {
 	Event  string    `json:"event"`
 	At     time.Time `json:"at"`
 	Object string    `json:"object"`
-	Data   any       `json:"data"`
+	// Project is the project the event is about; absent for a
+	// keeper-wide event.
+	Project string `json:"project,omitempty"`
+	Data    any    `json:"data"`
 }
 
 // DeliveryArgs are a delivery job's args: the body is fixed when the event
@@ -108,10 +111,11 @@ func (n *Notifier) log() *slog.Logger {
 	return n.Log
 }
 
-// Notify queues event (about object, with data) for every notification
-// that names it. A delivery that cannot be queued is logged, never
-// returned: the event itself has happened.
-func (n *Notifier) Notify(ctx context.Context, event, object string, data any) {
+// Notify queues event (about object of project, "" for a keeper-wide
+// one, with data) for every notification that names it. A delivery that
+// cannot be queued is logged, never returned: the event itself has
+// happened.
+func (n *Notifier) Notify(ctx context.Context, project, event, object string, data any) {
 	if n == nil {
 		return
 	}
@@ -119,13 +123,13 @@ func (n *Notifier) Notify(ctx context.Context, event, object string, data any) {
 		if !slices.Contains(t.Events, event) {
 			continue
 		}
-		if err := n.queue(ctx, t, event, object, data); err != nil {
+		if err := n.queue(ctx, t, project, event, object, data); err != nil {
 			n.log().Error("queue a webhook delivery", "notification", t.Name, "event", event, "object", object, "err", err)
 		}
 	}
 }
 
-func (n *Notifier) queue(ctx context.Context, t Target, event, object string, data any) error {
+func (n *Notifier) queue(ctx context.Context, t Target, project, event, object string, data any) error {
 	id, err := auth.NewID("dlv_")
 	if err != nil {
 		return err
@@ -133,16 +137,16 @@ func (n *Notifier) queue(ctx context.Context, t Target, event, object string, da
 	// Masked as the audit log is: secret-looking keys and the keeper's
 	// registered secrets never leave in a webhook.
 	data = secret.Mask(data)
-	body, err := json.Marshal(Payload{ID: id, Event: event, At: n.now().UTC(), Object: object, Data: data})
+	body, err := json.Marshal(Payload{ID: id, Event: event, At: n.now().UTC(), Object: object, Project: project, Data: data})
 	if err != nil {
 		return err
 	}
 	if len(body) > MaxBody {
-		body, _ = json.Marshal(Payload{ID: id, Event: event, At: n.now().UTC(), Object: object,
+		body, _ = json.Marshal(Payload{ID: id, Event: event, At: n.now().UTC(), Object: object, Project: project,
 			Data: map[string]any{"truncated": true, "note": fmt.Sprintf("the event's data was %d bytes, over %d; read it from the API", len(body), MaxBody)}})
 	}
 	ctx = context.WithoutCancel(ctx)
-	if err := n.Store.DeliveryCreate(ctx, store.Delivery{ID: id, Notification: t.Name, Event: event, Object: object}); err != nil {
+	if err := n.Store.DeliveryCreate(ctx, store.Delivery{ID: id, Notification: t.Name, Event: event, Object: object, Project: project}); err != nil {
 		return err
 	}
 	return n.Enqueue(ctx, DeliveryArgs{ID: id, Notification: t.Name, Event: event, Body: body}, &river.InsertOpts{MaxAttempts: MaxAttempts})

@@ -123,12 +123,15 @@ type Delivery struct {
 	Notification string
 	Event        string
 	Object       string
-	Status       string
-	Attempts     int
-	LastCode     int
-	LastError    string
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
+	// Project is the project the event is about; empty for a
+	// keeper-wide event.
+	Project   string
+	Status    string
+	Attempts  int
+	LastCode  int
+	LastError string
+	CreatedAt time.Time
+	UpdatedAt time.Time
 }
 
 // DeliveryStore logs webhook deliveries.
@@ -137,7 +140,15 @@ type DeliveryStore interface {
 	DeliveryCreate(ctx context.Context, d Delivery) error
 	// DeliveryAttempt records one attempt's outcome.
 	DeliveryAttempt(ctx context.Context, id, status string, code int, errMsg string) error
-	// Deliveries lists deliveries, newest first, before the id before
-	// (all when empty), at most limit.
-	Deliveries(ctx context.Context, before string, limit int) ([]Delivery, error)
+	// Deliveries lists deliveries, newest first.
+	Deliveries(ctx context.Context, p DeliveryListParams) ([]Delivery, error)
+}
+
+// DeliveryListParams pages the delivery log.
+type DeliveryListParams struct {
+	// Before lists the deliveries older than this id (all when empty).
+	Before string
+	Limit  int
+	// Project, when set, keeps the deliveries of that project's events.
+	Project string
 }

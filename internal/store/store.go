@@ -26,6 +26,9 @@ var (
 	ErrReferenceMissing = errors.New("referenced object does not exist")
 	ErrRevoked          = errors.New("already revoked")
 	ErrLastAdmin        = errors.New("last active admin token")
+	// ErrRetired: the name was a deleted object's, and is not given
+	// again (a project's: its records keep the name).
+	ErrRetired = errors.New("the name of a deleted object")
 	// ErrActiveAdmin: an active admin token exists, so none is minted
 	// from the host.
 	ErrActiveAdmin = errors.New("an active admin token exists")

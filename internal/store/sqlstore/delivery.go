@@ -14,8 +14,8 @@ var _ store.DeliveryStore = (*Store)(nil)
 func (s *Store) DeliveryCreate(ctx context.Context, d store.Delivery) (err error) {
 	defer s.translate(&err)
 	now := s.stamp()
-	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO webhook_deliveries (id, notification, event, object, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)`),
-		d.ID, d.Notification, d.Event, d.Object, store.DeliveryPending, now, now)
+	_, err = s.db.ExecContext(ctx, s.q(`INSERT INTO webhook_deliveries (id, notification, event, object, project, status, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`),
+		d.ID, d.Notification, d.Event, d.Object, d.Project, store.DeliveryPending, now, now)
 	if err != nil {
 		return fmt.Errorf("log delivery %s: %w", d.ID, err)
 	}
@@ -37,16 +37,20 @@ func (s *Store) DeliveryAttempt(ctx context.Context, id, status string, code int
 }
 
 // Deliveries lists deliveries, newest first.
-func (s *Store) Deliveries(ctx context.Context, before string, limit int) (_ []store.Delivery, err error) {
+func (s *Store) Deliveries(ctx context.Context, p store.DeliveryListParams) (_ []store.Delivery, err error) {
 	defer s.translate(&err)
-	q := `SELECT id, notification, event, object, status, attempts, last_code, last_error, created_at, updated_at FROM webhook_deliveries`
+	q := `SELECT id, notification, event, object, project, status, attempts, last_code, last_error, created_at, updated_at FROM webhook_deliveries WHERE 1 = 1`
 	var args []any
-	if before != "" {
-		q += ` WHERE id < ?`
-		args = append(args, before)
+	if p.Project != "" {
+		q += ` AND project = ?`
+		args = append(args, p.Project)
+	}
+	if p.Before != "" {
+		q += ` AND id < ?`
+		args = append(args, p.Before)
 	}
 	q += ` ORDER BY id DESC LIMIT ?`
-	args = append(args, limitOf(limit))
+	args = append(args, limitOf(p.Limit))
 	rows, err := s.db.QueryContext(ctx, s.q(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list deliveries: %w", err)
@@ -56,7 +60,7 @@ func (s *Store) Deliveries(ctx context.Context, before string, limit int) (_ []s
 	for rows.Next() {
 		var d store.Delivery
 		var created, updated sql.NullTime
-		if err := rows.Scan(&d.ID, &d.Notification, &d.Event, &d.Object, &d.Status, &d.Attempts, &d.LastCode, &d.LastError, &created, &updated); err != nil {
+		if err := rows.Scan(&d.ID, &d.Notification, &d.Event, &d.Object, &d.Project, &d.Status, &d.Attempts, &d.LastCode, &d.LastError, &created, &updated); err != nil {
 			return nil, fmt.Errorf("list deliveries: %w", err)
 		}
 		d.CreatedAt, d.UpdatedAt = created.Time.UTC(), updated.Time.UTC()

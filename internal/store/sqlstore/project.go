@@ -19,14 +19,23 @@ func scanProject(row interface{ Scan(...any) error }) (store.Project, error) {
 	return p, err
 }
 
-// ProjectCreate inserts a project; a taken name is ErrExists.
+// ProjectCreate inserts a project; a taken name is ErrExists, a deleted
+// project's name ErrRetired.
 func (s *Store) ProjectCreate(ctx context.Context, params store.ProjectCreateParams) (_ store.Project, err error) {
 	defer s.translate(&err)
 	p := params.Project
 	p.CreatedAt = s.stamp()
 	p.CreatedBy = string(params.Actor)
 	err = s.mutate(ctx, params.Actor, func(tx *sql.Tx) (record, error) {
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO projects (`+projectCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), p.Name, p.Description, p.CreatedAt, p.CreatedBy,
+		var retired int
+		err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM retired_projects WHERE name = ?`), p.Name).Scan(&retired)
+		if err != nil {
+			return record{}, fmt.Errorf("insert project %q: %w", p.Name, err)
+		}
+		if retired > 0 {
+			return record{}, &store.Error{Err: store.ErrRetired, Kind: "project", Key: p.Name}
+		}
+		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO projects (`+projectCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`), p.Name, p.Description, p.CreatedAt, p.CreatedBy,
 			p.Quota.VMs, p.Quota.VCPUs, p.Quota.MemoryMB, p.Quota.Runs)
 		if s.dialect.Classify(err) == UniqueViolation {
 			return record{}, &store.Error{Err: store.ErrExists, Kind: "project", Key: p.Name}
@@ -98,6 +107,10 @@ func (s *Store) ProjectDelete(ctx context.Context, params store.DeleteParams) (e
 		}
 		if err := deleted(res, "project", params.Key); err != nil {
 			return record{}, err
+		}
+		if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO retired_projects (name, deleted_at, deleted_by) VALUES (?, ?, ?)`),
+			params.Key, s.stamp(), string(params.Actor)); err != nil {
+			return record{}, fmt.Errorf("retire the name of project %q: %w", params.Key, err)
 		}
 		return record{action: "project.deleted", object: "project/" + params.Key, payload: map[string]any{"name": params.Key}}, nil
 	})

@@ -38,6 +38,9 @@ func testProjects(t *testing.T, b testdb.Backend) {
 	if err := s.ProjectDelete(ctx, store.DeleteParams{Key: "team-a", Actor: "tok_admin"}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("delete twice: %v, want ErrNotFound", err)
 	}
+	if _, err := s.ProjectCreate(ctx, store.ProjectCreateParams{Project: store.Project{Name: "team-a"}, Actor: "tok_admin"}); !errors.Is(err, store.ErrRetired) {
+		t.Fatalf("team-a again after its delete: %v, want ErrRetired", err)
+	}
 	events, err := s.AuditList(ctx, store.AuditListParams{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
