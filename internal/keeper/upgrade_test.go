@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/base64"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,6 +28,7 @@ type fixture struct {
 	db      *sql.DB
 	pg      bool
 	sealer  *secret.Sealer
+	audit   *audit.Key // the keeper's audit key, from the data key
 	srv     *sshtest.Server
 	at      time.Time
 	adminTo string // the fixture admin token, in clear
@@ -85,6 +87,22 @@ var upgradeFixtures = map[int64]func(t *testing.T, f *fixture){
 		f.exec(t, `UPDATE runs SET epoch = 1 WHERE id = 'run_fx'`)
 		f.exec(t, `INSERT INTO run_commands (run_id, id, step_index, sid, attempt, n, epoch, digest, transport, sent_at) VALUES ('run_fx', 'run_fx.0.1.1.aa', 0, 'fx.upgrade.test', 1, 1, 1, 'dd', 'ssh', ?)`, f.at)
 	},
+	28: func(t *testing.T, f *fixture) {
+		// A project made and deleted by a keeper before deleted names were
+		// recorded: its audit events are all that remember it.
+		f.exec(t, `INSERT INTO projects (name, description, created_at, created_by) VALUES ('fx-team', '', ?, 'tok_fx')`, f.at)
+		f.exec(t, `INSERT INTO runs (id, digest, name, scenario, input_sealed, input_masked, phase, timeout_ms, created_by, created_at, finished_at, project)
+			VALUES ('run_fx_team', 'd', 'fixture', 'steps: []', ?, '{}', 'Succeeded', 60000, 'tok_fx', ?, ?, 'fx-team')`, f.sealer.Seal([]byte(`{}`)), f.at, f.at)
+		f.exec(t, `DELETE FROM projects WHERE name = 'fx-team'`)
+		var head audit.Head
+		if err := f.db.QueryRow(`SELECT seq, hash, keyed_from FROM audit_head WHERE id = 1`).Scan(&head.Seq, &head.Hash, &head.KeyedFrom); err != nil {
+			t.Fatal(err)
+		}
+		e := audit.Event{At: f.at, ActorAID: "tok_fx", Action: "project.deleted", Object: "project/fx-team", Payload: "{}"}
+		head = f.audit.Seal(&e, head)
+		f.exec(t, `INSERT INTO audit_events (seq, at, actor_aid, action, object, payload, prev_hash, hash, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'fx-team')`, e.Seq, e.At, e.ActorAID, e.Action, e.Object, e.Payload, e.PrevHash, e.Hash)
+		f.exec(t, `UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1`, head.Seq, head.Hash)
+	},
 	23: func(t *testing.T, f *fixture) {
 		f.exec(t, `INSERT INTO webhook_deliveries (id, notification, event, object, status, attempts, last_code, created_at, updated_at) VALUES ('wd_fx', 'ops', 'run.finished', 'run/run_fx', 'delivered', 1, 200, ?, ?)`, f.at, f.at)
 	},
@@ -136,7 +154,11 @@ func upgradeFrom(t *testing.T, backend string, from int64, versions []int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{pg: backend == "postgres", sealer: sealer, srv: sshtest.Start(t, sshtest.Options{}),
+	auditKey, err := audit.DeriveKey(rawKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{pg: backend == "postgres", sealer: sealer, audit: auditKey, srv: sshtest.Start(t, sshtest.Options{}),
 		at: time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC), adminTo: "ss_fixture_admin_token_of_an_old_keeper_0001"}
 	var args []string
 	var migrateTo func(int64) error
@@ -203,6 +225,12 @@ func upgradeFrom(t *testing.T, backend string, from int64, versions []int64) {
 	rep, err := c.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 100}, Verify: true})
 	if err != nil || rep.Verify == nil || !rep.Verify.OK || rep.Verify.Legacy != 3 {
 		t.Fatalf("audit after the upgrade: %+v, %v", rep.Verify, err)
+	}
+	if from >= 28 {
+		// The project deleted before the upgrade keeps its name: a new
+		// project of that name would read the old project's runs.
+		_, err := c.ProjectCreate(ctx, client.ProjectCreate{Name: "fx-team"})
+		wantProblem(t, err, http.StatusConflict, "project.name_retired")
 	}
 	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: after\n    on: fx.upgrade.test\n    module: core.command.ran\n    params: {cmd: 'echo upgraded'}\n"})
 	if err != nil {
