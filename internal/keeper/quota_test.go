@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +36,15 @@ func TestProjectQuotasAndSharing(t *testing.T) {
 			dir := t.TempDir()
 			data := filepath.Join(dir, ".keeper")
 			buildLocalDriver(t, filepath.Join(data, "plugins"))
-			k := serve(t, dir, databaseArgs(t, backend)...)
+			// Every VM create is a webhook delivery of the creating project.
+			secretFile := filepath.Join(dir, "hook.secret")
+			if err := os.WriteFile(secretFile, []byte("quota-hook-secret"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			hook := &receiver{secret: []byte("quota-hook-secret")}
+			hook.listen(t, "127.0.0.1:0")
+			cfg := keeperConfig(t, dir, "notifications:\n  - url: http://"+hook.srv.Addr+"/\n    events: [cloud.provisioned]\n    secret_ref: file:"+secretFile+"\n")
+			k := serve(t, dir, append([]string{"--config", cfg}, databaseArgs(t, backend)...)...)
 			admin := adminClient(t, k, data)
 			suffix := "quota-" + backend + ".test"
 			state := t.TempDir()
@@ -146,9 +156,18 @@ func quotasAndSharing(t *testing.T, k *proc, admin *client.Client, plugins, suff
 	if n := countLocalVMs(t, plugins, suffix, state); n != 2 {
 		t.Fatalf("the driver holds %d VMs; the refused create must have asked for none", n)
 	}
-	// a owns the provider but not b's souls.
+	// a owns the provider but not b's souls, nor the deliveries about them.
 	if l, err := adminA.SoulList(ctx, client.ListOptions{}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("a's souls: %+v, %v", l, err)
+	}
+	// b's three cloud steps so far (refused before the share, refused by
+	// the quota, made): each a delivery of b's.
+	if l, err := adminB.Deliveries(ctx, client.ListOptions{}); err != nil || len(l.Items) != 3 ||
+		slices.ContainsFunc(l.Items, func(d client.Delivery) bool { return d.Event != "cloud.provisioned" || d.Project != "b" }) {
+		t.Fatalf("b's deliveries after its creates: %+v, %v", l, err)
+	}
+	if l, err := adminA.Deliveries(ctx, client.ListOptions{}); err != nil || len(l.Items) != 0 {
+		t.Fatalf("a's deliveries (b made the VMs): %+v, %v", l, err)
 	}
 	// The cloud drift of a's provider is a's to read: b's VMs on it are
 	// owned (no orphans) and b's souls are not named to a; b, which only
@@ -218,6 +237,40 @@ func quotasAndSharing(t *testing.T, k *proc, admin *client.Client, plugins, suff
 	}
 	if shares != 2 {
 		t.Fatalf("a's audit has %d share.added; want 2", shares)
+	}
+	// What b's runs did with a's provider, refused creates included, is
+	// in b's audit, not in a's (the provider's owner).
+	cloudEvents := func(c *client.Client) (outcomes map[string]int, runs []string) {
+		evs, err := c.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 1000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		outcomes = map[string]int{}
+		for _, e := range evs.Items {
+			if e.Action != "cloud.provisioned" {
+				continue
+			}
+			var p struct {
+				Outcome string `json:"outcome"`
+				RunID   string `json:"run_id"`
+			}
+			if err := json.Unmarshal(e.Payload, &p); err != nil {
+				t.Fatal(err)
+			}
+			outcomes[p.Outcome]++
+			runs = append(runs, p.RunID)
+		}
+		return outcomes, runs
+	}
+	outB, runsB := cloudEvents(adminB)
+	if outB["failed"] < 3 || outB["ok"] < 3 {
+		t.Fatalf("b's audit of its creates and destroys: %v", outB)
+	}
+	_, runsA := cloudEvents(adminA)
+	for _, id := range runsA {
+		if slices.Contains(runsB, id) {
+			t.Fatalf("a's audit holds cloud.provisioned of b's run %s", id)
+		}
 	}
 }
 

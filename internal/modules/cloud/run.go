@@ -247,7 +247,7 @@ func failed(ctx context.Context, h *Services, run module.RunInfo, state, provide
 		object = "run/" + run.ID // the step failed before its params named one
 	}
 	aerr := h.Registry.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned",
-		Object: object, Payload: payload})
+		Object: object, Payload: payload, Project: run.Project})
 	if aerr == nil {
 		return err
 	}
@@ -505,7 +505,7 @@ func (c *creation) register(p CreatedParams, h *Services, run module.RunInfo, vm
 			user = "root"
 		}
 		r.souls[i] = store.Soul{
-			SID: sid, Provider: c.prov.Name, VMID: vm.ID, Address: addr, PrimaryIP: vm.PrimaryIP, Attributes: attrs,
+			SID: sid, Provider: c.prov.Name, VMID: vm.ID, Address: addr, PrimaryIP: vm.PrimaryIP, Attributes: attrs, Project: run.Project,
 			Connection: store.Connection{Transport: "ssh", User: user, Port: 22, HostKey: hostKey,
 				AwaitJoin: p.SelfOnboard && hostKey == "" && joinsByItself(h, c.prov.Driver)},
 		}
@@ -702,7 +702,7 @@ func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h *Services)
 		vms[i] = map[string]any{"vm_id": r.VMID, "caused_downtime": r.CausedDowntime, "changed": !r.Unchanged}
 		changed = changed || !r.Unchanged
 	}
-	if err := h.Registry.AuditRecord(ctx, store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned", Object: "provider/" + prov.Name,
+	if err := h.Registry.AuditRecord(ctx, store.AuditParams{Actor: store.Actor(run.Creator), Action: "cloud.provisioned", Object: "provider/" + prov.Name, Project: run.Project,
 		Payload: map[string]any{"action": "resized", "outcome": "ok", "changed": changed, "provider": prov.Name, "vm_ids": p.VMIDs, "vms": vms, "run_id": run.ID, "step": run.Step}}); err != nil {
 		return module.Result{Changed: changed}, &module.Error{Code: "cloud.audit_failed", Message: "the resize is done at the provider but its cloud.provisioned event could not be written: " + err.Error(), Err: err}
 	}
