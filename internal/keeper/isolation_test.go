@@ -262,6 +262,23 @@ func projectIsolation(t *testing.T, k *proc, admin *client.Client) {
 		if v.Valid || len(v.Problems) != 1 || v.Problems[0].Code != "scenario.unknown_soul" {
 			t.Fatalf("scenario_validate as a's operator: %+v", v)
 		}
+		// a's calls, those that named b's objects included, are a's audit:
+		// b's viewer reads none of them, a's admin reads them all.
+		calls := func(c *client.Client) (n int) {
+			evs, err := c.AuditList(ctx, client.AuditListOptions{ListOptions: client.ListOptions{Limit: 1000}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range evs.Items {
+				if e.Action == "mcp.called" && e.ActorAID == opATok.ID {
+					n++
+				}
+			}
+			return n
+		}
+		if inB, inA := calls(viewB), calls(adminA); inB != 0 || inA < 4 {
+			t.Fatalf("a's operator's MCP calls: %d in b's audit, %d in a's (want 0 and every call)", inB, inA)
+		}
 	})
 }
 

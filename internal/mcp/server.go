@@ -305,13 +305,16 @@ func (s *Server) caller(req *sdk.CallToolRequest) (auth.Principal, *client.Clien
 }
 
 // audit records one tool call: the tool, the outcome's code, never the
-// arguments (they may hold secret input).
+// arguments (they may hold secret input). A project's caller's call is
+// its project's event, whatever object it named (another project's soul
+// it was refused is not that project's to read); a keeper-wide caller's
+// is the object's.
 func (s *Server) audit(ctx context.Context, p auth.Principal, tool, object string, err error) {
 	payload := map[string]any{"tool": tool, "ok": err == nil}
 	if err != nil {
 		payload["code"] = errorOf(err).Code
 	}
-	if aerr := s.cfg.Audit.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: p.Actor(), Action: ActionCalled, Object: object, Payload: payload}); aerr != nil {
+	if aerr := s.cfg.Audit.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: p.Actor(), Action: ActionCalled, Object: object, Payload: payload, Project: p.Project}); aerr != nil {
 		s.log.Error("audit an MCP call", "tool", tool, "err", aerr)
 	}
 }
