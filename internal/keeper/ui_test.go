@@ -226,6 +226,12 @@ func (b *browser) signIn(token string) {
 	b.open("", "#token")
 	b.run(chromedp.SendKeys(chromedp.CSS("#token"), token), chromedp.Click(chromedp.CSS("#signin button[type=submit]")),
 		chromedp.WaitVisible(chromedp.CSS("#nav")))
+	// The first page after the sign-in has loaded with the session: its
+	// key, kept in sessionStorage, has reached the browser, so the next
+	// navigation finds it. (A navigation at once after the sign-in can
+	// start its document before Chromium has the key: it showed the
+	// sign-in form with no key, 2 runs in 10 here.)
+	get(b, chromedp.Poll[bool](`!!document.querySelector('#nav a[aria-current="page"]') && !document.getElementById('main').textContent.includes('Loading…')`))
 }
 
 func (b *browser) signOut() {

@@ -219,38 +219,48 @@ export async function runPage(main, {id, signal}) {
   let live = !TERMINAL.has(run.phase);
   const head = h('div', {class: 'run-head'});
   const body = h('div', {});
+  // The approvals and what the last action was refused with: redrawn
+  // only when they change, so that a reason being typed, the buttons and
+  // a refusal outlive the redraws the run's events bring.
+  const decision = h('div', {class: 'run-decision'});
   const status = h('p', {class: 'muted', id: 'stream-status'});
-  replace(main, head, status, body);
+  replace(main, head, decision, status, body);
 
+  // What the last cancel, approve or reject was refused with, and how
+  // many refusals there were (each is drawn afresh).
+  let refused = null, refusals = 0;
+  let shownDecision = ''; // what decision shows, to redraw it only when that changes
   const cancel = async (btn) => {
     btn.disabled = true;
+    refused = null;
     try {
       run = await api.call('POST', '/v1/runs/' + encodeURIComponent(id) + '/cancel');
       state.phase = run.phase;
-      draw();
     } catch (e) {
-      btn.disabled = false;
-      head.append(errorBox(e));
+      refused = e;
+      refusals++;
     }
+    draw();
   };
 
   // A step an approval policy holds: another person approves or rejects
   // it with a reason.
   const decide = async (verb, btn) => {
-    const reason = head.querySelector('#approval-reason').value.trim();
+    const reason = decision.querySelector('#approval-reason').value.trim();
     if (!reason) {
-      head.querySelector('#approval-reason').focus();
+      decision.querySelector('#approval-reason').focus();
       return;
     }
     btn.disabled = true;
+    refused = null;
     try {
       run = await api.call('POST', '/v1/runs/' + encodeURIComponent(id) + '/' + verb, {reason});
       state.phase = run.phase;
-      draw();
     } catch (e) {
-      btn.disabled = false;
-      head.append(errorBox(e));
+      refused = e;
+      refusals++;
     }
+    draw();
   };
   const approvals = () => {
     const list = run.approvals || [];
@@ -285,8 +295,21 @@ export async function runPage(main, {id, signal}) {
           : runDuration(run) || '—'),
         run.key ? [h('dt', {}, 'Key'), h('dd', {class: 'mono'}, run.key)] : null),
       !terminal && api.can('run.cancel') ? h('button', {type: 'button', class: 'danger', id: 'cancel', onclick: (e) => cancel(e.target)}, 'Cancel run') : null,
-      approvals(),
       state.error ? h('div', {class: 'error'}, h('strong', {}, state.error.code || 'error'), ' ', state.error.message) : null);
+    const shown = JSON.stringify([run.approvals || [], state.phase, refused ? refusals : 0]);
+    if (shown !== shownDecision) {
+      // A reason being typed stays when the approvals change under it.
+      const typing = decision.querySelector('#approval-reason');
+      const typed = typing ? typing.value : '';
+      const focused = typing !== null && document.activeElement === typing;
+      replace(decision, approvals(), refused ? errorBox(refused) : null);
+      shownDecision = shown;
+      const box = decision.querySelector('#approval-reason');
+      if (box) {
+        box.value = typed;
+        if (focused) box.focus();
+      }
+    }
     replace(body,
       h('h2', {}, 'Steps × hosts'), grid(state),
       h('h2', {}, 'Recap'), recap(state),
