@@ -66,6 +66,28 @@ type Config struct {
 	// ApprovalConfig is keeper.yml's approval policy text, shown beside
 	// the one set through the API.
 	ApprovalConfig string
+	// References says which credentials references a caller may write
+	// and which provider endpoints keeper.yml allows; the zero value lets
+	// keeper admins write any reference and no provider name an endpoint.
+	References References
+	// Seal seals a credential's value with the data key (Sealer.Seal);
+	// nil: the credentials routes are off.
+	Seal func([]byte) string
+	// ProjectKey returns a project's keeper SSH public key (its
+	// authorized_keys line); nil: GET /v1/projects/{name}/ssh-key is off.
+	ProjectKey func(ctx context.Context, project string) (string, error)
+}
+
+// References is keeper.yml's say over the references and endpoints
+// objects may name (the keeper checks both again where it resolves them).
+type References struct {
+	// VaultPrefix is the Vault path a project's vault: references must
+	// lie under when a project's token writes them; "" allows a project's
+	// token none.
+	VaultPrefix func(project string) string
+	// EndpointAllowed reports whether providers of driver may name
+	// endpoint in their config.
+	EndpointAllowed func(driver, endpoint string) bool
 }
 
 // Server is the Operator API as an http.Handler.
@@ -90,6 +112,9 @@ type Server struct {
 	// readiness caches /readyz's database ping.
 	readiness *readiness
 	join      *joinState // Config.Join
+	refs       References
+	seal       func([]byte) string
+	projectKey func(ctx context.Context, project string) (string, error)
 }
 
 // New builds the API over cfg.Store.
@@ -104,6 +129,7 @@ func New(cfg Config) *Server {
 	s.registerTokens()
 	s.registerProjects()
 	s.registerBindings()
+	s.registerCredentials()
 	registerShares(s, "provider", auth.ProviderCreate, s.store.ProviderGet, providerOwner, providerWire)
 	registerShares(s, "profile", auth.ProfileCreate, s.store.ProfileGet, profileOwner, profileWire)
 	s.registerAudit()
@@ -159,6 +185,9 @@ func newServer(cfg Config, agent bool) *Server {
 		notify:         cfg.Notify,
 		cloud:          cfg.Cloud,
 		approvalConfig: cfg.ApprovalConfig,
+		refs:           cfg.References,
+		seal:           cfg.Seal,
+		projectKey:     cfg.ProjectKey,
 		limiter:        newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
 		audit:          cfg.VerifyAudit,
 		oidc:           newOIDCFlow(cfg.OIDC),

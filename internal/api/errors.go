@@ -13,6 +13,7 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -190,6 +191,9 @@ func storeProblem(err error) (*client.Problem, bool) {
 	case errors.Is(err, store.ErrRetired):
 		return problem(http.StatusConflict, se.Kind+".name_retired", fmt.Sprintf("%s %q was deleted, and its name is not given again: "+
 			"its finished runs, audit events and other records keep it; choose another name", se.Kind, se.Key)), true
+	case errors.Is(err, store.ErrHostTaken):
+		return problem(http.StatusConflict, "soul.host_taken", fmt.Sprintf("soul %q: %s belongs to another project's soul; a project's hosts are its own", se.Key, se.Ref),
+			client.ProblemError{Location: "body.address", Message: "is another project's host"}), true
 	case errors.Is(err, store.ErrLastAdmin):
 		return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
 	}
@@ -200,6 +204,10 @@ func storeProblem(err error) (*client.Problem, bool) {
 func cloudProblem(err error) (*client.Problem, bool) {
 	var de *DriverError
 	switch {
+	case errors.As(err, &de) && errors.Is(err, secret.ErrEndpointNotAllowed):
+		return problem(http.StatusUnprocessableEntity, "provider.endpoint_not_allowed", de.Error()), true
+	case errors.As(err, &de) && errors.Is(err, secret.ErrOutOfReach):
+		return problem(http.StatusUnprocessableEntity, "provider.credentials_out_of_reach", de.Error()), true
 	case errors.As(err, &de) && de.Ref != "":
 		return problem(http.StatusBadGateway, "provider.credentials_unavailable", de.Error()), true
 	case errors.As(err, &de):

@@ -19,15 +19,17 @@ type providerOutput struct {
 	Body client.Provider
 }
 
-// providerWire is a provider as the caller sees it: the projects it is
-// shared with only to a caller that manages it.
+// providerWire is a provider as the caller sees it: its credentials
+// reference, config and the projects it is shared with only to a caller of
+// its own project (a share lets a project use a provider, never learn
+// where its secrets are or what its config holds).
 func providerWire(ctx context.Context, p store.Provider) client.Provider {
 	out := client.Provider{
-		Name: p.Name, Driver: p.Driver, Region: p.Region, CredentialsRef: p.CredentialsRef,
-		FQDNSuffix: p.FQDNSuffix, Config: p.Config, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy, Project: p.Project,
+		Name: p.Name, Driver: p.Driver, Region: p.Region,
+		FQDNSuffix: p.FQDNSuffix, CreatedAt: p.CreatedAt, CreatedBy: p.CreatedBy, Project: p.Project,
 	}
 	if manages(ctx, p.Project) {
-		out.SharedWith = p.SharedWith
+		out.CredentialsRef, out.Config, out.SharedWith = p.CredentialsRef, p.Config, p.SharedWith
 	}
 	return out
 }
@@ -52,6 +54,12 @@ func (s *Server) registerProviders() {
 		}
 		project, err := createIn(ctx, b.Project)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.checkRefWrite(ctx, "provider.credentials_ref_invalid", "body.credentials_ref", project, b.CredentialsRef); err != nil {
+			return nil, err
+		}
+		if err := s.checkEndpoint(b.Driver, b.Config); err != nil {
 			return nil, err
 		}
 		config := objectJSON(b.Config)

@@ -54,6 +54,9 @@ func (s *Server) registerSouls() {
 		if err != nil {
 			return nil, err
 		}
+		if err := s.checkRefWrite(ctx, "soul.key_ref_invalid", "body.connection.key_ref", project, c.KeyRef); err != nil {
+			return nil, err
+		}
 		attrs := objectJSON(b.Attributes)
 		actor := principal(ctx).Actor()
 		aid := string(actor)

@@ -55,6 +55,13 @@ const (
 	CloudCreate  Permission = "cloud.create"
 	CloudDestroy Permission = "cloud.destroy"
 	CloudResize  Permission = "cloud.resize"
+	// CredentialManage stores and deletes the secrets of a project's
+	// credentials registry (credential:NAME references); nobody reads
+	// them back.
+	CredentialManage Permission = "credential.manage"
+	// CredentialLocal writes references that reach the keeper's machine
+	// (file:, env:) or Vault outside a project's prefix: a keeper admin's.
+	CredentialLocal Permission = "credential.local"
 	// Authenticated needs nothing but a valid token.
 	Authenticated Permission = ""
 )
@@ -65,7 +72,7 @@ var reads = []Permission{ProviderRead, ProfileRead, SoulRead, RunRead, AuditRead
 // holds all of them, so a new permission is added here.
 var all = append(append([]Permission{}, reads...),
 	ProviderCreate, ProviderDelete, ProfileCreate, ProfileDelete, SoulCreate, SoulDelete,
-	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize, DriftCheck, DriftAck, ProjectManage, RunApprove, PolicyManage)
+	RunCreate, RunCancel, TokenManage, MetricsRead, CloudCreate, CloudDestroy, CloudResize, DriftCheck, DriftAck, ProjectManage, RunApprove, PolicyManage, CredentialManage, CredentialLocal)
 
 // roles maps each built-in role to what it may do.
 var roles = map[string]map[Permission]bool{
@@ -287,7 +294,7 @@ func (p Principal) KeeperWide() bool { return p.Project == "" }
 
 // keeperWideOnly are the permissions a project's token never holds: they
 // act on the keeper, not on one project.
-var keeperWideOnly = set(ProjectManage, MetricsRead, PolicyManage)
+var keeperWideOnly = set(ProjectManage, MetricsRead, PolicyManage, CredentialLocal)
 
 // Can reports whether the principal holds p: its grant's, except the
 // keeper-wide permissions for a project's token.

@@ -90,6 +90,12 @@ type Config struct {
 	PluginPathLookup bool `yaml:"plugin_path_lookup"`
 	// Vault resolves vault:<path>#<field> credentials references.
 	Vault Vault `yaml:"vault"`
+	// Credentials says which file: and env: references providers and
+	// souls may resolve (none by default).
+	Credentials Credentials `yaml:"credentials"`
+	// Drivers holds what a keeper admin allows each driver's providers,
+	// by driver name (the endpoints they may call).
+	Drivers map[string]Driver `yaml:"drivers"`
 	// TLS configures HTTPS on the Operator API listener.
 	TLS TLS `yaml:"tls"`
 	// InsecurePlaintext serves plain HTTP on a non-loopback listen address
@@ -254,6 +260,13 @@ type HTTP struct {
 type Vault struct {
 	Address  string `yaml:"address"`
 	TokenRef string `yaml:"token_ref"` // env:NAME or file:/path
+	// ProjectPrefix is the path every vault: reference of a project's
+	// provider or soul must lie under, {project} standing for the
+	// project's name (secret/data/soulstack/{project}/): a project's token
+	// may write such references, and with a prefix set the keeper resolves
+	// no vault: reference of a provider or soul outside its project's.
+	// Empty: only keeper admins may write vault: references.
+	ProjectPrefix string `yaml:"project_prefix"`
 }
 
 // Tracing is keeper.yml's tracing section: one trace per run, from the
@@ -394,6 +407,15 @@ func (c Config) Validate() error {
 	}
 	if (c.Vault.Address == "") != (c.Vault.TokenRef == "") {
 		return errors.New("vault: set both address and token_ref, or neither")
+	}
+	if p := c.Vault.ProjectPrefix; p != "" && (!strings.Contains(p, "{project}") || !strings.HasSuffix(p, "/") || strings.HasPrefix(p, "/")) {
+		return fmt.Errorf("vault.project_prefix: %q must contain {project} and end with / (secret/data/soulstack/{project}/)", p)
+	}
+	if err := c.Credentials.validate(); err != nil {
+		return err
+	}
+	if err := validateDrivers(c.Drivers); err != nil {
+		return err
 	}
 	if err := c.validateTLS(); err != nil {
 		return err

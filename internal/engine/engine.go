@@ -46,7 +46,12 @@ type Executor struct {
 	Store     Registry
 	Load      Loader
 	KeeperKey []byte
-	Resolve   func(ctx context.Context, ref string) ([]byte, error)
+	// ProjectKey returns a project's keeper SSH key (see
+	// SoulsConfig.ProjectKey); nil: KeeperKey for every project.
+	ProjectKey func(ctx context.Context, project string) ([]byte, error)
+	// Resolve reads the secret a soul's key_ref names, in the soul's
+	// project (see SoulsConfig.Resolve).
+	Resolve func(ctx context.Context, project, ref string) ([]byte, error)
 	// Dial opens each run's dialer (see SoulsConfig.Dial): the keeper's
 	// agent bus, then its SSH pool.
 	Dial     func(transport.HostKeys) transport.Dialer
@@ -176,7 +181,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		log = slog.New(slog.DiscardHandler)
 	}
 	log = slog.New(secrets.LogHandler(log.Handler()))
-	souls := NewSouls(SoulsConfig{Store: e.Store, Project: x.Run.Project, KeeperKey: e.KeeperKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
+	souls := NewSouls(SoulsConfig{Store: e.Store, Project: x.Run.Project, KeeperKey: e.KeeperKey, ProjectKey: e.ProjectKey, Resolve: resolveInto(secrets, e.Resolve), Dial: e.Dial, FilesDir: e.FilesDir})
 	r := &run{e: e, id: x.Run.ID, creator: x.Run.CreatedBy, project: x.Run.Project, rec: rec, souls: souls, input: plan.Input, secrets: secrets, secretInputs: secretInputNames(plan), st: &st, log: log.With("run", x.Run.ID),
 		check: x.Run.Mode == string(client.RunCheck), name: x.Run.Name, drain: x.Drain}
 	r.epoch, r.via = x.Run.Epoch, sentVia(x.Commands)
@@ -240,12 +245,12 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 
 // resolveInto returns resolve (or, when nil, the env:/file: resolver) with
 // every key it resolves added to the run's secrets.
-func resolveInto(secrets *secret.Set, resolve func(ctx context.Context, ref string) ([]byte, error)) func(ctx context.Context, ref string) ([]byte, error) {
+func resolveInto(secrets *secret.Set, resolve func(ctx context.Context, project, ref string) ([]byte, error)) func(ctx context.Context, project, ref string) ([]byte, error) {
 	if resolve == nil {
 		resolve = resolveLocal
 	}
-	return func(ctx context.Context, ref string) ([]byte, error) {
-		b, err := resolve(ctx, ref)
+	return func(ctx context.Context, project, ref string) ([]byte, error) {
+		b, err := resolve(ctx, project, ref)
 		if err == nil {
 			secrets.Add(strings.TrimSpace(string(b)))
 		}

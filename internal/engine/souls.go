@@ -42,7 +42,9 @@ type Souls struct {
 	dialer  transport.Dialer // nil: no transport at all
 	keeper  []byte           // the keeper's own private key, for souls without key_ref
 	files   string           // the keeper's files directory
-	resolve func(ctx context.Context, ref string) ([]byte, error)
+	resolve func(ctx context.Context, project, ref string) ([]byte, error)
+	// projectKey is the keeper's key of a project; nil: keeper.
+	projectKey func(ctx context.Context, project string) ([]byte, error)
 
 	mu    sync.Mutex
 	souls map[string]store.Soul
@@ -57,9 +59,14 @@ type SoulsConfig struct {
 	Store Registry
 	// KeeperKey is the keeper's SSH private key.
 	KeeperKey []byte
-	// Resolve reads the secret a key_ref names; nil resolves env: and
-	// file: references.
-	Resolve func(ctx context.Context, ref string) ([]byte, error)
+	// ProjectKey returns the keeper's SSH private key for a project's
+	// souls (each project has its own, so that one project's hosts do not
+	// trust another's runs); nil: KeeperKey for every project.
+	ProjectKey func(ctx context.Context, project string) ([]byte, error)
+	// Resolve reads the secret a key_ref names, in the soul's project
+	// (where the keeper decides what the reference may reach); nil
+	// resolves env: and file: references.
+	Resolve func(ctx context.Context, project, ref string) ([]byte, error)
 	// FilesDir is the keeper's files directory, which modules may read
 	// from (module.KeeperFiles); empty means none.
 	FilesDir string
@@ -79,7 +86,7 @@ type SoulsConfig struct {
 
 // NewSouls returns the soul reacher of one run; Close it when the run ends.
 func NewSouls(cfg SoulsConfig) *Souls {
-	s := &Souls{store: cfg.Store, project: cfg.Project, keeper: cfg.KeeperKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
+	s := &Souls{store: cfg.Store, project: cfg.Project, keeper: cfg.KeeperKey, projectKey: cfg.ProjectKey, files: cfg.FilesDir, resolve: cfg.Resolve, souls: map[string]store.Soul{}, seen: map[string]bool{}, ready: map[string]bool{}, readyTimeout: cfg.ReadyTimeout}
 	if s.readyTimeout <= 0 {
 		s.readyTimeout = DefaultReadyTimeout
 	}
@@ -92,7 +99,7 @@ func NewSouls(cfg SoulsConfig) *Souls {
 	return s
 }
 
-func resolveLocal(_ context.Context, ref string) ([]byte, error) {
+func resolveLocal(_ context.Context, _, ref string) ([]byte, error) {
 	r, err := secret.ParseRef(ref)
 	if err != nil {
 		return nil, err
@@ -163,6 +170,9 @@ func (h hostKeys) Pin(ctx context.Context, sid, key string) (string, error) {
 	err := retryStore(ctx, func(ctx context.Context) error {
 		return h.s.store.SoulPinHostKey(ctx, store.SoulHostKeyParams{SID: sid, HostKey: key, Actor: store.ActorKeeper})
 	})
+	if errors.Is(err, store.ErrHostTaken) {
+		return "", &module.Error{Code: "soul.host_taken", Message: fmt.Sprintf("soul %q: the host it reached is another project's soul (its host key is pinned there); nothing ran on it", sid), Err: err}
+	}
 	if errors.Is(err, store.ErrExists) {
 		so, err := h.s.store.SoulGet(ctx, sid)
 		if err != nil {
@@ -310,9 +320,16 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 func (s *Souls) keyOf(so store.Soul) func(context.Context) ([]byte, error) {
 	return func(ctx context.Context) ([]byte, error) {
 		if so.Connection.KeyRef == "" {
-			return s.keeper, nil
+			if s.projectKey == nil {
+				return s.keeper, nil
+			}
+			key, err := s.projectKey(ctx, so.Project)
+			if err != nil {
+				return nil, &module.Error{Code: "soul.key_unavailable", Message: fmt.Sprintf("the keeper's SSH key of project %s cannot be had: %v", so.Project, err)}
+			}
+			return key, nil
 		}
-		key, err := s.resolve(ctx, so.Connection.KeyRef)
+		key, err := s.resolve(ctx, so.Project, so.Connection.KeyRef)
 		if err != nil {
 			return nil, &module.Error{Code: "soul.key_unavailable", Message: fmt.Sprintf("the SSH key of soul %q (%s) cannot be read: %v", so.SID, so.Connection.KeyRef, err)}
 		}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"text/template"
 
-	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/config"
@@ -70,7 +69,6 @@ runcmd:
 // template and what it is rendered with, and the checks the states ask of
 // the keeper. services hands them to the states (module.Provisioner).
 type cloudSettings struct {
-	pubKey    string
 	tmpl      *template.Template
 	keeperURL string
 	agent     *agentSide
@@ -78,11 +76,7 @@ type cloudSettings struct {
 	joinTemplate bool
 }
 
-func newCloudSettings(c config.Config, sshKey []byte, agent *agentSide) (*cloudSettings, error) {
-	signer, err := gossh.ParsePrivateKey(sshKey)
-	if err != nil {
-		return nil, fmt.Errorf("keeper ssh key: %w", err)
-	}
+func newCloudSettings(c config.Config, agent *agentSide) (*cloudSettings, error) {
 	text := c.CloudInit
 	if text == "" {
 		text = defaultCloudInit
@@ -92,7 +86,6 @@ func newCloudSettings(c config.Config, sshKey []byte, agent *agentSide) (*cloudS
 		return nil, fmt.Errorf("cloud_init: %w", err)
 	}
 	return &cloudSettings{
-		pubKey:       strings.TrimSpace(string(gossh.MarshalAuthorizedKey(signer.PublicKey()))) + " soulstack-keeper",
 		tmpl:         tmpl,
 		keeperURL:    c.KeeperURL,
 		agent:        agent,
@@ -103,10 +96,13 @@ func newCloudSettings(c config.Config, sshKey []byte, agent *agentSide) (*cloudS
 // services are the cloud states' services of this keeper.
 func (k *cloudSettings) services(c config.Config, reg cloud.Registry, deploymentID string,
 	drivers func(context.Context, string) (driversdk.Driver, error),
-	credentials func(context.Context, string) ([]byte, error)) cloud.Services {
+	secrets *projectSecrets) cloud.Services {
 	return cloud.Services{
-		Registry: reg, Driver: drivers, Credentials: credentials,
-		AuthorizedKey: k.pubKey, Userdata: k.Userdata, BootstrapTTL: c.BootstrapTokenTTL.Std(), KeeperID: deploymentID,
+		Registry: reg, Driver: drivers, Credentials: secrets.Provider,
+		AuthorizedKey: func(ctx context.Context, project string) (string, error) {
+			key, err := secrets.SSHKey(ctx, project)
+			return key.authorized, err
+		}, Userdata: k.Userdata, BootstrapTTL: c.BootstrapTokenTTL.Std(), KeeperID: deploymentID,
 		CheckSeed: CheckSeed, JoinsByItself: k.JoinsByItself,
 	}
 }

@@ -43,7 +43,7 @@ func TestAWSCloudEndToEnd(t *testing.T) {
 	if err := os.WriteFile(credPath, []byte(`{"access_key_id": "AKIAE2ETEST000000001", "secret_access_key": "`+secret+`"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k := serve(t, dir)
+	k := serve(t, dir, "--config", keeperConfig(t, dir, "drivers:\n  aws:\n    endpoints: ["+fake.URL+"]\n"))
 	c := adminClient(t, k, data)
 	ctx := context.Background()
 	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "aws", Driver: "aws", Region: "eu-central-1", FQDNSuffix: "aws.test",

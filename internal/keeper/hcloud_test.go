@@ -109,11 +109,9 @@ func hcloudKeeper(t *testing.T, token, cfg string) (*proc, *client.Client, *hclo
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var args []string
-	if cfg != "" {
-		args = []string{"--config", keeperConfig(t, dir, cfg)}
-	}
-	k := serve(t, dir, args...)
+	// The fake stands for Hetzner's API: a keeper admin allows it as the
+	// driver's endpoint.
+	k := serve(t, dir, "--config", keeperConfig(t, dir, "drivers:\n  hcloud:\n    endpoints: ["+fake.URL+"]\n"+cfg))
 	c := adminClient(t, k, data)
 	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "hetzner", Driver: "hcloud", Region: "fsn1", FQDNSuffix: "hc.test",
 		CredentialsRef: "file:" + tokenFile,

@@ -44,15 +44,23 @@ func projectIsolation(t *testing.T, k *proc, admin *client.Client) {
 			t.Fatal(err)
 		}
 	}
-	srv := sshtest.Start(t, sshtest.Options{})
+	// One host per project: a project's hosts are its own (a second
+	// project's soul at the same host is refused, TestProjectHostsAreTheirOwn).
+	srvB := sshtest.Start(t, sshtest.Options{})
+	srv := sshtest.Start(t, sshtest.Options{ClientKey: srvB.ClientKey})
 	keyPath := filepath.Join(t.TempDir(), "id")
 	if err := os.WriteFile(keyPath, srv.ClientKey, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	marker := filepath.Join(t.TempDir(), "crossed")
 	conn := client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port, KeyRef: "file:" + keyPath}
-	for _, so := range []struct{ sid, project string }{{"web.a.test", "a"}, {"web.b.test", "b"}} {
-		got, err := admin.SoulCreate(ctx, client.SoulCreate{SID: so.sid, Address: srv.Addr, Connection: conn, Project: so.project})
+	for _, so := range []struct {
+		sid, project string
+		srv          *sshtest.Server
+	}{{"web.a.test", "a", srv}, {"web.b.test", "b", srvB}} {
+		c := conn
+		c.Port = so.srv.Port
+		got, err := admin.SoulCreate(ctx, client.SoulCreate{SID: so.sid, Address: so.srv.Addr, Connection: c, Project: so.project})
 		if err != nil || got.Project != so.project {
 			t.Fatalf("soul %s: %+v, %v", so.sid, got, err)
 		}
@@ -104,12 +112,15 @@ func projectIsolation(t *testing.T, k *proc, admin *client.Client) {
 		wantProblem(t, adminA.ProfileDelete(ctx, "small-b"), http.StatusNotFound, "profile.not_found")
 		wantProblem(t, adminA.ProviderDelete(ctx, "cloud-b"), http.StatusNotFound, "provider.not_found")
 		// Creating into the other project, or using its provider.
-		_, err = adminA.SoulCreate(ctx, client.SoulCreate{SID: "sneak.b.test", Address: srv.Addr, Connection: conn, Project: "b"})
+		// (A project's token names no file: key: its souls use its own
+		// keeper key or credential: references.)
+		ownKey := client.Connection{Transport: "ssh", User: srv.User, Port: srv.Port}
+		_, err = adminA.SoulCreate(ctx, client.SoulCreate{SID: "sneak.b.test", Address: srv.Addr, Connection: ownKey, Project: "b"})
 		wantProblem(t, err, http.StatusNotFound, "project.not_found")
 		_, err = adminA.ProfileCreate(ctx, client.ProfileCreate{Name: "sneak", Provider: "cloud-b", Spec: map[string]any{}})
 		wantProblem(t, err, http.StatusUnprocessableEntity, "profile.provider_missing")
 		// What a project's token creates is its project's.
-		so, err := adminA.SoulCreate(ctx, client.SoulCreate{SID: "web2.a.test", Address: srv.Addr, Connection: conn})
+		so, err := adminA.SoulCreate(ctx, client.SoulCreate{SID: "web2.a.test", Address: srv.Addr, Connection: ownKey})
 		if err != nil || so.Project != "a" {
 			t.Fatalf("a's new soul: %+v, %v", so, err)
 		}

@@ -62,9 +62,18 @@ func agentURL(t *testing.T, k *proc) string {
 	return "https://127.0.0.1:" + m[1]
 }
 
-// keeperConfig writes a keeper.yml into dir.
-func keeperConfig(t *testing.T, dir, text string) string {
+// testCredentials lets a test keeper resolve the SSH keys and credential
+// files tests keep in their temporary directories, and any variable; the
+// keeper's own data dir (under the same root) stays out of reach.
+var testCredentials = "credentials:\n  files: [" + filepath.Clean(os.TempDir()) + "]\n  env: [\"*\"]\n"
+
+// keeperConfig writes a keeper.yml into dir: text, with testCredentials
+// unless text has a credentials section of its own.
+func keeperConfig(t testing.TB, dir, text string) string {
 	t.Helper()
+	if !strings.Contains(text, "credentials:") {
+		text = testCredentials + text
+	}
 	path := filepath.Join(dir, "keeper.yml")
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)

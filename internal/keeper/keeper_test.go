@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -48,9 +49,13 @@ func databaseArgs(t testing.TB, backend string) []string {
 	return nil
 }
 
-// serve starts `keeper serve` with args in dir and waits until it listens.
+// serve starts `keeper serve` with args in dir and waits until it listens;
+// without a --config in args, with a keeper.yml of testCredentials alone.
 func serve(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
+	if !slices.Contains(args, "--config") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--config=") }) {
+		args = append([]string{"--config", keeperConfig(t, dir, "")}, args...)
+	}
 	return keepertest.Serve(t, keeperBin, dir, args...)
 }
 

@@ -30,7 +30,9 @@ type cloudService struct {
 	st       orphanRegistry
 	keeperID string // passed to drivers as Provider.KeeperID
 	drivers  func(ctx context.Context, name string) (driversdk.Driver, error)
-	resolve  func(ctx context.Context, ref string) ([]byte, error)
+	// credentials checks a provider may be used as configured and
+	// resolves its credentials in its own project (projectSecrets.Provider).
+	credentials func(ctx context.Context, p store.Provider) ([]byte, error)
 }
 
 // providers returns provider name, or every provider when name is
@@ -78,10 +80,8 @@ func (c *cloudService) orphansOf(ctx context.Context, p store.Provider) (orphans
 		return nil, d, dp, false, nil
 	}
 	dp = driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: cloud.DriverConfig(p.Config), KeeperID: c.keeperID}
-	if p.CredentialsRef != "" {
-		if dp.Credentials, err = c.resolve(ctx, p.CredentialsRef); err != nil {
-			return nil, nil, dp, true, &api.DriverError{Provider: p.Name, Ref: p.CredentialsRef, Err: err}
-		}
+	if dp.Credentials, err = c.credentials(ctx, p); err != nil {
+		return nil, nil, dp, true, &api.DriverError{Provider: p.Name, Ref: p.CredentialsRef, Err: err}
 	}
 	vms, err := d.List(ctx, driversdk.ListRequest{Provider: dp})
 	if err != nil {

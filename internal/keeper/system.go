@@ -63,6 +63,7 @@ type System struct {
 	auditKey    *audit.Key
 	checkpoints *audit.Checkpointer
 	sealer      *secret.Sealer
+	secrets     *projectSecrets
 	resolver    *secret.Resolver
 
 	// Agent is the keeper's side of self-onboarding souls (CA, agent
@@ -305,16 +306,6 @@ func (s *System) buildRuns(ctx context.Context) error {
 	if err := os.MkdirAll(files, 0o700); err != nil {
 		return fmt.Errorf("create files dir: %w", err)
 	}
-	// A provider's credentials are the keeper's own: masked everywhere,
-	// the plugin's log included. A soul's key (in the engine) is masked
-	// in the run that uses it.
-	credentials := func(ctx context.Context, ref string) ([]byte, error) {
-		v, err := s.resolver.Resolve(ctx, ref)
-		if err == nil {
-			secret.Register(v)
-		}
-		return []byte(v), err
-	}
 	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup,
 		Env: keeperDirsEnv(c, append(s.Agent.hostPorts(), busPort(s.Bus))...), Logger: s.Log}) // the host names its lines component=plugin
 	if err != nil {
@@ -330,12 +321,18 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Now: s.Clock.Now, Sleep: s.sleep})
 	s.onClose(func() { s.SSH.Close() })
 	s.Changes.Subscribe(dropOnGone(s.SSH))
-	settings, err := newCloudSettings(c, sshKey, s.Agent)
+	settings, err := newCloudSettings(c, s.Agent)
+	if err != nil {
+		return err
+	}
+	// What the keeper resolves, dials and runs for a project is that
+	// project's: its credentials, its key_refs, its SSH key.
+	s.secrets, err = newProjectSecrets(c, s.resolver, s.Store, s.sealer, sshKey)
 	if err != nil {
 		return err
 	}
 	s.buildNotifier(c)
-	provisioned, err := module.Provision(settings.services(c, notifyingRegistry{Registry: s.Store, n: s.Notifier}, s.DeploymentID, plugins.Driver, credentials))
+	provisioned, err := module.Provision(settings.services(c, notifyingRegistry{Registry: s.Store, n: s.Notifier}, s.DeploymentID, plugins.Driver, s.secrets))
 	if err != nil {
 		return err
 	}
@@ -348,8 +345,12 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Store:     s.Store,
 		Load:      loadPlan,
 		KeeperKey: sshKey,
-		Resolve: func(ctx context.Context, ref string) ([]byte, error) {
-			v, err := s.resolver.Resolve(ctx, ref)
+		ProjectKey: func(ctx context.Context, project string) ([]byte, error) {
+			k, err := s.secrets.SSHKey(ctx, project)
+			return k.private, err
+		},
+		Resolve: func(ctx context.Context, project, ref string) ([]byte, error) {
+			v, err := s.secrets.Resolve(ctx, project, ref)
 			return append([]byte(v), '\n'), err
 		},
 		Dial:       s.dialer,
@@ -374,7 +375,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, resolve: credentials}
+	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, credentials: s.secrets.Provider}
 	return nil
 }
 
@@ -413,7 +414,12 @@ func (s *System) buildAPI(ctx context.Context) error {
 	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Notify: s.Notifier.Notify, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
-		ApprovalConfig: c.Approvals.Policy})
+		ApprovalConfig: c.Approvals.Policy, Seal: s.sealer.Seal,
+		ProjectKey: func(ctx context.Context, project string) (string, error) {
+			k, err := s.secrets.SSHKey(ctx, project)
+			return k.authorized, err
+		},
+		References: api.References{VaultPrefix: c.Vault.ProjectVaultPrefix, EndpointAllowed: c.EndpointAllowed}})
 	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)
 	s.http.RegisterOnShutdown(s.stopMCP)
 	if s.Agent.ln != nil {

@@ -52,6 +52,10 @@ type Keeper struct {
 func Start(tb testing.TB, edit func(*config.Config)) *Keeper {
 	tb.Helper()
 	c := config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(tb.TempDir(), "keeper"), Log: config.Log{Level: "info"}}
+	// Tests keep their SSH keys and credential files in their temporary
+	// directories and name their variables freely; the keeper's own data
+	// dir (under the same root) stays out of reach whatever this allows.
+	c.Credentials = config.Credentials{Files: []string{filepath.Clean(os.TempDir())}, Env: []string{"*"}}
 	if edit != nil {
 		edit(&c)
 	}

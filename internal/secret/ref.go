@@ -13,22 +13,31 @@ import (
 // uses an unknown scheme.
 var ErrInvalidRef = errors.New("invalid credentials reference")
 
-// Ref is a parsed credentials reference: env:NAME, file:/abs/path or
-// vault:<path>#<field>. A Ref names a secret; it never holds one.
+// Ref is a parsed credentials reference: env:NAME, file:/abs/path,
+// vault:<path>#<field> or credential:NAME (a secret in the credentials
+// registry of the project whose object holds the reference). A Ref names
+// a secret; it never holds one.
 type Ref struct {
-	Scheme string // env, file or vault
-	Name   string // variable name, file path or vault path
+	Scheme string // env, file, vault or credential
+	Name   string // variable name, file path, vault path or credential name
 	Field  string // vault field
 }
 
-var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// Local reports whether the reference reads the keeper's own machine (a
+// file or an environment variable): only keeper admins may write one.
+func (r Ref) Local() bool { return r.Scheme == "env" || r.Scheme == "file" }
+
+var (
+	envName        = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	credentialName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
 
 // ParseRef parses and validates a credentials reference. The error wraps
 // ErrInvalidRef and says what is wrong in words a user can act on.
 func ParseRef(s string) (Ref, error) {
 	scheme, rest, ok := strings.Cut(s, ":")
 	if !ok {
-		return Ref{}, fmt.Errorf("%w: %q has no scheme; use env:NAME, file:/path or vault:<path>#<field>", ErrInvalidRef, s)
+		return Ref{}, fmt.Errorf("%w: %q has no scheme; use credential:NAME, env:NAME, file:/path or vault:<path>#<field>", ErrInvalidRef, s)
 	}
 	switch scheme {
 	case "env":
@@ -47,8 +56,13 @@ func ParseRef(s string) (Ref, error) {
 			return Ref{}, fmt.Errorf("%w: vault:%s must look like vault:<path>#<field>", ErrInvalidRef, rest)
 		}
 		return Ref{Scheme: scheme, Name: path, Field: field}, nil
+	case "credential":
+		if !credentialName.MatchString(rest) {
+			return Ref{}, fmt.Errorf("%w: credential:%s is not a credential name (lowercase letters, digits and -)", ErrInvalidRef, rest)
+		}
+		return Ref{Scheme: scheme, Name: rest}, nil
 	default:
-		return Ref{}, fmt.Errorf("%w: unknown scheme %q; use env:, file: or vault:", ErrInvalidRef, scheme)
+		return Ref{}, fmt.Errorf("%w: unknown scheme %q; use credential:, env:, file: or vault:", ErrInvalidRef, scheme)
 	}
 }
 

@@ -29,6 +29,9 @@ var (
 	// ErrRetired: the name was a deleted object's, and is not given
 	// again (a project's: its records keep the name).
 	ErrRetired = errors.New("the name of a deleted object")
+	// ErrHostTaken: the host (its address and port, or its pinned host
+	// key) is another project's soul's; a project's hosts are its own.
+	ErrHostTaken = errors.New("the host is another project's soul")
 	// ErrActiveAdmin: an active admin token exists, so none is minted
 	// from the host.
 	ErrActiveAdmin = errors.New("an active admin token exists")
@@ -304,6 +307,47 @@ type ProjectStore interface {
 	ShareRemove(ctx context.Context, sh Share, actor Actor) error
 }
 
+// Credential is a secret in a project's credentials registry, referenced
+// by its providers and souls as credential:NAME. Sealed is the value
+// sealed with the data key; the store neither seals nor opens it.
+type Credential struct {
+	Project   string
+	Name      string
+	Sealed    string
+	CreatedAt time.Time
+	CreatedBy string
+}
+
+// ProjectSSHKey is a project's own keeper SSH key: the private key sealed
+// with the data key and its authorized_keys line.
+type ProjectSSHKey struct {
+	Project   string
+	Sealed    string
+	PublicKey string
+	CreatedAt time.Time
+}
+
+// CredentialStore holds the projects' own secrets.
+type CredentialStore interface {
+	// CredentialPut stores or replaces a credential (audit
+	// credential.put, naming it, never its value); an unknown project is
+	// ErrReferenceMissing.
+	CredentialPut(ctx context.Context, c Credential, actor Actor) (Credential, error)
+	// CredentialGet returns project's credential called name, or
+	// ErrNotFound: never another project's.
+	CredentialGet(ctx context.Context, project, name string) (Credential, error)
+	// CredentialList lists a project's credentials (every project's for
+	// project ""), by project and name; Sealed is empty.
+	CredentialList(ctx context.Context, project string) ([]Credential, error)
+	// CredentialDelete deletes one (audit credential.deleted); ErrNotFound
+	// when there is none.
+	CredentialDelete(ctx context.Context, project, name string, actor Actor) error
+	// ProjectSSHKeyEnsure returns the project's SSH key, storing k as it
+	// when it has none yet (audit project.ssh_key_created): keepers racing
+	// to make one all get the one stored first.
+	ProjectSSHKeyEnsure(ctx context.Context, k ProjectSSHKey) (ProjectSSHKey, error)
+}
+
 // Binding kinds: who a role binding is for.
 const (
 	BindGroup  = "group"
@@ -386,6 +430,7 @@ type Store interface {
 	DeliveryStore
 	ProjectStore
 	ApprovalStore
+	CredentialStore
 
 	ProviderCreate(ctx context.Context, p ProviderCreateParams) (Provider, error)
 	ProviderGet(ctx context.Context, name string) (Provider, error)

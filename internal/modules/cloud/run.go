@@ -14,6 +14,7 @@ import (
 
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -44,10 +45,13 @@ type Services struct {
 	Registry Registry
 	// Driver returns the provider's driver, through the PluginHost.
 	Driver func(ctx context.Context, name string) (driversdk.Driver, error)
-	// Credentials resolves a provider's credentials_ref for one call.
-	Credentials func(ctx context.Context, ref string) ([]byte, error)
-	// AuthorizedKey is the keeper's SSH public key (authorized_keys line).
-	AuthorizedKey string
+	// Credentials checks that a provider may be used as configured and
+	// resolves its credentials_ref, in the provider's own project, for one
+	// call; nil credentials for a provider without a reference.
+	Credentials func(ctx context.Context, p store.Provider) ([]byte, error)
+	// AuthorizedKey returns the keeper's SSH public key of a project
+	// (authorized_keys line): what that project's new VMs trust.
+	AuthorizedKey func(ctx context.Context, project string) (string, error)
 	// Userdata renders keeper.yml's cloud_init template for one VM.
 	Userdata func(u UserdataVars) (string, error)
 	// BootstrapTTL is how long a bootstrap token lives once its VM exists.
@@ -134,10 +138,15 @@ func provider(ctx context.Context, h *Services, run module.RunInfo, name string)
 		return p, nil, driversdk.Provider{}, driverError("start driver "+p.Driver, err)
 	}
 	dp := driversdk.Provider{Name: p.Name, Region: p.Region, FQDNSuffix: p.FQDNSuffix, Config: DriverConfig(p.Config), KeeperID: h.KeeperID}
-	if p.CredentialsRef != "" {
-		if dp.Credentials, err = h.Credentials(ctx, p.CredentialsRef); err != nil {
-			return p, nil, dp, &module.Error{Code: "provider.credentials_unavailable", Message: fmt.Sprintf("credentials of provider %q (%s): %v", name, p.CredentialsRef, err)}
+	if dp.Credentials, err = h.Credentials(ctx, p); err != nil {
+		code := "provider.credentials_unavailable"
+		switch {
+		case errors.Is(err, secret.ErrEndpointNotAllowed):
+			code = "provider.endpoint_not_allowed"
+		case errors.Is(err, secret.ErrOutOfReach):
+			code = "provider.credentials_out_of_reach"
 		}
+		return p, nil, dp, &module.Error{Code: code, Message: fmt.Sprintf("provider %q cannot be used: %v", name, err)}
 	}
 	return p, d, dp, nil
 }
@@ -306,6 +315,9 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h *Services,
 	if err := checkSeeds(h, p.Seeds, c.sampleSID(p.Name)); err != nil {
 		return module.Result{}, err
 	}
+	if c.authorizedKey, err = h.AuthorizedKey(ctx, run.Project); err != nil {
+		return module.Result{}, &module.Error{Code: "cloud.keeper_key_unavailable", Message: fmt.Sprintf("the keeper's SSH key of project %s: %v", run.Project, err)}
+	}
 	c.mintTokens(run, p.Count)
 	if err := c.renderUserdata(p, h); err != nil {
 		return module.Result{}, err
@@ -325,7 +337,7 @@ func (p CreatedParams) run(ctx context.Context, run module.RunInfo, h *Services,
 	}
 	vms, err := c.driver.Create(ctx, driversdk.CreateRequest{
 		Provider: c.dp, RequestID: requestID, RunID: run.ID, Profile: c.profile, Count: p.Count,
-		Names: c.names, Userdata: c.userdata, AuthorizedKeys: []string{h.AuthorizedKey},
+		Names: c.names, Userdata: c.userdata, AuthorizedKeys: []string{c.authorizedKey},
 	})
 	created := time.Now()
 	if err != nil {
@@ -368,6 +380,8 @@ type creation struct {
 	plain    []string // bootstrap tokens, in clear
 	hashes   []string // and as stored
 	userdata []string
+	// authorizedKey is the run's project's keeper SSH public key.
+	authorizedKey string
 }
 
 // prepare loads the provider, checks count and profile with the driver,
@@ -441,7 +455,7 @@ func (c *creation) renderUserdata(p CreatedParams, h *Services) error {
 			if c.names != nil {
 				sid = c.names[i]
 			}
-			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: c.plain[i], AuthorizedKey: h.AuthorizedKey, Driver: c.prov.Driver})
+			u, err := h.Userdata(UserdataVars{SID: sid, Index: i + 1, Token: c.plain[i], AuthorizedKey: c.authorizedKey, Driver: c.prov.Driver})
 			if err != nil {
 				return &module.Error{Code: "cloud.userdata_invalid", Message: "render cloud_init: " + err.Error()}
 			}

@@ -156,7 +156,7 @@ type keeperHost struct {
 // services are the states' services of this keeper.
 func (h *keeperHost) services() cloud.Services {
 	return cloud.Services{Registry: h.st, Driver: h.Driver, Credentials: h.Credentials,
-		AuthorizedKey: "ssh-ed25519 AAAAkeeper soulstack-keeper", Userdata: h.Userdata, BootstrapTTL: time.Hour,
+		AuthorizedKey: func(context.Context, string) (string, error) { return "ssh-ed25519 AAAAkeeper soulstack-keeper", nil }, Userdata: h.Userdata, BootstrapTTL: time.Hour,
 		KeeperID: "kd-cloudtest", CheckSeed: h.CheckSeed, JoinsByItself: h.joins}
 }
 
@@ -177,8 +177,11 @@ func (h *keeperHost) Driver(_ context.Context, name string) (driversdk.Driver, e
 	}
 	return h.cloud, nil
 }
-func (h *keeperHost) Credentials(_ context.Context, ref string) ([]byte, error) {
-	return []byte("resolved:" + ref), nil
+func (h *keeperHost) Credentials(_ context.Context, p store.Provider) ([]byte, error) {
+	if p.CredentialsRef == "" {
+		return nil, nil
+	}
+	return []byte("resolved:" + p.CredentialsRef), nil
 }
 func (h *keeperHost) Userdata(u cloud.UserdataVars) (string, error) {
 	return fmt.Sprintf("#cloud-config\n# sid=%s index=%d token=%s\n", u.SID, u.Index, u.Token), nil

@@ -101,6 +101,11 @@ func (s *Store) ProjectDelete(ctx context.Context, params store.DeleteParams) (e
 		if len(held) > 0 {
 			return record{}, &store.Error{Err: store.ErrInUse, Kind: "project", Key: params.Key, Ref: strings.Join(held, ", ")}
 		}
+		for _, table := range []string{"credentials", "project_ssh_keys"} {
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM `+table+` WHERE project = ?`), params.Key); err != nil {
+				return record{}, fmt.Errorf("delete project %q's %s: %w", params.Key, table, err)
+			}
+		}
 		res, err := tx.ExecContext(ctx, s.q(`DELETE FROM projects WHERE name = ?`), params.Key)
 		if err != nil {
 			return record{}, fmt.Errorf("delete project %q: %w", params.Key, err)

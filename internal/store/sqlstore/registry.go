@@ -328,6 +328,9 @@ func (s *Store) SoulCreate(ctx context.Context, params store.SoulCreateParams) (
 		if err := s.projectExists(ctx, tx, so.Project, "soul", so.SID); err != nil {
 			return record{}, err
 		}
+		if err := s.hostFree(ctx, tx, so); err != nil {
+			return record{}, err
+		}
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO souls (`+soulCols+`, project) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			so.SID, so.Status, so.Address, nullString(so.Provider), so.VMID, so.PrimaryIP, string(so.Attributes), string(conn), createdBy, so.CreatedAt, so.UpdatedAt, so.Project)
 		switch s.dialect.Classify(err) {
@@ -431,6 +434,9 @@ func (s *Store) SoulPinHostKey(ctx context.Context, p store.SoulHostKeyParams) (
 		if so.Connection.HostKey != "" {
 			return record{}, &store.Error{Err: store.ErrExists, Kind: "soul", Key: p.SID, Ref: "host key"}
 		}
+		if err := s.hostKeyFree(ctx, tx, so, p.HostKey); err != nil {
+			return record{}, err
+		}
 		so.Connection.HostKey = p.HostKey
 		conn, err := json.Marshal(so.Connection)
 		if err != nil {
@@ -441,6 +447,70 @@ func (s *Store) SoulPinHostKey(ctx context.Context, p store.SoulHostKeyParams) (
 		}
 		return record{action: "soul.host_key_pinned", object: "soul/" + p.SID, payload: map[string]any{"sid": p.SID, "host_key": p.HostKey}, project: so.Project}, nil
 	})
+}
+
+// hostFree refuses a hand-registered soul at the address and port of
+// another project's soul that is not destroyed (ErrHostTaken): a
+// project's hosts are its own. A soul without an address (an agent's)
+// takes no host.
+func (s *Store) hostFree(ctx context.Context, tx *sql.Tx, so store.Soul) error {
+	if so.Address == "" {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT sid, connection FROM souls WHERE address = ? AND project <> ? AND status <> ?`),
+		so.Address, so.Project, store.SoulDestroyed)
+	if err != nil {
+		return fmt.Errorf("look up souls at %s: %w", so.Address, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sid, connText string
+		if err := rows.Scan(&sid, &connText); err != nil {
+			return fmt.Errorf("look up souls at %s: %w", so.Address, err)
+		}
+		var c store.Connection
+		_ = json.Unmarshal([]byte(connText), &c)
+		if portOr22(c.Port) == portOr22(so.Connection.Port) {
+			return &store.Error{Err: store.ErrHostTaken, Kind: "soul", Key: so.SID, Ref: fmt.Sprintf("%s port %d", so.Address, portOr22(so.Connection.Port))}
+		}
+	}
+	return rows.Err()
+}
+
+// hostKeyFree refuses to pin, as so's host key, a key another project's
+// soul (not destroyed) has pinned: the host is that soul, whatever
+// address so was registered at (ErrHostTaken).
+func (s *Store) hostKeyFree(ctx context.Context, tx *sql.Tx, so store.Soul, hostKey string) error {
+	f := strings.Fields(hostKey)
+	if len(f) < 2 {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, s.q(`SELECT sid, connection FROM souls WHERE project <> ? AND status <> ? AND CAST(connection AS TEXT) LIKE ?`),
+		so.Project, store.SoulDestroyed, "%"+f[1]+"%")
+	if err != nil {
+		return fmt.Errorf("look up host key of soul %q: %w", so.SID, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var sid, connText string
+		if err := rows.Scan(&sid, &connText); err != nil {
+			return fmt.Errorf("look up host key of soul %q: %w", so.SID, err)
+		}
+		var c store.Connection
+		if json.Unmarshal([]byte(connText), &c) == nil {
+			if g := strings.Fields(c.HostKey); len(g) >= 2 && g[0] == f[0] && g[1] == f[1] {
+				return &store.Error{Err: store.ErrHostTaken, Kind: "soul", Key: so.SID, Ref: "its host key"}
+			}
+		}
+	}
+	return rows.Err()
+}
+
+func portOr22(p int) int {
+	if p == 0 {
+		return 22
+	}
+	return p
 }
 
 // objectProject reads the project of the row of table whose column col is

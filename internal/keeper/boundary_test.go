@@ -1,0 +1,366 @@
+package keeper_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/sshtest"
+)
+
+// attacker is an HTTP listener standing for an endpoint a project admin
+// controls: it records every Authorization header it is sent and answers
+// 401 at once.
+type attacker struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	seen []string
+}
+
+func newAttacker(t *testing.T) *attacker {
+	a := &attacker{}
+	a.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		a.seen = append(a.seen, r.Header.Get("Authorization"))
+		a.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		_, _ = w.Write([]byte(`{"error":{"code":"unauthorized","message":"no"}}`))
+	}))
+	t.Cleanup(a.srv.Close)
+	return a
+}
+
+// received reports whether any request carried s.
+func (a *attacker) received(s string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, h := range a.seen {
+		if strings.Contains(h, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *attacker) requests() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.seen)
+}
+
+// TestProjectAdminIsNotKeeperAdmin: a real keeper with the real
+// soul-cloud-hcloud plugin; a project's admin tries to make the keeper
+// send its own secrets (the admin token, the data key) to an endpoint it
+// controls, or the secrets of another project, and every attempt fails:
+//   - a file: or env: reference, or a vault: one outside the project's
+//     prefix, is refused when a project's token writes it (403,
+//     credential.local);
+//   - an endpoint keeper.yml does not allow the driver is refused when
+//     written (422 provider.endpoint_not_allowed) and where the keeper
+//     uses the provider;
+//   - a keeper admin's file: reference into the keeper's data dir, or
+//     through a symlink into it from an allowed directory, or outside the
+//     allowed directories, resolves nowhere (provider.credentials_out_of_reach)
+//     and nothing reaches the endpoint;
+//   - a shared provider shows its sharee no credentials_ref or config;
+//   - a project's credential:NAME resolves in its own project alone: the
+//     endpoint gets a's secret for a's provider, and b's provider naming
+//     the same credential gets nothing.
+func TestProjectAdminIsNotKeeperAdmin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	evil := newAttacker(t)
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	plugins := filepath.Join(data, "plugins")
+	if err := os.MkdirAll(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-hcloud"), "../../cmd/soul-cloud-hcloud").CombinedOutput(); err != nil {
+		t.Fatalf("build soul-cloud-hcloud: %v\n%s", err, out)
+	}
+	creds := filepath.Join(dir, "creds")
+	if err := os.MkdirAll(creds, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The endpoint is allowed (a keeper admin's choice, say a private
+	// Hetzner-compatible API) so that what it receives is what matters.
+	cfg := "credentials:\n  files: [" + creds + "]\n  env: [HCLOUD_*]\n" +
+		"drivers:\n  hcloud:\n    endpoints: [" + evil.srv.URL + "]\n" +
+		"vault:\n  address: http://127.0.0.1:1\n  token_ref: env:SOULSTACK_TEST_NO_VAULT\n  project_prefix: secret/data/soulstack/{project}/\n"
+	k := serve(t, dir, "--config", keeperConfig(t, dir, cfg))
+	admin := adminClient(t, k, data)
+	adminToken, err := os.ReadFile(filepath.Join(data, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataKey, err := os.ReadFile(filepath.Join(data, "data.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b"} {
+		if _, err := admin.ProjectCreate(ctx, client.ProjectCreate{Name: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := admin.TokenCreate(ctx, client.TokenCreate{Name: "a-admin", Role: "admin", Project: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminA, _ := client.New(k.Addr, tok.Token)
+	tok, err = admin.TokenCreate(ctx, client.TokenCreate{Name: "b-admin", Role: "admin", Project: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminB, _ := client.New(k.Addr, tok.Token)
+	hc := func(name, ref string, cfg map[string]any) client.ProviderCreate {
+		if cfg == nil {
+			cfg = map[string]any{"endpoint": evil.srv.URL, "retry_base": "1ms", "max_retries": 0}
+		}
+		return client.ProviderCreate{Name: name, Driver: "hcloud", Region: "fsn1", CredentialsRef: ref, Config: cfg}
+	}
+
+	t.Run("a project's token writes no reference to the keeper's machine", func(t *testing.T) {
+		for _, ref := range []string{"file:" + filepath.Join(data, "admin.token"), "file:" + filepath.Join(data, "data.key"),
+			"env:HCLOUD_TOKEN", "vault:secret/data/keeper#token", "vault:secret/data/soulstack/b/cloud#token"} {
+			_, err := adminA.ProviderCreate(ctx, hc("x", ref, nil))
+			wantProblem(t, err, http.StatusForbidden, "auth.forbidden", "credential.local")
+		}
+		_, err := adminA.SoulCreate(ctx, client.SoulCreate{SID: "evil.a.test", Address: "127.0.0.1",
+			Connection: client.Connection{Transport: "ssh", KeyRef: "file:" + filepath.Join(data, "ssh", "id_ed25519")}})
+		wantProblem(t, err, http.StatusForbidden, "auth.forbidden", "credential.local")
+		// Under its own Vault prefix, or from its own registry, it may.
+		if _, err := adminA.ProviderCreate(ctx, hc("own-vault", "vault:secret/data/soulstack/a/cloud#token", nil)); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("an endpoint keeper.yml does not allow", func(t *testing.T) {
+		_, err := adminA.ProviderCreate(ctx, hc("y", "credential:hc", map[string]any{"endpoint": "http://127.0.0.1:9/v1"}))
+		wantProblem(t, err, http.StatusUnprocessableEntity, "provider.endpoint_not_allowed")
+		// A prefix of an allowed endpoint's port is another endpoint.
+		_, err = adminA.ProviderCreate(ctx, hc("y", "credential:hc", map[string]any{"endpoint": evil.srv.URL + "9"}))
+		wantProblem(t, err, http.StatusUnprocessableEntity, "provider.endpoint_not_allowed")
+	})
+
+	t.Run("the keeper's own secrets resolve for nobody", func(t *testing.T) {
+		link := filepath.Join(creds, "innocent")
+		if err := os.Symlink(filepath.Join(data, "admin.token"), link); err != nil {
+			t.Fatal(err)
+		}
+		outside := filepath.Join(dir, "outside.token")
+		if err := os.WriteFile(outside, []byte("CANARY-outside\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for name, ref := range map[string]string{
+			"token": "file:" + filepath.Join(data, "admin.token"), "datakey": "file:" + filepath.Join(data, "data.key"),
+			"link": "file:" + link, "outside": "file:" + outside, "env": "env:SOULSTACK_TEST_NOT_ALLOWED",
+		} {
+			// A keeper admin may write them (into project a): the keeper
+			// still resolves none of them for a's provider.
+			if _, err := admin.ProviderCreate(ctx, client.ProviderCreate{Name: "k-" + name, Driver: "hcloud", Region: "fsn1", CredentialsRef: ref, Project: "a",
+				Config: map[string]any{"endpoint": evil.srv.URL, "retry_base": "1ms", "max_retries": 0}}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := adminA.CloudDriftOf(ctx, "k-"+name)
+			wantProblem(t, err, http.StatusUnprocessableEntity, "provider.credentials_out_of_reach")
+		}
+		if evil.requests() != 0 {
+			t.Fatalf("the endpoint was called %d times with references out of reach", evil.requests())
+		}
+	})
+
+	t.Run("a project's credentials are its own", func(t *testing.T) {
+		const secretA = "CANARY-hcloud-token-of-a-5e1f"
+		c, err := adminA.CredentialPut(ctx, "a", "hc", secretA)
+		if err != nil || c.Ref != "credential:hc" || c.Project != "a" {
+			t.Fatalf("put: %+v, %v", c, err)
+		}
+		_, err = adminA.CredentialPut(ctx, "b", "hc", "x")
+		wantProblem(t, err, http.StatusNotFound, "project.not_found")
+		list, err := adminA.CredentialList(ctx, "a")
+		if err != nil || len(list.Items) != 1 || list.Items[0].Name != "hc" {
+			t.Fatalf("list: %+v, %v", list, err)
+		}
+		if _, err := adminA.ProviderCreate(ctx, hc("hetzner-a", "credential:hc", nil)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adminB.ProviderCreate(ctx, hc("hetzner-b", "credential:hc", nil)); err != nil {
+			t.Fatal(err)
+		}
+		_, err = adminB.CloudDriftOf(ctx, "hetzner-b")
+		wantProblem(t, err, http.StatusBadGateway, "provider.credentials_unavailable", "project b has no credential")
+		if evil.received(secretA) {
+			t.Fatal("b's provider sent a's credential")
+		}
+		_, _ = adminA.CloudDriftOf(ctx, "hetzner-a") // the endpoint answers 401
+		if !evil.received("Bearer " + secretA) {
+			t.Fatalf("a's provider did not use a's credential: %v", evil.seen)
+		}
+		for _, s := range []string{strings.TrimSpace(string(adminToken)), strings.TrimSpace(string(dataKey))} {
+			if evil.received(s) {
+				t.Fatal("the endpoint received one of the keeper's own secrets")
+			}
+		}
+	})
+
+	t.Run("a shared provider shares its use, not its reference", func(t *testing.T) {
+		if _, err := admin.ProviderShare(ctx, "hetzner-a", "b"); err != nil {
+			t.Fatal(err)
+		}
+		p, err := adminB.ProviderGet(ctx, "hetzner-a")
+		if err != nil || p.CredentialsRef != "" || p.Config != nil {
+			t.Fatalf("the sharee sees %+v, %v", p, err)
+		}
+		p, err = adminA.ProviderGet(ctx, "hetzner-a")
+		if err != nil || p.CredentialsRef != "credential:hc" {
+			t.Fatalf("the owner sees %+v, %v", p, err)
+		}
+	})
+}
+
+// TestProjectHostsAreTheirOwn: a real keeper and real sshd hosts. Each
+// project has its own keeper SSH key, and a host of one project's soul
+// runs no command of another project's:
+//   - a host trusting project b's key refuses project a's runs (a's souls
+//     are reached with a's key), and a host trusting only the default
+//     project's key refuses them too;
+//   - a soul of project a at the address and port of b's soul is refused
+//     at registration (409 soul.host_taken);
+//   - a soul of a registered under another name of the same host
+//     (localhost) is refused at first contact, when the host key it
+//     presents is b's soul's: soul.host_taken, and nothing runs.
+func TestProjectHostsAreTheirOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	admin := adminClient(t, k, data)
+	for _, p := range []string{"a", "b"} {
+		if _, err := admin.ProjectCreate(ctx, client.ProjectCreate{Name: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyOf := func(p string) string {
+		k, err := admin.ProjectSSHKey(ctx, p)
+		if err != nil || !strings.HasPrefix(k.PublicKey, "ssh-ed25519 ") {
+			t.Fatalf("ssh key of %s: %+v, %v", p, k, err)
+		}
+		return k.PublicKey
+	}
+	keyA, keyB, keyDefault := keyOf("a"), keyOf("b"), keyOf("default")
+	if keyA == keyB || keyA == keyDefault || keyB == keyDefault {
+		t.Fatal("two projects share a keeper SSH key")
+	}
+	if again := keyOf("a"); again != keyA {
+		t.Fatal("a project's key changed between two reads")
+	}
+	// Host b trusts project b's key (as b's VMs do) and the keeper's
+	// default key; host d the default key alone.
+	hostB := sshtest.Start(t, sshtest.Options{})
+	hostD := sshtest.Start(t, sshtest.Options{})
+	authorize := func(h *sshtest.Server, keys ...string) {
+		f, err := os.OpenFile(filepath.Join(h.Dir, "authorized_keys"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, key := range keys {
+			if _, err := f.WriteString(key + "\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	authorize(hostB, keyB, keyDefault)
+	authorize(hostD, keyDefault)
+
+	tokenIn := func(project, role string) *client.Client {
+		tok, err := admin.TokenCreate(ctx, client.TokenCreate{Name: project + "-" + role, Role: role, Project: project})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := client.New(k.Addr, tok.Token)
+		return c
+	}
+	adminA, adminB := tokenIn("a", "admin"), tokenIn("b", "admin")
+	marker := filepath.Join(t.TempDir(), "ran")
+	run := func(c *client.Client, sid string) *client.Run {
+		t.Helper()
+		sc := "steps:\n  - name: x\n    on: " + sid + "\n    module: core.command.ran\n    params: {cmd: \"id -un >> " + marker + "\"}\n"
+		r, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waitRun(t, c, r.ID)
+	}
+	targetError := func(r *client.Run) string {
+		if len(r.Steps) == 0 || len(r.Steps[0].Targets) == 0 || r.Steps[0].Targets[0].Error == nil {
+			return ""
+		}
+		return r.Steps[0].Targets[0].Error.Code
+	}
+
+	// b's soul, reached with b's key: the host pins its key to b's soul.
+	if _, err := adminB.SoulCreate(ctx, client.SoulCreate{SID: "web.b.test", Address: hostB.Addr,
+		Connection: client.Connection{Transport: "ssh", User: hostB.User, Port: hostB.Port}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(adminB, "web.b.test"); r.Phase != client.PhaseSucceeded {
+		t.Fatalf("b's run on its own host: %s %s", r.Phase, describeSteps(r.Steps))
+	}
+	os.Remove(marker)
+
+	t.Run("registration", func(t *testing.T) {
+		_, err := adminA.SoulCreate(ctx, client.SoulCreate{SID: "evil1.a.test", Address: hostB.Addr,
+			Connection: client.Connection{Transport: "ssh", User: hostB.User, Port: hostB.Port}})
+		wantProblem(t, err, http.StatusConflict, "soul.host_taken")
+		// A keeper admin cannot put it in a either.
+		_, err = admin.SoulCreate(ctx, client.SoulCreate{SID: "evil1.a.test", Address: hostB.Addr, Project: "a",
+			Connection: client.Connection{Transport: "ssh", User: hostB.User, Port: hostB.Port}})
+		wantProblem(t, err, http.StatusConflict, "soul.host_taken")
+	})
+
+	t.Run("a's key opens neither b's host nor the default key's", func(t *testing.T) {
+		if _, err := adminA.SoulCreate(ctx, client.SoulCreate{SID: "d.a.test", Address: hostD.Addr,
+			Connection: client.Connection{Transport: "ssh", User: hostD.User, Port: hostD.Port}}); err != nil {
+			t.Fatal(err)
+		}
+		r := run(adminA, "d.a.test")
+		if r.Phase != client.PhaseFailed || targetError(r) != "ssh.auth_failed" {
+			t.Fatalf("a's run on a host trusting the default key: %s %s", r.Phase, describeSteps(r.Steps))
+		}
+	})
+
+	t.Run("first contact", func(t *testing.T) {
+		// The same host under another name, with a key that opens it (a's
+		// admin holds it in a's registry): it reaches the host, whose
+		// host key is b's soul's, and runs nothing.
+		if _, err := adminA.CredentialPut(ctx, "a", "stolen", string(hostB.ClientKey)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := adminA.SoulCreate(ctx, client.SoulCreate{SID: "evil2.a.test", Address: "localhost",
+			Connection: client.Connection{Transport: "ssh", User: hostB.User, Port: hostB.Port, KeyRef: "credential:stolen"}}); err != nil {
+			t.Fatal(err)
+		}
+		r := run(adminA, "evil2.a.test")
+		if r.Phase != client.PhaseFailed || targetError(r) != "soul.host_taken" {
+			t.Fatalf("a's run on b's host under another name: %s %s", r.Phase, describeSteps(r.Steps))
+		}
+		so, err := adminA.SoulGet(ctx, "evil2.a.test")
+		if err != nil || so.Connection.HostKey != "" {
+			t.Fatalf("the host key was pinned to a's soul: %+v, %v", so, err)
+		}
+	})
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("a command of project a ran on another project's host: %q", b)
+	}
+}

@@ -1,0 +1,27 @@
+-- +goose Up
+-- A project's own secrets, referenced by its providers and souls as
+-- credential:NAME and resolved in the referring object's project alone.
+-- The value is sealed with the data key; no API answer carries it.
+CREATE TABLE credentials (
+    project     TEXT NOT NULL REFERENCES projects (name) ON DELETE CASCADE,
+    name        TEXT NOT NULL,
+    sealed      TEXT NOT NULL,
+    created_at  TIMESTAMP NOT NULL,
+    created_by  TEXT NOT NULL,
+    PRIMARY KEY (project, name)
+);
+
+-- Each project's own keeper SSH key (OpenSSH PEM, sealed with the data
+-- key): what its souls without a key_ref are reached with and what its
+-- VMs' userdata authorizes. The default project keeps the keeper's key
+-- from <data_dir>/ssh, which the VMs made before projects trust.
+CREATE TABLE project_ssh_keys (
+    project     TEXT PRIMARY KEY REFERENCES projects (name) ON DELETE CASCADE,
+    sealed      TEXT NOT NULL,
+    public_key  TEXT NOT NULL,
+    created_at  TIMESTAMP NOT NULL
+);
+
+-- +goose Down
+DROP TABLE project_ssh_keys;
+DROP TABLE credentials;
