@@ -105,22 +105,59 @@ func (s *Server) registerApprovals() {
 	})
 }
 
-// notCreator refuses the run's creator: the same token, or another token
-// of the same person.
+// notCreator refuses the run's creator: approvals follow people, not
+// tokens. The caller may not be the creator's token, a token the creator's
+// minted (directly or through others), nor a token that minted the
+// creator's (its holder saw the creator's token when minting it); nor may
+// a person be at both ends of the two chains.
 func (s *Server) notCreator(ctx context.Context, caller auth.Principal, r store.Run) error {
-	refuse := problem(http.StatusForbidden, "run.self_approval", "the run's creator cannot decide on their own run; another person with run.approve must")
+	refuse := problem(http.StatusForbidden, "run.self_approval", "the run's creator cannot decide on their own run, with this token or one minted from the same chain; another person with run.approve must")
 	if caller.TokenID == r.CreatedBy {
 		return refuse
 	}
-	creator, err := s.store.TokenGet(ctx, r.CreatedBy)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
+	mine, err := s.lineage(ctx, caller.TokenID)
 	if err != nil {
 		return err
 	}
-	if caller.Person != nil && creator.Person != nil && personSubject(*caller.Person) == personSubject(*creator.Person) {
+	theirs, err := s.lineage(ctx, r.CreatedBy)
+	if err != nil {
+		return err
+	}
+	if mine.tokens[r.CreatedBy] || theirs.tokens[caller.TokenID] {
 		return refuse
 	}
+	for p := range mine.persons {
+		if theirs.persons[p] {
+			return refuse
+		}
+	}
 	return nil
+}
+
+// tokenLine is a token and the tokens that minted it, up to the first
+// one nobody minted (the keeper's, or a sign-in's), with the people any of
+// them were minted for.
+type tokenLine struct {
+	tokens  map[string]bool
+	persons map[string]bool
+}
+
+// lineage walks id's chain of minters (created_by) in the registry.
+func (s *Server) lineage(ctx context.Context, id string) (tokenLine, error) {
+	l := tokenLine{tokens: map[string]bool{}, persons: map[string]bool{}}
+	for i := 0; i < 64 && strings.HasPrefix(id, "tok_") && !l.tokens[id]; i++ {
+		t, err := s.store.TokenGet(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if err != nil {
+			return l, err
+		}
+		l.tokens[id] = true
+		if t.Person != nil {
+			l.persons[personSubject(*t.Person)] = true
+		}
+		id = t.CreatedBy
+	}
+	return l, nil
 }

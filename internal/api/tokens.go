@@ -100,6 +100,15 @@ func (s *Server) registerTokens() {
 		if b.ExpiresAt != nil && !b.ExpiresAt.After(s.now()) {
 			return nil, invalid("token.expiry_past", "body.expires_at", "is not in the future")
 		}
+		// A minted token lives no longer than its minter (and is revoked
+		// with it, store.TokenRevoke): a person's access ends with theirs.
+		minter, err := s.store.TokenGet(ctx, principal(ctx).TokenID)
+		if err != nil {
+			return nil, err
+		}
+		if minter.ExpiresAt != nil && (b.ExpiresAt == nil || b.ExpiresAt.After(*minter.ExpiresAt)) {
+			b.ExpiresAt = minter.ExpiresAt
+		}
 		plain, id, hash, err := auth.NewToken()
 		if err != nil {
 			return nil, err

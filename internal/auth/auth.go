@@ -395,17 +395,15 @@ func (a *Authenticator) Authenticate(ctx context.Context, header string) (Princi
 	return PrincipalOf(c.token), nil
 }
 
-// Forget drops the cached entry of the token with the given id, and keeps
-// a lookup that was under way from caching what it read before.
+// Forget is told that the token with the given id was revoked: it drops
+// every cached token (the revocation ended the tokens it minted too, which
+// the cache cannot tell), and keeps a lookup that was under way from
+// caching what it read before.
 func (a *Authenticator) Forget(id string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.forgets++
-	for h, c := range a.cache {
-		if c.token.ID == id {
-			delete(a.cache, h)
-		}
-	}
+	clear(a.cache)
 }
 
 // TokenGetter is the one store method the step-time check needs.

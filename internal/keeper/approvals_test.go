@@ -120,6 +120,21 @@ func approvals(t *testing.T, dir string, args []string) {
 	}
 	_, err := creator.RunApprove(ctx, r.ID, "looks fine to me")
 	wantProblem(t, err, http.StatusForbidden, "run.self_approval")
+	// Nor with a token it mints for the purpose, or one that token mints.
+	second, err := creator.TokenCreate(ctx, client.TokenCreate{Name: "second", Role: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondC, _ := client.New(k.Addr, second.Token)
+	_, err = secondC.RunApprove(ctx, r.ID, "it is me, but another token")
+	wantProblem(t, err, http.StatusForbidden, "run.self_approval")
+	third, err := secondC.TokenCreate(ctx, client.TokenCreate{Name: "third", Role: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	thirdC, _ := client.New(k.Addr, third.Token)
+	_, err = thirdC.RunApprove(ctx, r.ID, "two tokens away")
+	wantProblem(t, err, http.StatusForbidden, "run.self_approval")
 	_, err = viewer.RunApprove(ctx, r.ID, "ok")
 	wantProblem(t, err, http.StatusForbidden, "auth.forbidden")
 	_, err = outsider.RunApprove(ctx, r.ID, "ok")

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/sshtest"
@@ -362,5 +363,73 @@ func TestProjectHostsAreTheirOwn(t *testing.T) {
 	})
 	if b, err := os.ReadFile(marker); err == nil {
 		t.Fatalf("a command of project a ran on another project's host: %q", b)
+	}
+}
+
+// TestMintedTokensFollowTheirMinter: against a real keeper, a token lives
+// no longer than the token that minted it and is revoked with it, however
+// far down the chain; a revocation that would end the last keeper-wide
+// admin token through its chain is refused.
+func TestMintedTokensFollowTheirMinter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	admin := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	if _, err := admin.ProjectCreate(ctx, client.ProjectCreate{Name: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	expires := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	lead, err := admin.TokenCreate(ctx, client.TokenCreate{Name: "lead", Role: "admin", Project: "p", ExpiresAt: &expires})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leadC, _ := client.New(k.Addr, lead.Token)
+	later := expires.Add(24 * time.Hour)
+	for _, asked := range []*time.Time{nil, &later} {
+		child, err := leadC.TokenCreate(ctx, client.TokenCreate{Name: "child", Role: "operator", ExpiresAt: asked})
+		if err != nil || child.ExpiresAt == nil || !child.ExpiresAt.Equal(expires) {
+			t.Fatalf("a token minted by one expiring at %s: %+v, %v", expires, child, err)
+		}
+	}
+	sooner := expires.Add(-time.Minute)
+	if child, err := leadC.TokenCreate(ctx, client.TokenCreate{Name: "short", Role: "viewer", ExpiresAt: &sooner}); err != nil || !child.ExpiresAt.Equal(sooner) {
+		t.Fatalf("a shorter life is kept: %+v, %v", child, err)
+	}
+	child, err := leadC.TokenCreate(ctx, client.TokenCreate{Name: "child2", Role: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	childC, _ := client.New(k.Addr, child.Token)
+	grand, err := childC.TokenCreate(ctx, client.TokenCreate{Name: "grandchild", Role: "viewer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grandC, _ := client.New(k.Addr, grand.Token)
+	if _, err := grandC.Whoami(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.TokenRevoke(ctx, lead.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*client.Client{leadC, childC, grandC} {
+		_, err := c.Whoami(ctx)
+		wantProblem(t, err, http.StatusUnauthorized, "auth.invalid_token")
+	}
+
+	// The keeper's admin mints a second keeper-wide admin; revoking the
+	// first would end both: refused.
+	second, err := admin.TokenCreate(ctx, client.TokenCreate{Name: "second-admin", Role: "admin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	who, err := admin.Whoami(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, admin.TokenRevoke(ctx, who.ID), http.StatusConflict, "token.last_admin")
+	secondC, _ := client.New(k.Addr, second.Token)
+	if _, err := secondC.Whoami(ctx); err != nil {
+		t.Fatalf("the refused revocation ended the minted admin: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -215,8 +216,10 @@ func (s *Store) TokenList(ctx context.Context, params store.ListParams) (_ []sto
 	return out, rows.Err()
 }
 
-// TokenRevoke marks a token revoked. It refuses to revoke the last active
-// admin token, which would lock every operator out.
+// TokenRevoke marks a token revoked, and with it every active token it
+// minted, directly or through tokens it minted: whoever held it could have
+// kept them. It refuses a revocation that would leave no active
+// keeper-wide admin token, which would lock every operator out.
 func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) (err error) {
 	defer s.translate(&err)
 	now := s.stamp()
@@ -228,23 +231,74 @@ func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) (err
 		if t.RevokedAt != nil {
 			return record{}, &store.Error{Err: store.ErrRevoked, Kind: "token", Key: params.Key}
 		}
-		if t.Role == "admin" && t.Project == "" {
-			var others int
-			err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM api_tokens WHERE role = 'admin' AND project = '' AND id <> ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`), t.ID, now).Scan(&others)
-			if err != nil {
+		minted, err := s.mintedBy(ctx, tx, t.ID, now)
+		if err != nil {
+			return record{}, err
+		}
+		ids := append([]string{t.ID}, minted...)
+		// Would it take the last active keeper-wide admin token?
+		const activeAdmin = `role = 'admin' AND project = '' AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)`
+		var admins, ending int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM api_tokens WHERE `+activeAdmin), now).Scan(&admins); err != nil {
+			return record{}, fmt.Errorf("count admin tokens: %w", err)
+		}
+		for _, id := range ids {
+			var n int
+			if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM api_tokens WHERE id = ? AND `+activeAdmin), id, now).Scan(&n); err != nil {
 				return record{}, fmt.Errorf("count admin tokens: %w", err)
 			}
-			if others == 0 {
-				return record{}, &store.Error{Err: store.ErrLastAdmin, Kind: "token", Key: params.Key}
+			ending += n
+		}
+		if ending > 0 && ending >= admins {
+			return record{}, &store.Error{Err: store.ErrLastAdmin, Kind: "token", Key: params.Key}
+		}
+		for _, id := range ids {
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE api_tokens SET revoked_at = ? WHERE id = ?`), now, id); err != nil {
+				return record{}, fmt.Errorf("revoke token %q: %w", id, err)
+			}
+			// Its web UI sessions end with it.
+			if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM web_sessions WHERE token_id = ?`), id); err != nil {
+				return record{}, fmt.Errorf("end the sessions of token %q: %w", id, err)
 			}
 		}
-		if _, err := tx.ExecContext(ctx, s.q(`UPDATE api_tokens SET revoked_at = ? WHERE id = ?`), now, t.ID); err != nil {
-			return record{}, fmt.Errorf("revoke token %q: %w", t.ID, err)
+		payload := map[string]any{"id": t.ID, "name": t.Name, "role": t.Role}
+		if len(minted) > 0 {
+			payload["minted_revoked"] = minted
 		}
-		// Its web UI sessions end with it.
-		if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM web_sessions WHERE token_id = ?`), t.ID); err != nil {
-			return record{}, fmt.Errorf("end the sessions of token %q: %w", t.ID, err)
-		}
-		return record{action: "token.revoked", object: "token/" + t.ID, payload: map[string]any{"id": t.ID, "name": t.Name, "role": t.Role}, project: t.Project}, nil
+		return record{action: "token.revoked", object: "token/" + t.ID, payload: payload, project: t.Project}, nil
 	})
+}
+
+// mintedBy lists the active tokens id minted, directly or through tokens
+// it minted, in the order found.
+func (s *Store) mintedBy(ctx context.Context, tx *sql.Tx, id string, now time.Time) ([]string, error) {
+	var out []string
+	seen := map[string]bool{id: true}
+	for frontier := []string{id}; len(frontier) > 0 && len(out) < 100000; {
+		var next []string
+		for _, parent := range frontier {
+			rows, err := tx.QueryContext(ctx, s.q(`SELECT id FROM api_tokens WHERE created_by = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?) ORDER BY id`), parent, now)
+			if err != nil {
+				return nil, fmt.Errorf("tokens minted by %q: %w", parent, err)
+			}
+			for rows.Next() {
+				var child string
+				if err := rows.Scan(&child); err != nil {
+					rows.Close()
+					return nil, fmt.Errorf("tokens minted by %q: %w", parent, err)
+				}
+				if !seen[child] {
+					seen[child] = true
+					next = append(next, child)
+				}
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, next...)
+		frontier = next
+	}
+	return out, nil
 }
