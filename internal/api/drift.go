@@ -144,6 +144,12 @@ func (s *Server) DriftFinished(ctx context.Context, run store.Run) {
 	if err == nil {
 		before, err = s.store.DriftRecord(ctx, store.DriftRecordParams{Drift: d, Actor: store.Actor(run.CreatedBy)})
 	}
+	if errors.Is(err, store.ErrNotFound) {
+		// Not the check the seed waits for: a later one was started, or
+		// the drift service never started this run (a key is no proof).
+		s.log.Info("drift check run not recorded", "sid", sid, "seed", seedID, "run", run.ID, "reason", err)
+		return
+	}
 	if err != nil {
 		s.log.Error("record drift", "sid", sid, "seed", seedID, "run", run.ID, "err", err)
 		return

@@ -127,3 +127,19 @@ func (s *Server) keyConflict(ctx context.Context, p auth.Principal, key string, 
 	}
 	return conflict
 }
+
+// reservedKeys are the run key namespaces of the keeper's own runs: drift
+// checks, seed runs and remediations. A client's key may not start with
+// one, so that no client run passes for one of them.
+var reservedKeys = []string{driftKeyPrefix, "seed:", "remediate:", "drift-", "keeper:"}
+
+// reservedKeyPrefix returns the reserved namespace key starts with, or "".
+func reservedKeyPrefix(key string) string {
+	k := strings.ToLower(strings.TrimSpace(key))
+	for _, ns := range reservedKeys {
+		if strings.HasPrefix(k, ns) {
+			return ns
+		}
+	}
+	return ""
+}

@@ -229,6 +229,9 @@ func (s *Server) registerRunCreate() {
 	}, error) {
 		b := in.Body
 		caller := principal(ctx)
+		if ns := reservedKeyPrefix(b.Key); ns != "" {
+			return nil, invalid("run.key_reserved", "body.key", "keys starting %q are the keeper's own (its drift checks, seeding and remediation); choose another key", ns)
+		}
 		if b.Key != "" {
 			if err := s.limitKeyConflicts(ctx, caller, b.Key); err != nil {
 				return nil, err

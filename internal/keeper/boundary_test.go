@@ -433,3 +433,24 @@ func TestMintedTokensFollowTheirMinter(t *testing.T) {
 		t.Fatalf("the refused revocation ended the minted admin: %v", err)
 	}
 }
+
+// TestRunKeysReserved: against a real keeper, a client's run key may not
+// take a namespace of the keeper's own runs (drift checks, seed runs,
+// remediations): a check run keyed drift:<another project's soul>:… is
+// refused before anything starts, through REST and MCP's client alike.
+func TestRunKeysReserved(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	k := serve(t, dir)
+	admin := adminClient(t, k, filepath.Join(dir, ".keeper"))
+	sc := "steps:\n  - name: x\n    on: keeper\n    module: core.command.ran\n    params: {cmd: \"true\"}\n"
+	for _, key := range []string{"drift:web.b.test:1:1", "seed:web.b.test:1", "remediate:run_x", "DRIFT:web.b.test:1:1"} {
+		_, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: sc, Key: key, Mode: client.RunCheck})
+		wantProblem(t, err, http.StatusUnprocessableEntity, "run.key_reserved")
+	}
+	runs, err := admin.RunList(ctx, client.ListOptions{})
+	if err != nil || len(runs.Items) != 0 {
+		t.Fatalf("a refused run was stored: %+v, %v", runs, err)
+	}
+}

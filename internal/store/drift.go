@@ -84,8 +84,9 @@ type DriftStore interface {
 	// DriftStart marks a seed of a soul as being checked by run runID;
 	// the state it had stays until the run reports.
 	DriftStart(ctx context.Context, sid string, seedID int64, runID string) error
-	// DriftRecord stores what check run p.Drift.RunID found, unless a
-	// later check of the same seed was started since (its run wins). A
+	// DriftRecord stores what check run p.Drift.RunID found. A run that
+	// is not the check the seed waits for (a later check was started
+	// since, or no drift check started it) records nothing: ErrNotFound. A
 	// change of state is audited (soul.drifted, soul.in_sync,
 	// soul.drift_unknown, soul.drift_unreachable) and clears an
 	// acknowledgement; the same state again writes no event. It returns

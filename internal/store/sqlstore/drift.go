@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -67,7 +66,10 @@ func (s *Store) DriftRecord(ctx context.Context, p store.DriftRecordParams) (bef
 			return record{}, notFound(err, "drift", fmt.Sprintf("%s/%d", d.SID, d.SeedID))
 		}
 		if runID != d.RunID {
-			return record{}, errUnchanged // a later check was started: its run reports
+			// Not the check this seed waits for (a later check was started,
+			// or the run was never one the drift service started): nothing
+			// is recorded, and nothing follows from it.
+			return record{}, &store.Error{Err: store.ErrNotFound, Kind: "drift check", Key: d.RunID, Ref: fmt.Sprintf("%s seed %d waits for run %q", d.SID, d.SeedID, runID)}
 		}
 		if _, err := tx.ExecContext(ctx, s.q(`UPDATE soul_drift SET state = ?, kind = ?, reason = ?, checked_at = ?, changed_at = ?,
 			ack_until = NULL, ack_reason = '', ack_by = '', remediation_run_id = '' WHERE sid = ? AND seed_id = ?`),
@@ -82,9 +84,6 @@ func (s *Store) DriftRecord(ctx context.Context, p store.DriftRecordParams) (bef
 			"sid": d.SID, "seed_id": d.SeedID, "run_id": d.RunID, "from": before, "to": d.State, "kind": d.Kind, "reason": d.Reason,
 		}}, nil
 	})
-	if errors.Is(err, errUnchanged) {
-		return before, nil
-	}
 	return before, err
 }
 

@@ -31,8 +31,13 @@ func testDrift(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	n0 := events()
-	if before := record("a.test", 1, "run_1", store.DriftDrifted); before != store.DriftChecking {
-		t.Fatalf("stale report: before %q", before)
+	// A stale check's report, and a run no drift check started, record
+	// nothing and say so: nothing may follow from them (remediation,
+	// notifications).
+	for _, run := range []string{"run_1", "run_never_started"} {
+		if _, err := s.DriftRecord(ctx, store.DriftRecordParams{Drift: store.SoulDrift{SID: "a.test", SeedID: 1, RunID: run, State: store.DriftDrifted}, Actor: "tok_t"}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("the report of %s: %v, want ErrNotFound", run, err)
+		}
 	}
 	ds, err := s.DriftList(ctx, store.DriftListParams{Limit: 10})
 	if err != nil || len(ds) != 1 || ds[0].State != store.DriftChecking || ds[0].RunID != "run_2" || events() != n0 {

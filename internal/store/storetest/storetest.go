@@ -371,8 +371,10 @@ func testTokenAdminBootstrap(t *testing.T, b testdb.Backend) {
 		t.Fatalf("mint with an active admin: %v, want ErrActiveAdmin naming tok_001", err)
 	}
 	// Admins that expired or were revoked, and non-admins, do not count.
+	// (tok_003 is minted by another token than tok_001: one tok_001
+	// minted would be revoked with it.)
 	soon := time.Now().Add(time.Hour).UTC()
-	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_003", Name: "soon", Role: "admin", Hash: "h3", ExpiresAt: &soon}, Actor: "tok_001"}); err != nil {
+	if _, err := s.TokenCreate(ctx, store.TokenCreateParams{Token: store.APIToken{ID: "tok_003", Name: "soon", Role: "admin", Hash: "h3", ExpiresAt: &soon}, Actor: "tok_elsewhere"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.TokenRevoke(ctx, store.DeleteParams{Key: "tok_001", Actor: "tok_003"}); err != nil {
