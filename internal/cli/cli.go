@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -239,6 +240,9 @@ func (a *app) resolveToken() (token, source string, err error) {
 	if t, ok := a.loggedInToken(a.resolvedURL); ok {
 		return t, "soulctl login", nil
 	}
+	if !a.localKeeper() {
+		return "", "", nil
+	}
 	b, err := os.ReadFile(AdminTokenFile)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -247,6 +251,37 @@ func (a *app) resolveToken() (token, source string, err error) {
 		return "", "", fmt.Errorf("read API token: %w", err)
 	}
 	return strings.TrimSpace(string(b)), "./" + AdminTokenFile, nil
+}
+
+// KeeperURLFile is where a keeper records the URL it listens at, in its
+// data dir: soulctl reads AdminTokenFile only for that keeper.
+const KeeperURLFile = ".keeper/keeper.url"
+
+// localKeeper reports whether the keeper soulctl talks to is the one
+// whose data dir is ./.keeper: on a loopback address, at the URL that
+// keeper recorded when it started. A working directory's admin token is
+// never sent anywhere else.
+func (a *app) localKeeper() bool {
+	u, err := url.Parse(a.resolvedURL)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(u.Hostname())
+	if ip == nil && u.Hostname() != "localhost" || ip != nil && !ip.IsLoopback() {
+		return false
+	}
+	b, err := os.ReadFile(KeeperURLFile)
+	if err != nil {
+		return false
+	}
+	rec, err := url.Parse(strings.TrimSpace(string(b)))
+	return err == nil && rec.Scheme == u.Scheme && rec.Port() == u.Port() &&
+		(rec.Hostname() == u.Hostname() || isLoopbackHost(rec.Hostname()) && isLoopbackHost(u.Hostname()))
+}
+
+func isLoopbackHost(h string) bool {
+	ip := net.ParseIP(h)
+	return h == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // reportError prints a command's failure: a problem from the keeper with

@@ -477,6 +477,11 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	}
 	newer := watchSchema(ctx, s.Store, latest, s.Clock, s.Log)
 	s.Log.Info("keeper listening", "addr", s.scheme+s.ln.Addr().String(), "version", version.String())
+	// soulctl sends this data dir's admin token only to the keeper whose
+	// URL this file names (never to another keeper it is pointed at).
+	if err := os.WriteFile(filepath.Join(c.DataDir, "keeper.url"), []byte(s.scheme+s.ln.Addr().String()+"\n"), 0o644); err != nil {
+		s.Log.Warn("write keeper.url", "err", err)
+	}
 	if ready != nil {
 		ready <- s.ln.Addr()
 	}
