@@ -198,6 +198,12 @@ func quotasAndSharing(t *testing.T, k *proc, admin *client.Client, plugins, suff
 	if run.Phase != client.PhaseFailed || !strings.Contains(describeSteps(run.Steps), "quota.exceeded") {
 		t.Fatalf("a third VM: %s\n%s", run.Phase, describeSteps(run.Steps))
 	}
+	// Growing the VMs counts as creating does: 2 more vCPUs under a quota
+	// of 2 in use is refused before the driver is asked.
+	run, _ = cloudStep(t, adminB, "core.cloud.resized", "{provider: local, vm_ids: "+jsonList(vmIDs)+", profile: {cpus: 2, memory_mb: 256}}")
+	if run.Phase != client.PhaseFailed || !strings.Contains(describeSteps(run.Steps), "quota.exceeded") || !strings.Contains(describeSteps(run.Steps), "no VM was resized") {
+		t.Fatalf("b grows its VMs past its vCPU quota: %s\n%s", run.Phase, describeSteps(run.Steps))
+	}
 	run, _ = cloudStep(t, adminB, "core.cloud.destroyed", "{provider: local, vm_ids: "+jsonList(vmIDs)+", sids: "+jsonList(sids)+"}")
 	if run.Phase != client.PhaseSucceeded {
 		t.Fatalf("b destroys its VMs: %s\n%s", run.Phase, describeSteps(run.Steps))

@@ -91,6 +91,14 @@ type CloudCascade struct {
 // CloudStore keeps the registries in step with the clouds.
 type CloudStore interface {
 	CloudRequestCreate(ctx context.Context, r CloudRequest) error
+	// CloudResize records the size a resize gives a provider's VMs of a
+	// project, checked against the project's vCPU and memory quota under
+	// its lock, in one transaction, as a create is: a *QuotaError when the
+	// VMs' growth exceeds it, and then nothing is recorded. It returns each
+	// VM's size before, for CloudResizeUndo when the driver then fails.
+	CloudResize(ctx context.Context, p CloudResizeParams) (map[string]Size, error)
+	// CloudResizeUndo puts back the sizes CloudResize returned.
+	CloudResizeUndo(ctx context.Context, provider string, before map[string]Size) error
 	CloudRequestFail(ctx context.Context, requestID, msg string) error
 	CloudRequestGet(ctx context.Context, requestID string) (CloudRequest, error)
 	// CloudVMsCreated returns those of vmIDs that a completed create
@@ -109,4 +117,19 @@ type CloudStore interface {
 	SoulsOfProvider(ctx context.Context, provider string) ([]Soul, error)
 	// BootstrapTokens lists a soul's bootstrap tokens (hashes only).
 	BootstrapTokens(ctx context.Context, sid string) ([]BootstrapToken, error)
+}
+
+// Size is a VM's size as quotas count it.
+type Size struct {
+	VCPUs    int
+	MemoryMB int
+}
+
+// CloudResizeParams are the VMs a resize asks a new size for.
+type CloudResizeParams struct {
+	Project  string
+	Provider string
+	VMIDs    []string
+	// Size is the new size; a zero field keeps what the VMs have.
+	Size Size
 }

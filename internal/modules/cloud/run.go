@@ -9,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +31,8 @@ type Registry interface {
 	SoulGet(ctx context.Context, sid string) (store.Soul, error)
 	CloudRequestCreate(ctx context.Context, r store.CloudRequest) error
 	CloudRequestFail(ctx context.Context, requestID, msg string) error
+	CloudResize(ctx context.Context, p store.CloudResizeParams) (map[string]store.Size, error)
+	CloudResizeUndo(ctx context.Context, provider string, before map[string]store.Size) error
 	CloudVMsCreated(ctx context.Context, provider string, vmIDs []string) (map[string]string, error)
 	CloudProvision(ctx context.Context, p store.CloudProvisionParams) error
 	CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error)
@@ -108,15 +112,38 @@ func driverError(op string, err error) error {
 // does not state (a cloud's instance type counts as a VM alone).
 func sizeOf(spec json.RawMessage) (vcpus, memoryMB int) {
 	var sz struct {
-		CPUs     int `json:"cpus"`
-		VCPUs    int `json:"vcpus"`
-		MemoryMB int `json:"memory_mb"`
+		CPUs     any `json:"cpus"`
+		VCPUs    any `json:"vcpus"`
+		MemoryMB any `json:"memory_mb"`
 	}
 	_ = json.Unmarshal(spec, &sz) // a spec of other shapes states neither
-	if sz.CPUs == 0 {
-		sz.CPUs = sz.VCPUs
+	cpus := whole(sz.CPUs)
+	if cpus == 0 {
+		cpus = whole(sz.VCPUs)
 	}
-	return sz.CPUs, sz.MemoryMB
+	return cpus, whole(sz.MemoryMB)
+}
+
+// whole is a size field as quotas count it: a number (or a numeric
+// string, as ${ } interpolation makes) rounded up, so that half a vCPU
+// counts as one and never as none; anything else 0.
+func whole(v any) int {
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case string:
+		var err error
+		if f, err = strconv.ParseFloat(strings.TrimSpace(x), 64); err != nil {
+			return 0
+		}
+	default:
+		return 0
+	}
+	if f <= 0 || math.IsNaN(f) || f > math.MaxInt32 {
+		return 0
+	}
+	return int(math.Ceil(f))
 }
 
 // provider loads the provider, its driver and its credentials.
@@ -706,8 +733,25 @@ func (p ResizedParams) run(ctx context.Context, run module.RunInfo, h *Services)
 		return module.Result{}, err
 	}
 	prov, d, dp, sp := rz.prov, rz.d, rz.dp, rz.spec
+	// The new size counts toward the project's quota before any driver
+	// call, as a create's does.
+	var before map[string]store.Size
+	if vcpus, memory := sizeOf(sp); vcpus > 0 || memory > 0 {
+		before, err = h.Registry.CloudResize(ctx, store.CloudResizeParams{Project: run.Project, Provider: prov.Name, VMIDs: p.VMIDs,
+			Size: store.Size{VCPUs: vcpus, MemoryMB: memory}})
+		var qe *store.QuotaError
+		if errors.As(err, &qe) {
+			return module.Result{}, &module.Error{Code: "quota.exceeded", Message: qe.Error() + "; no VM was resized", Err: err}
+		}
+		if err != nil {
+			return module.Result{}, err
+		}
+	}
 	res, err := d.Resize(ctx, driversdk.ResizeRequest{Provider: dp, VMIDs: p.VMIDs, Spec: sp})
 	if err != nil {
+		if before != nil {
+			_ = h.Registry.CloudResizeUndo(context.WithoutCancel(ctx), prov.Name, before)
+		}
 		return module.Result{}, driverError("resize", err)
 	}
 	changed := false

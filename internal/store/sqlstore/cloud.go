@@ -66,6 +66,84 @@ func (s *Store) CloudRequestCreate(ctx context.Context, r store.CloudRequest) (e
 	return nil
 }
 
+// CloudResize checks and records a resize's new sizes (see store.CloudStore).
+func (s *Store) CloudResize(ctx context.Context, p store.CloudResizeParams) (_ map[string]store.Size, err error) {
+	defer s.translate(&err)
+	p.Project = projectOf(p.Project)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	q, err := s.lockProject(ctx, tx, p.Project, "cloud_resize", p.Provider)
+	if err != nil {
+		return nil, err
+	}
+	before := map[string]store.Size{}
+	var grow store.Size
+	for _, id := range p.VMIDs {
+		var cur store.Size
+		err := tx.QueryRowContext(ctx, s.q(`SELECT vcpus, memory_mb FROM souls WHERE provider = ? AND vm_id = ? AND project = ? AND status <> ?`), p.Provider, id, p.Project, store.SoulDestroyed).
+			Scan(&cur.VCPUs, &cur.MemoryMB)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // a VM no soul holds counts toward no quota
+		}
+		if err != nil {
+			return nil, fmt.Errorf("size of VM %s: %w", id, err)
+		}
+		before[id] = cur
+		if p.Size.VCPUs > 0 {
+			grow.VCPUs += p.Size.VCPUs - cur.VCPUs
+		}
+		if p.Size.MemoryMB > 0 {
+			grow.MemoryMB += p.Size.MemoryMB - cur.MemoryMB
+		}
+	}
+	if (q.VCPUs > 0 && grow.VCPUs > 0) || (q.MemoryMB > 0 && grow.MemoryMB > 0) {
+		var used store.Quota
+		err := tx.QueryRowContext(ctx, s.q(`SELECT
+			(SELECT COALESCE(SUM(vcpus), 0) FROM souls WHERE project = ? AND vm_id <> '' AND status <> ?) +
+			(SELECT COALESCE(SUM(count * vcpus), 0) FROM cloud_requests WHERE project = ? AND status = 'requested' AND run_id IN (SELECT id FROM runs WHERE phase IN (?, ?))),
+			(SELECT COALESCE(SUM(memory_mb), 0) FROM souls WHERE project = ? AND vm_id <> '' AND status <> ?) +
+			(SELECT COALESCE(SUM(count * memory_mb), 0) FROM cloud_requests WHERE project = ? AND status = 'requested' AND run_id IN (SELECT id FROM runs WHERE phase IN (?, ?)))`),
+			p.Project, store.SoulDestroyed, p.Project, store.PhasePending, store.PhaseRunning,
+			p.Project, store.SoulDestroyed, p.Project, store.PhasePending, store.PhaseRunning).Scan(&used.VCPUs, &used.MemoryMB)
+		if err != nil {
+			return nil, fmt.Errorf("count the VMs of project %q: %w", p.Project, err)
+		}
+		for _, c := range []struct {
+			resource          string
+			limit, used, more int
+		}{{"vcpus", q.VCPUs, used.VCPUs, grow.VCPUs}, {"memory_mb", q.MemoryMB, used.MemoryMB, grow.MemoryMB}} {
+			if c.limit > 0 && c.more > 0 && c.used+c.more > c.limit {
+				return nil, &store.QuotaError{Project: p.Project, Resource: c.resource, Limit: c.limit, Used: c.used, Asked: c.more}
+			}
+		}
+	}
+	for id := range before {
+		if _, err := tx.ExecContext(ctx, s.q(`UPDATE souls SET vcpus = CASE WHEN ? > 0 THEN ? ELSE vcpus END, memory_mb = CASE WHEN ? > 0 THEN ? ELSE memory_mb END
+			WHERE provider = ? AND vm_id = ? AND project = ? AND status <> ?`), p.Size.VCPUs, p.Size.VCPUs, p.Size.MemoryMB, p.Size.MemoryMB, p.Provider, id, p.Project, store.SoulDestroyed); err != nil {
+			return nil, fmt.Errorf("record the size of VM %s: %w", id, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, fmt.Errorf("record the resize: %w", err)
+	}
+	return before, nil
+}
+
+// CloudResizeUndo puts back the sizes CloudResize replaced.
+func (s *Store) CloudResizeUndo(ctx context.Context, provider string, before map[string]store.Size) (err error) {
+	defer s.translate(&err)
+	for id, sz := range before {
+		if _, err := s.db.ExecContext(ctx, s.q(`UPDATE souls SET vcpus = ?, memory_mb = ? WHERE provider = ? AND vm_id = ? AND status <> ?`),
+			sz.VCPUs, sz.MemoryMB, provider, id, store.SoulDestroyed); err != nil {
+			return fmt.Errorf("restore the size of VM %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
 // CloudRequestFail records that a create request failed.
 func (s *Store) CloudRequestFail(ctx context.Context, requestID, msg string) (err error) {
 	defer s.translate(&err)
