@@ -110,8 +110,8 @@ type Server struct {
 	// keyConflicts limits re-run key conflicts per token.
 	keyConflicts *keyConflicts
 	// readiness caches /readyz's database ping.
-	readiness *readiness
-	join      *joinState // Config.Join
+	readiness  *readiness
+	join       *joinState // Config.Join
 	refs       References
 	seal       func([]byte) string
 	projectKey func(ctx context.Context, project string) (string, error)

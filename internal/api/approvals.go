@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -160,4 +162,46 @@ func (s *Server) lineage(ctx context.Context, id string) (tokenLine, error) {
 		id = t.CreatedBy
 	}
 	return l, nil
+}
+
+// destroyHeld refuses, with 409 approval.required, what would destroy a
+// project's VMs outside a run when an approval policy holds
+// core.cloud.destroyed there: deleting a cloud-made soul (its VM becomes
+// an orphan) and destroying orphans. Such a destroy goes through a run,
+// whose step the policy holds for another person's approval.
+func (s *Server) destroyHeld(ctx context.Context, project, provider string, vmIDs []string, what string) error {
+	config, err := approval.Parse("keeper.yml", s.approvalConfig)
+	if err != nil {
+		return err
+	}
+	text, err := s.store.ApprovalPolicy(ctx)
+	if err != nil {
+		return err
+	}
+	pol, err := approval.Parse("api-policy.cedar", text)
+	if err == nil {
+		pol, err = approval.Join(config, pol)
+	}
+	caller := principal(ctx)
+	var hold *approval.Hold
+	if err != nil {
+		hold = &approval.Hold{Policies: []string{"api-policy"}, Why: "the approval policy set through the API cannot be used (" + err.Error() + ")"}
+	} else {
+		person := ""
+		if caller.Person != nil {
+			person = personSubject(*caller.Person)
+		}
+		ids := make([]any, len(vmIDs))
+		for i, id := range vmIDs {
+			ids[i] = id
+		}
+		params, _ := json.Marshal(map[string]any{"provider": provider, "vm_ids": ids})
+		hold = pol.Check(approval.Request{Creator: caller.TokenID, Role: caller.Grant.Role, Person: person, Project: project,
+			Module: "core.cloud.destroyed", Step: what, Mode: "apply", Keeper: true, Targets: 1, Params: params})
+	}
+	if hold == nil {
+		return nil
+	}
+	return problem(http.StatusConflict, "approval.required", fmt.Sprintf("%s would destroy VMs of project %s outside a run, and %s; "+
+		"destroy them with a run (a core.cloud.destroyed step), which waits for another person's approval", what, project, hold.Why))
 }

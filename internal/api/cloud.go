@@ -90,6 +90,13 @@ func (s *Server) registerCloud() {
 		if err := s.ownsProvider(ctx, in.Body.Provider, "body.provider"); err != nil {
 			return nil, err
 		}
+		p, err := s.store.ProviderGet(ctx, in.Body.Provider)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.destroyHeld(ctx, p.Project, p.Name, in.Body.VMIDs, "destroying orphans of provider "+p.Name); err != nil {
+			return nil, err
+		}
 		items, err := s.cloud.DestroyOrphans(ctx, in.Body.Provider, in.Body.VMIDs, principal(ctx).Actor())
 		if err != nil {
 			return nil, err

@@ -103,7 +103,21 @@ func (s *Server) registerSouls() {
 		OperationID: "soul-delete", Method: http.MethodDelete, Path: "/v1/souls/{sid}", Tags: tags,
 		Summary: "Remove a soul from the registry", Description: "The host itself is not touched.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
-	}, auth.SoulDelete, "soul", s.store.SoulGet, soulOwner, s.store.SoulDelete)
+	}, auth.SoulDelete, "soul", s.store.SoulGet, soulOwner, func(ctx context.Context, p store.DeleteParams) error {
+		// A cloud-made soul's VM outlives the record as an orphan, which
+		// anyone with provider.delete may then destroy: the delete goes
+		// through the policies that hold core.cloud.destroyed.
+		so, err := s.store.SoulGet(ctx, p.Key)
+		if err != nil {
+			return err
+		}
+		if so.VMID != "" && so.Status != store.SoulDestroyed {
+			if err := s.destroyHeld(ctx, so.Project, so.Provider, []string{so.VMID}, "deleting soul "+so.SID); err != nil {
+				return err
+			}
+		}
+		return s.store.SoulDelete(ctx, p)
+	})
 }
 
 // userName validates a POSIX user name for SSH.

@@ -24,6 +24,12 @@
 //	@id("prod-destroy")
 //	forbid (principal, action == Action::"core.cloud.destroyed", resource == Project::"prod");
 //
+// A check run's steps are asked about with mode "check", and only the
+// policies that read context.mode are asked: a policy that does not is
+// about applies (a check changes nothing). A check step that runs the
+// author's code (core.script.ran with check: true) is asked about as
+// mode "apply", held as its apply is.
+//
 // Every other step is permitted: the keeper adds permit(principal,
 // action, resource) below the policies. A policy that cannot be evaluated
 // (an attribute missing, a type mismatch) holds the step too: the policy
@@ -44,6 +50,9 @@ import (
 // nothing.
 type Policy struct {
 	set *cedar.PolicySet
+	// modal are the policies that read context.mode (with the baseline):
+	// those a check run's steps are asked.
+	modal *cedar.PolicySet
 }
 
 // baseline permits what no policy forbids.
@@ -78,7 +87,20 @@ func Parse(file, text string) (Policy, error) {
 		return Policy{}, err
 	}
 	set.Add(baseline, &permit)
-	return Policy{set: set}, nil
+	return withModal(set), nil
+}
+
+// withModal is the policy of set, with its policies that read
+// context.mode picked out.
+func withModal(set *cedar.PolicySet) Policy {
+	modal := cedar.NewPolicySet()
+	for id, pol := range set.All() {
+		text := string(pol.MarshalCedar())
+		if id == baseline || strings.Contains(text, "context.mode") || strings.Contains(text, `context["mode"]`) {
+			modal.Add(id, pol)
+		}
+	}
+	return Policy{set: set, modal: modal}
 }
 
 // Join is the policies of p and q (their ids must differ).
@@ -98,7 +120,7 @@ func Join(p, q Policy) (Policy, error) {
 			return Policy{}, fmt.Errorf("approval policy %s: the id is used in keeper.yml and in the policy set through the API", id)
 		}
 	}
-	return Policy{set: set}, nil
+	return withModal(set), nil
 }
 
 // Empty reports whether the policy holds no step.
@@ -149,7 +171,11 @@ func (p Policy) Check(r Request) *Hold {
 			"params":  record(params),
 		}),
 	}
-	decision, diag := cedar.Authorize(p.set, nil, req)
+	set := p.set
+	if r.Mode == "check" {
+		set = p.modal
+	}
+	decision, diag := cedar.Authorize(set, nil, req)
 	h := &Hold{}
 	var why []string
 	for _, e := range diag.Errors {

@@ -517,14 +517,26 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 }
 
 // hold asks the approval gate whether step s may run, and waits while it
-// is held (the run shows AwaitingApproval meanwhile). A check run changes
-// nothing and is never held; nor is a keeper-side step whose when is
-// false.
+// is held (the run shows AwaitingApproval meanwhile). A check run's step
+// is asked about as mode "check" (the policies that read context.mode
+// decide), except one whose check runs the author's code (a
+// module.CodeChecker that says so), which is asked about as its apply
+// would be. A keeper-side step whose when is false is not held.
 func (r *run) hold(ctx context.Context, s *scenario.PlanStep) error {
-	if r.e.Approvals == nil || r.check {
+	if r.e.Approvals == nil {
 		return nil
 	}
 	vars := r.vars()
+	mode := "apply"
+	if r.check {
+		mode = "check"
+		if cc, ok := s.Module.(module.CodeChecker); ok {
+			p, err := s.Params(ctx, vars)
+			if err != nil || cc.CheckRunsCode(p) {
+				mode = "apply"
+			}
+		}
+	}
 	var params json.RawMessage
 	if s.Keeper {
 		if ok, err := s.Enabled(ctx, vars); err != nil || !ok {
@@ -544,7 +556,7 @@ func (r *run) hold(ctx context.Context, s *scenario.PlanStep) error {
 	sids, _ := s.Targets(ctx, vars)
 	deadline, _ := ctx.Deadline()
 	return r.e.Approvals.Hold(ctx, approval.Step{
-		RunID: r.id, RunName: r.name, Mode: "apply", Project: r.project, Creator: r.creator,
+		RunID: r.id, RunName: r.name, Mode: mode, Project: r.project, Creator: r.creator,
 		Index: s.Index, Name: s.Name, Module: string(s.ID), Keeper: s.Keeper, Targets: len(sids), Params: params,
 		Deadline: deadline, Drain: r.drain,
 		Waiting: func(waiting bool) {

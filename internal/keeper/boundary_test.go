@@ -454,3 +454,97 @@ func TestRunKeysReserved(t *testing.T) {
 		t.Fatalf("a refused run was stored: %+v, %v", runs, err)
 	}
 }
+
+// TestApprovalPoliciesHoldEveryWay: against a real keeper and a real sshd,
+// what an approval policy holds cannot be done another way:
+//   - a check run of core.script.ran with check: true runs the script's
+//     code, so a policy holding the module holds that check run too (and
+//     the code does not run); a policy that reads context.mode holds a
+//     check run's step; one that does not read it leaves checks alone;
+//   - with the real hcloud plugin against its fake API, a policy holding
+//     core.cloud.destroyed refuses deleting a cloud-made soul (which would
+//     leave its VM an orphan) and destroying orphans, with 409
+//     approval.required, and no VM is deleted.
+func TestApprovalPoliciesHoldEveryWay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("check runs", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		cfg := "approvals:\n  expires_in: 30s\n  policy: |\n" +
+			"    @id(\"scripts\")\n    forbid (principal, action == Action::\"core.script.ran\", resource);\n" +
+			"    @id(\"file-checks\")\n    forbid (principal, action == Action::\"core.file.present\", resource) when { context.mode == \"check\" };\n" +
+			"    @id(\"commands\")\n    forbid (principal, action == Action::\"core.command.ran\", resource);\n"
+		k := serve(t, dir, "--config", keeperConfig(t, dir, cfg))
+		admin := adminClient(t, k, filepath.Join(dir, ".keeper"))
+		srv := sshtest.Start(t, sshtest.Options{})
+		addSoul(t, admin, "web.test", srv)
+		marker := filepath.Join(t.TempDir(), "script-ran")
+		heldOrNot := func(sc string, wantHeld bool) {
+			t.Helper()
+			r, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: sc, Mode: client.RunCheck})
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(30 * time.Second)
+			for time.Now().Before(deadline) {
+				got, err := admin.RunGet(ctx, r.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Phase == client.PhaseAwaitingApproval {
+					if !wantHeld {
+						t.Fatalf("a check run was held: %s", sc)
+					}
+					if _, err := admin.RunCancel(ctx, r.ID); err != nil {
+						t.Fatal(err)
+					}
+					return
+				}
+				if client.Terminal(got.Phase) {
+					if wantHeld {
+						t.Fatalf("a check run the policy holds ended %s unheld: %s", got.Phase, describeSteps(got.Steps))
+					}
+					return
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			t.Fatalf("the check run neither ended nor was held: %s", sc)
+		}
+		heldOrNot("steps:\n  - name: s\n    on: web.test\n    module: core.script.ran\n    params:\n      check: true\n      source: |\n        touch "+marker+"\n        echo '{\"changed\": false}'\n", true)
+		heldOrNot("steps:\n  - name: f\n    on: web.test\n    module: core.file.present\n    params: {path: "+filepath.Join(t.TempDir(), "f")+", content: x}\n", true)
+		// A policy that does not read context.mode is about applies: a
+		// check of a command runs nothing, and is not held.
+		heldOrNot("steps:\n  - name: c\n    on: web.test\n    module: core.command.ran\n    params: {cmd: \"touch "+marker+"\"}\n", false)
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the held check's script, or a checked command, ran")
+		}
+	})
+	t.Run("destroying outside a run", func(t *testing.T) {
+		t.Parallel()
+		_, c, fake := hcloudKeeper(t, "CANARY-hold-destroy-token-3c9a",
+			"approvals:\n  policy: |\n    @id(\"destroys\")\n    forbid (principal, action == Action::\"core.cloud.destroyed\", resource);\n")
+		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "hcloud.yaml"), File: "hcloud.yaml",
+			Input: map[string]any{"count": 1, "greet": false, "networks": []any{"soulstack-net"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if done := waitRun(t, c, run.ID); done.Phase != client.PhaseSucceeded {
+			t.Fatalf("create: %s %s", done.Phase, describeSteps(done.Steps))
+		}
+		souls, err := c.SoulList(ctx, client.ListOptions{})
+		if err != nil || len(souls.Items) != 1 || souls.Items[0].VMID == "" {
+			t.Fatalf("souls: %+v, %v", souls, err)
+		}
+		so := souls.Items[0]
+		wantProblem(t, c.SoulDelete(ctx, so.SID), http.StatusConflict, "approval.required", "destroys")
+		if _, err := c.SoulGet(ctx, so.SID); err != nil {
+			t.Fatalf("the refused delete removed the soul: %v", err)
+		}
+		_, err = c.CloudOrphansDestroy(ctx, client.OrphansDestroy{Provider: "hetzner", VMIDs: []string{so.VMID}})
+		wantProblem(t, err, http.StatusConflict, "approval.required")
+		if fake.Deletes() != 0 || len(fake.Servers()) != 1 {
+			t.Fatalf("a VM was deleted: %d deletes, %d servers", fake.Deletes(), len(fake.Servers()))
+		}
+	})
+}

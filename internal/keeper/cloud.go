@@ -8,7 +8,6 @@ import (
 	"strings"
 	"text/template"
 
-
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/modules/cloud"

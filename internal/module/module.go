@@ -83,6 +83,15 @@ type Prediction struct {
 	OutputKnown bool
 }
 
+// CodeChecker is a module whose Check may run code the scenario's author
+// wrote (core.script.ran with check: true): CheckRunsCode says whether it
+// does for params (nil or an error evaluating them: assume it does). An
+// approval policy holds such a step in a check run as it holds it in an
+// apply. Absent: Check runs only the module's own probe.
+type CodeChecker interface {
+	CheckRunsCode(params json.RawMessage) bool
+}
+
 // FailureAuditor is a module that audits every outcome of its steps, so
 // also a step that fails before Run is called (its params do not
 // evaluate, the run's creator lost the step's permission): the engine

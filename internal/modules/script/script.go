@@ -129,6 +129,21 @@ printf '%s' "$SOULSTACK_SCRIPT_SOURCE" > "$t"
 unset SOULSTACK_SCRIPT_SOURCE
 "$@" "$t"`
 
+var _ module.CodeChecker = (*Ran)(nil)
+
+// CheckRunsCode reports whether a check of params runs the script: it
+// does with check: true, and, conservatively, whenever that cannot be
+// read (params not known before the step runs).
+func (m *Ran) CheckRunsCode(params json.RawMessage) bool {
+	var p struct {
+		Check *bool `json:"check"`
+	}
+	if params == nil || json.Unmarshal(params, &p) != nil {
+		return true
+	}
+	return p.Check != nil && *p.Check
+}
+
 // checkVar is set to 1 in the environment of a script that a check run
 // asks (check: true): the script must change nothing and say, in its JSON
 // output's "changed", whether a real run would.
