@@ -2,6 +2,7 @@ package keeper_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -547,4 +548,96 @@ func TestApprovalPoliciesHoldEveryWay(t *testing.T) {
 			t.Fatalf("a VM was deleted: %d deletes, %d servers", fake.Deletes(), len(fake.Servers()))
 		}
 	})
+}
+
+// TestDiffsNeverCarrySecrets: against a real keeper and sshd, a run writes
+// a file from a secret input; a later check of the same file with other
+// content shows no diff of what the file holds (its change says which run
+// wrote it from a secret), and the secret is nowhere: not in the run as
+// the API answers it, its events, or any file of the data dir (database,
+// WAL). A step with diff: false shows no diff either; once a run writes
+// the file from content that is no secret, checks diff it again.
+func TestDiffsNeverCarrySecrets(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const canary = "CANARY-db-password-7f31c2"
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	k := serve(t, dir)
+	admin := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, admin, "db.test", srv)
+	conf := filepath.Join(t.TempDir(), "app.conf")
+	write := `inputs:
+  pw: {type: string, secret: true}
+steps:
+  - name: conf
+    on: db.test
+    module: core.file.present
+    params:
+      path: ` + conf + `
+      content: "db_password=${ input.pw }\n"
+`
+	r, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: write, Input: map[string]any{"pw": canary}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done := waitRun(t, admin, r.ID); done.Phase != client.PhaseSucceeded {
+		t.Fatalf("write: %s %s", done.Phase, describeSteps(done.Steps))
+	}
+	check := func(content string, extra string) *client.Run {
+		t.Helper()
+		sc := "steps:\n  - name: conf\n    on: db.test\n    module: core.file.present\n    params:\n      path: " + conf + "\n      content: \"" + content + "\"\n" + extra
+		r, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: sc, Mode: client.RunCheck})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return waitRun(t, admin, r.ID)
+	}
+	change := func(run *client.Run) client.Change {
+		t.Helper()
+		if len(run.Steps) != 1 || len(run.Steps[0].Targets) != 1 || len(run.Steps[0].Targets[0].Changes) == 0 {
+			t.Fatalf("check: %s %s", run.Phase, describeSteps(run.Steps))
+		}
+		return run.Steps[0].Targets[0].Changes[0]
+	}
+	done := check("db_password=changed\\n", "")
+	c := change(done)
+	if c.Diff != "" || !strings.Contains(c.Note, r.ID) || !strings.Contains(c.Note, "from a secret") {
+		t.Fatalf("the check of a file a run wrote from a secret: %+v", c)
+	}
+	var events []string
+	if err := admin.RunEvents(ctx, done.ID, 0, func(e client.RunEvent) error { events = append(events, string(e.Data)); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := json.Marshal(done); strings.Contains(string(raw), canary) || strings.Contains(strings.Join(events, "\n"), canary) {
+		t.Fatal("the check run shows the secret another run wrote")
+	}
+	grepDir(t, data, canary)
+
+	// diff: false, on a file no secret wrote.
+	plain := filepath.Join(t.TempDir(), "plain.conf")
+	if err := os.WriteFile(plain, []byte("token=undeclared-secret\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc := "steps:\n  - name: conf\n    on: db.test\n    module: core.file.present\n    params: {path: " + plain + ", content: \"x\", diff: false}\n"
+	dr, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: sc, Mode: client.RunCheck})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := change(waitRun(t, admin, dr.ID)); c.Diff != "" || !strings.Contains(c.Note, "diff: false") {
+		t.Fatalf("diff: false: %+v", c)
+	}
+
+	// Written from plain content, the file is diffed again.
+	pr, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: conf\n    on: db.test\n    module: core.file.present\n    params: {path: " + conf + ", content: \"plain=1\\n\"}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := waitRun(t, admin, pr.ID); d.Phase != client.PhaseSucceeded {
+		t.Fatalf("plain write: %s", describeSteps(d.Steps))
+	}
+	if c := change(check("plain=2\\n", "")); !strings.Contains(c.Diff, "-plain=1") || !strings.Contains(c.Diff, "+plain=2") {
+		t.Fatalf("the check of a file written from plain content: %+v", c)
+	}
 }

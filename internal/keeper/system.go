@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/modules/file"
 	"github.com/soulstack/soulstack/internal/notify"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/runner"
@@ -336,6 +338,12 @@ func (s *System) buildRuns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// core.file.present remembers the files runs wrote from secrets.
+	fileMods, err := module.Provision(file.Services{SecretFiles: s.Store})
+	if err != nil {
+		return err
+	}
+	maps.Copy(provisioned, fileMods)
 	policy, err := c.Approvals.Parsed()
 	if err != nil {
 		return err

@@ -342,6 +342,13 @@ type CredentialStore interface {
 	// CredentialDelete deletes one (audit credential.deleted); ErrNotFound
 	// when there is none.
 	CredentialDelete(ctx context.Context, project, name string, actor Actor) error
+	// SecretFileMark records that run runID wrote path on soul sid from
+	// secret content; SecretFileClear that a run wrote it from content
+	// that is not; SecretFileMarked returns the run that marked it, "" when
+	// none did.
+	SecretFileMark(ctx context.Context, sid, path, runID string) error
+	SecretFileClear(ctx context.Context, sid, path string) error
+	SecretFileMarked(ctx context.Context, sid, path string) (string, error)
 	// ProjectSSHKeyEnsure returns the project's SSH key, storing k as it
 	// when it has none yet (audit project.ssh_key_created): keepers racing
 	// to make one all get the one stored first.

@@ -21,13 +21,35 @@ const PresentID module.ID = "core.file.present"
 
 func init() { module.Register(new(Present)) }
 
-// Present is the core.file.present state.
-type Present struct{}
+// Present is the core.file.present state. Provisioned with Services it
+// remembers which files runs wrote from secrets; unprovisioned (tests,
+// tools) it knows only the secrets of the step at hand.
+type Present struct {
+	marks SecretFiles
+}
+
+// SecretFiles remembers the files runs wrote from secret content, by soul
+// and path (never the content), so that no later check shows what they
+// hold: the keeper's store.
+type SecretFiles interface {
+	SecretFileMark(ctx context.Context, sid, path, runID string) error
+	SecretFileClear(ctx context.Context, sid, path string) error
+	SecretFileMarked(ctx context.Context, sid, path string) (string, error)
+}
+
+// Services are what the keeper gives core.file.present.
+type Services struct {
+	SecretFiles SecretFiles
+}
+
+// Provision returns the state with the keeper's services.
+func (*Present) Provision(s Services) (module.Module, error) { return &Present{marks: s.SecretFiles}, nil }
 
 var (
-	_ module.Module    = (*Present)(nil)
-	_ module.Validator = (*Present)(nil)
-	_ module.Checker   = (*Present)(nil)
+	_ module.Module                = (*Present)(nil)
+	_ module.Validator             = (*Present)(nil)
+	_ module.Checker               = (*Present)(nil)
+	_ module.Provisioner[Services] = (*Present)(nil)
 )
 
 // PresentParams are the params of core.file.present.
@@ -38,6 +60,8 @@ type PresentParams struct {
 	Mode    string  `json:"mode,omitempty"`
 	Owner   string  `json:"owner,omitempty"`
 	Group   string  `json:"group,omitempty"`
+	// Diff false shows no diff of the content in check runs.
+	Diff *bool `json:"diff,omitempty"`
 }
 
 // Info returns the declaration of core.file.present.
@@ -57,6 +81,7 @@ func (*Present) Info() module.Info {
 			{Name: "mode", Type: module.TypeString, Doc: "Permission bits as an octal string, such as \"0644\" (quote it in YAML)."},
 			{Name: "owner", Type: module.TypeString, Doc: "User that owns the file."},
 			{Name: "group", Type: module.TypeString, Doc: "Group that owns the file."},
+			{Name: "diff", Type: module.TypeBool, Default: true, Doc: "Whether a check run shows the content's diff; false for a file that holds secrets the scenario does not declare."},
 		},
 		Exclusive: []module.Group{{Params: []string{"content", "source"}}},
 		Output: []module.Field{
@@ -70,7 +95,8 @@ func (*Present) Info() module.Info {
 		ChangesWhen:   "The file was created, or its bytes, mode, owner or group differed and were set.",
 		UnchangedWhen: "The file already had the requested bytes, mode, owner and group.",
 		CheckMode: "Reads the file's state as apply does (stat and SHA-256) and says what it would write or set: content as a unified diff (one more round trip reads the old text), mode, owner and group as before → after. " +
-			"No diff for content from a secret (secret input), binary content or files over 256 KiB; the change says why. Writes nothing.",
+			"No diff for content from a secret (secret input), for a file a run wrote from a secret (before or after: the keeper remembers the soul and path, never the content), with `diff: false`, "+
+			"for binary content or files over 256 KiB; the change says why. Writes nothing.",
 		Example: `- name: motd
   on: web-1.local.test
   module: core.file.present
@@ -236,7 +262,7 @@ func (d decision) output(path string, s fileState) map[string]any {
 // Run makes the file match: it reads the file's state in one round trip
 // and writes only what differs, so an unchanged file costs one command.
 // When run says content carries a secret, the output has no sha256.
-func (*Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (m *Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p PresentParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
@@ -259,11 +285,30 @@ func (*Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage
 	if res.ExitCode != 0 {
 		return module.Result{Changed: d.write}, &module.Error{Code: "file.write_failed", Message: fmt.Sprintf("%s: %s", p.Path, strings.TrimSpace(string(res.Stderr)))}
 	}
+	if err := m.remember(ctx, run, t, p, d); err != nil {
+		return module.Result{Changed: true}, err
+	}
 	after, err := stat(ctx, t, p.Path)
 	if err != nil {
 		return module.Result{Changed: true}, err
 	}
 	return module.Result{Changed: true, Output: d.output(p.Path, after)}, nil
+}
+
+// remember records a file just written from secret content as
+// secret-bearing, and forgets it once it is written from content that is
+// not.
+func (m *Present) remember(ctx context.Context, run module.RunInfo, t module.Target, p PresentParams, d decision) error {
+	if m.marks == nil || !d.write {
+		return nil
+	}
+	if d.secretContent {
+		return m.marks.SecretFileMark(ctx, t.SID(), p.Path, run.ID)
+	}
+	if p.Content != nil || p.Source != "" {
+		return m.marks.SecretFileClear(ctx, t.SID(), p.Path)
+	}
+	return nil
 }
 
 // maxDiffBytes bounds the old and new content a check diffs; larger
@@ -274,7 +319,7 @@ const maxDiffBytes = 256 << 10
 // write or set; for content it would rewrite, a unified diff of the text
 // (one more round trip to read the old content), unless the content
 // comes from a secret or either side is binary or large.
-func (*Present) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
+func (m *Present) Check(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Prediction, error) {
 	var p PresentParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Prediction{}, err
@@ -292,9 +337,19 @@ func (*Present) Check(ctx context.Context, run module.RunInfo, raw json.RawMessa
 		if !d.before.exists {
 			c.Action = "create"
 		}
+		marked := ""
+		if m.marks != nil && d.before.exists {
+			if marked, err = m.marks.SecretFileMarked(ctx, t.SID(), p.Path); err != nil {
+				return module.Prediction{}, err
+			}
+		}
 		switch {
 		case d.secretContent:
 			c.Note = "the content comes from a secret: no diff is shown"
+		case marked != "":
+			c.Note = fmt.Sprintf("run %s wrote the file from a secret: no diff of what it holds is shown", marked)
+		case p.Diff != nil && !*p.Diff:
+			c.Note = "diff: false: no diff is shown"
 		case len(d.content) > maxDiffBytes || d.before.size > maxDiffBytes:
 			c.Note = fmt.Sprintf("%d bytes now, %d after: too large to diff", d.before.size, len(d.content))
 		default:

@@ -130,3 +130,43 @@ func (s *Store) ProjectSSHKeyEnsure(ctx context.Context, k store.ProjectSSHKey) 
 	}
 	return get()
 }
+
+// SecretFileMark records a file written from secret content.
+func (s *Store) SecretFileMark(ctx context.Context, sid, path, runID string) (err error) {
+	defer s.translate(&err)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit this is a no-op
+	if _, err := tx.ExecContext(ctx, s.q(`DELETE FROM secret_files WHERE sid = ? AND path = ?`), sid, path); err != nil {
+		return fmt.Errorf("mark %s on %s: %w", path, sid, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO secret_files (sid, path, run_id, marked_at) VALUES (?, ?, ?, ?)`), sid, path, runID, s.stamp()); err != nil {
+		return fmt.Errorf("mark %s on %s: %w", path, sid, err)
+	}
+	return tx.Commit()
+}
+
+// SecretFileClear forgets a mark.
+func (s *Store) SecretFileClear(ctx context.Context, sid, path string) (err error) {
+	defer s.translate(&err)
+	if _, err := s.db.ExecContext(ctx, s.q(`DELETE FROM secret_files WHERE sid = ? AND path = ?`), sid, path); err != nil {
+		return fmt.Errorf("clear %s on %s: %w", path, sid, err)
+	}
+	return nil
+}
+
+// SecretFileMarked returns the run that marked a file, or "".
+func (s *Store) SecretFileMarked(ctx context.Context, sid, path string) (_ string, err error) {
+	defer s.translate(&err)
+	var run string
+	err = s.db.QueryRowContext(ctx, s.q(`SELECT run_id FROM secret_files WHERE sid = ? AND path = ?`), sid, path).Scan(&run)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up %s on %s: %w", path, sid, err)
+	}
+	return run, nil
+}

@@ -329,7 +329,7 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 	s := b.Open(t)
 	db := s.DB()
 	for _, q := range []string{ // 00032, the projects' credentials and SSH keys, 00031, the deliveries' project and retired project names, 00030, the person tokens' groups, 00029, run approvals, 00028, project isolation, 00027, projects, 00026, the tokens' people and login codes, 00025, the runs' trace context, 00024, keeper rows, epochs and command records, 00023, webhook deliveries, 00022, drift, 00021, run modes, 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
-		`DROP TABLE project_ssh_keys`, `DROP TABLE credentials`, `DELETE FROM goose_db_version WHERE version_id = 32`,
+		`DROP TABLE secret_files`, `DROP TABLE project_ssh_keys`, `DROP TABLE credentials`, `DELETE FROM goose_db_version WHERE version_id = 32`,
 		`DROP TABLE retired_projects`, `DROP INDEX webhook_deliveries_project`, `ALTER TABLE webhook_deliveries DROP COLUMN project`, `DELETE FROM goose_db_version WHERE version_id = 31`,
 		`ALTER TABLE api_tokens DROP COLUMN person_groups`, `DELETE FROM goose_db_version WHERE version_id = 30`,
 		`DROP TABLE approval_policy`, `DROP TABLE run_approvals`, `DELETE FROM goose_db_version WHERE version_id = 29`,

@@ -22,6 +22,18 @@ CREATE TABLE project_ssh_keys (
     created_at  TIMESTAMP NOT NULL
 );
 
+-- The files runs wrote from secret content (a secret input in a
+-- core.file.present content): no check's diff shows what such a file
+-- holds, before or after. Soul and path only, never the content.
+CREATE TABLE secret_files (
+    sid        TEXT NOT NULL,
+    path       TEXT NOT NULL,
+    run_id     TEXT NOT NULL,
+    marked_at  TIMESTAMP NOT NULL,
+    PRIMARY KEY (sid, path)
+);
+
 -- +goose Down
+DROP TABLE secret_files;
 DROP TABLE project_ssh_keys;
 DROP TABLE credentials;
