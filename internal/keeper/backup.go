@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/base64"
@@ -29,8 +30,9 @@ import (
 	"github.com/soulstack/soulstack/internal/version"
 )
 
-// BackupFormat is the format of a backup archive's manifest.
-const BackupFormat = 1
+// BackupFormat is the format of a backup archive's manifest: 2 carries a
+// MAC over the manifest (and so over every member's digest).
+const BackupFormat = 2
 
 // Codes of backup and restore failures (BackupError).
 const (
@@ -48,6 +50,10 @@ const (
 	// CodeRestoreAuditTruncated: the checkpoints say the backup's log was
 	// truncated, or the restored log does not hold what they record.
 	CodeRestoreAuditTruncated = "restore.audit_truncated"
+	// CodeRestoreTampered: the archive's manifest does not carry the MAC
+	// the backup's data key gives it: the archive was changed after it was
+	// made (a member and its digest, or the manifest itself).
+	CodeRestoreTampered = "restore.tampered"
 	// CodeRestoreBackend: the backup is of another database backend than
 	// the keeper's configuration names.
 	CodeRestoreBackend = "restore.backend"
@@ -93,6 +99,21 @@ type BackupManifest struct {
 		Included bool `json:"included"`
 	} `json:"data_key"`
 	Files []BackupFile `json:"files"`
+	// MAC authenticates the manifest: HMAC-SHA256, under a key derived
+	// from the data key, of the manifest's JSON with MAC empty. Every
+	// member's size and digest is in the manifest, so it covers them too.
+	MAC string `json:"mac"`
+}
+
+// manifestMAC is the MAC of m (its MAC field left out) under sealer's
+// data key.
+func manifestMAC(sealer *secret.Sealer, m BackupManifest) (string, error) {
+	m.MAC = ""
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	return sealer.Digest(append([]byte("soulstack backup manifest v2\n"), b...)), nil
 }
 
 // BackupFile is one member of a backup archive after the manifest.
@@ -243,6 +264,9 @@ func Backup(ctx context.Context, c config.Config, file string, opts BackupOption
 		m.DataKey.Included = true
 	}
 	if m.Files, err = listStage(stage); err != nil {
+		return m, err
+	}
+	if m.MAC, err = manifestMAC(sealer, m); err != nil {
 		return m, err
 	}
 	return m, writeArchive(file, stage, m)
@@ -546,6 +570,13 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 	if err != nil {
 		return res, err
 	}
+	macSealer, err := secret.NewSealer(key)
+	if err != nil {
+		return res, err
+	}
+	if want, err := manifestMAC(macSealer, m); err != nil || !hmac.Equal([]byte(want), []byte(m.MAC)) {
+		return res, backupErr(CodeRestoreTampered, "%s was changed after it was made: its manifest does not carry the MAC the backup's data key gives it; nothing was restored", file)
+	}
 	akey, err := auditKeyFor(ctx, c, key)
 	if err != nil {
 		return res, err
@@ -785,6 +816,9 @@ func extract(file, stage string) (BackupManifest, error) {
 	}
 	if err := json.NewDecoder(io.LimitReader(tr, maxManifest)).Decode(&m); err != nil {
 		return m, backupErr(CodeBackupInvalid, "manifest.json: %v", err)
+	}
+	if m.Format == 1 {
+		return m, backupErr(CodeBackupInvalid, "backup format 1 was made before backups were authenticated: restore it with the keeper version that made it (%s), then back up again", m.KeeperVersion)
 	}
 	if m.Format != BackupFormat {
 		return m, backupErr(CodeBackupInvalid, "backup format %d; this keeper reads format %d", m.Format, BackupFormat)

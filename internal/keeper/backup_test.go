@@ -1,8 +1,13 @@
 package keeper_test
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/store/sqlite"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
@@ -380,4 +386,153 @@ func TestBackupRestorePostgres(t *testing.T) {
 	if r, ok := k2.verify(); !ok || !r.OK {
 		t.Fatalf("verify after the restored keeper served: %+v", r)
 	}
+}
+
+// TestRestoreRefusesATamperedArchive: a real backup archive whose
+// keeper.db is edited (a viewer token made a keeper-wide admin) and whose
+// manifest is fixed to the new size and digest is refused by restore
+// (restore.tampered), and nothing is restored; so is one whose manifest
+// alone is edited. The untouched archive restores.
+func TestRestoreRefusesATamperedArchive(t *testing.T) {
+	t.Parallel()
+	k := newAuditKeeper(t, "sqlite")
+	p := k.serve()
+	c := k.client(p)
+	viewer, err := c.TokenCreate(context.Background(), client.TokenCreate{Name: "viewer", Role: "viewer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Interrupt(t)
+	backup := filepath.Join(t.TempDir(), "keeper.backup")
+	if out, ok := keeperCmd(t, "backup", backup, "--data-dir", k.dataDir); !ok {
+		t.Fatalf("backup: %s", out)
+	}
+	key := filepath.Join(k.dataDir, "data.key")
+	restore := func(archive string) (string, bool, string) {
+		data := filepath.Join(t.TempDir(), "data")
+		out, ok := keeperCmd(t, "restore", archive, "--data-dir", data, "--data-key", key)
+		return out, ok, data
+	}
+
+	edited := rewriteArchive(t, backup, func(name string, b []byte) []byte {
+		if name != "keeper.db" {
+			return b
+		}
+		f := filepath.Join(t.TempDir(), "keeper.db")
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := sqlite.Open(context.Background(), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DB().Exec(`UPDATE api_tokens SET role = 'admin' WHERE id = ?`, viewer.ID); err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		b, err = os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}, nil)
+	out, ok, data := restore(edited)
+	if ok || !strings.Contains(out, "restore.tampered") {
+		t.Fatalf("restore of an archive with an edited database and a fixed manifest: %v\n%s", ok, out)
+	}
+	if _, err := os.Stat(filepath.Join(data, "keeper.db")); err == nil {
+		t.Fatal("a refused restore wrote the database")
+	}
+	renamed := rewriteArchive(t, backup, nil, func(m map[string]any) { m["keeper_id"] = "kd-someone-else" })
+	if out, ok, _ := restore(renamed); ok || !strings.Contains(out, "restore.tampered") {
+		t.Fatalf("restore of an archive with an edited manifest: %v\n%s", ok, out)
+	}
+	if out, ok, _ := restore(backup); !ok {
+		t.Fatalf("restore of the archive as made: %s", out)
+	}
+}
+
+// rewriteArchive copies a backup archive with each member passed through
+// member (nil: unchanged) and the manifest's sizes and digests fixed to
+// match, then edit applied to the manifest (nil: none): what someone
+// holding the archive but not the data key can do.
+func rewriteArchive(t *testing.T, file string, member func(name string, b []byte) []byte, edit func(map[string]any)) string {
+	t.Helper()
+	in, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	zr, err := gzip.NewReader(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	type entry struct {
+		hdr  *tar.Header
+		data []byte
+	}
+	var entries []entry
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if member != nil && h.Name != "manifest.json" {
+			b = member(h.Name, b)
+		}
+		entries = append(entries, entry{h, b})
+	}
+	var m map[string]any
+	if err := json.Unmarshal(entries[0].data, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range m["files"].([]any) {
+		f := f.(map[string]any)
+		for _, e := range entries[1:] {
+			if e.hdr.Name == f["name"] {
+				sum := sha256.Sum256(e.data)
+				f["size"], f["sha256"] = len(e.data), hex.EncodeToString(sum[:])
+			}
+		}
+	}
+	if edit != nil {
+		edit(m)
+	}
+	if entries[0].data, err = json.MarshalIndent(m, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	outPath := filepath.Join(t.TempDir(), "tampered.backup")
+	out, err := os.Create(outPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := gzip.NewWriter(out)
+	tw := tar.NewWriter(zw)
+	for _, e := range entries {
+		e.hdr.Size = int64(len(e.data))
+		if err := tw.WriteHeader(e.hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return outPath
 }

@@ -49,12 +49,19 @@ func databaseArgs(t testing.TB, backend string) []string {
 	return nil
 }
 
-// serve starts `keeper serve` with args in dir and waits until it listens;
-// without a --config in args, with a keeper.yml of testCredentials alone.
+// serve starts `keeper serve` with args in dir and waits until it listens.
+// Its keeper.yml lets it resolve the tests' key and credential files
+// (testCredentials): without a --config in args, a keeper.yml of that
+// alone; a --config without a credentials section gets it added.
 func serve(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
-	if !slices.Contains(args, "--config") && !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--config=") }) {
+	i := slices.Index(args, "--config")
+	if i < 0 || i+1 >= len(args) {
 		args = append([]string{"--config", keeperConfig(t, dir, "")}, args...)
+	} else if b, err := os.ReadFile(args[i+1]); err == nil && !strings.Contains(string(b), "credentials:") {
+		if err := os.WriteFile(args[i+1], append([]byte(testCredentials), b...), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return keepertest.Serve(t, keeperBin, dir, args...)
 }
