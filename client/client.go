@@ -254,6 +254,13 @@ func (c *Client) SeedList(ctx context.Context, sid string) (*SeedList, error) {
 	return call[SeedList](ctx, c, http.MethodGet, "/v1/souls/"+esc(sid)+"/seeds", nil, nil)
 }
 
+// SeedApply runs one of a soul's seeds now, as its creator, under the
+// seed's own run key (seed:SID:ID): the run it started, or the one that
+// key names already.
+func (c *Client) SeedApply(ctx context.Context, sid string, id int64) (*Run, error) {
+	return call[Run](ctx, c, http.MethodPost, "/v1/souls/"+esc(sid)+"/seeds/"+strconv.FormatInt(id, 10)+"/apply", nil, nil)
+}
+
 // SeedAdd adds a seed to a soul; on a soul that joined already it runs at
 // once (Seed.RunID).
 func (c *Client) SeedAdd(ctx context.Context, sid string, in SeedCreate) (*Seed, error) {

@@ -126,6 +126,7 @@ func New(cfg Config) *Server {
 	s.registerProfiles()
 	s.registerSouls()
 	s.registerSeeds()
+	s.registerSeedApply()
 	s.registerTokens()
 	s.registerProjects()
 	s.registerBindings()

@@ -127,6 +127,47 @@ func (s *Server) registerSeeds() {
 	})
 }
 
+// registerSeedApply registers POST /v1/souls/{sid}/seeds/{id}/apply.
+func (s *Server) registerSeedApply() {
+	if s.runs == nil || s.check == nil {
+		return
+	}
+	register(s, huma.Operation{
+		OperationID: "seed-apply", Method: http.MethodPost, Path: "/v1/souls/{sid}/seeds/{id}/apply", Tags: []string{"souls"},
+		Summary: "Apply a seed now",
+		Description: "Runs the seed as its creator under its own run key (seed:SID:ID), as a join does: the run started, or the one the key " +
+			"names already. A hand-registered soul never joins: this is how its seeds are applied. Clients' runs cannot take a seed's key " +
+			"(422 run.key_reserved). Needs run.create.",
+		Errors: []int{http.StatusNotFound, http.StatusUnprocessableEntity},
+	}, auth.RunCreate, false, func(ctx context.Context, in *struct {
+		SID string `path:"sid" doc:"The soul's id."`
+		ID  int64  `path:"id" doc:"The seed's id."`
+	}) (*runOutput, error) {
+		if _, err := s.soulOf(ctx, in.SID); err != nil {
+			return nil, err
+		}
+		seeds, err := s.store.Seeds(ctx, in.SID)
+		if err != nil {
+			return nil, err
+		}
+		for _, sd := range seeds {
+			if sd.ID != in.ID || sd.Status != store.SeedActive {
+				continue
+			}
+			run, err := s.submitSeed(context.WithoutCancel(ctx), sd)
+			if err != nil {
+				return nil, invalid("seed.not_runnable", "path.id", "%v", err)
+			}
+			w, err := s.runWire(ctx, run, false)
+			if err != nil {
+				return nil, err
+			}
+			return &runOutput{Body: w}, nil
+		}
+		return nil, hidden("seed", fmt.Sprintf("%s/%d", in.SID, in.ID))
+	})
+}
+
 // soulOf reads soul sid for the caller: another project's soul is a 404.
 func (s *Server) soulOf(ctx context.Context, sid string) (store.Soul, error) {
 	so, err := s.store.SoulGet(ctx, sid)

@@ -79,7 +79,9 @@ func startKeeper(env *testscript.Env) error {
 	if err != nil {
 		return err
 	}
-	k, stop, err := keepertest.Launch(config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(env.WorkDir, ".keeper"), Log: config.Log{Level: "info"}}, logFile)
+	// The scripts' SSH keys are files of the test's temporary directory.
+	k, stop, err := keepertest.Launch(config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(env.WorkDir, ".keeper"), Log: config.Log{Level: "info"},
+		Credentials: config.Credentials{Files: []string{filepath.Clean(os.TempDir())}}}, logFile)
 	if err != nil {
 		logFile.Close()
 		return fmt.Errorf("start keeper: %w", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -75,4 +76,32 @@ soul that has joined already it runs at once. The scenario is checked first
 	fs.StringVar(&driftEvery, "drift-every", "", "check this seed for drift this often (e.g. 15m; at least 30s) instead of with keeper.yml's drift.every sweep")
 	fs.StringVar(&remediate, "remediate", "", "when a drift check finds the soul no longer carries the seed: manual (default) reports it, auto applies the seed again (once per drift episode)")
 	return cmd
+}
+
+func (a *app) soulApplySeedCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "apply-seed SID SEED-ID",
+		Short: "Apply one of a soul's seeds now",
+		Long: `Run a seed now, as its creator, under its own run key (seed:SID:ID), as a
+join does: a hand-registered soul never joins, so this is how its seeds are
+applied. Prints the run (the one the seed's key names, when it ran already).
+Needs run.create.`,
+		Example: `  soulctl soul apply-seed web-1.example.com 1`,
+		Args:    exactArgs("SID", "SEED-ID"),
+		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
+			id, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil {
+				return usageErrorf("SEED-ID %q is not a number", args[1])
+			}
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			r, err := c.SeedApply(cmd.Context(), args[0], id)
+			if err != nil {
+				return err
+			}
+			return p.print(r, text(fmt.Sprintf("seed %d of %s: run %s (%s)\n", id, args[0], r.ID, r.Phase)))
+		}),
+	}
 }

@@ -19,6 +19,7 @@ func (a *app) soulCommand() *cobra.Command {
 		a.soulDeleteCommand(),
 		a.soulSeedsCommand(),
 		a.soulSeedCommand(),
+		a.soulApplySeedCommand(),
 	)
 }
 

@@ -271,7 +271,7 @@ func TestUIApprovals(t *testing.T) {
 	}
 	srv := sshtest.Start(t, sshtest.Options{})
 	addSoulIn(t, admin, "db.prod.test", "prod", srv)
-	addSoul(t, admin, "web.default.test", srv)
+	addSoul(t, admin, "web.default.test", sshtest.Start(t, sshtest.Options{})) // a project's hosts are its own
 	mint := func(name string) string {
 		tok, err := admin.TokenCreate(ctx, client.TokenCreate{Name: name, Role: "admin", Project: "prod"})
 		if err != nil {

@@ -217,7 +217,7 @@ func quotasAndSharing(t *testing.T, k *proc, admin *client.Client, plugins, suff
 	if _, err := admin.ProjectSetQuota(ctx, "a", client.Quota{Runs: 1}); err != nil {
 		t.Fatal(err)
 	}
-	addSoul(t, adminA, "slow.a.test", sshtest.Start(t, sshtest.Options{}))
+	addSoulIn(t, admin, "slow.a.test", "a", sshtest.Start(t, sshtest.Options{})) // a file: key_ref is a keeper admin's to write
 	slow, _, err := adminA.RunCreate(ctx, client.RunCreate{Scenario: "steps:\n  - name: s\n    on: slow.a.test\n    module: core.command.ran\n    params: {cmd: \"sleep 4\"}\n"})
 	if err != nil {
 		t.Fatal(err)
