@@ -146,7 +146,7 @@ func TestPackagesOnDebian(t *testing.T) {
 	if got := strings.TrimSpace(v.run("systemctl is-active soulstack-keeper.service; systemctl is-enabled soulstack-keeper.service; ps -o user= -C keeper")); got != "active\nenabled\nsoulstack" {
 		t.Fatalf("after dpkg -i the keeper is:\n%s\n%s", got, v.run("journalctl -u soulstack-keeper --no-pager | tail -30"))
 	}
-	if got := v.run("keeper version; systemctl show -p Type --value soulstack-keeper; stat -c '%U %a' /var/lib/soulstack-keeper"); got != "keeper 0.24.0\nnotify\nsoulstack 700\n" {
+	if got := v.run("keeper version; systemctl show -p Type --value soulstack-keeper; stat -c '%U %a' /var/lib/soulstack-keeper; stat -c '%U %G %a' /etc/soulstack/keeper.yml"); got != "keeper 0.24.0\nnotify\nsoulstack 700\nroot soulstack 640\n" {
 		t.Fatalf("the installed keeper:\n%s", got)
 	}
 	// soulctl against it, with the admin token the keeper made; the VM
