@@ -174,6 +174,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.logoutCommand(),
 		a.whoamiCommand(),
 		a.projectCommand(),
+		a.credentialCommand(),
 	)
 	return root
 }
