@@ -195,6 +195,9 @@ func storeProblem(err error) (*client.Problem, bool) {
 		return problem(http.StatusConflict, "soul.host_taken", fmt.Sprintf("soul %q: %s belongs to another project's soul; a project's hosts are its own", se.Key, se.Ref),
 			client.ProblemError{Location: "body.address", Message: "is another project's host"}), true
 	case errors.Is(err, store.ErrLastAdmin):
+		if se.Ref != "" {
+			return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q, %s, holds the last active keeper-wide admin tokens; create another admin token from another one first (or keeper token bootstrap --force on the host)", se.Key, se.Ref)), true
+		}
 		return problem(http.StatusConflict, "token.last_admin", fmt.Sprintf("token %q is the last active admin token; create another admin token first", se.Key)), true
 	}
 	return nil, false

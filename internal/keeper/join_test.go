@@ -265,12 +265,15 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	}
 
 	// The seed's run is keyed by soul and seed: asking for it again (as a
-	// re-join or a second keeper would) returns the same run.
-	again, created, err := c.RunCreate(ctx, client.RunCreate{Scenario: seeds.Items[0].Scenario, File: "seed.yaml", Key: key,
-		Input: map[string]any{"greeting": "hello-seed", "sid": sid}})
-	if err != nil || created || again.ID != seedRun.ID {
-		t.Fatalf("the seed's run again = %+v created=%v, %v; want run %s", again, created, err, seedRun.ID)
+	// re-join or a second keeper would) returns the same run; a client's
+	// run cannot take the key.
+	again, err := c.SeedApply(ctx, sid, seeds.Items[0].ID)
+	if err != nil || again.ID != seedRun.ID {
+		t.Fatalf("the seed's run again = %+v, %v; want run %s", again, err, seedRun.ID)
 	}
+	_, _, err = c.RunCreate(ctx, client.RunCreate{Scenario: seeds.Items[0].Scenario, File: "seed.yaml", Key: key,
+		Input: map[string]any{"greeting": "hello-seed", "sid": sid}})
+	wantProblem(t, err, http.StatusUnprocessableEntity, "run.key_reserved")
 
 	// POST /v1/souls/{sid}/seeds: checked with input.sid (a precise 422,
 	// nothing stored), refused to a viewer, and on a joined soul it runs

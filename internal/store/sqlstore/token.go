@@ -250,7 +250,11 @@ func (s *Store) TokenRevoke(ctx context.Context, params store.DeleteParams) (err
 			ending += n
 		}
 		if ending > 0 && ending >= admins {
-			return record{}, &store.Error{Err: store.ErrLastAdmin, Kind: "token", Key: params.Key}
+			e := &store.Error{Err: store.ErrLastAdmin, Kind: "token", Key: params.Key}
+			if len(minted) > 0 {
+				e.Ref = fmt.Sprintf("with the %d token(s) it minted, which are revoked with it", len(minted))
+			}
+			return record{}, e
 		}
 		for _, id := range ids {
 			if _, err := tx.ExecContext(ctx, s.q(`UPDATE api_tokens SET revoked_at = ? WHERE id = ?`), now, id); err != nil {
