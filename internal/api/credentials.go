@@ -74,13 +74,7 @@ func credentialWire(c store.Credential) client.Credential {
 // reads them back.
 func (s *Server) registerCredentials() {
 	tags := []string{"projects"}
-	inProject := func(ctx context.Context, name string) error {
-		if !manages(ctx, name) {
-			return hidden("project", name)
-		}
-		_, err := s.store.ProjectGet(ctx, name)
-		return err
-	}
+	inProject := s.inProject
 	if s.projectKey != nil {
 		register(s, huma.Operation{
 			OperationID: "project-ssh-key", Method: http.MethodGet, Path: "/v1/projects/{name}/ssh-key", Tags: tags,

@@ -83,15 +83,7 @@ func bindingWire(b store.Binding) client.Binding {
 // binding is a token at the next sign-in); the quota is the keeper's.
 func (s *Server) registerBindings() {
 	tags := []string{"projects"}
-	// inProject refuses a caller of another project: 404, as for any of
-	// its objects.
-	inProject := func(ctx context.Context, name string) error {
-		if !manages(ctx, name) {
-			return hidden("project", name)
-		}
-		_, err := s.store.ProjectGet(ctx, name)
-		return err
-	}
+	inProject := s.inProject
 	register(s, huma.Operation{
 		OperationID: "binding-list", Method: http.MethodGet, Path: "/v1/projects/{name}/bindings", Tags: tags,
 		Summary: "List a project's role bindings", Errors: []int{http.StatusNotFound},
@@ -228,4 +220,14 @@ func registerShares[R, W any](s *Server, kind string, perm auth.Permission, get 
 		}
 		return nil, s.store.ShareRemove(ctx, store.Share{Kind: kind, Name: in.Name, Project: in.Project}, principal(ctx).Actor())
 	})
+}
+
+// inProject refuses a caller of another project: 404, as for any of its
+// objects; and a project that does not exist.
+func (s *Server) inProject(ctx context.Context, name string) error {
+	if !manages(ctx, name) {
+		return hidden("project", name)
+	}
+	_, err := s.store.ProjectGet(ctx, name)
+	return err
 }

@@ -1,23 +1,29 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/soulstack/soulstack/client"
 )
 
 // projectOf is the --project given, else the token's own project, else
 // the default project.
-func projectOf(project string, whoami func() (string, error)) (string, error) {
+func projectOf(ctx context.Context, c *client.Client, project string) (string, error) {
 	if project != "" {
 		return project, nil
 	}
-	p, err := whoami()
-	if err != nil || p != "" {
-		return p, err
+	w, err := c.Whoami(ctx)
+	switch {
+	case err != nil:
+		return "", err
+	case w.Project != "":
+		return w.Project, nil
 	}
 	return "default", nil
 }
@@ -57,13 +63,7 @@ credential.manage in the project.`,
 			if err != nil {
 				return err
 			}
-			project, err := projectOf(project, func() (string, error) {
-				w, err := c.Whoami(cmd.Context())
-				if err != nil {
-					return "", err
-				}
-				return w.Project, nil
-			})
+			project, err := projectOf(cmd.Context(), c, project)
 			if err != nil {
 				return err
 			}
@@ -84,13 +84,7 @@ credential.manage in the project.`,
 			if err != nil {
 				return err
 			}
-			project, err := projectOf(project, func() (string, error) {
-				w, err := c.Whoami(cmd.Context())
-				if err != nil {
-					return "", err
-				}
-				return w.Project, nil
-			})
+			project, err := projectOf(cmd.Context(), c, project)
 			if err != nil {
 				return err
 			}
@@ -114,13 +108,7 @@ credential.manage in the project.`,
 			if err != nil {
 				return err
 			}
-			project, err := projectOf(project, func() (string, error) {
-				w, err := c.Whoami(cmd.Context())
-				if err != nil {
-					return "", err
-				}
-				return w.Project, nil
-			})
+			project, err := projectOf(cmd.Context(), c, project)
 			if err != nil {
 				return err
 			}

@@ -43,7 +43,9 @@ type Services struct {
 }
 
 // Provision returns the state with the keeper's services.
-func (*Present) Provision(s Services) (module.Module, error) { return &Present{marks: s.SecretFiles}, nil }
+func (*Present) Provision(s Services) (module.Module, error) {
+	return &Present{marks: s.SecretFiles}, nil
+}
 
 var (
 	_ module.Module                = (*Present)(nil)
@@ -95,7 +97,7 @@ func (*Present) Info() module.Info {
 		ChangesWhen:   "The file was created, or its bytes, mode, owner or group differed and were set.",
 		UnchangedWhen: "The file already had the requested bytes, mode, owner and group.",
 		CheckMode: "Reads the file's state as apply does (stat and SHA-256) and says what it would write or set: content as a unified diff (one more round trip reads the old text), mode, owner and group as before → after. " +
-			"No diff for content from a secret (secret input), for a file a run wrote from a secret (before or after: the keeper remembers the soul and path, never the content), with `diff: false`, "+
+			"No diff for content from a secret (secret input), for a file a run wrote from a secret (before or after: the keeper remembers the soul and path, never the content), with `diff: false`, " +
 			"for binary content or files over 256 KiB; the change says why. Writes nothing.",
 		Example: `- name: motd
   on: web-1.local.test
