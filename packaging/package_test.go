@@ -197,7 +197,9 @@ EOF`)
 	if got := v.run("systemctl is-enabled soulstack-keeper-backup.timer; systemctl is-active soulstack-keeper-backup.timer"); got != "enabled\nactive\n" {
 		t.Fatalf("the backup timer is:\n%s", got)
 	}
-	v.run("systemctl start soulstack-keeper-backup.service")
+	if out, rc := v.try("systemctl start soulstack-keeper-backup.service"); rc != 0 {
+		t.Fatalf("the backup service: exit %d\n%s\n%s", rc, out, v.run("journalctl -u soulstack-keeper-backup --no-pager | tail -40"))
+	}
 	backup := strings.TrimSpace(v.run("ls /var/backups/soulstack/keeper-*.backup"))
 	if got := v.run("stat -c '%U %a' " + backup + " /var/backups/soulstack; stat -c %U /var/lib/soulstack-keeper/keeper.db*"); !strings.HasPrefix(got, "soulstack 600\nsoulstack 700\n") || strings.Contains(got, "root") {
 		t.Fatalf("the backup and the data dir's files after it:\n%s", got)

@@ -13,7 +13,9 @@ keep=${KEEP:-14}
 owner=$(stat -c %U "$data")
 install -d -m 0700 -o "$owner" -g "$(stat -c %G "$data")" "$dir"
 file="$dir/keeper-$(date -u +%Y%m%dT%H%M%SZ).backup"
-runuser -u "$owner" -- /usr/bin/keeper backup "$file" --config /etc/soulstack/keeper.yml
+# setpriv, not runuser: no PAM session (the unit's sandbox refuses what
+# pam_limits would ask), just the owner's uid, gid and groups.
+setpriv --reuid="$owner" --regid="$(stat -c %G "$data")" --init-groups -- /usr/bin/keeper backup "$file" --config /etc/soulstack/keeper.yml
 echo "keeper-backup: wrote $file"
 ls -1t "$dir"/keeper-*.backup | tail -n +"$((keep + 1))" | while read -r old; do
 	rm -f -- "$old"
