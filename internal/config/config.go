@@ -53,8 +53,11 @@ type Config struct {
 	AdvertiseURL string `yaml:"advertise_url"`
 	// AgentListen is the agent listener's address: HTTPS with the
 	// keeper's own CA, serving only the join routes and the soul binary.
-	// Empty: all interfaces on the listen port + 1 (port 0, a free one,
-	// when listen's port is 0); "off" disables it (and self-onboarding).
+	// Empty: listen's host on the listen port + 1 (port 0, a free one,
+	// when listen's port is 0): a loopback keeper's listener is on
+	// loopback, which local and QEMU VMs reach at their gateway (the local
+	// driver sends it there); set it (0.0.0.0:8421) for VMs elsewhere.
+	// "off" disables it (and self-onboarding).
 	AgentListen string `yaml:"agent_listen"`
 	// AgentBinary is the soul binary the agent listener serves to new
 	// VMs. Empty: "soul" next to the keeper's executable, else in the
@@ -337,13 +340,14 @@ func (c Config) WithDefaults() Config {
 		h.AuthFailureBurst = 10
 	}
 	if c.AgentListen == "" {
-		port := "0"
-		if _, p, err := net.SplitHostPort(c.Listen); err == nil && p != "0" {
-			if n, err := strconv.Atoi(p); err == nil && n < 65535 {
+		host, port := "127.0.0.1", "0"
+		if h, p, err := net.SplitHostPort(c.Listen); err == nil {
+			host = h
+			if n, err := strconv.Atoi(p); err == nil && p != "0" && n < 65535 {
 				port = strconv.Itoa(n + 1)
 			}
 		}
-		c.AgentListen = net.JoinHostPort("0.0.0.0", port)
+		c.AgentListen = net.JoinHostPort(host, port)
 	}
 	orDefault(&c.AgentCertValidity, 24*time.Hour)
 	orDefault(&c.BootstrapTokenTTL, time.Hour)

@@ -21,9 +21,11 @@ func TestNATS(t *testing.T) {
 		listen  string
 		invalid string
 	}{
-		// Where VMs reach the agent listener, two ports above the API.
-		{name: "default", c: config.Config{}, listen: "0.0.0.0:8422"},
-		{name: "api on port 0", c: config.Config{Listen: "127.0.0.1:0"}, listen: "0.0.0.0:0"},
+		// Where the agent listener is (the API's host: VMs reach a loopback
+		// one at their gateway), two ports above the API.
+		{name: "default", c: config.Config{}, listen: "127.0.0.1:8422"},
+		{name: "api on port 0", c: config.Config{Listen: "127.0.0.1:0"}, listen: "127.0.0.1:0"},
+		{name: "api on every address", c: config.Config{Listen: "0.0.0.0:9000"}, listen: "0.0.0.0:9002"},
 		{name: "agent listener narrowed", c: config.Config{Listen: "127.0.0.1:9000", AgentListen: "10.213.0.1:9001"}, listen: "10.213.0.1:9002"},
 		{name: "agent listener off", c: config.Config{Listen: "127.0.0.1:9000", AgentListen: "off"}, listen: "127.0.0.1:9002"},
 		{name: "explicit", c: ext(config.NATS{Listen: "10.213.0.1:7422", Advertise: []string{"tls://10.213.0.1:7422"}}), listen: "10.213.0.1:7422"},

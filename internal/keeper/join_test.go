@@ -194,7 +194,17 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	soul := buildSoul(t, t.TempDir())
 	cfg := keeperConfig(t, dir, "agent_binary: "+soul+"\n")
 	k := serve(t, dir, "--config", cfg)
-	agent := agentURL(t, k)
+	// A loopback keeper's agent listener (and bus) are on loopback alone;
+	// the VM below still joins, at its gateway.
+	logs := k.Drain()
+	if !strings.Contains(logs, `msg="agent listener" addr=https://127.0.0.1:`) {
+		t.Fatalf("the agent listener of a keeper on 127.0.0.1 is not on loopback alone:\n%s", logs)
+	}
+	m := agentListening.FindStringSubmatch(logs)
+	if m == nil {
+		t.Fatalf("the keeper logged no agent listener:\n%s", logs)
+	}
+	agent := "https://127.0.0.1:" + m[1]
 	c := adminClient(t, k, data)
 	ctx := context.Background()
 	state := t.TempDir()

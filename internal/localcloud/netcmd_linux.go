@@ -193,6 +193,12 @@ func addBridge(ctx context.Context, h *hostState) error {
 	if _, err := run(ctx, "", "ip", "addr", "replace", gw.String(), "dev", h.Bridge); err != nil {
 		return err
 	}
+	// The keeper may listen on loopback alone: the nft table sends what VMs
+	// address to the gateway's host ports to 127.0.0.1, which the kernel
+	// routes from this interface only with route_localnet.
+	if err := os.WriteFile("/proc/sys/net/ipv4/conf/"+h.Bridge+"/route_localnet", []byte("1\n"), 0o644); err != nil {
+		return fmt.Errorf("route_localnet on %s: %w", h.Bridge, err)
+	}
 	_, err := run(ctx, "", "ip", "link", "set", h.Bridge, "up")
 	return err
 }

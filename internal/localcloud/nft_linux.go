@@ -14,6 +14,9 @@ import (
 // (table inet soulstack_local_<id>), made through netlink, so the host
 // needs no nft tool and teardown is one table deletion. In nft syntax:
 //
+//	chain prerouting { type nat hook prerouting priority dstnat; policy accept;
+//	  iifname <bridge> ip daddr <gateway> tcp dport <host port> dnat ip to 127.0.0.1  # one per host_ports entry
+//	}
 //	chain postrouting { type nat hook postrouting priority srcnat; policy accept;
 //	  ip saddr <subnet> oifname != <bridge> masquerade }
 //	chain forward { type filter hook forward priority filter; policy accept;
@@ -31,6 +34,11 @@ import (
 //	  iifname <bridge> meta l4proto tcp reject with tcp reset         # no other host service
 //	  iifname <bridge> reject with icmpx admin-prohibited
 //	}
+//
+// The prerouting rules let a keeper that listens on loopback alone (its
+// default) answer the VMs at the gateway's address: what they send to a
+// host port there goes to 127.0.0.1 (the bridge has route_localnet), and
+// its answers come back as from the gateway.
 //
 // Whatever a VM sends to one of the host's own addresses (the bridge's or
 // any other: the kernel delivers them all through input) meets the input
@@ -67,6 +75,16 @@ func setupTable(h *hostState, guard bool) error {
 	}
 	rule(post, ipv4(), saddrIn(h.Subnet), ifname(expr.MetaKeyOIFNAME, expr.CmpOpNeq, exactIf(h.Bridge)),
 		[]expr.Any{&expr.Masq{}})
+	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
+	loopback := netip.AddrFrom4([4]byte{127, 0, 0, 1}).As4()
+	for _, p := range h.HostPorts {
+		rule(pre, ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), ipv4(), daddrIn(netip.PrefixFrom(h.gateway(), 32)),
+			l4proto(unix.IPPROTO_TCP), dport(p), []expr.Any{
+				&expr.Immediate{Register: 1, Data: loopback[:]},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1},
+			})
+	}
 	// Link-local addresses are the cloud metadata services' (the host's
 	// cloud credentials): not reachable from VMs.
 	rule(fwd, ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), ipv4(), daddrIn(linkLocal),
