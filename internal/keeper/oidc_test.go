@@ -599,11 +599,41 @@ func oidcProjectRoles(t *testing.T, ok *oidcKeeper) {
 			t.Fatalf("%s after b's devs binding is removed: %d, want 200", name, got)
 		}
 	}
+	// A token the ops admin mints with their session (its person: none)
+	// ends with their access too: revoked with the person's token.
+	ok.idp.QueueUser(ops)
+	mb := newIDPBrowser(t)
+	status, loc, body := mb.get(t, ok.url+"/v1/auth/oidc/login?project=b")
+	if status != http.StatusSeeOther {
+		t.Fatalf("ops signs in to b: %d %s", status, body)
+	}
+	req, _ := http.NewRequest(http.MethodPost, ok.url+"/v1/tokens", strings.NewReader(`{"name":"ops-helper","role":"operator"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-CSRF-Token", strings.TrimPrefix(loc, "/ui/#csrf="))
+	req.Header.Set("Origin", ok.url) // the keeper's own page
+	resp, err := mb.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var helper client.TokenCreated
+	_ = json.Unmarshal(raw, &helper)
+	if resp.StatusCode != http.StatusCreated || helper.Token == "" || helper.Project != "b" {
+		t.Fatalf("ops mints a token with their session: %d %s", resp.StatusCode, raw)
+	}
+	helperC, _ := client.New(ok.k.Addr, helper.Token)
+	if _, err := helperC.Whoami(ctx); err != nil {
+		t.Fatalf("the minted token before ops loses admin: %v", err)
+	}
+
 	// A role lowered ends the sessions above it; signing in again gives
 	// the new one.
 	if _, err := adminB.BindingPut(ctx, "b", client.BindingPut{Kind: "group", Subject: "ops", Role: "operator"}); err != nil {
 		t.Fatal(err)
 	}
+	_, err = helperC.Whoami(ctx)
+	wantProblem(t, err, http.StatusUnauthorized, "auth.invalid_token")
 	if got := opsInB(); got != http.StatusUnauthorized {
 		t.Fatalf("the ops admin's session after ops is lowered to operator: %d, want 401", got)
 	}
@@ -629,8 +659,10 @@ func oidcProjectRoles(t *testing.T, ok *oidcKeeper) {
 			revoked++
 		}
 	}
-	if put != 4 || deleted != 1 || revoked != 2 {
-		t.Fatalf("b's audit: %d binding.put, %d binding.deleted, %d token.revoked; want 4, 1 and 2", put, deleted, revoked)
+	// Revoked: the dev's token, and ops's two sign-ins' (the one that
+	// minted ops-helper, which went with it in the same event).
+	if put != 4 || deleted != 1 || revoked != 3 {
+		t.Fatalf("b's audit: %d binding.put, %d binding.deleted, %d token.revoked; want 4, 1 and 3", put, deleted, revoked)
 	}
 
 	// keeper.yml changed: a, mapped from the devs group there, is no

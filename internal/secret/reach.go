@@ -110,12 +110,19 @@ func (rc Reach) file(r Ref) (string, error) {
 	return "", fmt.Errorf("%w: %s is not under keeper.yml's credentials.files", ErrOutOfReach, r)
 }
 
-// realPaths is p as written and with its symlinks resolved (when it
-// exists).
+// realPaths is p made absolute, as written and with its symlinks resolved
+// (when it exists): a keeper started with data_dir ./.keeper still keeps
+// /its/working/dir/.keeper out of reach.
 func realPaths(p string) []string {
-	out := []string{filepath.Clean(p)}
-	if real, err := filepath.EvalSymlinks(p); err == nil && real != out[0] {
-		out = append(out, real)
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		abs = filepath.Clean(p)
+	}
+	out := []string{abs}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		if r, err := filepath.Abs(real); err == nil {
+			out = append(out, r)
+		}
 	}
 	return out
 }
