@@ -1,8 +1,10 @@
 package keeper_test
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -554,8 +556,8 @@ func TestApprovalPoliciesHoldEveryWay(t *testing.T) {
 // a file from a secret input; a later check of the same file with other
 // content shows no diff of what the file holds (its change says which run
 // wrote it from a secret), and the secret is nowhere: not in the run as
-// the API answers it, its events, or any file of the data dir (database,
-// WAL). A step with diff: false shows no diff either; once a run writes
+// the API answers it, its events, any file of the data dir (database,
+// WAL), or a backup of it. A step with diff: false shows no diff either; once a run writes
 // the file from content that is no secret, checks diff it again.
 func TestDiffsNeverCarrySecrets(t *testing.T) {
 	t.Parallel()
@@ -614,6 +616,27 @@ steps:
 		t.Fatal("the check run shows the secret another run wrote")
 	}
 	grepDir(t, data, canary)
+	// Nor in a backup of it (read through its gzip).
+	archive := filepath.Join(t.TempDir(), "keeper.backup")
+	if out, ok := keeperCmd(t, "backup", archive, "--data-dir", data); !ok {
+		t.Fatalf("backup: %s", out)
+	}
+	if f, err := os.Open(archive); err != nil {
+		t.Fatal(err)
+	} else {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all, err := io.ReadAll(zr)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(all), canary) {
+			t.Fatal("the backup holds the secret in clear")
+		}
+	}
 
 	// diff: false, on a file no secret wrote.
 	plain := filepath.Join(t.TempDir(), "plain.conf")
