@@ -52,6 +52,13 @@ type Config struct {
 	// they send to the host, but DNS, is refused. nil (no host_ports key)
 	// means the driver's Options.HostPorts; an empty list allows none.
 	HostPorts []uint16
+	// LoopbackPorts are the keeper's own ports (the driver's
+	// Options.HostPorts, from the keeper): what VMs send to these among
+	// HostPorts at their gateway goes to 127.0.0.1, where a keeper on
+	// loopback listens. Other host ports (a service listening on the
+	// gateway's address) are reached as they are. Not in a provider's
+	// config.
+	LoopbackPorts []uint16
 	// BaseRoots are the directories profiles may name as base_root. A
 	// profile is anyone's to write (an inline one is part of a scenario),
 	// a provider's config only an admin's: a base root is trusted as a

@@ -152,6 +152,7 @@ func (d *Driver) create(ctx context.Context, req driversdk.CreateRequest, p crea
 	if p.cfg.HostPorts == nil {
 		p.cfg.HostPorts = d.hostPorts
 	}
+	p.cfg.LoopbackPorts = d.hostPorts
 	h, err := ensureHost(ctx, st, p.cfg)
 	if err != nil {
 		undoHost()

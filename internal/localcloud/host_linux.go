@@ -88,6 +88,10 @@ func ensureHost(ctx context.Context, st store, cfg Config) (*hostState, error) {
 	if h.HostPorts == nil {
 		h.HostPorts = []uint16{DefaultHostPort}
 	}
+	h.LoopbackPorts = cfg.LoopbackPorts
+	if h.LoopbackPorts == nil {
+		h.LoopbackPorts = []uint16{DefaultHostPort}
+	}
 	if c := conflicts(h.Subnet, used, h.Bridge); len(c) > 0 {
 		return nil, invalid("config.subnet", "%s overlaps what the host already uses: %s", h.Subnet, strings.Join(c, "; "))
 	}

@@ -24,8 +24,8 @@ type HostNetwork struct {
 // configured one (invalid for the first free one), hostPorts the TCP
 // ports VMs may reach on the host (nil: DefaultHostPort). Its record is
 // stateDir/host.json.
-func EnsureHostNetwork(ctx context.Context, stateDir string, subnet netip.Prefix, hostPorts []uint16) (HostNetwork, error) {
-	h, err := ensureHost(ctx, store{dir: stateDir}, Config{StateDir: stateDir, Subnet: subnet, HostPorts: hostPorts})
+func EnsureHostNetwork(ctx context.Context, stateDir string, subnet netip.Prefix, hostPorts, loopbackPorts []uint16) (HostNetwork, error) {
+	h, err := ensureHost(ctx, store{dir: stateDir}, Config{StateDir: stateDir, Subnet: subnet, HostPorts: hostPorts, LoopbackPorts: loopbackPorts})
 	if err != nil {
 		return HostNetwork{}, err
 	}

@@ -3,6 +3,7 @@ package localcloud
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -15,7 +16,7 @@ import (
 // needs no nft tool and teardown is one table deletion. In nft syntax:
 //
 //	chain prerouting { type nat hook prerouting priority dstnat; policy accept;
-//	  iifname <bridge> ip daddr <gateway> tcp dport <host port> dnat ip to 127.0.0.1  # one per host_ports entry
+//	  iifname <bridge> ip daddr <gateway> tcp dport <keeper port> dnat ip to 127.0.0.1  # one per host_ports entry that is the keeper's
 //	}
 //	chain postrouting { type nat hook postrouting priority srcnat; policy accept;
 //	  ip saddr <subnet> oifname != <bridge> masquerade }
@@ -79,6 +80,9 @@ func setupTable(h *hostState, guard bool) error {
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
 	loopback := netip.AddrFrom4([4]byte{127, 0, 0, 1}).As4()
 	for _, p := range h.HostPorts {
+		if !slices.Contains(h.LoopbackPorts, p) {
+			continue // another host service's, on the gateway's address
+		}
 		rule(pre, ifname(expr.MetaKeyIIFNAME, expr.CmpOpEq, exactIf(h.Bridge)), ipv4(), daddrIn(netip.PrefixFrom(h.gateway(), 32)),
 			l4proto(unix.IPPROTO_TCP), dport(p), []expr.Any{
 				&expr.Immediate{Register: 1, Data: loopback[:]},

@@ -49,6 +49,8 @@ type hostState struct {
 	MTU    int          `json:"mtu"`
 	// HostPorts are the TCP ports of the host VMs may reach (Config).
 	HostPorts []uint16 `json:"host_ports"`
+	// LoopbackPorts are those of HostPorts sent to 127.0.0.1 (Config).
+	LoopbackPorts []uint16 `json:"loopback_ports,omitempty"`
 }
 
 // gateway is the bridge's address: the subnet's first one.

@@ -40,7 +40,7 @@ func TestReach(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := secret.Reach{Files: []string{allowed, "/"}, Env: []string{"HCLOUD_*", "AWS_KEY"}, Keeper: []string{".keeper"},
-		KeeperRefs: []string{"file:" + keyFile, "env:SOULSTACK_DATA_KEY"},
+		KeeperRefs:  []string{"file:" + keyFile, "env:SOULSTACK_DATA_KEY"},
 		VaultPrefix: func(p string) string { return "secret/data/soulstack/" + p + "/" }}
 	rc.Files = rc.Files[:1] // "/" is tried below on its own
 	for ref, want := range map[string]error{

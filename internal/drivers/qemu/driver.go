@@ -265,7 +265,7 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 		if hostPorts == nil {
 			hostPorts = d.hostPorts
 		}
-		net, err := localcloud.EnsureHostNetwork(ctx, st.dir, p.cfg.Subnet, hostPorts)
+		net, err := localcloud.EnsureHostNetwork(ctx, st.dir, p.cfg.Subnet, hostPorts, d.hostPorts)
 		if err != nil {
 			return nil, timeoutOr(ctx, err)
 		}
