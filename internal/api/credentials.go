@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -33,7 +32,7 @@ func (s *Server) checkRefWrite(ctx context.Context, code, location, project, ref
 	case r.Scheme == "credential", caller.Can(auth.CredentialLocal):
 		return nil
 	case r.Scheme == "vault" && s.refs.VaultPrefix != nil:
-		if prefix := s.refs.VaultPrefix(project); prefix != "" && strings.HasPrefix(r.Name, prefix) {
+		if secret.UnderPrefix(r.Name, s.refs.VaultPrefix(project)) {
 			return nil
 		}
 	}
@@ -115,7 +114,9 @@ func (s *Server) registerCredentials() {
 		if _, err := secret.ParseRef("credential:" + in.Credential); err != nil {
 			return nil, invalid("credential.name_invalid", "path.credential", "%q is not a credential name (lowercase letters, digits and -)", in.Credential)
 		}
-		secret.Register(in.Body.Value)
+		// Not registered for masking here: it is when a provider or soul
+		// resolves it, so that storing credentials cannot crowd the
+		// keeper's own secrets out of the masker.
 		c, err := s.store.CredentialPut(ctx, store.Credential{Project: in.Name, Name: in.Credential, Sealed: s.seal([]byte(in.Body.Value))}, principal(ctx).Actor())
 		if err != nil {
 			return nil, err

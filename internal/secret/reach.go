@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -66,12 +67,19 @@ func (rc Reach) Check(project string, r Ref) (path string, err error) {
 		if rc.VaultPrefix == nil {
 			return "", nil
 		}
-		if p := rc.VaultPrefix(project); p != "" && !strings.HasPrefix(r.Name, p) {
+		if p := rc.VaultPrefix(project); p != "" && !UnderPrefix(r.Name, p) {
 			return "", fmt.Errorf("%w: %s is outside project %s's Vault prefix %s", ErrOutOfReach, r, project, p)
 		}
 		return "", nil
 	}
 	return "", nil
+}
+
+// UnderPrefix reports whether the Vault path lies under prefix (which
+// ends with /): a clean path (no . or .. segment, no doubled /) that
+// starts with it. An empty prefix holds nothing.
+func UnderPrefix(vaultPath, prefix string) bool {
+	return prefix != "" && strings.HasPrefix(vaultPath, prefix) && path.Clean("/"+vaultPath) == "/"+vaultPath
 }
 
 // file checks a file: reference (see Check).

@@ -56,6 +56,7 @@ func TestReach(t *testing.T) {
 		"env:SOULSTACK_DATA_KEY":                 secret.ErrOutOfReach,
 		"vault:secret/data/soulstack/a/x#k":      nil,
 		"vault:secret/data/soulstack/b/x#k":      secret.ErrOutOfReach,
+		"vault:secret/data/soulstack/a/../b/x#k": secret.ErrOutOfReach,
 		"credential:anything":                    nil,
 	} {
 		r, err := secret.ParseRef(ref)
