@@ -123,8 +123,9 @@ func (p *projectSecrets) Provider(ctx context.Context, pr store.Provider) ([]byt
 		return nil, err
 	}
 	// A provider's credentials are masked everywhere, the plugin's log
-	// included.
-	secret.Register(v)
+	// included (apart from the keeper's own: a project cannot crowd those
+	// out).
+	secret.RegisterResolved(v)
 	return []byte(v), nil
 }
 

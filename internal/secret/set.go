@@ -44,10 +44,35 @@ type Set struct {
 // NewSet returns an empty Set with the limits of a run.
 func NewSet() *Set { return &Set{max: MaxRunValues} }
 
-// keeperSet holds the keeper's own secrets (its SSH key, credentials it
-// resolves): they belong to the keeper, not to a run, so every output
-// channel masks them.
-var keeperSet = &Set{max: maxKeeperValues, evict: true}
+// keeperSet holds the keeper's own secrets (its SSH keys, the secrets of
+// its configuration): they belong to the keeper, not to a run, so every
+// output channel masks them. projectSet holds the provider credentials
+// the keeper resolved for projects, masked everywhere too but apart, so
+// that however many a project makes the keeper resolve, they evict only
+// each other, never the keeper's own.
+var (
+	keeperSet  = &Set{max: maxKeeperValues, evict: true}
+	projectSet = &Set{max: maxKeeperValues, evict: true}
+)
+
+// RegisterResolved records a credential the keeper resolved for a
+// project's provider, masked everywhere as Register's values are (see
+// projectSet).
+func RegisterResolved(value string) { projectSet.Add(value) }
+
+// keeperValues are the values of keeperSet and projectSet, longest first.
+func keeperValues() []string {
+	k, p := keeperSet.snapshot(), projectSet.snapshot()
+	switch {
+	case len(p) == 0:
+		return k
+	case len(k) == 0:
+		return p
+	}
+	all := append(append(make([]string, 0, len(k)+len(p)), k...), p...)
+	sortLongestFirst(all)
+	return slices.Compact(all)
+}
 
 // Register records the text of one of the keeper's own secrets (its SSH
 // private key, a credential the keeper resolved) so that every output
@@ -121,11 +146,11 @@ type masker struct {
 }
 
 // keeperMasker masks token patterns and the keeper's own secrets.
-func keeperMasker() masker { return masker{values: keeperSet.snapshot()} }
+func keeperMasker() masker { return masker{values: keeperValues()} }
 
 // masker masks what keeperMasker does plus the values of s.
 func (s *Set) masker() masker {
-	k, own := keeperSet.snapshot(), s.snapshot()
+	k, own := keeperValues(), s.snapshot()
 	if len(own) == 0 {
 		return masker{values: k, redact: s.Overflowed()}
 	}
