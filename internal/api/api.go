@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/approval"
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/secret"
@@ -64,8 +65,11 @@ type Config struct {
 	// OIDC enables sign-in with an OpenID Connect provider (oidc.go).
 	OIDC *OIDCConfig
 	// ApprovalConfig is keeper.yml's approval policy text, shown beside
-	// the one set through the API.
+	// the one set through the API; ApprovalPolicy is keeper.yml's policies
+	// parsed (its policy_file's too), which the API's own checks join
+	// with the one set through it.
 	ApprovalConfig string
+	ApprovalPolicy approval.Policy
 	// References says which credentials references a caller may write
 	// and which provider endpoints keeper.yml allows; the zero value lets
 	// keeper admins write any reference and no provider name an endpoint.
@@ -110,11 +114,12 @@ type Server struct {
 	// keyConflicts limits re-run key conflicts per token.
 	keyConflicts *keyConflicts
 	// readiness caches /readyz's database ping.
-	readiness  *readiness
-	join       *joinState // Config.Join
-	refs       References
-	seal       func([]byte) string
-	projectKey func(ctx context.Context, project string) (string, error)
+	readiness      *readiness
+	join           *joinState // Config.Join
+	approvalPolicy approval.Policy
+	refs           References
+	seal           func([]byte) string
+	projectKey     func(ctx context.Context, project string) (string, error)
 }
 
 // New builds the API over cfg.Store.
@@ -186,6 +191,7 @@ func newServer(cfg Config, agent bool) *Server {
 		notify:         cfg.Notify,
 		cloud:          cfg.Cloud,
 		approvalConfig: cfg.ApprovalConfig,
+		approvalPolicy: cfg.ApprovalPolicy,
 		refs:           cfg.References,
 		seal:           cfg.Seal,
 		projectKey:     cfg.ProjectKey,

@@ -92,10 +92,7 @@ func (s *Server) registerApprovals() {
 	}, auth.PolicyManage, false, func(ctx context.Context, in *struct{ Body client.ApprovalPolicy }) (*struct{ Body client.ApprovalPolicy }, error) {
 		p, err := approval.Parse("policy", in.Body.Policy)
 		if err == nil {
-			var config approval.Policy
-			if config, err = approval.Parse("keeper.yml", s.approvalConfig); err == nil {
-				_, err = approval.Join(config, p)
-			}
+			_, err = approval.Join(s.approvalPolicy, p)
 		}
 		if err != nil {
 			return nil, invalid("approval.policy_invalid", "body.policy", "%v", err)
@@ -170,17 +167,13 @@ func (s *Server) lineage(ctx context.Context, id string) (tokenLine, error) {
 // an orphan) and destroying orphans. Such a destroy goes through a run,
 // whose step the policy holds for another person's approval.
 func (s *Server) destroyHeld(ctx context.Context, project, provider string, vmIDs []string, what string) error {
-	config, err := approval.Parse("keeper.yml", s.approvalConfig)
-	if err != nil {
-		return err
-	}
 	text, err := s.store.ApprovalPolicy(ctx)
 	if err != nil {
 		return err
 	}
 	pol, err := approval.Parse("api-policy.cedar", text)
 	if err == nil {
-		pol, err = approval.Join(config, pol)
+		pol, err = approval.Join(s.approvalPolicy, pol)
 	}
 	caller := principal(ctx)
 	var hold *approval.Hold

@@ -525,8 +525,13 @@ func TestApprovalPoliciesHoldEveryWay(t *testing.T) {
 	})
 	t.Run("destroying outside a run", func(t *testing.T) {
 		t.Parallel()
-		_, c, fake := hcloudKeeper(t, "CANARY-hold-destroy-token-3c9a",
-			"approvals:\n  policy: |\n    @id(\"destroys\")\n    forbid (principal, action == Action::\"core.cloud.destroyed\", resource);\n")
+		// The policy from keeper.yml's policy_file: the API's checks see
+		// it as the runs' gate does.
+		policyFile := filepath.Join(t.TempDir(), "destroys.cedar")
+		if err := os.WriteFile(policyFile, []byte("@id(\"destroys\")\nforbid (principal, action == Action::\"core.cloud.destroyed\", resource);\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, c, fake := hcloudKeeper(t, "CANARY-hold-destroy-token-3c9a", "approvals:\n  policy_file: "+policyFile+"\n")
 		run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: readExample(t, "hcloud.yaml"), File: "hcloud.yaml",
 			Input: map[string]any{"count": 1, "greet": false, "networks": []any{"soulstack-net"}}})
 		if err != nil {

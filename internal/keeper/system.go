@@ -66,6 +66,7 @@ type System struct {
 	checkpoints *audit.Checkpointer
 	sealer      *secret.Sealer
 	secrets     *projectSecrets
+	approvals   approval.Policy // keeper.yml's approval policies (policy and policy_file)
 	resolver    *secret.Resolver
 
 	// Agent is the keeper's side of self-onboarding souls (CA, agent
@@ -348,6 +349,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.approvals = policy
 	exec := &engine.Executor{
 		Approvals: &approval.Gate{Store: s.Store, Config: policy, ExpiresIn: c.Approvals.ExpiresIn.Std(), Now: s.Clock.Now},
 		Store:     s.Store,
@@ -422,7 +424,7 @@ func (s *System) buildAPI(ctx context.Context) error {
 	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Notify: s.Notifier.Notify, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
-		ApprovalConfig: c.Approvals.Policy, Seal: s.sealer.Seal,
+		ApprovalConfig: c.Approvals.Policy, ApprovalPolicy: s.approvals, Seal: s.sealer.Seal,
 		ProjectKey: func(ctx context.Context, project string) (string, error) {
 			k, err := s.secrets.SSHKey(ctx, project)
 			return k.authorized, err
