@@ -280,6 +280,13 @@ func (m *Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	if d.write {
 		w = "1"
 	}
+	// A file about to hold a secret is marked first: a keeper stopped
+	// between the write and the mark must not leave it diffable.
+	if m.marks != nil && d.write && d.secretContent {
+		if err := m.marks.SecretFileMark(ctx, t.SID(), p.Path, run.ID); err != nil {
+			return module.Result{}, err
+		}
+	}
 	res, err := t.Exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", writeScript, "sh", p.Path, d.mode, d.owner, d.group, w}, Stdin: d.content})
 	if err != nil {
 		return module.Result{}, err
@@ -287,7 +294,7 @@ func (m *Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	if res.ExitCode != 0 {
 		return module.Result{Changed: d.write}, &module.Error{Code: "file.write_failed", Message: fmt.Sprintf("%s: %s", p.Path, strings.TrimSpace(string(res.Stderr)))}
 	}
-	if err := m.remember(ctx, run, t, p, d); err != nil {
+	if err := m.remember(ctx, t, p, d); err != nil {
 		return module.Result{Changed: true}, err
 	}
 	after, err := stat(ctx, t, p.Path)
@@ -297,20 +304,14 @@ func (m *Present) Run(ctx context.Context, run module.RunInfo, raw json.RawMessa
 	return module.Result{Changed: true, Output: d.output(p.Path, after)}, nil
 }
 
-// remember records a file just written from secret content as
-// secret-bearing, and forgets it once it is written from content that is
-// not.
-func (m *Present) remember(ctx context.Context, run module.RunInfo, t module.Target, p PresentParams, d decision) error {
-	if m.marks == nil || !d.write {
+// remember forgets a file's secret mark once a run wrote it from content
+// that is not a secret (Run marks one about to hold a secret before it
+// writes).
+func (m *Present) remember(ctx context.Context, t module.Target, p PresentParams, d decision) error {
+	if m.marks == nil || !d.write || d.secretContent || (p.Content == nil && p.Source == "") {
 		return nil
 	}
-	if d.secretContent {
-		return m.marks.SecretFileMark(ctx, t.SID(), p.Path, run.ID)
-	}
-	if p.Content != nil || p.Source != "" {
-		return m.marks.SecretFileClear(ctx, t.SID(), p.Path)
-	}
-	return nil
+	return m.marks.SecretFileClear(ctx, t.SID(), p.Path)
 }
 
 // maxDiffBytes bounds the old and new content a check diffs; larger
