@@ -53,8 +53,8 @@ func (s *Server) vaultHint(project string) string {
 // does not allow its driver.
 func (s *Server) checkEndpoint(driver string, config map[string]any) error {
 	ep, ok := config["endpoint"]
-	if !ok {
-		return nil
+	if !ok || ep == nil || ep == "" {
+		return nil // the cloud's own
 	}
 	e, _ := ep.(string)
 	if s.refs.EndpointAllowed == nil || !s.refs.EndpointAllowed(driver, e) {
