@@ -31,10 +31,8 @@ type projectSecrets struct {
 	store    credentialStore
 	sealer   *secret.Sealer
 
-	// keeperKey is the keeper's own SSH key, the default project's.
-	keeperKey []byte
-	mu        sync.Mutex
-	keys      map[string]projectKey // by project
+	mu   sync.Mutex
+	keys map[string]projectKey // by project; the default project's is the keeper's own key
 }
 
 // credentialStore is what projectSecrets needs of the store.
@@ -50,8 +48,8 @@ type projectKey struct {
 	authorized string
 }
 
-// newProjectSecrets returns the resolver of c's keeper with data dir
-// dataDir.
+// newProjectSecrets returns the resolver of c's keeper, whose own SSH key
+// (the default project's) is keeperKey.
 func newProjectSecrets(c config.Config, resolver *secret.Resolver, st credentialStore, sealer *secret.Sealer, keeperKey []byte) (*projectSecrets, error) {
 	signer, err := gossh.ParsePrivateKey(keeperKey)
 	if err != nil {
@@ -62,7 +60,7 @@ func newProjectSecrets(c config.Config, resolver *secret.Resolver, st credential
 		keeper = append(keeper, c.TLS.CertFile, c.TLS.KeyFile)
 	}
 	return &projectSecrets{
-		resolver: resolver, config: c, store: st, sealer: sealer, keeperKey: keeperKey,
+		resolver: resolver, config: c, store: st, sealer: sealer,
 		reach: secret.Reach{Files: c.Credentials.Files, Env: c.Credentials.Env, Keeper: keeper, KeeperRefs: c.KeeperRefs(),
 			VaultPrefix: func(project string) string { return c.Vault.ProjectVaultPrefix(project) }},
 		keys: map[string]projectKey{store.DefaultProject: {private: keeperKey,
