@@ -60,7 +60,7 @@ VMs and driver-specific settings as a JSON object.`,
 	fs := cmd.Flags()
 	fs.StringVar(&in.Driver, "driver", "", "CloudDriver plugin name (required)")
 	fs.StringVar(&in.Region, "region", "", "region of the cloud account")
-	fs.StringVar(&in.CredentialsRef, "credentials-ref", "", "reference to the credentials: env:NAME, file:/path or vault:<path>#<field>")
+	fs.StringVar(&in.CredentialsRef, "credentials-ref", "", "reference to the credentials: credential:NAME (soulctl credential put), or env:NAME, file:/path (where keeper.yml allows), vault:<path>#<field>")
 	fs.StringVar(&in.FQDNSuffix, "fqdn-suffix", "", "DNS suffix of the VMs' FQDNs, e.g. local.test")
 	fs.StringVar(&config, "config", "", "driver settings: a JSON object, @file.json, or @- for stdin")
 	fs.StringVar(&in.Project, "project", "", "the project it goes into (a keeper-wide token's choice; default: the default project, or the token's own)")

@@ -32,7 +32,7 @@ func (a *app) soulAddCommand() *cobra.Command {
 		Long: `Register an existing host as a soul, reached over SSH. SID is the soul's id,
 a DNS name (usually the host's FQDN). The host key is pinned on first contact.
 Attribute values are strings.`,
-		Example: `  soulctl soul add web1.example.com --address 192.0.2.10 --user deploy --key-ref file:/etc/soulstack/id_ed25519 --attr role=web --attr dc=fsn1`,
+		Example: `  soulctl soul add web1.example.com --address 192.0.2.10 --user deploy --key-ref credential:deploy-key --attr role=web --attr dc=fsn1`,
 		Args:    exactArgs("SID"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			m, err := keyValues("attr", attrs)
@@ -55,7 +55,7 @@ Attribute values are strings.`,
 	fs.StringVar(&in.Address, "address", "", "IP address or host name to connect to (required)")
 	fs.StringVar(&in.Connection.User, "user", "root", "SSH user; sudo is used when it is not root")
 	fs.IntVar(&in.Connection.Port, "port", 22, "SSH port")
-	fs.StringVar(&in.Connection.KeyRef, "key-ref", "", "reference to the SSH private key: env:NAME, file:/path or vault:<path>#<field>")
+	fs.StringVar(&in.Connection.KeyRef, "key-ref", "", "reference to the SSH private key: credential:NAME (soulctl credential put), or env:NAME, file:/path (where keeper.yml allows), vault:<path>#<field>")
 	fs.StringArrayVar(&attrs, "attr", nil, "attribute key=value (repeatable)")
 	fs.StringVar(&in.Project, "project", "", "the project it goes into (a keeper-wide token's choice; default: the default project, or the token's own)")
 	_ = cmd.MarkFlagRequired("address")
