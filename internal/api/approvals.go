@@ -167,28 +167,17 @@ func (s *Server) lineage(ctx context.Context, id string) (tokenLine, error) {
 // an orphan) and destroying orphans. Such a destroy goes through a run,
 // whose step the policy holds for another person's approval.
 func (s *Server) destroyHeld(ctx context.Context, project, provider string, vmIDs []string, what string) error {
-	text, err := s.store.ApprovalPolicy(ctx)
+	pol, hold, err := approval.Effective(ctx, s.store, s.approvalPolicy)
 	if err != nil {
 		return err
 	}
-	pol, err := approval.Parse("api-policy.cedar", text)
-	if err == nil {
-		pol, err = approval.Join(s.approvalPolicy, pol)
-	}
-	caller := principal(ctx)
-	var hold *approval.Hold
-	if err != nil {
-		hold = &approval.Hold{Policies: []string{"api-policy"}, Why: "the approval policy set through the API cannot be used (" + err.Error() + ")"}
-	} else {
+	if hold == nil {
+		caller := principal(ctx)
 		person := ""
 		if caller.Person != nil {
 			person = personSubject(*caller.Person)
 		}
-		ids := make([]any, len(vmIDs))
-		for i, id := range vmIDs {
-			ids[i] = id
-		}
-		params, _ := json.Marshal(map[string]any{"provider": provider, "vm_ids": ids})
+		params, _ := json.Marshal(map[string]any{"provider": provider, "vm_ids": vmIDs})
 		hold = pol.Check(approval.Request{Creator: caller.TokenID, Role: caller.Grant.Role, Person: person, Project: project,
 			Module: "core.cloud.destroyed", Step: what, Mode: "apply", Keeper: true, Targets: 1, Params: params})
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -70,6 +71,20 @@ func grantFor(caller auth.Principal, project string, b client.TokenCreate) (auth
 	return g, nil
 }
 
+// mintedExpiry is when a token the caller mints expires: when asked, but
+// no later than the caller's own token (which also revokes it with
+// itself, store.TokenRevoke), so that a person's access ends with theirs.
+func (s *Server) mintedExpiry(ctx context.Context, asked *time.Time) (*time.Time, error) {
+	minter, err := s.store.TokenGet(ctx, principal(ctx).TokenID)
+	if err != nil {
+		return nil, err
+	}
+	if minter.ExpiresAt != nil && (asked == nil || asked.After(*minter.ExpiresAt)) {
+		return minter.ExpiresAt, nil
+	}
+	return asked, nil
+}
+
 func (s *Server) registerTokens() {
 	tags := []string{"tokens"}
 	register(s, huma.Operation{
@@ -100,14 +115,8 @@ func (s *Server) registerTokens() {
 		if b.ExpiresAt != nil && !b.ExpiresAt.After(s.now()) {
 			return nil, invalid("token.expiry_past", "body.expires_at", "is not in the future")
 		}
-		// A minted token lives no longer than its minter (and is revoked
-		// with it, store.TokenRevoke): a person's access ends with theirs.
-		minter, err := s.store.TokenGet(ctx, principal(ctx).TokenID)
-		if err != nil {
+		if b.ExpiresAt, err = s.mintedExpiry(ctx, b.ExpiresAt); err != nil {
 			return nil, err
-		}
-		if minter.ExpiresAt != nil && (b.ExpiresAt == nil || b.ExpiresAt.After(*minter.ExpiresAt)) {
-			b.ExpiresAt = minter.ExpiresAt
 		}
 		plain, id, hash, err := auth.NewToken()
 		if err != nil {

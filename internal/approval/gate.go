@@ -71,16 +71,27 @@ func (g *Gate) now() time.Time {
 	return time.Now()
 }
 
-// policy is keeper.yml's policies with the API's; an API policy that no
-// longer parses holds every step (fails closed).
+// policy is keeper.yml's policies with the API's (Effective).
 func (g *Gate) policy(ctx context.Context) (Policy, *Hold, error) {
-	text, err := g.Store.ApprovalPolicy(ctx)
+	return Effective(ctx, g.Store, g.Config)
+}
+
+// PolicyReader reads the policy set through the API.
+type PolicyReader interface {
+	ApprovalPolicy(ctx context.Context) (string, error)
+}
+
+// Effective is the policies in force: config (keeper.yml's) with the one
+// set through the API, read now. An API policy that no longer parses, or
+// clashes with config, holds everything: the Hold says why (fails closed).
+func Effective(ctx context.Context, st PolicyReader, config Policy) (Policy, *Hold, error) {
+	text, err := st.ApprovalPolicy(ctx)
 	if err != nil {
 		return Policy{}, nil, err
 	}
 	api, err := Parse("api-policy.cedar", text)
 	if err == nil {
-		api, err = Join(g.Config, api)
+		api, err = Join(config, api)
 	}
 	if err != nil {
 		return Policy{}, &Hold{Policies: []string{"api-policy"}, Why: "the approval policy set through the API cannot be used (" + err.Error() + "), so it holds every step"}, nil

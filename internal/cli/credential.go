@@ -12,27 +12,37 @@ import (
 	"github.com/soulstack/soulstack/client"
 )
 
-// projectOf is the --project given, else the token's own project, else
-// the default project.
-func projectOf(ctx context.Context, c *client.Client, project string) (string, error) {
-	if project != "" {
-		return project, nil
-	}
-	w, err := c.Whoami(ctx)
-	switch {
-	case err != nil:
-		return "", err
-	case w.Project != "":
-		return w.Project, nil
-	}
-	return "default", nil
-}
-
 // credentialCommand manages a project's credentials registry: secrets its
 // providers and souls name as credential:NAME, stored sealed, never read
 // back.
 func (a *app) credentialCommand() *cobra.Command {
-	var project, fromFile string
+	var project string
+	cmd := group("credential", "Manage a project's secrets (credential:NAME references)",
+		a.credentialPutCommand(&project), a.credentialListCommand(&project), a.credentialDeleteCommand(&project))
+	cmd.PersistentFlags().StringVar(&project, "project", "", "the project whose registry it is (default: the token's project, else default)")
+	return cmd
+}
+
+// projectClient is the keeper's client and the project a credential
+// command acts in: --project, else the token's own project, else the
+// default project.
+func (a *app) projectClient(ctx context.Context, project string) (*client.Client, string, error) {
+	c, err := a.client()
+	if err != nil || project != "" {
+		return c, project, err
+	}
+	w, err := c.Whoami(ctx)
+	switch {
+	case err != nil:
+		return nil, "", err
+	case w.Project != "":
+		return c, w.Project, nil
+	}
+	return c, "default", nil
+}
+
+func (a *app) credentialPutCommand(project *string) *cobra.Command {
+	var fromFile string
 	put := &cobra.Command{
 		Use:   "put NAME",
 		Short: "Store a secret in a project's credentials registry",
@@ -45,25 +55,11 @@ credential.manage in the project.`,
   soulctl provider create hetzner --driver hcloud --project web --credentials-ref credential:hcloud`,
 		Args: exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
-			var b []byte
-			var err error
-			if fromFile != "" {
-				b, err = os.ReadFile(fromFile)
-			} else {
-				b, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 64<<10+1))
-			}
-			if err != nil {
-				return usageErrorf("read the secret: %v", err)
-			}
-			value := strings.TrimRight(string(b), "\r\n")
-			if value == "" {
-				return usageErrorf("the secret is empty: give --from-file or pipe it to standard input")
-			}
-			c, err := a.client()
+			value, err := readSecret(cmd.InOrStdin(), fromFile)
 			if err != nil {
 				return err
 			}
-			project, err := projectOf(cmd.Context(), c, project)
+			c, project, err := a.projectClient(cmd.Context(), *project)
 			if err != nil {
 				return err
 			}
@@ -75,16 +71,36 @@ credential.manage in the project.`,
 		}),
 	}
 	put.Flags().StringVar(&fromFile, "from-file", "", "read the secret from this file (default: standard input)")
-	list := &cobra.Command{
+	return put
+}
+
+// readSecret reads a secret from file, else from stdin (64 KiB at most),
+// without its trailing newlines; an empty one is a usage error.
+func readSecret(stdin io.Reader, file string) (string, error) {
+	var b []byte
+	var err error
+	if file != "" {
+		b, err = os.ReadFile(file)
+	} else {
+		b, err = io.ReadAll(io.LimitReader(stdin, 64<<10+1))
+	}
+	if err != nil {
+		return "", usageErrorf("read the secret: %v", err)
+	}
+	value := strings.TrimRight(string(b), "\r\n")
+	if value == "" {
+		return "", usageErrorf("the secret is empty: give --from-file or pipe it to standard input")
+	}
+	return value, nil
+}
+
+func (a *app) credentialListCommand(project *string) *cobra.Command {
+	return &cobra.Command{
 		Use:   "list",
 		Short: "List a project's credentials (names, never values)",
 		Args:  cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			project, err := projectOf(cmd.Context(), c, project)
+			c, project, err := a.projectClient(cmd.Context(), *project)
 			if err != nil {
 				return err
 			}
@@ -99,16 +115,15 @@ credential.manage in the project.`,
 			return p.print(l, t)
 		}),
 	}
-	del := &cobra.Command{
+}
+
+func (a *app) credentialDeleteCommand(project *string) *cobra.Command {
+	return &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a credential (what names it no longer resolves)",
 		Args:  exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			project, err := projectOf(cmd.Context(), c, project)
+			c, project, err := a.projectClient(cmd.Context(), *project)
 			if err != nil {
 				return err
 			}
@@ -118,7 +133,4 @@ credential.manage in the project.`,
 			return p.print(map[string]string{"deleted": args[0]}, text(fmt.Sprintf("credential %s deleted from project %s\n", args[0], project)))
 		}),
 	}
-	cmd := group("credential", "Manage a project's secrets (credential:NAME references)", put, list, del)
-	cmd.PersistentFlags().StringVar(&project, "project", "", "the project whose registry it is (default: the token's project, else default)")
-	return cmd
 }

@@ -105,6 +105,16 @@ type BackupManifest struct {
 	MAC string `json:"mac"`
 }
 
+// authenticate refuses an archive whose manifest does not carry the MAC
+// the backup's data key gives it (restore.tampered).
+func authenticate(file string, sealer *secret.Sealer, m BackupManifest) error {
+	want, err := manifestMAC(sealer, m)
+	if err != nil || !hmac.Equal([]byte(want), []byte(m.MAC)) {
+		return backupErr(CodeRestoreTampered, "%s was changed after it was made: its manifest does not carry the MAC the backup's data key gives it; nothing was restored", file)
+	}
+	return nil
+}
+
 // manifestMAC is the MAC of m (its MAC field left out) under sealer's
 // data key.
 func manifestMAC(sealer *secret.Sealer, m BackupManifest) (string, error) {
@@ -570,18 +580,14 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 	if err != nil {
 		return res, err
 	}
-	macSealer, err := secret.NewSealer(key)
+	sealer, err := secret.NewSealer(key)
 	if err != nil {
 		return res, err
 	}
-	if want, err := manifestMAC(macSealer, m); err != nil || !hmac.Equal([]byte(want), []byte(m.MAC)) {
-		return res, backupErr(CodeRestoreTampered, "%s was changed after it was made: its manifest does not carry the MAC the backup's data key gives it; nothing was restored", file)
+	if err := authenticate(file, sealer, m); err != nil {
+		return res, err
 	}
 	akey, err := auditKeyFor(ctx, c, key)
-	if err != nil {
-		return res, err
-	}
-	sealer, err := secret.NewSealer(key)
 	if err != nil {
 		return res, err
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -84,13 +83,7 @@ func TestProjectAdminIsNotKeeperAdmin(t *testing.T) {
 	evil := newAttacker(t)
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-hcloud"), "../../cmd/soul-cloud-hcloud").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-hcloud: %v\n%s", err, out)
-	}
+	buildDriver(t, filepath.Join(data, "plugins"), "hcloud")
 	creds := filepath.Join(dir, "creds")
 	if err := os.MkdirAll(creds, 0o700); err != nil {
 		t.Fatal(err)

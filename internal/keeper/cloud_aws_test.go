@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -32,13 +31,7 @@ func TestAWSCloudEndToEnd(t *testing.T) {
 
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-aws"), "../../cmd/soul-cloud-aws").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-aws: %v\n%s", err, out)
-	}
+	buildDriver(t, filepath.Join(data, "plugins"), "aws")
 	credPath := filepath.Join(dir, "aws.json")
 	if err := os.WriteFile(credPath, []byte(`{"access_key_id": "AKIAE2ETEST000000001", "secret_access_key": "`+secret+`"}`), 0o600); err != nil {
 		t.Fatal(err)

@@ -25,14 +25,19 @@ func requireLocalVMs(t *testing.T) {
 }
 
 // buildLocalDriver builds soul-cloud-local into dir.
-func buildLocalDriver(t *testing.T, dir string) {
+func buildLocalDriver(t *testing.T, dir string) { buildDriver(t, dir, "local") }
+
+// buildDriver builds the real soul-cloud-<driver> plugin into the plugin
+// dir dir.
+func buildDriver(t *testing.T, dir, driver string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "soul-cloud-local"), "../../cmd/soul-cloud-local").CombinedOutput()
+	name := "soul-cloud-" + driver
+	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "../../cmd/"+name).CombinedOutput()
 	if err != nil {
-		t.Fatalf("build soul-cloud-local: %v\n%s", err, out)
+		t.Fatalf("build %s: %v\n%s", name, err, out)
 	}
 }
 

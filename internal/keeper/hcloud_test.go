@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,13 +97,7 @@ func hcloudKeeper(t *testing.T, token, cfg string) (*proc, *client.Client, *hclo
 	t.Cleanup(fake.Close)
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-hcloud"), "../../cmd/soul-cloud-hcloud").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-hcloud: %v\n%s", err, out)
-	}
+	buildDriver(t, filepath.Join(data, "plugins"), "hcloud")
 	tokenFile := filepath.Join(dir, "hcloud.token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)

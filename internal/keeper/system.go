@@ -335,22 +335,58 @@ func (s *System) buildRuns(ctx context.Context) error {
 		return err
 	}
 	s.buildNotifier(c)
-	provisioned, err := module.Provision(settings.services(c, notifyingRegistry{Registry: s.Store, n: s.Notifier}, s.DeploymentID, plugins.Driver, s.secrets))
+	provisioned, err := s.provisionModules(settings)
 	if err != nil {
 		return err
 	}
-	// core.file.present remembers the files runs wrote from secrets.
+	exec, err := s.executor(sshKey, files, provisioned)
+	if err != nil {
+		return err
+	}
+	s.Runs, err = runner.New(ctx, runner.Config{
+		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
+		Lease:   runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
+		Workers: c.Runs.Workers,
+		// The API is built after the runner and before it starts: drift
+		// checks finish through it.
+		Finished: s.runFinished,
+		Periodic: s.periodic(c),
+		Register: func(w *river.Workers) { river.AddWorker(w, s.Notifier.Worker()) },
+	})
+	if err != nil {
+		return err
+	}
+	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, credentials: s.secrets.Provider}
+	return nil
+}
+
+// provisionModules provisions the modules that need the keeper's
+// services: the cloud states, and core.file.present, which remembers the
+// files runs wrote from secrets.
+func (s *System) provisionModules(settings *cloudSettings) (map[module.ID]module.Module, error) {
+	provisioned, err := module.Provision(settings.services(s.Config, notifyingRegistry{Registry: s.Store, n: s.Notifier}, s.DeploymentID, s.Plugins.Driver, s.secrets))
+	if err != nil {
+		return nil, err
+	}
 	fileMods, err := module.Provision(file.Services{SecretFiles: s.Store})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	maps.Copy(provisioned, fileMods)
+	return provisioned, nil
+}
+
+// executor is the engine the runner executes runs with: the approval gate
+// over keeper.yml's policies, the project's SSH keys and key_refs from
+// projectSecrets, the provisioned modules.
+func (s *System) executor(sshKey []byte, files string, provisioned map[module.ID]module.Module) (*engine.Executor, error) {
+	c := s.Config
 	policy, err := c.Approvals.Parsed()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.approvals = policy
-	exec := &engine.Executor{
+	return &engine.Executor{
 		Approvals: &approval.Gate{Store: s.Store, Config: policy, ExpiresIn: c.Approvals.ExpiresIn.Std(), Now: s.Clock.Now},
 		Store:     s.Store,
 		Load:      loadPlan,
@@ -371,22 +407,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Authorizer: auth.Checker{Tokens: s.Store, Now: s.Clock.Now},
 		Clock:      s.Clock,
 		Limits:     engine.OutputLimits{Target: c.Runs.MaxTargetOutputBytes, Run: c.Runs.MaxOutputBytes},
-	}
-	s.Runs, err = runner.New(ctx, runner.Config{
-		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
-		Lease:   runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
-		Workers: c.Runs.Workers,
-		// The API is built after the runner and before it starts: drift
-		// checks finish through it.
-		Finished: s.runFinished,
-		Periodic: s.periodic(c),
-		Register: func(w *river.Workers) { river.AddWorker(w, s.Notifier.Worker()) },
-	})
-	if err != nil {
-		return err
-	}
-	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, credentials: s.secrets.Provider}
-	return nil
+	}, nil
 }
 
 // oidcConfig is keeper.yml's oidc section for the API, its client secret
