@@ -24,7 +24,10 @@ import (
 	"github.com/soulstack/soulstack/internal/approval"
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/drift"
+	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/seeding"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/tracing"
 )
@@ -34,20 +37,20 @@ const MaxBodyBytes = 1 << 20
 
 // Config is what the API needs from the keeper.
 type Config struct {
-	Store  store.Store
-	Logger *slog.Logger
-	// Notify, when set, sends an outgoing notification (soul.drifted,
-	// soul.in_sync) about an object of project; the keeper's webhook
-	// notifier.
-	Notify  func(ctx context.Context, project, event, object string, data any)
+	Store   store.Store
+	Logger  *slog.Logger
 	Version string
 	Now     func() time.Time // nil: time.Now
 	// Runs and Check enable the run routes; without them the keeper
 	// serves the registries only.
 	Runs  RunService
-	Check ScenarioChecker
+	Check runner.Checker
 	// Cloud enables the orphan routes.
 	Cloud CloudService
+	// Seeds runs souls' seeds (on join, on request); nil: neither.
+	Seeds *seeding.Service
+	// Drift enables the drift routes and the drift gauge.
+	Drift *drift.Service
 	// AuthFailureBurst failed authentications in a row from one client
 	// address, then one more per AuthFailureInterval; over that the API
 	// answers 429 auth.rate_limited. Zero: 10 and 1 s.
@@ -64,12 +67,10 @@ type Config struct {
 	Join *JoinConfig
 	// OIDC enables sign-in with an OpenID Connect provider (oidc.go).
 	OIDC *OIDCConfig
-	// ApprovalConfig is keeper.yml's approval policy text, shown beside
-	// the one set through the API; ApprovalPolicy is keeper.yml's policies
-	// parsed (its policy_file's too), which the API's own checks join
-	// with the one set through it.
-	ApprovalConfig string
-	ApprovalPolicy approval.Policy
+	// Approvals decides on held steps and keeps the API's approval
+	// policy beside keeper.yml's; nil: a service with no keeper.yml
+	// policies.
+	Approvals *approval.Service
 	// References says which credentials references a caller may write
 	// and which provider endpoints keeper.yml allows; the zero value lets
 	// keeper admins write any reference and no provider name an endpoint.
@@ -96,30 +97,30 @@ type References struct {
 
 // Server is the Operator API as an http.Handler.
 type Server struct {
-	oidc           *oidcFlow // nil: no OIDC sign-in
-	store          store.Store
-	log            *slog.Logger
-	now            func() time.Time
-	authn          *auth.Authenticator
-	mux            *http.ServeMux
-	api            huma.API
-	metrics        *metrics
-	runs           RunService
-	check          ScenarioChecker
-	notify         func(ctx context.Context, project, event, object string, data any)
-	cloud          CloudService
-	approvalConfig string
-	limiter        *authLimiter
-	audit          func(context.Context) (audit.Report, error) // Config.VerifyAudit
+	oidc    *oidcFlow // nil: no OIDC sign-in
+	store   store.Store
+	log     *slog.Logger
+	now     func() time.Time
+	authn   *auth.Authenticator
+	mux     *http.ServeMux
+	api     huma.API
+	metrics *metrics
+	runs    RunService
+	check   runner.Checker
+	cloud   CloudService
+	seeds   *seeding.Service
+	drift   *drift.Service
+	limiter *authLimiter
+	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
 	// keyConflicts limits re-run key conflicts per token.
 	keyConflicts *keyConflicts
 	// readiness caches /readyz's database ping.
-	readiness      *readiness
-	join           *joinState // Config.Join
-	approvalPolicy approval.Policy
-	refs           References
-	seal           func([]byte) string
-	projectKey     func(ctx context.Context, project string) (string, error)
+	readiness  *readiness
+	join       *joinState // Config.Join
+	approvals  *approval.Service
+	refs       References
+	seal       func([]byte) string
+	projectKey func(ctx context.Context, project string) (string, error)
 }
 
 // New builds the API over cfg.Store.
@@ -180,24 +181,27 @@ func newServer(cfg Config, agent bool) *Server {
 	if cfg.AuthFailureInterval <= 0 {
 		cfg.AuthFailureInterval = time.Second
 	}
+	if cfg.Approvals == nil && cfg.Store != nil {
+		cfg.Approvals = approval.NewService(cfg.Store, approval.Policy{}, "")
+	}
 	s := &Server{
-		store:          cfg.Store,
-		log:            cfg.Logger,
-		now:            cfg.Now,
-		authn:          auth.NewAuthenticator(cfg.Store, cfg.Now),
-		mux:            http.NewServeMux(),
-		runs:           cfg.Runs,
-		check:          cfg.Check,
-		notify:         cfg.Notify,
-		cloud:          cfg.Cloud,
-		approvalConfig: cfg.ApprovalConfig,
-		approvalPolicy: cfg.ApprovalPolicy,
-		refs:           cfg.References,
-		seal:           cfg.Seal,
-		projectKey:     cfg.ProjectKey,
-		limiter:        newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
-		audit:          cfg.VerifyAudit,
-		oidc:           newOIDCFlow(cfg.OIDC),
+		store:      cfg.Store,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		authn:      auth.NewAuthenticator(cfg.Store, cfg.Now),
+		mux:        http.NewServeMux(),
+		runs:       cfg.Runs,
+		check:      cfg.Check,
+		cloud:      cfg.Cloud,
+		seeds:      cfg.Seeds,
+		drift:      cfg.Drift,
+		approvals:  cfg.Approvals,
+		refs:       cfg.References,
+		seal:       cfg.Seal,
+		projectKey: cfg.ProjectKey,
+		limiter:    newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
+		audit:      cfg.VerifyAudit,
+		oidc:       newOIDCFlow(cfg.OIDC),
 
 		keyConflicts: newKeyConflicts(),
 		readiness:    &readiness{},
@@ -228,7 +232,9 @@ func newServer(cfg Config, agent bool) *Server {
 	}
 	s.api = humago.New(s.mux, hc)
 	s.metrics = newMetrics()
-	s.metrics.registry.MustRegister(driftCollector{s})
+	if s.drift != nil {
+		s.metrics.registry.MustRegister(s.drift.Collector())
+	}
 	s.api.UseMiddleware(s.observe)
 	return s
 }

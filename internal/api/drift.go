@@ -1,312 +1,26 @@
 package api
 
+// The drift routes: a thin skin over the drift service (internal/drift),
+// which starts checks, judges them and keeps the souls' drift.
+
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/danielgtaylor/huma/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
-	"github.com/soulstack/soulstack/internal/runner"
+	"github.com/soulstack/soulstack/internal/drift"
 	"github.com/soulstack/soulstack/internal/store"
 )
-
-// Drift: a soul's seeds are what it should carry. A drift check runs each
-// active seed of a soul as a check run (as its creator, whose permissions
-// are checked again then, as for the seed's own run) and, when that run
-// finishes (DriftFinished), records per soul and seed what it found.
-
-// driftKeyPrefix starts the key of a drift check run:
-// drift:<sid>:<seed id>:<nonce>.
-const driftKeyPrefix = "drift:"
-
-// maxAckFor bounds an acknowledgement.
-const maxAckFor = 90 * 24 * time.Hour
-
-// driftRank orders states from best to worst: a soul shows its seeds'
-// worst.
-var driftRank = map[string]int{store.DriftInSync: 0, store.DriftChecking: 1, store.DriftUnknown: 2, store.DriftUnreachable: 3, store.DriftDrifted: 4}
-
-// DriftCheck starts a check run of every active seed of the souls sids
-// (all souls with seeds when all is set) and returns them.
-func (s *Server) DriftCheck(ctx context.Context, sids []string, all bool, label *store.Label) (client.DriftCheckStarted, error) {
-	return s.driftCheck(ctx, sids, all, label, nil)
-}
-
-// driftCheck is DriftCheck for the seeds keep accepts (all when nil).
-func (s *Server) driftCheck(ctx context.Context, sids []string, all bool, label *store.Label, keep func(store.SoulSeed) bool) (client.DriftCheckStarted, error) {
-	out := client.DriftCheckStarted{Checks: []client.DriftCheckRun{}, Skipped: []client.DriftSkipped{}}
-	if all || label != nil {
-		after := ""
-		for {
-			page, err := s.store.SoulSearch(ctx, store.SoulListParams{ListParams: store.ListParams{After: after, Limit: 500, Project: scopeOf(ctx)}, Label: label})
-			if err != nil {
-				return out, err
-			}
-			for _, so := range page {
-				sids = append(sids, so.SID)
-			}
-			if len(page) < 500 {
-				break
-			}
-			after = page[len(page)-1].SID
-		}
-	}
-	for _, sid := range sids {
-		so, err := s.soulOf(ctx, sid)
-		if err != nil {
-			return out, err
-		}
-		if so.Status == store.SoulDestroyed {
-			continue
-		}
-		seeds, err := s.store.Seeds(ctx, sid)
-		if err != nil {
-			return out, err
-		}
-		for _, sd := range seeds {
-			if sd.Status != store.SeedActive || keep != nil && !keep(sd) {
-				continue
-			}
-			key := fmt.Sprintf("%s%s:%d:%d", driftKeyPrefix, sid, sd.ID, s.now().UnixNano())
-			run, err := s.submitSeedAs(ctx, sd, client.RunCheck, key)
-			if err != nil {
-				out.Skipped = append(out.Skipped, client.DriftSkipped{SID: sid, SeedID: sd.ID, Reason: err.Error()})
-				continue
-			}
-			if err := s.store.DriftStart(ctx, sid, sd.ID, run.ID); err != nil {
-				return out, err
-			}
-			out.Checks = append(out.Checks, client.DriftCheckRun{SID: sid, SeedID: sd.ID, RunID: run.ID})
-		}
-	}
-	return out, nil
-}
-
-// DriftSweep checks every seed without a schedule of its own: the
-// keeper-wide periodic drift check (drift.every).
-func (s *Server) DriftSweep(ctx context.Context) error {
-	started, err := s.driftCheck(ctx, nil, true, nil, func(sd store.SoulSeed) bool { return sd.DriftEvery == 0 })
-	s.log.Info("drift sweep", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
-	return err
-}
-
-// DriftDue checks the seeds with a schedule of their own that are due.
-func (s *Server) DriftDue(ctx context.Context) error {
-	due, err := s.store.DriftDue(ctx, s.now())
-	if err != nil || len(due) == 0 {
-		return err
-	}
-	want := map[string]map[int64]bool{}
-	var sids []string
-	for _, sd := range due {
-		if want[sd.SID] == nil {
-			want[sd.SID] = map[int64]bool{}
-			sids = append(sids, sd.SID)
-		}
-		want[sd.SID][sd.ID] = true
-	}
-	started, err := s.driftCheck(ctx, sids, false, nil, func(sd store.SoulSeed) bool { return want[sd.SID][sd.ID] })
-	s.log.Info("drift checks due", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
-	return err
-}
-
-// parseDriftKey reads a drift check run's key.
-func parseDriftKey(key string) (sid string, seedID int64, ok bool) {
-	rest, ok := strings.CutPrefix(key, driftKeyPrefix)
-	if !ok {
-		return "", 0, false
-	}
-	parts := strings.Split(rest, ":")
-	if len(parts) != 3 {
-		return "", 0, false
-	}
-	id, err := strconv.ParseInt(parts[1], 10, 64)
-	return parts[0], id, err == nil
-}
-
-// DriftFinished records what a finished drift check run found; other runs
-// are ignored. The runner calls it once a run has finished.
-func (s *Server) DriftFinished(ctx context.Context, run store.Run) {
-	sid, seedID, ok := parseDriftKey(run.Key)
-	if !ok || run.Mode != string(client.RunCheck) {
-		return
-	}
-	d, err := s.driftOf(ctx, run, sid, seedID)
-	before := ""
-	if err == nil {
-		before, err = s.store.DriftRecord(ctx, store.DriftRecordParams{Drift: d, Actor: store.Actor(run.CreatedBy)})
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		// Not the check the seed waits for: a later one was started, or
-		// the drift service never started this run (a key is no proof).
-		s.log.Info("drift check run not recorded", "sid", sid, "seed", seedID, "run", run.ID, "reason", err)
-		return
-	}
-	if err != nil {
-		s.log.Error("record drift", "sid", sid, "seed", seedID, "run", run.ID, "err", err)
-		return
-	}
-	if d.State == store.DriftDrifted && before != store.DriftDrifted {
-		s.remediate(ctx, run, sid, seedID)
-	}
-	if s.notify != nil && d.State != before {
-		data := map[string]any{"sid": sid, "seed_id": seedID, "state": d.State, "from": before, "kind": d.Kind, "reason": d.Reason, "run_id": run.ID}
-		switch {
-		case d.State == store.DriftDrifted:
-			s.notify(ctx, run.Project, "soul.drifted", "soul/"+sid, data)
-		case d.State == store.DriftInSync && before != store.DriftChecking:
-			s.notify(ctx, run.Project, "soul.in_sync", "soul/"+sid, data)
-		}
-	}
-}
-
-// remediate starts, for a seed with remediate: auto that a check found
-// drifted at the start of a drift episode (it was not drifted before), an
-// apply run of the seed as its creator — once per episode: its key is the
-// check run's, and a seed that stays drifted is not applied again.
-func (s *Server) remediate(ctx context.Context, check store.Run, sid string, seedID int64) {
-	seeds, err := s.store.Seeds(ctx, sid)
-	if err != nil {
-		s.log.Error("remediate drift", "sid", sid, "seed", seedID, "err", err)
-		return
-	}
-	for _, sd := range seeds {
-		if sd.ID != seedID || sd.Remediate != store.SeedRemediateAuto || sd.Status != store.SeedActive {
-			continue
-		}
-		run, err := s.submitSeedAs(ctx, sd, client.RunApply, "remediate:"+check.ID)
-		if err == nil {
-			err = s.store.DriftRemediated(ctx, sid, seedID, check.ID, run.ID, store.Actor(sd.CreatedBy))
-		}
-		if err != nil {
-			s.log.Error("remediate drift", "sid", sid, "seed", seedID, "check_run", check.ID, "err", err)
-		}
-	}
-}
-
-// driftOf judges a finished check run of a seed on sid: unreachable when
-// the soul could not be reached, drifted when a target would change,
-// unknown when one is unknown or the check failed, in sync otherwise.
-func (s *Server) driftOf(ctx context.Context, run store.Run, sid string, seedID int64) (store.SoulDrift, error) {
-	d := store.SoulDrift{SID: sid, SeedID: seedID, RunID: run.ID, CheckedAt: run.FinishedAt}
-	steps, targets, err := s.store.RunSteps(ctx, run.ID)
-	if err != nil {
-		return d, err
-	}
-	names := map[int]string{}
-	for _, st := range steps {
-		names[st.Index] = st.Name
-		if st.Status == string(client.StepUnknown) && d.State == "" {
-			d.State, d.Reason = store.DriftUnknown, "step "+st.Name+": its hosts are known only after an apply"
-		}
-	}
-	var would, unknown, unreachable, failed []string
-	for _, t := range targets {
-		where := names[t.StepIndex]
-		switch client.TargetStatus(t.Status) {
-		case client.TargetWouldChange:
-			would = append(would, where)
-		case client.TargetUnknown:
-			unknown = append(unknown, where+": "+t.Unknown)
-		case client.TargetUnreachable:
-			unreachable = append(unreachable, where+": "+t.ErrorCode+": "+t.ErrorMsg)
-		case client.TargetFailed:
-			failed = append(failed, where+": "+t.ErrorCode+": "+t.ErrorMsg)
-		}
-	}
-	switch {
-	case len(unreachable) > 0:
-		d.State, d.Reason = store.DriftUnreachable, unreachable[0]
-	case len(would) > 0:
-		d.State, d.Reason = store.DriftDrifted, "would change: "+strings.Join(would, ", ")
-		d.Kind = store.DriftPending
-		applied, err := s.store.RunByKey(ctx, run.CreatedBy, SeedRunKey(sid, seedID))
-		if err == nil && applied.Phase == store.PhaseSucceeded {
-			d.Kind = store.DriftCorrective
-		} else if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return d, err
-		}
-	case len(failed) > 0 || run.Phase != store.PhaseSucceeded:
-		why := run.ErrorCode + ": " + run.ErrorMsg
-		if len(failed) > 0 {
-			why = failed[0]
-		}
-		d.State, d.Reason = store.DriftUnknown, "the check failed: "+why
-	case len(unknown) > 0:
-		d.State, d.Reason = store.DriftUnknown, unknown[0]
-	case d.State == "":
-		d.State = store.DriftInSync
-	}
-	if len(d.Reason) > 1000 {
-		d.Reason = d.Reason[:1000] + "…"
-	}
-	return d, nil
-}
-
-// driftWire groups the seeds' drift by soul.
-func driftWire(ds []store.SoulDrift, now time.Time) []client.SoulDrift {
-	out := []client.SoulDrift{}
-	for _, d := range ds {
-		if len(out) == 0 || out[len(out)-1].SID != d.SID {
-			out = append(out, client.SoulDrift{SID: d.SID, State: store.DriftInSync, Acknowledged: true, Seeds: []client.SeedDrift{}})
-		}
-		so := &out[len(out)-1]
-		sd := client.SeedDrift{SeedID: d.SeedID, State: d.State, Kind: d.Kind, RunID: d.RunID, Reason: d.Reason, CheckedAt: d.CheckedAt,
-			ChangedAt: d.ChangedAt, Acknowledged: d.Acknowledged(now), AckReason: d.AckReason, AckBy: d.AckBy, RemediationRunID: d.RemediationRunID}
-		if sd.Acknowledged {
-			sd.AckUntil = d.AckUntil
-		}
-		so.Seeds = append(so.Seeds, sd)
-		if driftRank[d.State] > driftRank[so.State] {
-			so.State = d.State
-		}
-		if d.State == store.DriftDrifted && !sd.Acknowledged {
-			so.Acknowledged = false
-		}
-	}
-	for i := range out {
-		if out[i].State != store.DriftDrifted {
-			out[i].Acknowledged = false
-		}
-	}
-	return out
-}
-
-// parseAckUntil reads an acknowledgement's end: a time (RFC 3339) in the
-// future, or a Go duration or a number of days (7d) from now.
-func parseAckUntil(s string, now time.Time) (time.Time, error) {
-	if t, err := time.Parse(time.RFC3339, s); err == nil {
-		if !t.After(now) {
-			return time.Time{}, fmt.Errorf("%s has passed", s)
-		}
-		return t, nil
-	}
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		if err != nil || n <= 0 {
-			return time.Time{}, fmt.Errorf("%q is not a number of days", s)
-		}
-		return now.Add(time.Duration(n) * 24 * time.Hour), nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d <= 0 {
-		return time.Time{}, fmt.Errorf("%q is not a time (RFC 3339) or a duration such as 12h or 7d", s)
-	}
-	return now.Add(d), nil
-}
 
 var driftTags = []string{"drift"}
 
 func (s *Server) registerDrift() {
-	if s.runs == nil || s.check == nil {
+	if s.drift == nil {
 		return
 	}
 	register(s, huma.Operation{
@@ -331,7 +45,7 @@ func (s *Server) registerDrift() {
 		if len(b.SIDs) == 0 && !b.All && label == nil {
 			return nil, invalid("drift.target_missing", "body", "name souls (sids), a label, or all")
 		}
-		started, err := s.DriftCheck(ctx, b.SIDs, b.All, label)
+		started, err := s.drift.Check(ctx, drift.Target{SIDs: b.SIDs, All: b.All, Label: label, Project: scopeOf(ctx)})
 		if err != nil {
 			return nil, err
 		}
@@ -353,18 +67,9 @@ func (s *Server) registerDrift() {
 		if limit == 0 {
 			limit = 100
 		}
-		ds, err := s.store.DriftList(ctx, store.DriftListParams{State: in.State, SID: in.SID, After: in.After, Limit: limit, Project: scopeOf(ctx)})
+		out, err := s.drift.Report(ctx, drift.ReportParams{State: in.State, SID: in.SID, After: in.After, Limit: limit, Project: scopeOf(ctx)})
 		if err != nil {
 			return nil, err
-		}
-		items := driftWire(ds, s.now())
-		counts, _, err := s.driftSoulCounts(ctx, scopeOf(ctx))
-		if err != nil {
-			return nil, err
-		}
-		out := client.DriftReport{Counts: counts, Items: items}
-		if len(items) == limit {
-			out.Next = items[len(items)-1].SID
 		}
 		return &struct{ Body client.DriftReport }{Body: out}, nil
 	})
@@ -377,121 +82,16 @@ func (s *Server) registerDrift() {
 		Errors: []int{http.StatusNotFound},
 	}, auth.DriftAck, false, func(ctx context.Context, in *struct{ Body client.DriftAck }) (*struct{ Body client.SoulDrift }, error) {
 		b := in.Body
-		until, err := parseAckUntil(b.Until, s.now())
-		if err != nil {
-			return nil, invalid("drift.ack_invalid", "body.until", "%v", err)
+		out, err := s.drift.Ack(ctx, drift.AckParams{SID: b.SID, SeedID: b.SeedID, Until: b.Until, Reason: b.Reason, Project: scopeOf(ctx), Actor: principal(ctx).Actor()})
+		var bad *drift.AckUntilError
+		if errors.As(err, &bad) {
+			return nil, invalid("drift.ack_invalid", "body.until", "%s", bad.Reason)
 		}
-		if until.Sub(s.now()) > maxAckFor {
-			return nil, invalid("drift.ack_invalid", "body.until", "%s is more than 90 days ahead", b.Until)
-		}
-		if so, err := s.store.SoulGet(ctx, b.SID); err == nil && !sees(ctx, so.Project, nil) {
-			return nil, &store.Error{Err: store.ErrNotFound, Kind: "drift", Key: b.SID}
-		}
-		if _, err := s.store.DriftAck(ctx, store.DriftAckParams{SID: b.SID, SeedID: b.SeedID, Until: until, Reason: b.Reason,
-			Actor: principal(ctx).Actor()}); err != nil {
-			return nil, err
-		}
-		ds, err := s.store.DriftList(ctx, store.DriftListParams{SID: b.SID, Limit: 1})
 		if err != nil {
 			return nil, err
 		}
-		items := driftWire(ds, s.now())
-		if len(items) == 0 || items[0].SID != b.SID {
-			return nil, &store.Error{Err: store.ErrNotFound, Kind: "drift", Key: b.SID}
-		}
-		return &struct{ Body client.SoulDrift }{Body: items[0]}, nil
+		return &struct{ Body client.SoulDrift }{Body: out}, nil
 	})
-}
-
-// driftSoulCounts counts the souls of project (every project's for "")
-// by their seeds' worst state, and how many of the drifted ones are
-// acknowledged.
-func (s *Server) driftSoulCounts(ctx context.Context, project string) (map[string]int, int, error) {
-	counts, acked := map[string]int{}, 0
-	after := ""
-	for {
-		ds, err := s.store.DriftList(ctx, store.DriftListParams{After: after, Limit: 500, Project: project})
-		if err != nil {
-			return nil, 0, err
-		}
-		souls := driftWire(ds, s.now())
-		for _, so := range souls {
-			counts[so.State]++
-			if so.Acknowledged {
-				acked++
-			}
-		}
-		if len(souls) < 500 {
-			return counts, acked, nil
-		}
-		after = souls[len(souls)-1].SID
-	}
-}
-
-// submitSeedAs submits a seed's run in mode with key, as its creator.
-func (s *Server) submitSeedAs(ctx context.Context, sd store.SoulSeed, mode client.RunMode, key string) (store.Run, error) {
-	input, err := seedInput(sd.Input, sd.SID)
-	if err != nil {
-		return store.Run{}, fmt.Errorf("seed %d input: %w", sd.ID, err)
-	}
-	// The creator must still be allowed to start runs: a revoked or
-	// expired token's seeds do not run, nor are they checked.
-	if err := (auth.Checker{Tokens: s.store, Now: s.now}).Authorize(ctx, sd.CreatedBy, auth.RunCreate); err != nil {
-		return store.Run{}, fmt.Errorf("seed %d: its creator %w", sd.ID, err)
-	}
-	// A seed's run acts in its soul's project.
-	so, err := s.store.SoulGet(ctx, sd.SID)
-	if err != nil {
-		return store.Run{}, fmt.Errorf("seed %d: %w", sd.ID, err)
-	}
-	checked, problems := s.check(so.Project, fmt.Sprintf("seed-%d.yaml", sd.ID), sd.Scenario, input)
-	if len(problems) > 0 {
-		return store.Run{}, fmt.Errorf("seed %d: %s: %s", sd.ID, problems[0].Location, problems[0].Message)
-	}
-	run, _, err := s.runs.Submit(ctx, runner.SubmitParams{
-		Name: checked.Name, Scenario: sd.Scenario, Input: checked.Input, Secret: checked.Secret,
-		Key: key, Actor: store.Actor(sd.CreatedBy), Mode: mode, Project: so.Project,
-	})
-	return run, err
-}
-
-// driftDesc is the drift gauge: each project's souls by their seeds'
-// worst state.
-var driftDesc = prometheus.NewDesc("soulstack_souls_drift",
-	"Souls by project and drift state (their seeds' worst; acknowledged drift counts as drifted_acknowledged).", []string{"project", "state"}, nil)
-
-// driftCollector reads the drift counts at each scrape, bounded in time.
-type driftCollector struct{ s *Server }
-
-func (c driftCollector) Describe(ch chan<- *prometheus.Desc) { ch <- driftDesc }
-
-func (c driftCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	after := ""
-	for {
-		projects, err := c.s.store.ProjectList(ctx, store.ListParams{Limit: 500, After: after})
-		if err != nil {
-			c.s.log.Warn("drift metrics", "err", err)
-			return
-		}
-		for _, p := range projects {
-			counts, acked, err := c.s.driftSoulCounts(ctx, p.Name)
-			if err != nil {
-				c.s.log.Warn("drift metrics", "project", p.Name, "err", err)
-				return
-			}
-			counts[store.DriftDrifted] -= acked
-			counts["drifted_acknowledged"] = acked
-			for _, st := range []string{store.DriftInSync, store.DriftDrifted, "drifted_acknowledged", store.DriftUnknown, store.DriftUnreachable, store.DriftChecking} {
-				ch <- prometheus.MustNewConstMetric(driftDesc, prometheus.GaugeValue, float64(counts[st]), p.Name, st)
-			}
-		}
-		if len(projects) < 500 {
-			return
-		}
-		after = projects[len(projects)-1].Name
-	}
 }
 
 func (s *Server) registerDeliveries() {

@@ -6,7 +6,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -255,7 +254,9 @@ func (s *Server) doJoin(ctx context.Context, b client.JoinRequest) (*joinOutput,
 	if err != nil {
 		return nil, err
 	}
-	s.startSeeds(ctx, so)
+	if s.seeds != nil {
+		s.seeds.Joined(ctx, so.SID)
+	}
 	return &joinOutput{Body: s.joinAnswer(ctx, b.SID, cert)}, nil
 }
 
@@ -308,51 +309,6 @@ func (s *Server) doRenew(ctx context.Context, b client.RenewRequest) (*joinOutpu
 		return nil, err
 	}
 	return &joinOutput{Body: s.joinAnswer(ctx, sid, cert)}, nil
-}
-
-// startSeeds starts one run per active seed of a soul that just joined,
-// created by the seed's creator, keyed by soul and seed so that a second
-// join (or a second keeper) does not run a seed twice. Failures are
-// logged: the join itself stands.
-func (s *Server) startSeeds(ctx context.Context, so store.Soul) {
-	if s.runs == nil || s.check == nil {
-		return
-	}
-	seeds, err := s.store.Seeds(ctx, so.SID)
-	if err != nil {
-		s.log.Error("list seeds of a joined soul", "sid", so.SID, "err", err)
-		return
-	}
-	for _, sd := range seeds {
-		if sd.Status != store.SeedActive {
-			continue
-		}
-		if _, err := s.submitSeed(context.WithoutCancel(ctx), sd); err != nil {
-			s.log.Error("start seed run", "sid", so.SID, "seed", sd.ID, "err", err)
-		}
-	}
-}
-
-// SeedRunKey is the re-run key of a seed's run: one run per soul and seed.
-func SeedRunKey(sid string, seedID int64) string { return fmt.Sprintf("seed:%s:%d", sid, seedID) }
-
-// seedInput is a seed's input with the soul's SID as input.sid.
-func seedInput(raw json.RawMessage, sid string) (map[string]any, error) {
-	in := map[string]any{}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &in); err != nil {
-			return nil, err
-		}
-		if in == nil {
-			in = map[string]any{}
-		}
-	}
-	in["sid"] = sid
-	return in, nil
-}
-
-func (s *Server) submitSeed(ctx context.Context, sd store.SoulSeed) (store.Run, error) {
-	return s.submitSeedAs(ctx, sd, client.RunApply, SeedRunKey(sd.SID, sd.ID))
 }
 
 // serveAgentBinary serves the soul binary with its SHA-256 in

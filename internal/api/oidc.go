@@ -494,7 +494,7 @@ func (s *Server) projectRolesIn(bindings []store.Binding, person store.Person, g
 			grant(project, byGroup[g])
 		}
 	}
-	me := personSubject(person)
+	me := person.Key()
 	for _, b := range bindings {
 		if b.Kind == store.BindPerson && b.Subject == me || b.Kind == store.BindGroup && slices.Contains(groups, b.Subject) {
 			grant(b.Project, b.Role)
@@ -579,9 +579,6 @@ func (s *Server) WithdrawLapsedAccess(ctx context.Context, project string, actor
 		after = page[len(page)-1].ID
 	}
 }
-
-// personSubject is how a binding names a person: issuer and subject.
-func personSubject(p store.Person) string { return p.Issuer + " " + p.Subject }
 
 // accessOf is what the person gets at this sign-in. Asked for a project,
 // their role there (a keeper-wide role counts in every project); else

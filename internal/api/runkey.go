@@ -11,6 +11,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/drift"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -131,7 +132,7 @@ func (s *Server) keyConflict(ctx context.Context, p auth.Principal, key string, 
 // reservedKeys are the run key namespaces of the keeper's own runs: drift
 // checks, seed runs and remediations. A client's key may not start with
 // one, so that no client run passes for one of them.
-var reservedKeys = []string{driftKeyPrefix, "seed:", "remediate:", "drift-", "keeper:"}
+var reservedKeys = []string{drift.KeyPrefix, "seed:", drift.RemediateKeyPrefix, "drift-", "keeper:"}
 
 // reservedKeyPrefix returns the reserved namespace key starts with, or "".
 func reservedKeyPrefix(key string) string {

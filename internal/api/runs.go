@@ -27,28 +27,9 @@ type RunService interface {
 	Hub() *runner.Hub
 }
 
-// CheckedScenario is what checking a scenario tells the API.
-type CheckedScenario struct {
-	Name string
-	// Input is the input with declared defaults applied.
-	Input map[string]any
-	// Secret names inputs declared secret.
-	Secret map[string]bool
-	// Needs lists the steps whose module declares a permission the run's
-	// creator must hold besides run.create (the keeper-side cloud states).
-	Needs []StepPermission
-}
-
-// StepPermission is one step's need for a permission.
-type StepPermission struct {
-	Step       string
-	Module     string
-	Permission auth.Permission
-}
-
 // requireStepPermissions refuses a run whose creator lacks a permission
 // one of its steps needs; the engine checks again when the step runs.
-func requireStepPermissions(p auth.Principal, needs []StepPermission) error {
+func requireStepPermissions(p auth.Principal, needs []runner.StepPermission) error {
 	for _, n := range needs {
 		err := p.Require(n.Permission)
 		var fe *auth.ForbiddenError
@@ -62,11 +43,6 @@ func requireStepPermissions(p auth.Principal, needs []StepPermission) error {
 	}
 	return nil
 }
-
-// ScenarioChecker parses and validates a scenario with its input before a
-// run is accepted, reporting every problem with file:line:column.
-// Literal targets must be souls of project (any soul when it is empty).
-type ScenarioChecker func(project, file, text string, input map[string]any) (CheckedScenario, []client.ProblemError)
 
 type runOutput struct {
 	Body client.Run

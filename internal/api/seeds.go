@@ -12,7 +12,9 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/seeding"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -117,7 +119,7 @@ func (s *Server) registerSeeds() {
 		}
 		out := seedWire(sd)
 		if so.JoinedAt != nil && so.Status == store.SoulActive && s.runs != nil && s.check != nil {
-			run, err := s.submitSeed(context.WithoutCancel(ctx), sd)
+			run, err := s.seeds.Apply(context.WithoutCancel(ctx), sd)
 			if err != nil {
 				return nil, err
 			}
@@ -154,7 +156,7 @@ func (s *Server) registerSeedApply() {
 			if sd.ID != in.ID || sd.Status != store.SeedActive {
 				continue
 			}
-			run, err := s.submitSeed(context.WithoutCancel(ctx), sd)
+			run, err := s.seeds.Apply(context.WithoutCancel(ctx), sd)
 			if err != nil {
 				return nil, invalid("seed.not_runnable", "path.id", "%v", err)
 			}
@@ -194,11 +196,11 @@ func secretNames(set map[string]bool) []string {
 
 // checkSeed validates a seed's scenario with its input plus sid: the
 // permissions its steps need and the inputs it declares secret.
-func (s *Server) checkSeed(project, sid, text string, input map[string]any) (CheckedScenario, error) {
+func (s *Server) checkSeed(project, sid, text string, input map[string]any) (runner.Checked, error) {
 	if s.check == nil {
-		return CheckedScenario{}, nil
+		return runner.Checked{}, nil
 	}
-	in, _ := seedInput(objectJSON(input), sid)
+	in, _ := seeding.Input(objectJSON(input), sid)
 	checked, problems := s.check(project, "seed.yaml", text, in)
 	if len(problems) == 0 {
 		return checked, nil
@@ -207,5 +209,5 @@ func (s *Server) checkSeed(project, sid, text string, input map[string]any) (Che
 	if len(problems) == 1 {
 		detail = problems[0].Location + ": " + problems[0].Message
 	}
-	return CheckedScenario{}, problem(http.StatusUnprocessableEntity, "seed.scenario_invalid", detail, problems...)
+	return runner.Checked{}, problem(http.StatusUnprocessableEntity, "seed.scenario_invalid", detail, problems...)
 }

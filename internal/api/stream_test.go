@@ -57,8 +57,8 @@ func TestStreamReadsOnlyNewEvents(t *testing.T) {
 			t.Parallel()
 			st := &countingStore{Store: b.Open(t)}
 			hub := runner.NewHub()
-			check := func(string, string, string, map[string]any) (api.CheckedScenario, []client.ProblemError) {
-				return api.CheckedScenario{}, nil
+			check := func(string, string, string, map[string]any) (runner.Checked, []client.ProblemError) {
+				return runner.Checked{}, nil
 			}
 			srv := httptest.NewServer(api.New(api.Config{Store: st, Version: "test", Runs: hubOnly{hub}, Check: check}))
 			t.Cleanup(srv.Close)

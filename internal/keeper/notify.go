@@ -9,6 +9,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/drift"
 	"github.com/soulstack/soulstack/internal/modules/cloud"
 	"github.com/soulstack/soulstack/internal/notify"
 	"github.com/soulstack/soulstack/internal/store"
@@ -41,10 +42,8 @@ func (s *System) buildNotifier(c config.Config) {
 // and run.succeeded / run.failed are notified (drift checks' own runs
 // excepted: their outcome is the drift).
 func (s *System) runFinished(ctx context.Context, run store.Run) {
-	if s.API != nil {
-		s.API.DriftFinished(ctx, run)
-	}
-	if strings.HasPrefix(run.Key, "drift:") {
+	s.Drift.Finished(ctx, run)
+	if strings.HasPrefix(run.Key, drift.KeyPrefix) {
 		return
 	}
 	event := ""

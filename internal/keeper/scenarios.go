@@ -6,11 +6,11 @@ import (
 	"fmt"
 
 	"github.com/soulstack/soulstack/client"
-	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/expr"
 	"github.com/soulstack/soulstack/internal/module"
 	_ "github.com/soulstack/soulstack/internal/modules/standard" // the module catalog
+	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -23,8 +23,8 @@ func loadPlan(text string, input map[string]any) (*scenario.Plan, error) {
 // scenarioChecker validates a scenario and its input before a run is
 // accepted: every problem of the scenario and the input, plus literal
 // targets that are not registered souls.
-func scenarioChecker(st soulGetter) api.ScenarioChecker {
-	return func(project, file, text string, input map[string]any) (api.CheckedScenario, []client.ProblemError) {
+func scenarioChecker(st soulGetter) runner.Checker {
+	return func(project, file, text string, input map[string]any) (runner.Checked, []client.ProblemError) {
 		plan, err := scenario.Load(file, []byte(text), input)
 		if err != nil {
 			var se *scenario.Error
@@ -33,9 +33,9 @@ func scenarioChecker(st soulGetter) api.ScenarioChecker {
 				for i, p := range se.Problems {
 					out[i] = client.ProblemError{Location: p.Pos.String(), Code: p.Code, Message: p.Message}
 				}
-				return api.CheckedScenario{}, out
+				return runner.Checked{}, out
 			}
-			return api.CheckedScenario{}, []client.ProblemError{{Location: file, Code: "scenario.invalid", Message: err.Error()}}
+			return runner.Checked{}, []client.ProblemError{{Location: file, Code: "scenario.invalid", Message: err.Error()}}
 		}
 		var problems []client.ProblemError
 		ctx := context.Background()
@@ -63,18 +63,18 @@ func scenarioChecker(st soulGetter) api.ScenarioChecker {
 			}
 		}
 		if len(problems) > 0 {
-			return api.CheckedScenario{}, problems
+			return runner.Checked{}, problems
 		}
 		secrets := map[string]bool{}
 		for _, name := range plan.SecretInputs {
 			secrets[name] = true
 		}
-		var needs []api.StepPermission
+		var needs []runner.StepPermission
 		for _, s := range plan.Steps {
 			if perm := s.Module.Info().Permission; perm != "" {
-				needs = append(needs, api.StepPermission{Step: s.Name, Module: string(s.ID), Permission: auth.Permission(perm)})
+				needs = append(needs, runner.StepPermission{Step: s.Name, Module: string(s.ID), Permission: auth.Permission(perm)})
 			}
 		}
-		return api.CheckedScenario{Name: plan.Name, Input: plan.Input, Secret: secrets, Needs: needs}, nil
+		return runner.Checked{Name: plan.Name, Input: plan.Input, Secret: secrets, Needs: needs}, nil
 	}
 }

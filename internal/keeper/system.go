@@ -23,6 +23,7 @@ import (
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/bus"
 	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/drift"
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/file"
@@ -30,6 +31,7 @@ import (
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
+	"github.com/soulstack/soulstack/internal/seeding"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/tracing"
@@ -81,6 +83,9 @@ type System struct {
 	// Runs is the durable run queue with its engine.
 	Runs  *runner.Runner
 	Cloud *cloudService
+	// Seeds runs souls' seeds; Drift checks that souls still carry them.
+	Seeds *seeding.Service
+	Drift *drift.Service
 	// API is the Operator API; its HTTP server, the agent listener's and
 	// the metrics server are below.
 	API *api.Server
@@ -347,8 +352,8 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
 		Lease:   runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
 		Workers: c.Runs.Workers,
-		// The API is built after the runner and before it starts: drift
-		// checks finish through it.
+		// The drift service is built after the runner and before it
+		// starts: drift checks finish through it.
 		Finished: s.runFinished,
 		Periodic: s.periodic(c),
 		Register: func(w *river.Workers) { river.AddWorker(w, s.Notifier.Worker()) },
@@ -357,6 +362,8 @@ func (s *System) buildRuns(ctx context.Context) error {
 		return err
 	}
 	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, credentials: s.secrets.Provider}
+	s.Seeds = seeding.New(s.Store, s.Runs, scenarioChecker(s.Store), s.Clock.Now, s.Log)
+	s.Drift = drift.New(s.Store, s.Seeds, s.Notifier.Notify, s.Clock.Now, s.Log)
 	return nil
 }
 
@@ -442,10 +449,11 @@ func (s *System) buildAPI(ctx context.Context) error {
 	s.onClose(guard.Close) // its last summary, before the store closes
 	join := s.Agent.joinConfig(c, guard)
 	check := scenarioChecker(s.Store)
-	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Notify: s.Notifier.Notify, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
+	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
+		Seeds: s.Seeds, Drift: s.Drift,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
-		ApprovalConfig: c.Approvals.Policy, ApprovalPolicy: s.approvals, Seal: s.sealer.Seal,
+		Approvals: approval.NewService(s.Store, s.approvals, c.Approvals.Policy), Seal: s.sealer.Seal,
 		ProjectKey: func(ctx context.Context, project string) (string, error) {
 			k, err := s.secrets.SSHKey(ctx, project)
 			return k.authorized, err
@@ -454,7 +462,7 @@ func (s *System) buildAPI(ctx context.Context) error {
 	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)
 	s.http.RegisterOnShutdown(s.stopMCP)
 	if s.Agent.ln != nil {
-		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Join: join}), s.Log)
+		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Seeds: s.Seeds, Join: join}), s.Log)
 	}
 	return nil
 }
@@ -621,19 +629,13 @@ func revokeOnChange(b rechecker) store.Subscriber {
 // seeds with a schedule of their own that are due.
 func (s *System) periodic(c config.Config) []runner.Periodic {
 	tasks := []runner.Periodic{{Name: "drift-due", Every: 30 * time.Second, Run: func(ctx context.Context) error {
-		if s.API == nil {
-			return nil
-		}
-		return s.API.DriftDue(ctx)
+		return s.Drift.Due(ctx)
 	}}}
 	if c.Drift.Every == 0 {
 		return tasks
 	}
 	jitter, _ := c.Drift.JitterFraction() // validated with the config
 	return append(tasks, runner.Periodic{Name: "drift-sweep", Every: c.Drift.Every.Std(), Jitter: jitter, Run: func(ctx context.Context) error {
-		if s.API == nil {
-			return nil
-		}
-		return s.API.DriftSweep(ctx)
+		return s.Drift.Sweep(ctx)
 	}})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -57,7 +58,7 @@ type Config struct {
 	API *api.Server
 	// Check validates scenarios for scenario_validate, the checker POST
 	// /v1/runs uses; nil: scenario_validate reports that it is unavailable.
-	Check api.ScenarioChecker
+	Check runner.Checker
 	// Audit records mcp.called.
 	Audit Auditor
 	// AllowWrites enables run_start and run_cancel (mcp.allow_writes);

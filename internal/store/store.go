@@ -198,6 +198,10 @@ type Person struct {
 	Groups []string
 }
 
+// Key is how a binding, an approval and the self-approval rule name a
+// person: issuer and subject.
+func (p Person) Key() string { return p.Issuer + " " + p.Subject }
+
 // Active reports whether the token may authenticate at now.
 func (t APIToken) Active(now time.Time) bool {
 	return t.RevokedAt == nil && (t.ExpiresAt == nil || now.Before(*t.ExpiresAt))

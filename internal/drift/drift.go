@@ -1,0 +1,324 @@
+// Package drift keeps asking whether souls still carry their seeds: a
+// drift check runs a seed as a check run (as its creator, through
+// seeding), and when that run finishes the service judges it and records
+// per soul and seed what it found — in sync, drifted (corrective or
+// pending), unknown or unreachable. A seed with remediate: auto found
+// drifted is applied again once per drift episode. Sweeps (keeper.yml
+// drift.every) and seeds with their own schedule (drift_every) start
+// checks by themselves; the API starts them on request.
+package drift
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/seeding"
+	"github.com/soulstack/soulstack/internal/store"
+)
+
+// KeyPrefix starts the key of a drift check run:
+// drift:<sid>:<seed id>:<nonce>. Clients cannot use it.
+const KeyPrefix = "drift:"
+
+// RemediateKeyPrefix starts the key of a remediation run:
+// remediate:<check run id>.
+const RemediateKeyPrefix = "remediate:"
+
+// Store is what the drift service reads and writes of the registry.
+type Store interface {
+	SoulGet(ctx context.Context, sid string) (store.Soul, error)
+	SoulSearch(ctx context.Context, p store.SoulListParams) ([]store.Soul, error)
+	Seeds(ctx context.Context, sid string) ([]store.SoulSeed, error)
+	RunSteps(ctx context.Context, id string) ([]store.RunStep, []store.RunTarget, error)
+	RunByKey(ctx context.Context, createdBy, key string) (store.Run, error)
+	ProjectList(ctx context.Context, p store.ListParams) ([]store.Project, error)
+	DriftStart(ctx context.Context, sid string, seedID int64, runID string) error
+	DriftRecord(ctx context.Context, p store.DriftRecordParams) (before string, err error)
+	DriftList(ctx context.Context, p store.DriftListParams) ([]store.SoulDrift, error)
+	DriftRemediated(ctx context.Context, sid string, seedID int64, checkRunID, runID string, actor store.Actor) error
+	DriftDue(ctx context.Context, now time.Time) ([]store.SoulSeed, error)
+	DriftAck(ctx context.Context, p store.DriftAckParams) (int, error)
+}
+
+// Notify sends an outgoing notification about an object of project (the
+// keeper's webhook notifier).
+type Notify func(ctx context.Context, project, event, object string, data any)
+
+// Service is the drift subsystem.
+type Service struct {
+	store  Store
+	seeds  *seeding.Service
+	notify Notify
+	now    func() time.Time
+	log    *slog.Logger
+}
+
+// New returns the drift service; notify may be nil, now nil is time.Now.
+func New(st Store, seeds *seeding.Service, notify Notify, now func() time.Time, log *slog.Logger) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	return &Service{store: st, seeds: seeds, notify: notify, now: now, log: log}
+}
+
+// Target names the souls a check covers: SIDs, those with Label, or All;
+// of Project alone when it is set (another project's soul is not found).
+type Target struct {
+	SIDs    []string
+	All     bool
+	Label   *store.Label
+	Project string
+}
+
+// Check starts a check run of every active seed of the souls t names and
+// returns them; seeds that could not be checked are listed with why.
+func (s *Service) Check(ctx context.Context, t Target) (client.DriftCheckStarted, error) {
+	return s.check(ctx, t, nil)
+}
+
+// Sweep checks every seed without a schedule of its own: the keeper-wide
+// periodic drift check (drift.every).
+func (s *Service) Sweep(ctx context.Context) error {
+	started, err := s.check(ctx, Target{All: true}, func(sd store.SoulSeed) bool { return sd.DriftEvery == 0 })
+	s.log.Info("drift sweep", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
+	return err
+}
+
+// Due checks the seeds with a schedule of their own that are due.
+func (s *Service) Due(ctx context.Context) error {
+	due, err := s.store.DriftDue(ctx, s.now())
+	if err != nil || len(due) == 0 {
+		return err
+	}
+	want := map[string]map[int64]bool{}
+	var sids []string
+	for _, sd := range due {
+		if want[sd.SID] == nil {
+			want[sd.SID] = map[int64]bool{}
+			sids = append(sids, sd.SID)
+		}
+		want[sd.SID][sd.ID] = true
+	}
+	started, err := s.check(ctx, Target{SIDs: sids}, func(sd store.SoulSeed) bool { return want[sd.SID][sd.ID] })
+	s.log.Info("drift checks due", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
+	return err
+}
+
+// check is Check for the seeds keep accepts (all when nil).
+func (s *Service) check(ctx context.Context, t Target, keep func(store.SoulSeed) bool) (client.DriftCheckStarted, error) {
+	out := client.DriftCheckStarted{Checks: []client.DriftCheckRun{}, Skipped: []client.DriftSkipped{}}
+	sids := t.SIDs
+	if t.All || t.Label != nil {
+		found, err := s.souls(ctx, t)
+		if err != nil {
+			return out, err
+		}
+		sids = append(sids, found...)
+	}
+	for _, sid := range sids {
+		so, err := s.store.SoulGet(ctx, sid)
+		if err == nil && !module.Visible(so.Project, nil, t.Project) {
+			err = &store.Error{Err: store.ErrNotFound, Kind: "soul", Key: sid}
+		}
+		if err != nil {
+			return out, err
+		}
+		if so.Status == store.SoulDestroyed {
+			continue
+		}
+		if err := s.checkSoul(ctx, sid, keep, &out); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// souls lists the SIDs of the souls of t's project (with t's label).
+func (s *Service) souls(ctx context.Context, t Target) ([]string, error) {
+	var sids []string
+	after := ""
+	for {
+		page, err := s.store.SoulSearch(ctx, store.SoulListParams{ListParams: store.ListParams{After: after, Limit: 500, Project: t.Project}, Label: t.Label})
+		if err != nil {
+			return nil, err
+		}
+		for _, so := range page {
+			sids = append(sids, so.SID)
+		}
+		if len(page) < 500 {
+			return sids, nil
+		}
+		after = page[len(page)-1].SID
+	}
+}
+
+// checkSoul starts the check runs of sid's active seeds keep accepts.
+func (s *Service) checkSoul(ctx context.Context, sid string, keep func(store.SoulSeed) bool, out *client.DriftCheckStarted) error {
+	seeds, err := s.store.Seeds(ctx, sid)
+	if err != nil {
+		return err
+	}
+	for _, sd := range seeds {
+		if sd.Status != store.SeedActive || keep != nil && !keep(sd) {
+			continue
+		}
+		key := fmt.Sprintf("%s%s:%d:%d", KeyPrefix, sid, sd.ID, s.now().UnixNano())
+		run, err := s.seeds.Submit(ctx, sd, client.RunCheck, key)
+		if err != nil {
+			out.Skipped = append(out.Skipped, client.DriftSkipped{SID: sid, SeedID: sd.ID, Reason: err.Error()})
+			continue
+		}
+		if err := s.store.DriftStart(ctx, sid, sd.ID, run.ID); err != nil {
+			return err
+		}
+		out.Checks = append(out.Checks, client.DriftCheckRun{SID: sid, SeedID: sd.ID, RunID: run.ID})
+	}
+	return nil
+}
+
+// parseKey reads a drift check run's key.
+func parseKey(key string) (sid string, seedID int64, ok bool) {
+	rest, ok := strings.CutPrefix(key, KeyPrefix)
+	if !ok {
+		return "", 0, false
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) != 3 {
+		return "", 0, false
+	}
+	id, err := strconv.ParseInt(parts[1], 10, 64)
+	return parts[0], id, err == nil
+}
+
+// IsCheck reports whether run is a drift check run (its outcome is the
+// drift, not a run notification).
+func IsCheck(run store.Run) bool {
+	_, _, ok := parseKey(run.Key)
+	return ok && run.Mode == string(client.RunCheck)
+}
+
+// Finished records what a finished drift check run found; other runs are
+// ignored. The runner calls it once a run has finished.
+func (s *Service) Finished(ctx context.Context, run store.Run) {
+	sid, seedID, ok := parseKey(run.Key)
+	if !ok || run.Mode != string(client.RunCheck) {
+		return
+	}
+	d, err := s.judge(ctx, run, sid, seedID)
+	before := ""
+	if err == nil {
+		before, err = s.store.DriftRecord(ctx, store.DriftRecordParams{Drift: d, Actor: store.Actor(run.CreatedBy)})
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		// Not the check the seed waits for: a later one was started, or
+		// the drift service never started this run (a key is no proof).
+		s.log.Info("drift check run not recorded", "sid", sid, "seed", seedID, "run", run.ID, "reason", err)
+		return
+	}
+	if err != nil {
+		s.log.Error("record drift", "sid", sid, "seed", seedID, "run", run.ID, "err", err)
+		return
+	}
+	if d.State == store.DriftDrifted && before != store.DriftDrifted {
+		s.remediate(ctx, run, sid, seedID)
+	}
+	if s.notify != nil && d.State != before {
+		data := map[string]any{"sid": sid, "seed_id": seedID, "state": d.State, "from": before, "kind": d.Kind, "reason": d.Reason, "run_id": run.ID}
+		switch {
+		case d.State == store.DriftDrifted:
+			s.notify(ctx, run.Project, "soul.drifted", "soul/"+sid, data)
+		case d.State == store.DriftInSync && before != store.DriftChecking:
+			s.notify(ctx, run.Project, "soul.in_sync", "soul/"+sid, data)
+		}
+	}
+}
+
+// remediate starts, for a seed with remediate: auto that a check found
+// drifted at the start of a drift episode (it was not drifted before), an
+// apply run of the seed as its creator — once per episode: its key is the
+// check run's, and a seed that stays drifted is not applied again.
+func (s *Service) remediate(ctx context.Context, check store.Run, sid string, seedID int64) {
+	seeds, err := s.store.Seeds(ctx, sid)
+	if err != nil {
+		s.log.Error("remediate drift", "sid", sid, "seed", seedID, "err", err)
+		return
+	}
+	for _, sd := range seeds {
+		if sd.ID != seedID || sd.Remediate != store.SeedRemediateAuto || sd.Status != store.SeedActive {
+			continue
+		}
+		run, err := s.seeds.Submit(ctx, sd, client.RunApply, RemediateKeyPrefix+check.ID)
+		if err == nil {
+			err = s.store.DriftRemediated(ctx, sid, seedID, check.ID, run.ID, store.Actor(sd.CreatedBy))
+		}
+		if err != nil {
+			s.log.Error("remediate drift", "sid", sid, "seed", seedID, "check_run", check.ID, "err", err)
+		}
+	}
+}
+
+// judge reads a finished check run of a seed on sid: unreachable when the
+// soul could not be reached, drifted when a target would change, unknown
+// when one is unknown or the check failed, in sync otherwise.
+func (s *Service) judge(ctx context.Context, run store.Run, sid string, seedID int64) (store.SoulDrift, error) {
+	d := store.SoulDrift{SID: sid, SeedID: seedID, RunID: run.ID, CheckedAt: run.FinishedAt}
+	steps, targets, err := s.store.RunSteps(ctx, run.ID)
+	if err != nil {
+		return d, err
+	}
+	names := map[int]string{}
+	for _, st := range steps {
+		names[st.Index] = st.Name
+		if st.Status == string(client.StepUnknown) && d.State == "" {
+			d.State, d.Reason = store.DriftUnknown, "step "+st.Name+": its hosts are known only after an apply"
+		}
+	}
+	var would, unknown, unreachable, failed []string
+	for _, t := range targets {
+		where := names[t.StepIndex]
+		switch client.TargetStatus(t.Status) {
+		case client.TargetWouldChange:
+			would = append(would, where)
+		case client.TargetUnknown:
+			unknown = append(unknown, where+": "+t.Unknown)
+		case client.TargetUnreachable:
+			unreachable = append(unreachable, where+": "+t.ErrorCode+": "+t.ErrorMsg)
+		case client.TargetFailed:
+			failed = append(failed, where+": "+t.ErrorCode+": "+t.ErrorMsg)
+		}
+	}
+	switch {
+	case len(unreachable) > 0:
+		d.State, d.Reason = store.DriftUnreachable, unreachable[0]
+	case len(would) > 0:
+		d.State, d.Reason = store.DriftDrifted, "would change: "+strings.Join(would, ", ")
+		d.Kind = store.DriftPending
+		applied, err := s.store.RunByKey(ctx, run.CreatedBy, seeding.RunKey(sid, seedID))
+		if err == nil && applied.Phase == store.PhaseSucceeded {
+			d.Kind = store.DriftCorrective
+		} else if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return d, err
+		}
+	case len(failed) > 0 || run.Phase != store.PhaseSucceeded:
+		why := run.ErrorCode + ": " + run.ErrorMsg
+		if len(failed) > 0 {
+			why = failed[0]
+		}
+		d.State, d.Reason = store.DriftUnknown, "the check failed: "+why
+	case len(unknown) > 0:
+		d.State, d.Reason = store.DriftUnknown, unknown[0]
+	case d.State == "":
+		d.State = store.DriftInSync
+	}
+	if len(d.Reason) > 1000 {
+		d.Reason = d.Reason[:1000] + "…"
+	}
+	return d, nil
+}
