@@ -21,7 +21,6 @@ import (
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keeper"
-	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/sqlstore"
 	"github.com/soulstack/soulstack/internal/version"
@@ -196,12 +195,7 @@ func newMigrate() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			st, err := keeper.OpenStore(cmd.Context(), c)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			if err := runner.Migrate(cmd.Context(), st.Queue()); err != nil {
+			if err := keeper.Migrate(cmd.Context(), c); err != nil {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), "database is at the latest schema version (registries and run queue)")
@@ -317,12 +311,7 @@ audit.checkpoint_invalid; the command then exits 1.`,
 			if err != nil {
 				return err
 			}
-			st, err := keeper.OpenStore(cmd.Context(), c)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			r, err := keeper.VerifyAudit(cmd.Context(), c, st)
+			r, err := keeper.VerifyAudit(cmd.Context(), c)
 			if err != nil {
 				return err
 			}
@@ -384,18 +373,7 @@ for an admin token that is lost but not yet expired; revoke the lost one after.`
 			if err != nil {
 				return err
 			}
-			if c.DatabaseURL == "" {
-				// Opening a path that is not there would make a new, empty database.
-				if _, err := os.Stat(c.SQLitePath()); err != nil {
-					return fmt.Errorf("no keeper database at %s: pass the keeper's --data-dir, --database-url or --config", c.SQLitePath())
-				}
-			}
-			st, err := keeper.OpenStoreKeyed(cmd.Context(), c)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			id, path, err := keeper.BootstrapAdminToken(cmd.Context(), st, c, force)
+			id, path, err := keeper.BootstrapAdminToken(cmd.Context(), c, force)
 			if errors.Is(err, keeper.ErrNoTokens) {
 				return errors.New("refused: this database has no API token at all, so no keeper has served it yet; keeper serve creates the first admin token itself")
 			}

@@ -22,11 +22,6 @@ import (
 	"github.com/soulstack/soulstack/internal/version"
 )
 
-// serve is the agent transport's serving loop over the bus: it runs until
-// ctx ends. nil while no bus transport is linked in; the bus package sets
-// it (see bus.go when present).
-var serve func(ctx context.Context, id *soulid.Identity, log *slog.Logger) error
-
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "soul:", err)
@@ -140,13 +135,8 @@ func runAgent(ctx context.Context, id *soulid.Identity, log *slog.Logger, retry 
 	}()
 	errc := make(chan error, 2)
 	go func() { errc <- id.RenewLoop(ctx, log, retry) }()
-	n := 1
-	if serve != nil {
-		n++
-		go func() { errc <- serve(ctx, id, log) }()
-	} else {
-		log.Info("no agent bus transport in this build: only renewing the identity")
-	}
+	go func() { errc <- serveBus(ctx, id, log) }()
+	n := 2
 	var first error
 	for range n {
 		if err := <-errc; err != nil && first == nil {

@@ -25,7 +25,7 @@ import (
 type JoinGuard struct {
 	perClient *authLimiter
 	keeper    *authLimiter
-	st        store.Store
+	st        Auditor
 	log       *slog.Logger
 	now       func() time.Time
 	window    time.Duration
@@ -63,10 +63,15 @@ type refusalSummary struct {
 	first   time.Time
 }
 
+// Auditor records audit events: what the join guard writes its refusals to.
+type Auditor interface {
+	AuditRecord(ctx context.Context, p store.AuditParams) error
+}
+
 // NewJoinGuard returns the guard of a keeper's join routes: burst refused
 // joins in a row per client address, then one per interval (0: 10 and
 // 1 s); refusals are audited into st.
-func NewJoinGuard(st store.Store, log *slog.Logger, now func() time.Time, burst int, interval time.Duration) *JoinGuard {
+func NewJoinGuard(st Auditor, log *slog.Logger, now func() time.Time, burst int, interval time.Duration) *JoinGuard {
 	if burst <= 0 {
 		burst = 10
 	}

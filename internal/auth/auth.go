@@ -329,7 +329,7 @@ var (
 // database stop accepting it within CacheTTL. Expiry is checked on every
 // call, cached or not.
 type Authenticator struct {
-	store    store.Store
+	store    TokenByHash
 	now      func() time.Time
 	cacheTTL time.Duration
 
@@ -348,8 +348,13 @@ type cached struct {
 // CacheTTL is how long a verified token is trusted without a lookup.
 const CacheTTL = 5 * time.Second
 
+// TokenByHash looks a token up by its hash: what authenticating reads.
+type TokenByHash interface {
+	TokenGetByHash(ctx context.Context, hash string) (store.APIToken, error)
+}
+
 // NewAuthenticator returns an authenticator over s.
-func NewAuthenticator(s store.Store, now func() time.Time) *Authenticator {
+func NewAuthenticator(s TokenByHash, now func() time.Time) *Authenticator {
 	if now == nil {
 		now = time.Now
 	}

@@ -10,6 +10,7 @@ package drift
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/riverqueue/river"
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/crashpoint"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/seeding"
 	"github.com/soulstack/soulstack/internal/store"
@@ -47,25 +50,43 @@ type Store interface {
 	DriftAck(ctx context.Context, p store.DriftAckParams) (int, error)
 }
 
-// Notify sends an outgoing notification about an object of project (the
-// keeper's webhook notifier).
-type Notify func(ctx context.Context, project, event, object string, data any)
+// Notify queues an outgoing notification about an object of project
+// (the keeper's webhook notifier); an error has the caller try again.
+type Notify func(ctx context.Context, project, event, object string, data any) error
+
+// EnqueueTx queues a job in tx (the run queue's outbox): it commits, and
+// is worked, with tx.
+type EnqueueTx func(ctx context.Context, tx *sql.Tx, args river.JobArgs, opts *river.InsertOpts) error
 
 // Service is the drift subsystem.
 type Service struct {
-	store  Store
-	seeds  *seeding.Service
-	notify Notify
-	now    func() time.Time
-	log    *slog.Logger
+	store   Store
+	seeds   *seeding.Service
+	notify  Notify
+	enqueue EnqueueTx
+	now     func() time.Time
+	log     *slog.Logger
 }
 
-// New returns the drift service; notify may be nil, now nil is time.Now.
-func New(st Store, seeds *seeding.Service, notify Notify, now func() time.Time, log *slog.Logger) *Service {
-	if now == nil {
-		now = time.Now
+// Config is what the drift service is built with.
+type Config struct {
+	Store Store
+	Seeds *seeding.Service
+	// Notify may be nil: no notifications.
+	Notify Notify
+	// EnqueueTx queues ChangedArgs with a recorded change of state; the
+	// queue's worker for them calls Changed.
+	EnqueueTx EnqueueTx
+	Now       func() time.Time // nil: time.Now
+	Log       *slog.Logger
+}
+
+// New returns the drift service.
+func New(c Config) *Service {
+	if c.Now == nil {
+		c.Now = time.Now
 	}
-	return &Service{store: st, seeds: seeds, notify: notify, now: now, log: log}
+	return &Service{store: c.Store, seeds: c.Seeds, notify: c.Notify, enqueue: c.EnqueueTx, now: c.Now, log: c.Log}
 }
 
 // Target names the souls a check covers: SIDs, those with Label, or All;
@@ -205,46 +226,80 @@ func IsCheck(run store.Run) bool {
 }
 
 // Finished records what a finished drift check run found; other runs are
-// ignored. The runner calls it once a run has finished.
-func (s *Service) Finished(ctx context.Context, run store.Run) {
+// ignored. It is called at least once per finished run
+// (runner.Config.Finished): a second call for the same run changes
+// nothing. A change of state queues, in the transaction that records it,
+// what follows it (Changed). An error is the registry's, worth trying
+// again.
+func (s *Service) Finished(ctx context.Context, run store.Run) error {
 	sid, seedID, ok := parseKey(run.Key)
 	if !ok || run.Mode != string(client.RunCheck) {
-		return
+		return nil
 	}
 	d, err := s.judge(ctx, run, sid, seedID)
-	before := ""
-	if err == nil {
-		before, err = s.store.DriftRecord(ctx, store.DriftRecordParams{Drift: d, Actor: store.Actor(run.CreatedBy)})
+	if err != nil {
+		return fmt.Errorf("judge drift check run %s: %w", run.ID, err)
 	}
+	_, err = s.store.DriftRecord(ctx, store.DriftRecordParams{Drift: d, Actor: store.Actor(run.CreatedBy),
+		Changed: func(ctx context.Context, tx *sql.Tx, before string) error {
+			return s.enqueue(ctx, tx, ChangedArgs{RunID: run.ID, Project: run.Project, CreatedBy: run.CreatedBy, SID: sid, SeedID: seedID,
+				From: before, To: d.State, DriftKind: d.Kind, Reason: d.Reason}, nil)
+		}})
 	if errors.Is(err, store.ErrNotFound) {
 		// Not the check the seed waits for: a later one was started, or
 		// the drift service never started this run (a key is no proof).
 		s.log.Info("drift check run not recorded", "sid", sid, "seed", seedID, "run", run.ID, "reason", err)
-		return
+		return nil
 	}
 	if err != nil {
-		s.log.Error("record drift", "sid", sid, "seed", seedID, "run", run.ID, "err", err)
-		return
+		return fmt.Errorf("record the drift of %s seed %d (run %s): %w", sid, seedID, run.ID, err)
 	}
-	if d.State == store.DriftDrifted && before != store.DriftDrifted {
-		s.remediate(ctx, run, sid, seedID)
-	}
-	if s.notify != nil && d.State != before {
-		data := map[string]any{"sid": sid, "seed_id": seedID, "state": d.State, "from": before, "kind": d.Kind, "reason": d.Reason, "run_id": run.ID}
-		switch {
-		case d.State == store.DriftDrifted:
-			s.notify(ctx, run.Project, "soul.drifted", "soul/"+sid, data)
-		case d.State == store.DriftInSync && before != store.DriftChecking:
-			s.notify(ctx, run.Project, "soul.in_sync", "soul/"+sid, data)
-		}
-	}
+	crashpoint.Here(crashpoint.DriftRecorded)
+	return nil
 }
 
-// remediate starts, for a seed with remediate: auto that a check found
-// drifted at the start of a drift episode (it was not drifted before), an
-// apply run of the seed as its creator — once per episode: its key is the
-// check run's, and a seed that stays drifted is not applied again.
-func (s *Service) remediate(ctx context.Context, check store.Run, sid string, seedID int64) {
+// ChangedArgs is the queue job of a seed's change of drift state, queued
+// with it.
+type ChangedArgs struct {
+	RunID     string `json:"run_id"` // the check run
+	Project   string `json:"project"`
+	CreatedBy string `json:"created_by"`
+	SID       string `json:"sid"`
+	SeedID    int64  `json:"seed_id"`
+	From      string `json:"from"`
+	To        string `json:"to"`
+	DriftKind string `json:"kind,omitempty"` // corrective or pending
+	Reason    string `json:"reason,omitempty"`
+}
+
+// Kind is the job's stable kind name.
+func (ChangedArgs) Kind() string { return "soulstack.drift_changed" }
+
+// Changed does what follows a change of a seed's drift state, at least
+// once: a seed with remediate: auto found drifted at the start of a drift
+// episode is applied again (once: the remediation's key is the check
+// run's), and soul.drifted or soul.in_sync is notified.
+func (s *Service) Changed(ctx context.Context, c ChangedArgs) error {
+	if c.To == store.DriftDrifted && c.From != store.DriftDrifted {
+		s.remediate(ctx, c.RunID, c.SID, c.SeedID)
+	}
+	if s.notify == nil {
+		return nil
+	}
+	data := map[string]any{"sid": c.SID, "seed_id": c.SeedID, "state": c.To, "from": c.From, "kind": c.DriftKind, "reason": c.Reason, "run_id": c.RunID}
+	switch {
+	case c.To == store.DriftDrifted:
+		return s.notify(ctx, c.Project, "soul.drifted", "soul/"+c.SID, data)
+	case c.To == store.DriftInSync && c.From != store.DriftChecking:
+		return s.notify(ctx, c.Project, "soul.in_sync", "soul/"+c.SID, data)
+	}
+	return nil
+}
+
+// remediate starts, for a seed with remediate: auto, an apply run of the
+// seed as its creator, keyed by the check run that found it drifted: once
+// per drift episode, however often it is asked.
+func (s *Service) remediate(ctx context.Context, checkRunID, sid string, seedID int64) {
 	seeds, err := s.store.Seeds(ctx, sid)
 	if err != nil {
 		s.log.Error("remediate drift", "sid", sid, "seed", seedID, "err", err)
@@ -254,12 +309,12 @@ func (s *Service) remediate(ctx context.Context, check store.Run, sid string, se
 		if sd.ID != seedID || sd.Remediate != store.SeedRemediateAuto || sd.Status != store.SeedActive {
 			continue
 		}
-		run, err := s.seeds.Submit(ctx, sd, client.RunApply, RemediateKeyPrefix+check.ID)
+		run, err := s.seeds.Submit(ctx, sd, client.RunApply, RemediateKeyPrefix+checkRunID)
 		if err == nil {
-			err = s.store.DriftRemediated(ctx, sid, seedID, check.ID, run.ID, store.Actor(sd.CreatedBy))
+			err = s.store.DriftRemediated(ctx, sid, seedID, checkRunID, run.ID, store.Actor(sd.CreatedBy))
 		}
 		if err != nil {
-			s.log.Error("remediate drift", "sid", sid, "seed", seedID, "check_run", check.ID, "err", err)
+			s.log.Error("remediate drift", "sid", sid, "seed", seedID, "check_run", checkRunID, "err", err)
 		}
 	}
 }

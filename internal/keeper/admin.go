@@ -22,8 +22,20 @@ import (
 // the database on the host is trusted already, so the audit actor is
 // store.ActorHost. With an active admin token and no force it fails with
 // store.ErrActiveAdmin naming that token, and on a registry without any
-// token with ErrNoTokens; either way it writes nothing.
-func BootstrapAdminToken(ctx context.Context, st store.Store, c config.Config, force bool) (id, path string, err error) {
+// token with ErrNoTokens; either way it writes nothing. It opens the
+// database c names with the serving keeper's audit key, and never makes a
+// SQLite database that is not there.
+func BootstrapAdminToken(ctx context.Context, c config.Config, force bool) (id, path string, err error) {
+	if c.DatabaseURL == "" {
+		if _, err := os.Stat(c.SQLitePath()); err != nil {
+			return "", "", fmt.Errorf("no keeper database at %s: pass the keeper's --data-dir, --database-url or --config", c.SQLitePath())
+		}
+	}
+	st, err := openStoreKeyed(ctx, c)
+	if err != nil {
+		return "", "", err
+	}
+	defer st.Close()
 	some, err := st.TokenList(ctx, store.ListParams{Limit: 1})
 	if err != nil {
 		return "", "", err

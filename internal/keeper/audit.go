@@ -123,20 +123,25 @@ func AuditVerifier(st audit.Scanner, key *audit.Key, checkpointDir string, live 
 // VerifyAudit verifies the audit log of the database c names, as `keeper
 // audit verify` does: with the audit key from c and the checkpoints in c's
 // checkpoint directory.
-func VerifyAudit(ctx context.Context, c config.Config, st *sqlstore.Store) (audit.Report, error) {
+func VerifyAudit(ctx context.Context, c config.Config) (audit.Report, error) {
 	key, err := auditKey(ctx, c, false)
 	if err != nil {
 		return audit.Report{}, err
 	}
+	st, err := OpenStore(ctx, c)
+	if err != nil {
+		return audit.Report{}, err
+	}
+	defer st.Close()
 	return AuditVerifier(st, key, c.AuditCheckpointDir, nil)(ctx)
 }
 
-// OpenStoreKeyed opens the configured database as OpenStore does, with the
+// openStoreKeyed opens the configured database as OpenStore does, with the
 // audit key of the keeper that serves it, for a command run on the host
 // that writes registry changes (keeper token bootstrap): its audit events
 // join the keyed chain like the serving keeper's own. The key must exist
 // already; it is never made here.
-func OpenStoreKeyed(ctx context.Context, c config.Config) (*sqlstore.Store, error) {
+func openStoreKeyed(ctx context.Context, c config.Config) (*sqlstore.Store, error) {
 	key, err := auditKey(ctx, c, false)
 	if err != nil {
 		return nil, err

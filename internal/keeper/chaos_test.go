@@ -10,6 +10,7 @@ package keeper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -26,6 +27,9 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/crashpoint"
+	"github.com/soulstack/soulstack/internal/keepertest"
+	"github.com/soulstack/soulstack/internal/notify"
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
@@ -732,4 +736,137 @@ func TestChaosKill9FleetRandom(t *testing.T) {
 	}
 	f.verifyAudit(1)
 	report(t, chaosRow{Fault: "kill -9 x10 of a random keeper of two on one PostgreSQL", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
+}
+
+// TestChaosKill9AfterRunFinish kills the keeper at the points a random
+// kill rarely finds (SOULSTACK_TEST_CRASH_AT): a run's end has committed
+// and nothing that follows it has happened yet (run-finished); a seed's
+// change of drift state has committed and its notification is not yet
+// queued (drift-recorded). What follows was queued in the same
+// transaction (the run queue is the outbox), so the next keeper does it:
+// a drift check's record (the seed is drifted, not left checking), the
+// soul.drifted and soul.in_sync webhooks, a run's run.succeeded webhook.
+// None is lost, and the run's command ran once.
+func TestChaosKill9AfterRunFinish(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	secretFile := filepath.Join(dir, "hook.secret")
+	if err := os.WriteFile(secretFile, []byte("outbox-hook-secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hook := &receiver{secret: []byte("outbox-hook-secret")}
+	hook.listen(t, "127.0.0.1:0")
+	cfg := keeperConfig(t, dir, fmt.Sprintf("notifications:\n  - name: ops\n    url: http://%s/hook\n    events: [soul.drifted, soul.in_sync, run.succeeded]\n    secret_ref: file:%s\n",
+		hook.srv.Addr, secretFile))
+	crashing := func(at string) *proc {
+		cmd := exec.Command(keeperBin, "serve", "--listen", "127.0.0.1:0", "--config", cfg)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), crashpoint.Env+"="+at)
+		return keepertest.Run(t, cmd)
+	}
+	killed := func(k *proc) {
+		t.Helper()
+		select {
+		case err := <-k.Done():
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+				t.Fatalf("the keeper ended with %v, want SIGKILL at the crash point", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("the keeper did not reach the crash point within 60 s")
+		}
+	}
+	ctx := context.Background()
+
+	// A drift check run ends, and the keeper dies before recording it.
+	k := crashing(crashpoint.RunFinished)
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "h.outbox.test", srv)
+	target := filepath.Join(t.TempDir(), "motd")
+	if _, err := c.SeedAdd(ctx, "h.outbox.test", client.SeedCreate{Scenario: "inputs:\n  sid: {type: string}\nsteps:\n  - name: motd\n    on: \"${ input.sid }\"\n    module: core.file.present\n    params: {path: \"" + target + "\", content: \"seeded\\n\"}\n"}); err != nil {
+		t.Fatal(err)
+	}
+	started, err := c.DriftChecks(ctx, client.DriftCheck{SIDs: []string{"h.outbox.test"}})
+	if err != nil || len(started.Checks) != 1 {
+		t.Fatalf("drift check: %+v, %v", started, err)
+	}
+	killed(k)
+	if evs := hook.events(); len(evs) != 0 {
+		t.Fatalf("deliveries before the keeper came back: %+v", evs)
+	}
+	k = serve(t, dir, "--config", cfg)
+	c = adminClient(t, k, data)
+	deadline := time.Now().Add(30 * time.Second)
+	var rep *client.DriftReport
+	for {
+		rep, err = c.Drift(ctx, "", client.ListOptions{})
+		if err == nil && len(rep.Items) == 1 && rep.Items[0].State == client.DriftDrifted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the drift check's record after the restart: %+v, %v; want drifted", rep, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := rep.Items[0].Seeds[0].RunID; got != started.Checks[0].RunID {
+		t.Errorf("drift recorded from run %s, want the check run %s", got, started.Checks[0].RunID)
+	}
+
+	waitHook := func(n int) []notify.Payload {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for len(hook.events()) < n && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		return hook.events()
+	}
+	if evs := waitHook(1); len(evs) != 1 || evs[0].Event != "soul.drifted" || evs[0].Object != "soul/h.outbox.test" {
+		t.Fatalf("deliveries = %+v (refused %v), want soul.drifted of the soul", evs, hook.bad)
+	}
+
+	// The host gets what its seed says; the next check finds it in sync,
+	// and the keeper dies once that change is recorded, before its
+	// soul.in_sync webhook is queued.
+	if err := os.WriteFile(target, []byte("seeded\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k.Terminate(t)
+	k = crashing(crashpoint.DriftRecorded)
+	c = adminClient(t, k, data)
+	if started, err = c.DriftChecks(ctx, client.DriftCheck{SIDs: []string{"h.outbox.test"}}); err != nil || len(started.Checks) != 1 {
+		t.Fatalf("drift check: %+v, %v", started, err)
+	}
+	killed(k)
+	k = serve(t, dir, "--config", cfg)
+	c = adminClient(t, k, data)
+	if evs := waitHook(2); len(evs) != 2 || evs[1].Event != "soul.in_sync" || evs[1].Object != "soul/h.outbox.test" {
+		t.Fatalf("deliveries = %+v (refused %v), want soul.in_sync of the soul second", evs, hook.bad)
+	}
+
+	// A run ends, and the keeper dies before its webhook is queued.
+	k.Terminate(t)
+	k = crashing(crashpoint.RunFinished)
+	c = adminClient(t, k, data)
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	run, _, err := c.RunCreate(ctx, client.RunCreate{Scenario: "name: once\nsteps:\n  - name: first\n    on: h.outbox.test\n    module: core.command.ran\n    params: {cmd: \"echo once >> " + ledgerPath + "\"}\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed(k)
+	k = serve(t, dir, "--config", cfg)
+	c = adminClient(t, k, data)
+	if r := waitRun(t, c, run.ID); r.Phase != client.PhaseSucceeded {
+		t.Fatalf("the run = %s %+v", r.Phase, r.Error)
+	}
+	if evs := waitHook(3); len(evs) != 3 || evs[2].Event != "run.succeeded" || evs[2].Object != "run/"+run.ID {
+		t.Fatalf("deliveries = %+v (refused %v), want run.succeeded of %s third", evs, hook.bad, run.ID)
+	}
+	if got := ledger(t, ledgerPath); got["once"] != 1 {
+		t.Errorf("the run's command ran %d times, want once", got["once"])
+	}
+	report(t, chaosRow{Fault: "keeper kill -9 after a run's end / a drift change, before what follows", Runs: 3,
+		Outcome: "drift recorded, 3 webhooks delivered", Keeper: "restarted 3 times; the queued follow-ups ran", Duration: time.Since(start)})
 }

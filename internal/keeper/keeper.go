@@ -23,6 +23,7 @@ import (
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/logctx"
+	"github.com/soulstack/soulstack/internal/runner"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/store/postgres"
@@ -59,6 +60,17 @@ func OpenStore(ctx context.Context, c config.Config, opts ...sqlstore.Option) (*
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
 	return sqlite.Open(ctx, c.SQLitePath(), opts...)
+}
+
+// Migrate applies the database's migrations, the registries' and the run
+// queue's, and closes it: `keeper migrate`.
+func Migrate(ctx context.Context, c config.Config) error {
+	st, err := OpenStore(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	return runner.Migrate(ctx, st.Queue())
 }
 
 // Run builds the keeper (New) and serves it until ctx is cancelled

@@ -38,13 +38,16 @@ func (s *System) buildNotifier(c config.Config) {
 	s.Notifier = n
 }
 
-// runFinished is the runner's hook: a drift check's outcome is recorded,
+// runFinished is what follows every finished run (runner.Config.Finished,
+// at least once, after a crash too): a drift check's outcome is recorded,
 // and run.succeeded / run.failed are notified (drift checks' own runs
-// excepted: their outcome is the drift).
-func (s *System) runFinished(ctx context.Context, run store.Run) {
-	s.Drift.Finished(ctx, run)
-	if strings.HasPrefix(run.Key, drift.KeyPrefix) {
-		return
+// excepted: their outcome is the drift). An error has the queue try again.
+func (s *System) runFinished(ctx context.Context, run store.Run) error {
+	if err := s.Drift.Finished(ctx, run); err != nil {
+		return err
+	}
+	if drift.IsCheck(run) {
+		return nil
 	}
 	event := ""
 	switch run.Phase {
@@ -53,14 +56,25 @@ func (s *System) runFinished(ctx context.Context, run store.Run) {
 	case store.PhaseFailed:
 		event = "run.failed"
 	default:
-		return
+		return nil
 	}
 	data := map[string]any{"id": run.ID, "name": run.Name, "mode": run.Mode, "phase": run.Phase, "created_by": run.CreatedBy,
 		"started_at": run.StartedAt, "finished_at": run.FinishedAt, "message": run.Message}
 	if run.ErrorCode != "" {
 		data["error"] = client.RunError{Code: run.ErrorCode, Message: run.ErrorMsg}
 	}
-	s.Notifier.Notify(ctx, run.Project, event, "run/"+run.ID, data)
+	return s.Notifier.Send(ctx, run.Project, event, "run/"+run.ID, data)
+}
+
+// driftChanged is the queue's worker for what follows a change of drift
+// state (drift.ChangedArgs, queued with the change).
+type driftChanged struct {
+	river.WorkerDefaults[drift.ChangedArgs]
+	s *System
+}
+
+func (w driftChanged) Work(ctx context.Context, job *river.Job[drift.ChangedArgs]) error {
+	return w.s.Drift.Changed(ctx, job.Args)
 }
 
 // notifyingRegistry is the cloud states' registry that notifies

@@ -27,6 +27,7 @@ import (
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/file"
+	"github.com/soulstack/soulstack/internal/modules/pkg"
 	"github.com/soulstack/soulstack/internal/notify"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/runner"
@@ -356,20 +357,24 @@ func (s *System) buildRuns(ctx context.Context) error {
 		// starts: drift checks finish through it.
 		Finished: s.runFinished,
 		Periodic: s.periodic(c),
-		Register: func(w *river.Workers) { river.AddWorker(w, s.Notifier.Worker()) },
+		Register: func(w *river.Workers) {
+			river.AddWorker(w, s.Notifier.Worker())
+			river.AddWorker(w, driftChanged{s: s})
+		},
 	})
 	if err != nil {
 		return err
 	}
 	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, credentials: s.secrets.Provider}
 	s.Seeds = seeding.New(s.Store, s.Runs, scenarioChecker(s.Store), s.Clock.Now, s.Log)
-	s.Drift = drift.New(s.Store, s.Seeds, s.Notifier.Notify, s.Clock.Now, s.Log)
+	s.Drift = drift.New(drift.Config{Store: s.Store, Seeds: s.Seeds, Notify: s.Notifier.Send, EnqueueTx: s.Runs.EnqueueTx, Now: s.Clock.Now, Log: s.Log})
 	return nil
 }
 
 // provisionModules provisions the modules that need the keeper's
-// services: the cloud states, and core.file.present, which remembers the
-// files runs wrote from secrets.
+// services: the cloud states; core.file.present, which remembers the
+// files runs wrote from secrets; the package states, which wait for a
+// held lock on the keeper's clock.
 func (s *System) provisionModules(settings *cloudSettings) (map[module.ID]module.Module, error) {
 	provisioned, err := module.Provision(settings.services(s.Config, notifyingRegistry{Registry: s.Store, n: s.Notifier}, s.DeploymentID, s.Plugins.Driver, s.secrets))
 	if err != nil {
@@ -380,6 +385,11 @@ func (s *System) provisionModules(settings *cloudSettings) (map[module.ID]module
 		return nil, err
 	}
 	maps.Copy(provisioned, fileMods)
+	pkgMods, err := module.Provision(pkg.Services{Sleep: s.sleep})
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(provisioned, pkgMods)
 	return provisioned, nil
 }
 

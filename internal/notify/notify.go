@@ -116,17 +116,30 @@ func (n *Notifier) log() *slog.Logger {
 // cannot be queued is logged, never returned: the event itself has
 // happened.
 func (n *Notifier) Notify(ctx context.Context, project, event, object string, data any) {
-	if n == nil {
-		return
+	if err := n.Send(ctx, project, event, object, data); err != nil {
+		n.log().Error("queue a webhook delivery", "event", event, "object", object, "err", err)
 	}
+}
+
+// Send is Notify returning the first error that kept a delivery from
+// being queued (the others are queued all the same), for a caller that
+// tries again: a target queued before the error may then be queued twice
+// (deliveries are at least once; a receiver that must act once dedupes
+// by event and object).
+func (n *Notifier) Send(ctx context.Context, project, event, object string, data any) error {
+	if n == nil {
+		return nil
+	}
+	var first error
 	for _, t := range n.Targets {
 		if !slices.Contains(t.Events, event) {
 			continue
 		}
-		if err := n.queue(ctx, t, project, event, object, data); err != nil {
-			n.log().Error("queue a webhook delivery", "notification", t.Name, "event", event, "object", object, "err", err)
+		if err := n.queue(ctx, t, project, event, object, data); err != nil && first == nil {
+			first = fmt.Errorf("notification %s: %w", t.Name, err)
 		}
 	}
+	return first
 }
 
 func (n *Notifier) queue(ctx context.Context, t Target, project, event, object string, data any) error {

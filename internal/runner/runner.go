@@ -201,9 +201,11 @@ type Config struct {
 	Clock clockwork.Clock
 	// Lease is the lease timing; zero fields are the defaults.
 	Lease Lease
-	// Finished, when set, is called with each run this keeper finished,
-	// as stored, after its run.finished event.
-	Finished func(ctx context.Context, run store.Run)
+	// Finished, when set, is called with each run the keepers finished,
+	// as stored, at least once: a queue job committed with the run's end
+	// calls it (again, with backoff, while it returns an error), on
+	// whichever keeper is up, after a crash too.
+	Finished func(ctx context.Context, run store.Run) error
 	// Periodic are the tasks run on a schedule (see Periodic).
 	Periodic []Periodic
 	// Register adds the workers of other jobs the keepers queue
@@ -296,6 +298,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		tasks[t.Name] = t
 	}
 	river.AddWorker(workers, &periodicWorker{tasks: tasks})
+	river.AddWorker(workers, &finishedWorker{r: r})
 	if cfg.Register != nil {
 		cfg.Register(workers)
 	}
@@ -367,6 +370,13 @@ func (r *Runner) Hub() *Hub { return r.hub }
 // Enqueue inserts a job of a kind Config.Register added into the queue.
 func (r *Runner) Enqueue(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) error {
 	_, err := r.river.Insert(ctx, args, opts)
+	return err
+}
+
+// EnqueueTx inserts a job in tx: it commits, and is worked, with tx (the
+// outbox of what must follow a change).
+func (r *Runner) EnqueueTx(ctx context.Context, tx *sql.Tx, args river.JobArgs, opts *river.InsertOpts) error {
+	_, err := r.river.InsertTx(ctx, tx, args, opts)
 	return err
 }
 

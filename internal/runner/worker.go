@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/crashpoint"
 	"github.com/soulstack/soulstack/internal/logctx"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
@@ -284,6 +286,14 @@ func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secre
 	masked, _ := json.Marshal(secrets.Mask(orEmpty(out.Outputs)))
 	finish := store.RunFinishParams{ID: run.ID, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked,
 		Message: runMessage(out.Phase, out.ErrorCode, errMsg, message, masked, run.Mode == string(client.RunCheck))}
+	if r.cfg.Finished != nil {
+		// What follows the run's end commits with it (the outbox): a
+		// keeper killed right after still has it done, by the next one.
+		finish.Enqueue = func(ctx context.Context, tx *sql.Tx) error {
+			_, err := r.river.InsertTx(ctx, tx, FinishedArgs{RunID: run.ID}, nil)
+			return err
+		}
+	}
 	// Finishing must not be cut short by the keeper stopping.
 	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer fcancel()
@@ -297,16 +307,10 @@ func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secre
 	if out.ErrorCode != "" {
 		data.Error = &client.RunError{Code: out.ErrorCode, Message: finish.ErrorMsg}
 	}
+	crashpoint.Here(crashpoint.RunFinished)
 	rec.eventCtx(fctx, "", "", data)
 	_ = rec.flush(fctx)
 	log.Info("run finished", "phase", out.Phase, "code", out.ErrorCode)
-	if r.cfg.Finished != nil {
-		if stored, err := r.cfg.Store.RunGet(fctx, run.ID); err == nil {
-			r.cfg.Finished(fctx, stored)
-		} else {
-			log.Warn("finished run not read back for its hooks", "err", err)
-		}
-	}
 	return nil
 }
 

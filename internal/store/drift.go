@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"time"
 )
 
@@ -57,6 +58,10 @@ func (d SoulDrift) Acknowledged(now time.Time) bool {
 type DriftRecordParams struct {
 	Drift SoulDrift // SID, SeedID, RunID, State, Kind, Reason, CheckedAt
 	Actor Actor
+	// Changed, when set, is called inside the transaction that records a
+	// change of state, with the state before: what follows the change
+	// (remediation, a notification) is queued with it.
+	Changed func(ctx context.Context, tx *sql.Tx, before string) error
 }
 
 // DriftAckParams acknowledges the drift of a soul's seeds (all of them

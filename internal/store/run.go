@@ -183,7 +183,10 @@ type RunCreateParams struct {
 	Enqueue func(ctx context.Context, tx *sql.Tx) error
 }
 
-// RunFinishParams ends a run.
+// RunFinishParams ends a run. Enqueue, when set, is called inside the
+// transaction that ends it: what must follow a run's end (its drift
+// record, its notification) is queued with it, and is done after a crash
+// between the two (the queue is the outbox).
 type RunFinishParams struct {
 	ID        string
 	Owner     string
@@ -192,6 +195,7 @@ type RunFinishParams struct {
 	ErrorMsg  string
 	Outputs   json.RawMessage
 	Message   string
+	Enqueue   func(ctx context.Context, tx *sql.Tx) error
 }
 
 // RunHead is the little of a run a poller needs.

@@ -226,18 +226,25 @@ func (e *lockedError) Error() string {
 type lockPolicy struct {
 	retries int
 	delay   time.Duration
+	sleep   Sleep
 }
 
-func newLockPolicy(retries int, delay string) (lockPolicy, error) {
+func newLockPolicy(retries int, delay string, sleep Sleep) (lockPolicy, error) {
 	d, err := time.ParseDuration(delay)
 	if err != nil || d < 0 || retries < 0 {
 		return lockPolicy{}, module.Invalid("lock_retry_delay", "params lock_retries %d, lock_retry_delay %q: want a count >= 0 and a duration", retries, delay)
 	}
-	return lockPolicy{retries: retries, delay: d}, nil
+	if sleep == nil {
+		sleep = timerSleep
+	}
+	return lockPolicy{retries: retries, delay: d, sleep: sleep}, nil
 }
 
-// sleep waits d or until ctx is done; tests replace it.
-var sleep = func(ctx context.Context, d time.Duration) error {
+// Sleep waits d or until ctx is done.
+type Sleep func(ctx context.Context, d time.Duration) error
+
+// timerSleep is Sleep on a timer.
+func timerSleep(ctx context.Context, d time.Duration) error {
 	tm := time.NewTimer(d)
 	defer tm.Stop()
 	select {
@@ -265,7 +272,7 @@ func (p lockPolicy) whileLocked(ctx context.Context, f func() error) error {
 				Err:     le,
 			}
 		}
-		if err := sleep(ctx, p.delay); err != nil {
+		if err := p.sleep(ctx, p.delay); err != nil {
 			return fmt.Errorf("wait for the package manager's lock (%v): %w", le, err)
 		}
 	}
@@ -307,8 +314,8 @@ func lookMissing(ctx context.Context, m manager, t module.Target, p InstalledPar
 }
 
 // install is core.pkg.installed on any manager.
-func install(ctx context.Context, m manager, t module.Target, p InstalledParams) (module.Result, error) {
-	lock, err := newLockPolicy(p.LockRetries, p.LockRetryDelay)
+func install(ctx context.Context, m manager, t module.Target, p InstalledParams, sleep Sleep) (module.Result, error) {
+	lock, err := newLockPolicy(p.LockRetries, p.LockRetryDelay, sleep)
 	if err != nil {
 		return module.Result{}, err
 	}
@@ -467,8 +474,8 @@ func notFound(what string, update, refreshed bool, refreshFailed string) string 
 }
 
 // remove is core.pkg.removed on any manager.
-func remove(ctx context.Context, m manager, t module.Target, p RemovedParams) (module.Result, error) {
-	lock, err := newLockPolicy(p.LockRetries, p.LockRetryDelay)
+func remove(ctx context.Context, m manager, t module.Target, p RemovedParams, sleep Sleep) (module.Result, error) {
+	lock, err := newLockPolicy(p.LockRetries, p.LockRetryDelay, sleep)
 	if err != nil {
 		return module.Result{}, err
 	}

@@ -42,10 +42,23 @@ func init() {
 }
 
 // Installed is the core.pkg.installed state.
-type Installed struct{}
+type Installed struct{ sleep Sleep }
 
 // Removed is the core.pkg.removed state.
-type Removed struct{}
+type Removed struct{ sleep Sleep }
+
+// Services are what the keeper gives the package states: the wait
+// between two tries of a held package manager lock, on the keeper's clock.
+// Unprovisioned (tests, tools), they wait on a timer.
+type Services struct {
+	Sleep Sleep
+}
+
+// Provision returns core.pkg.installed with the keeper's services.
+func (*Installed) Provision(s Services) (module.Module, error) { return &Installed{sleep: s.Sleep}, nil }
+
+// Provision returns core.pkg.removed with the keeper's services.
+func (*Removed) Provision(s Services) (module.Module, error) { return &Removed{sleep: s.Sleep}, nil }
 
 var (
 	_ module.Module    = (*Installed)(nil)
@@ -54,6 +67,9 @@ var (
 	_ module.Validator = (*Removed)(nil)
 	_ module.Checker   = (*Installed)(nil)
 	_ module.Checker   = (*Removed)(nil)
+
+	_ module.Provisioner[Services] = (*Installed)(nil)
+	_ module.Provisioner[Services] = (*Removed)(nil)
 )
 
 // InstalledParams are the params of core.pkg.installed.
@@ -136,12 +152,12 @@ func (*Installed) Info() module.Info {
 
 // Run installs the missing packages. See the package doc for the round
 // trips.
-func (*Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (m *Installed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p InstalledParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
 	}
-	return install(ctx, apt{}, t, p)
+	return install(ctx, apt{}, t, p, m.sleep)
 }
 
 // Check says which missing packages would be installed, changing nothing
@@ -189,12 +205,12 @@ func (*Removed) Info() module.Info {
 }
 
 // Run removes the installed packages among the given ones.
-func (*Removed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
+func (m *Removed) Run(ctx context.Context, run module.RunInfo, raw json.RawMessage, t module.Target) (module.Result, error) {
 	var p RemovedParams
 	if err := module.DecodeParams(raw, &p); err != nil {
 		return module.Result{}, err
 	}
-	return remove(ctx, apt{}, t, p)
+	return remove(ctx, apt{}, t, p, m.sleep)
 }
 
 // Check says which of the packages would be removed.

@@ -68,25 +68,23 @@ func installedRecord(name string) record {
 	return record{name: name, arch: "amd64", status: "install ok installed", version: "1.0"}
 }
 
-func noSleep(t *testing.T) *[]time.Duration {
+// noSleep is a Sleep that records what it was asked to wait.
+func noSleep() (Sleep, *[]time.Duration) {
 	var slept []time.Duration
-	old := sleep
-	sleep = func(_ context.Context, d time.Duration) error {
+	return func(_ context.Context, d time.Duration) error {
 		slept = append(slept, d)
 		return nil
-	}
-	t.Cleanup(func() { sleep = old })
-	return &slept
+	}, &slept
 }
 
 func installParams(pkgs ...string) InstalledParams {
 	return InstalledParams{Packages: pkgs, Update: true, LockRetries: DefaultLockRetries, LockRetryDelay: DefaultLockRetryDelay}
 }
 
-// TestInstallLogic runs the install flow on a fake manager. It is not
-// parallel: it replaces sleep.
+// TestInstallLogic runs the install flow on a fake manager.
 func TestInstallLogic(t *testing.T) {
-	slept := noSleep(t)
+	t.Parallel()
+	sleep, slept := noSleep()
 	fresh := snapshot{hasLists: true, listsAge: time.Minute}
 	tests := []struct {
 		name        string
@@ -217,7 +215,7 @@ func TestInstallLogic(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			*slept = nil
-			res, err := install(context.Background(), &tc.mgr, nil, tc.params)
+			res, err := install(context.Background(), &tc.mgr, nil, tc.params, sleep)
 			if tc.wantCode != "" {
 				if module.Code(err) != tc.wantCode {
 					t.Fatalf("err = %v (%s); want %s", err, module.Code(err), tc.wantCode)
@@ -254,9 +252,10 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 func TestLockedMessage(t *testing.T) {
-	slept := noSleep(t)
+	t.Parallel()
+	sleep, slept := noSleep()
 	m := &fakeManager{locked: 100}
-	_, err := install(context.Background(), m, nil, InstalledParams{Packages: []string{"git"}, LockRetries: 1, LockRetryDelay: "2s"})
+	_, err := install(context.Background(), m, nil, InstalledParams{Packages: []string{"git"}, LockRetries: 1, LockRetryDelay: "2s"}, sleep)
 	want := "the package manager is locked: process 42 (apt-get) holds /var/lib/dpkg/lock-frontend: apt-get upgrade (still held after 2 tries, 2s apart; the lock files were left alone)"
 	if err == nil || err.Error() != want {
 		t.Fatalf("err = %v\nwant  %s", err, want)
@@ -279,28 +278,29 @@ func TestLockedMessage(t *testing.T) {
 }
 
 func TestRemoveLogic(t *testing.T) {
-	noSleep(t)
+	t.Parallel()
+	sleep, _ := noSleep()
 	p := RemovedParams{Packages: []string{"telnet", "nope"}, LockRetries: 5, LockRetryDelay: "1s"}
 	m := &fakeManager{snap: snapshot{states: states{installedRecord("telnet")}}, locked: 1, outcome: outcome{}}
-	res, err := remove(context.Background(), m, nil, p)
+	res, err := remove(context.Background(), m, nil, p, sleep)
 	out, _ := res.Output.(map[string]any)
 	if err != nil || !res.Changed || mustJSON(t, out["removed"]) != `["telnet"]` || mustJSON(t, out["already_absent"]) != `["nope"]` || m.removes != 2 {
 		t.Fatalf("remove = %+v, %v after %d calls", res, err, m.removes)
 	}
 
 	m = &fakeManager{snap: snapshot{states: states{{name: "telnet", status: "deinstall ok config-files"}}}}
-	res, err = remove(context.Background(), m, nil, p)
+	res, err = remove(context.Background(), m, nil, p, sleep)
 	if err != nil || res.Changed || m.removes != 0 {
 		t.Fatalf("config files left, no purge: %+v, %v, %d calls", res, err, m.removes)
 	}
 	p.Purge = true
-	res, err = remove(context.Background(), m, nil, p)
+	res, err = remove(context.Background(), m, nil, p, sleep)
 	if err != nil || !res.Changed || m.removes != 1 {
 		t.Fatalf("config files left, purge: %+v, %v, %d calls", res, err, m.removes)
 	}
 
 	m = &fakeManager{snap: snapshot{states: states{installedRecord("telnet")}}, outcome: outcome{states: states{installedRecord("telnet")}, failed: map[string]string{"telnet": "E: no"}}}
-	_, err = remove(context.Background(), m, nil, p)
+	_, err = remove(context.Background(), m, nil, p, sleep)
 	if module.Code(err) != CodeRemoveFailed || !strings.Contains(err.Error(), "E: no") {
 		t.Fatalf("failed removal: %v", err)
 	}

@@ -80,6 +80,11 @@ func (s *Store) DriftRecord(ctx context.Context, p store.DriftRecordParams) (bef
 		if action == "" {
 			return record{}, fmt.Errorf("drift state %q is not one a check records", d.State)
 		}
+		if p.Changed != nil && before != d.State {
+			if err := p.Changed(ctx, tx, before); err != nil {
+				return record{}, fmt.Errorf("queue what follows the drift of %s seed %d: %w", d.SID, d.SeedID, err)
+			}
+		}
 		return record{action: action, object: "soul/" + d.SID, payload: map[string]any{
 			"sid": d.SID, "seed_id": d.SeedID, "run_id": d.RunID, "from": before, "to": d.State, "kind": d.Kind, "reason": d.Reason,
 		}}, nil

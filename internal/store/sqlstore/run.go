@@ -459,6 +459,11 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) (err err
 		if n, _ := res.RowsAffected(); n == 0 {
 			return record{}, &store.Error{Err: store.ErrLeaseLost, Kind: "run", Key: p.ID}
 		}
+		if p.Enqueue != nil {
+			if err := p.Enqueue(ctx, tx); err != nil {
+				return record{}, fmt.Errorf("queue what follows run %s: %w", p.ID, err)
+			}
+		}
 		payload := map[string]any{"id": p.ID, "phase": p.Phase}
 		if p.ErrorCode != "" {
 			payload["error"] = map[string]any{"code": p.ErrorCode, "message": p.ErrorMsg}
