@@ -55,7 +55,9 @@ type Services struct {
 }
 
 // Provision returns core.pkg.installed with the keeper's services.
-func (*Installed) Provision(s Services) (module.Module, error) { return &Installed{sleep: s.Sleep}, nil }
+func (*Installed) Provision(s Services) (module.Module, error) {
+	return &Installed{sleep: s.Sleep}, nil
+}
 
 // Provision returns core.pkg.removed with the keeper's services.
 func (*Removed) Provision(s Services) (module.Module, error) { return &Removed{sleep: s.Sleep}, nil }
