@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/access"
 	"github.com/soulstack/soulstack/internal/approval"
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
@@ -65,6 +66,9 @@ type Config struct {
 	// Join enables POST /v1/join, /v1/join/renew and the soul binary's
 	// download (join.go); nil: the keeper serves none of them.
 	Join *JoinConfig
+	// Access decides people's roles and authenticates tokens; nil: one
+	// over Store with OIDC's roles.
+	Access *access.Service
 	// OIDC enables sign-in with an OpenID Connect provider (oidc.go).
 	OIDC *OIDCConfig
 	// Approvals decides on held steps and keeps the API's approval
@@ -102,6 +106,7 @@ type Server struct {
 	log     *slog.Logger
 	now     func() time.Time
 	authn   *auth.Authenticator
+	access  *access.Service
 	mux     *http.ServeMux
 	api     huma.API
 	metrics *metrics
@@ -181,6 +186,9 @@ func newServer(cfg Config, agent bool) *Server {
 	if cfg.AuthFailureInterval <= 0 {
 		cfg.AuthFailureInterval = time.Second
 	}
+	if cfg.Access == nil {
+		cfg.Access = access.New(cfg.Store, cfg.OIDC.AccessRoles(), cfg.Now, cfg.Logger)
+	}
 	if cfg.Approvals == nil && cfg.Store != nil {
 		cfg.Approvals = approval.NewService(cfg.Store, approval.Policy{}, "")
 	}
@@ -188,7 +196,8 @@ func newServer(cfg Config, agent bool) *Server {
 		store:      cfg.Store,
 		log:        cfg.Logger,
 		now:        cfg.Now,
-		authn:      auth.NewAuthenticator(cfg.Store, cfg.Now),
+		authn:      cfg.Access.Authenticator(),
+		access:     cfg.Access,
 		mux:        http.NewServeMux(),
 		runs:       cfg.Runs,
 		check:      cfg.Check,

@@ -12,6 +12,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/access"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
@@ -101,6 +102,10 @@ func problemFor(err error) (*client.Problem, bool) {
 	}
 	if p, ok := storeProblem(err); ok {
 		return p, true
+	}
+	var none *access.NoRoleError
+	if errors.As(err, &none) {
+		return problem(http.StatusForbidden, "auth.oidc_no_role", none.Reason), true
 	}
 	var jr *joinRefused
 	if errors.As(err, &jr) {

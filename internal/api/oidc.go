@@ -20,6 +20,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/access"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -59,6 +60,15 @@ type OIDCConfig struct {
 	Open func(string) ([]byte, error)
 	// HTTPClient talks to the provider; nil: one with a 10 s timeout.
 	HTTPClient *http.Client
+}
+
+// AccessRoles is the sign-in's say over people's roles, for the access
+// service; nil when c is (sign-in off).
+func (c *OIDCConfig) AccessRoles() *access.Roles {
+	if c == nil {
+		return nil
+	}
+	return &access.Roles{Issuer: c.Issuer, Keeper: c.Roles, Projects: c.Projects}
 }
 
 // oidcCookie holds a sign-in in progress between login and callback.
@@ -248,6 +258,10 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	// The sign-in cookie is spent whatever happens: a callback is good once.
 	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Path: "/v1/auth/oidc/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteLaxMode, MaxAge: -1})
 	p, err := s.signIn(r)
+	var none *access.NoRoleError
+	if errors.As(err, &none) {
+		err = &oidcError{http.StatusForbidden, "auth.oidc_no_role", none.Reason}
+	}
 	if err != nil {
 		var oe *oidcError
 		if !errors.As(err, &oe) {
@@ -309,7 +323,7 @@ func (s *Server) signIn(r *http.Request) (*signedIn, error) {
 	if err != nil {
 		return nil, err
 	}
-	g, err := s.accessOf(r.Context(), person, groups, p.Project)
+	g, err := s.access.SignIn(r.Context(), person, groups, p.Project)
 	if err != nil {
 		return nil, err
 	}
@@ -321,12 +335,12 @@ func (s *Server) signIn(r *http.Request) (*signedIn, error) {
 
 // cliCode ends a soulctl login at the provider: a one-time code, bound to
 // soulctl's PKCE challenge, goes to soulctl's loopback listener.
-func (s *Server) cliCode(ctx context.Context, p pendingLogin, person store.Person, groups []string, g access) (*signedIn, error) {
+func (s *Server) cliCode(ctx context.Context, p pendingLogin, person store.Person, groups []string, g access.Grant) (*signedIn, error) {
 	code, err := randomSecret()
 	if err != nil {
 		return nil, err
 	}
-	b, _ := json.Marshal(cliCode{Purpose: cliCodePurpose, Person: person, Groups: groups, Role: g.role, Project: g.project, Challenge: p.CLIChallenge})
+	b, _ := json.Marshal(cliCode{Purpose: cliCodePurpose, Person: person, Groups: groups, Role: g.Role, Project: g.Project, Challenge: p.CLIChallenge})
 	if err := s.store.OIDCCodePut(ctx, cliCodeHash(code), s.oidc.cfg.Seal(b), s.now().Add(cliCodeTTL)); err != nil {
 		return nil, err
 	}
@@ -359,43 +373,11 @@ func (s *Server) exchangeCLICode(ctx context.Context, in *struct{ Body client.OI
 	if subtle.ConstantTimeCompare([]byte(oauth2.S256ChallengeFromVerifier(in.Body.Verifier)), []byte(c.Challenge)) != 1 {
 		return nil, refused
 	}
-	t, plain, err := s.mintPersonToken(ctx, c.Person, c.Groups, access{role: c.Role, project: c.Project})
+	t, plain, err := s.access.Mint(ctx, c.Person, c.Groups, access.Grant{Role: c.Role, Project: c.Project}, s.oidc.cfg.TokenTTL)
 	if err != nil {
 		return nil, err
 	}
 	return &struct{ Body client.TokenCreated }{Body: tokenCreatedWire(t, plain)}, nil
-}
-
-// mintPersonToken mints a token for a person who signed in, expiring with
-// the sign-in (audit token.created by oidc, naming the person).
-func (s *Server) mintPersonToken(ctx context.Context, person store.Person, groups []string, g access) (store.APIToken, string, error) {
-	plain, id, hash, err := auth.NewToken()
-	if err != nil {
-		return store.APIToken{}, "", err
-	}
-	expires := s.now().Add(s.oidc.cfg.TokenTTL)
-	person.Groups = groups
-	t, err := s.store.TokenCreate(ctx, store.TokenCreateParams{
-		Token: store.APIToken{ID: id, Name: personTokenName(person), Role: g.role, Hash: hash, ExpiresAt: &expires, Person: &person, Project: g.project},
-		Actor: store.ActorOIDC,
-	})
-	if err != nil {
-		return store.APIToken{}, "", err
-	}
-	// A binding changed while this sign-in read the old ones: the change's
-	// own sweep ran before this token existed, so this one is checked here.
-	bindings, err := s.store.Bindings(ctx, "")
-	if err == nil && s.lapsed(t, bindings, s.now()) {
-		err = s.store.TokenRevoke(ctx, store.DeleteParams{Key: t.ID, Actor: store.ActorOIDC})
-		if err == nil {
-			err = &oidcError{http.StatusForbidden, "auth.oidc_no_role", "your role changed while you signed in; sign in again"}
-		}
-	}
-	if err != nil {
-		return store.APIToken{}, "", err
-	}
-	s.log.Info("OIDC sign-in", "token_id", t.ID, "issuer", person.Issuer, "subject", person.Subject, "role", g.role, "project", g.project, "groups", groups)
-	return t, plain, nil
 }
 
 // idClaims are the ID token claims the keeper reads.
@@ -449,180 +431,10 @@ func groupsOf(v any) []string {
 	return slices.Compact(out)
 }
 
-// roleRank orders the roles a person may get, weakest first.
-var roleRank = map[string]int{"viewer": 1, "operator": 2, "admin": 3}
-
-// roleOf is the strongest keeper-wide role the groups map to, or "".
-func (f *oidcFlow) roleOf(groups []string) string {
-	best := ""
-	for _, g := range groups {
-		if r := f.cfg.Roles[g]; roleRank[r] > roleRank[best] {
-			best = r
-		}
-	}
-	return best
-}
-
-// access is what a sign-in gets: a role, in one project or (project
-// empty) keeper-wide.
-type access struct {
-	role, project string
-}
-
-// projectRoles is the strongest role the person has in each project:
-// through their groups in keeper.yml's oidc.projects, and through the
-// bindings made with the API (of their groups, or of them by issuer and
-// subject).
-func (s *Server) projectRoles(ctx context.Context, person store.Person, groups []string) (map[string]string, error) {
-	bindings, err := s.store.Bindings(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	return s.projectRolesIn(bindings, person, groups), nil
-}
-
-// projectRolesIn is projectRoles with the bindings given.
-func (s *Server) projectRolesIn(bindings []store.Binding, person store.Person, groups []string) map[string]string {
-	out := map[string]string{}
-	grant := func(project, role string) {
-		if roleRank[role] > roleRank[out[project]] {
-			out[project] = role
-		}
-	}
-	for project, byGroup := range s.oidc.cfg.Projects {
-		for _, g := range groups {
-			grant(project, byGroup[g])
-		}
-	}
-	me := person.Key()
-	for _, b := range bindings {
-		if b.Kind == store.BindPerson && b.Subject == me || b.Kind == store.BindGroup && slices.Contains(groups, b.Subject) {
-			grant(b.Project, b.Role)
-		}
-	}
-	delete(out, "")
-	return out
-}
-
-// roleNow is the role a person's token would get if its person signed in
-// again now with the groups of the sign-in that minted it: from
-// keeper.yml's oidc roles and projects and the bindings as they are now.
-// "" when they give it none, or when OIDC sign-in is off or trusts
-// another issuer now.
-func (s *Server) roleNow(t store.APIToken, bindings []store.Binding) string {
-	if s.oidc == nil || t.Person == nil || t.Person.Issuer != s.oidc.cfg.Issuer {
-		return ""
-	}
-	role := s.oidc.roleOf(t.Person.Groups)
-	if t.Project != "" {
-		if r := s.projectRolesIn(bindings, *t.Person, t.Person.Groups)[t.Project]; roleRank[r] > roleRank[role] {
-			role = r
-		}
-	}
-	return role
-}
-
-// lapsed reports whether t is a person's token whose role is no longer
-// held (roleNow ranks below it). A token minted by hand, or before the
-// keeper kept the sign-in's groups, is never lapsed: it lives until it
-// expires or is revoked.
-func (s *Server) lapsed(t store.APIToken, bindings []store.Binding, now time.Time) bool {
-	if t.Person == nil || t.Person.Groups == nil || !t.Active(now) {
-		return false
-	}
-	return roleRank[s.roleNow(t, bindings)] < roleRank[t.Role]
-}
-
-// WithdrawLapsedAccess revokes the person tokens of project (every
-// project's and the keeper-wide ones when project is "") whose role their
-// person no longer holds: a binding removed or lowered, keeper.yml's oidc
-// roles or projects changed, OIDC turned off. A person's token expires
-// with their access, not only with its oidc.token_ttl. The keeper calls it
-// when it starts and after every binding change; each revocation is
-// audited (token.revoked by actor). It returns how many it revoked; the
-// error is the first that kept it from revoking one.
-func (s *Server) WithdrawLapsedAccess(ctx context.Context, project string, actor store.Actor) (int, error) {
-	bindings, err := s.store.Bindings(ctx, "")
-	if err != nil {
-		return 0, err
-	}
-	var first error
-	n, after := 0, ""
-	for {
-		page, err := s.store.TokenList(ctx, store.ListParams{Limit: 500, After: after, Project: project})
-		if err != nil {
-			return n, err
-		}
-		now := s.now()
-		for _, t := range page {
-			if !s.lapsed(t, bindings, now) {
-				continue
-			}
-			err := s.store.TokenRevoke(ctx, store.DeleteParams{Key: t.ID, Actor: actor})
-			s.authn.Forget(t.ID)
-			switch {
-			case errors.Is(err, store.ErrRevoked):
-			case err != nil:
-				s.log.Error("a person's access was withdrawn but their token could not be revoked", "token_id", t.ID, "err", err)
-				if first == nil {
-					first = fmt.Errorf("revoke token %s: %w", t.ID, err)
-				}
-			default:
-				n++
-				s.log.Info("a person's access was withdrawn: their token is revoked", "token_id", t.ID,
-					"issuer", t.Person.Issuer, "subject", t.Person.Subject, "role", t.Role, "project", t.Project)
-			}
-		}
-		if len(page) < 500 {
-			return n, first
-		}
-		after = page[len(page)-1].ID
-	}
-}
-
-// accessOf is what the person gets at this sign-in. Asked for a project,
-// their role there (a keeper-wide role counts in every project); else
-// their keeper-wide role, or, without one, their role in the first
-// project (by name) they have one in. Nothing: auth.oidc_no_role.
-func (s *Server) accessOf(ctx context.Context, person store.Person, groups []string, project string) (access, error) {
-	keeper := s.oidc.roleOf(groups)
-	roles, err := s.projectRoles(ctx, person, groups)
-	if err != nil {
-		return access{}, err
-	}
-	if project != "" {
-		if _, err := s.store.ProjectGet(ctx, project); err != nil {
-			return access{}, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("you have no role in project %q", project)}
-		}
-		role := roles[project]
-		if roleRank[keeper] > roleRank[role] {
-			role = keeper
-		}
-		if role == "" {
-			return access{}, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("you have no role in project %q", project)}
-		}
-		return access{role: role, project: project}, nil
-	}
-	if keeper != "" {
-		return access{role: keeper}, nil
-	}
-	names := make([]string, 0, len(roles))
-	for p := range roles {
-		names = append(names, p)
-	}
-	slices.Sort(names)
-	for _, p := range names {
-		if _, err := s.store.ProjectGet(ctx, p); err == nil {
-			return access{role: roles[p], project: p}, nil
-		}
-	}
-	return access{}, &oidcError{http.StatusForbidden, "auth.oidc_no_role", fmt.Sprintf("none of your groups (%s) has a role on this keeper", strings.Join(groups, ", "))}
-}
-
 // startPersonSession mints the person's token and a web UI session for
 // it; the session's key goes to the page in the URL fragment.
-func (s *Server) startPersonSession(r *http.Request, person store.Person, groups []string, g access, returnTo string) (*signedIn, error) {
-	t, _, err := s.mintPersonToken(r.Context(), person, groups, g) // the session stands for the token, which is never shown
+func (s *Server) startPersonSession(r *http.Request, person store.Person, groups []string, g access.Grant, returnTo string) (*signedIn, error) {
+	t, _, err := s.access.Mint(r.Context(), person, groups, g, s.oidc.cfg.TokenTTL) // the session stands for the token, which is never shown
 	if err != nil {
 		return nil, err
 	}
@@ -633,22 +445,6 @@ func (s *Server) startPersonSession(r *http.Request, person store.Person, groups
 	c := sessionCookie(sid, r.TLS != nil)
 	return &signedIn{cookie: &c, location: returnTo + "#csrf=" + url.QueryEscape(key)}, nil
 }
-
-// personTokenName is a DNS label for the person's token: oidc- and the
-// readable part of their name.
-func personTokenName(p store.Person) string {
-	label := strings.ToLower(p.Name)
-	if at := strings.IndexByte(label, '@'); at > 0 {
-		label = label[:at]
-	}
-	label = strings.Trim(nonLabel.ReplaceAllString(label, "-"), "-")
-	if label == "" {
-		label = "person"
-	}
-	return bounded("oidc-"+label, 63)
-}
-
-var nonLabel = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // bounded cuts s to n bytes.
 func bounded(s string, n int) string {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
+	"github.com/soulstack/soulstack/internal/access"
 )
 
 // TestVerifyIDToken: an ID token signed by the provider for this keeper's
@@ -26,8 +27,9 @@ func TestVerifyIDToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = other.Shutdown() })
-	s := &Server{oidc: newOIDCFlow(&OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID, ClientSecret: idp.ClientSecret, GroupsClaim: "groups",
-		Roles: map[string]string{"sre": "operator"}, Scopes: []string{"openid"}})}
+	cfg := &OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID, ClientSecret: idp.ClientSecret, GroupsClaim: "groups",
+		Roles: map[string]string{"sre": "operator"}, Scopes: []string{"openid"}}
+	s := &Server{oidc: newOIDCFlow(cfg), access: access.New(nil, cfg.AccessRoles(), nil, nil)}
 	ctx := context.Background()
 	_, verifier, err := s.oidc.discover(ctx)
 	if err != nil {
@@ -49,7 +51,7 @@ func TestVerifyIDToken(t *testing.T) {
 	}
 	later := time.Now().Add(10 * time.Minute)
 	person, groups, err := s.verifyIDToken(ctx, verifier, sign(idp, idp.Issuer(), idp.ClientID, "n-1", later), "n-1")
-	if err != nil || person.Issuer != idp.Issuer() || person.Subject != "u-1" || person.Name != "ada@example.com" || len(groups) != 2 || s.oidc.roleOf(groups) != "operator" {
+	if err != nil || person.Issuer != idp.Issuer() || person.Subject != "u-1" || person.Name != "ada@example.com" || len(groups) != 2 || s.access.KeeperRole(groups) != "operator" {
 		t.Fatalf("a good ID token: %+v %v %v", person, groups, err)
 	}
 	otherKey, err := mockoidc.RandomKeypair(2048)
@@ -77,9 +79,9 @@ func TestVerifyIDToken(t *testing.T) {
 
 func TestRoleOfAndReturnPaths(t *testing.T) {
 	t.Parallel()
-	f := newOIDCFlow(&OIDCConfig{Roles: map[string]string{"dev": "viewer", "sre": "operator", "root": "admin"}})
+	a := access.New(nil, (&OIDCConfig{Roles: map[string]string{"dev": "viewer", "sre": "operator", "root": "admin"}}).AccessRoles(), nil, nil)
 	for groups, want := range map[string]string{"": "", "x": "", "dev": "viewer", "dev,sre": "operator", "sre,root,dev": "admin"} {
-		if got := f.roleOf(groupsOf(splitComma(groups))); got != want {
+		if got := a.KeeperRole(groupsOf(splitComma(groups))); got != want {
 			t.Errorf("roleOf(%s) = %q, want %q", groups, got, want)
 		}
 	}

@@ -69,7 +69,7 @@ func (s *Server) registerProjects() {
 // binding change took away. The change stands either way; a token it
 // cannot revoke now is logged and revoked at the keeper's next start.
 func (s *Server) withdrawAfterBinding(ctx context.Context, project string) {
-	if _, err := s.WithdrawLapsedAccess(ctx, project, principal(ctx).Actor()); err != nil {
+	if _, err := s.access.WithdrawLapsed(ctx, project, principal(ctx).Actor()); err != nil {
 		s.log.Error("withdraw access after a binding change", "project", project, "err", err)
 	}
 }

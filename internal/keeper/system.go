@@ -17,6 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/riverqueue/river"
 
+	"github.com/soulstack/soulstack/internal/access"
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/approval"
 	"github.com/soulstack/soulstack/internal/audit"
@@ -84,6 +85,8 @@ type System struct {
 	// Runs is the durable run queue with its engine.
 	Runs  *runner.Runner
 	Cloud *cloudService
+	// Access decides people's roles and authenticates tokens.
+	Access *access.Service
 	// Seeds runs souls' seeds; Drift checks that souls still carry them.
 	Seeds *seeding.Service
 	Drift *drift.Service
@@ -459,8 +462,9 @@ func (s *System) buildAPI(ctx context.Context) error {
 	s.onClose(guard.Close) // its last summary, before the store closes
 	join := s.Agent.joinConfig(c, guard)
 	check := scenarioChecker(s.Store)
+	s.Access = access.New(s.Store, oidcCfg.AccessRoles(), s.Clock.Now, s.Log)
 	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
-		Seeds: s.Seeds, Drift: s.Drift,
+		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
 		Approvals: approval.NewService(s.Store, s.approvals, c.Approvals.Policy), Seal: s.sealer.Seal,
@@ -490,7 +494,7 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	defer stopWatch()
 	// keeper.yml's oidc section may have changed since the last start: a
 	// person's token whose role it no longer gives ends now.
-	if n, err := s.API.WithdrawLapsedAccess(ctx, "", store.ActorOIDC); err != nil {
+	if n, err := s.Access.WithdrawLapsed(ctx, "", store.ActorOIDC); err != nil {
 		s.Log.Error("withdraw the access keeper.yml no longer gives", "revoked", n, "err", err)
 	} else if n > 0 {
 		s.Log.Info("withdrew the access keeper.yml no longer gives", "revoked", n)
