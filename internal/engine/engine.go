@@ -155,11 +155,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	if secrets == nil {
 		secrets = secret.NewSet()
 	}
-	declared := map[string]bool{}
-	for _, name := range plan.SecretInputs {
-		declared[name] = true
-	}
-	runner.AddInputSecrets(secrets, plan.Input, declared)
+	secrets.AddInput(plan.Input, plan.Secret())
 	st := state{Done: map[string]stepState{}, Failed: map[string]string{}}
 	if x.Resume != nil {
 		if err := json.Unmarshal(x.Resume, &st); err != nil {

@@ -65,16 +65,12 @@ func scenarioChecker(st soulGetter) runner.Checker {
 		if len(problems) > 0 {
 			return runner.Checked{}, problems
 		}
-		secrets := map[string]bool{}
-		for _, name := range plan.SecretInputs {
-			secrets[name] = true
-		}
 		var needs []runner.StepPermission
 		for _, s := range plan.Steps {
 			if perm := s.Module.Info().Permission; perm != "" {
 				needs = append(needs, runner.StepPermission{Step: s.Name, Module: string(s.ID), Permission: auth.Permission(perm)})
 			}
 		}
-		return runner.Checked{Name: plan.Name, Input: plan.Input, Secret: secrets, Needs: needs}, nil
+		return runner.Checked{Name: plan.Name, Input: plan.Input, Secret: plan.Secret(), Needs: needs}, nil
 	}
 }

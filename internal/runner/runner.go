@@ -605,7 +605,7 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 	// masks the copy of its text under another input of the same run, and
 	// nothing of any other run.
 	secrets := secret.NewSet()
-	AddInputSecrets(secrets, p.Input, p.Secret)
+	secrets.AddInput(p.Input, p.Secret)
 	masked := maskInput(secrets, p.Input, p.Secret)
 	maskedJSON, _ := json.Marshal(masked)
 	id, err := auth.NewID("run_")
@@ -646,32 +646,6 @@ func maskInput(secrets *secret.Set, in map[string]any, secretKeys map[string]boo
 		out[k] = v
 	}
 	return secrets.Mask(out)
-}
-
-// AddInputSecrets adds to set the text of every string of a run's input
-// that is secret: under an input declared secret (declared), or under a
-// secret-looking key (secret.IsSensitiveKey) at any depth.
-func AddInputSecrets(set *secret.Set, input map[string]any, declared map[string]bool) {
-	var walk func(v any, secretHere bool)
-	walk = func(v any, secretHere bool) {
-		switch x := v.(type) {
-		case string:
-			if secretHere {
-				set.Add(x)
-			}
-		case map[string]any:
-			for k, val := range x {
-				walk(val, secretHere || secret.IsSensitiveKey(k))
-			}
-		case []any:
-			for _, val := range x {
-				walk(val, secretHere)
-			}
-		}
-	}
-	for k, v := range input {
-		walk(v, declared[k] || secret.IsSensitiveKey(k))
-	}
 }
 
 var (

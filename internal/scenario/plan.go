@@ -30,6 +30,16 @@ type Plan struct {
 	Steps []*PlanStep
 }
 
+// Secret is SecretInputs as a set: what a run records as its secret
+// inputs, and what its secret set is filled from (secret.Set.AddInput).
+func (p *Plan) Secret() map[string]bool {
+	out := make(map[string]bool, len(p.SecretInputs))
+	for _, name := range p.SecretInputs {
+		out[name] = true
+	}
+	return out
+}
+
 // PlanStep is one step of a Plan.
 type PlanStep struct {
 	// Index is the step's position in the scenario, from 0.

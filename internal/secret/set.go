@@ -104,6 +104,32 @@ func (s *Set) Add(value string) {
 	s.values.Store(&sorted)
 }
 
+// AddInput adds the text of every string of a run's input that is
+// secret: under an input declared secret (declared), or under a
+// secret-looking key (IsSensitiveKey) at any depth.
+func (s *Set) AddInput(input map[string]any, declared map[string]bool) {
+	var walk func(v any, secretHere bool)
+	walk = func(v any, secretHere bool) {
+		switch x := v.(type) {
+		case string:
+			if secretHere {
+				s.Add(x)
+			}
+		case map[string]any:
+			for k, val := range x {
+				walk(val, secretHere || IsSensitiveKey(k))
+			}
+		case []any:
+			for _, val := range x {
+				walk(val, secretHere)
+			}
+		}
+	}
+	for k, v := range input {
+		walk(v, declared[k] || IsSensitiveKey(k))
+	}
+}
+
 // Values returns a copy of the values s holds, longest first.
 func (s *Set) Values() []string {
 	return slices.Clone(s.snapshot())
