@@ -73,44 +73,18 @@ var ErrConfig = errors.New("agent: invalid config")
 // Commands still running when ctx ends are killed. It returns nil when ctx
 // ends, an error when the config is invalid.
 func Serve(ctx context.Context, cfg Config) error {
-	switch {
-	case cfg.SID == "":
-		return fmt.Errorf("%w: no SID", ErrConfig)
-	case len(cfg.URLs) == 0:
-		return fmt.Errorf("%w: no NATS URLs", ErrConfig)
-	case cfg.TLS == nil:
-		return fmt.Errorf("%w: no TLS config (the soul's certificate and the keeper's CA)", ErrConfig)
+	if err := cfg.check(); err != nil {
+		return err
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	interval := cfg.Heartbeat
-	if interval <= 0 {
-		interval = wire.DefaultHeartbeat
-	}
-	wait := cfg.ReconnectWait
-	if wait <= 0 {
-		wait = time.Second
-	}
-	jitter := cfg.Jitter
-	switch {
-	case jitter == 0:
-		jitter = interval
-	case jitter < 0:
-		jitter = 0
-	}
-	if jitter > 0 {
+	cfg = cfg.withDefaults()
+	if cfg.Jitter > 0 {
 		select {
-		case <-time.After(rand.N(jitter)):
+		case <-time.After(rand.N(cfg.Jitter)):
 		case <-ctx.Done():
 			return nil
 		}
 	}
-	a := &agent{sid: cfg.SID, log: log, run: cfg.Exec, running: map[string]runningCmd{}}
-	if a.run == nil {
-		a.run = Run
-	}
+	a := &agent{sid: cfg.SID, log: cfg.Logger, run: cfg.Exec, running: map[string]runningCmd{}}
 	if cfg.Spool != "" {
 		sp, err := newSpool(cfg.Spool)
 		if err != nil {
@@ -122,7 +96,67 @@ func Serve(ctx context.Context, cfg Config) error {
 	runCtx, stopRuns := context.WithCancel(ctx)
 	defer stopRuns()
 	a.ctx = runCtx
-	nc, err := nats.Connect(strings.Join(cfg.URLs, ","),
+	nc, err := connect(cfg)
+	if err != nil {
+		return fmt.Errorf("agent: connect to the bus: %w", err)
+	}
+	defer nc.Close()
+	a.nc = nc
+	if _, err := nc.Subscribe(wire.ExecSubject(cfg.SID), a.exec); err != nil {
+		return fmt.Errorf("agent: subscribe: %w", err)
+	}
+	if _, err := nc.Subscribe(wire.CancelSubject(cfg.SID), a.cancel); err != nil {
+		return fmt.Errorf("agent: subscribe: %w", err)
+	}
+	a.beat(ctx, cfg)
+	stopRuns()
+	a.wg.Wait()
+	return nil
+}
+
+// check refuses an incomplete config.
+func (cfg Config) check() error {
+	switch {
+	case cfg.SID == "":
+		return fmt.Errorf("%w: no SID", ErrConfig)
+	case len(cfg.URLs) == 0:
+		return fmt.Errorf("%w: no NATS URLs", ErrConfig)
+	case cfg.TLS == nil:
+		return fmt.Errorf("%w: no TLS config (the soul's certificate and the keeper's CA)", ErrConfig)
+	}
+	return nil
+}
+
+// withDefaults fills the zero fields: no logging, the default heartbeat,
+// 1 s between reconnects, a jitter of one heartbeat (none when negative),
+// commands run by Run.
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = wire.DefaultHeartbeat
+	}
+	if cfg.ReconnectWait <= 0 {
+		cfg.ReconnectWait = time.Second
+	}
+	switch {
+	case cfg.Jitter == 0:
+		cfg.Jitter = cfg.Heartbeat
+	case cfg.Jitter < 0:
+		cfg.Jitter = 0
+	}
+	if cfg.Exec == nil {
+		cfg.Exec = Run
+	}
+	return cfg
+}
+
+// connect connects to the bus as the soul, retrying for ever (a refusal
+// too: it may be the keeper's admission being saturated).
+func connect(cfg Config) (*nats.Conn, error) {
+	log, wait, jitter := cfg.Logger, cfg.ReconnectWait, cfg.Jitter
+	return nats.Connect(strings.Join(cfg.URLs, ","),
 		nats.Secure(cfg.TLS),
 		nats.Name("soul "+cfg.SID),
 		// Generous: after a keeper restart every soul reconnects at once,
@@ -148,38 +182,30 @@ func Serve(ctx context.Context, cfg Config) error {
 			log.Warn("bus error", "err", err)
 		}),
 	)
-	if err != nil {
-		return fmt.Errorf("agent: connect to the bus: %w", err)
-	}
-	defer nc.Close()
-	a.nc = nc
-	if _, err := nc.Subscribe(wire.ExecSubject(cfg.SID), a.exec); err != nil {
-		return fmt.Errorf("agent: subscribe: %w", err)
-	}
-	if _, err := nc.Subscribe(wire.CancelSubject(cfg.SID), a.cancel); err != nil {
-		return fmt.Errorf("agent: subscribe: %w", err)
-	}
-	hb, _ := json.Marshal(wire.Heartbeat{SID: cfg.SID, IntervalMS: interval.Milliseconds(), Version: cfg.Version})
-	beat := func() {
-		if nc.IsConnected() {
-			if err := nc.Publish(wire.HeartbeatSubject(cfg.SID), hb); err != nil {
-				log.Warn("heartbeat", "err", err)
+}
+
+// beat sends the soul's heartbeat every cfg.Heartbeat while connected,
+// and sweeps the spool every hour, until ctx ends.
+func (a *agent) beat(ctx context.Context, cfg Config) {
+	hb, _ := json.Marshal(wire.Heartbeat{SID: cfg.SID, IntervalMS: cfg.Heartbeat.Milliseconds(), Version: cfg.Version})
+	send := func() {
+		if a.nc.IsConnected() {
+			if err := a.nc.Publish(wire.HeartbeatSubject(cfg.SID), hb); err != nil {
+				a.log.Warn("heartbeat", "err", err)
 			}
 		}
 	}
-	ticker := time.NewTicker(interval)
+	ticker := time.NewTicker(cfg.Heartbeat)
 	defer ticker.Stop()
 	sweep := time.NewTicker(spoolSweepEvery)
 	defer sweep.Stop()
-	beat()
+	send()
 	for {
 		select {
 		case <-ctx.Done():
-			stopRuns()
-			a.wg.Wait()
-			return nil
+			return
 		case <-ticker.C:
-			beat()
+			send()
 		case <-sweep.C:
 			if a.spool != nil {
 				a.spool.sweep(time.Now())

@@ -123,6 +123,13 @@ func (s *Server) registerCredentials() {
 		}
 		return &struct{ Body client.Credential }{Body: credentialWire(c)}, nil
 	})
+	s.registerCredentialListDelete()
+}
+
+// registerCredentialListDelete registers listing and deleting a project's credentials.
+func (s *Server) registerCredentialListDelete() {
+	tags := []string{"projects"}
+	inProject := s.inProject
 	register(s, huma.Operation{
 		OperationID: "credential-list", Method: http.MethodGet, Path: "/v1/projects/{name}/credentials", Tags: tags,
 		Summary: "List a project's credentials (names, never values)", Errors: []int{http.StatusNotFound},

@@ -128,6 +128,13 @@ func (s *Server) registerBindings() {
 		s.withdrawAfterBinding(ctx, in.Name)
 		return &struct{ Body client.Binding }{Body: bindingWire(got)}, nil
 	})
+	s.registerBindingDeleteQuota()
+}
+
+// registerBindingDeleteQuota registers removing a binding and setting a project's quota.
+func (s *Server) registerBindingDeleteQuota() {
+	tags := []string{"projects"}
+	inProject := s.inProject
 	register(s, huma.Operation{
 		OperationID: "binding-delete", Method: http.MethodDelete, Path: "/v1/projects/{name}/bindings", Tags: tags,
 		Summary:       "Remove a role binding",

@@ -292,7 +292,12 @@ func (s *Server) registerSession() {
 		s.authn.Forget(p.TokenID)
 		return nil, nil
 	})
+	s.registerWebSession()
+}
 
+// registerWebSession registers the web UI's session: sign in with a token, sign out.
+func (s *Server) registerWebSession() {
+	tags := []string{"session"}
 	register(s, huma.Operation{
 		OperationID: "session-create", Method: http.MethodPost, Path: "/v1/session", Tags: tags,
 		Summary: "Sign in to the web UI with an API token",

@@ -72,7 +72,12 @@ func (s *Server) registerSouls() {
 		}
 		return &soulOutput{Body: soulWire(ctx, so)}, nil
 	})
+	s.registerRegisteredSouls()
+}
 
+// registerRegisteredSouls registers the routes on souls already registered: list, get, delete.
+func (s *Server) registerRegisteredSouls() {
+	tags := []string{"souls"}
 	register(s, huma.Operation{
 		OperationID: "soul-list", Method: http.MethodGet, Path: "/v1/souls", Tags: tags,
 		Summary: "List souls by SID", Description: "Filters (status, provider, label) combine: a soul is listed when it matches every one given.",

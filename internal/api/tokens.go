@@ -131,7 +131,12 @@ func (s *Server) registerTokens() {
 		}
 		return &struct{ Body client.TokenCreated }{Body: tokenCreatedWire(t, plain)}, nil
 	})
+	s.registerTokenListRevoke()
+}
 
+// registerTokenListRevoke registers listing and revoking tokens.
+func (s *Server) registerTokenListRevoke() {
+	tags := []string{"tokens"}
 	register(s, huma.Operation{
 		OperationID: "token-list", Method: http.MethodGet, Path: "/v1/tokens", Tags: tags,
 		Summary: "List API tokens (never the tokens themselves)",

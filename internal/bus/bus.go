@@ -184,11 +184,48 @@ const FloodPause = time.Minute
 // Start starts the embedded server (or connects to the external cluster),
 // answers the auth callout and tracks heartbeats until Close.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, paused: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
+	s.warmUntil = s.now().Add(reconnectGrace(cfg.Heartbeat))
+	s.calloutQ = make(chan *nats.Msg, cfg.CalloutQueue)
+	if s.issuer, err = newIssuer(cfg.IssuerSeed); err != nil {
+		return nil, fmt.Errorf("bus: %w", err)
+	}
+	s.epoch = make(chan struct{})
+	url, opts, err := s.keeperConn()
+	if err != nil {
+		return nil, err
+	}
+	s.nc, err = nats.Connect(url, opts...)
+	if err != nil {
+		s.shutdown()
+		return nil, fmt.Errorf("bus: connect the keeper to %s: %w", url, err)
+	}
+	for range cfg.CalloutWorkers {
+		s.calloutWG.Add(1)
+		go s.calloutWorker()
+	}
+	if err := s.subscribe(); err != nil {
+		close(s.stop) // the callout workers
+		s.shutdown()
+		return nil, err
+	}
+	go s.watch()
+	go s.deliver()
+	s.log.Info("bus ready", "urls", s.urls, "embedded", s.ns != nil, "connected", s.nc.ConnectedUrlRedacted())
+	return s, nil
+}
+
+// withDefaults checks cfg and fills its zero fields.
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.CA == nil || cfg.Identities == nil {
-		return nil, errors.New("bus: a CA and an identity check are required")
+		return cfg, errors.New("bus: a CA and an identity check are required")
 	}
 	if (cfg.Listen == "") == (cfg.URL == "") {
-		return nil, errors.New("bus: exactly one of an embedded listen address and an external URL is required")
+		return cfg, errors.New("bus: exactly one of an embedded listen address and an external URL is required")
 	}
 	if cfg.Heartbeat <= 0 {
 		cfg.Heartbeat = wire.DefaultHeartbeat
@@ -208,22 +245,23 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.CalloutQueue <= 0 {
 		cfg.CalloutQueue = defaultCalloutQueue
 	}
-	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, paused: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if s.now == nil {
-		s.now = time.Now
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
-	s.warmUntil = s.now().Add(reconnectGrace(cfg.Heartbeat))
-	s.calloutQ = make(chan *nats.Msg, cfg.CalloutQueue)
-	var err error
-	if s.issuer, err = newIssuer(cfg.IssuerSeed); err != nil {
-		return nil, fmt.Errorf("bus: %w", err)
-	}
+	return cfg, nil
+}
+
+// keeperConn starts the embedded server when the keeper runs one, and
+// returns the URL and options of the keeper's own connection: as its own
+// user to the embedded server, or with keeper.yml's credentials to the
+// external cluster. It sets the URLs agents are given.
+func (s *Server) keeperConn() (string, []nats.Option, error) {
+	cfg := s.cfg
 	pool := x509.NewCertPool()
 	pool.AddCert(cfg.CA.Cert)
-	s.epoch = make(chan struct{})
 	opts := []nats.Option{nats.Name("soulstack keeper"), nats.MaxReconnects(-1), nats.ReconnectWait(500 * time.Millisecond),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil { // nil: Close
@@ -237,7 +275,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Listen != "" {
 		password, err := s.startEmbedded(pool)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		host := selfHost(s.ns.Addr())
 		url = "tls://" + net.JoinHostPort(host, strconv.Itoa(s.ns.Addr().(*net.TCPAddr).Port))
@@ -264,19 +302,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if len(cfg.Advertise) > 0 {
 		s.urls = cfg.Advertise
 	}
-	s.nc, err = nats.Connect(url, opts...)
-	if err != nil {
-		s.shutdown()
-		return nil, fmt.Errorf("bus: connect the keeper to %s: %w", url, err)
-	}
-	for range cfg.CalloutWorkers {
-		s.calloutWG.Add(1)
-		go s.calloutWorker()
-	}
+	return url, opts, nil
+}
+
+// subscribe answers the auth callout (one queue group for all keepers)
+// and takes the heartbeats.
+func (s *Server) subscribe() error {
 	if _, err := s.nc.QueueSubscribe(AuthCalloutSubject, "soulstack-keepers", s.callout); err != nil {
-		close(s.stop) // the callout workers
-		s.shutdown()
-		return nil, fmt.Errorf("bus: subscribe to the auth callout: %w", err)
+		return fmt.Errorf("bus: subscribe to the auth callout: %w", err)
 	}
 	hb, err := s.nc.Subscribe(wire.HeartbeatWildcard, s.heartbeat)
 	if err == nil {
@@ -285,19 +318,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		err = hb.SetPendingLimits(heartbeatPendingMsgs, heartbeatPendingMsgs*wire.MaxHeartbeatSize/16)
 	}
 	if err != nil {
-		close(s.stop) // the callout workers
-		s.shutdown()
-		return nil, fmt.Errorf("bus: subscribe to heartbeats: %w", err)
+		return fmt.Errorf("bus: subscribe to heartbeats: %w", err)
 	}
 	if err := s.nc.Flush(); err != nil {
-		close(s.stop) // the callout workers
-		s.shutdown()
-		return nil, fmt.Errorf("bus: %w", err)
+		return fmt.Errorf("bus: %w", err)
 	}
-	go s.watch()
-	go s.deliver()
-	s.log.Info("bus ready", "urls", s.urls, "embedded", s.ns != nil, "connected", s.nc.ConnectedUrlRedacted())
-	return s, nil
+	return nil
 }
 
 // startEmbedded starts the embedded NATS server with TLS (the keeper's

@@ -134,26 +134,9 @@ func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Resul
 
 func (c *Conn) exec(ctx context.Context, cmd transport.Command) (transport.Result, error) {
 	id := nuid.Next()
-	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: c.s.cfg.MaxOutput}
-	cancelReq := wire.CancelRequest{ID: id}
-	if d := cmd.Durable; d != nil {
-		req.Durable = &wire.Durable{ID: d.ID, Run: d.Run, Epoch: d.Epoch, Digest: d.Digest, Forget: c.s.forgets.Take(c.sid)}
-		cancelReq.Run, cancelReq.Epoch = d.Run, d.Epoch
-	}
-	if d, ok := ctx.Deadline(); ok {
-		// The agent's own limit, a little after the keeper's, for a
-		// cancel that never arrives.
-		req.TimeoutMS = time.Until(d).Milliseconds() + cancelGrace.Milliseconds()
-	}
-	data, err := json.Marshal(req)
+	data, cancelReq, err := c.request(ctx, id, cmd)
 	if err != nil {
-		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrInvalidCommand, err)
-	}
-	if max := c.s.nc.MaxPayload(); int64(len(data)) > max {
-		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: the command and its input are %d bytes, over the bus's %d-byte max_payload", c.sid, ErrInvalidCommand, len(data), max)
-	}
-	if err := ctx.Err(); err != nil {
-		return transport.Result{}, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
+		return transport.Result{}, err
 	}
 	inbox := wire.ReplySubject(c.sid, id)
 	out := c.s.outputBound()
@@ -175,12 +158,8 @@ func (c *Conn) exec(ctx context.Context, cmd transport.Command) (transport.Resul
 		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
 	}
 	dropped := c.s.currentEpoch()
-	msg := &nats.Msg{Subject: wire.ExecSubject(c.sid), Reply: inbox, Data: data}
-	if tp := tracing.Inject(ctx); tp != "" {
-		msg.Header = nats.Header{wire.TraceHeader: []string{tp}}
-	}
-	if err := c.s.nc.PublishMsg(msg); err != nil {
-		return transport.Result{}, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
+	if err := c.publish(ctx, inbox, data); err != nil {
+		return transport.Result{}, err
 	}
 	var res transport.Result
 	collect := func(m *nats.Msg) (bool, error) {
@@ -194,8 +173,7 @@ func (c *Conn) exec(ctx context.Context, cmd transport.Command) (transport.Resul
 		if err != nil {
 			// Whatever the soul sends, the keeper keeps no more: the
 			// command is cancelled there and fails here.
-			b, _ := json.Marshal(cancelReq)
-			_ = c.s.nc.Publish(wire.CancelSubject(c.sid), b)
+			c.cancelRemote(cancelReq)
 			return true, fmt.Errorf("agent exec on %s: %w: %v", c.sid, transport.ErrOutputLimit, err)
 		}
 		switch m.Header.Get(wire.PartHeader) {
@@ -207,17 +185,7 @@ func (c *Conn) exec(ctx context.Context, cmd transport.Command) (transport.Resul
 			}
 			res.ExitCode, res.Signal = end.ExitCode, end.Signal
 			res.StdoutTruncated, res.StderrTruncated, res.Reattached = end.StdoutTruncated, end.StderrTruncated, end.Reattached
-			switch end.Code {
-			case "":
-				return true, nil
-			case wire.CodeFenced:
-				return true, fmt.Errorf("agent exec on %s: %w: %s", c.sid, transport.ErrFenced, end.Error)
-			case wire.CodeLost:
-				return true, fmt.Errorf("agent exec on %s: %w: %s", c.sid, transport.ErrCommandLost, end.Error)
-			case wire.CodeDiverged:
-				return true, fmt.Errorf("agent exec on %s: %w", c.sid, transport.ErrDiverged)
-			}
-			return true, fmt.Errorf("agent exec on %s: %w: %s", c.sid, ErrInvalidCommand, end.Error)
+			return true, c.endError(end)
 		}
 		return false, nil
 	}
@@ -237,22 +205,92 @@ func (c *Conn) exec(ctx context.Context, cmd transport.Command) (transport.Resul
 				// for the next execution to reattach.
 				return res, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
 			}
-			b, _ := json.Marshal(cancelReq)
-			_ = c.s.nc.Publish(wire.CancelSubject(c.sid), b)
-			timer := time.NewTimer(cancelGrace)
-			defer timer.Stop()
-			for {
-				select {
-				case m := <-parts:
-					if done, _ := collect(m); done {
-						return res, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
-					}
-				case <-c.gone:
-					return res, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
-				case <-timer.C:
-					return res, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
-				}
+			c.cancelRemote(cancelReq)
+			c.drainCancelled(parts, collect)
+			return res, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
+		}
+	}
+}
+
+// request is the exec request of cmd under id, encoded, and the cancel
+// request that stops it; a command the bus cannot carry, or a context
+// already done, is an error.
+func (c *Conn) request(ctx context.Context, id string, cmd transport.Command) ([]byte, wire.CancelRequest, error) {
+	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: c.s.cfg.MaxOutput}
+	cancelReq := wire.CancelRequest{ID: id}
+	if d := cmd.Durable; d != nil {
+		req.Durable = &wire.Durable{ID: d.ID, Run: d.Run, Epoch: d.Epoch, Digest: d.Digest, Forget: c.s.forgets.Take(c.sid)}
+		cancelReq.Run, cancelReq.Epoch = d.Run, d.Epoch
+	}
+	if d, ok := ctx.Deadline(); ok {
+		// The agent's own limit, a little after the keeper's, for a
+		// cancel that never arrives.
+		req.TimeoutMS = time.Until(d).Milliseconds() + cancelGrace.Milliseconds()
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return nil, cancelReq, fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrInvalidCommand, err)
+	}
+	if max := c.s.nc.MaxPayload(); int64(len(data)) > max {
+		return nil, cancelReq, fmt.Errorf("agent exec on %s: %w: the command and its input are %d bytes, over the bus's %d-byte max_payload", c.sid, ErrInvalidCommand, len(data), max)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, cancelReq, fmt.Errorf("agent exec on %s: %w", c.sid, context.Cause(ctx))
+	}
+	return data, cancelReq, nil
+}
+
+// publish sends the exec request, replies to inbox, with the trace
+// context in its header.
+func (c *Conn) publish(ctx context.Context, inbox string, data []byte) error {
+	msg := &nats.Msg{Subject: wire.ExecSubject(c.sid), Reply: inbox, Data: data}
+	if tp := tracing.Inject(ctx); tp != "" {
+		msg.Header = nats.Header{wire.TraceHeader: []string{tp}}
+	}
+	if err := c.s.nc.PublishMsg(msg); err != nil {
+		return fmt.Errorf("agent exec on %s: %w: %v", c.sid, ErrBus, err)
+	}
+	return nil
+}
+
+// endError is how a command's end says it did not run as asked: fenced by
+// a newer execution, lost by the agent, diverged from its record, or
+// refused; nil when it ran.
+func (c *Conn) endError(end wire.ExecEnd) error {
+	switch end.Code {
+	case "":
+		return nil
+	case wire.CodeFenced:
+		return fmt.Errorf("agent exec on %s: %w: %s", c.sid, transport.ErrFenced, end.Error)
+	case wire.CodeLost:
+		return fmt.Errorf("agent exec on %s: %w: %s", c.sid, transport.ErrCommandLost, end.Error)
+	case wire.CodeDiverged:
+		return fmt.Errorf("agent exec on %s: %w", c.sid, transport.ErrDiverged)
+	}
+	return fmt.Errorf("agent exec on %s: %w: %s", c.sid, ErrInvalidCommand, end.Error)
+}
+
+// cancelRemote asks the agent to stop the command.
+func (c *Conn) cancelRemote(req wire.CancelRequest) {
+	b, _ := json.Marshal(req)
+	_ = c.s.nc.Publish(wire.CancelSubject(c.sid), b)
+}
+
+// drainCancelled takes a cancelled command's replies until it ends, the
+// agent goes away, or cancelGrace passes.
+func (c *Conn) drainCancelled(parts <-chan *nats.Msg, collect func(*nats.Msg) (bool, error)) {
+	timer := time.NewTimer(cancelGrace)
+	defer timer.Stop()
+	for {
+		select {
+		case m := <-parts:
+			if done, _ := collect(m); done {
+				return
 			}
+		case <-c.gone:
+			return
+		case <-timer.C:
+			return
 		}
 	}
 }

@@ -21,21 +21,8 @@ import (
 // refuses larger request bodies.
 const maxScenarioBytes = 1 << 20
 
-func (a *app) runCommand() *cobra.Command {
-	var (
-		inputs      []string
-		project     string
-		inputFile   string
-		key         string
-		timeout     string
-		waitTimeout string
-		detach      bool
-		check       checkOptions
-	)
-	cmd := &cobra.Command{
-		Use:   "run FILE",
-		Short: "Run a scenario and show its progress",
-		Long: `Run the scenario in FILE (YAML) on the keeper and show it live: on a terminal,
+// runLong is soulctl run's help.
+const runLong = `Run the scenario in FILE (YAML) on the keeper and show it live: on a terminal,
 one line per step updated as hosts report (ok, changed, failed, skipped,
 unreachable), with counts and elapsed time; otherwise one plain line per event.
 At the end a recap counts each soul's results and the run's outputs are printed.
@@ -60,7 +47,23 @@ when the keeper refused the scenario or its input, 1 for any other error.
 With --check --exit-code (terraform plan -detailed-exitcode): 0 nothing
 would change, 2 changes pending (or unknown), 1 the check failed.
 With -o json nothing is shown while the run goes; the finished run is
-printed as JSON.`,
+printed as JSON.`
+
+func (a *app) runCommand() *cobra.Command {
+	var (
+		inputs      []string
+		project     string
+		inputFile   string
+		key         string
+		timeout     string
+		waitTimeout string
+		detach      bool
+		check       checkOptions
+	)
+	cmd := &cobra.Command{
+		Use:   "run FILE",
+		Short: "Run a scenario and show its progress",
+		Long:  runLong,
 		Example: `  soulctl run hello.yaml
   soulctl run install.yaml --input packages='["git","curl"]' --input-file in.json --key install-7 --timeout 30m
   soulctl run hello.yaml --detach

@@ -372,6 +372,22 @@ func (c Config) WithDefaults() Config {
 
 // Validate reports the first invalid field; it changes nothing.
 func (c Config) Validate() error {
+	for _, check := range []func() error{
+		c.validateStorage, c.validateTimings, c.validateAgent, c.validateSecrets,
+		func() error { return validateDrivers(c.Drivers) },
+		c.validateTLS, c.HTTP.validate, c.NATS.validate, c.SSH.validate,
+		c.validateObservability, c.Approvals.validate, c.OIDC.validate,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateStorage checks where the keeper listens and keeps its state:
+// listen, data_dir, database_url, the key references, checkpoints.
+func (c Config) validateStorage() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen: %q is not host:port: %w", c.Listen, err)
 	}
@@ -390,9 +406,12 @@ func (c Config) Validate() error {
 	if c.AuditCheckpointEvery < 0 {
 		return fmt.Errorf("audit_checkpoint_every: %d is negative; want a number of events (default 100)", c.AuditCheckpointEvery)
 	}
-	if err := c.validateTimings(); err != nil {
-		return err
-	}
+	return nil
+}
+
+// validateAgent checks the agent listener, the URL VMs reach it at, and
+// the userdata template.
+func (c Config) validateAgent() error {
 	if c.AgentListen != AgentListenOff {
 		if _, _, err := net.SplitHostPort(c.AgentListen); err != nil {
 			return fmt.Errorf("agent_listen: %q is not host:port or %q: %w", c.AgentListen, AgentListenOff, err)
@@ -409,30 +428,22 @@ func (c Config) Validate() error {
 			return fmt.Errorf("cloud_init: %w", err)
 		}
 	}
+	return nil
+}
+
+// validateSecrets checks Vault and the credentials allow-lists.
+func (c Config) validateSecrets() error {
 	if (c.Vault.Address == "") != (c.Vault.TokenRef == "") {
 		return errors.New("vault: set both address and token_ref, or neither")
 	}
 	if p := c.Vault.ProjectPrefix; p != "" && (!strings.Contains(p, "{project}") || !strings.HasSuffix(p, "/") || strings.HasPrefix(p, "/")) {
 		return fmt.Errorf("vault.project_prefix: %q must contain {project} and end with / (secret/data/soulstack/{project}/)", p)
 	}
-	if err := c.Credentials.validate(); err != nil {
-		return err
-	}
-	if err := validateDrivers(c.Drivers); err != nil {
-		return err
-	}
-	if err := c.validateTLS(); err != nil {
-		return err
-	}
-	if err := c.HTTP.validate(); err != nil {
-		return err
-	}
-	if err := c.NATS.validate(); err != nil {
-		return err
-	}
-	if err := c.SSH.validate(); err != nil {
-		return err
-	}
+	return c.Credentials.validate()
+}
+
+// validateObservability checks metrics, tracing and logging.
+func (c Config) validateObservability() error {
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
 			return fmt.Errorf("metrics_listen: %q is not host:port: %w", c.MetricsListen, err)
@@ -445,12 +456,6 @@ func (c Config) Validate() error {
 	}
 	if r := c.Tracing.SampleRatio; r < 0 || r > 1 {
 		return fmt.Errorf("tracing.sample_ratio: %v is not from 0 to 1", r)
-	}
-	if err := c.Approvals.validate(); err != nil {
-		return err
-	}
-	if err := c.OIDC.validate(); err != nil {
-		return err
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

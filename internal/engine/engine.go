@@ -156,21 +156,9 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		secrets = secret.NewSet()
 	}
 	secrets.AddInput(plan.Input, plan.Secret())
-	st := state{Done: map[string]stepState{}, Failed: map[string]string{}}
-	if x.Resume != nil {
-		if err := json.Unmarshal(x.Resume, &st); err != nil {
-			return failed("run.state_unreadable", "the run's checkpoint cannot be decoded: "+err.Error())
-		}
-		if st.Done == nil {
-			st.Done = map[string]stepState{}
-		}
-		if st.Failed == nil {
-			st.Failed = map[string]string{}
-		}
-		// What earlier executions added (tokens minted, keys resolved).
-		for _, v := range st.Secrets {
-			secrets.Add(v)
-		}
+	st, err := resumeState(x.Resume, secrets)
+	if err != nil {
+		return failed("run.state_unreadable", "the run's checkpoint cannot be decoded: "+err.Error())
 	}
 	log := e.Logger
 	if log == nil {
@@ -182,20 +170,8 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		check: x.Run.Mode == string(client.RunCheck), name: x.Run.Name, drain: x.Drain}
 	r.epoch, r.via = x.Run.Epoch, sentVia(x.Commands)
 	r.outputLeft.Store(e.Limits.run())
-	// A step in flight when the run's last keeper stopped is run again: its
-	// soul-side commands are durable, so those that reached a soul are
-	// reattached there and never started twice. A check changes nothing,
-	// so repeating it is safe. Only a keeper-side step that is not
-	// idempotent (a cloud create) cannot be known to have finished.
-	if st.InFlight != nil && !r.check {
-		i := *st.InFlight
-		if i < len(plan.Steps) && plan.Steps[i].Keeper && !plan.Steps[i].Module.Info().Idempotent {
-			s := plan.Steps[i]
-			msg := fmt.Sprintf("the keeper stopped while step %q (%s) was running; it is not idempotent, so it is not repeated — check what it did before running again", s.Name, s.ID)
-			rec.Event(s.Name, "", client.StepInterruptedData{Index: i, Module: string(s.ID)})
-			rec.Step(store.RunStep{Index: i, Name: s.Name, Module: string(s.ID), Status: string(client.StepFailed), FinishedAt: e.now()})
-			return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.interrupted", ErrorMsg: msg, Outputs: r.outputs()}
-		}
+	if out, stop := r.interrupted(plan, &st); stop {
+		return out
 	}
 	for _, s := range plan.Steps {
 		if _, done := st.Done[s.Name]; done {
@@ -237,6 +213,50 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 		out.ErrorMsg = fmt.Sprintf("%d target(s) failed: %s", len(st.Failed), out.Message)
 	}
 	return out
+}
+
+// resumeState is the run's state as its last checkpoint left it (empty for
+// a first execution), with the secrets earlier executions added (tokens
+// minted, keys resolved) put back into the run's set.
+func resumeState(resume []byte, secrets *secret.Set) (state, error) {
+	st := state{Done: map[string]stepState{}, Failed: map[string]string{}}
+	if resume == nil {
+		return st, nil
+	}
+	if err := json.Unmarshal(resume, &st); err != nil {
+		return st, err
+	}
+	if st.Done == nil {
+		st.Done = map[string]stepState{}
+	}
+	if st.Failed == nil {
+		st.Failed = map[string]string{}
+	}
+	for _, v := range st.Secrets {
+		secrets.Add(v)
+	}
+	return st, nil
+}
+
+// interrupted ends the run when the step in flight as its last keeper
+// stopped cannot be run again: a step in flight is run again, since its
+// soul-side commands are durable (those that reached a soul are
+// reattached, never started twice) and a check changes nothing; only a
+// keeper-side step that is not idempotent (a cloud create) cannot be
+// known to have finished.
+func (r *run) interrupted(plan *scenario.Plan, st *state) (runner.Outcome, bool) {
+	if st.InFlight == nil || r.check {
+		return runner.Outcome{}, false
+	}
+	i := *st.InFlight
+	if i >= len(plan.Steps) || !plan.Steps[i].Keeper || plan.Steps[i].Module.Info().Idempotent {
+		return runner.Outcome{}, false
+	}
+	s := plan.Steps[i]
+	msg := fmt.Sprintf("the keeper stopped while step %q (%s) was running; it is not idempotent, so it is not repeated — check what it did before running again", s.Name, s.ID)
+	r.rec.Event(s.Name, "", client.StepInterruptedData{Index: i, Module: string(s.ID)})
+	r.rec.Step(store.RunStep{Index: i, Name: s.Name, Module: string(s.ID), Status: string(client.StepFailed), FinishedAt: r.e.now()})
+	return runner.Outcome{Phase: store.PhaseFailed, ErrorCode: "run.interrupted", ErrorMsg: msg, Outputs: r.outputs()}, true
 }
 
 // resolveInto returns resolve (or, when nil, the env:/file: resolver) with
@@ -317,6 +337,83 @@ type run struct {
 func (r *run) info(s *scenario.PlanStep) module.RunInfo {
 	secretParams := append(s.SecretParams(), s.ParamsUsing(r.secretInputs)...)
 	return module.RunInfo{ID: r.id, Step: s.Name, Creator: r.creator, Project: r.project, Secrets: r.secrets, SecretParams: secretParams}
+}
+
+// fanOut runs step s on each of sids, up to its forks at once, and
+// returns their results in order (a target the run stopped before it
+// started fails run.cancelled); each is reported as it ends.
+func (r *run) fanOut(ctx context.Context, s *scenario.PlanStep, sids []string, vars expr.Vars) []targetResult {
+	forks := s.Forks
+	if forks <= 0 {
+		forks = DefaultForks
+	}
+	sem := make(chan struct{}, forks)
+	results := make([]targetResult, len(sids))
+	var wg sync.WaitGroup
+	for i, sid := range sids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				results[i] = targetResult{sid: sid, status: client.TargetFailed, code: "run.cancelled", msg: "the run stopped before this target started"}
+				r.report(s, results[i])
+				return
+			}
+			defer func() { <-sem }()
+			results[i] = r.target(ctx, s, sid, vars)
+			r.boundTarget(s, &results[i])
+			r.report(s, results[i])
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// settle records step s as done in the run's state (its status, output
+// and, in a check run, what is unknown) and the targets it failed on,
+// which it returns.
+func (r *run) settle(s *scenario.PlanStep, results []targetResult, status client.StepStatus, changed bool) (failedHere []string) {
+	done := stepState{Index: s.Index, Status: status, Changed: changed, Output: stepOutput(s, results)}
+	if r.check {
+		done.Unknown, done.OutputUnknown = checkStep(results)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.st.Done[s.Name] = done
+	r.st.InFlight = nil
+	if r.check {
+		r.countCheck(s, results)
+	}
+	for _, t := range results {
+		if t.status == client.TargetFailed || t.status == client.TargetUnreachable {
+			r.st.Failed[t.sid] = s.Name
+			failedHere = append(failedHere, t.sid)
+			if len(r.st.Errors) < maxRunErrors {
+				r.st.Errors = append(r.st.Errors, fmt.Sprintf("%s on %s: %s: %s", s.Name, t.sid, t.code, t.msg))
+			}
+		}
+	}
+	return failedHere
+}
+
+// stepOutput is a step's output: a keeper step's own, a soul step's by
+// SID (skipped targets left out).
+func stepOutput(s *scenario.PlanStep, results []targetResult) any {
+	if s.Keeper {
+		if len(results) == 1 {
+			return results[0].output
+		}
+		return nil
+	}
+	bySID := map[string]any{}
+	for _, t := range results {
+		if t.status != client.TargetSkipped {
+			bySID[t.sid] = t.output
+		}
+	}
+	return bySID
 }
 
 // secretInputNames names the inputs whose values are secret: declared
@@ -425,31 +522,7 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	}
 	r.rec.Event(s.Name, "", client.StepStartedData{Index: idx, Module: id, Targets: sids})
 
-	forks := s.Forks
-	if forks <= 0 {
-		forks = DefaultForks
-	}
-	sem := make(chan struct{}, forks)
-	results := make([]targetResult, len(sids))
-	var wg sync.WaitGroup
-	for i, sid := range sids {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				results[i] = targetResult{sid: sid, status: client.TargetFailed, code: "run.cancelled", msg: "the run stopped before this target started"}
-				r.report(s, results[i])
-				return
-			}
-			defer func() { <-sem }()
-			results[i] = r.target(ctx, s, sid, vars)
-			r.boundTarget(s, &results[i])
-			r.report(s, results[i])
-		}()
-	}
-	wg.Wait()
+	results := r.fanOut(ctx, s, sids, vars)
 	if cause := context.Cause(ctx); runner.LeftToResume(cause) {
 		// Cut to be resumed: the checkpoint keeps the step in flight, so
 		// that the resumed run repeats it if it is idempotent and fails
@@ -461,41 +534,7 @@ func (r *run) step(ctx context.Context, s *scenario.PlanStep) (fatal string, err
 	}
 
 	status, changed := stepStatus(results)
-	output := any(nil)
-	if s.Keeper {
-		if len(results) == 1 {
-			output = results[0].output
-		}
-	} else {
-		bySID := map[string]any{}
-		for _, t := range results {
-			if t.status != client.TargetSkipped {
-				bySID[t.sid] = t.output
-			}
-		}
-		output = bySID
-	}
-	done := stepState{Index: idx, Status: status, Changed: changed, Output: output}
-	if r.check {
-		done.Unknown, done.OutputUnknown = checkStep(results)
-	}
-	r.mu.Lock()
-	r.st.Done[s.Name] = done
-	r.st.InFlight = nil
-	if r.check {
-		r.countCheck(s, results)
-	}
-	var failedHere []string
-	for _, t := range results {
-		if t.status == client.TargetFailed || t.status == client.TargetUnreachable {
-			r.st.Failed[t.sid] = s.Name
-			failedHere = append(failedHere, t.sid)
-			if len(r.st.Errors) < maxRunErrors {
-				r.st.Errors = append(r.st.Errors, fmt.Sprintf("%s on %s: %s: %s", s.Name, t.sid, t.code, t.msg))
-			}
-		}
-	}
-	r.mu.Unlock()
+	failedHere := r.settle(s, results, status, changed)
 	if err := r.checkpoint(); err != nil {
 		return "", err
 	}

@@ -64,50 +64,60 @@ func native(v ref.Val, depth int) (any, error) {
 		return native(x.GetValue(), depth+1)
 	}
 	if l, ok := v.(traits.Lister); ok {
-		size, ok := l.Size().(types.Int)
-		if !ok {
-			return nil, fmt.Errorf("list without a size")
-		}
-		out := make([]any, 0, int(size))
-		it := l.Iterator()
-		for it.HasNext() == types.True {
-			e, err := native(it.Next(), depth+1)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, e)
-		}
-		return out, nil
+		return nativeList(l, depth)
 	}
 	if m, ok := v.(traits.Mapper); ok {
-		out := map[string]any{}
-		it := m.Iterator()
-		for it.HasNext() == types.True {
-			k := it.Next()
-			val, found := m.Find(k)
-			if !found {
-				continue
-			}
-			nv, err := native(val, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			nk, err := native(k, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			key, ok := nk.(string)
-			if !ok {
-				key = Text(nk)
-			}
-			out[key] = nv
-		}
-		return out, nil
+		return nativeMap(m, depth)
 	}
 	if t, ok := v.(ref.Type); ok {
 		return t.TypeName(), nil
 	}
 	return nil, fmt.Errorf("cannot convert a CEL %s to a plain value", v.Type().TypeName())
+}
+
+// nativeList is a CEL list as a []any.
+func nativeList(l traits.Lister, depth int) (any, error) {
+	size, ok := l.Size().(types.Int)
+	if !ok {
+		return nil, fmt.Errorf("list without a size")
+	}
+	out := make([]any, 0, int(size))
+	it := l.Iterator()
+	for it.HasNext() == types.True {
+		e, err := native(it.Next(), depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// nativeMap is a CEL map as a map[string]any, its keys rendered as text.
+func nativeMap(m traits.Mapper, depth int) (any, error) {
+	out := map[string]any{}
+	it := m.Iterator()
+	for it.HasNext() == types.True {
+		k := it.Next()
+		val, found := m.Find(k)
+		if !found {
+			continue
+		}
+		nv, err := native(val, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		nk, err := native(k, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		key, ok := nk.(string)
+		if !ok {
+			key = Text(nk)
+		}
+		out[key] = nv
+	}
+	return out, nil
 }
 
 // Text renders a value for interpolation inside a longer string: strings

@@ -226,34 +226,9 @@ func Backup(ctx context.Context, c config.Config, file string, opts BackupOption
 		return m, err
 	}
 	m.CreatedAt = audit.Normalize(now())
-	var st *sqlstore.Store
-	if c.DatabaseURL == "" {
-		m.Backend = "sqlite"
-		if _, err := os.Stat(c.SQLitePath()); err != nil {
-			return m, fmt.Errorf("no keeper database: %w", err)
-		}
-		if err := vacuumInto(ctx, c.SQLitePath(), filepath.Join(stage, "keeper.db")); err != nil {
-			return m, err
-		}
-		if st, err = sqlite.Open(ctx, filepath.Join(stage, "keeper.db")); err != nil {
-			return m, err
-		}
-	} else {
-		m.Backend = "postgres"
-		if st, err = OpenStore(ctx, c); err != nil {
-			return m, err
-		}
+	if err := snapshotDatabase(ctx, c, stage, akey, &m); err != nil {
+		return m, err
 	}
-	head, verr := verifyWith(ctx, st, akey, filepath.Join(stage, "audit"), nil)
-	if verr == nil {
-		m.SchemaVersion, verr = schemaVersion(ctx, st.DB())
-	}
-	st.Close()
-	if verr != nil {
-		return m, verr
-	}
-	m.Audit.Seq, m.Audit.Hash = head.Seq, head.Hash
-
 	for _, f := range []struct {
 		from, to string
 		seal     func(name string) bool
@@ -280,6 +255,40 @@ func Backup(ctx context.Context, c config.Config, file string, opts BackupOption
 		return m, err
 	}
 	return m, writeArchive(file, stage, m)
+}
+
+// snapshotDatabase copies the SQLite database into the stage (PostgreSQL's
+// is left to pg_dump), verifies its audit log against the staged
+// checkpoints, and records in m its backend, schema version and audit head.
+func snapshotDatabase(ctx context.Context, c config.Config, stage string, akey *audit.Key, m *BackupManifest) error {
+	var st *sqlstore.Store
+	var err error
+	if c.DatabaseURL == "" {
+		m.Backend = "sqlite"
+		if _, err := os.Stat(c.SQLitePath()); err != nil {
+			return fmt.Errorf("no keeper database: %w", err)
+		}
+		if err := vacuumInto(ctx, c.SQLitePath(), filepath.Join(stage, "keeper.db")); err != nil {
+			return err
+		}
+		st, err = sqlite.Open(ctx, filepath.Join(stage, "keeper.db"))
+	} else {
+		m.Backend = "postgres"
+		st, err = OpenStore(ctx, c)
+	}
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	head, err := verifyWith(ctx, st, akey, filepath.Join(stage, "audit"), nil)
+	if err != nil {
+		return err
+	}
+	if m.SchemaVersion, err = schemaVersion(ctx, st.DB()); err != nil {
+		return err
+	}
+	m.Audit.Seq, m.Audit.Hash = head.Seq, head.Hash
+	return nil
 }
 
 func base64Key(key []byte) string { return base64.StdEncoding.EncodeToString(key) }
@@ -569,13 +578,9 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 		return res, err
 	}
 	res.Manifest = m
-	switch {
-	case m.Backend == "sqlite" && c.DatabaseURL != "":
-		return res, backupErr(CodeRestoreBackend, "the backup holds a SQLite database, but the configuration names PostgreSQL (database_url)")
-	case m.Backend == "postgres" && c.DatabaseURL == "":
-		return res, backupErr(CodeRestoreBackend, "the backup is of a keeper on PostgreSQL: restore its database with pg_restore, then run keeper restore with its database_url")
+	if err := restoreBackend(c, m); err != nil {
+		return res, err
 	}
-
 	key, err := restoreDataKey(c, stage, m, opts)
 	if err != nil {
 		return res, err
@@ -591,6 +596,38 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 	if err != nil {
 		return res, err
 	}
+	if err := unsealStaged(stage, m, sealer); err != nil {
+		return res, err
+	}
+	rec, err := continueHistory(ctx, c, stage, m, akey, audit.Normalize(now()))
+	if err != nil {
+		return res, err
+	}
+	if err := placeFiles(c, stage, m, key); err != nil {
+		return res, err
+	}
+	if err := placeAudit(c, stage, akey, rec); err != nil {
+		return res, err
+	}
+	res.Record, res.RecordPath = rec, audit.RestorePath(c.AuditCheckpointDir, m.KeeperID, rec.RestoredAt)
+	return res, audit.WriteRestore(res.RecordPath, rec)
+}
+
+// restoreBackend refuses a backup of one database kind into a keeper
+// configured for the other.
+func restoreBackend(c config.Config, m BackupManifest) error {
+	switch {
+	case m.Backend == "sqlite" && c.DatabaseURL != "":
+		return backupErr(CodeRestoreBackend, "the backup holds a SQLite database, but the configuration names PostgreSQL (database_url)")
+	case m.Backend == "postgres" && c.DatabaseURL == "":
+		return backupErr(CodeRestoreBackend, "the backup is of a keeper on PostgreSQL: restore its database with pg_restore, then run keeper restore with its database_url")
+	}
+	return nil
+}
+
+// unsealStaged opens the backup's sealed members in the stage with the
+// data key, each beside its sealed copy, which it removes.
+func unsealStaged(stage string, m BackupManifest, sealer *secret.Sealer) error {
 	for _, f := range m.Files {
 		if !f.Sealed {
 			continue
@@ -598,47 +635,54 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 		p := filepath.Join(stage, filepath.FromSlash(f.Name))
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return res, err
+			return err
 		}
 		plain, err := sealer.Open(strings.TrimSpace(string(b)))
 		if err != nil {
-			return res, backupErr(CodeRestoreDataKey, "%s cannot be opened with this data key: %v", f.Name, err)
+			return backupErr(CodeRestoreDataKey, "%s cannot be opened with this data key: %v", f.Name, err)
 		}
 		if err := os.WriteFile(strings.TrimSuffix(p, ".sealed"), plain, 0o600); err != nil {
-			return res, err
+			return err
 		}
 		os.Remove(p)
 	}
+	return nil
+}
 
+// continueHistory checks the backup's audit log (the staged SQLite
+// database, or the PostgreSQL one pg_restore restored) against the
+// manifest, its own checkpoints and those already in the checkpoint
+// directory, and appends keeper.restored, the first event of the
+// continued history; it returns the signed restore record, which
+// supersedes the checkpoints written since the backup.
+func continueHistory(ctx context.Context, c config.Config, stage string, m BackupManifest, akey *audit.Key, at time.Time) (audit.RestoreRecord, error) {
 	var st *sqlstore.Store
+	var err error
 	if m.Backend == "sqlite" {
 		st, err = sqlite.Open(ctx, filepath.Join(stage, "keeper.db"), sqlstore.WithAuditKey(akey))
 	} else {
 		st, err = OpenStore(ctx, c, sqlstore.WithAuditKey(akey))
 	}
 	if err != nil {
-		return res, err
+		return audit.RestoreRecord{}, err
 	}
-	defer func() {
-		if st != nil {
-			st.Close()
-		}
-	}()
+	// Closed before the files move: the database's write-ahead log is
+	// complete when it is put into place.
+	defer st.Close()
 	head, err := st.AuditHead(ctx)
 	if err != nil {
-		return res, err
+		return audit.RestoreRecord{}, err
 	}
 	if m.Backend == "sqlite" && (head.Seq != m.Audit.Seq || head.Hash != m.Audit.Hash) {
-		return res, backupErr(CodeBackupInvalid, "the database's audit head (row %d) is not the one the manifest records (row %d)", head.Seq, m.Audit.Seq)
+		return audit.RestoreRecord{}, backupErr(CodeBackupInvalid, "the database's audit head (row %d) is not the one the manifest records (row %d)", head.Seq, m.Audit.Seq)
 	}
-	at := audit.Normalize(now())
 	rec := audit.RestoreRecord{KeeperID: m.KeeperID, FromSeq: head.Seq, FromHash: head.Hash, BackupAt: m.CreatedAt, RestoredAt: at}
 	// The checkpoints in the directory already (a shared one, or one kept
 	// outside the data dir) that this restore supersedes go into its
 	// record; any other must agree with the backup's log.
 	existing, err := audit.ReadCheckpoints(c.AuditCheckpointDir, akey)
 	if err != nil {
-		return res, err
+		return rec, err
 	}
 	for _, f := range existing {
 		if f.Err == nil && rec.Supersedes(f.Checkpoint) {
@@ -654,27 +698,25 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 		if _, err := verifyWith(ctx, st, akey, d.dir, probe); err != nil {
 			var be *BackupError
 			if errors.As(err, &be) {
-				return res, backupErr(CodeRestoreAuditTruncated, "the backup's audit log, %s: %s", d.what, strings.TrimPrefix(be.Message, "the audit log does not verify: "))
+				return rec, backupErr(CodeRestoreAuditTruncated, "the backup's audit log, %s: %s", d.what, strings.TrimPrefix(be.Message, "the audit log does not verify: "))
 			}
-			return res, err
+			return rec, err
 		}
 	}
-	// The restore itself is the first event of the continued history.
-	if err := st.AuditRecord(ctx, store.AuditParams{Actor: store.ActorHost, Action: "keeper.restored", Object: "keeper/" + m.KeeperID, Payload: map[string]any{
+	return rec, st.AuditRecord(ctx, store.AuditParams{Actor: store.ActorHost, Action: "keeper.restored", Object: "keeper/" + m.KeeperID, Payload: map[string]any{
 		"from_seq": head.Seq, "backup_at": m.CreatedAt, "backup_version": m.KeeperVersion, "superseded": len(rec.Superseded),
-	}}); err != nil {
-		return res, err
-	}
-	st.Close()
-	st = nil
+	}})
+}
 
-	// Into place: the data dir's files (the database with any write-ahead
-	// log its last connection left), then the checkpoints the restore did
-	// not supersede by newer ones, then the record.
+// placeFiles moves the data dir's files into place: the database with any
+// write-ahead log its last connection left, the keys and files the backup
+// holds, and the data key when it lives in the data dir and the backup
+// does not carry it.
+func placeFiles(c config.Config, stage string, m BackupManifest, key []byte) error {
 	for _, side := range []string{"keeper.db-wal", "keeper.db-shm"} {
 		if _, err := os.Stat(filepath.Join(stage, side)); err == nil && m.Backend == "sqlite" {
 			if err := os.Rename(filepath.Join(stage, side), filepath.Join(c.DataDir, side)); err != nil {
-				return res, err
+				return err
 			}
 		}
 	}
@@ -688,23 +730,28 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 		}
 		dst := filepath.Join(c.DataDir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-			return res, err
+			return err
 		}
 		if err := os.Rename(filepath.Join(stage, filepath.FromSlash(name)), dst); err != nil {
-			return res, err
+			return err
 		}
 	}
 	if c.DataKeyRef == "" && !m.DataKey.Included {
-		if err := writeKeyFile(filepath.Join(c.DataDir, "data.key"), key); err != nil {
-			return res, err
-		}
+		return writeKeyFile(filepath.Join(c.DataDir, "data.key"), key)
 	}
+	return nil
+}
+
+// placeAudit moves the backup's checkpoints into the checkpoint directory,
+// but for those the directory holds as far or further and that rec does
+// not supersede, and the backup's own restore records.
+func placeAudit(c config.Config, stage string, akey *audit.Key, rec audit.RestoreRecord) error {
 	if err := os.MkdirAll(c.AuditCheckpointDir, 0o700); err != nil {
-		return res, err
+		return err
 	}
 	staged, err := audit.ReadCheckpoints(filepath.Join(stage, "audit"), akey)
 	if err != nil {
-		return res, err
+		return err
 	}
 	for _, f := range staged {
 		dst := filepath.Join(c.AuditCheckpointDir, filepath.Base(f.Path))
@@ -712,12 +759,12 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 			continue // the directory's own is as far or further, and agrees
 		}
 		if err := os.Rename(f.Path, dst); err != nil {
-			return res, err
+			return err
 		}
 	}
 	rs, err := audit.ReadRestores(filepath.Join(stage, "audit"), akey)
 	if err != nil {
-		return res, err
+		return err
 	}
 	for _, r := range rs {
 		dst := filepath.Join(c.AuditCheckpointDir, filepath.Base(r.Path))
@@ -725,11 +772,10 @@ func Restore(ctx context.Context, c config.Config, file string, opts RestoreOpti
 			continue
 		}
 		if err := os.Rename(r.Path, dst); err != nil {
-			return res, err
+			return err
 		}
 	}
-	res.Record, res.RecordPath = rec, audit.RestorePath(c.AuditCheckpointDir, m.KeeperID, at)
-	return res, audit.WriteRestore(res.RecordPath, rec)
+	return nil
 }
 
 // restoreTarget refuses a data dir that holds a keeper already: anything

@@ -492,13 +492,7 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	}
 	stopWatch := watchAdminTokens(ctx, s.Store, s.Clock, s.Log)
 	defer stopWatch()
-	// keeper.yml's oidc section may have changed since the last start: a
-	// person's token whose role it no longer gives ends now.
-	if n, err := s.Access.WithdrawLapsed(ctx, "", store.ActorOIDC); err != nil {
-		s.Log.Error("withdraw the access keeper.yml no longer gives", "revoked", n, "err", err)
-	} else if n > 0 {
-		s.Log.Info("withdrew the access keeper.yml no longer gives", "revoked", n)
-	}
+	s.withdrawLapsedAccess(ctx)
 	if err := s.Runs.Start(ctx); err != nil {
 		return err
 	}
@@ -529,12 +523,7 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 		return err
 	}
 	newer := watchSchema(ctx, s.Store, latest, s.Clock, s.Log)
-	s.Log.Info("keeper listening", "addr", s.scheme+s.ln.Addr().String(), "version", version.String())
-	// soulctl sends this data dir's admin token only to the keeper whose
-	// URL this file names (never to another keeper it is pointed at).
-	if err := os.WriteFile(filepath.Join(c.DataDir, "keeper.url"), []byte(s.scheme+s.ln.Addr().String()+"\n"), 0o644); err != nil {
-		s.Log.Warn("write keeper.url", "err", err)
-	}
+	s.announce()
 	if ready != nil {
 		ready <- s.ln.Addr()
 	}
@@ -565,6 +554,28 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	}
 	s.Log.Info("stopped")
 	return stopped
+}
+
+// withdrawLapsedAccess ends the person tokens whose role keeper.yml's oidc
+// section, changed since the last start, no longer gives.
+func (s *System) withdrawLapsedAccess(ctx context.Context) {
+	if n, err := s.Access.WithdrawLapsed(ctx, "", store.ActorOIDC); err != nil {
+		s.Log.Error("withdraw the access keeper.yml no longer gives", "revoked", n, "err", err)
+	} else if n > 0 {
+		s.Log.Info("withdrew the access keeper.yml no longer gives", "revoked", n)
+	}
+}
+
+// announce logs where the keeper listens and writes it to
+// <data_dir>/keeper.url: soulctl sends this data dir's admin token only to
+// the keeper whose URL this file names (never to another keeper it is
+// pointed at).
+func (s *System) announce() {
+	url := s.scheme + s.ln.Addr().String()
+	s.Log.Info("keeper listening", "addr", url, "version", version.String())
+	if err := os.WriteFile(filepath.Join(s.Config.DataDir, "keeper.url"), []byte(url+"\n"), 0o644); err != nil {
+		s.Log.Warn("write keeper.url", "err", err)
+	}
 }
 
 // dialer is the transport of one run: a soul's agent when it is connected

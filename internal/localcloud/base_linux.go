@@ -26,6 +26,22 @@ func ensureBase(ctx context.Context, cfg Config, name string, log *slog.Logger) 
 	return BuildBase(ctx, cfg.basesDir(), name, recipe.suite, recipe.include, cfg.DebianMirror, log)
 }
 
+// strip removes from a built root what no VM may share (its host keys:
+// each VM gets its own) and what no VM needs (the downloaded packages).
+func strip(root string) error {
+	keys, _ := filepath.Glob(filepath.Join(root, "etc/ssh/ssh_host_*"))
+	for _, k := range keys {
+		if err := os.Remove(k); err != nil {
+			return err
+		}
+	}
+	debs, _ := filepath.Glob(filepath.Join(root, "var/cache/apt/archives/*.deb"))
+	for _, d := range debs {
+		_ = os.Remove(d)
+	}
+	return nil
+}
+
 // BuildBase returns dir/name, a Debian root of suite with the packages
 // include (a comma-separated list for debootstrap's --include) built
 // from mirror if dir lacks it, as ensureBase does for this driver's
@@ -90,17 +106,8 @@ func BuildBase(ctx context.Context, dir, name, suite, include, mirror string, lo
 		}
 		return "", &driversdk.Error{Code: codeFailed, Message: fmt.Sprintf("build base %s (log in %s): debootstrap: %v%s", name, logPath, err, tail)}
 	}
-	// Each VM gets a host key of its own; nothing else of the build is
-	// needed at run time.
-	keys, _ := filepath.Glob(filepath.Join(tmp, "etc/ssh/ssh_host_*"))
-	for _, k := range keys {
-		if err := os.Remove(k); err != nil {
-			return "", err
-		}
-	}
-	debs, _ := filepath.Glob(filepath.Join(tmp, "var/cache/apt/archives/*.deb"))
-	for _, d := range debs {
-		_ = os.Remove(d)
+	if err := strip(tmp); err != nil {
+		return "", err
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err

@@ -320,22 +320,10 @@ func infos(byIndex map[int]*vmRecord) []driversdk.VM {
 	return out
 }
 
-func (d *Driver) destroy(ctx context.Context, cfg Config, keeper string, ids []string) error {
-	if uid := d.euid(); uid != 0 {
-		return unavailable("the local driver must run as root (running as uid %d)", uid)
-	}
-	st := store{dir: cfg.StateDir}
-	if !exists(st.dir) {
-		if len(ids) == 0 {
-			return nil
-		}
-		return notFound(slices.Clone(ids))
-	}
-	unlock, err := lockState(ctx, st)
-	if err != nil {
-		return err
-	}
-	defer unlock()
+// destroyable are the records of the VMs ids names, once each (a VM whose
+// record cannot be read is destroyed by its id); an id that names no VM,
+// and no VM destroyed before, is not found.
+func destroyable(st store, ids []string) ([]*vmRecord, error) {
 	var recs []*vmRecord
 	var missing []string
 	seen := map[string]bool{}
@@ -356,7 +344,7 @@ func (d *Driver) destroy(ctx context.Context, cfg Config, keeper string, ids []s
 		default:
 			gone, err := st.destroyed(id)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if !gone {
 				missing = append(missing, id)
@@ -364,7 +352,30 @@ func (d *Driver) destroy(ctx context.Context, cfg Config, keeper string, ids []s
 		}
 	}
 	if len(missing) > 0 {
-		return notFound(missing)
+		return nil, notFound(missing)
+	}
+	return recs, nil
+}
+
+func (d *Driver) destroy(ctx context.Context, cfg Config, keeper string, ids []string) error {
+	if uid := d.euid(); uid != 0 {
+		return unavailable("the local driver must run as root (running as uid %d)", uid)
+	}
+	st := store{dir: cfg.StateDir}
+	if !exists(st.dir) {
+		if len(ids) == 0 {
+			return nil
+		}
+		return notFound(slices.Clone(ids))
+	}
+	unlock, err := lockState(ctx, st)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	recs, err := destroyable(st, ids)
+	if err != nil {
+		return err
 	}
 	if err := owned(recs, keeper); err != nil {
 		return err

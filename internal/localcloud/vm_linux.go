@@ -253,14 +253,7 @@ func (l layer) mkdirs(rel string) error {
 // address. The record is saved as soon as the init's PID is known.
 func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecord, mask []string) (err error) {
 	dir := st.vmDir(v.ID)
-	v.Cgroups = cg.paths(v.ID)
-	if err := st.saveVM(v); err != nil {
-		return err
-	}
-	if err := cg.create(v.Cgroups); err != nil {
-		return err
-	}
-	if err := applyLimits(v.Cgroups, v.Spec); err != nil {
+	if err := makeCgroups(st, cg, v); err != nil {
 		return err
 	}
 	var layers []string
@@ -276,32 +269,12 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 		return err
 	}
 	defer logf.Close()
-	ctlR, ctlW, err := os.Pipe()
+	cmd, ctlW, stR, err := startLauncher(bc, logf)
 	if err != nil {
 		return err
 	}
 	defer ctlW.Close()
-	stR, stW, err := os.Pipe()
-	if err != nil {
-		ctlR.Close()
-		return err
-	}
 	defer stR.Close()
-
-	becomeSubreaper()
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = []string{"soulstack-local-launcher"}
-	cmd.Env = []string{envRole + "=" + roleLauncher, envBoot + "=" + string(bc)}
-	cmd.Stdout = logf
-	cmd.Stderr = logf
-	cmd.ExtraFiles = []*os.File{ctlR, stW}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	ctlR.Close()
-	stW.Close()
-	if err != nil {
-		return fmt.Errorf("start the launcher: %w", err)
-	}
 	// Whatever happens next, the launcher is reaped.
 	launcherDone := false
 	defer func() {
@@ -314,10 +287,7 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 		return fmt.Errorf("%s: %w%s", step, err, logTail(filepath.Join(dir, "init.log")))
 	}
 
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		deadline = time.Now().Add(bootTimeout)
-	}
+	deadline := bootDeadline(ctx)
 	_ = stR.SetReadDeadline(deadline)
 	status := bufio.NewReader(stR)
 
@@ -358,6 +328,60 @@ func boot(ctx context.Context, st store, h *hostState, cg cgroupHost, v *vmRecor
 		return withLog("boot the VM", fmt.Errorf("unexpected %q from the init", line))
 	}
 	return waitSSH(ctx, v.IP, deadline)
+}
+
+// bootDeadline is ctx's deadline, or bootTimeout from now.
+func bootDeadline(ctx context.Context) time.Time {
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return time.Now().Add(bootTimeout)
+}
+
+// makeCgroups records the VM's cgroups, makes them and applies the
+// spec's limits.
+func makeCgroups(st store, cg cgroupHost, v *vmRecord) error {
+	v.Cgroups = cg.paths(v.ID)
+	if err := st.saveVM(v); err != nil {
+		return err
+	}
+	if err := cg.create(v.Cgroups); err != nil {
+		return err
+	}
+	return applyLimits(v.Cgroups, v.Spec)
+}
+
+// startLauncher starts the launcher of a VM with its boot config bc,
+// logging to logf: it returns the launcher, the pipe the driver sends it
+// its go-aheads on and the one it reports its status on.
+func startLauncher(bc []byte, logf *os.File) (*exec.Cmd, *os.File, *os.File, error) {
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		ctlW.Close()
+		return nil, nil, nil, err
+	}
+	becomeSubreaper()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Args = []string{"soulstack-local-launcher"}
+	cmd.Env = []string{envRole + "=" + roleLauncher, envBoot + "=" + string(bc)}
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.ExtraFiles = []*os.File{ctlR, stW}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	ctlR.Close()
+	stW.Close()
+	if err != nil {
+		ctlW.Close()
+		stR.Close()
+		return nil, nil, nil, fmt.Errorf("start the launcher: %w", err)
+	}
+	return cmd, ctlW, stR, nil
 }
 
 var subreaper sync.Once

@@ -102,7 +102,21 @@ const (
 )
 
 func (s *Server) addTools() {
-	list := func(in listInput) client.ListOptions { return client.ListOptions{Limit: in.Limit, After: in.After} }
+	s.addRegistryTools()
+	s.addModuleTools()
+	s.addRunTools()
+	s.addAuditTool()
+}
+
+// listOptions is a list tool's paging.
+func listOptions(in listInput) client.ListOptions {
+	return client.ListOptions{Limit: in.Limit, After: in.After}
+}
+
+// addRegistryTools adds the tools that read souls, providers, profiles and
+// runs.
+func (s *Server) addRegistryTools() {
+	list := listOptions
 
 	add(s, toolSpec{name: "souls_list", title: "List souls",
 		description: "List the managed hosts (souls): SID, status (pending, active, unreachable, destroyed), address, provider, last contact and the pinned host key. Paged: pass next as after."},
@@ -136,7 +150,10 @@ func (s *Server) addTools() {
 		description: "Get a run with its steps and each target's status (ok, changed, failed, skipped, unreachable), error, attempts and duration, and the outputs by step (secrets masked). A step whose targets were all skipped is skipped.",
 		object:      func(in any) string { return "run/" + in.(runIDInput).ID }},
 		func(ctx context.Context, c call, in runIDInput) (*client.Run, error) { return c.c.RunGet(ctx, in.ID) })
+}
 
+// addModuleTools adds the module catalog and scenario validation.
+func (s *Server) addModuleTools() {
 	add(s, toolSpec{name: "modules_list", title: "List modules", description: "List the module states scenarios can call: ID, where it runs (keeper or soul), idempotence, the permission it needs and a summary. Read one with module_show before using it."},
 		func(ctx context.Context, c call, _ empty) (*moduleList, error) {
 			l, err := c.c.ModuleList(ctx)
@@ -166,7 +183,10 @@ func (s *Server) addTools() {
 	add(s, toolSpec{name: "scenario_validate", title: "Validate a scenario", perm: auth.RunRead,
 		description: "Check a scenario and its input without running anything: unknown modules, missing, unknown or mistyped params, keeper-side modules without on: keeper, bad CEL, unknown step references, duplicate names, unregistered target souls. Returns every problem with file:line:column and a stable code; valid is true when there is none."},
 		s.validate)
+}
 
+// addRunTools adds the tools that start, follow, cancel and decide on runs.
+func (s *Server) addRunTools() {
 	add(s, toolSpec{name: "run_start", title: "Start a run", write: true, perm: auth.RunCreate,
 		description: "Start a run of a scenario with an input; returns at once with the run (phase Pending or Running). Follow it with run_wait. " +
 			"mode check asks what an apply would change and changes nothing. " +
@@ -201,7 +221,10 @@ func (s *Server) addTools() {
 		func(ctx context.Context, c call, in runDecisionInput) (*client.Run, error) {
 			return c.c.RunReject(ctx, in.ID, in.Reason)
 		})
+}
 
+// addAuditTool adds audit_verify.
+func (s *Server) addAuditTool() {
 	add(s, toolSpec{name: "audit_verify", title: "Verify the audit log",
 		description: "Verify the hash-chained audit log against the audit key and the signed checkpoints: ok, how many rows were checked, and every problem (tampered, missing or relinked rows, truncation) with its row."},
 		func(ctx context.Context, c call, _ empty) (*client.AuditReport, error) {

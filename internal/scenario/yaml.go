@@ -391,16 +391,7 @@ func (b *builder) build1(an ast.Node, depth int) (*node, error) {
 	case *ast.BoolNode:
 		return scalar(kindBool, x.Value)
 	case *ast.IntegerNode:
-		switch v := x.Value.(type) {
-		case int64:
-			return scalar(kindInt, v)
-		case uint64:
-			if v <= math.MaxInt64 {
-				return scalar(kindInt, int64(v))
-			}
-			return scalar(kindInt, v)
-		}
-		return scalar(kindString, x.GetToken().Value)
+		return integer(x, pos), nil
 	case *ast.FloatNode:
 		if math.IsInf(x.Value, 0) || math.IsNaN(x.Value) {
 			b.ps.add(pos, CodeFieldValue, "infinite and NaN numbers are not supported")
@@ -431,39 +422,11 @@ func (b *builder) build1(an ast.Node, depth int) (*node, error) {
 	case *ast.MappingValueNode:
 		return b.mapping(pos, []*ast.MappingValueNode{x}, depth)
 	case *ast.SequenceNode:
-		n := &node{kind: kindList, pos: pos, size: 1}
-		for _, v := range x.Values {
-			it, err := b.build(v, depth+1)
-			if err != nil {
-				return nil, err
-			}
-			n.items = append(n.items, it)
-			n.size += it.size
-		}
-		return n, nil
+		return b.sequence(x, pos, depth)
 	case *ast.AnchorNode:
-		n, err := b.build1(x.Value, depth)
-		if err != nil {
-			return nil, err
-		}
-		if x.Name != nil {
-			b.anchors[x.Name.GetToken().Value] = n
-		}
-		return n, nil
+		return b.anchor(x, depth)
 	case *ast.AliasNode:
-		name := ""
-		if x.Value != nil {
-			name = x.Value.GetToken().Value
-		}
-		n, ok := b.anchors[name]
-		if !ok {
-			b.ps.add(pos, CodeYAMLSyntax, "alias *%s refers to no earlier anchor &%s", name, name)
-			return scalar(kindNull, nil)
-		}
-		if err := b.count(n); err != nil {
-			return nil, err
-		}
-		return n, nil
+		return b.alias(x, pos)
 	case *ast.TagNode:
 		return b.tagged(x, pos, depth)
 	case *ast.CommentGroupNode, *ast.CommentNode:
@@ -473,6 +436,69 @@ func (b *builder) build1(an ast.Node, depth int) (*node, error) {
 	}
 	b.ps.add(pos, CodeYAMLSyntax, "unsupported YAML %s", an.Type())
 	return scalar(kindNull, nil)
+}
+
+// integer is an integer scalar: an int64, a uint64 past int64's range, or
+// the literal text of one past uint64's.
+func integer(x *ast.IntegerNode, pos Pos) *node {
+	n := &node{kind: kindInt, pos: pos, size: 1}
+	switch v := x.Value.(type) {
+	case int64:
+		n.value = v
+	case uint64:
+		if v <= math.MaxInt64 {
+			n.value = int64(v)
+		} else {
+			n.value = v
+		}
+	default:
+		n.kind, n.value = kindString, x.GetToken().Value
+	}
+	return n
+}
+
+// sequence builds a list.
+func (b *builder) sequence(x *ast.SequenceNode, pos Pos, depth int) (*node, error) {
+	n := &node{kind: kindList, pos: pos, size: 1}
+	for _, v := range x.Values {
+		it, err := b.build(v, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		n.items = append(n.items, it)
+		n.size += it.size
+	}
+	return n, nil
+}
+
+// anchor builds an anchored node and remembers it by name.
+func (b *builder) anchor(x *ast.AnchorNode, depth int) (*node, error) {
+	n, err := b.build1(x.Value, depth)
+	if err != nil {
+		return nil, err
+	}
+	if x.Name != nil {
+		b.anchors[x.Name.GetToken().Value] = n
+	}
+	return n, nil
+}
+
+// alias is the node an earlier anchor named, counted again toward the
+// document's size (an alias bomb stops there).
+func (b *builder) alias(x *ast.AliasNode, pos Pos) (*node, error) {
+	name := ""
+	if x.Value != nil {
+		name = x.Value.GetToken().Value
+	}
+	n, ok := b.anchors[name]
+	if !ok {
+		b.ps.add(pos, CodeYAMLSyntax, "alias *%s refers to no earlier anchor &%s", name, name)
+		return &node{kind: kindNull, pos: pos, size: 1}, nil
+	}
+	if err := b.count(n); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // tagged handles the standard tags; others are problems.

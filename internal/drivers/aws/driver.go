@@ -176,8 +176,39 @@ func (s *session) findRequest(ctx context.Context, requestID string) (map[int]ty
 // run makes VM slot i (or finds the instance its token already made) and
 // returns its id.
 func (s *session) run(ctx context.Context, req driversdk.CreateRequest, p profile, i int) (string, error) {
-	// Without predicted names, VM i is vm-<request hash>-<i+1> under the
-	// provider's FQDN suffix.
+	in := runInput(req, p, i)
+	for gen := range tokenGenerations {
+		in.ClientToken = aws.String(clientToken(req.Provider.KeeperID, req.RequestID, i, gen))
+		out, err := s.ec2.RunInstances(ctx, in)
+		var inst types.Instance
+		switch {
+		case apiCode(err) == "IdempotentParameterMismatch":
+			// The token made an instance with other parameters (the
+			// retry names the VMs differently): find it by its token.
+			found, derr := s.describe(ctx, nil, []types.Filter{{Name: aws.String("client-token"), Values: []string{*in.ClientToken}}})
+			if derr != nil || len(found) == 0 {
+				return "", err
+			}
+			inst = found[0]
+		case err != nil:
+			return "", err
+		case len(out.Instances) != 1:
+			return "", fmt.Errorf("RunInstances answered %d instances for one", len(out.Instances))
+		default:
+			inst = out.Instances[0]
+		}
+		if gone(inst) {
+			continue
+		}
+		return aws.ToString(inst.InstanceId), nil
+	}
+	return "", driversdk.Errorf(CodeVMTerminated, "every idempotency token of VM %d of request %s names a terminated instance", i, req.RequestID)
+}
+
+// runInput is the RunInstances request of VM slot i: its name (the
+// predicted one, or vm-<request hash>-<i+1> under the provider's FQDN
+// suffix), userdata, ownership tags and the profile's placement.
+func runInput(req driversdk.CreateRequest, p profile, i int) *ec2.RunInstancesInput {
 	name := fmt.Sprintf("vm-%s-%d", shortID(req.RequestID), i+1)
 	if suffix := strings.Trim(req.Provider.FQDNSuffix, "."); suffix != "" {
 		name += "." + suffix
@@ -214,6 +245,13 @@ func (s *session) run(ctx context.Context, req driversdk.CreateRequest, p profil
 	if userdata != "" {
 		in.UserData = aws.String(base64.StdEncoding.EncodeToString([]byte(userdata)))
 	}
+	placeInstance(in, p)
+	return in
+}
+
+// placeInstance sets the profile's network, key, zone, instance profile
+// and root volume on in.
+func placeInstance(in *ec2.RunInstancesInput, p profile) {
 	if p.SubnetID != "" {
 		in.SubnetId = aws.String(p.SubnetID)
 	}
@@ -236,32 +274,6 @@ func (s *session) run(ctx context.Context, req driversdk.CreateRequest, p profil
 		}
 		in.BlockDeviceMappings = []types.BlockDeviceMapping{{DeviceName: aws.String(p.RootDevice), Ebs: ebs}}
 	}
-	for gen := range tokenGenerations {
-		in.ClientToken = aws.String(clientToken(req.Provider.KeeperID, req.RequestID, i, gen))
-		out, err := s.ec2.RunInstances(ctx, in)
-		var inst types.Instance
-		switch {
-		case apiCode(err) == "IdempotentParameterMismatch":
-			// The token made an instance with other parameters (the
-			// retry names the VMs differently): find it by its token.
-			found, derr := s.describe(ctx, nil, []types.Filter{{Name: aws.String("client-token"), Values: []string{*in.ClientToken}}})
-			if derr != nil || len(found) == 0 {
-				return "", err
-			}
-			inst = found[0]
-		case err != nil:
-			return "", err
-		case len(out.Instances) != 1:
-			return "", fmt.Errorf("RunInstances answered %d instances for one", len(out.Instances))
-		default:
-			inst = out.Instances[0]
-		}
-		if gone(inst) {
-			continue
-		}
-		return aws.ToString(inst.InstanceId), nil
-	}
-	return "", driversdk.Errorf(CodeVMTerminated, "every idempotency token of VM %d of request %s names a terminated instance", i, req.RequestID)
 }
 
 // gone reports whether an instance is terminated or on its way there.

@@ -213,17 +213,8 @@ func ParseConfig(raw json.RawMessage) (Config, error) {
 			c.HostPorts = append(c.HostPorts, p)
 		}
 	}
-	if in.ImagesDir != "" {
-		if err := checkDir(in.ImagesDir); err != nil {
-			return Config{}, invalid("config.images_dir", "%v", err)
-		}
-		c.ImagesDir = filepath.Clean(in.ImagesDir)
-	}
-	for i, d := range in.ImageDirs {
-		if err := checkDir(d); err != nil {
-			return Config{}, invalid(fmt.Sprintf("config.image_dirs[%d]", i), "%v", err)
-		}
-		c.ImageDirs = append(c.ImageDirs, filepath.Clean(d))
+	if err := c.setImageDirs(in.ImagesDir, in.ImageDirs); err != nil {
+		return Config{}, err
 	}
 	if in.DebianMirror != "" {
 		u := in.DebianMirror
@@ -247,6 +238,24 @@ func ParseConfig(raw json.RawMessage) (Config, error) {
 	}
 	c.ImageDirs = append(c.ImageDirs, c.imagesDir())
 	return c, nil
+}
+
+// setImageDirs checks and sets images_dir (where built images go) and
+// image_dirs (where images are looked for).
+func (c *Config) setImageDirs(imagesDir string, imageDirs []string) error {
+	if imagesDir != "" {
+		if err := checkDir(imagesDir); err != nil {
+			return invalid("config.images_dir", "%v", err)
+		}
+		c.ImagesDir = filepath.Clean(imagesDir)
+	}
+	for i, d := range imageDirs {
+		if err := checkDir(d); err != nil {
+			return invalid(fmt.Sprintf("config.image_dirs[%d]", i), "%v", err)
+		}
+		c.ImageDirs = append(c.ImageDirs, filepath.Clean(d))
+	}
+	return nil
 }
 
 func checkDir(d string) error {

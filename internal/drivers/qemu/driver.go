@@ -238,34 +238,13 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 	if err != nil {
 		return nil, err
 	}
-	have := make([]*vmRecord, req.Count)
-	for _, v := range recs {
-		if v.Tags[driversdk.TagRequestID] != req.RequestID || v.Index >= req.Count {
-			continue
-		}
-		if v.PID == 0 || !processAlive(v.PID, v.ID) {
-			// A VM the first request did not finish starting.
-			d.remove(context.WithoutCancel(ctx), st, v)
-			continue
-		}
-		have[v.Index] = v
-	}
-	missing := 0
-	for _, v := range have {
-		if v == nil {
-			missing++
-		}
-	}
+	have, missing := d.existing(ctx, st, recs, req)
 	var made []*vmRecord
 	if missing > 0 {
 		if err := capacity(st, p.spec, missing); err != nil {
 			return nil, err
 		}
-		hostPorts := p.cfg.HostPorts
-		if hostPorts == nil {
-			hostPorts = d.hostPorts
-		}
-		net, err := localcloud.EnsureHostNetwork(ctx, st.dir, p.cfg.Subnet, hostPorts, d.hostPorts)
+		net, err := d.hostNetwork(ctx, st, p.cfg)
 		if err != nil {
 			return nil, timeoutOr(ctx, err)
 		}
@@ -279,26 +258,16 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 		if err != nil {
 			return nil, err
 		}
-		used := map[netip.Addr]bool{}
-		for _, v := range recs {
-			used[v.IP] = true
-		}
+		used := usedAddrs(recs)
 		next, stop := iter.Pull(localcloud.VMAddrs(net.Subnet))
 		defer stop()
 		for i := range have {
 			if have[i] != nil {
 				continue
 			}
-			var ip netip.Addr
-			for {
-				a, ok := next()
-				if !ok {
-					return nil, &driversdk.Error{Code: codeQuota, Message: fmt.Sprintf("the subnet %s has no free address left", net.Subnet)}
-				}
-				if !used[a] {
-					ip = a
-					break
-				}
+			ip, err := freeAddr(next, used, net.Subnet)
+			if err != nil {
+				return nil, err
 			}
 			v, err := d.makeVM(ctx, st, p, req, i, ip, net, accel, binary, img)
 			if v != nil {
@@ -316,6 +285,62 @@ func (d *Driver) Create(ctx context.Context, req driversdk.CreateRequest) ([]dri
 		out[i] = v.info(true)
 	}
 	return out, nil
+}
+
+// existing are the VMs of req's slots that an earlier call of the same
+// request made and that run, by slot (nil where one is missing), and how
+// many are missing; a VM it did not finish starting is removed.
+func (d *Driver) existing(ctx context.Context, st store, recs []*vmRecord, req driversdk.CreateRequest) ([]*vmRecord, int) {
+	have := make([]*vmRecord, req.Count)
+	for _, v := range recs {
+		if v.Tags[driversdk.TagRequestID] != req.RequestID || v.Index >= req.Count {
+			continue
+		}
+		if v.PID == 0 || !processAlive(v.PID, v.ID) {
+			d.remove(context.WithoutCancel(ctx), st, v)
+			continue
+		}
+		have[v.Index] = v
+	}
+	missing := 0
+	for _, v := range have {
+		if v == nil {
+			missing++
+		}
+	}
+	return have, missing
+}
+
+// hostNetwork makes sure of the host's bridge, NAT and the forwarding of
+// the keeper's ports for the VMs of cfg's subnet.
+func (d *Driver) hostNetwork(ctx context.Context, st store, cfg Config) (localcloud.HostNetwork, error) {
+	hostPorts := cfg.HostPorts
+	if hostPorts == nil {
+		hostPorts = d.hostPorts
+	}
+	return localcloud.EnsureHostNetwork(ctx, st.dir, cfg.Subnet, hostPorts, d.hostPorts)
+}
+
+// usedAddrs are the addresses the VMs hold.
+func usedAddrs(recs []*vmRecord) map[netip.Addr]bool {
+	used := map[netip.Addr]bool{}
+	for _, v := range recs {
+		used[v.IP] = true
+	}
+	return used
+}
+
+// freeAddr is the next address of the subnet no VM uses.
+func freeAddr(next func() (netip.Addr, bool), used map[netip.Addr]bool, subnet netip.Prefix) (netip.Addr, error) {
+	for {
+		a, ok := next()
+		if !ok {
+			return netip.Addr{}, &driversdk.Error{Code: codeQuota, Message: fmt.Sprintf("the subnet %s has no free address left", subnet)}
+		}
+		if !used[a] {
+			return a, nil
+		}
+	}
 }
 
 // timeoutOr reports err as driver.timeout when ctx's deadline caused it.

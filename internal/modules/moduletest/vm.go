@@ -106,33 +106,8 @@ func NewVMWith(t *testing.T, o VMOptions) *VM {
 		}
 	})
 	d := localcloud.New(localcloud.Options{})
-	cfg := map[string]any{"state_dir": dir, "bases_dir": BasesDir}
-	profile := map[string]any{"cpus": 1, "memory_mb": 1024, "ssh_user": sshUser}
-	if o.Base != "" {
-		profile["base"] = o.Base
-	}
-	if o.Nesting != "" {
-		profile["nesting"] = o.Nesting
-		cfg["allow_nesting"] = true
-	}
-	if o.HostPorts != nil {
-		cfg["host_ports"] = o.HostPorts
-	}
-	rawCfg, _ := json.Marshal(cfg)
-	rawProfile, _ := json.Marshal(profile)
-	prov := driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: rawCfg}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sp, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blk, err := ssh.MarshalPrivateKey(priv, "")
-	if err != nil {
-		t.Fatal(err)
-	}
+	prov, rawProfile := o.request(dir, sshUser, suffix)
+	authorized, clientKey := clientKeys(t)
 	timeout := time.Minute
 	if o.Base != "" {
 		timeout = 10 * time.Minute
@@ -142,7 +117,7 @@ func NewVMWith(t *testing.T, o VMOptions) *VM {
 	vms, err := d.Create(ctx, driversdk.CreateRequest{
 		Provider: prov, RequestID: "moduletest", Count: 1,
 		Profile:        rawProfile,
-		AuthorizedKeys: []string{strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp)))},
+		AuthorizedKeys: []string{authorized},
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -163,7 +138,6 @@ func NewVMWith(t *testing.T, o VMOptions) *VM {
 		t.Fatalf("create a VM: %v (%d VMs)", err, len(vms))
 	}
 	hostKey, _ := vms[0].Attributes["ssh_host_key"].(string)
-	clientKey := pem.EncodeToMemory(blk)
 	c, err := sshx.Dial(ctx, sshx.Target{
 		Address: vms[0].PrimaryIP, User: sshUser, PrivateKey: clientKey, HostKey: hostKey,
 		ConnectTimeout: 10 * time.Second,
@@ -173,6 +147,45 @@ func NewVMWith(t *testing.T, o VMOptions) *VM {
 	}
 	t.Cleanup(func() { c.Close() })
 	return &VM{VM: vms[0], ClientKey: clientKey, StateDir: dir, client: c}
+}
+
+// request is the local provider (its state in dir) and the profile of o's
+// VM.
+func (o VMOptions) request(dir, sshUser, suffix string) (driversdk.Provider, json.RawMessage) {
+	cfg := map[string]any{"state_dir": dir, "bases_dir": BasesDir}
+	profile := map[string]any{"cpus": 1, "memory_mb": 1024, "ssh_user": sshUser}
+	if o.Base != "" {
+		profile["base"] = o.Base
+	}
+	if o.Nesting != "" {
+		profile["nesting"] = o.Nesting
+		cfg["allow_nesting"] = true
+	}
+	if o.HostPorts != nil {
+		cfg["host_ports"] = o.HostPorts
+	}
+	rawCfg, _ := json.Marshal(cfg)
+	rawProfile, _ := json.Marshal(profile)
+	return driversdk.Provider{Name: "local", FQDNSuffix: suffix, Config: rawCfg}, rawProfile
+}
+
+// clientKeys makes the test's SSH key: its authorized_keys line and its
+// private key (PEM).
+func clientKeys(t *testing.T) (string, []byte) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blk, err := ssh.MarshalPrivateKey(priv, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sp))), pem.EncodeToMemory(blk)
 }
 
 // UpperDir is the writable layer of a VM on a base: every file the VM

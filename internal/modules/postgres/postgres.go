@@ -171,6 +171,15 @@ func (*Installed) Info() module.Info {
 // name given twice, and every database owned by db_user or one of users.
 // A message never quotes a password.
 func (*Installed) ValidateParams(v module.Values) error {
+	errs := validateScalars(v)
+	owners, userErrs := validateUsers(v)
+	errs = append(errs, userErrs...)
+	errs = append(errs, validateDatabases(v, owners)...)
+	return errors.Join(errs...)
+}
+
+// validateScalars checks the single-valued params.
+func validateScalars(v module.Values) []error {
 	var errs []error
 	for _, name := range []string{"db_name", "db_user"} {
 		if x, ok := v.Get(name); ok {
@@ -200,9 +209,14 @@ func (*Installed) ValidateParams(v module.Values) error {
 			errs = append(errs, module.Invalid("remote_cidr", `param "remote_cidr" must be a network such as 10.0.0.0/8, got %q`, s))
 		}
 	}
+	return errs
+}
 
-	// Users: names unique with db_user; owners is nil while a name is
-	// not known yet (an expression), which skips the owner check.
+// validateUsers checks users: names unique with db_user, passwords. It
+// returns the names a database may be owned by, nil while one is not
+// known yet (an expression), which skips the owner check.
+func validateUsers(v module.Values) (map[string]bool, []error) {
+	var errs []error
 	owners := map[string]bool{}
 	if x, ok := v.Get("db_user"); ok {
 		s, _ := x.(string)
@@ -210,32 +224,40 @@ func (*Installed) ValidateParams(v module.Values) error {
 	} else if v.Dynamic("db_user") {
 		owners = nil
 	}
-	if x, ok := v.Get("users"); ok {
-		list, _ := x.([]any)
-		for i, e := range list {
-			m, err := element("users", i, e, "name", "password")
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			name, _ := m["name"].(string)
-			if !sqlName.MatchString(name) {
-				errs = append(errs, module.Invalid("users", "param \"users\": element %d: name must be a lower-case SQL identifier ([a-z_][a-z0-9_]*), got %q", i, name))
-			} else if owners != nil && owners[name] {
-				errs = append(errs, module.Invalid("users", "param \"users\": element %d: user %q is given twice (db_user and users must all differ)", i, name))
-			}
-			if owners != nil {
-				owners[name] = true
-			}
-			if pw, _ := m["password"].(string); !validPassword(pw) {
-				errs = append(errs, module.Invalid("users", "param \"users\": element %d: password must be non-empty and contain no line breaks or NUL bytes", i))
-			}
+	x, ok := v.Get("users")
+	if !ok {
+		if v.Dynamic("users") {
+			owners = nil
 		}
-	} else if v.Dynamic("users") {
-		owners = nil
+		return owners, nil
 	}
+	list, _ := x.([]any)
+	for i, e := range list {
+		m, err := element("users", i, e, "name", "password")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		name, _ := m["name"].(string)
+		if !sqlName.MatchString(name) {
+			errs = append(errs, module.Invalid("users", "param \"users\": element %d: name must be a lower-case SQL identifier ([a-z_][a-z0-9_]*), got %q", i, name))
+		} else if owners != nil && owners[name] {
+			errs = append(errs, module.Invalid("users", "param \"users\": element %d: user %q is given twice (db_user and users must all differ)", i, name))
+		}
+		if owners != nil {
+			owners[name] = true
+		}
+		if pw, _ := m["password"].(string); !validPassword(pw) {
+			errs = append(errs, module.Invalid("users", "param \"users\": element %d: password must be non-empty and contain no line breaks or NUL bytes", i))
+		}
+	}
+	return owners, errs
+}
 
-	// Databases: names unique with db_name, owners among the users.
+// validateDatabases checks databases: names unique with db_name, owners
+// among owners (unless nil).
+func validateDatabases(v module.Values, owners map[string]bool) []error {
+	var errs []error
 	dbs := map[string]bool{}
 	if x, ok := v.Get("db_name"); ok {
 		s, _ := x.(string)
@@ -243,29 +265,31 @@ func (*Installed) ValidateParams(v module.Values) error {
 	} else if v.Dynamic("db_name") {
 		dbs = nil
 	}
-	if x, ok := v.Get("databases"); ok {
-		list, _ := x.([]any)
-		for i, e := range list {
-			m, err := element("databases", i, e, "name", "owner")
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			name, _ := m["name"].(string)
-			if !sqlName.MatchString(name) {
-				errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: name must be a lower-case SQL identifier ([a-z_][a-z0-9_]*), got %q", i, name))
-			} else if dbs != nil && dbs[name] {
-				errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: database %q is given twice (db_name and databases must all differ)", i, name))
-			}
-			if dbs != nil {
-				dbs[name] = true
-			}
-			if owner, _ := m["owner"].(string); owners != nil && !owners[owner] {
-				errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: owner %q must be db_user or the name of one of users", i, owner))
-			}
+	x, ok := v.Get("databases")
+	if !ok {
+		return nil
+	}
+	list, _ := x.([]any)
+	for i, e := range list {
+		m, err := element("databases", i, e, "name", "owner")
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		name, _ := m["name"].(string)
+		if !sqlName.MatchString(name) {
+			errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: name must be a lower-case SQL identifier ([a-z_][a-z0-9_]*), got %q", i, name))
+		} else if dbs != nil && dbs[name] {
+			errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: database %q is given twice (db_name and databases must all differ)", i, name))
+		}
+		if dbs != nil {
+			dbs[name] = true
+		}
+		if owner, _ := m["owner"].(string); owners != nil && !owners[owner] {
+			errs = append(errs, module.Invalid("databases", "param \"databases\": element %d: owner %q must be db_user or the name of one of users", i, owner))
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // element checks that e, element i of the list param, is a map with

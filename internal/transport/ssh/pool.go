@@ -203,39 +203,47 @@ func (p *Pool) get(ctx context.Context, t Target) (_ *Client, fresh bool, _ erro
 
 		c, err := dial(dctx, t, p.opts)
 		cancel(nil)
-		p.mu.Lock()
-		switch {
-		case err != nil:
-			delete(p.entries, key) // a failed dial is not cached
-		case p.closed:
-			c.Close()
-			c, err = nil, fmt.Errorf("ssh pool: get %s: %w", t, ErrClosed)
-			delete(p.entries, key)
-		default:
-			if _, ok := p.learned[t.Addr()]; !ok {
-				p.learned[t.Addr()] = c.HostKey()
-			}
-			if key.host == "" {
-				// The connection verified the host key it presented: a
-				// Get that pins that very key may share it.
-				if pinned, _, _, _, err := gossh.ParseAuthorizedKey([]byte(c.HostKey())); err == nil {
-					alias := key
-					alias.host = gossh.FingerprintSHA256(pinned)
-					if _, ok := p.entries[alias]; !ok {
-						p.entries[alias] = e
-					}
-				}
-			}
-		}
-		e.client, e.err = c, err
-		e.gaveUp = err != nil && ctx.Err() != nil
-		close(e.done)
-		p.mu.Unlock()
+		c, err = p.settle(key, e, t, c, err, ctx.Err() != nil)
 		if err == nil && p.opts.MaxIdle > 0 {
 			p.trimIdle()
 		}
 		return c, err == nil, err
 	}
+}
+
+// settle records how entry e's dial of t ended and wakes its waiters: a
+// failed dial is not cached (gaveUp: the dialer's context ended, not the
+// host); a connection the pool was closed under is closed; a good one
+// teaches the pool its host key, and is shared with a Get that pins that
+// very key.
+func (p *Pool) settle(key connKey, e *poolEntry, t Target, c *Client, err error, gaveUp bool) (*Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case err != nil:
+		delete(p.entries, key) // a failed dial is not cached
+	case p.closed:
+		c.Close()
+		c, err = nil, fmt.Errorf("ssh pool: get %s: %w", t, ErrClosed)
+		delete(p.entries, key)
+	default:
+		if _, ok := p.learned[t.Addr()]; !ok {
+			p.learned[t.Addr()] = c.HostKey()
+		}
+		if key.host == "" {
+			if pinned, _, _, _, err := gossh.ParseAuthorizedKey([]byte(c.HostKey())); err == nil {
+				alias := key
+				alias.host = gossh.FingerprintSHA256(pinned)
+				if _, ok := p.entries[alias]; !ok {
+					p.entries[alias] = e
+				}
+			}
+		}
+	}
+	e.client, e.err = c, err
+	e.gaveUp = err != nil && gaveUp
+	close(e.done)
+	return c, err
 }
 
 // retireClient removes c from the pool and closes it once the commands

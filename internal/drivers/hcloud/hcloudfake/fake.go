@@ -624,44 +624,12 @@ func (f *Fake) createServer(w http.ResponseWriter, r *http.Request) {
 		f.mu.Unlock()
 		apiError(w, status, code, msg)
 	}
-	st, ok := findType(req.ServerType)
-	if !ok {
-		fail(400, "invalid_input", "invalid input in field 'server_type'")
+	st, loc, labels, no := f.checkCreate(req)
+	if no != nil {
+		fail(no.status, no.code, no.msg)
 		return
 	}
 	image := req.Image.Name
-	if !contains(images, image) {
-		fail(400, "invalid_input", "invalid input in field 'image'")
-		return
-	}
-	loc := req.Location
-	if loc == "" {
-		loc = "fsn1"
-	}
-	if !contains(locations, loc) {
-		fail(400, "invalid_input", "invalid input in field 'location'")
-		return
-	}
-	var labels map[string]string
-	if req.Labels != nil {
-		labels = *req.Labels
-	}
-	for k, v := range labels {
-		if !reLabelKey.MatchString(k) || !reLabelValue.MatchString(v) {
-			fail(400, "invalid_input", fmt.Sprintf("invalid label %q", k))
-			return
-		}
-	}
-	for _, s := range f.servers {
-		if s.s.Name == req.Name {
-			fail(409, "uniqueness_error", "server name is already used")
-			return
-		}
-	}
-	if f.serverLimit > 0 && len(f.servers) >= f.serverLimit {
-		fail(403, "resource_limit_exceeded", "server limit exceeded")
-		return
-	}
 	v4, v6 := true, true
 	if req.PublicNet != nil {
 		v4, v6 = req.PublicNet.EnableIPv4, req.PublicNet.EnableIPv6
@@ -697,6 +665,51 @@ func (f *Fake) createServer(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	reply(w, 201, resp)
+}
+
+// refusal is an API error answer.
+type refusal struct {
+	status    int
+	code, msg string
+}
+
+// checkCreate refuses a create as the API does: an unknown type, image
+// or location, a bad label, a taken name, the project's server limit. It
+// returns the server type, the location (fsn1 by default) and the labels,
+// or the refusal. f.mu is held.
+func (f *Fake) checkCreate(req schema.ServerCreateRequest) (schema.ServerType, string, map[string]string, *refusal) {
+	st, ok := findType(req.ServerType)
+	if !ok {
+		return st, "", nil, &refusal{400, "invalid_input", "invalid input in field 'server_type'"}
+	}
+	if !contains(images, req.Image.Name) {
+		return st, "", nil, &refusal{400, "invalid_input", "invalid input in field 'image'"}
+	}
+	loc := req.Location
+	if loc == "" {
+		loc = "fsn1"
+	}
+	if !contains(locations, loc) {
+		return st, "", nil, &refusal{400, "invalid_input", "invalid input in field 'location'"}
+	}
+	var labels map[string]string
+	if req.Labels != nil {
+		labels = *req.Labels
+	}
+	for k, v := range labels {
+		if !reLabelKey.MatchString(k) || !reLabelValue.MatchString(v) {
+			return st, "", nil, &refusal{400, "invalid_input", fmt.Sprintf("invalid label %q", k)}
+		}
+	}
+	for _, s := range f.servers {
+		if s.s.Name == req.Name {
+			return st, "", nil, &refusal{409, "uniqueness_error", "server name is already used"}
+		}
+	}
+	if f.serverLimit > 0 && len(f.servers) >= f.serverLimit {
+		return st, "", nil, &refusal{403, "resource_limit_exceeded", "server limit exceeded"}
+	}
+	return st, loc, labels, nil
 }
 
 func contains(list []string, v string) bool {
