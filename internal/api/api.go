@@ -38,7 +38,8 @@ const MaxBodyBytes = 1 << 20
 
 // Config is what the API needs from the keeper.
 type Config struct {
-	Store   store.Store
+	// Stores are the parts of the registry the routes read and write.
+	Stores  Stores
 	Logger  *slog.Logger
 	Version string
 	Now     func() time.Time // nil: time.Now
@@ -66,14 +67,13 @@ type Config struct {
 	// Join enables POST /v1/join, /v1/join/renew and the soul binary's
 	// download (join.go); nil: the keeper serves none of them.
 	Join *JoinConfig
-	// Access decides people's roles and authenticates tokens; nil: one
-	// over Store with OIDC's roles.
+	// Access decides people's roles and authenticates tokens; required.
 	Access *access.Service
 	// OIDC enables sign-in with an OpenID Connect provider (oidc.go).
 	OIDC *OIDCConfig
 	// Approvals decides on held steps and keeps the API's approval
-	// policy beside keeper.yml's; nil: a service with no keeper.yml
-	// policies.
+	// policy beside keeper.yml's; nil: the approval routes are off, and a
+	// destroy outside a run is refused (the policies cannot be asked).
 	Approvals *approval.Service
 	// References says which credentials references a caller may write
 	// and which provider endpoints keeper.yml allows; the zero value lets
@@ -101,22 +101,27 @@ type References struct {
 
 // Server is the Operator API as an http.Handler.
 type Server struct {
-	oidc    *oidcFlow // nil: no OIDC sign-in
-	store   store.Store
-	log     *slog.Logger
-	now     func() time.Time
-	authn   *auth.Authenticator
-	access  *access.Service
-	mux     *http.ServeMux
-	api     huma.API
-	metrics *metrics
-	runs    RunService
-	check   runner.Checker
-	cloud   CloudService
-	seeds   *seeding.Service
-	drift   *drift.Service
-	limiter *authLimiter
-	audit   func(context.Context) (audit.Report, error) // Config.VerifyAudit
+	oidc         *oidcFlow // nil: no OIDC sign-in
+	registry     RegistryStore
+	soulStore    SoulStore
+	runStore     RunStore
+	tokenStore   TokenStore
+	projectStore ProjectStore
+	auditStore   AuditStore
+	log          *slog.Logger
+	now          func() time.Time
+	authn        *auth.Authenticator
+	access       *access.Service
+	mux          *http.ServeMux
+	api          huma.API
+	metrics      *metrics
+	runs         RunService
+	check        runner.Checker
+	cloud        CloudService
+	seeds        *seeding.Service
+	drift        *drift.Service
+	limiter      *authLimiter
+	audit        func(context.Context) (audit.Report, error) // Config.VerifyAudit
 	// keyConflicts limits re-run key conflicts per token.
 	keyConflicts *keyConflicts
 	// readiness caches /readyz's database ping.
@@ -128,7 +133,7 @@ type Server struct {
 	projectKey func(ctx context.Context, project string) (string, error)
 }
 
-// New builds the API over cfg.Store.
+// New builds the API over cfg.Stores.
 func New(cfg Config) *Server {
 	s := newServer(cfg, false)
 	s.eventSchemas() // the run vocabulary, documented even without the run routes
@@ -142,8 +147,8 @@ func New(cfg Config) *Server {
 	s.registerProjects()
 	s.registerBindings()
 	s.registerCredentials()
-	registerShares(s, "provider", auth.ProviderCreate, s.store.ProviderGet, providerOwner, providerWire)
-	registerShares(s, "profile", auth.ProfileCreate, s.store.ProfileGet, profileOwner, profileWire)
+	registerShares(s, "provider", auth.ProviderCreate, s.registry.ProviderGet, providerOwner, providerWire)
+	registerShares(s, "profile", auth.ProfileCreate, s.registry.ProfileGet, profileOwner, profileWire)
 	s.registerAudit()
 	s.registerRuns()
 	s.registerDrift()
@@ -186,31 +191,30 @@ func newServer(cfg Config, agent bool) *Server {
 	if cfg.AuthFailureInterval <= 0 {
 		cfg.AuthFailureInterval = time.Second
 	}
-	if cfg.Access == nil {
-		cfg.Access = access.New(cfg.Store, cfg.OIDC.AccessRoles(), cfg.Now, cfg.Logger)
-	}
-	if cfg.Approvals == nil && cfg.Store != nil {
-		cfg.Approvals = approval.NewService(cfg.Store, approval.Policy{}, "")
-	}
 	s := &Server{
-		store:      cfg.Store,
-		log:        cfg.Logger,
-		now:        cfg.Now,
-		authn:      cfg.Access.Authenticator(),
-		access:     cfg.Access,
-		mux:        http.NewServeMux(),
-		runs:       cfg.Runs,
-		check:      cfg.Check,
-		cloud:      cfg.Cloud,
-		seeds:      cfg.Seeds,
-		drift:      cfg.Drift,
-		approvals:  cfg.Approvals,
-		refs:       cfg.References,
-		seal:       cfg.Seal,
-		projectKey: cfg.ProjectKey,
-		limiter:    newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
-		audit:      cfg.VerifyAudit,
-		oidc:       newOIDCFlow(cfg.OIDC),
+		registry:     cfg.Stores.Registry,
+		soulStore:    cfg.Stores.Souls,
+		runStore:     cfg.Stores.Runs,
+		tokenStore:   cfg.Stores.Tokens,
+		projectStore: cfg.Stores.Projects,
+		auditStore:   cfg.Stores.Audit,
+		log:          cfg.Logger,
+		now:          cfg.Now,
+		authn:        cfg.Access.Authenticator(),
+		access:       cfg.Access,
+		mux:          http.NewServeMux(),
+		runs:         cfg.Runs,
+		check:        cfg.Check,
+		cloud:        cfg.Cloud,
+		seeds:        cfg.Seeds,
+		drift:        cfg.Drift,
+		approvals:    cfg.Approvals,
+		refs:         cfg.References,
+		seal:         cfg.Seal,
+		projectKey:   cfg.ProjectKey,
+		limiter:      newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
+		audit:        cfg.VerifyAudit,
+		oidc:         newOIDCFlow(cfg.OIDC),
 
 		keyConflicts: newKeyConflicts(),
 		readiness:    &readiness{},
@@ -218,7 +222,7 @@ func newServer(cfg Config, agent bool) *Server {
 	if j := cfg.Join; j != nil {
 		g := j.Guard
 		if g == nil {
-			g = NewJoinGuard(cfg.Store, cfg.Logger, cfg.Now, 0, 0)
+			g = NewJoinGuard(cfg.Stores.Audit, cfg.Logger, cfg.Now, 0, 0)
 		}
 		s.join = &joinState{cfg: *j, guard: g}
 	}

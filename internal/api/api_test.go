@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/access"
 	"github.com/soulstack/soulstack/internal/api"
+	"github.com/soulstack/soulstack/internal/approval"
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/store"
@@ -59,8 +61,8 @@ func start(t testing.TB, b testdb.Backend) *keeper {
 	logs := &testlog.Buffer{}
 	clk := &clock{}
 	log := slog.New(secretHandler(logs))
-	srv := httptest.NewServer(api.New(api.Config{Store: st, Logger: log, Version: "test", Now: clk.Now,
-		VerifyAudit: func(ctx context.Context) (audit.Report, error) { return audit.Verify(ctx, st, testdb.AuditKey, nil) }}))
+	srv := httptest.NewServer(api.New(withStore(st, api.Config{Logger: log, Version: "test", Now: clk.Now,
+		VerifyAudit: func(ctx context.Context) (audit.Report, error) { return audit.Verify(ctx, st, testdb.AuditKey, nil) }})))
 	t.Cleanup(srv.Close)
 	plain, id, hash, err := auth.NewToken()
 	if err != nil {
@@ -611,4 +613,17 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 	if !strings.Contains(string(m), `soulstack_http_requests_total{method="GET",operation="provider-list",status="200"} 1`) {
 		t.Fatalf("metrics lack the request counter:\n%s", m)
 	}
+}
+
+// withStore is cfg over st, with the access and approval services a
+// keeper gives its API.
+func withStore(st store.Store, cfg api.Config) api.Config {
+	cfg.Stores = api.StoresOf(st)
+	if cfg.Access == nil {
+		cfg.Access = access.New(st, cfg.OIDC.AccessRoles(), cfg.Now, cfg.Logger)
+	}
+	if cfg.Approvals == nil {
+		cfg.Approvals = approval.NewService(st, approval.Policy{}, "")
+	}
+	return cfg
 }

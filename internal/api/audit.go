@@ -52,7 +52,7 @@ func (s *Server) registerAudit() {
 		if in.Verify && !principal(ctx).KeeperWide() {
 			return nil, problem(http.StatusForbidden, "auth.keeper_wide_required", "verifying the audit chain reads every project's events; it needs a keeper-wide token")
 		}
-		evs, err := s.store.AuditList(ctx, store.AuditListParams{Limit: in.Limit + 1, AfterSeq: after, Project: scopeOf(ctx)})
+		evs, err := s.auditStore.AuditList(ctx, store.AuditListParams{Limit: in.Limit + 1, AfterSeq: after, Project: scopeOf(ctx)})
 		if err != nil {
 			return nil, err
 		}
@@ -62,7 +62,7 @@ func (s *Server) registerAudit() {
 		for _, e := range evs {
 			person, known := people[e.ActorAID]
 			if !known && strings.HasPrefix(e.ActorAID, "tok_") {
-				if t, err := s.store.TokenGet(ctx, e.ActorAID); err == nil {
+				if t, err := s.tokenStore.TokenGet(ctx, e.ActorAID); err == nil {
 					person = personWire(t.Person)
 				}
 				people[e.ActorAID] = person

@@ -36,7 +36,7 @@ type benchKeeper struct {
 func startBench(tb testing.TB, b testdb.Backend) *benchKeeper {
 	tb.Helper()
 	st := b.Open(tb)
-	srv := httptest.NewServer(api.New(api.Config{Store: st, Version: "bench"}))
+	srv := httptest.NewServer(api.New(withStore(st, api.Config{Version: "bench"})))
 	tb.Cleanup(srv.Close)
 	plain, id, hash, err := auth.NewToken()
 	if err != nil {

@@ -90,7 +90,7 @@ func (s *Server) registerCloud() {
 		if err := s.ownsProvider(ctx, in.Body.Provider, "body.provider"); err != nil {
 			return nil, err
 		}
-		p, err := s.store.ProviderGet(ctx, in.Body.Provider)
+		p, err := s.registry.ProviderGet(ctx, in.Body.Provider)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +122,7 @@ func (s *Server) ownsProvider(ctx context.Context, name, location string) error 
 // kind of caller that answers for its VMs: another project's provider is
 // a 404, one shared with the caller's project to use a 403.
 func (s *Server) providerManaged(ctx context.Context, name string) error {
-	p, err := s.store.ProviderGet(ctx, name)
+	p, err := s.registry.ProviderGet(ctx, name)
 	if err != nil {
 		return err
 	}

@@ -117,7 +117,7 @@ func (s *Server) registerCredentials() {
 		// Not registered for masking here: it is when a provider or soul
 		// resolves it, so that storing credentials cannot crowd the
 		// keeper's own secrets out of the masker.
-		c, err := s.store.CredentialPut(ctx, store.Credential{Project: in.Name, Name: in.Credential, Sealed: s.seal([]byte(in.Body.Value))}, principal(ctx).Actor())
+		c, err := s.projectStore.CredentialPut(ctx, store.Credential{Project: in.Name, Name: in.Credential, Sealed: s.seal([]byte(in.Body.Value))}, principal(ctx).Actor())
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +139,7 @@ func (s *Server) registerCredentialListDelete() {
 		if err := inProject(ctx, in.Name); err != nil {
 			return nil, err
 		}
-		cs, err := s.store.CredentialList(ctx, in.Name)
+		cs, err := s.projectStore.CredentialList(ctx, in.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -160,6 +160,6 @@ func (s *Server) registerCredentialListDelete() {
 		if err := inProject(ctx, in.Name); err != nil {
 			return nil, err
 		}
-		return nil, s.store.CredentialDelete(ctx, in.Name, in.Credential, principal(ctx).Actor())
+		return nil, s.projectStore.CredentialDelete(ctx, in.Name, in.Credential, principal(ctx).Actor())
 	})
 }

@@ -109,7 +109,7 @@ func (s *Server) registerDeliveries() {
 		if limit == 0 {
 			limit = 100
 		}
-		ds, err := s.store.Deliveries(ctx, store.DeliveryListParams{Before: in.After, Limit: limit, Project: scopeOf(ctx)})
+		ds, err := s.auditStore.Deliveries(ctx, store.DeliveryListParams{Before: in.After, Limit: limit, Project: scopeOf(ctx)})
 		if err != nil {
 			return nil, err
 		}

@@ -23,8 +23,8 @@ func startLimited(t *testing.T, b testdb.Backend, burst int, interval time.Durat
 	logs := &testlog.Buffer{}
 	clk := &clock{}
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	srv := httptest.NewServer(api.New(api.Config{Store: st, Logger: slog.New(secretHandler(logs)), Version: "test", Now: clk.Now,
-		AuthFailureBurst: burst, AuthFailureInterval: interval}))
+	srv := httptest.NewServer(api.New(withStore(st, api.Config{Logger: slog.New(secretHandler(logs)), Version: "test", Now: clk.Now,
+		AuthFailureBurst: burst, AuthFailureInterval: interval})))
 	t.Cleanup(srv.Close)
 	plain, id, hash, err := auth.NewToken()
 	if err != nil {

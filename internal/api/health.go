@@ -36,7 +36,7 @@ func (s *Server) registerHealth() {
 		OperationID: "readyz", Method: http.MethodGet, Path: "/readyz", Tags: tags,
 		Summary: "Readiness: the database answers", Errors: []int{http.StatusServiceUnavailable},
 	}, "", true, func(ctx context.Context, _ *struct{}) (*struct{ Body Health }, error) {
-		if err := s.readiness.check(ctx, s.now(), s.store.Ping); err != nil {
+		if err := s.readiness.check(ctx, s.now(), s.auditStore.Ping); err != nil {
 			s.log.Warn("not ready: database does not answer", "err", err)
 			return nil, problem(http.StatusServiceUnavailable, "keeper.not_ready", "the database does not answer")
 		}

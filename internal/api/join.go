@@ -238,7 +238,7 @@ func (s *Server) doJoin(ctx context.Context, b client.JoinRequest) (*joinOutput,
 		Audit: map[string]any{"host_key_fingerprints": nonNilList(fingerprints), "client": connOf(ctx).host}}
 	// Cheap checks before expensive ones: the token is looked up before
 	// the request's signature is checked and a certificate signed.
-	if err := s.store.JoinCheck(ctx, p); err != nil {
+	if err := s.soulStore.JoinCheck(ctx, p); err != nil {
 		return nil, err
 	}
 	csr, err := parseCSR("body.csr", b.CSR)
@@ -250,7 +250,7 @@ func (s *Server) doJoin(ctx context.Context, b client.JoinRequest) (*joinOutput,
 		return nil, badJoin("body.csr", "%v", err)
 	}
 	p.CertSerial, p.CertNotAfter = cert.Serial, cert.Cert.NotAfter
-	so, err := s.store.SoulJoin(ctx, p)
+	so, err := s.soulStore.SoulJoin(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +290,7 @@ func (s *Server) doRenew(ctx context.Context, b client.RenewRequest) (*joinOutpu
 	}
 	// The registry first, the signature and the signing after.
 	rp := store.SoulRenewParams{SID: sid, OldSerial: pki.SerialHex(peer)}
-	if err := s.store.RenewCheck(ctx, rp); err != nil {
+	if err := s.soulStore.RenewCheck(ctx, rp); err != nil {
 		return nil, err
 	}
 	if len(b.CSR) > maxCSR {
@@ -305,7 +305,7 @@ func (s *Server) doRenew(ctx context.Context, b client.RenewRequest) (*joinOutpu
 		return nil, badJoin("body.csr", "%v", err)
 	}
 	rp.CertSerial, rp.CertNotAfter = cert.Serial, cert.Cert.NotAfter
-	if _, err := s.store.SoulRenewCert(ctx, rp); err != nil {
+	if _, err := s.soulStore.SoulRenewCert(ctx, rp); err != nil {
 		return nil, err
 	}
 	return &joinOutput{Body: s.joinAnswer(ctx, sid, cert)}, nil

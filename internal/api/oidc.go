@@ -341,7 +341,7 @@ func (s *Server) cliCode(ctx context.Context, p pendingLogin, person store.Perso
 		return nil, err
 	}
 	b, _ := json.Marshal(cliCode{Purpose: cliCodePurpose, Person: person, Groups: groups, Role: g.Role, Project: g.Project, Challenge: p.CLIChallenge})
-	if err := s.store.OIDCCodePut(ctx, cliCodeHash(code), s.oidc.cfg.Seal(b), s.now().Add(cliCodeTTL)); err != nil {
+	if err := s.tokenStore.OIDCCodePut(ctx, cliCodeHash(code), s.oidc.cfg.Seal(b), s.now().Add(cliCodeTTL)); err != nil {
 		return nil, err
 	}
 	u, _ := url.Parse(p.CLIRedirect)
@@ -358,7 +358,7 @@ func cliCodeHash(code string) string { return domainHash("soulstack.oidc-cli-cod
 // its PKCE verifier for the person's token.
 func (s *Server) exchangeCLICode(ctx context.Context, in *struct{ Body client.OIDCCodeExchange }) (*struct{ Body client.TokenCreated }, error) {
 	refused := problem(http.StatusUnauthorized, "auth.oidc_code", "the login code is unknown, used already or expired, or the verifier is not its own; run soulctl login again")
-	sealed, err := s.store.OIDCCodeTake(ctx, cliCodeHash(in.Body.Code), s.now())
+	sealed, err := s.tokenStore.OIDCCodeTake(ctx, cliCodeHash(in.Body.Code), s.now())
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, refused
 	}

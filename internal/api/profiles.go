@@ -48,11 +48,11 @@ func (s *Server) registerProfiles() {
 		}
 		// The provider must be the project's or shared with it; another
 		// project's is as missing as one that does not exist.
-		if prov, err := s.store.ProviderGet(ctx, b.Provider); err == nil && !module.Visible(prov.Project, prov.SharedWith, project) {
+		if prov, err := s.registry.ProviderGet(ctx, b.Provider); err == nil && !module.Visible(prov.Project, prov.SharedWith, project) {
 			return nil, invalid("profile.provider_missing", "body.provider", "provider %q does not exist", b.Provider)
 		}
 		spec := objectJSON(b.Spec)
-		p, err := s.store.ProfileCreate(ctx, store.ProfileCreateParams{
+		p, err := s.registry.ProfileCreate(ctx, store.ProfileCreateParams{
 			Profile: store.Profile{Name: b.Name, Provider: b.Provider, Spec: spec, Project: project},
 			Actor:   principal(ctx).Actor(),
 		})
@@ -66,17 +66,17 @@ func (s *Server) registerProfiles() {
 		OperationID: "profile-list", Method: http.MethodGet, Path: "/v1/profiles", Tags: tags,
 		Summary: "List profiles by name",
 	}, auth.ProfileRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.ProfileList }, error) {
-		items, next, err := listPage(ctx, in, s.store.ProfileList, func(p store.Profile) string { return p.Name }, profileWire)
+		items, next, err := listPage(ctx, in, s.registry.ProfileList, func(p store.Profile) string { return p.Name }, profileWire)
 		return &struct{ Body client.ProfileList }{Body: client.ProfileList{Items: items, Next: next}}, err
 	})
 
 	registerGet[nameInput](s, huma.Operation{
 		OperationID: "profile-get", Method: http.MethodGet, Path: "/v1/profiles/{name}", Tags: tags,
 		Summary: "Get a profile", Errors: []int{http.StatusNotFound},
-	}, auth.ProfileRead, "profile", s.store.ProfileGet, profileOwner, profileWire)
+	}, auth.ProfileRead, "profile", s.registry.ProfileGet, profileOwner, profileWire)
 
 	registerDelete[nameInput](s, huma.Operation{
 		OperationID: "profile-delete", Method: http.MethodDelete, Path: "/v1/profiles/{name}", Tags: tags,
 		Summary: "Delete a profile", DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
-	}, auth.ProfileDelete, "profile", s.store.ProfileGet, profileOwner, s.store.ProfileDelete)
+	}, auth.ProfileDelete, "profile", s.registry.ProfileGet, profileOwner, s.registry.ProfileDelete)
 }

@@ -30,7 +30,7 @@ func (s *Server) registerProjects() {
 		if err := checkName("body.name", in.Body.Name); err != nil {
 			return nil, err
 		}
-		p, err := s.store.ProjectCreate(ctx, store.ProjectCreateParams{
+		p, err := s.projectStore.ProjectCreate(ctx, store.ProjectCreateParams{
 			Project: store.Project{Name: in.Body.Name, Description: in.Body.Description}, Actor: principal(ctx).Actor(),
 		})
 		if err != nil {
@@ -43,14 +43,14 @@ func (s *Server) registerProjects() {
 		OperationID: "project-list", Method: http.MethodGet, Path: "/v1/projects", Tags: tags,
 		Summary: "List projects by name",
 	}, auth.ProjectManage, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.ProjectList }, error) {
-		items, next, err := listPage(ctx, in, s.store.ProjectList, func(p store.Project) string { return p.Name }, projectWire)
+		items, next, err := listPage(ctx, in, s.projectStore.ProjectList, func(p store.Project) string { return p.Name }, projectWire)
 		return &struct{ Body client.ProjectList }{Body: client.ProjectList{Items: items, Next: next}}, err
 	})
 
 	registerGet[nameInput](s, huma.Operation{
 		OperationID: "project-get", Method: http.MethodGet, Path: "/v1/projects/{name}", Tags: tags,
 		Summary: "Get a project", Errors: []int{http.StatusNotFound},
-	}, auth.ProjectManage, "project", s.store.ProjectGet, projectOwner, projectWire)
+	}, auth.ProjectManage, "project", s.projectStore.ProjectGet, projectOwner, projectWire)
 
 	register(s, huma.Operation{
 		OperationID: "project-delete", Method: http.MethodDelete, Path: "/v1/projects/{name}", Tags: tags,
@@ -61,7 +61,7 @@ func (s *Server) registerProjects() {
 		if in.Name == store.DefaultProject {
 			return nil, problem(http.StatusConflict, "project.default", "the default project always exists; it holds what the keeper held before projects")
 		}
-		return nil, s.store.ProjectDelete(ctx, store.DeleteParams{Key: in.Name, Actor: principal(ctx).Actor()})
+		return nil, s.projectStore.ProjectDelete(ctx, store.DeleteParams{Key: in.Name, Actor: principal(ctx).Actor()})
 	})
 }
 
@@ -91,7 +91,7 @@ func (s *Server) registerBindings() {
 		if err := inProject(ctx, in.Name); err != nil {
 			return nil, err
 		}
-		bs, err := s.store.Bindings(ctx, in.Name)
+		bs, err := s.projectStore.Bindings(ctx, in.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -121,7 +121,7 @@ func (s *Server) registerBindings() {
 		if _, err := grantFor(principal(ctx), in.Name, client.TokenCreate{Role: b.Role}); err != nil {
 			return nil, err
 		}
-		got, err := s.store.BindingPut(ctx, store.Binding{Project: in.Name, Kind: b.Kind, Subject: strings.TrimSpace(b.Subject), Role: b.Role}, principal(ctx).Actor())
+		got, err := s.projectStore.BindingPut(ctx, store.Binding{Project: in.Name, Kind: b.Kind, Subject: strings.TrimSpace(b.Subject), Role: b.Role}, principal(ctx).Actor())
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +148,7 @@ func (s *Server) registerBindingDeleteQuota() {
 		if err := inProject(ctx, in.Name); err != nil {
 			return nil, err
 		}
-		if err := s.store.BindingDelete(ctx, store.Binding{Project: in.Name, Kind: in.Kind, Subject: in.Subject}, principal(ctx).Actor()); err != nil {
+		if err := s.projectStore.BindingDelete(ctx, store.Binding{Project: in.Name, Kind: in.Kind, Subject: in.Subject}, principal(ctx).Actor()); err != nil {
 			return nil, err
 		}
 		s.withdrawAfterBinding(ctx, in.Name)
@@ -164,7 +164,7 @@ func (s *Server) registerBindingDeleteQuota() {
 		Name string `path:"name"`
 		Body client.Quota
 	}) (*struct{ Body client.Project }, error) {
-		p, err := s.store.ProjectSetQuota(ctx, in.Name, store.Quota(in.Body), principal(ctx).Actor())
+		p, err := s.projectStore.ProjectSetQuota(ctx, in.Name, store.Quota(in.Body), principal(ctx).Actor())
 		if err != nil {
 			return nil, err
 		}
@@ -205,7 +205,7 @@ func registerShares[R, W any](s *Server, kind string, perm auth.Permission, get 
 		if err := checkName("body.project", in.Body.Project); err != nil {
 			return nil, err
 		}
-		if err := s.store.ShareAdd(ctx, store.Share{Kind: kind, Name: in.Name, Project: in.Body.Project}, principal(ctx).Actor()); err != nil {
+		if err := s.registry.ShareAdd(ctx, store.Share{Kind: kind, Name: in.Name, Project: in.Body.Project}, principal(ctx).Actor()); err != nil {
 			return nil, err
 		}
 		r, err := get(ctx, in.Name)
@@ -225,7 +225,7 @@ func registerShares[R, W any](s *Server, kind string, perm auth.Permission, get 
 		if err := owns(ctx, in.Name); err != nil {
 			return nil, err
 		}
-		return nil, s.store.ShareRemove(ctx, store.Share{Kind: kind, Name: in.Name, Project: in.Project}, principal(ctx).Actor())
+		return nil, s.registry.ShareRemove(ctx, store.Share{Kind: kind, Name: in.Name, Project: in.Project}, principal(ctx).Actor())
 	})
 }
 
@@ -235,6 +235,6 @@ func (s *Server) inProject(ctx context.Context, name string) error {
 	if !manages(ctx, name) {
 		return hidden("project", name)
 	}
-	_, err := s.store.ProjectGet(ctx, name)
+	_, err := s.projectStore.ProjectGet(ctx, name)
 	return err
 }

@@ -63,7 +63,7 @@ func (s *Server) registerProviders() {
 			return nil, err
 		}
 		config := objectJSON(b.Config)
-		p, err := s.store.ProviderCreate(ctx, store.ProviderCreateParams{
+		p, err := s.registry.ProviderCreate(ctx, store.ProviderCreateParams{
 			Provider: store.Provider{Name: b.Name, Driver: b.Driver, Region: b.Region, CredentialsRef: b.CredentialsRef, FQDNSuffix: b.FQDNSuffix, Config: config, Project: project},
 			Actor:    principal(ctx).Actor(),
 		})
@@ -77,20 +77,20 @@ func (s *Server) registerProviders() {
 		OperationID: "provider-list", Method: http.MethodGet, Path: "/v1/providers", Tags: tags,
 		Summary: "List providers by name",
 	}, auth.ProviderRead, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.ProviderList }, error) {
-		items, next, err := listPage(ctx, in, s.store.ProviderList, func(p store.Provider) string { return p.Name }, providerWire)
+		items, next, err := listPage(ctx, in, s.registry.ProviderList, func(p store.Provider) string { return p.Name }, providerWire)
 		return &struct{ Body client.ProviderList }{Body: client.ProviderList{Items: items, Next: next}}, err
 	})
 
 	registerGet[nameInput](s, huma.Operation{
 		OperationID: "provider-get", Method: http.MethodGet, Path: "/v1/providers/{name}", Tags: tags,
 		Summary: "Get a provider", Errors: []int{http.StatusNotFound},
-	}, auth.ProviderRead, "provider", s.store.ProviderGet, providerOwner, providerWire)
+	}, auth.ProviderRead, "provider", s.registry.ProviderGet, providerOwner, providerWire)
 
 	registerDelete[nameInput](s, huma.Operation{
 		OperationID: "provider-delete", Method: http.MethodDelete, Path: "/v1/providers/{name}", Tags: tags,
 		Summary: "Delete a provider", Description: "Refused with 409 provider.in_use while profiles use it.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound, http.StatusConflict},
-	}, auth.ProviderDelete, "provider", s.store.ProviderGet, providerOwner, s.store.ProviderDelete)
+	}, auth.ProviderDelete, "provider", s.registry.ProviderGet, providerOwner, s.registry.ProviderDelete)
 }
 
 // fqdnSuffix validates an optional DNS suffix.

@@ -126,7 +126,7 @@ func retryAfterSeconds(d time.Duration) string {
 
 // auditRateLimited records the start of a burst of refusals of host.
 func (s *Server) auditRateLimited(ctx context.Context, host string) {
-	err := s.store.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{
+	err := s.auditStore.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{
 		Actor: store.Actor("anonymous"), Action: "auth.rate_limited", Object: "client/" + host,
 		Payload: map[string]any{"client": host, "burst": int(s.limiter.burst), "interval": s.limiter.interval.String()},
 	})

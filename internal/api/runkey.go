@@ -102,7 +102,7 @@ func (s *Server) limitKeyConflicts(ctx context.Context, p auth.Principal, key st
 		return nil
 	}
 	if first {
-		if aerr := s.store.AuditRecord(ctx, store.AuditParams{
+		if aerr := s.auditStore.AuditRecord(ctx, store.AuditParams{
 			Actor: p.Actor(), Action: "run.key_conflict_rate_limited", Object: "token/" + p.TokenID,
 			Payload: map[string]any{"key": key, "burst": KeyConflictBurst, "every": KeyConflictEvery.String()},
 		}); aerr != nil {
@@ -121,7 +121,7 @@ func (s *Server) keyConflict(ctx context.Context, p auth.Principal, key string, 
 	if errors.As(conflict, &se) {
 		object += strings.TrimPrefix(se.Ref, "run ")
 	}
-	if err := s.store.AuditRecord(ctx, store.AuditParams{
+	if err := s.auditStore.AuditRecord(ctx, store.AuditParams{
 		Actor: p.Actor(), Action: "run.key_conflict", Object: object, Payload: map[string]any{"key": key},
 	}); err != nil {
 		return fmt.Errorf("audit key conflict: %w", err)

@@ -109,7 +109,7 @@ func (s *Server) runOutput(ctx context.Context, r store.Run, step, sid string) (
 		}
 		return nil, notFound("run %s has no output of step %q (yet)", r.ID, step)
 	}
-	steps, targets, err := s.store.RunSteps(ctx, r.ID)
+	steps, targets, err := s.runStore.RunSteps(ctx, r.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -63,14 +63,14 @@ func (s *Server) runWire(ctx context.Context, r store.Run, withSteps bool) (clie
 		return out, nil
 	}
 	boundRun(&out, answerOutputs)
-	approvals, err := s.store.Approvals(ctx, r.ID)
+	approvals, err := s.runStore.Approvals(ctx, r.ID)
 	if err != nil {
 		return out, err
 	}
 	for _, a := range approvals {
 		out.Approvals = append(out.Approvals, approvalWire(a))
 	}
-	steps, targets, err := s.store.RunSteps(ctx, r.ID)
+	steps, targets, err := s.runStore.RunSteps(ctx, r.ID)
 	if err != nil {
 		return out, err
 	}
@@ -274,7 +274,7 @@ func (s *Server) registerRunList() {
 		Phase string `query:"phase" enum:"Pending,Running,AwaitingApproval,Succeeded,Failed,Cancelled,Rejected" doc:"Only runs in this phase."`
 		Name  string `query:"name" maxLength:"200" doc:"Only runs whose scenario name contains this text (ignoring ASCII case)."`
 	}) (*struct{ Body client.RunList }, error) {
-		rs, err := s.store.RunList(ctx, store.RunListParams{ListParams: listScope(ctx, &in.ListInput), Phase: in.Phase, NameContains: in.Name})
+		rs, err := s.runStore.RunList(ctx, store.RunListParams{ListParams: listScope(ctx, &in.ListInput), Phase: in.Phase, NameContains: in.Name})
 		if err != nil {
 			return nil, err
 		}
@@ -290,7 +290,7 @@ func (s *Server) registerRunList() {
 
 // runOf reads run id for the caller: another project's run is a 404.
 func (s *Server) runOf(ctx context.Context, id string) (store.Run, error) {
-	r, err := s.store.RunGet(ctx, id)
+	r, err := s.runStore.RunGet(ctx, id)
 	if err != nil {
 		return store.Run{}, err
 	}
@@ -328,7 +328,7 @@ func (s *Server) registerRunCancel() {
 		if _, err := s.runOf(ctx, in.ID); err != nil {
 			return nil, err
 		}
-		r, err := s.store.RunCancel(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()})
+		r, err := s.runStore.RunCancel(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()})
 		if err != nil {
 			return nil, err
 		}
@@ -357,7 +357,7 @@ func (s *Server) registerRunEvents() {
 		LastEventID string `header:"Last-Event-ID" doc:"Resume after this event."`
 		After       int64  `query:"after" doc:"Resume after this event (for clients that cannot set headers)."`
 	}) (*huma.StreamResponse, error) {
-		head, err := s.store.RunHead(ctx, in.ID)
+		head, err := s.runStore.RunHead(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -424,11 +424,11 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 			checked = now
 		}
 		wake := s.runs.Hub().Wait(id)
-		run, err := s.store.RunHead(ctx, id) // not RunGet: no scenario, sealed input or state per tick
+		run, err := s.runStore.RunHead(ctx, id) // not RunGet: no scenario, sealed input or state per tick
 		if err != nil {
 			return
 		}
-		evs, err := s.store.RunEvents(ctx, id, after, 500)
+		evs, err := s.runStore.RunEvents(ctx, id, after, 500)
 		if err != nil {
 			s.log.Warn("read run events", "run", id, "err", err)
 			return

@@ -57,7 +57,7 @@ func (s *Server) registerSeeds() {
 		if _, err := s.soulOf(ctx, in.SID); err != nil {
 			return nil, err
 		}
-		seeds, err := s.store.Seeds(ctx, in.SID)
+		seeds, err := s.soulStore.Seeds(ctx, in.SID)
 		if err != nil {
 			return nil, err
 		}
@@ -113,7 +113,7 @@ func (s *Server) registerSeeds() {
 			}
 			seed.DriftEvery = d
 		}
-		sd, err := s.store.SeedAdd(ctx, store.SeedAddParams{Seed: seed, Actor: actor})
+		sd, err := s.soulStore.SeedAdd(ctx, store.SeedAddParams{Seed: seed, Actor: actor})
 		if err != nil {
 			return nil, err
 		}
@@ -148,7 +148,7 @@ func (s *Server) registerSeedApply() {
 		if _, err := s.soulOf(ctx, in.SID); err != nil {
 			return nil, err
 		}
-		seeds, err := s.store.Seeds(ctx, in.SID)
+		seeds, err := s.soulStore.Seeds(ctx, in.SID)
 		if err != nil {
 			return nil, err
 		}
@@ -172,7 +172,7 @@ func (s *Server) registerSeedApply() {
 
 // soulOf reads soul sid for the caller: another project's soul is a 404.
 func (s *Server) soulOf(ctx context.Context, sid string) (store.Soul, error) {
-	so, err := s.store.SoulGet(ctx, sid)
+	so, err := s.soulStore.SoulGet(ctx, sid)
 	if err != nil {
 		return store.Soul{}, err
 	}

@@ -124,7 +124,7 @@ func (s *Server) permitSession(ctx context.Context, id, key string, perm auth.Pe
 // exist, match the key, be within SessionTTL and SessionIdle, and its
 // token be active.
 func (s *Server) session(ctx context.Context, id, key string) (auth.Principal, error) {
-	ws, err := s.store.SessionGet(ctx, sessionHash(id))
+	ws, err := s.tokenStore.SessionGet(ctx, sessionHash(id))
 	if errors.Is(err, store.ErrNotFound) {
 		return auth.Principal{}, &sessionError{"the session cookie names no session"}
 	}
@@ -144,7 +144,7 @@ func (s *Server) session(ctx context.Context, id, key string) (auth.Principal, e
 	case now.Sub(ws.LastSeenAt) >= SessionIdle:
 		return auth.Principal{}, &sessionError{fmt.Sprintf("the session was idle for more than %s", SessionIdle)}
 	}
-	t, err := s.store.TokenGet(ctx, ws.TokenID)
+	t, err := s.tokenStore.TokenGet(ctx, ws.TokenID)
 	if errors.Is(err, store.ErrNotFound) || err == nil && !t.Active(now) {
 		return auth.Principal{}, &sessionError{"the session's token is revoked or expired"}
 	}
@@ -152,7 +152,7 @@ func (s *Server) session(ctx context.Context, id, key string) (auth.Principal, e
 		return auth.Principal{}, err
 	}
 	if now.Sub(ws.LastSeenAt) >= touchEvery {
-		if err := s.store.SessionTouch(ctx, ws.Hash, now); err != nil {
+		if err := s.tokenStore.SessionTouch(ctx, ws.Hash, now); err != nil {
 			s.log.Warn("record a session's use", "err", err)
 		}
 	}
@@ -174,7 +174,7 @@ func (s *Server) startSession(ctx context.Context, tokenID string, tokenExpires 
 	if tokenExpires != nil && tokenExpires.Before(end) {
 		end = *tokenExpires
 	}
-	err = s.store.SessionCreate(ctx, store.WebSession{Hash: sessionHash(id), KeyHash: sessionKeyHash(key), TokenID: tokenID,
+	err = s.tokenStore.SessionCreate(ctx, store.WebSession{Hash: sessionHash(id), KeyHash: sessionKeyHash(key), TokenID: tokenID,
 		CreatedAt: now, ExpiresAt: end, LastSeenAt: now})
 	return id, key, err
 }
@@ -286,7 +286,7 @@ func (s *Server) registerSession() {
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusUnauthorized, http.StatusConflict},
 	}, auth.Authenticated, false, func(ctx context.Context, _ *struct{}) (*struct{}, error) {
 		p := principal(ctx)
-		if err := s.store.TokenRevoke(ctx, store.DeleteParams{Key: p.TokenID, Actor: p.Actor()}); err != nil {
+		if err := s.tokenStore.TokenRevoke(ctx, store.DeleteParams{Key: p.TokenID, Actor: p.Actor()}); err != nil {
 			return nil, err
 		}
 		s.authn.Forget(p.TokenID)
@@ -343,7 +343,7 @@ func (s *Server) registerWebSession() {
 			if prob != nil {
 				return nil, prob
 			}
-			if err := s.store.SessionDelete(ctx, sessionHash(br.session), p.Actor()); err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err := s.tokenStore.SessionDelete(ctx, sessionHash(br.session), p.Actor()); err != nil && !errors.Is(err, store.ErrNotFound) {
 				return nil, err
 			}
 		}

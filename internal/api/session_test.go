@@ -220,7 +220,7 @@ func TestSessionEnds(t *testing.T) {
 func TestSessionCookieSecureOverTLS(t *testing.T) {
 	t.Parallel()
 	k := start(t, testdb.SQLite)
-	srv := httptest.NewTLSServer(api.New(api.Config{Store: k.store}))
+	srv := httptest.NewTLSServer(api.New(withStore(k.store, api.Config{})))
 	defer srv.Close()
 	hc := srv.Client()
 	resp, b := send(t, hc, "POST", srv.URL+"/v1/session", map[string]string{"Origin": strings.Replace(srv.URL, "https://", "http://", 1)}, `{"token":"`+k.admin+`"}`)
@@ -245,9 +245,9 @@ func TestSessionCookieSecureOverTLS(t *testing.T) {
 func TestUIServed(t *testing.T) {
 	t.Parallel()
 	k := start(t, testdb.SQLite)
-	srv := httptest.NewServer(api.New(api.Config{Store: k.store, UI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(api.New(withStore(k.store, api.Config{UI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "ui "+r.URL.Path)
-	})}))
+	})})))
 	defer srv.Close()
 	resp, b := send(t, http.DefaultClient, "GET", srv.URL+"/ui/js/app.js", nil, "")
 	if resp.StatusCode != 200 || string(b) != "ui /ui/js/app.js" {

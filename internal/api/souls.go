@@ -60,7 +60,7 @@ func (s *Server) registerSouls() {
 		attrs := objectJSON(b.Attributes)
 		actor := principal(ctx).Actor()
 		aid := string(actor)
-		so, err := s.store.SoulCreate(ctx, store.SoulCreateParams{
+		so, err := s.soulStore.SoulCreate(ctx, store.SoulCreateParams{
 			Soul: store.Soul{
 				SID: b.SID, Status: store.SoulActive, Address: b.Address, Attributes: attrs, CreatedByAID: &aid, Project: project,
 				Connection: store.Connection{Transport: c.Transport, User: c.User, Port: c.Port, KeyRef: c.KeyRef},
@@ -87,7 +87,7 @@ func (s *Server) registerRegisteredSouls() {
 			return nil, err
 		}
 		p.Project = scopeOf(ctx)
-		rs, err := s.store.SoulSearch(ctx, p)
+		rs, err := s.soulStore.SoulSearch(ctx, p)
 		if err != nil {
 			return nil, err
 		}
@@ -102,17 +102,17 @@ func (s *Server) registerRegisteredSouls() {
 	registerGet[sidInput](s, huma.Operation{
 		OperationID: "soul-get", Method: http.MethodGet, Path: "/v1/souls/{sid}", Tags: tags,
 		Summary: "Get a soul", Errors: []int{http.StatusNotFound},
-	}, auth.SoulRead, "soul", s.store.SoulGet, soulOwner, soulWire)
+	}, auth.SoulRead, "soul", s.soulStore.SoulGet, soulOwner, soulWire)
 
 	registerDelete[sidInput](s, huma.Operation{
 		OperationID: "soul-delete", Method: http.MethodDelete, Path: "/v1/souls/{sid}", Tags: tags,
 		Summary: "Remove a soul from the registry", Description: "The host itself is not touched.",
 		DefaultStatus: http.StatusNoContent, Errors: []int{http.StatusNotFound},
-	}, auth.SoulDelete, "soul", s.store.SoulGet, soulOwner, func(ctx context.Context, p store.DeleteParams) error {
+	}, auth.SoulDelete, "soul", s.soulStore.SoulGet, soulOwner, func(ctx context.Context, p store.DeleteParams) error {
 		// A cloud-made soul's VM outlives the record as an orphan, which
 		// anyone with provider.delete may then destroy: the delete goes
 		// through the policies that hold core.cloud.destroyed.
-		so, err := s.store.SoulGet(ctx, p.Key)
+		so, err := s.soulStore.SoulGet(ctx, p.Key)
 		if err != nil {
 			return err
 		}
@@ -121,7 +121,7 @@ func (s *Server) registerRegisteredSouls() {
 				return err
 			}
 		}
-		return s.store.SoulDelete(ctx, p)
+		return s.soulStore.SoulDelete(ctx, p)
 	})
 }
 

@@ -60,7 +60,7 @@ func TestStreamReadsOnlyNewEvents(t *testing.T) {
 			check := func(string, string, string, map[string]any) (runner.Checked, []client.ProblemError) {
 				return runner.Checked{}, nil
 			}
-			srv := httptest.NewServer(api.New(api.Config{Store: st, Version: "test", Runs: hubOnly{hub}, Check: check}))
+			srv := httptest.NewServer(api.New(withStore(st, api.Config{Version: "test", Runs: hubOnly{hub}, Check: check})))
 			t.Cleanup(srv.Close)
 			plain, tid, hash, err := auth.NewToken()
 			if err != nil {

@@ -75,7 +75,7 @@ func grantFor(caller auth.Principal, project string, b client.TokenCreate) (auth
 // no later than the caller's own token (which also revokes it with
 // itself, store.TokenRevoke), so that a person's access ends with theirs.
 func (s *Server) mintedExpiry(ctx context.Context, asked *time.Time) (*time.Time, error) {
-	minter, err := s.store.TokenGet(ctx, principal(ctx).TokenID)
+	minter, err := s.tokenStore.TokenGet(ctx, principal(ctx).TokenID)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (s *Server) registerTokens() {
 		if err != nil {
 			return nil, err
 		}
-		t, err := s.store.TokenCreate(ctx, store.TokenCreateParams{
+		t, err := s.tokenStore.TokenCreate(ctx, store.TokenCreateParams{
 			Token: store.APIToken{ID: id, Name: b.Name, Role: g.Role, Permissions: permissionNames(g.Permissions), Hash: hash, ExpiresAt: b.ExpiresAt, Project: project},
 			Actor: principal(ctx).Actor(),
 		})
@@ -141,7 +141,7 @@ func (s *Server) registerTokenListRevoke() {
 		OperationID: "token-list", Method: http.MethodGet, Path: "/v1/tokens", Tags: tags,
 		Summary: "List API tokens (never the tokens themselves)",
 	}, auth.TokenManage, false, func(ctx context.Context, in *ListInput) (*struct{ Body client.TokenList }, error) {
-		ts, err := s.store.TokenList(ctx, listScope(ctx, in))
+		ts, err := s.tokenStore.TokenList(ctx, listScope(ctx, in))
 		if err != nil {
 			return nil, err
 		}
@@ -161,14 +161,14 @@ func (s *Server) registerTokenListRevoke() {
 	}, auth.TokenManage, false, func(ctx context.Context, in *struct {
 		ID string `path:"id" doc:"The token's id (tok_…)."`
 	}) (*struct{}, error) {
-		t, err := s.store.TokenGet(ctx, in.ID)
+		t, err := s.tokenStore.TokenGet(ctx, in.ID)
 		if err != nil {
 			return nil, err
 		}
 		if !manages(ctx, t.Project) || t.Project == "" && !principal(ctx).KeeperWide() {
 			return nil, hidden("token", in.ID)
 		}
-		if err := s.store.TokenRevoke(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()}); err != nil {
+		if err := s.tokenStore.TokenRevoke(ctx, store.DeleteParams{Key: in.ID, Actor: principal(ctx).Actor()}); err != nil {
 			return nil, err
 		}
 		s.authn.Forget(in.ID)

@@ -27,6 +27,7 @@ import (
 	"github.com/soulstack/soulstack/internal/drift"
 	"github.com/soulstack/soulstack/internal/engine"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/modules/cloud"
 	"github.com/soulstack/soulstack/internal/modules/file"
 	"github.com/soulstack/soulstack/internal/modules/pkg"
 	"github.com/soulstack/soulstack/internal/notify"
@@ -41,6 +42,17 @@ import (
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 	"github.com/soulstack/soulstack/internal/ui"
 	"github.com/soulstack/soulstack/internal/version"
+)
+
+// The registry is every part's store: checked here, where it is handed
+// to each.
+var (
+	_ runner.Store   = store.Store(nil)
+	_ runner.Records = store.Store(nil)
+	_ cloud.Registry = store.Store(nil)
+	_ drift.Store    = store.Store(nil)
+	_ seeding.Store  = store.Store(nil)
+	_ access.Store   = store.Store(nil)
 )
 
 // System is one keeper: every part it is made of, each built once by New
@@ -463,7 +475,7 @@ func (s *System) buildAPI(ctx context.Context) error {
 	join := s.Agent.joinConfig(c, guard)
 	check := scenarioChecker(s.Store)
 	s.Access = access.New(s.Store, oidcCfg.AccessRoles(), s.Clock.Now, s.Log)
-	s.API = api.New(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
+	s.API = api.New(api.Config{Stores: api.StoresOf(s.Store), Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
@@ -476,7 +488,7 @@ func (s *System) buildAPI(ctx context.Context) error {
 	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)
 	s.http.RegisterOnShutdown(s.stopMCP)
 	if s.Agent.ln != nil {
-		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Store: s.Store, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Seeds: s.Seeds, Join: join}), s.Log)
+		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Stores: api.StoresOf(s.Store), Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Seeds: s.Seeds, Access: s.Access, Join: join}), s.Log)
 	}
 	return nil
 }

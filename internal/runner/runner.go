@@ -161,8 +161,8 @@ type Executor interface {
 	Execute(ctx context.Context, x Execution, rec Recorder) Outcome
 }
 
-// Store is the part of the keeper's store the runner uses: the runs, their
-// steps, targets, events and leases.
+// Store is the part of the keeper's store the runner keeps runs in:
+// their creation, leases, checkpoints and end.
 type Store interface {
 	RunCreate(ctx context.Context, p store.RunCreateParams) (store.Run, bool, error)
 	RunGet(ctx context.Context, id string) (store.Run, error)
@@ -170,25 +170,31 @@ type Store interface {
 	KeeperBeat(ctx context.Context, owner string) error
 	RunsHeld(ctx context.Context, owner string) (map[string]bool, error)
 	RunRelease(ctx context.Context, id, owner string) error
+	RunStateSave(ctx context.Context, id, owner, sealed string) error
+	RunFinish(ctx context.Context, p store.RunFinishParams) error
+	RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) ([]string, error)
+}
+
+// Records is the part of the keeper's store an execution's recorder
+// writes: the commands' write-ahead records, steps, targets and events.
+type Records interface {
 	RunCommandRecord(ctx context.Context, owner string, c store.RunCommand) error
 	RunCommands(ctx context.Context, runID string) ([]store.RunCommand, error)
 	RunSteps(ctx context.Context, id string) ([]store.RunStep, []store.RunTarget, error)
 	RunStepSave(ctx context.Context, st store.RunStep) error
 	RunTargetSave(ctx context.Context, t store.RunTarget) error
 	RunTargetsSave(ctx context.Context, ts []store.RunTarget) error
-	RunStateSave(ctx context.Context, id, owner, sealed string) error
-	RunFinish(ctx context.Context, p store.RunFinishParams) error
 	RunEventAppend(ctx context.Context, e store.RunEvent) error
 	RunEventsAppend(ctx context.Context, es []store.RunEvent) error
 	RunEvents(ctx context.Context, id string, afterSeq int64, limit int) ([]store.RunEvent, error)
-	RunsOrphaned(ctx context.Context, owner string, staleBefore time.Time) ([]string, error)
 }
-
-var _ Store = store.Store(nil)
 
 // Config wires a Runner.
 type Config struct {
-	Store   Store
+	Store Store
+	// Records is where executions record their progress; nil: Store,
+	// which must then implement it.
+	Records Records
 	DB      *sql.DB
 	Queue   riverdriver.Driver[*sql.Tx]
 	Sealer  *secret.Sealer
@@ -276,6 +282,13 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Records == nil {
+		r, ok := cfg.Store.(Records)
+		if !ok {
+			return nil, errors.New("runner: no Records, and the Store does not implement them")
+		}
+		cfg.Records = r
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()

@@ -393,7 +393,7 @@ type recorder struct {
 func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.Set) (*recorder, error) {
 	rec := &recorder{r: r, ctx: ctx, run: run, secrets: secrets}
 	for {
-		evs, err := r.cfg.Store.RunEvents(ctx, run.ID, rec.seq, 1000)
+		evs, err := r.cfg.Records.RunEvents(ctx, run.ID, rec.seq, 1000)
 		if err != nil {
 			return nil, err
 		}
@@ -403,10 +403,10 @@ func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.
 		rec.seq = evs[len(evs)-1].Seq
 	}
 	var err error
-	if rec.steps, rec.targets, err = r.cfg.Store.RunSteps(ctx, run.ID); err != nil {
+	if rec.steps, rec.targets, err = r.cfg.Records.RunSteps(ctx, run.ID); err != nil {
 		return nil, err
 	}
-	rec.commands, err = r.cfg.Store.RunCommands(ctx, run.ID)
+	rec.commands, err = r.cfg.Records.RunCommands(ctx, run.ID)
 	return rec, err
 }
 
@@ -415,7 +415,7 @@ func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.
 func (rec *recorder) Command(ctx context.Context, c store.RunCommand) error {
 	c.RunID, c.Epoch = rec.run.ID, rec.run.Epoch
 	err := rec.r.persist(context.WithoutCancel(ctx), "run command", func(ctx context.Context) error {
-		return rec.r.cfg.Store.RunCommandRecord(ctx, rec.r.cfg.Owner, c)
+		return rec.r.cfg.Records.RunCommandRecord(ctx, rec.r.cfg.Owner, c)
 	})
 	if errors.Is(err, store.ErrLeaseLost) {
 		return fmt.Errorf("%w: %w", errLeaseLost, err)
@@ -477,7 +477,7 @@ func (rec *recorder) flushIf(ctx context.Context, onlyFull bool) error {
 		rec.timer = nil
 	}
 	rec.mu.Unlock()
-	st := rec.r.cfg.Store
+	st := rec.r.cfg.Records
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
@@ -532,7 +532,7 @@ func (rec *recorder) Step(s store.RunStep) {
 	}
 	ctx := context.WithoutCancel(rec.ctx)
 	_ = rec.flush(ctx)
-	if err := rec.r.persist(ctx, "run step", func(ctx context.Context) error { return rec.r.cfg.Store.RunStepSave(ctx, s) }); err != nil {
+	if err := rec.r.persist(ctx, "run step", func(ctx context.Context) error { return rec.r.cfg.Records.RunStepSave(ctx, s) }); err != nil {
 		rec.r.log.Error("store run step", "run", rec.run.ID, "err", err)
 	}
 }

@@ -39,8 +39,6 @@ type Registry interface {
 	AuditRecord(ctx context.Context, p store.AuditParams) error
 }
 
-var _ Registry = store.Store(nil)
-
 // Services is what the cloud states need from the keeper, given to them
 // once when the keeper is built (module.Provisioner); which run and step a
 // call serves comes with the call (module.RunInfo).
