@@ -2,6 +2,7 @@ package keeper
 
 import (
 	"context"
+	"database/sql"
 	"net/url"
 	"strings"
 
@@ -10,7 +11,6 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/drift"
-	"github.com/soulstack/soulstack/internal/modules/cloud"
 	"github.com/soulstack/soulstack/internal/notify"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -77,47 +77,13 @@ func (w driftChanged) Work(ctx context.Context, job *river.Job[drift.ChangedArgs
 	return w.s.Drift.Changed(ctx, job.Args)
 }
 
-// notifyingRegistry is the cloud states' registry that notifies
-// cloud.provisioned once its audit event is written.
-type notifyingRegistry struct {
-	cloud.Registry
-	n *notify.Notifier
-}
-
-func (r notifyingRegistry) AuditRecord(ctx context.Context, p store.AuditParams) error {
-	err := r.Registry.AuditRecord(ctx, p)
-	if err == nil && p.Action == "cloud.provisioned" {
-		r.n.Notify(ctx, p.Project, p.Action, p.Object, p.Payload)
+// followUps is the store's outbox (sqlstore.WithFollowUps): a
+// cloud.provisioned audit event (a create, a resize, a destroy or a failed
+// one) queues its webhook in the transaction that writes it, when a
+// notification names it.
+func (s *System) followUps(ctx context.Context, tx *sql.Tx, e store.Audited) error {
+	if e.Action != "cloud.provisioned" || !s.Notifier.Wants(e.Action) {
+		return nil
 	}
-	return err
-}
-
-func (r notifyingRegistry) CloudProvision(ctx context.Context, p store.CloudProvisionParams) error {
-	err := r.Registry.CloudProvision(ctx, p)
-	if err == nil {
-		project := ""
-		if len(p.Souls) > 0 {
-			project = p.Souls[0].Project
-		}
-		r.n.Notify(ctx, project, "cloud.provisioned", "provider/"+providerOf(p.Audit), p.Audit)
-	}
-	return err
-}
-
-func (r notifyingRegistry) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (store.CloudCascade, error) {
-	c, err := r.Registry.CloudDestroy(ctx, p)
-	if err == nil {
-		payload := map[string]any{"action": "destroyed", "provider": p.Provider, "vm_ids": p.VMIDs, "sids": p.SIDs,
-			"souls_destroyed": c.SoulsDestroyed, "already_gone": p.AlreadyGone}
-		for k, v := range p.Audit {
-			payload[k] = v
-		}
-		r.n.Notify(ctx, p.Project, "cloud.provisioned", "provider/"+p.Provider, payload)
-	}
-	return c, err
-}
-
-func providerOf(audit map[string]any) string {
-	s, _ := audit["provider"].(string)
-	return s
+	return s.Runs.EnqueueTx(ctx, tx, notify.EventArgs{Project: e.Project, Event: e.Action, Object: e.Object, Data: e.Payload}, nil)
 }

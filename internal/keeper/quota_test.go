@@ -161,10 +161,19 @@ func quotasAndSharing(t *testing.T, k *proc, admin *client.Client, plugins, suff
 		t.Fatalf("a's souls: %+v, %v", l, err)
 	}
 	// b's three cloud steps so far (refused before the share, refused by
-	// the quota, made): each a delivery of b's.
-	if l, err := adminB.Deliveries(ctx, client.ListOptions{}); err != nil || len(l.Items) != 3 ||
-		slices.ContainsFunc(l.Items, func(d client.Delivery) bool { return d.Event != "cloud.provisioned" || d.Project != "b" }) {
-		t.Fatalf("b's deliveries after its creates: %+v, %v", l, err)
+	// the quota, made): each a delivery of b's, queued with its audit
+	// event and queued for delivery by the run queue right after.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		l, err := adminB.Deliveries(ctx, client.ListOptions{})
+		if err == nil && len(l.Items) == 3 &&
+			!slices.ContainsFunc(l.Items, func(d client.Delivery) bool { return d.Event != "cloud.provisioned" || d.Project != "b" }) {
+			break
+		}
+		if err != nil || len(l.Items) > 3 || time.Now().After(deadline) {
+			t.Fatalf("b's deliveries after its creates: %+v, %v", l, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if l, err := adminA.Deliveries(ctx, client.ListOptions{}); err != nil || len(l.Items) != 0 {
 		t.Fatalf("a's deliveries (b made the VMs): %+v, %v", l, err)

@@ -211,7 +211,7 @@ func (s *System) openRegistry(ctx context.Context) error {
 		return err
 	}
 	st, err := OpenStore(ctx, c, sqlstore.WithAuditKey(s.auditKey), sqlstore.WithAuditAppended(s.checkpoints.Appended),
-		sqlstore.WithSealer(s.sealer), sqlstore.WithChanges(s.Changes), sqlstore.WithClock(s.Clock.Now))
+		sqlstore.WithSealer(s.sealer), sqlstore.WithChanges(s.Changes), sqlstore.WithClock(s.Clock.Now), sqlstore.WithFollowUps(s.followUps))
 	if err != nil {
 		return err
 	}
@@ -374,6 +374,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 		Periodic: s.periodic(c),
 		Register: func(w *river.Workers) {
 			river.AddWorker(w, s.Notifier.Worker())
+			river.AddWorker(w, s.Notifier.EventWorker())
 			river.AddWorker(w, driftChanged{s: s})
 		},
 	})
@@ -391,7 +392,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 // files runs wrote from secrets; the package states, which wait for a
 // held lock on the keeper's clock.
 func (s *System) provisionModules(settings *cloudSettings) (map[module.ID]module.Module, error) {
-	provisioned, err := module.Provision(settings.services(s.Config, notifyingRegistry{Registry: s.Store, n: s.Notifier}, s.DeploymentID, s.Plugins.Driver, s.secrets))
+	provisioned, err := module.Provision(settings.services(s.Config, s.Store, s.DeploymentID, s.Plugins.Driver, s.secrets))
 	if err != nil {
 		return nil, err
 	}

@@ -281,3 +281,40 @@ func Verify(secret []byte, header string, body []byte, now time.Time, tolerance 
 	}
 	return nil
 }
+
+// EventArgs is an event queued in the transaction that made it happen (the
+// outbox): its worker queues its deliveries (Send), at least once.
+type EventArgs struct {
+	Project string          `json:"project"`
+	Event   string          `json:"event"`
+	Object  string          `json:"object"`
+	Data    json.RawMessage `json:"data"`
+}
+
+// Kind is the job's stable kind name.
+func (EventArgs) Kind() string { return "soulstack.notify_event" }
+
+// Wants reports whether a notification names event.
+func (n *Notifier) Wants(event string) bool {
+	if n == nil {
+		return false
+	}
+	for _, t := range n.Targets {
+		if slices.Contains(t.Events, event) {
+			return true
+		}
+	}
+	return false
+}
+
+// EventWorker is the queue's worker for EventArgs.
+func (n *Notifier) EventWorker() river.Worker[EventArgs] { return &eventWorker{n: n} }
+
+type eventWorker struct {
+	river.WorkerDefaults[EventArgs]
+	n *Notifier
+}
+
+func (w *eventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
+	return w.n.Send(ctx, job.Args.Project, job.Args.Event, job.Args.Object, job.Args.Data)
+}

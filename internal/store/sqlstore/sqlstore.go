@@ -8,6 +8,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -67,6 +68,7 @@ type Store struct {
 	added   func(audit.Head) // told of each committed event
 	sealer  *secret.Sealer   // seals secret config and seed fields; nil: none
 	changes *store.Changes   // told of each committed change; nil: none
+	follow  func(ctx context.Context, tx *sql.Tx, e store.Audited) error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -110,6 +112,14 @@ func WithAuditAppended(fn func(audit.Head)) Option { return func(s *Store) { s.a
 // mutation (store.SoulGone, store.CertRenewed) to c's subscribers, after
 // the commit and before the mutating call returns.
 func WithChanges(c *store.Changes) Option { return func(s *Store) { s.changes = c } }
+
+// WithFollowUps has fn called with each mutation's audit event inside its
+// transaction, after the event is written: what must follow the event even
+// if the keeper dies right after the commit is queued there (the outbox).
+// An error from fn rolls the mutation back.
+func WithFollowUps(fn func(ctx context.Context, tx *sql.Tx, e store.Audited) error) Option {
+	return func(s *Store) { s.follow = fn }
+}
 
 // ErrNoAuditKey is returned by every mutation of a store opened without an
 // audit key.
@@ -217,6 +227,11 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 	}
 	if _, err := tx.ExecContext(ctx, s.q(`UPDATE audit_head SET seq = ?, hash = ? WHERE id = 1`), newHead.Seq, newHead.Hash); err != nil {
 		return fmt.Errorf("advance audit head: %w", err)
+	}
+	if s.follow != nil {
+		if err := s.follow(ctx, tx, store.Audited{Action: ev.Action, Object: ev.Object, Project: rec.project, Payload: json.RawMessage(ev.Payload)}); err != nil {
+			return fmt.Errorf("queue what follows %s: %w", ev.Action, err)
+		}
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit %s: %w", rec.action, err)
