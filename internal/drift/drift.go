@@ -63,6 +63,7 @@ type Service struct {
 	store   Store
 	seeds   *seeding.Service
 	notify  Notify
+	wants   func(event string) bool
 	enqueue EnqueueTx
 	now     func() time.Time
 	log     *slog.Logger
@@ -72,8 +73,11 @@ type Service struct {
 type Config struct {
 	Store Store
 	Seeds *seeding.Service
-	// Notify may be nil: no notifications.
+	// Notify may be nil: no notifications. Wants says which events a
+	// notification names (nil: all of them): a change nothing follows
+	// queues nothing.
 	Notify Notify
+	Wants  func(event string) bool
 	// EnqueueTx queues ChangedArgs with a recorded change of state; the
 	// queue's worker for them calls Changed.
 	EnqueueTx EnqueueTx
@@ -86,7 +90,10 @@ func New(c Config) *Service {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return &Service{store: c.Store, seeds: c.Seeds, notify: c.Notify, enqueue: c.EnqueueTx, now: c.Now, log: c.Log}
+	if c.Wants == nil {
+		c.Wants = func(string) bool { return true }
+	}
+	return &Service{store: c.Store, seeds: c.Seeds, notify: c.Notify, wants: c.Wants, enqueue: c.EnqueueTx, now: c.Now, log: c.Log}
 }
 
 // Target names the souls a check covers: SIDs, those with Label, or All;
@@ -240,10 +247,18 @@ func (s *Service) Finished(ctx context.Context, run store.Run) error {
 	if err != nil {
 		return fmt.Errorf("judge drift check run %s: %w", run.ID, err)
 	}
+	remediates, err := s.remediates(ctx, sid, seedID, d.State)
+	if err != nil {
+		return err
+	}
 	_, err = s.store.DriftRecord(ctx, store.DriftRecordParams{Drift: d, Actor: store.Actor(run.CreatedBy),
 		Changed: func(ctx context.Context, tx *sql.Tx, before string) error {
-			return s.enqueue(ctx, tx, ChangedArgs{RunID: run.ID, Project: run.Project, CreatedBy: run.CreatedBy, SID: sid, SeedID: seedID,
-				From: before, To: d.State, DriftKind: d.Kind, Reason: d.Reason}, nil)
+			c := ChangedArgs{RunID: run.ID, Project: run.Project, CreatedBy: run.CreatedBy, SID: sid, SeedID: seedID,
+				From: before, To: d.State, DriftKind: d.Kind, Reason: d.Reason}
+			if !s.follows(c, remediates) {
+				return nil
+			}
+			return s.enqueue(ctx, tx, c, nil)
 		}})
 	if errors.Is(err, store.ErrNotFound) {
 		// Not the check the seed waits for: a later one was started, or
@@ -256,6 +271,46 @@ func (s *Service) Finished(ctx context.Context, run store.Run) error {
 	}
 	crashpoint.Here(crashpoint.DriftRecorded)
 	return nil
+}
+
+// remediates reports whether a seed found in state is one remediation
+// would apply (drifted, remediate: auto, active).
+func (s *Service) remediates(ctx context.Context, sid string, seedID int64, state string) (bool, error) {
+	if state != store.DriftDrifted {
+		return false, nil
+	}
+	seeds, err := s.store.Seeds(ctx, sid)
+	if err != nil {
+		return false, fmt.Errorf("seeds of %s: %w", sid, err)
+	}
+	for _, sd := range seeds {
+		if sd.ID == seedID {
+			return sd.Remediate == store.SeedRemediateAuto && sd.Status == store.SeedActive, nil
+		}
+	}
+	return false, nil
+}
+
+// follows reports whether anything follows change c: a remediation, or a
+// notification one names.
+func (s *Service) follows(c ChangedArgs, remediates bool) bool {
+	if remediates && c.From != store.DriftDrifted {
+		return true
+	}
+	event := changeEvent(c)
+	return s.notify != nil && event != "" && s.wants(event)
+}
+
+// changeEvent is the notification of change c: soul.drifted into drift,
+// soul.in_sync back from it (not from a first check), or none.
+func changeEvent(c ChangedArgs) string {
+	switch {
+	case c.To == store.DriftDrifted:
+		return "soul.drifted"
+	case c.To == store.DriftInSync && c.From != store.DriftChecking:
+		return "soul.in_sync"
+	}
+	return ""
 }
 
 // ChangedArgs is the queue job of a seed's change of drift state, queued
@@ -283,17 +338,12 @@ func (s *Service) Changed(ctx context.Context, c ChangedArgs) error {
 	if c.To == store.DriftDrifted && c.From != store.DriftDrifted {
 		s.remediate(ctx, c.RunID, c.SID, c.SeedID)
 	}
-	if s.notify == nil {
+	event := changeEvent(c)
+	if s.notify == nil || event == "" {
 		return nil
 	}
 	data := map[string]any{"sid": c.SID, "seed_id": c.SeedID, "state": c.To, "from": c.From, "kind": c.DriftKind, "reason": c.Reason, "run_id": c.RunID}
-	switch {
-	case c.To == store.DriftDrifted:
-		return s.notify(ctx, c.Project, "soul.drifted", "soul/"+c.SID, data)
-	case c.To == store.DriftInSync && c.From != store.DriftChecking:
-		return s.notify(ctx, c.Project, "soul.in_sync", "soul/"+c.SID, data)
-	}
-	return nil
+	return s.notify(ctx, c.Project, event, "soul/"+c.SID, data)
 }
 
 // remediate starts, for a seed with remediate: auto, an apply run of the

@@ -66,6 +66,21 @@ func (s *System) runFinished(ctx context.Context, run store.Run) error {
 	return s.Notifier.Send(ctx, run.Project, event, "run/"+run.ID, data)
 }
 
+// followsRun reports whether anything follows a run's end in phase: a
+// drift check's record, or a run.succeeded / run.failed webhook a
+// notification names.
+func (s *System) followsRun(run store.Run, phase string) bool {
+	switch {
+	case drift.IsCheck(run):
+		return true
+	case phase == store.PhaseSucceeded:
+		return s.Notifier.Wants("run.succeeded")
+	case phase == store.PhaseFailed:
+		return s.Notifier.Wants("run.failed")
+	}
+	return false
+}
+
 // driftChanged is the queue's worker for what follows a change of drift
 // state (drift.ChangedArgs, queued with the change).
 type driftChanged struct {

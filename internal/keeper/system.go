@@ -371,6 +371,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 		// The drift service is built after the runner and before it
 		// starts: drift checks finish through it.
 		Finished: s.runFinished,
+		Follows:  s.followsRun,
 		Periodic: s.periodic(c),
 		Register: func(w *river.Workers) {
 			river.AddWorker(w, s.Notifier.Worker())
@@ -383,7 +384,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 	}
 	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, credentials: s.secrets.Provider}
 	s.Seeds = seeding.New(s.Store, s.Runs, scenarioChecker(s.Store), s.Clock.Now, s.Log)
-	s.Drift = drift.New(drift.Config{Store: s.Store, Seeds: s.Seeds, Notify: s.Notifier.Send, EnqueueTx: s.Runs.EnqueueTx, Now: s.Clock.Now, Log: s.Log})
+	s.Drift = drift.New(drift.Config{Store: s.Store, Seeds: s.Seeds, Notify: s.Notifier.Send, Wants: s.Notifier.Wants, EnqueueTx: s.Runs.EnqueueTx, Now: s.Clock.Now, Log: s.Log})
 	return nil
 }
 

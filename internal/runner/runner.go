@@ -207,11 +207,15 @@ type Config struct {
 	Clock clockwork.Clock
 	// Lease is the lease timing; zero fields are the defaults.
 	Lease Lease
-	// Finished, when set, is called with each run the keepers finished,
-	// as stored, at least once: a queue job committed with the run's end
-	// calls it (again, with backoff, while it returns an error), on
-	// whichever keeper is up, after a crash too.
+	// Finished, when set, is called with each run the keepers finished
+	// that Follows says something follows, as stored, at least once: a
+	// queue job committed with the run's end calls it (again, with
+	// backoff, while it returns an error), on whichever keeper is up,
+	// after a crash too.
 	Finished func(ctx context.Context, run store.Run) error
+	// Follows reports whether anything follows run's end in phase (nil:
+	// always); a run nothing follows queues no job.
+	Follows func(run store.Run, phase string) bool
 	// Periodic are the tasks run on a schedule (see Periodic).
 	Periodic []Periodic
 	// Register adds the workers of other jobs the keepers queue
@@ -317,9 +321,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	}
 	var err error
 	r.river, err = river.NewClient(cfg.Queue, &river.Config{
-		ID:                cfg.Owner,
-		Logger:            cfg.Logger.With("component", "queue"),
-		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers}},
+		ID:     cfg.Owner,
+		Logger: cfg.Logger.With("component", "queue"),
+		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers},
+			// What follows a change (FollowUp) waits for no run's slot.
+			FollowQueue: {MaxWorkers: followWorkers}},
 		Workers:           workers,
 		JobTimeout:        -1, // the runner enforces each run's own timeout
 		FetchPollInterval: 200 * time.Millisecond,
@@ -387,11 +393,26 @@ func (r *Runner) Enqueue(ctx context.Context, args river.JobArgs, opts *river.In
 }
 
 // EnqueueTx inserts a job in tx: it commits, and is worked, with tx (the
-// outbox of what must follow a change).
+// outbox of what must follow a change), on the follow-up queue unless
+// opts names another.
 func (r *Runner) EnqueueTx(ctx context.Context, tx *sql.Tx, args river.JobArgs, opts *river.InsertOpts) error {
+	if opts == nil {
+		opts = &river.InsertOpts{}
+	}
+	if opts.Queue == "" {
+		opts.Queue = FollowQueue
+	}
 	_, err := r.river.InsertTx(ctx, tx, args, opts)
 	return err
 }
+
+// FollowQueue is the queue of what follows a change (a run's end, a drift
+// change, an audited event): its own workers, so that it never waits for
+// a run's slot, nor a run for it.
+const FollowQueue = "follow"
+
+// followWorkers is how many follow-up jobs a keeper works at once.
+const followWorkers = 100
 
 // Start works the queue and recovers this keeper's orphaned runs, until
 // Stop.

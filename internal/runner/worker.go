@@ -286,12 +286,11 @@ func (r *Runner) finish(ctx context.Context, run store.Run, rec *recorder, secre
 	masked, _ := json.Marshal(secrets.Mask(orEmpty(out.Outputs)))
 	finish := store.RunFinishParams{ID: run.ID, Owner: r.cfg.Owner, Phase: out.Phase, ErrorCode: out.ErrorCode, ErrorMsg: errMsg, Outputs: masked,
 		Message: runMessage(out.Phase, out.ErrorCode, errMsg, message, masked, run.Mode == string(client.RunCheck))}
-	if r.cfg.Finished != nil {
+	if r.cfg.Finished != nil && (r.cfg.Follows == nil || r.cfg.Follows(run, out.Phase)) {
 		// What follows the run's end commits with it (the outbox): a
 		// keeper killed right after still has it done, by the next one.
 		finish.Enqueue = func(ctx context.Context, tx *sql.Tx) error {
-			_, err := r.river.InsertTx(ctx, tx, FinishedArgs{RunID: run.ID}, nil)
-			return err
+			return r.EnqueueTx(ctx, tx, FinishedArgs{RunID: run.ID}, nil)
 		}
 	}
 	// Finishing must not be cut short by the keeper stopping.
