@@ -118,7 +118,7 @@ func (s *Server) registerSeeds() {
 			return nil, err
 		}
 		out := seedWire(sd)
-		if so.JoinedAt != nil && so.Status == store.SoulActive && s.runs != nil && s.check != nil {
+		if so.JoinedAt != nil && so.Status == store.SoulActive && s.seeds != nil {
 			run, err := s.seeds.Apply(context.WithoutCancel(ctx), sd)
 			if err != nil {
 				return nil, err
@@ -131,7 +131,7 @@ func (s *Server) registerSeeds() {
 
 // registerSeedApply registers POST /v1/souls/{sid}/seeds/{id}/apply.
 func (s *Server) registerSeedApply() {
-	if s.runs == nil || s.check == nil {
+	if s.seeds == nil {
 		return
 	}
 	register(s, huma.Operation{
