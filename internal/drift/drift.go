@@ -82,7 +82,7 @@ type Config struct {
 	// queue's worker for them calls Changed.
 	EnqueueTx EnqueueTx
 	Now       func() time.Time // nil: time.Now
-	Log       *slog.Logger
+	Log       *slog.Logger     // nil: none
 }
 
 // New returns the drift service.
@@ -92,6 +92,9 @@ func New(c Config) *Service {
 	}
 	if c.Wants == nil {
 		c.Wants = func(string) bool { return true }
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
 	}
 	return &Service{store: c.Store, seeds: c.Seeds, notify: c.Notify, wants: c.Wants, enqueue: c.EnqueueTx, now: c.Now, log: c.Log}
 }

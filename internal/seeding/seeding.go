@@ -39,10 +39,13 @@ type Service struct {
 	log   *slog.Logger
 }
 
-// New returns the seeding service; now nil is time.Now.
+// New returns the seeding service; now nil is time.Now, log nil logs nothing.
 func New(st Store, runs Submitter, check runner.Checker, now func() time.Time, log *slog.Logger) *Service {
 	if now == nil {
 		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	return &Service{store: st, runs: runs, check: check, now: now, log: log}
 }
