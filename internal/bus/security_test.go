@@ -176,14 +176,36 @@ func TestSoulCannotReplyForAnotherSoul(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.nc.Flush()
+	// ...heartbeats included, for as long as the test lasts (one beat
+	// alone lapses on a loaded machine before the keeper asks for it)...
 	hb, _ := json.Marshal(wire.Heartbeat{SID: mallory.SID})
 	a.nc.Publish(wire.HeartbeatSubject(mallory.SID), hb)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go func() {
+		tick := time.NewTicker(testHeartbeat / 2)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				a.nc.Publish(wire.HeartbeatSubject(mallory.SID), hb)
+			}
+		}
+	}()
 	e.waitPresent(t, mallory.SID, true)
 	// ...and the victim's agent, a real one, answers its own.
 	e.agents(t, victim)
 	e.waitPresent(t, victim.SID, true)
-	vc, _ := e.bus.Agent(victim.SID)
-	mc, _ := e.bus.Agent(mallory.SID)
+	vc, ok := e.bus.Agent(victim.SID)
+	if !ok {
+		t.Fatal("the victim's agent is not on the bus")
+	}
+	mc, ok := e.bus.Agent(mallory.SID)
+	if !ok {
+		t.Fatal("mallory is not on the bus")
+	}
 	done := make(chan error, 1)
 	go func() {
 		res, err := mc.Exec(t.Context(), transport.Command{Argv: []string{"true"}})
