@@ -39,7 +39,10 @@ const MaxBodyBytes = 1 << 20
 // Config is what the API needs from the keeper.
 type Config struct {
 	// Stores are the parts of the registry the routes read and write.
-	Stores  Stores
+	Stores Stores
+	// Secrets are the keeper's secrets, masked in every answer (besides
+	// secret-looking keys and token patterns); nil: none.
+	Secrets *secret.Keeper
 	Logger  *slog.Logger
 	Version string
 	Now     func() time.Time // nil: time.Now
@@ -110,6 +113,7 @@ type Server struct {
 	auditStore   AuditStore
 	log          *slog.Logger
 	now          func() time.Time
+	secrets      *secret.Keeper
 	authn        *auth.Authenticator
 	access       *access.Service
 	mux          *http.ServeMux
@@ -200,6 +204,7 @@ func newServer(cfg Config, agent bool) *Server {
 		auditStore:   cfg.Stores.Audit,
 		log:          cfg.Logger,
 		now:          cfg.Now,
+		secrets:      cfg.Secrets,
 		authn:        cfg.Access.Authenticator(),
 		access:       cfg.Access,
 		mux:          http.NewServeMux(),
@@ -239,7 +244,7 @@ func newServer(cfg Config, agent bool) *Server {
 	}
 	// Relative to wherever the keeper is reached.
 	hc.Servers = []*huma.Server{{URL: "/", Description: "This keeper"}}
-	hc.Transformers = append(hc.Transformers, maskTransformer)
+	hc.Transformers = append(hc.Transformers, s.maskTransformer)
 	if agent {
 		hc.OpenAPIPath, hc.DocsPath, hc.SchemasPath = "", "", ""
 	}
@@ -258,7 +263,7 @@ func newServer(cfg Config, agent bool) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if _, pattern := s.mux.Handler(r); pattern == "" {
-		writeProblem(w, problem(http.StatusNotFound, "route.not_found", "no route "+r.Method+" "+r.URL.Path))
+		s.writeProblem(w, problem(http.StatusNotFound, "route.not_found", "no route "+r.Method+" "+r.URL.Path))
 		return
 	}
 	s.mux.ServeHTTP(w, r)
@@ -267,20 +272,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // OpenAPI returns the generated OpenAPI document.
 func (s *Server) OpenAPI() *huma.OpenAPI { return s.api.OpenAPI() }
 
-// maskProblem returns a copy of p with registered secret text masked in
-// its messages.
-func maskProblem(p *client.Problem) *client.Problem {
+// maskProblem returns a copy of p with the keeper's secrets and token
+// patterns masked in its messages.
+func (s *Server) maskProblem(p *client.Problem) *client.Problem {
 	out := *p
-	out.Detail = secret.MaskString(p.Detail)
+	out.Detail = s.secrets.MaskString(p.Detail)
 	out.Errors = make([]client.ProblemError, len(p.Errors))
 	for i, e := range p.Errors {
-		out.Errors[i] = client.ProblemError{Location: e.Location, Code: e.Code, Message: secret.MaskString(e.Message)}
+		out.Errors[i] = client.ProblemError{Location: e.Location, Code: e.Code, Message: s.secrets.MaskString(e.Message)}
 	}
 	return &out
 }
 
-func writeProblem(w http.ResponseWriter, p *client.Problem) {
-	b, _ := json.Marshal(maskProblem(p))
+func (s *Server) writeProblem(w http.ResponseWriter, p *client.Problem) {
+	b, _ := json.Marshal(s.maskProblem(p))
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_, _ = w.Write(append(b, '\n'))
@@ -420,17 +425,17 @@ func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {
 // masked body is returned already encoded (secret.MarshalMasked: the same
 // bytes as encoding secret.Mask's result, in a fraction of the time), and
 // the JSON format writes it as it is.
-func maskTransformer(_ huma.Context, _ string, v any) (any, error) {
+func (s *Server) maskTransformer(_ huma.Context, _ string, v any) (any, error) {
 	if _, reveal := v.(interface{ RevealsSecret() }); reveal {
 		return v, nil
 	}
 	if p, ok := v.(*client.Problem); ok {
-		return maskProblem(p), nil
+		return s.maskProblem(p), nil
 	}
 	if v == nil {
 		return nil, nil
 	}
-	b, err := secret.MarshalMasked(v)
+	b, err := s.secrets.MarshalMasked(v)
 	if err != nil {
 		return nil, err
 	}

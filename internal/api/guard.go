@@ -42,5 +42,5 @@ func (s *Server) writeGuardProblem(w http.ResponseWriter, r *http.Request, p *cl
 	if p.Title == "" {
 		p.Title = http.StatusText(p.Status)
 	}
-	writeProblem(w, p)
+	s.writeProblem(w, p)
 }

@@ -317,13 +317,13 @@ func (s *Server) serveAgentBinary(w http.ResponseWriter, r *http.Request) {
 	path := s.join.cfg.AgentBinary
 	f, err := os.Open(path)
 	if path == "" || err != nil {
-		writeProblem(w, problem(http.StatusNotFound, "agent.binary_missing", "this keeper has no soul binary to serve (agent_binary in keeper.yml)"))
+		s.writeProblem(w, problem(http.StatusNotFound, "agent.binary_missing", "this keeper has no soul binary to serve (agent_binary in keeper.yml)"))
 		return
 	}
 	defer f.Close()
 	sum, err := s.AgentBinarySum()
 	if err != nil {
-		writeProblem(w, problem(http.StatusInternalServerError, "internal.error", "the keeper failed to read its soul binary; see its log"))
+		s.writeProblem(w, problem(http.StatusInternalServerError, "internal.error", "the keeper failed to read its soul binary; see its log"))
 		s.log.Error("read agent binary", "path", path, "err", err)
 		return
 	}

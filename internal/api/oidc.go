@@ -197,35 +197,35 @@ func (s *Server) oidcLogin(w http.ResponseWriter, r *http.Request) {
 		returnTo = "/ui/"
 	}
 	if !localUIPath(returnTo) {
-		writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_return_invalid", "return_to must be a path of the web UI (/ui/…)"))
+		s.writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_return_invalid", "return_to must be a path of the web UI (/ui/…)"))
 		return
 	}
 	oc, _, err := s.oidc.discover(r.Context())
 	if err != nil {
 		s.log.Warn("OIDC sign-in", "err", err)
-		writeProblem(w, problem(http.StatusBadGateway, "auth.oidc_unavailable", "the identity provider cannot be reached; try again"))
+		s.writeProblem(w, problem(http.StatusBadGateway, "auth.oidc_unavailable", "the identity provider cannot be reached; try again"))
 		return
 	}
 	state, err1 := randomSecret()
 	nonce, err2 := randomSecret()
 	if err := errors.Join(err1, err2); err != nil {
-		writeProblem(w, problem(http.StatusInternalServerError, "internal", err.Error()))
+		s.writeProblem(w, problem(http.StatusInternalServerError, "internal", err.Error()))
 		return
 	}
 	p := pendingLogin{Purpose: oidcPurpose, State: state, Nonce: nonce, Verifier: oauth2.GenerateVerifier(), ReturnTo: returnTo, Expires: s.now().Add(oidcLoginTTL),
 		Project: r.URL.Query().Get("project")}
 	if p.Project != "" && checkName("query.project", p.Project) != nil {
-		writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_project_invalid", "project must be a project's name"))
+		s.writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_project_invalid", "project must be a project's name"))
 		return
 	}
 	if q := r.URL.Query(); q.Get("cli_redirect") != "" {
 		p.CLIRedirect, p.CLIChallenge, p.CLIState = q.Get("cli_redirect"), q.Get("cli_challenge"), q.Get("cli_state")
 		if !loopbackRedirect(p.CLIRedirect) {
-			writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_return_invalid", "cli_redirect must be http://127.0.0.1:PORT/… or http://[::1]:PORT/… (soulctl login's own listener)"))
+			s.writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_return_invalid", "cli_redirect must be http://127.0.0.1:PORT/… or http://[::1]:PORT/… (soulctl login's own listener)"))
 			return
 		}
 		if !pkceValue.MatchString(p.CLIChallenge) || len(p.CLIState) > 128 {
-			writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_challenge_invalid", "cli_challenge must be an S256 PKCE challenge (43 to 128 URL-safe characters), cli_state at most 128 characters"))
+			s.writeProblem(w, problem(http.StatusBadRequest, "auth.oidc_challenge_invalid", "cli_challenge must be an S256 PKCE challenge (43 to 128 URL-safe characters), cli_state at most 128 characters"))
 			return
 		}
 	}
@@ -270,7 +270,7 @@ func (s *Server) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		} else {
 			s.log.Warn("OIDC sign-in refused", "code", oe.code, "reason", oe.message, "client", hostOf(r.RemoteAddr))
 		}
-		writeProblem(w, problem(oe.status, oe.code, oe.message))
+		s.writeProblem(w, problem(oe.status, oe.code, oe.message))
 		return
 	}
 	if p.cookie != nil {

@@ -477,7 +477,7 @@ func (s *Server) streamEvents(hctx huma.Context, id string, after int64) {
 // endDenied ends an event stream whose token was refused with a last event
 // of kind stream.denied carrying the problem.
 func (s *Server) endDenied(w http.ResponseWriter, flusher http.Flusher, after int64, prob *client.Problem) {
-	data, _ := json.Marshal(maskProblem(prob))
+	data, _ := json.Marshal(s.maskProblem(prob))
 	b, _ := json.Marshal(client.RunEvent{Seq: after, At: s.now().UTC(), Kind: client.EventStreamDenied, Data: data})
 	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", client.EventStreamDenied, b)
 	if flusher != nil {

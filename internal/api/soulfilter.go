@@ -25,7 +25,7 @@ const (
 )
 
 // params validates the filters and returns the store's query.
-func (in *soulListInput) params() (store.SoulListParams, error) {
+func (in *soulListInput) params(secrets *secret.Keeper) (store.SoulListParams, error) {
 	p := store.SoulListParams{ListParams: store.ListParams{Limit: in.Limit + 1, After: in.After}, Status: in.Status, Provider: in.Provider}
 	if in.Provider != "" {
 		if prob := checkName("query.provider", in.Provider); prob != nil {
@@ -33,7 +33,7 @@ func (in *soulListInput) params() (store.SoulListParams, error) {
 		}
 	}
 	if in.Label != "" {
-		l, prob := parseLabel("query.label", in.Label)
+		l, prob := parseLabel("query.label", in.Label, secrets)
 		if prob != nil {
 			return p, prob
 		}
@@ -45,7 +45,7 @@ func (in *soulListInput) params() (store.SoulListParams, error) {
 // parseLabel reads KEY=VALUE: the key is 1 to 128 characters without '='
 // or spaces, the value at most 1024 characters; neither holds control
 // characters, and neither is a secret (soul.label_secret).
-func parseLabel(location, s string) (*store.Label, *client.Problem) {
+func parseLabel(location, s string, secrets *secret.Keeper) (*store.Label, *client.Problem) {
 	key, value, ok := strings.Cut(s, "=")
 	switch {
 	case !ok:
@@ -72,7 +72,7 @@ func parseLabel(location, s string) (*store.Label, *client.Problem) {
 	if secret.IsSensitiveKey(key) {
 		return nil, invalid("soul.label_secret", location, "attribute %q is secret-looking and masked in responses: souls cannot be filtered by it", key)
 	}
-	if secret.MaskString(key) != key || secret.MaskString(value) != value {
+	if secrets.MaskString(key) != key || secrets.MaskString(value) != value {
 		return nil, invalid("soul.label_secret", location, "the label holds a secret (a token or a keeper secret): souls cannot be filtered by it")
 	}
 	return &store.Label{Key: key, Value: value}, nil

@@ -82,7 +82,7 @@ func (s *Server) registerRegisteredSouls() {
 		OperationID: "soul-list", Method: http.MethodGet, Path: "/v1/souls", Tags: tags,
 		Summary: "List souls by SID", Description: "Filters (status, provider, label) combine: a soul is listed when it matches every one given.",
 	}, auth.SoulRead, false, func(ctx context.Context, in *soulListInput) (*struct{ Body client.SoulList }, error) {
-		p, err := in.params()
+		p, err := in.params(s.secrets)
 		if err != nil {
 			return nil, err
 		}

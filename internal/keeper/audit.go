@@ -50,7 +50,7 @@ func auditKey(ctx context.Context, c config.Config, create bool) (*audit.Key, er
 		}
 	default:
 		var err error
-		if root, err = dataKey(c); err != nil {
+		if root, err = dataKey(c, nil); err != nil {
 			return nil, err
 		}
 	}

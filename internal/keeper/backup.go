@@ -161,7 +161,7 @@ func keyFingerprint(key []byte) string {
 // never making one: a keeper with no key has nothing to back up.
 func existingDataKey(c config.Config) ([]byte, string, error) {
 	if c.DataKeyRef != "" {
-		key, err := dataKey(c)
+		key, err := dataKey(c, nil)
 		return key, c.DataKeyRef, err
 	}
 	p := filepath.Join(c.DataDir, "data.key")
@@ -807,7 +807,7 @@ func restoreDataKey(c config.Config, stage string, m BackupManifest, opts Restor
 	var text, from string
 	switch {
 	case c.DataKeyRef != "":
-		key, err := dataKey(c)
+		key, err := dataKey(c, nil)
 		if err != nil {
 			return nil, err
 		}

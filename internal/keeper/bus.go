@@ -83,7 +83,7 @@ func recordPresence(st soulContacts, log *slog.Logger) func(sid string, present 
 // NATS server with TLS from the keeper's CA, or the keeper's connection
 // to an external cluster as its auth callout responder. It returns nil
 // when the bus is disabled.
-func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *secret.Resolver, clock clockwork.Clock, log *slog.Logger) (*bus.Server, error) {
+func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *secret.Resolver, secrets *secret.Keeper, clock clockwork.Clock, log *slog.Logger) (*bus.Server, error) {
 	n := c.NATS
 	if !n.On() {
 		return nil, nil
@@ -103,7 +103,7 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *se
 		Advertise:  n.Advertise, Logger: log.With("component", "bus"),
 	}
 	if n.External() {
-		if err := externalBus(ctx, c, resolver, now, &cfg); err != nil {
+		if err := externalBus(ctx, c, resolver, secrets, now, &cfg); err != nil {
 			return nil, err
 		}
 	} else {
@@ -137,13 +137,13 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *se
 
 // externalBus fills cfg for an external cluster: the keeper's credentials
 // and the callout issuer's seed, resolved from their references.
-func externalBus(ctx context.Context, c config.Config, resolver *secret.Resolver, now time.Time, cfg *bus.Config) error {
+func externalBus(ctx context.Context, c config.Config, resolver *secret.Resolver, secrets *secret.Keeper, now time.Time, cfg *bus.Config) error {
 	n := c.NATS
 	seed, err := resolver.Resolve(ctx, n.IssuerSeedRef)
 	if err != nil {
 		return fmt.Errorf("nats.issuer_seed_ref: %w", err)
 	}
-	secret.Register(strings.TrimSpace(seed))
+	secrets.Register(strings.TrimSpace(seed))
 	cfg.URL, cfg.IssuerSeed, cfg.Account = n.URL, strings.TrimSpace(seed), n.Account
 	cfg.User, cfg.CredsFile = n.User, n.CredsFile
 	if n.User != "" {
@@ -151,7 +151,7 @@ func externalBus(ctx context.Context, c config.Config, resolver *secret.Resolver
 		if err != nil {
 			return fmt.Errorf("nats.password_ref: %w", err)
 		}
-		secret.Register(strings.TrimSpace(pw))
+		secrets.Register(strings.TrimSpace(pw))
 		cfg.Password = strings.TrimSpace(pw)
 	}
 	cert, err := keeperClientCert(cfg.CA, now)

@@ -30,6 +30,7 @@ type projectSecrets struct {
 	config   config.Config
 	store    credentialStore
 	sealer   *secret.Sealer
+	secrets  *secret.Keeper // told of every key and credential resolved
 
 	mu   sync.Mutex
 	keys map[string]projectKey // by project; the default project's is the keeper's own key
@@ -50,7 +51,7 @@ type projectKey struct {
 
 // newProjectSecrets returns the resolver of c's keeper, whose own SSH key
 // (the default project's) is keeperKey.
-func newProjectSecrets(c config.Config, resolver *secret.Resolver, st credentialStore, sealer *secret.Sealer, keeperKey []byte) (*projectSecrets, error) {
+func newProjectSecrets(c config.Config, resolver *secret.Resolver, secrets *secret.Keeper, st credentialStore, sealer *secret.Sealer, keeperKey []byte) (*projectSecrets, error) {
 	signer, err := gossh.ParsePrivateKey(keeperKey)
 	if err != nil {
 		return nil, fmt.Errorf("keeper ssh key: %w", err)
@@ -60,7 +61,7 @@ func newProjectSecrets(c config.Config, resolver *secret.Resolver, st credential
 		keeper = append(keeper, c.TLS.CertFile, c.TLS.KeyFile)
 	}
 	return &projectSecrets{
-		resolver: resolver, config: c, store: st, sealer: sealer,
+		resolver: resolver, secrets: secrets, config: c, store: st, sealer: sealer,
 		reach: secret.Reach{Files: c.Credentials.Files, Env: c.Credentials.Env, Keeper: keeper, KeeperRefs: c.KeeperRefs(),
 			VaultPrefix: func(project string) string { return c.Vault.ProjectVaultPrefix(project) }},
 		keys: map[string]projectKey{store.DefaultProject: {private: keeperKey,
@@ -123,7 +124,7 @@ func (p *projectSecrets) Provider(ctx context.Context, pr store.Provider) ([]byt
 	// A provider's credentials are masked everywhere, the plugin's log
 	// included (apart from the keeper's own: a project cannot crowd those
 	// out).
-	secret.RegisterResolved(v)
+	p.secrets.RegisterResolved(v)
 	return []byte(v), nil
 }
 
@@ -175,7 +176,7 @@ func (p *projectSecrets) SSHKey(ctx context.Context, project string) (projectKey
 	if err != nil {
 		return projectKey{}, fmt.Errorf("ssh key of project %s: %w", project, err)
 	}
-	secret.Register(string(private))
+	p.secrets.Register(string(private))
 	k = projectKey{private: private, authorized: stored.PublicKey}
 	p.mu.Lock()
 	p.keys[project] = k

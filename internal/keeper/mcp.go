@@ -13,6 +13,7 @@ import (
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/mcp"
+	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/version"
 )
@@ -22,8 +23,8 @@ import (
 // MCP requests still open (an MCP client's standing event stream, a
 // run_wait): register it with the HTTP server's shutdown, which would
 // otherwise wait for them.
-func withMCP(h *api.Server, st store.Store, c config.Config, log *slog.Logger) (handler http.Handler, stop func()) {
-	m := mcp.New(mcp.Config{API: h, Check: scenarioChecker(st), Audit: st, AllowWrites: c.MCP.AllowWrites, Version: version.String(), Logger: log.With("component", "mcp")})
+func withMCP(h *api.Server, st store.Store, secrets *secret.Keeper, c config.Config, log *slog.Logger) (handler http.Handler, stop func()) {
+	m := mcp.New(mcp.Config{API: h, Check: scenarioChecker(st), Audit: st, Secrets: secrets, AllowWrites: c.MCP.AllowWrites, Version: version.String(), Logger: log.With("component", "mcp")})
 	stopping, stop := context.WithCancel(context.Background())
 	inner := m.Handler()
 	mux := http.NewServeMux()

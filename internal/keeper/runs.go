@@ -12,7 +12,7 @@ import (
 // (env: or file:, base64) when configured — every keeper sharing one
 // PostgreSQL needs the same key — else <data-dir>/data.key, created on
 // first start (0600).
-func dataKey(c config.Config) ([]byte, error) {
+func dataKey(c config.Config, secrets *secret.Keeper) ([]byte, error) {
 	if c.DataKeyRef == "" {
 		return secret.LoadOrCreateKey(filepath.Join(c.DataDir, "data.key"))
 	}
@@ -24,6 +24,6 @@ func dataKey(c config.Config) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("data_key_ref: %w", err)
 	}
-	secret.Register(v)
+	secrets.Register(v)
 	return secret.DecodeKey(v)
 }

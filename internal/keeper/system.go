@@ -62,6 +62,10 @@ var (
 type System struct {
 	Config config.Config
 	Log    *slog.Logger
+	// Secrets are the keeper's own secrets and the credentials it resolved
+	// for projects: every channel it is handed to masks them (the log, API
+	// and MCP answers, audit payloads, webhooks, plugin logs, runs' data).
+	Secrets *secret.Keeper
 	// Clock is the one clock every part is handed: leases and heartbeats,
 	// step timeouts, token expiry, presence, certificates, audit events.
 	Clock clockwork.Clock
@@ -125,7 +129,8 @@ type System struct {
 // and the MCP server. Nothing serves until Serve. On error, whatever was
 // built is released.
 func New(ctx context.Context, c config.Config, log *slog.Logger) (_ *System, err error) {
-	s := &System{Config: c, Log: log, Clock: clockwork.NewRealClock(), Changes: &store.Changes{}}
+	secrets := secret.NewKeeper()
+	s := &System{Config: c, Log: slog.New(secrets.LogHandler(log.Handler())), Secrets: secrets, Clock: clockwork.NewRealClock(), Changes: &store.Changes{}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -203,7 +208,7 @@ func (s *System) openRegistry(ctx context.Context) error {
 		return err
 	}
 	s.checkpoints = newCheckpointer(c, s.OwnerID, s.auditKey, s.Clock.Now, s.Log)
-	key, err := dataKey(c)
+	key, err := dataKey(c, s.Secrets)
 	if err != nil {
 		return err
 	}
@@ -211,7 +216,8 @@ func (s *System) openRegistry(ctx context.Context) error {
 		return err
 	}
 	st, err := OpenStore(ctx, c, sqlstore.WithAuditKey(s.auditKey), sqlstore.WithAuditAppended(s.checkpoints.Appended),
-		sqlstore.WithSealer(s.sealer), sqlstore.WithChanges(s.Changes), sqlstore.WithClock(s.Clock.Now), sqlstore.WithFollowUps(s.followUps))
+		sqlstore.WithSealer(s.sealer), sqlstore.WithChanges(s.Changes), sqlstore.WithClock(s.Clock.Now), sqlstore.WithFollowUps(s.followUps),
+		sqlstore.WithSecrets(s.Secrets))
 	if err != nil {
 		return err
 	}
@@ -231,7 +237,7 @@ func (s *System) openRegistry(ctx context.Context) error {
 	if s.DeploymentID, err = st.DeploymentID(ctx); err != nil {
 		return err
 	}
-	if s.resolver, err = secret.NewResolver(secret.ResolverOptions{VaultAddress: c.Vault.Address, VaultTokenRef: c.Vault.TokenRef}); err != nil {
+	if s.resolver, err = secret.NewResolver(secret.ResolverOptions{VaultAddress: c.Vault.Address, VaultTokenRef: c.Vault.TokenRef, Secrets: s.Secrets}); err != nil {
 		return err
 	}
 	backend := "sqlite " + c.SQLitePath()
@@ -306,7 +312,7 @@ func (s *System) buildAgentSide(context.Context) error {
 // buildBus starts the agent transport's bus when nats is on, and has it
 // cut the session of a soul whose identity a change of this keeper ended.
 func (s *System) buildBus(ctx context.Context) error {
-	b, err := startBus(ctx, s.Config, s.Store, s.resolver, s.Clock, s.Log)
+	b, err := startBus(ctx, s.Config, s.Store, s.resolver, s.Secrets, s.Clock, s.Log)
 	if err != nil || b == nil {
 		return err
 	}
@@ -325,12 +331,12 @@ func (s *System) buildRuns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	secret.Register(string(sshKey))
+	s.Secrets.Register(string(sshKey))
 	files := filepath.Join(c.DataDir, "files")
 	if err := os.MkdirAll(files, 0o700); err != nil {
 		return fmt.Errorf("create files dir: %w", err)
 	}
-	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup,
+	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Secrets: s.Secrets,
 		Env: keeperDirsEnv(c, append(s.Agent.hostPorts(), busPort(s.Bus))...), Logger: s.Log}) // the host names its lines component=plugin
 	if err != nil {
 		return err
@@ -351,7 +357,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 	}
 	// What the keeper resolves, dials and runs for a project is that
 	// project's: its credentials, its key_refs, its SSH key.
-	s.secrets, err = newProjectSecrets(c, s.resolver, s.Store, s.sealer, sshKey)
+	s.secrets, err = newProjectSecrets(c, s.resolver, s.Secrets, s.Store, s.sealer, sshKey)
 	if err != nil {
 		return err
 	}
@@ -365,7 +371,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 		return err
 	}
 	s.Runs, err = runner.New(ctx, runner.Config{
-		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
+		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Secrets: s.Secrets, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
 		Lease:   runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
 		Workers: c.Runs.Workers,
 		// The drift service is built after the runner and before it
@@ -457,7 +463,7 @@ func (s *System) oidcConfig(ctx context.Context) (*api.OIDCConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("oidc.client_secret_ref: %w", err)
 		}
-		secret.Register(v)
+		s.Secrets.Register(v)
 		secretText = v
 	}
 	return &api.OIDCConfig{Issuer: o.Issuer, ClientID: o.ClientID, ClientSecret: secretText, RedirectURL: o.RedirectURL, Scopes: o.Scopes,
@@ -477,7 +483,7 @@ func (s *System) buildAPI(ctx context.Context) error {
 	join := s.Agent.joinConfig(c, guard)
 	check := scenarioChecker(s.Store)
 	s.Access = access.New(s.Store, oidcCfg.AccessRoles(), s.Clock.Now, s.Log)
-	s.API = api.New(api.Config{Stores: api.StoresOf(s.Store), Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
+	s.API = api.New(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
@@ -487,10 +493,10 @@ func (s *System) buildAPI(ctx context.Context) error {
 			return k.authorized, err
 		},
 		References: api.References{VaultPrefix: c.Vault.ProjectVaultPrefix, EndpointAllowed: c.EndpointAllowed}})
-	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, c, s.Log)
+	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, s.Secrets, c, s.Log)
 	s.http.RegisterOnShutdown(s.stopMCP)
 	if s.Agent.ln != nil {
-		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Stores: api.StoresOf(s.Store), Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Seeds: s.Seeds, Access: s.Access, Join: join}), s.Log)
+		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Seeds: s.Seeds, Access: s.Access, Join: join}), s.Log)
 	}
 	return nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/runner"
+	"github.com/soulstack/soulstack/internal/secret"
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -61,6 +62,9 @@ type Config struct {
 	Check runner.Checker
 	// Audit records mcp.called.
 	Audit Auditor
+	// Secrets are the keeper's secrets, masked in what the tools answer
+	// themselves (the API masks what it answers); nil: none.
+	Secrets *secret.Keeper
 	// AllowWrites enables run_start and run_cancel (mcp.allow_writes);
 	// the token must still hold run.create / run.cancel.
 	AllowWrites bool

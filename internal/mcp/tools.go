@@ -13,7 +13,6 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/module"
-	"github.com/soulstack/soulstack/internal/secret"
 )
 
 // The tools' inputs and outputs. Descriptions are for the model that
@@ -268,7 +267,7 @@ func (s *Server) validate(ctx context.Context, c call, in validateInput) (*valid
 	_, problems := s.cfg.Check(c.p.Project, file, in.Scenario, in.Input)
 	out := &validateOutput{Valid: len(problems) == 0, Problems: make([]client.ProblemError, len(problems))}
 	for i, p := range problems {
-		out.Problems[i] = client.ProblemError{Location: p.Location, Code: p.Code, Message: secret.MaskString(p.Message)}
+		out.Problems[i] = client.ProblemError{Location: p.Location, Code: p.Code, Message: s.cfg.Secrets.MaskString(p.Message)}
 	}
 	return out, nil
 }

@@ -61,6 +61,9 @@ type Target struct {
 type Notifier struct {
 	Targets []Target
 	Store   store.DeliveryStore
+	// Secrets are masked in every payload (besides secret-looking keys
+	// and token patterns); nil: none.
+	Secrets *secret.Keeper
 	// Enqueue inserts a job into the keepers' queue (runner.Enqueue).
 	Enqueue func(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) error
 	// Client sends the deliveries; nil means one with a 10 s timeout
@@ -149,7 +152,7 @@ func (n *Notifier) queue(ctx context.Context, t Target, project, event, object s
 	}
 	// Masked as the audit log is: secret-looking keys and the keeper's
 	// registered secrets never leave in a webhook.
-	data = secret.Mask(data)
+	data = n.Secrets.Mask(data)
 	body, err := json.Marshal(Payload{ID: id, Event: event, At: n.now().UTC(), Object: object, Project: project, Data: data})
 	if err != nil {
 		return err

@@ -54,6 +54,9 @@ type Config struct {
 	// PathLookup also searches $PATH when PluginDir has no executable
 	// for a driver, with the same checks. Off: PluginDir only.
 	PathLookup bool
+	// Secrets are masked in the plugins' log lines and the host's records
+	// (besides secret-looking keys and token patterns); nil: none.
+	Secrets *secret.Keeper
 	// Logger receives the host's records and the plugins' log lines, masked.
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -151,7 +154,7 @@ func New(cfg Config) (*Host, error) {
 	}
 	return &Host{
 		cfg:   cfg,
-		log:   slog.New(secret.NewLogHandler(cfg.Logger.Handler())).With("component", "plugin"),
+		log:   slog.New(cfg.Secrets.LogHandler(cfg.Logger.Handler())).With("component", "plugin"),
 		slots: make(map[string]*slot),
 	}, nil
 }

@@ -575,11 +575,12 @@ func TestChattyPlugin(t *testing.T) {
 
 func TestLogsAndCredentials(t *testing.T) {
 	t.Parallel()
-	h, logs := newHost(t, plugin.Config{})
+	keeper := secret.NewKeeper()
+	h, logs := newHost(t, plugin.Config{Secrets: keeper})
 	d := fake(t, h)
 	creds := "fake-cloud-api-key-" + fmt.Sprint(time.Now().UnixNano())
-	// What the resolver does with every resolved credential.
-	secret.Register(creds)
+	// What the keeper does with every resolved credential.
+	keeper.RegisterResolved(creds)
 	prov := provider(`{"log_credentials": true}`)
 	prov.Credentials = []byte(creds)
 	vms, err := d.Create(context.Background(), driversdk.CreateRequest{Provider: prov, Count: 1})

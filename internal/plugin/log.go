@@ -31,10 +31,11 @@ const tailLines = 5
 // any other line is logged as text at the stream's level. Records go through
 // the host's masking logger.
 type lineLogger struct {
-	log    *slog.Logger
-	stream string
-	level  slog.Level
-	pid    atomic.Int64
+	secrets *secret.Keeper // masked in the kept tail
+	log     *slog.Logger
+	stream  string
+	level   slog.Level
+	pid     atomic.Int64
 
 	mu        sync.Mutex
 	buf       []byte
@@ -44,8 +45,8 @@ type lineLogger struct {
 
 var _ io.Writer = (*lineLogger)(nil)
 
-func newLineLogger(log *slog.Logger, stream string, level slog.Level) *lineLogger {
-	return &lineLogger{log: log, stream: stream, level: level}
+func newLineLogger(log *slog.Logger, secrets *secret.Keeper, stream string, level slog.Level) *lineLogger {
+	return &lineLogger{log: log, secrets: secrets, stream: stream, level: level}
 }
 
 func (w *lineLogger) setPID(pid int) { w.pid.Store(int64(pid)) }
@@ -100,7 +101,7 @@ func (w *lineLogger) emit() {
 	if strings.TrimSpace(line) == "" {
 		return
 	}
-	w.last = append(w.last, secret.MaskString(line))
+	w.last = append(w.last, w.secrets.MaskString(line))
 	if len(w.last) > tailLines {
 		w.last = w.last[1:]
 	}

@@ -60,8 +60,8 @@ func (h *Host) start(name string) (*proc, error) {
 	}
 	log := h.log.With("driver", name)
 	p := &proc{name: name, path: path, log: log}
-	p.stderr = newLineLogger(log, "stderr", slog.LevelInfo)
-	p.stdout = newLineLogger(log, "stdout", slog.LevelWarn)
+	p.stderr = newLineLogger(log, h.cfg.Secrets, "stderr", slog.LevelInfo)
+	p.stdout = newLineLogger(log, h.cfg.Secrets, "stdout", slog.LevelWarn)
 
 	cmd := exec.Command(path)
 	cmd.Env = pluginEnv(h.cfg.Env)

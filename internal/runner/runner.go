@@ -198,6 +198,9 @@ type Config struct {
 	DB      *sql.DB
 	Queue   riverdriver.Driver[*sql.Tx]
 	Sealer  *secret.Sealer
+	// Secrets are the keeper's, masked in every run's data besides the
+	// run's own; nil: a run masks its own alone.
+	Secrets *secret.Keeper
 	Exec    Executor
 	Owner   string // this keeper's stable id
 	Logger  *slog.Logger
@@ -357,7 +360,7 @@ func (r *Runner) openSecrets(id string) *secret.Set {
 	defer r.secretsMu.Unlock()
 	l := r.secrets[id]
 	if l == nil {
-		l = &liveSecrets{set: secret.NewSet()}
+		l = &liveSecrets{set: r.cfg.Secrets.NewSet()}
 		r.secrets[id] = l
 	}
 	l.users++
@@ -638,7 +641,7 @@ func (r *Runner) Submit(ctx context.Context, p SubmitParams) (store.Run, bool, e
 	// The input is stored masked with the run's own secrets: a secret input
 	// masks the copy of its text under another input of the same run, and
 	// nothing of any other run.
-	secrets := secret.NewSet()
+	secrets := r.cfg.Secrets.NewSet()
 	secrets.AddInput(p.Input, p.Secret)
 	masked := maskInput(secrets, p.Input, p.Secret)
 	maskedJSON, _ := json.Marshal(masked)

@@ -48,18 +48,24 @@ func IsSensitiveKey(key string) bool {
 	return false
 }
 
-// MaskString masks s: token patterns and the keeper's own secrets.
-func MaskString(s string) string { return keeperMasker().str(s) }
+// MaskString masks s: token patterns.
+func MaskString(s string) string { return masker{}.str(s) }
+
+// MaskString masks s: token patterns and the keeper's secrets.
+func (k *Keeper) MaskString(s string) string { return k.masker().str(s) }
 
 // Mask returns a copy of v, a JSON-like value (maps, slices, strings,
 // numbers, structs that marshal to JSON), in which the value under every
 // secret-looking key (IsSensitiveKey) is replaced by "***" at any depth, and
-// token patterns and the text of the keeper's own secrets are replaced
-// wherever they appear. Mask is the one masking function: API responses,
-// log lines, audit payloads and events all pass through it (a run's data
-// through Set.Mask, which also masks the run's secrets). v itself is never
-// modified.
-func Mask(v any) any { return keeperMasker().mask(v) }
+// token patterns are replaced wherever they appear. v itself is never
+// modified. The keeper's channels mask with its Keeper (Keeper.Mask: its
+// secrets as well), a run's data with the run's Set.
+func Mask(v any) any { return masker{}.mask(v) }
+
+// Mask is Mask (the package function) with the keeper's secrets as well:
+// API responses, log lines, audit payloads and webhooks all pass through
+// it.
+func (k *Keeper) Mask(v any) any { return k.masker().mask(v) }
 
 // MarshalMasked returns the JSON encoding of Mask(v), byte for byte what a
 // json.Encoder with SetEscapeHTML(false) writes for Mask(v), without the
@@ -68,10 +74,18 @@ func Mask(v any) any { return keeperMasker().mask(v) }
 // sorted with the last duplicate kept, secrets masked) instead of building
 // Mask's generic copy and encoding it again; the API masks every response
 // body this way.
-func MarshalMasked(v any) ([]byte, error) { return keeperMasker().marshal(v) }
+func MarshalMasked(v any) ([]byte, error) { return masker{}.marshal(v) }
+
+// MarshalMasked is MarshalMasked (the package function) with the keeper's
+// secrets as well.
+func (k *Keeper) MarshalMasked(v any) ([]byte, error) { return k.masker().marshal(v) }
 
 // MaskJSON masks a JSON document; text that is not JSON is masked as a string.
-func MaskJSON(doc []byte) []byte { return keeperMasker().maskJSON(doc) }
+func MaskJSON(doc []byte) []byte { return masker{}.maskJSON(doc) }
+
+// MaskJSON is MaskJSON (the package function) with the keeper's secrets
+// as well.
+func (k *Keeper) MaskJSON(doc []byte) []byte { return k.masker().maskJSON(doc) }
 
 // MaskString is MaskString (the package function) with the run's secrets
 // as well.

@@ -66,29 +66,35 @@ func TestMask(t *testing.T) {
 func TestRegisteredSecretMaskedEverywhere(t *testing.T) {
 	t.Parallel()
 	const resolved = "resolved-secret-31f0a"
-	secret.Register(resolved)
-	secret.Register("abc") // too short to register: masking it would wreck output
-	got, _ := json.Marshal(secret.Mask(map[string]any{"stdout": "the value is " + resolved + "!", "list": []any{resolved}}))
+	k := secret.NewKeeper()
+	k.Register(resolved)
+	k.Register("abc") // too short to register: masking it would wreck output
+	got, _ := json.Marshal(k.Mask(map[string]any{"stdout": "the value is " + resolved + "!", "list": []any{resolved}}))
 	if strings.Contains(string(got), resolved) || !strings.Contains(string(got), "the value is ***!") {
 		t.Fatalf("registered secret not masked: %s", got)
 	}
-	if s := secret.MaskString("abc abc"); s != "abc abc" {
+	if s := k.MaskString("abc abc"); s != "abc abc" {
 		t.Fatalf("short value was registered: %q", s)
 	}
-	if got := secret.MaskJSON([]byte(`{"msg":"` + resolved + `","password":"p"}`)); strings.Contains(string(got), resolved) || strings.Contains(string(got), `"p"`) {
+	if got := k.MaskJSON([]byte(`{"msg":"` + resolved + `","password":"p"}`)); strings.Contains(string(got), resolved) || strings.Contains(string(got), `"p"`) {
 		t.Fatalf("MaskJSON = %s", got)
 	}
-	if got := secret.MaskJSON([]byte("not json " + resolved)); string(got) != "not json ***" {
+	if got := k.MaskJSON([]byte("not json " + resolved)); string(got) != "not json ***" {
 		t.Fatalf("MaskJSON(text) = %s", got)
+	}
+	// Another keeper's secrets are not this one's: nothing is process-wide.
+	if got := secret.NewKeeper().MaskString("v=" + resolved); got != "v="+resolved {
+		t.Fatalf("a second keeper masks the first's secret: %q", got)
 	}
 }
 
 func TestLogHandlerMasks(t *testing.T) {
 	t.Parallel()
 	const resolved = "log-canary-99aa01"
-	secret.Register(resolved)
+	k := secret.NewKeeper()
+	k.Register(resolved)
 	var buf bytes.Buffer
-	log := slog.New(secret.NewLogHandler(slog.NewJSONHandler(&buf, nil)))
+	log := slog.New(k.LogHandler(slog.NewJSONHandler(&buf, nil)))
 	log = log.With("session_token", "with-attr-secret")
 	log.Info("connecting with "+resolved,
 		"password", "pw-in-attr",

@@ -29,6 +29,9 @@ type ResolverOptions struct {
 	VaultTokenRef string
 	// VaultTimeout bounds one Vault read. Default 10 s.
 	VaultTimeout time.Duration
+	// Secrets is told of the Vault token the resolver reads with (the
+	// keeper's own, masked everywhere); nil: nobody.
+	Secrets *Keeper
 	// HTTPClient is used for Vault; nil: vault/api's default client, which
 	// honours VAULT_CACERT and the other TLS variables of the environment.
 	HTTPClient *http.Client
@@ -133,7 +136,7 @@ func (r *Resolver) readVault(ctx context.Context, ref Ref) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("vault token: %w", err)
 	}
-	Register(token) // the keeper's own: masked everywhere
+	r.opts.Secrets.Register(token) // the keeper's own: masked everywhere
 	r.vault.SetToken(token)
 	s, err := r.vault.Logical().ReadWithContext(ctx, ref.Name)
 	if err != nil {

@@ -106,10 +106,12 @@ func TestResolverVault(t *testing.T) {
 	const token = "fake-vault-token-55b2"
 	srv := fakeVault(t, token)
 	t.Setenv("SOULSTACK_TEST_VAULT_TOKEN", token)
+	keeper := secret.NewKeeper()
 	r, err := secret.NewResolver(secret.ResolverOptions{
 		VaultAddress:  srv.URL,
 		VaultTokenRef: "env:SOULSTACK_TEST_VAULT_TOKEN",
 		VaultTimeout:  5 * time.Second,
+		Secrets:       keeper,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -121,10 +123,10 @@ func TestResolverVault(t *testing.T) {
 		if err != nil || got != "vault-kv2-secret-1f9a" {
 			t.Fatalf("Resolve = %q, %v", got, err)
 		}
-		if secret.MaskString(got) != got {
+		if keeper.MaskString(got) != got {
 			t.Fatal("resolving registered the Vault secret keeper-wide; the caller decides")
 		}
-		if secret.MaskString("token "+token) != "token "+secret.Masked {
+		if keeper.MaskString("token "+token) != "token "+secret.Masked {
 			t.Fatal("the Vault token is not masked")
 		}
 	})

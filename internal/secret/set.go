@@ -39,47 +39,70 @@ type Set struct {
 	max      int
 	evict    bool // at max, forget the oldest value instead of overflowing
 	overflow atomic.Bool
+	keeper   *Keeper // masked as well; nil: none
 }
 
 // NewSet returns an empty Set with the limits of a run.
 func NewSet() *Set { return &Set{max: MaxRunValues} }
 
-// keeperSet holds the keeper's own secrets (its SSH keys, the secrets of
-// its configuration): they belong to the keeper, not to a run, so every
-// output channel masks them. projectSet holds the provider credentials
-// the keeper resolved for projects, masked everywhere too but apart, so
+// Keeper holds the keeper's secrets, which every output channel the
+// keeper hands it to masks: its own (its SSH keys, the secrets of its
+// configuration) and, apart, the credentials it resolved for projects, so
 // that however many a project makes the keeper resolve, they evict only
-// each other, never the keeper's own.
-var (
-	keeperSet  = &Set{max: maxKeeperValues, evict: true}
-	projectSet = &Set{max: maxKeeperValues, evict: true}
-)
+// each other, never the keeper's own. A run's secrets go to the run's Set
+// (NewSet), never here: a value registered here rewrites every answer of
+// the keeper. The keeper builds one (System.Secrets); the nil *Keeper
+// holds nothing.
+type Keeper struct {
+	own, projects *Set
+}
 
-// RegisterResolved records a credential the keeper resolved for a
-// project's provider, masked everywhere as Register's values are (see
-// projectSet).
-func RegisterResolved(value string) { projectSet.Add(value) }
-
-// keeperValues are the values of keeperSet and projectSet, longest first.
-func keeperValues() []string {
-	k, p := keeperSet.snapshot(), projectSet.snapshot()
-	switch {
-	case len(p) == 0:
-		return k
-	case len(k) == 0:
-		return p
-	}
-	all := append(append(make([]string, 0, len(k)+len(p)), k...), p...)
-	sortLongestFirst(all)
-	return slices.Compact(all)
+// NewKeeper returns an empty Keeper.
+func NewKeeper() *Keeper {
+	return &Keeper{own: &Set{max: maxKeeperValues, evict: true}, projects: &Set{max: maxKeeperValues, evict: true}}
 }
 
 // Register records the text of one of the keeper's own secrets (its SSH
-// private key, a credential the keeper resolved) so that every output
-// channel masks it. A run's secrets go to the run's Set, never here: a
-// value registered here rewrites every answer of the keeper. Values shorter
-// than MinValueLen are ignored.
-func Register(value string) { keeperSet.Add(value) }
+// private key, a secret of its configuration). Values shorter than
+// MinValueLen are ignored.
+func (k *Keeper) Register(value string) {
+	if k != nil {
+		k.own.Add(value)
+	}
+}
+
+// RegisterResolved records a credential the keeper resolved for a
+// project's provider, masked as Register's values are.
+func (k *Keeper) RegisterResolved(value string) {
+	if k != nil {
+		k.projects.Add(value)
+	}
+}
+
+// NewSet returns an empty Set with the limits of a run that masks k's
+// secrets as well as its own.
+func (k *Keeper) NewSet() *Set {
+	s := NewSet()
+	s.keeper = k
+	return s
+}
+
+// values are the keeper's secrets, both kinds, longest first.
+func (k *Keeper) values() []string {
+	if k == nil {
+		return nil
+	}
+	own, p := k.own.snapshot(), k.projects.snapshot()
+	switch {
+	case len(p) == 0:
+		return own
+	case len(own) == 0:
+		return p
+	}
+	all := append(append(make([]string, 0, len(own)+len(p)), own...), p...)
+	sortLongestFirst(all)
+	return slices.Compact(all)
+}
 
 // Add records value (see Set); it implements module.Secrets.
 func (s *Set) Add(value string) {
@@ -171,12 +194,15 @@ type masker struct {
 	redact bool
 }
 
-// keeperMasker masks token patterns and the keeper's own secrets.
-func keeperMasker() masker { return masker{values: keeperValues()} }
+// masker masks token patterns and k's secrets.
+func (k *Keeper) masker() masker { return masker{values: k.values()} }
 
-// masker masks what keeperMasker does plus the values of s.
+// masker masks token patterns, the values of s and those of its keeper.
 func (s *Set) masker() masker {
-	k, own := keeperValues(), s.snapshot()
+	if s == nil {
+		return masker{}
+	}
+	k, own := s.keeper.values(), s.snapshot()
 	if len(own) == 0 {
 		return masker{values: k, redact: s.Overflowed()}
 	}

@@ -38,10 +38,15 @@ func TestSetScopesValues(t *testing.T) {
 	if got := string(a.MaskJSON([]byte(`{"x":"Succeeded"}`))); got != `{"x":"***"}` {
 		t.Errorf("MaskJSON with the run's set = %s", got)
 	}
-	// The keeper's own secrets are masked in a run's data too.
-	secret.Register("keeper-own-secret-0c11")
-	if got := b.MaskString("k=keeper-own-secret-0c11"); got != "k=***" {
+	// The keeper's own secrets are masked in the data of a run its
+	// keeper made the set of, not in another keeper's.
+	k := secret.NewKeeper()
+	k.Register("keeper-own-secret-0c11")
+	if got := k.NewSet().MaskString("k=keeper-own-secret-0c11"); got != "k=***" {
 		t.Errorf("a run's set does not mask the keeper's secret: %q", got)
+	}
+	if got := b.MaskString("k=keeper-own-secret-0c11"); got != "k=keeper-own-secret-0c11" {
+		t.Errorf("a set of no keeper masks a keeper's secret: %q", got)
 	}
 }
 

@@ -69,6 +69,7 @@ type Store struct {
 	sealer  *secret.Sealer   // seals secret config and seed fields; nil: none
 	changes *store.Changes   // told of each committed change; nil: none
 	follow  func(ctx context.Context, tx *sql.Tx, e store.Audited) error
+	secrets *secret.Keeper // masked in audit payloads as well; nil: none
 }
 
 var _ store.Store = (*Store)(nil)
@@ -120,6 +121,10 @@ func WithChanges(c *store.Changes) Option { return func(s *Store) { s.changes = 
 func WithFollowUps(fn func(ctx context.Context, tx *sql.Tx, e store.Audited) error) Option {
 	return func(s *Store) { s.follow = fn }
 }
+
+// WithSecrets has the store mask the keeper's secrets in the audit
+// payloads it writes (besides secret-looking keys and token patterns).
+func WithSecrets(k *secret.Keeper) Option { return func(s *Store) { s.secrets = k } }
 
 // ErrNoAuditKey is returned by every mutation of a store opened without an
 // audit key.
@@ -215,7 +220,7 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 	if m, ok := rec.payload.(map[string]any); ok && rec.project != "" {
 		m["project"] = rec.project
 	}
-	payload, err := audit.MarshalPayload(secret.Mask(rec.payload))
+	payload, err := audit.MarshalPayload(s.secrets.Mask(rec.payload))
 	if err != nil {
 		return err
 	}
