@@ -76,7 +76,7 @@ func (r Ref) String() string {
 
 // Resolve reads the secret a local reference names (env: and file:). It
 // registers nothing: whoever resolves decides where the value is masked
-// (Register for the keeper's own secrets, a run's Set for a run's). vault:
+// (Keeper.Register for the keeper's own secrets, a run's Set for a run's). vault:
 // references need a Vault client and are resolved by the keeper's resolver.
 func (r Ref) Resolve() (string, error) {
 	var v string

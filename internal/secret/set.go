@@ -30,8 +30,9 @@ const (
 // values are ignored. A run that adds more values than that makes its Set
 // overflow, and an overflowed Set masks every string whole: output is lost,
 // but no secret the Set could not hold leaks. A Set is safe for concurrent
-// use; the nil *Set masks as the package functions do (token patterns, key
-// names and the keeper's own secrets only).
+// use; the nil *Set masks as the package functions do (token patterns and
+// key names only). A Set made by a Keeper (Keeper.NewSet) masks the
+// keeper's secrets as well.
 type Set struct {
 	mu       sync.Mutex
 	order    []string                 // values in the order they came
