@@ -25,6 +25,13 @@ func (s *Server) registerApprovals() {
 	if s.approvals == nil {
 		return
 	}
+	s.registerDecisions()
+	s.registerApprovalPolicy()
+}
+
+// registerDecisions registers approving and rejecting the step a run
+// waits on.
+func (s *Server) registerDecisions() {
 	for _, approve := range []bool{true, false} {
 		verb, summary, desc := "reject", "Reject the step a run waits on", "The step does not run and the run ends Rejected. Audit run.rejected."
 		if approve {
@@ -69,7 +76,11 @@ func (s *Server) registerApprovals() {
 			return &runOutput{Body: w}, nil
 		})
 	}
+}
 
+// registerApprovalPolicy registers reading and setting the approval
+// policy set through the API.
+func (s *Server) registerApprovalPolicy() {
 	register(s, huma.Operation{
 		OperationID: "approval-policy-get", Method: http.MethodGet, Path: "/v1/approvals/policy", Tags: []string{"approvals"},
 		Summary: "Read the approval policies",

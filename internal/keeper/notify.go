@@ -49,13 +49,8 @@ func (s *System) runFinished(ctx context.Context, run store.Run) error {
 	if drift.IsCheck(run) {
 		return nil
 	}
-	event := ""
-	switch run.Phase {
-	case store.PhaseSucceeded:
-		event = "run.succeeded"
-	case store.PhaseFailed:
-		event = "run.failed"
-	default:
+	event := runEvent(run.Phase)
+	if event == "" {
 		return nil
 	}
 	data := map[string]any{"id": run.ID, "name": run.Name, "mode": run.Mode, "phase": run.Phase, "created_by": run.CreatedBy,
@@ -70,15 +65,23 @@ func (s *System) runFinished(ctx context.Context, run store.Run) error {
 // drift check's record, or a run.succeeded / run.failed webhook a
 // notification names.
 func (s *System) followsRun(run store.Run, phase string) bool {
-	switch {
-	case drift.IsCheck(run):
+	if drift.IsCheck(run) {
 		return true
-	case phase == store.PhaseSucceeded:
-		return s.Notifier.Wants("run.succeeded")
-	case phase == store.PhaseFailed:
-		return s.Notifier.Wants("run.failed")
 	}
-	return false
+	event := runEvent(phase)
+	return event != "" && s.Notifier.Wants(event)
+}
+
+// runEvent is the notification of a run that ended in phase: run.succeeded,
+// run.failed, or none.
+func runEvent(phase string) string {
+	switch phase {
+	case store.PhaseSucceeded:
+		return "run.succeeded"
+	case store.PhaseFailed:
+		return "run.failed"
+	}
+	return ""
 }
 
 // driftChanged is the queue's worker for what follows a change of drift
