@@ -163,6 +163,7 @@ func New(cfg Config) *Server {
 	s.registerJoin()
 	s.registerSession()
 	s.registerOIDC()
+	s.problemSchemas()
 	s.mux.HandleFunc("GET "+ResourceMetadataPath, serveResourceMetadata)
 	s.mux.HandleFunc("GET "+ResourceMetadataPath+"/mcp", serveResourceMetadata)
 	if cfg.UI != nil {
@@ -244,7 +245,7 @@ func newServer(cfg Config, agent bool) *Server {
 	}
 	// Relative to wherever the keeper is reached.
 	hc.Servers = []*huma.Server{{URL: "/", Description: "This keeper"}}
-	hc.Transformers = append(hc.Transformers, s.maskTransformer)
+	hc.Transformers = append(hc.Transformers, frameworkErrors, s.maskTransformer)
 	if agent {
 		hc.OpenAPIPath, hc.DocsPath, hc.SchemasPath = "", "", ""
 	}
@@ -417,7 +418,10 @@ func (s *Server) writeHumaProblem(ctx huma.Context, p *client.Problem) {
 	case http.StatusTooManyRequests:
 		ctx.SetHeader("Retry-After", retryAfterSeconds(s.limiter.interval))
 	}
-	_ = huma.WriteErr(s.api, ctx, p.Status, p.Detail, p)
+	b, _ := json.Marshal(s.maskProblem(p))
+	ctx.SetHeader("Content-Type", "application/problem+json")
+	ctx.SetStatus(p.Status)
+	_, _ = ctx.BodyWriter().Write(append(b, '\n'))
 }
 
 // maskTransformer passes every response body through secret.Mask, except

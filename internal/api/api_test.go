@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/danielgtaylor/huma/v2"
+
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/access"
 	"github.com/soulstack/soulstack/internal/api"
@@ -334,6 +336,11 @@ func TestBadInput(t *testing.T) {
 		}
 		if n := k.auditCount(); n != before {
 			t.Fatalf("bad requests wrote %d audit events", n-before)
+		}
+		// The problems above are this API's own: huma's process-wide
+		// error constructor is left as huma ships it.
+		if _, ok := huma.NewError(http.StatusBadRequest, "x").(*huma.ErrorModel); !ok {
+			t.Fatalf("the API replaced huma.NewError for the whole process")
 		}
 		list, err := k.client(k.admin).ProviderList(context.Background(), client.ListOptions{})
 		if err != nil || len(list.Items) != 1 {

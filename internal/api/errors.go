@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -20,10 +21,49 @@ import (
 
 // This file is the one place where errors become HTTP problems: domain and
 // store errors from handlers (problemFor), and the framework's own request
-// errors (huma.NewError, set in init).
+// errors, which this API's frameworkErrors transformer turns into problems
+// (huma's process-wide huma.NewError is left as it is: two APIs in one
+// process do not configure each other).
 
-func init() {
-	huma.NewError = newFrameworkError
+// frameworkErrors is the API's first transformer: the error models huma
+// writes for requests it refuses before a handler runs become problems
+// with a stable code. The status stays the one huma chose.
+func frameworkErrors(_ huma.Context, _ string, v any) (any, error) {
+	m, ok := v.(*huma.ErrorModel)
+	if !ok {
+		return v, nil
+	}
+	errs := make([]error, len(m.Errors))
+	for i, d := range m.Errors {
+		errs[i] = d
+	}
+	return newFrameworkError(m.Status, m.Detail, errs...), nil
+}
+
+// problemSchemas makes the OpenAPI document say what the API answers:
+// huma documents every operation's errors with the schema of its
+// process-wide error constructor, which this API leaves as it is; once the
+// routes are registered, each of those answers is declared a problem
+// document instead, and the constructor's schemas leave the document.
+func (s *Server) problemSchemas() {
+	reg := s.api.OpenAPI().Components.Schemas
+	schemas := reg.Map()
+	problem := reg.Schema(reflect.TypeFor[client.Problem](), true, "Problem")
+	ct := (&client.Problem{}).ContentType("application/json")
+	for _, item := range s.api.OpenAPI().Paths {
+		for _, op := range []*huma.Operation{item.Get, item.Put, item.Post, item.Delete, item.Options, item.Head, item.Patch, item.Trace} {
+			if op == nil {
+				continue
+			}
+			for _, r := range op.Responses {
+				if m := r.Content[ct]; m != nil && m.Schema != nil && m.Schema.Ref == "#/components/schemas/ErrorModel" {
+					m.Schema = problem
+				}
+			}
+		}
+	}
+	delete(schemas, "ErrorModel")
+	delete(schemas, "ErrorDetail")
 }
 
 func problem(status int, code, detail string, errs ...client.ProblemError) *client.Problem {
