@@ -56,6 +56,9 @@ type Config struct {
 	Seeds *seeding.Service
 	// Drift enables the drift routes and the drift gauge.
 	Drift *drift.Service
+	// Collectors are more metrics served beside the API's own (the
+	// keeper's counts of committed changes).
+	Collectors []prometheus.Collector
 	// AuthFailureBurst failed authentications in a row from one client
 	// address, then one more per AuthFailureInterval; over that the API
 	// answers 429 auth.rate_limited. Zero: 10 and 1 s.
@@ -254,6 +257,7 @@ func newServer(cfg Config, agent bool) *Server {
 	if s.drift != nil {
 		s.metrics.registry.MustRegister(s.drift.Collector())
 	}
+	s.metrics.registry.MustRegister(cfg.Collectors...)
 	s.api.UseMiddleware(s.observe)
 	return s
 }

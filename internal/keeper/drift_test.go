@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,16 @@ steps:
 		!strings.Contains(string(body), `soulstack_souls_drift{project="other",state="drifted"} 0`) {
 		t.Fatalf("/metrics has no drift gauge of the two drifted souls of default (and none of other's):\n%s", grepLines(string(body), "soulstack_souls_drift"))
 	}
+	// The keeper's bus counted what it committed: the check runs that
+	// ended and the drift they recorded (the seed with its own schedule
+	// may have been checked too), and nothing yet of what did not happen.
+	if metricValue(string(body), `soulstack_drift_changes_total{to="drifted"}`) < 2 ||
+		metricValue(string(body), `soulstack_runs_finished_total{phase="Succeeded"}`) < 2 ||
+		metricValue(string(body), `soulstack_runs_finished_total{phase="Failed"}`) != 0 ||
+		metricValue(string(body), `soulstack_souls_joined_total`) != 0 {
+		t.Fatalf("/metrics does not count the sweep's runs and drift:\n%s\n%s\n%s", grepLines(string(body), "soulstack_drift_changes"),
+			grepLines(string(body), "soulstack_runs_finished"), grepLines(string(body), "soulstack_souls_joined"))
+	}
 	// Another project's viewer counts its own souls alone: none drifted.
 	tok, err := c.TokenCreate(ctx, client.TokenCreate{Name: "other-viewer", Role: "viewer", Project: "other"})
 	if err != nil {
@@ -144,6 +155,20 @@ steps:
 	if log, err := other.Deliveries(ctx, client.ListOptions{}); err != nil || len(log.Items) != 0 {
 		t.Fatalf("another project's delivery log: %+v, %v; want none of default's", log, err)
 	}
+}
+
+// metricValue is the value of one series in a Prometheus exposition, -1
+// when it is absent.
+func metricValue(exposition, series string) float64 {
+	for _, l := range strings.Split(exposition, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 func grepLines(s, sub string) string {

@@ -244,6 +244,11 @@ func TestSelfOnboardLocalVM(t *testing.T) {
 	if n := auditCount(t, c, "soul.joined", so.CertSerial); n != 1 {
 		t.Fatalf("%d soul.joined events with serial %s; want 1", n, so.CertSerial)
 	}
+	// The keeper's bus counted the VM it made and the soul that joined.
+	metrics := scrapeMetrics(t, k.Addr, data)
+	if metricValue(metrics, `soulstack_cloud_vms_total{op="created",provider="local"}`) != 1 || metricValue(metrics, "soulstack_souls_joined_total") != 1 {
+		t.Fatalf("/metrics does not count the VM made and joined:\n%s\n%s", grepLines(metrics, "soulstack_cloud_vms"), grepLines(metrics, "soulstack_souls_joined"))
+	}
 
 	// The spent token (read from the VM's userdata: the API masks it) is
 	// refused (replay), and nothing changes.

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +19,28 @@ import (
 )
 
 // adminClient returns a client of the keeper k serving from dir's .keeper.
+// scrapeMetrics reads the keeper's /metrics at url with the admin token of
+// dataDir.
+func scrapeMetrics(t *testing.T, url, dataDir string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, url+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(raw)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %d %v", resp.StatusCode, err)
+	}
+	return string(body)
+}
+
 func adminClient(t *testing.T, k *proc, dataDir string) *client.Client {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))

@@ -484,7 +484,7 @@ func (s *System) buildAPI(ctx context.Context) error {
 	check := scenarioChecker(s.Store)
 	s.Access = access.New(s.Store, oidcCfg.AccessRoles(), s.Clock.Now, s.Log)
 	s.API = api.New(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
-		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access,
+		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access, Collectors: newChangeMetrics(s.Changes).collected,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
 		Approvals: approval.NewService(s.Store, s.approvals, c.Approvals.Policy), Seal: s.sealer.Seal,

@@ -5,9 +5,18 @@ import (
 	"sync"
 )
 
-// Change is a committed registry change that other parts of the keeper
-// react to: the SSH pool closes the connections of a soul that is gone,
-// the agent bus cuts the session of a soul whose identity ended.
+// Change is a committed change that other parts of the keeper react to:
+// the SSH pool closes the connections of a soul that is gone, the agent
+// bus cuts the session of a soul whose identity ended, the keeper's
+// metrics count runs, VMs, joins and drift. Changes is the keeper's one
+// typed event bus; On subscribes to one kind of change.
+//
+// What must not be lost when the keeper dies after a commit (a webhook, a
+// drift record) does not ride this bus: it is queued in the committing
+// transaction (the outbox: RunFinishParams.Enqueue,
+// DriftRecordParams.Changed, sqlstore.WithFollowUps) and done at least
+// once. A run's own events wake its streams through the runner's hub, not
+// here: they are many per second and not changes of the registries.
 //
 // Delivery: a Store given a *Changes (sqlstore.WithChanges) publishes a
 // mutation's changes after its transaction has committed, never for one
@@ -37,8 +46,62 @@ type CertRenewed struct {
 	Serial    string
 }
 
-func (SoulGone) change()    {}
-func (CertRenewed) change() {}
+// RunFinished: a run ended (Phase is terminal); ErrorCode is its error's
+// code when it did not succeed.
+type RunFinished struct {
+	ID        string
+	Project   string
+	Phase     string
+	ErrorCode string
+}
+
+// CloudProvisioned: a create's VMs were registered as souls (SIDs) of
+// Project through Provider.
+type CloudProvisioned struct {
+	Provider string
+	Project  string
+	SIDs     []string
+}
+
+// CloudDestroyed: a destroy ended; Destroyed are the VMs the driver
+// destroyed now, AlreadyGone those it found gone. The souls it marked
+// destroyed are each a SoulGone too.
+type CloudDestroyed struct {
+	Provider    string
+	Project     string
+	Destroyed   []string
+	AlreadyGone []string
+}
+
+// SoulJoined: a soul used its bootstrap token and is active.
+type SoulJoined struct {
+	SID string
+}
+
+// DriftChanged: a check changed the drift state of one of a soul's seeds.
+type DriftChanged struct {
+	SID    string
+	SeedID int64
+	From   string
+	To     string
+}
+
+func (SoulGone) change()         {}
+func (CertRenewed) change()      {}
+func (RunFinished) change()      {}
+func (CloudProvisioned) change() {}
+func (CloudDestroyed) change()   {}
+func (SoulJoined) change()       {}
+func (DriftChanged) change()     {}
+
+// On subscribes fn to the changes of type T alone.
+func On[T Change](c *Changes, fn func(ctx context.Context, change T)) {
+	c.Subscribe(func(ctx context.Context, ch Change) {
+		if t, ok := ch.(T); ok {
+			fn(ctx, t)
+		}
+	})
+}
 
 // Subscriber is told of one committed change (see Change for when).
 type Subscriber func(ctx context.Context, c Change)

@@ -265,7 +265,8 @@ func (s *Store) CloudProvision(ctx context.Context, p store.CloudProvisionParams
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
-		return record{action: "cloud.provisioned", object: "provider/" + providerOf(p.Souls), payload: payload, project: project}, nil
+		return record{action: "cloud.provisioned", object: "provider/" + providerOf(p.Souls), payload: payload, project: project,
+			changes: []store.Change{store.CloudProvisioned{Provider: providerOf(p.Souls), Project: project, SIDs: sids}}}, nil
 	})
 }
 
@@ -340,6 +341,7 @@ func (s *Store) CloudDestroy(ctx context.Context, p store.CloudDestroyParams) (_
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
+		changes = append(changes, store.CloudDestroyed{Provider: p.Provider, Project: projectOf(p.Project), Destroyed: p.Destroyed, AlreadyGone: p.AlreadyGone})
 		return record{action: "cloud.provisioned", object: "provider/" + p.Provider, payload: payload, changes: changes, project: projectOf(p.Project)}, nil
 	})
 	return c, err

@@ -85,9 +85,13 @@ func (s *Store) DriftRecord(ctx context.Context, p store.DriftRecordParams) (bef
 				return record{}, fmt.Errorf("queue what follows the drift of %s seed %d: %w", d.SID, d.SeedID, err)
 			}
 		}
+		var changes []store.Change
+		if before != d.State {
+			changes = []store.Change{store.DriftChanged{SID: d.SID, SeedID: d.SeedID, From: before, To: d.State}}
+		}
 		return record{action: action, object: "soul/" + d.SID, payload: map[string]any{
 			"sid": d.SID, "seed_id": d.SeedID, "run_id": d.RunID, "from": before, "to": d.State, "kind": d.Kind, "reason": d.Reason,
-		}}, nil
+		}, changes: changes}, nil
 	})
 	return before, err
 }

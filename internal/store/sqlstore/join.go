@@ -49,7 +49,7 @@ func (s *Store) SoulJoin(ctx context.Context, p store.SoulJoinParams) (_ store.S
 		for k, v := range p.Audit {
 			payload[k] = v
 		}
-		return record{action: "soul.joined", object: "soul/" + p.SID, payload: payload}, nil
+		return record{action: "soul.joined", object: "soul/" + p.SID, payload: payload, changes: []store.Change{store.SoulJoined{SID: p.SID}}}, nil
 	})
 	if err != nil {
 		return store.Soul{}, err

@@ -468,7 +468,8 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) (err err
 		if p.ErrorCode != "" {
 			payload["error"] = map[string]any{"code": p.ErrorCode, "message": p.ErrorMsg}
 		}
-		return record{action: "run.finished", object: "run/" + p.ID, payload: payload, project: project}, nil
+		return record{action: "run.finished", object: "run/" + p.ID, payload: payload, project: project,
+			changes: []store.Change{store.RunFinished{ID: p.ID, Project: project, Phase: p.Phase, ErrorCode: p.ErrorCode}}}, nil
 	})
 }
 

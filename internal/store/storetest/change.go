@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -16,13 +18,15 @@ import (
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
-// changeLog subscribes to a store's changes; each change is recorded with
-// what the store itself answered about the soul at delivery (committed or
-// not).
+// changeLog subscribes to a store's changes of a soul's identity
+// (SoulGone, CertRenewed); each is recorded with what the store itself
+// answered about the soul at delivery (committed or not). others records
+// every other kind of change.
 type changeLog struct {
 	mu      sync.Mutex
 	changes []store.Change
 	seen    []string // soul status at delivery, "gone" when deleted
+	others  []store.Change
 }
 
 func (l *changeLog) subscribe(c *store.Changes, s func() store.Store) {
@@ -33,6 +37,11 @@ func (l *changeLog) subscribe(c *store.Changes, s func() store.Store) {
 			sid = ch.Soul.SID
 		case store.CertRenewed:
 			sid = ch.SID
+		default:
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			l.others = append(l.others, ch)
+			return
 		}
 		state := "gone"
 		if so, err := s().SoulGet(ctx, sid); err == nil {
@@ -43,6 +52,16 @@ func (l *changeLog) subscribe(c *store.Changes, s func() store.Store) {
 		l.changes = append(l.changes, ch)
 		l.seen = append(l.seen, state)
 	})
+}
+
+// takeOthers returns the other changes published since it was last
+// called, as text.
+func (l *changeLog) takeOthers() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := fmt.Sprintf("%+v", l.others)
+	l.others = nil
+	return out
 }
 
 func (l *changeLog) take() ([]store.Change, []string) {
@@ -57,12 +76,16 @@ func (l *changeLog) take() ([]store.Change, []string) {
 // certificate publish store.SoulGone and store.CertRenewed after the
 // commit (a subscriber reading the store sees the change made), with the
 // soul as it was; a destroy publishes only the souls it destroyed; a
-// refused mutation publishes nothing.
+// refused mutation publishes nothing. A provision, a join, a destroy, a
+// run's end and a change of drift publish their own kinds (store.On
+// subscribes to one).
 func testChanges(t *testing.T, b testdb.Backend) {
 	changes := &store.Changes{}
 	var s *sqlstore.Store
 	log := &changeLog{}
 	log.subscribe(changes, func() store.Store { return s })
+	var joined []string
+	store.On(changes, func(_ context.Context, j store.SoulJoined) { joined = append(joined, j.SID) })
 	s = b.Open(t, sqlstore.WithChanges(changes))
 	provisionJoin(t, s)
 	if _, err := s.SoulJoin(ctx, joinParams("vm-1.local.test", "hash-a")); err != nil {
@@ -70,6 +93,19 @@ func testChanges(t *testing.T, b testdb.Backend) {
 	}
 	if got, _ := log.take(); len(got) != 0 {
 		t.Fatalf("provision and join published %+v", got)
+	}
+	if got, want := log.takeOthers(), "[{Provider:local Project:default SIDs:[vm-1.local.test vm-2.local.test]} {SID:vm-1.local.test}]"; got != want {
+		t.Fatalf("provision and join published %s, want %s", got, want)
+	}
+	if !slices.Equal(joined, []string{"vm-1.local.test"}) {
+		t.Fatalf("store.On[SoulJoined] saw %v", joined)
+	}
+	// A refused join publishes nothing.
+	if _, err := s.SoulJoin(ctx, joinParams("vm-1.local.test", "hash-a")); err == nil {
+		t.Fatal("joined twice with one token")
+	}
+	if got := log.takeOthers(); got != "[]" {
+		t.Fatalf("a refused join published %s", got)
 	}
 
 	if _, err := s.SoulRenewCert(ctx, store.SoulRenewParams{SID: "vm-1.local.test", OldSerial: "abc123", CertSerial: "def456", CertNotAfter: time.Now().Add(time.Hour)}); err != nil {
@@ -99,12 +135,18 @@ func testChanges(t *testing.T, b testdb.Backend) {
 	if g, ok := got[0].(store.SoulGone); !ok || !g.Destroyed || g.Soul.SID != "vm-1.local.test" || g.Soul.CertSerial != "def456" || g.Soul.Status != store.SoulActive {
 		t.Fatalf("destroy published %+v, want vm-1 as it was (active, serial def456)", got[0])
 	}
+	if got, want := log.takeOthers(), "[{Provider:local Project:default Destroyed:[vm-1] AlreadyGone:[]}]"; got != want {
+		t.Fatalf("destroy published %s, want %s", got, want)
+	}
 	// Destroying it again changes no soul and publishes nothing.
 	if _, err := s.CloudDestroy(ctx, store.CloudDestroyParams{Provider: "local", VMIDs: []string{"vm-1"}, SIDs: []string{"vm-1.local.test"}, AlreadyGone: []string{"vm-1"}, Actor: "tok_creator"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := log.take(); len(got) != 0 {
 		t.Fatalf("a second destroy published %+v", got)
+	}
+	if got, want := log.takeOthers(), "[{Provider:local Project:default Destroyed:[] AlreadyGone:[vm-1]}]"; got != want {
+		t.Fatalf("a second destroy published %s, want %s", got, want)
 	}
 
 	if err := s.SoulDelete(ctx, store.DeleteParams{Key: "vm-2.local.test", Actor: "tok_t"}); err != nil {
@@ -122,6 +164,34 @@ func testChanges(t *testing.T, b testdb.Backend) {
 	}
 	if got, _ := log.take(); len(got) != 0 {
 		t.Fatalf("a refused delete published %+v", got)
+	}
+
+	// A run's end; a lease lost refuses it and publishes nothing.
+	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_c", "", "d"), Actor: "tok_a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_c", Owner: "keeper-x", Phase: store.PhaseSucceeded}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("finish by a keeper that does not own the run: %v", err)
+	}
+	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_c", Phase: store.PhaseFailed, ErrorCode: "step.failed", ErrorMsg: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := log.takeOthers(), "[{ID:run_c Project:default Phase:Failed ErrorCode:step.failed}]"; got != want {
+		t.Fatalf("a run's end published %s, want %s", got, want)
+	}
+
+	// A change of drift state publishes; the same state again does not.
+	for i, want := range []string{"[{SID:vm-1.local.test SeedID:1 From:checking To:drifted}]", "[]"} {
+		run := fmt.Sprintf("run_d%d", i)
+		if err := s.DriftStart(ctx, "vm-1.local.test", 1, run); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DriftRecord(ctx, store.DriftRecordParams{Drift: store.SoulDrift{SID: "vm-1.local.test", SeedID: 1, RunID: run, State: store.DriftDrifted}, Actor: "tok_t"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := log.takeOthers(); got != want {
+			t.Fatalf("drift record %d published %s, want %s", i, got, want)
+		}
 	}
 }
 
