@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/plugin"
@@ -73,7 +75,7 @@ func testOutlive(t *testing.T, bin string) {
 	if err := os.Symlink(bin, filepath.Join(pluginDir, "soul-cloud-local")); err != nil {
 		t.Fatal(err)
 	}
-	h, err := plugin.New(plugin.Config{PluginDir: pluginDir, Logger: slog.New(slog.DiscardHandler)})
+	h, err := plugin.New(plugin.Config{PluginDir: pluginDir, Base: base.Base{Log: slog.New(slog.DiscardHandler)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/drivers/openstack/openstackfake"
@@ -67,7 +69,7 @@ func host(t *testing.T) (*plugin.Host, *testlog.Buffer) {
 		t.Fatal(err)
 	}
 	buf := &testlog.Buffer{}
-	h, err := plugin.New(plugin.Config{PluginDir: dir, Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	h, err := plugin.New(plugin.Config{PluginDir: dir, Base: base.Base{Log: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))},
 		CreateTimeout: time.Minute, DestroyTimeout: time.Minute, ResizeTimeout: time.Minute})
 	if err != nil {
 		t.Fatal(err)

@@ -68,6 +68,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/plugin"
 )
@@ -235,7 +237,7 @@ func (s *suite) start(t *testing.T) {
 	w := &testLog{t: t}
 	h, err := plugin.New(plugin.Config{
 		PluginDir:      dir,
-		Logger:         slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Base:           base.Base{Log: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))},
 		CreateTimeout:  s.opts.Timeout,
 		DestroyTimeout: s.opts.Timeout,
 		ResizeTimeout:  s.opts.Timeout,

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/store"
 )
@@ -53,14 +55,10 @@ type Service struct {
 }
 
 // New returns the access service; roles nil means OIDC sign-in is off (and
-// every person's token lapses), now nil is time.Now.
-func New(st Store, roles *Roles, now func() time.Time, log *slog.Logger) *Service {
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+// every person's token lapses); it logs and reads the time with b.
+func New(st Store, roles *Roles, b base.Base) *Service {
+	b.Init()
+	now, log := b.Clock.Now, b.Log
 	return &Service{store: st, roles: roles, authn: auth.NewAuthenticator(st, now), now: now, log: log}
 }
 

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/internal/access"
 	"github.com/soulstack/soulstack/internal/store"
 	"github.com/soulstack/soulstack/internal/testdb"
@@ -26,7 +29,7 @@ func TestSignInAndWithdraw(t *testing.T) {
 	}
 	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	a := access.New(st, &access.Roles{Issuer: "https://idp.test", Keeper: map[string]string{"sre": "operator"},
-		Projects: map[string]map[string]string{"web": {"devs": "viewer"}}}, func() time.Time { return now }, nil)
+		Projects: map[string]map[string]string{"web": {"devs": "viewer"}}}, base.Base{Clock: clockwork.NewFakeClockAt(now)})
 	ada := store.Person{Issuer: "https://idp.test", Subject: "u-ada", Name: "Ada@example.test"}
 	if _, err := st.BindingPut(ctx, store.Binding{Project: "db", Kind: store.BindPerson, Subject: ada.Key(), Role: "admin"}, store.ActorKeeper); err != nil {
 		t.Fatal(err)

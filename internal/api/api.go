@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/danielgtaylor/huma/v2"
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,9 +45,9 @@ type Config struct {
 	// Secrets are the keeper's secrets, masked in every answer (besides
 	// secret-looking keys and token patterns); nil: none.
 	Secrets *secret.Keeper
-	Logger  *slog.Logger
+	// Base is the API's logger and clock.
+	base.Base
 	Version string
-	Now     func() time.Time // nil: time.Now
 	// Runs and Check enable the run routes; without them the keeper
 	// serves the registries only.
 	Runs  RunService
@@ -187,12 +189,7 @@ func NewAgent(cfg Config) *Server {
 }
 
 func newServer(cfg Config, agent bool) *Server {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Init()
 	if cfg.AuthFailureBurst <= 0 {
 		cfg.AuthFailureBurst = 10
 	}
@@ -206,8 +203,8 @@ func newServer(cfg Config, agent bool) *Server {
 		tokenStore:   cfg.Stores.Tokens,
 		projectStore: cfg.Stores.Projects,
 		auditStore:   cfg.Stores.Audit,
-		log:          cfg.Logger,
-		now:          cfg.Now,
+		log:          cfg.Log,
+		now:          cfg.Clock.Now,
 		secrets:      cfg.Secrets,
 		authn:        cfg.Access.Authenticator(),
 		access:       cfg.Access,
@@ -221,7 +218,7 @@ func newServer(cfg Config, agent bool) *Server {
 		refs:         cfg.References,
 		seal:         cfg.Seal,
 		projectKey:   cfg.ProjectKey,
-		limiter:      newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Now),
+		limiter:      newAuthLimiter(cfg.AuthFailureBurst, cfg.AuthFailureInterval, cfg.Clock.Now),
 		audit:        cfg.VerifyAudit,
 		oidc:         newOIDCFlow(cfg.OIDC),
 
@@ -231,7 +228,7 @@ func newServer(cfg Config, agent bool) *Server {
 	if j := cfg.Join; j != nil {
 		g := j.Guard
 		if g == nil {
-			g = NewJoinGuard(cfg.Stores.Audit, cfg.Logger, cfg.Now, 0, 0)
+			g = NewJoinGuard(cfg.Stores.Audit, cfg.Base, 0, 0)
 		}
 		s.join = &joinState{cfg: *j, guard: g}
 	}

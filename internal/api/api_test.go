@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/danielgtaylor/huma/v2"
 
 	"github.com/soulstack/soulstack/client"
@@ -38,8 +42,9 @@ type keeper struct {
 }
 
 type clock struct {
-	mu sync.Mutex
-	t  time.Time
+	clockwork.Clock // the real clock's timers
+	mu              sync.Mutex
+	t               time.Time
 }
 
 func (c *clock) Now() time.Time {
@@ -61,9 +66,9 @@ func start(t testing.TB, b testdb.Backend) *keeper {
 	t.Helper()
 	st := b.Open(t)
 	logs := &testlog.Buffer{}
-	clk := &clock{}
+	clk := &clock{Clock: clockwork.NewRealClock()}
 	log := slog.New(secretHandler(logs))
-	srv := httptest.NewServer(api.New(withStore(st, api.Config{Logger: log, Version: "test", Now: clk.Now,
+	srv := httptest.NewServer(api.New(withStore(st, api.Config{Base: base.Base{Log: log, Clock: clk}, Version: "test",
 		VerifyAudit: func(ctx context.Context) (audit.Report, error) { return audit.Verify(ctx, st, testdb.AuditKey, nil) }})))
 	t.Cleanup(srv.Close)
 	plain, id, hash, err := auth.NewToken()
@@ -627,7 +632,7 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 func withStore(st store.Store, cfg api.Config) api.Config {
 	cfg.Stores = api.StoresOf(st)
 	if cfg.Access == nil {
-		cfg.Access = access.New(st, cfg.OIDC.AccessRoles(), cfg.Now, cfg.Logger)
+		cfg.Access = access.New(st, cfg.OIDC.AccessRoles(), cfg.Base)
 	}
 	if cfg.Approvals == nil {
 		cfg.Approvals = approval.NewService(st, approval.Policy{}, "")

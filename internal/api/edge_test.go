@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/store"
@@ -21,9 +25,9 @@ func startLimited(t *testing.T, b testdb.Backend, burst int, interval time.Durat
 	t.Helper()
 	st := b.Open(t)
 	logs := &testlog.Buffer{}
-	clk := &clock{}
+	clk := &clock{Clock: clockwork.NewRealClock()}
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	srv := httptest.NewServer(api.New(withStore(st, api.Config{Logger: slog.New(secretHandler(logs)), Version: "test", Now: clk.Now,
+	srv := httptest.NewServer(api.New(withStore(st, api.Config{Base: base.Base{Log: slog.New(secretHandler(logs)), Clock: clk}, Version: "test",
 		AuthFailureBurst: burst, AuthFailureInterval: interval})))
 	t.Cleanup(srv.Close)
 	plain, id, hash, err := auth.NewToken()

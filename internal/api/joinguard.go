@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/internal/store"
 )
 
@@ -71,19 +73,15 @@ type Auditor interface {
 // NewJoinGuard returns the guard of a keeper's join routes: burst refused
 // joins in a row per client address, then one per interval (0: 10 and
 // 1 s); refusals are audited into st.
-func NewJoinGuard(st Auditor, log *slog.Logger, now func() time.Time, burst int, interval time.Duration) *JoinGuard {
+func NewJoinGuard(st Auditor, b base.Base, burst int, interval time.Duration) *JoinGuard {
 	if burst <= 0 {
 		burst = 10
 	}
 	if interval <= 0 {
 		interval = time.Second
 	}
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.Default()
-	}
+	b.Init()
+	log, now := b.Log, b.Clock.Now
 	return &JoinGuard{
 		perClient: newAuthLimiter(burst, interval, now),
 		keeper:    newAuthLimiter(keeperRefusalBurst, time.Second/keeperRefusalsPerSecond, now),

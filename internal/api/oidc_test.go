@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/oauth2-proxy/mockoidc"
 	"github.com/soulstack/soulstack/internal/access"
@@ -29,7 +31,7 @@ func TestVerifyIDToken(t *testing.T) {
 	t.Cleanup(func() { _ = other.Shutdown() })
 	cfg := &OIDCConfig{Issuer: idp.Issuer(), ClientID: idp.ClientID, ClientSecret: idp.ClientSecret, GroupsClaim: "groups",
 		Roles: map[string]string{"sre": "operator"}, Scopes: []string{"openid"}}
-	s := &Server{oidc: newOIDCFlow(cfg), access: access.New(nil, cfg.AccessRoles(), nil, nil)}
+	s := &Server{oidc: newOIDCFlow(cfg), access: access.New(nil, cfg.AccessRoles(), base.Base{})}
 	ctx := context.Background()
 	_, verifier, err := s.oidc.discover(ctx)
 	if err != nil {
@@ -79,7 +81,7 @@ func TestVerifyIDToken(t *testing.T) {
 
 func TestRoleOfAndReturnPaths(t *testing.T) {
 	t.Parallel()
-	a := access.New(nil, (&OIDCConfig{Roles: map[string]string{"dev": "viewer", "sre": "operator", "root": "admin"}}).AccessRoles(), nil, nil)
+	a := access.New(nil, (&OIDCConfig{Roles: map[string]string{"dev": "viewer", "sre": "operator", "root": "admin"}}).AccessRoles(), base.Base{})
 	for groups, want := range map[string]string{"": "", "x": "", "dev": "viewer", "dev,sre": "operator", "sre,root,dev": "admin"} {
 		if got := a.KeeperRole(groupsOf(splitComma(groups))); got != want {
 			t.Errorf("roleOf(%s) = %q, want %q", groups, got, want)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/soulstack/soulstack/internal/base"
 )
 
 // checkpointVersion is the format of a checkpoint file.
@@ -202,9 +203,9 @@ type CheckpointerConfig struct {
 	KeeperID string // names this keeper's file
 	Key      *Key
 	// Every is how many events may be appended between two checkpoints.
-	Every  int64
-	Now    func() time.Time // default time.Now
-	Logger *slog.Logger
+	Every int64
+	// Base is the checkpointer's logger and clock.
+	base.Base
 }
 
 // Checkpointer writes this keeper's checkpoint: when Start finds the log
@@ -227,14 +228,9 @@ type Checkpointer struct {
 
 // NewCheckpointer returns a Checkpointer; it writes nothing before Start.
 func NewCheckpointer(cfg CheckpointerConfig) *Checkpointer {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Init()
 	if cfg.Every <= 0 {
 		cfg.Every = 100
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Checkpointer{cfg: cfg, path: CheckpointPath(cfg.Dir, cfg.KeeperID)}
 }
@@ -266,7 +262,7 @@ func (c *Checkpointer) Start(head Head, rowHash func(seq int64) (string, error))
 		if superseded(restores, prev.Checkpoint) {
 			// A restore gave up the rows it recorded; the restore record
 			// holds it as evidence, and history continues from the backup.
-			c.cfg.Logger.Info("audit checkpoint superseded by a restore", "path", c.path, "seq", prev.Checkpoint.Seq)
+			c.cfg.Log.Info("audit checkpoint superseded by a restore", "path", c.path, "seq", prev.Checkpoint.Seq)
 			err = fs.ErrNotExist
 		}
 	}
@@ -314,7 +310,7 @@ func (c *Checkpointer) Appended(h Head) {
 		return
 	}
 	if err := c.writeLocked(); err != nil {
-		c.cfg.Logger.Error("write audit checkpoint", "path", c.path, "err", err)
+		c.cfg.Log.Error("write audit checkpoint", "path", c.path, "err", err)
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/internal/bus"
 	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/transport"
@@ -69,7 +71,7 @@ func BenchmarkAgentStorm(b *testing.B) {
 func fanout(b *testing.B, n int, noExec bool, stagger, jitter time.Duration) {
 	ca := bustest.NewCA(b)
 	reg := bustest.NewRegistry()
-	srv, err := bus.Start(b.Context(), bus.Config{Logger: benchLogger(), Listen: "127.0.0.1:0", CA: ca.CA, ServerCert: ca.ServerCert, Identities: reg, Heartbeat: 5 * time.Second})
+	srv, err := bus.Start(b.Context(), bus.Config{Base: base.Base{Log: benchLogger()}, Listen: "127.0.0.1:0", CA: ca.CA, ServerCert: ca.ServerCert, Identities: reg, Heartbeat: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}

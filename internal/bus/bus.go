@@ -22,6 +22,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
@@ -101,9 +103,8 @@ type Config struct {
 	// MaxOutput is the per-stream output limit sent with each command; 0
 	// means the SSH transport's default.
 	MaxOutput int
-	Logger    *slog.Logger
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Base is the bus's logger and clock.
+	base.Base
 }
 
 // Server is a running bus.
@@ -188,7 +189,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Logger, now: cfg.Now, present: map[string]*presence{}, sessions: map[string]string{}, paused: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
+	s := &Server{cfg: cfg, account: cfg.Account, log: cfg.Log, now: cfg.Clock.Now, present: map[string]*presence{}, sessions: map[string]string{}, paused: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{}), events: make(chan presenceEvent, 4096), delivered: make(chan struct{})}
 	s.warmUntil = s.now().Add(reconnectGrace(cfg.Heartbeat))
 	s.calloutQ = make(chan *nats.Msg, cfg.CalloutQueue)
 	if s.issuer, err = newIssuer(cfg.IssuerSeed); err != nil {
@@ -245,12 +246,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.CalloutQueue <= 0 {
 		cfg.CalloutQueue = defaultCalloutQueue
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Init()
 	return cfg, nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"testing"
 	"time"
 
@@ -35,7 +37,7 @@ type env struct {
 func startBus(t *testing.T, mod ...func(*bus.Config)) *env {
 	t.Helper()
 	e := &env{ca: bustest.NewCA(t), reg: bustest.NewRegistry()}
-	cfg := bus.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})), Listen: "127.0.0.1:0", CA: e.ca.CA, ServerCert: e.ca.ServerCert, Identities: e.reg, Heartbeat: testHeartbeat}
+	cfg := bus.Config{Base: base.Base{Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, Listen: "127.0.0.1:0", CA: e.ca.CA, ServerCert: e.ca.ServerCert, Identities: e.reg, Heartbeat: testHeartbeat}
 	for _, f := range mod {
 		f(&cfg)
 	}

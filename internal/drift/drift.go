@@ -13,10 +13,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/soulstack/soulstack/internal/base"
 
 	"github.com/riverqueue/river"
 	"github.com/soulstack/soulstack/client"
@@ -65,8 +66,7 @@ type Service struct {
 	notify  Notify
 	wants   func(event string) bool
 	enqueue EnqueueTx
-	now     func() time.Time
-	log     *slog.Logger
+	base    base.Base
 }
 
 // Config is what the drift service is built with.
@@ -81,22 +81,17 @@ type Config struct {
 	// EnqueueTx queues ChangedArgs with a recorded change of state; the
 	// queue's worker for them calls Changed.
 	EnqueueTx EnqueueTx
-	Now       func() time.Time // nil: time.Now
-	Log       *slog.Logger     // nil: none
+	// Base is the service's logger and clock.
+	base.Base
 }
 
 // New returns the drift service.
 func New(c Config) *Service {
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Init()
 	if c.Wants == nil {
 		c.Wants = func(string) bool { return true }
 	}
-	if c.Log == nil {
-		c.Log = slog.New(slog.DiscardHandler)
-	}
-	return &Service{store: c.Store, seeds: c.Seeds, notify: c.Notify, wants: c.Wants, enqueue: c.EnqueueTx, now: c.Now, log: c.Log}
+	return &Service{store: c.Store, seeds: c.Seeds, notify: c.Notify, wants: c.Wants, enqueue: c.EnqueueTx, base: c.Base}
 }
 
 // Target names the souls a check covers: SIDs, those with Label, or All;
@@ -118,13 +113,13 @@ func (s *Service) Check(ctx context.Context, t Target) (client.DriftCheckStarted
 // periodic drift check (drift.every).
 func (s *Service) Sweep(ctx context.Context) error {
 	started, err := s.check(ctx, Target{All: true}, func(sd store.SoulSeed) bool { return sd.DriftEvery == 0 })
-	s.log.Info("drift sweep", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
+	s.base.Log.Info("drift sweep", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
 	return err
 }
 
 // Due checks the seeds with a schedule of their own that are due.
 func (s *Service) Due(ctx context.Context) error {
-	due, err := s.store.DriftDue(ctx, s.now())
+	due, err := s.store.DriftDue(ctx, s.base.Now())
 	if err != nil || len(due) == 0 {
 		return err
 	}
@@ -138,7 +133,7 @@ func (s *Service) Due(ctx context.Context) error {
 		want[sd.SID][sd.ID] = true
 	}
 	started, err := s.check(ctx, Target{SIDs: sids}, func(sd store.SoulSeed) bool { return want[sd.SID][sd.ID] })
-	s.log.Info("drift checks due", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
+	s.base.Log.Info("drift checks due", "checks", len(started.Checks), "skipped", len(started.Skipped), "err", err)
 	return err
 }
 
@@ -200,7 +195,7 @@ func (s *Service) checkSoul(ctx context.Context, sid string, keep func(store.Sou
 		if sd.Status != store.SeedActive || keep != nil && !keep(sd) {
 			continue
 		}
-		key := fmt.Sprintf("%s%s:%d:%d", KeyPrefix, sid, sd.ID, s.now().UnixNano())
+		key := fmt.Sprintf("%s%s:%d:%d", KeyPrefix, sid, sd.ID, s.base.Now().UnixNano())
 		run, err := s.seeds.Submit(ctx, sd, client.RunCheck, key)
 		if err != nil {
 			out.Skipped = append(out.Skipped, client.DriftSkipped{SID: sid, SeedID: sd.ID, Reason: err.Error()})
@@ -266,7 +261,7 @@ func (s *Service) Finished(ctx context.Context, run store.Run) error {
 	if errors.Is(err, store.ErrNotFound) {
 		// Not the check the seed waits for: a later one was started, or
 		// the drift service never started this run (a key is no proof).
-		s.log.Info("drift check run not recorded", "sid", sid, "seed", seedID, "run", run.ID, "reason", err)
+		s.base.Log.Info("drift check run not recorded", "sid", sid, "seed", seedID, "run", run.ID, "reason", err)
 		return nil
 	}
 	if err != nil {
@@ -355,7 +350,7 @@ func (s *Service) Changed(ctx context.Context, c ChangedArgs) error {
 func (s *Service) remediate(ctx context.Context, checkRunID, sid string, seedID int64) {
 	seeds, err := s.store.Seeds(ctx, sid)
 	if err != nil {
-		s.log.Error("remediate drift", "sid", sid, "seed", seedID, "err", err)
+		s.base.Log.Error("remediate drift", "sid", sid, "seed", seedID, "err", err)
 		return
 	}
 	for _, sd := range seeds {
@@ -367,7 +362,7 @@ func (s *Service) remediate(ctx context.Context, checkRunID, sid string, seedID 
 			err = s.store.DriftRemediated(ctx, sid, seedID, checkRunID, run.ID, store.Actor(sd.CreatedBy))
 		}
 		if err != nil {
-			s.log.Error("remediate drift", "sid", sid, "seed", seedID, "check_run", checkRunID, "err", err)
+			s.base.Log.Error("remediate drift", "sid", sid, "seed", seedID, "check_run", checkRunID, "err", err)
 		}
 	}
 }

@@ -41,7 +41,7 @@ func (s *Service) Report(ctx context.Context, p ReportParams) (client.DriftRepor
 	if err != nil {
 		return client.DriftReport{}, err
 	}
-	items := bySoul(ds, s.now())
+	items := bySoul(ds, s.base.Now())
 	counts, _, err := s.counts(ctx, p.Project)
 	if err != nil {
 		return client.DriftReport{}, err
@@ -68,7 +68,7 @@ type AckParams struct {
 // Ack acknowledges drift (audit soul.drift_acknowledged) and returns the
 // soul's drift after it.
 func (s *Service) Ack(ctx context.Context, p AckParams) (client.SoulDrift, error) {
-	now := s.now()
+	now := s.base.Now()
 	until, err := parseAckUntil(p.Until, now)
 	if err != nil {
 		return client.SoulDrift{}, &AckUntilError{Reason: err.Error()}
@@ -87,7 +87,7 @@ func (s *Service) Ack(ctx context.Context, p AckParams) (client.SoulDrift, error
 	if err != nil {
 		return client.SoulDrift{}, err
 	}
-	items := bySoul(ds, s.now())
+	items := bySoul(ds, s.base.Now())
 	if len(items) == 0 || items[0].SID != p.SID {
 		return client.SoulDrift{}, notFound
 	}
@@ -156,7 +156,7 @@ func (s *Service) counts(ctx context.Context, project string) (map[string]int, i
 		if err != nil {
 			return nil, 0, err
 		}
-		souls := bySoul(ds, s.now())
+		souls := bySoul(ds, s.base.Now())
 		for _, so := range souls {
 			counts[so.State]++
 			if so.Acknowledged {
@@ -190,13 +190,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for {
 		projects, err := c.s.store.ProjectList(ctx, store.ListParams{Limit: 500, After: after})
 		if err != nil {
-			c.s.log.Warn("drift metrics", "err", err)
+			c.s.base.Log.Warn("drift metrics", "err", err)
 			return
 		}
 		for _, p := range projects {
 			counts, acked, err := c.s.counts(ctx, p.Name)
 			if err != nil {
-				c.s.log.Warn("drift metrics", "project", p.Name, "err", err)
+				c.s.base.Log.Warn("drift metrics", "project", p.Name, "err", err)
 				return
 			}
 			counts[store.DriftDrifted] -= acked

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/soulstack/soulstack/client"
@@ -63,7 +65,7 @@ func clockedExecutor(clock clockwork.Clock) *engine.Executor {
 		},
 		Keeper:     engine.KeeperTarget{},
 		Authorizer: &authorizer{},
-		Clock:      clock,
+		Base:       base.Base{Clock: clock},
 	}
 }
 

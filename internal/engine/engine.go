@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -56,12 +58,12 @@ type Executor struct {
 	// agent bus, then its SSH pool.
 	Dial     func(transport.HostKeys) transport.Dialer
 	FilesDir string
-	Logger   *slog.Logger
 	// Keeper is the target of keeper-side modules.
 	Keeper module.Target
-	// Clock times step timeouts, retry delays and durations; nil means
-	// the real clock. Tests drive a fake one.
-	Clock clockwork.Clock
+	// Base is the engine's logger and clock: Clock times step timeouts,
+	// retry delays and durations (nil: the real clock; tests drive a fake
+	// one).
+	base.Base
 	// Modules are this keeper's provisioned modules by ID
 	// (module.Provision): a step runs its module's provisioned copy when
 	// there is one, the registered value otherwise.
@@ -160,7 +162,7 @@ func (e *Executor) Execute(ctx context.Context, x runner.Execution, rec runner.R
 	if err != nil {
 		return failed("run.state_unreadable", "the run's checkpoint cannot be decoded: "+err.Error())
 	}
-	log := e.Logger
+	log := e.Log
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/soulstack/soulstack/internal/base"
 
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/store"
@@ -71,7 +71,8 @@ const adminCheckEvery = time.Hour
 // when every active one expires within AdminExpiryWarning: at start, then
 // every adminCheckEvery until ctx ends or stop is called (stop waits for
 // the watcher to return).
-func watchAdminTokens(ctx context.Context, st tokenLister, clock clockwork.Clock, log *slog.Logger) (stop func()) {
+func watchAdminTokens(ctx context.Context, st tokenLister, b base.Base) (stop func()) {
+	clock, log := b.Clock, b.Log
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)

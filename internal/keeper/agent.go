@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/soulstack/soulstack/internal/base"
 
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/config"
@@ -67,7 +67,8 @@ func (a *agentSide) agentURLs(ctx context.Context, sid string) []string {
 
 // newAgentSide loads the keeper CA and binds the agent listener, before
 // the plugins start, so that the local driver learns its port.
-func newAgentSide(c config.Config, log *slog.Logger, clock clockwork.Clock) (*agentSide, error) {
+func newAgentSide(c config.Config, b base.Base) (*agentSide, error) {
+	log, clock := b.Log, b.Clock
 	now := clock.Now()
 	ca, err := pki.LoadOrCreateCA(c.TLSDir(), now)
 	if err != nil {

@@ -8,7 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
+
+	"github.com/soulstack/soulstack/internal/base"
 
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/config"
@@ -59,10 +60,10 @@ func auditKey(ctx context.Context, c config.Config, create bool) (*audit.Key, er
 
 // newCheckpointer returns the audit checkpointer of keeper keeperID, which
 // writes <audit_checkpoint_dir>/<keeper id>.checkpoint.json.
-func newCheckpointer(c config.Config, keeperID string, key *audit.Key, now func() time.Time, log *slog.Logger) *audit.Checkpointer {
+func newCheckpointer(c config.Config, keeperID string, key *audit.Key, b base.Base) *audit.Checkpointer {
 	return audit.NewCheckpointer(audit.CheckpointerConfig{
 		Dir: c.AuditCheckpointDir, KeeperID: keeperID, Key: key,
-		Every: int64(c.AuditCheckpointEvery), Logger: log.With("component", "audit"), Now: now,
+		Every: int64(c.AuditCheckpointEvery), Base: b.Named("audit"),
 	})
 }
 

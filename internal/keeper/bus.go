@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/soulstack/soulstack/internal/base"
 
 	"github.com/soulstack/soulstack/internal/bus"
 	"github.com/soulstack/soulstack/internal/config"
@@ -83,24 +83,25 @@ func recordPresence(st soulContacts, log *slog.Logger) func(sid string, present 
 // NATS server with TLS from the keeper's CA, or the keeper's connection
 // to an external cluster as its auth callout responder. It returns nil
 // when the bus is disabled.
-func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *secret.Resolver, secrets *secret.Keeper, clock clockwork.Clock, log *slog.Logger) (*bus.Server, error) {
+func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *secret.Resolver, secrets *secret.Keeper, b base.Base) (*bus.Server, error) {
+	log := b.Log
 	n := c.NATS
 	if !n.On() {
 		return nil, nil
 	}
-	now := clock.Now()
+	now := b.Now()
 	ca, err := pki.LoadOrCreateCA(c.TLSDir(), now)
 	if err != nil {
 		return nil, fmt.Errorf("nats: keeper CA in %s: %w", c.TLSDir(), err)
 	}
 	cfg := bus.Config{
-		CA: ca, Identities: soulIdentities{souls: st}, OnPresence: recordPresence(st, log), Now: clock.Now,
+		CA: ca, Identities: soulIdentities{souls: st}, OnPresence: recordPresence(st, log), Base: b.Named("bus"),
 		Heartbeat: n.Heartbeat.Std(), SessionTTL: n.SessionTTL.Std(),
 		// Six heartbeats (30 s by default): one registry lookup per soul
 		// each time; the keeper that deletes, destroys or renews a soul
 		// rechecks it at once (revokeOnChange).
 		Revalidate: 6 * n.Heartbeat.Std(),
-		Advertise:  n.Advertise, Logger: log.With("component", "bus"),
+		Advertise:  n.Advertise,
 	}
 	if n.External() {
 		if err := externalBus(ctx, c, resolver, secrets, now, &cfg); err != nil {
@@ -126,13 +127,13 @@ func startBus(ctx context.Context, c config.Config, st busRegistry, resolver *se
 		if err != nil {
 			return nil, fmt.Errorf("nats: server certificate in %s: %w", dir, err)
 		}
-		cfg.ServerCert = ca.NewServerSource(dir, hosts, cert, clock.Now).GetCertificate
+		cfg.ServerCert = ca.NewServerSource(dir, hosts, cert, b.Clock.Now).GetCertificate
 	}
-	b, err := bus.Start(ctx, cfg)
+	srv, err := bus.Start(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("nats: %w", err)
 	}
-	return b, nil
+	return srv, nil
 }
 
 // externalBus fills cfg for an external cluster: the keeper's credentials

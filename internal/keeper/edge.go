@@ -8,7 +8,7 @@ import (
 	"net/url"
 	"sync"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/soulstack/soulstack/internal/base"
 
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/pki"
@@ -21,7 +21,8 @@ import (
 // serverTLS returns the API listener's TLS configuration, or nil for plain
 // HTTP (loopback without tls config, or --insecure-plaintext). It logs
 // which of the three it chose.
-func serverTLS(c config.Config, log *slog.Logger, clock clockwork.Clock) (*tls.Config, error) {
+func serverTLS(c config.Config, b base.Base) (*tls.Config, error) {
+	log, clock := b.Log, b.Clock
 	now := clock.Now()
 	switch {
 	case c.TLS.CertFile != "":

@@ -3,11 +3,12 @@ package keeper
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/soulstack/soulstack/internal/base"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/api"
@@ -23,8 +24,8 @@ import (
 // MCP requests still open (an MCP client's standing event stream, a
 // run_wait): register it with the HTTP server's shutdown, which would
 // otherwise wait for them.
-func withMCP(h *api.Server, st store.Store, secrets *secret.Keeper, c config.Config, log *slog.Logger) (handler http.Handler, stop func()) {
-	m := mcp.New(mcp.Config{API: h, Check: scenarioChecker(st), Audit: st, Secrets: secrets, AllowWrites: c.MCP.AllowWrites, Version: version.String(), Logger: log.With("component", "mcp")})
+func withMCP(h *api.Server, st store.Store, secrets *secret.Keeper, c config.Config, b base.Base) (handler http.Handler, stop func()) {
+	m := mcp.New(mcp.Config{API: h, Check: scenarioChecker(st), Audit: st, Secrets: secrets, AllowWrites: c.MCP.AllowWrites, Version: version.String(), Base: b.Named("mcp")})
 	stopping, stop := context.WithCancel(context.Background())
 	inner := m.Handler()
 	mux := http.NewServeMux()

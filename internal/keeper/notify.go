@@ -19,7 +19,7 @@ import (
 // notifications; its deliveries go through the run queue (set once the
 // runner exists).
 func (s *System) buildNotifier(c config.Config) {
-	n := &notify.Notifier{Store: s.Store, Secrets: s.Secrets, Now: s.Clock.Now, Log: s.Log.With("component", "notify")}
+	n := &notify.Notifier{Store: s.Store, Secrets: s.Secrets, Base: s.Named("notify")}
 	for _, nc := range c.Notifications {
 		name := nc.Name
 		if name == "" {

@@ -3,11 +3,10 @@ package keeper
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"time"
 
-	"github.com/jonboulle/clockwork"
+	"github.com/soulstack/soulstack/internal/base"
 
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/store"
@@ -45,7 +44,8 @@ func schemaLatest(c config.Config) (int64, error) {
 // channel once the database is newer than latest: a keeper of a newer
 // version migrated it while this one serves. A failed read is retried at
 // the next check (the database may be restarting).
-func watchSchema(ctx context.Context, st *sqlstore.Store, latest int64, clock clockwork.Clock, log *slog.Logger) <-chan error {
+func watchSchema(ctx context.Context, st *sqlstore.Store, latest int64, b base.Base) <-chan error {
+	clock, log := b.Clock, b.Log
 	newer := make(chan error, 1)
 	go func() {
 		t := clock.NewTicker(schemaCheckEvery)

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/jonboulle/clockwork"
 	"github.com/riverqueue/river"
 
@@ -61,14 +63,14 @@ var (
 // dependencies it declares when it is built here.
 type System struct {
 	Config config.Config
-	Log    *slog.Logger
+	// Base is the keeper's logger and its one clock, handed to every part
+	// (base.Base): leases and heartbeats, step timeouts, token expiry,
+	// presence, certificates, audit events all read Clock.
+	base.Base
 	// Secrets are the keeper's own secrets and the credentials it resolved
 	// for projects: every channel it is handed to masks them (the log, API
 	// and MCP answers, audit payloads, webhooks, plugin logs, runs' data).
 	Secrets *secret.Keeper
-	// Clock is the one clock every part is handed: leases and heartbeats,
-	// step timeouts, token expiry, presence, certificates, audit events.
-	Clock clockwork.Clock
 
 	// Identity: this keeper's own stable id (a run's executor) and the
 	// deployment's, shared by every keeper on the database (the ownership
@@ -130,7 +132,7 @@ type System struct {
 // built is released.
 func New(ctx context.Context, c config.Config, log *slog.Logger) (_ *System, err error) {
 	secrets := secret.NewKeeper()
-	s := &System{Config: c, Log: slog.New(secrets.LogHandler(log.Handler())), Secrets: secrets, Clock: clockwork.NewRealClock(), Changes: &store.Changes{}}
+	s := &System{Config: c, Base: base.Base{Log: slog.New(secrets.LogHandler(log.Handler())), Clock: clockwork.NewRealClock()}, Secrets: secrets, Changes: &store.Changes{}}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -207,7 +209,7 @@ func (s *System) openRegistry(ctx context.Context) error {
 	if s.OwnerID, err = loadOrCreateID(c.DataDir); err != nil {
 		return err
 	}
-	s.checkpoints = newCheckpointer(c, s.OwnerID, s.auditKey, s.Clock.Now, s.Log)
+	s.checkpoints = newCheckpointer(c, s.OwnerID, s.auditKey, s.Base)
 	key, err := dataKey(c, s.Secrets)
 	if err != nil {
 		return err
@@ -257,7 +259,7 @@ func (s *System) listen(context.Context) error {
 		return fmt.Errorf("listen on %s: %w", c.Listen, err)
 	}
 	s.onClose(func() { tcp.Close() })
-	tlsCfg, err := serverTLS(c, s.Log, s.Clock)
+	tlsCfg, err := serverTLS(c, s.Base)
 	if err != nil {
 		return err
 	}
@@ -298,7 +300,7 @@ func (s *System) bootstrapAdmin(ctx context.Context) error {
 // buildAgentSide loads the keeper CA and binds the agent listener, before
 // the plugins start, so that the local driver learns its port.
 func (s *System) buildAgentSide(context.Context) error {
-	a, err := newAgentSide(s.Config, s.Log, s.Clock)
+	a, err := newAgentSide(s.Config, s.Base)
 	if err != nil {
 		return err
 	}
@@ -312,7 +314,7 @@ func (s *System) buildAgentSide(context.Context) error {
 // buildBus starts the agent transport's bus when nats is on, and has it
 // cut the session of a soul whose identity a change of this keeper ended.
 func (s *System) buildBus(ctx context.Context) error {
-	b, err := startBus(ctx, s.Config, s.Store, s.resolver, s.Secrets, s.Clock, s.Log)
+	b, err := startBus(ctx, s.Config, s.Store, s.resolver, s.Secrets, s.Base)
 	if err != nil || b == nil {
 		return err
 	}
@@ -337,7 +339,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 		return fmt.Errorf("create files dir: %w", err)
 	}
 	plugins, err := plugin.New(plugin.Config{PluginDir: c.PluginDir, PathLookup: c.PluginPathLookup, Secrets: s.Secrets,
-		Env: keeperDirsEnv(c, append(s.Agent.hostPorts(), busPort(s.Bus))...), Logger: s.Log}) // the host names its lines component=plugin
+		Env: keeperDirsEnv(c, append(s.Agent.hostPorts(), busPort(s.Bus))...), Base: s.Base}) // the host names its lines component=plugin
 	if err != nil {
 		return err
 	}
@@ -347,8 +349,8 @@ func (s *System) buildRuns(ctx context.Context) error {
 	// ssh.max_idle, or when their soul is deleted or destroyed through this
 	// keeper (other keepers close theirs when idle). Each run re-checks a
 	// warm connection's host key before its first use (ssh.Scope).
-	s.SSH = ssh.NewPool(ssh.Options{Logger: s.Log.With("component", "ssh"), IdleTimeout: c.SSH.IdleTimeout.Std(), MaxIdle: c.SSH.MaxIdle,
-		Now: s.Clock.Now, Sleep: s.sleep})
+	s.SSH = ssh.NewPool(ssh.Options{Base: s.Named("ssh"), IdleTimeout: c.SSH.IdleTimeout.Std(), MaxIdle: c.SSH.MaxIdle,
+		Sleep: s.sleep})
 	s.onClose(func() { s.SSH.Close() })
 	s.Changes.Subscribe(dropOnGone(s.SSH))
 	settings, err := newCloudSettings(c, s.Agent)
@@ -371,7 +373,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 		return err
 	}
 	s.Runs, err = runner.New(ctx, runner.Config{
-		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Secrets: s.Secrets, Exec: exec, Owner: s.OwnerID, Logger: s.Log, Clock: s.Clock,
+		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Secrets: s.Secrets, Exec: exec, Owner: s.OwnerID, Base: s.Base,
 		Lease:   runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
 		Workers: c.Runs.Workers,
 		// The drift service is built after the runner and before it
@@ -389,8 +391,8 @@ func (s *System) buildRuns(ctx context.Context) error {
 		return err
 	}
 	s.Cloud = &cloudService{st: s.Store, keeperID: s.DeploymentID, drivers: plugins.Driver, credentials: s.secrets.Provider}
-	s.Seeds = seeding.New(s.Store, s.Runs, scenarioChecker(s.Store), s.Clock.Now, s.Log)
-	s.Drift = drift.New(drift.Config{Store: s.Store, Seeds: s.Seeds, Notify: s.Notifier.Send, Wants: s.Notifier.Wants, EnqueueTx: s.Runs.EnqueueTx, Now: s.Clock.Now, Log: s.Log})
+	s.Seeds = seeding.New(s.Store, s.Runs, scenarioChecker(s.Store), s.Base)
+	s.Drift = drift.New(drift.Config{Store: s.Store, Seeds: s.Seeds, Notify: s.Notifier.Send, Wants: s.Notifier.Wants, EnqueueTx: s.Runs.EnqueueTx, Base: s.Base})
 	return nil
 }
 
@@ -441,11 +443,10 @@ func (s *System) executor(sshKey []byte, files string, provisioned map[module.ID
 		},
 		Dial:       s.dialer,
 		FilesDir:   files,
-		Logger:     s.Log,
+		Base:       s.Base,
 		Keeper:     engine.KeeperTarget{KeeperFiles: engine.KeeperFiles(files)},
 		Modules:    provisioned,
 		Authorizer: auth.Checker{Tokens: s.Store, Now: s.Clock.Now},
-		Clock:      s.Clock,
 		Limits:     engine.OutputLimits{Target: c.Runs.MaxTargetOutputBytes, Run: c.Runs.MaxOutputBytes},
 	}, nil
 }
@@ -478,12 +479,12 @@ func (s *System) buildAPI(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	guard := api.NewJoinGuard(s.Store, s.Log, s.Clock.Now, c.HTTP.AuthFailureBurst, c.HTTP.AuthFailureInterval.Std())
+	guard := api.NewJoinGuard(s.Store, s.Base, c.HTTP.AuthFailureBurst, c.HTTP.AuthFailureInterval.Std())
 	s.onClose(guard.Close) // its last summary, before the store closes
 	join := s.Agent.joinConfig(c, guard)
 	check := scenarioChecker(s.Store)
-	s.Access = access.New(s.Store, oidcCfg.AccessRoles(), s.Clock.Now, s.Log)
-	s.API = api.New(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
+	s.Access = access.New(s.Store, oidcCfg.AccessRoles(), s.Base)
+	s.API = api.New(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Base: s.Base, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access, Collectors: newChangeMetrics(s.Changes).collected,
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
@@ -493,10 +494,10 @@ func (s *System) buildAPI(ctx context.Context) error {
 			return k.authorized, err
 		},
 		References: api.References{VaultPrefix: c.Vault.ProjectVaultPrefix, EndpointAllowed: c.EndpointAllowed}})
-	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, s.Secrets, c, s.Log)
+	s.http.Handler, s.stopMCP = withMCP(s.API, s.Store, s.Secrets, c, s.Base)
 	s.http.RegisterOnShutdown(s.stopMCP)
 	if s.Agent.ln != nil {
-		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Logger: s.Log, Now: s.Clock.Now, Version: version.String(), Runs: s.Runs, Check: check, Seeds: s.Seeds, Access: s.Access, Join: join}), s.Log)
+		s.agentHTTP = s.Agent.server(c, api.NewAgent(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Base: s.Base, Version: version.String(), Runs: s.Runs, Check: check, Seeds: s.Seeds, Access: s.Access, Join: join}), s.Log)
 	}
 	return nil
 }
@@ -510,7 +511,7 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	if err := startCheckpoints(ctx, s.Store, s.checkpoints, s.Log); err != nil {
 		return err
 	}
-	stopWatch := watchAdminTokens(ctx, s.Store, s.Clock, s.Log)
+	stopWatch := watchAdminTokens(ctx, s.Store, s.Base)
 	defer stopWatch()
 	s.withdrawLapsedAccess(ctx)
 	if err := s.Runs.Start(ctx); err != nil {
@@ -542,7 +543,7 @@ func (s *System) Serve(ctx context.Context, ready chan<- net.Addr) error {
 	if err != nil {
 		return err
 	}
-	newer := watchSchema(ctx, s.Store, latest, s.Clock, s.Log)
+	newer := watchSchema(ctx, s.Store, latest, s.Base)
 	s.announce()
 	if ready != nil {
 		ready <- s.ln.Addr()

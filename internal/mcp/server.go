@@ -20,6 +20,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/google/jsonschema-go/jsonschema"
 	sdkauth "github.com/modelcontextprotocol/go-sdk/auth"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -69,7 +71,8 @@ type Config struct {
 	// the token must still hold run.create / run.cancel.
 	AllowWrites bool
 	Version     string
-	Logger      *slog.Logger
+	// Base is the server's logger and clock.
+	base.Base
 }
 
 // Server is the keeper's MCP server.
@@ -81,10 +84,8 @@ type Server struct {
 
 // New builds the MCP server and its tools.
 func New(cfg Config) *Server {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
+	cfg.Init()
+	log := cfg.Log
 	s := &Server{cfg: cfg, log: log}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "soulstack-keeper", Title: "Soul Stack keeper", Version: cfg.Version}, &sdk.ServerOptions{
 		Instructions: "Soul Stack's Operator API. Souls are managed hosts, providers are cloud accounts, profiles are VM specs; " +

@@ -30,6 +30,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/riverqueue/river"
 
 	"github.com/soulstack/soulstack/internal/auth"
@@ -72,8 +74,9 @@ type Notifier struct {
 	// RetryBase is the first retry's delay, doubled on each retry up to
 	// five minutes; zero means one second.
 	RetryBase time.Duration
-	Now       func() time.Time
-	Log       *slog.Logger
+	// Base is the notifier's logger and clock (nil: discarded, the real
+	// clock).
+	base.Base
 }
 
 // Payload is a delivery's body.
@@ -101,10 +104,10 @@ type DeliveryArgs struct {
 func (DeliveryArgs) Kind() string { return "soulstack.webhook" }
 
 func (n *Notifier) now() time.Time {
-	if n.Now == nil {
+	if n.Clock == nil {
 		return time.Now()
 	}
-	return n.Now()
+	return n.Clock.Now()
 }
 
 func (n *Notifier) log() *slog.Logger {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/plugin"
 )
@@ -16,7 +18,7 @@ import (
 // no-op call (Capabilities) through the host, over gRPC, to a real plugin
 // process. It reports the median and the 99th percentile of single calls.
 func BenchmarkCapabilities(b *testing.B) {
-	h, err := plugin.New(plugin.Config{PluginDir: drivertest.PluginDir(b), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	h, err := plugin.New(plugin.Config{PluginDir: drivertest.PluginDir(b), Base: base.Base{Log: slog.New(slog.NewTextHandler(io.Discard, nil))}})
 	if err != nil {
 		b.Fatal(err)
 	}

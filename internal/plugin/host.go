@@ -36,6 +36,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/secret"
 )
@@ -57,9 +59,9 @@ type Config struct {
 	// Secrets are masked in the plugins' log lines and the host's records
 	// (besides secret-looking keys and token patterns); nil: none.
 	Secrets *secret.Keeper
-	// Logger receives the host's records and the plugins' log lines, masked.
-	// Default: slog.Default().
-	Logger *slog.Logger
+	// Base: Log receives the host's records and the plugins' log lines,
+	// masked (default: slog.Default()).
+	base.Base
 	// CallTimeout bounds Capabilities, ValidateProfile and List. Default 30 s.
 	CallTimeout time.Duration
 	// CreateTimeout bounds Create. Default 10 min.
@@ -86,9 +88,10 @@ type Config struct {
 // WithDefaults returns a copy of c with every unset field set to its
 // default.
 func (c Config) WithDefaults() Config {
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+	if c.Log == nil {
+		c.Log = slog.Default()
 	}
+	c.Init()
 	setDefault(&c.CallTimeout, 30*time.Second)
 	setDefault(&c.CreateTimeout, 10*time.Minute)
 	setDefault(&c.DestroyTimeout, 10*time.Minute)
@@ -154,7 +157,7 @@ func New(cfg Config) (*Host, error) {
 	}
 	return &Host{
 		cfg:   cfg,
-		log:   slog.New(cfg.Secrets.LogHandler(cfg.Logger.Handler())).With("component", "plugin"),
+		log:   slog.New(cfg.Secrets.LogHandler(cfg.Log.Handler())).With("component", "plugin"),
 		slots: make(map[string]*slot),
 	}, nil
 }

@@ -108,7 +108,7 @@ func newHost(t *testing.T, cfg plugin.Config) (*plugin.Host, *capture) {
 	t.Helper()
 	logs := &capture{}
 	cfg.PluginDir = drivertest.PluginDir(t)
-	cfg.Logger = slog.New(logctx.Handler(logs)) // as the keeper's logger
+	cfg.Log = slog.New(logctx.Handler(logs)) // as the keeper's logger
 	h, err := plugin.New(cfg)
 	if err != nil {
 		t.Fatal(err)

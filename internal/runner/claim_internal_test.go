@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/jonboulle/clockwork"
 
 	"github.com/soulstack/soulstack/internal/secret"
@@ -268,7 +270,7 @@ func deadKeepersRun(t *testing.T, clock clockwork.Clock) (*Runner, *sqlstore.Sto
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(ctx, Config{Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: &blockingExec{}, Owner: "keeper-b", Clock: clock})
+	r, err := New(ctx, Config{Store: st, DB: st.DB(), Queue: st.Queue(), Sealer: sealer, Exec: &blockingExec{}, Owner: "keeper-b", Base: base.Base{Clock: clock}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/jonboulle/clockwork"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver"
@@ -203,11 +205,11 @@ type Config struct {
 	Secrets *secret.Keeper
 	Exec    Executor
 	Owner   string // this keeper's stable id
-	Logger  *slog.Logger
-	Workers int // concurrent runs; default 20
-	// Clock times leases, heartbeats, run timeouts and the recovery of
-	// stale runs; nil means the real clock. Tests drive a fake one.
-	Clock clockwork.Clock
+	Workers int    // concurrent runs; default 20
+	// Base is the runner's logger and clock: Clock times leases,
+	// heartbeats, run timeouts and the recovery of stale runs (tests
+	// drive a fake one).
+	base.Base
 	// Lease is the lease timing; zero fields are the defaults.
 	Lease Lease
 	// Finished, when set, is called with each run the keepers finished
@@ -287,18 +289,13 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 20
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Init()
 	if cfg.Records == nil {
 		r, ok := cfg.Store.(Records)
 		if !ok {
 			return nil, errors.New("runner: no Records, and the Store does not implement them")
 		}
 		cfg.Records = r
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = clockwork.NewRealClock()
 	}
 	cfg.Lease = cfg.Lease.withDefaults()
 	if err := cfg.Lease.validate(); err != nil {
@@ -307,7 +304,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	if err := Migrate(ctx, cfg.Queue); err != nil {
 		return nil, err
 	}
-	r := &Runner{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, execs: map[string]*held{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
+	r := &Runner{cfg: cfg, log: cfg.Log, clock: cfg.Clock, hub: NewHub(), secrets: map[string]*liveSecrets{}, drain: make(chan struct{}), inFlight: map[string]string{}, execs: map[string]*held{}, requeued: map[int64]bool{}, recovered: map[string]time.Time{}}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &worker{r: r})
 	tasks := map[string]Periodic{}
@@ -325,7 +322,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	var err error
 	r.river, err = river.NewClient(cfg.Queue, &river.Config{
 		ID:     cfg.Owner,
-		Logger: cfg.Logger.With("component", "queue"),
+		Logger: cfg.Log.With("component", "queue"),
 		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.Workers},
 			// What follows a change (FollowUp) waits for no run's slot.
 			FollowQueue: {MaxWorkers: followWorkers}},

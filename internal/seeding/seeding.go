@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
 	"github.com/soulstack/soulstack/internal/runner"
@@ -39,15 +41,10 @@ type Service struct {
 	log   *slog.Logger
 }
 
-// New returns the seeding service; now nil is time.Now, log nil logs nothing.
-func New(st Store, runs Submitter, check runner.Checker, now func() time.Time, log *slog.Logger) *Service {
-	if now == nil {
-		now = time.Now
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Service{store: st, runs: runs, check: check, now: now, log: log}
+// New returns the seeding service, logging and reading the time with b.
+func New(st Store, runs Submitter, check runner.Checker, b base.Base) *Service {
+	b.Init()
+	return &Service{store: st, runs: runs, check: check, now: b.Clock.Now, log: b.Log}
 }
 
 // RunKey is the re-run key of a seed's apply run: one run per soul and

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/drivers/hcloud/hcloudfake"
@@ -57,7 +59,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	lb := &testlog.Buffer{}
-	h, err := plugin.New(plugin.Config{PluginDir: dir, Logger: slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	h, err := plugin.New(plugin.Config{PluginDir: dir, Base: base.Base{Log: slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))}})
 	if err != nil {
 		t.Fatal(err)
 	}

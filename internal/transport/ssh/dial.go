@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/soulstack/soulstack/internal/base"
 
 	gossh "golang.org/x/crypto/ssh"
 )
@@ -71,8 +72,10 @@ type Options struct {
 	// 0 means DefaultMaxSessions. Keep it below the servers' MaxSessions
 	// (OpenSSH: 10), as cancelling a command takes one more session.
 	MaxSessions int
-	// Logger receives connection retries at debug level; nil discards.
-	Logger *slog.Logger
+	// Base: Log receives connection retries at debug level (nil
+	// discards); Clock is what idle times are measured on (nil: the real
+	// clock; tests move a fake one by hand).
+	base.Base
 	// IdleTimeout, for a Pool, closes a connection no command has used
 	// for that long; 0 keeps connections until Pool.Close (a pool that
 	// lives for one run). A pool shared across runs sets it.
@@ -81,9 +84,6 @@ type Options struct {
 	// command on them: past it, the least recently used idle ones are
 	// closed when a connection is added and at each sweep. 0 means no cap.
 	MaxIdle int
-	// Now reads the clock that idle times are measured on; nil means
-	// time.Now. Tests inject one they move by hand.
-	Now func() time.Time
 }
 
 // WithDefaults returns a copy of o with nil and zero fields set.
@@ -100,12 +100,7 @@ func (o Options) WithDefaults() Options {
 	if o.MaxSessions <= 0 {
 		o.MaxSessions = DefaultMaxSessions
 	}
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
+	o.Init()
 	return o
 }
 
@@ -278,7 +273,7 @@ func dial(ctx context.Context, t Target, opts Options) (*Client, error) {
 		if attempt >= t.Retry.Attempts {
 			break
 		}
-		opts.Logger.DebugContext(ctx, "ssh connect failed, retrying", "target", t.String(),
+		opts.Log.DebugContext(ctx, "ssh connect failed, retrying", "target", t.String(),
 			"attempt", attempt, "of", t.Retry.Attempts, "in", t.Retry.Interval, "err", err)
 		if err := opts.Sleep(ctx, t.Retry.Interval); err != nil {
 			return nil, fmt.Errorf("ssh connect %s: %w", t, err)

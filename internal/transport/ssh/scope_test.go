@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
@@ -155,8 +159,8 @@ func TestScopeKeepsAWarmConnectionAcrossARestartWithTheSameKey(t *testing.T) {
 func TestPoolMaxIdleClosesTheLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	servers := sshtest.StartN(t, 3, sshtest.Options{})
-	clock := &manualClock{now: time.Unix(1_000_000, 0)}
-	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour, MaxIdle: 2, Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)) // moved by hand
+	pool := ssh.NewPool(ssh.Options{IdleTimeout: time.Hour, MaxIdle: 2, Base: base.Base{Clock: clock}})
 	defer pool.Close()
 	var clients []*ssh.Client
 	for _, s := range servers {
@@ -165,7 +169,7 @@ func TestPoolMaxIdleClosesTheLeastRecentlyUsed(t *testing.T) {
 			t.Fatal(err)
 		}
 		clients = append(clients, c)
-		clock.Add(time.Second)
+		clock.Advance(time.Second)
 	}
 	if pool.Len() != 2 || !isClosed(clients[0]) || isClosed(clients[1]) || isClosed(clients[2]) {
 		t.Fatalf("max_idle 2 with 3 idle connections: %d kept, closed %v %v %v; want the oldest closed",

@@ -4,24 +4,16 @@ import (
 	"context"
 	"errors"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+	"github.com/soulstack/soulstack/internal/base"
+
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
-
-// manualClock is a clock the test moves by hand.
-type manualClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *manualClock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 // breakableDialer dials real TCP connections and can make every write on
 // them fail, as a peer that vanished without closing does.
@@ -55,8 +47,8 @@ func TestSharedPoolKeepsConnectionsAcrossUsesUntilIdle(t *testing.T) {
 	t.Parallel()
 	s := sshtest.Start(t, sshtest.Options{})
 	var dials dialCounter
-	clock := &manualClock{now: time.Unix(1_000_000, 0)}
-	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial, IdleTimeout: time.Hour, Now: clock.Now})
+	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)) // moved by hand
+	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial, IdleTimeout: time.Hour, Base: base.Base{Clock: clock}})
 	defer pool.Close()
 
 	// Two "runs" in a row, a while apart but within the idle timeout.
@@ -68,7 +60,7 @@ func TestSharedPoolKeepsConnectionsAcrossUsesUntilIdle(t *testing.T) {
 		if res := exec(t, c, ssh.Command{Argv: []string{"true"}}); res.ExitCode != 0 {
 			t.Fatalf("run %d: true exited %d", run, res.ExitCode)
 		}
-		clock.Add(30 * time.Minute)
+		clock.Advance(30 * time.Minute)
 		if n := pool.Sweep(); n != 0 {
 			t.Fatalf("run %d: sweep closed %d connections used 30 minutes ago", run, n)
 		}
@@ -77,7 +69,7 @@ func TestSharedPoolKeepsConnectionsAcrossUsesUntilIdle(t *testing.T) {
 		t.Fatalf("%d dials for two uses within the idle timeout, want 1", dials.count())
 	}
 	c, _ := pool.Get(t.Context(), target(s))
-	clock.Add(time.Hour + time.Second)
+	clock.Advance(time.Hour + time.Second)
 	if n := pool.Sweep(); n != 1 || pool.Len() != 0 {
 		t.Fatalf("after the idle timeout: sweep closed %d, %d left; want 1 and 0", n, pool.Len())
 	}
