@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,16 +14,13 @@ import (
 	"github.com/soulstack/soulstack/internal/store/sqlite"
 )
 
-// buildFakeDriver builds the fake cloud's plugin into dir.
+// fakeCloudPkg is the fake cloud's plugin command.
+const fakeCloudPkg = "github.com/soulstack/soulstack/internal/plugin/internal/fakecloud/soul-cloud-fake"
+
+// buildFakeDriver puts the fake cloud's plugin into dir.
 func buildFakeDriver(t *testing.T, dir string) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "soul-cloud-fake"),
-		"github.com/soulstack/soulstack/internal/plugin/internal/fakecloud/soul-cloud-fake").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-fake: %v\n%s", err, out)
-	}
+	bins.Install(t, fakeCloudPkg, dir, "")
 }
 
 // fakeCloudKeeper serves a keeper in dir (serve's args) with the fake

@@ -30,10 +30,7 @@ type natsCluster struct {
 
 func startNATSCluster(t *testing.T, tlsDir, issuerPub, password string) *natsCluster {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "nats-server")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nats-io/nats-server/v2").CombinedOutput(); err != nil {
-		t.Fatalf("build nats-server: %v\n%s", err, out)
-	}
+	bin := bins.Path(t, "github.com/nats-io/nats-server/v2")
 	ca, err := pki.LoadOrCreateCA(tlsDir, time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -27,18 +26,11 @@ func requireLocalVMs(t *testing.T) {
 // buildLocalDriver builds soul-cloud-local into dir.
 func buildLocalDriver(t *testing.T, dir string) { buildDriver(t, dir, "local") }
 
-// buildDriver builds the real soul-cloud-<driver> plugin into the plugin
-// dir dir.
-func buildDriver(t *testing.T, dir, driver string) {
+// buildDriver puts the real soul-cloud-<driver> plugin (built once per
+// test binary) into the plugin dir dir.
+func buildDriver(t testing.TB, dir, driver string) {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	name := "soul-cloud-" + driver
-	out, err := exec.Command("go", "build", "-o", filepath.Join(dir, name), "../../cmd/"+name).CombinedOutput()
-	if err != nil {
-		t.Fatalf("build %s: %v\n%s", name, err, out)
-	}
+	bins.Install(t, "cmd/soul-cloud-"+driver, dir, "")
 }
 
 // localCloudKeeper serves a keeper with the real soul-cloud-local plugin,

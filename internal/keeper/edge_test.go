@@ -488,10 +488,7 @@ func TestOwnCAOnRealNonLoopbackAddress(t *testing.T) {
 	ipCmd("-n", ns, "link", "set", "edge0", "up")
 	ipCmd("-n", ns, "link", "set", "edge1", "up")
 
-	soulctl := filepath.Join(filepath.Dir(keeperBin), "soulctl")
-	if out, err := exec.Command("go", "build", "-o", soulctl, "../../cmd/soulctl").CombinedOutput(); err != nil {
-		t.Fatalf("build soulctl: %v\n%s", err, out)
-	}
+	soulctl := bins.Path(t, "cmd/soulctl")
 	dir := t.TempDir()
 	cmd := exec.Command("ip", "netns", "exec", ns, keeperBin, "serve", "--listen", "198.51.100.7:8443")
 	cmd.Dir = dir

@@ -257,13 +257,7 @@ func missingHostPackages(pkgs []string) []string {
 // buildLocalDriverTB builds soul-cloud-local into dir.
 func buildLocalDriverTB(tb testing.TB, dir string) {
 	tb.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	out, err := osexec.Command("go", "build", "-o", filepath.Join(dir, "soul-cloud-local"), "../../cmd/soul-cloud-local").CombinedOutput()
-	if err != nil {
-		tb.Fatalf("build soul-cloud-local: %v\n%s", err, out)
-	}
+	buildDriver(tb, dir, "local")
 }
 
 // destroyLocalVMs destroys every VM of the local driver's state dir,

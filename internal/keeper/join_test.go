@@ -35,18 +35,11 @@ import (
 	"github.com/soulstack/soulstack/internal/testlog"
 )
 
-// buildSoul builds the soul agent into dir and returns its path.
+// buildSoul puts the soul agent (built once per test binary) into dir
+// and returns its path.
 func buildSoul(t *testing.T, dir string) string {
 	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "soul")
-	out, err := exec.Command("go", "build", "-o", path, "../../cmd/soul").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build soul: %v\n%s", err, out)
-	}
-	return path
+	return bins.Install(t, "cmd/soul", dir, "soul")
 }
 
 var agentListening = regexp.MustCompile(`msg="agent listener" addr=https://[^ ]*:(\d+)`)

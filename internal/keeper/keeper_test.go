@@ -19,12 +19,17 @@ import (
 
 var keeperBin string
 
+// bins are the module's other commands the tests run (driver plugins, the
+// soul agent, soulctl), each built once for the whole test binary.
+var bins = &keepertest.Binaries{}
+
 func TestMain(m *testing.M) {
 	bustest.RunAgentIfAsked() // an agent process of the agent transport's tests
 	dir, err := os.MkdirTemp("", "keeper-bin-")
 	if err != nil {
 		panic(err)
 	}
+	bins.Dir = dir
 	keeperBin, err = keepertest.Build(dir)
 	if err != nil {
 		os.Stderr.WriteString(err.Error() + "\n")

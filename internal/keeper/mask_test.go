@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -358,13 +357,7 @@ func TestProviderConfigSealed(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
 	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-fake"),
-		"github.com/soulstack/soulstack/internal/plugin/internal/fakecloud/soul-cloud-fake").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-fake: %v\n%s", err, out)
-	}
+	buildFakeDriver(t, plugins)
 	k := serve(t, dir)
 	admin := adminClient(t, k, data)
 	ctx := context.Background()

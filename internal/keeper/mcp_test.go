@@ -142,24 +142,10 @@ func connectStdio(ctx context.Context, t *testing.T, k *proc, token string, pl *
 	return c.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
 }
 
-var soulctlOnce struct {
-	sync.Once
-	path string
-	err  error
-	out  []byte
-}
-
 // soulctlBinary builds soulctl once for the tests that run it.
 func soulctlBinary(t *testing.T) string {
 	t.Helper()
-	soulctlOnce.Do(func() {
-		soulctlOnce.path = filepath.Join(filepath.Dir(keeperBin), "soulctl")
-		soulctlOnce.out, soulctlOnce.err = exec.Command("go", "build", "-o", soulctlOnce.path, "../../cmd/soulctl").CombinedOutput()
-	})
-	if soulctlOnce.err != nil {
-		t.Fatalf("build soulctl: %v\n%s", soulctlOnce.err, soulctlOnce.out)
-	}
-	return soulctlOnce.path
+	return bins.Path(t, "cmd/soulctl")
 }
 
 // callTool calls a tool and returns its result's text and structured

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -111,12 +110,7 @@ func openstackKeeper(t *testing.T) (*openstackfake.Fake, *proc, *client.Client) 
 	dir := t.TempDir()
 	data := filepath.Join(dir, ".keeper")
 	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-openstack"), "../../cmd/soul-cloud-openstack").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-openstack: %v\n%s", err, out)
-	}
+	buildDriver(t, plugins, "openstack")
 	creds := filepath.Join(t.TempDir(), "openstack.json")
 	if err := os.WriteFile(creds, []byte(`{"auth": {"auth_url": "`+f.URL+`", "username": "soulstack", "password": "`+osPassword+`",
 		"project_name": "web", "user_domain_name": "Default", "project_domain_name": "Default"}, "region_name": "RegionOne"}`), 0o600); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -29,12 +28,7 @@ func qemuKeeper(t *testing.T, suffix, yml string) (c *client.Client, data, state
 	dir := t.TempDir()
 	data = filepath.Join(dir, ".keeper")
 	plugins := filepath.Join(data, "plugins")
-	if err := os.MkdirAll(plugins, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-qemu"), "../../cmd/soul-cloud-qemu").CombinedOutput(); err != nil {
-		t.Fatalf("build soul-cloud-qemu: %v\n%s", err, out)
-	}
+	buildDriver(t, plugins, "qemu")
 	k := serve(t, dir, "--config", keeperConfig(t, dir, yml))
 	c = adminClient(t, k, data)
 	t.Cleanup(func() {

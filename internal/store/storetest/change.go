@@ -84,8 +84,6 @@ func testChanges(t *testing.T, b testdb.Backend) {
 	var s *sqlstore.Store
 	log := &changeLog{}
 	log.subscribe(changes, func() store.Store { return s })
-	var joined []string
-	store.On(changes, func(_ context.Context, j store.SoulJoined) { joined = append(joined, j.SID) })
 	s = b.Open(t, sqlstore.WithChanges(changes))
 	provisionJoin(t, s)
 	if _, err := s.SoulJoin(ctx, joinParams("vm-1.local.test", "hash-a")); err != nil {
@@ -96,16 +94,6 @@ func testChanges(t *testing.T, b testdb.Backend) {
 	}
 	if got, want := log.takeOthers(), "[{Provider:local Project:default SIDs:[vm-1.local.test vm-2.local.test]} {SID:vm-1.local.test}]"; got != want {
 		t.Fatalf("provision and join published %s, want %s", got, want)
-	}
-	if !slices.Equal(joined, []string{"vm-1.local.test"}) {
-		t.Fatalf("store.On[SoulJoined] saw %v", joined)
-	}
-	// A refused join publishes nothing.
-	if _, err := s.SoulJoin(ctx, joinParams("vm-1.local.test", "hash-a")); err == nil {
-		t.Fatal("joined twice with one token")
-	}
-	if got := log.takeOthers(); got != "[]" {
-		t.Fatalf("a refused join published %s", got)
 	}
 
 	if _, err := s.SoulRenewCert(ctx, store.SoulRenewParams{SID: "vm-1.local.test", OldSerial: "abc123", CertSerial: "def456", CertNotAfter: time.Now().Add(time.Hour)}); err != nil {
@@ -166,33 +154,6 @@ func testChanges(t *testing.T, b testdb.Backend) {
 		t.Fatalf("a refused delete published %+v", got)
 	}
 
-	// A run's end; a lease lost refuses it and publishes nothing.
-	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_c", "", "d"), Actor: "tok_a"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_c", Owner: "keeper-x", Phase: store.PhaseSucceeded}); !errors.Is(err, store.ErrLeaseLost) {
-		t.Fatalf("finish by a keeper that does not own the run: %v", err)
-	}
-	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_c", Phase: store.PhaseFailed, ErrorCode: "step.failed", ErrorMsg: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := log.takeOthers(), "[{ID:run_c Project:default Phase:Failed ErrorCode:step.failed}]"; got != want {
-		t.Fatalf("a run's end published %s, want %s", got, want)
-	}
-
-	// A change of drift state publishes; the same state again does not.
-	for i, want := range []string{"[{SID:vm-1.local.test SeedID:1 From:checking To:drifted}]", "[]"} {
-		run := fmt.Sprintf("run_d%d", i)
-		if err := s.DriftStart(ctx, "vm-1.local.test", 1, run); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.DriftRecord(ctx, store.DriftRecordParams{Drift: store.SoulDrift{SID: "vm-1.local.test", SeedID: 1, RunID: run, State: store.DriftDrifted}, Actor: "tok_t"}); err != nil {
-			t.Fatal(err)
-		}
-		if got := log.takeOthers(); got != want {
-			t.Fatalf("drift record %d published %s, want %s", i, got, want)
-		}
-	}
 }
 
 // testSealed: with a sealer, the secret-looking fields of provider configs
@@ -267,5 +228,60 @@ func testSealed(t *testing.T, b testdb.Backend) {
 	if len(configs) != 2 || !strings.Contains(strings.Join(configs, " "), "keystone.example") || !strings.Contains(strings.Join(configs, " "), "sealed:") ||
 		len(inputs) != 2 || !strings.Contains(inputs[1], "curl") || !strings.Contains(inputs[1], "sealed:") {
 		t.Fatalf("stored configs %v, inputs %v: the fields that are not secret should stay readable", configs, inputs)
+	}
+}
+
+// testChangesOfRunsAndDrift: store.On subscribes to one kind of change; a
+// run's end publishes store.RunFinished, a change of a seed's drift state
+// store.DriftChanged; a refused join, a refused finish and the same drift
+// state again publish nothing.
+func testChangesOfRunsAndDrift(t *testing.T, b testdb.Backend) {
+	changes := &store.Changes{}
+	log := &changeLog{}
+	log.subscribe(changes, func() store.Store { return nil })
+	var joined []string
+	store.On(changes, func(_ context.Context, j store.SoulJoined) { joined = append(joined, j.SID) })
+	s := b.Open(t, sqlstore.WithChanges(changes))
+	provisionJoin(t, s)
+	if _, err := s.SoulJoin(ctx, joinParams("vm-1.local.test", "hash-a")); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(joined, []string{"vm-1.local.test"}) {
+		t.Fatalf("store.On[SoulJoined] saw %v", joined)
+	}
+	log.takeOthers()
+	if _, err := s.SoulJoin(ctx, joinParams("vm-1.local.test", "hash-a")); err == nil {
+		t.Fatal("joined twice with one token")
+	}
+	if got := log.takeOthers(); got != "[]" || len(joined) != 1 {
+		t.Fatalf("a refused join published %s (joined %v)", got, joined)
+	}
+
+	// A run's end; a lease lost refuses it and publishes nothing.
+	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_c", "", "d"), Actor: "tok_a"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_c", Owner: "keeper-x", Phase: store.PhaseSucceeded}); !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("finish by a keeper that does not own the run: %v", err)
+	}
+	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_c", Phase: store.PhaseFailed, ErrorCode: "step.failed", ErrorMsg: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := log.takeOthers(), "[{ID:run_c Project:default Phase:Failed ErrorCode:step.failed}]"; got != want {
+		t.Fatalf("a run's end published %s, want %s", got, want)
+	}
+
+	// A change of drift state publishes; the same state again does not.
+	for i, want := range []string{"[{SID:vm-1.local.test SeedID:1 From:checking To:drifted}]", "[]"} {
+		run := fmt.Sprintf("run_d%d", i)
+		if err := s.DriftStart(ctx, "vm-1.local.test", 1, run); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.DriftRecord(ctx, store.DriftRecordParams{Drift: store.SoulDrift{SID: "vm-1.local.test", SeedID: 1, RunID: run, State: store.DriftDrifted}, Actor: "tok_t"}); err != nil {
+			t.Fatal(err)
+		}
+		if got := log.takeOthers(); got != want {
+			t.Fatalf("drift record %d published %s, want %s", i, got, want)
+		}
 	}
 }

@@ -59,6 +59,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"SoulJoinConcurrent", testSoulJoinConcurrent},
 		{"SeedAdd", testSeedAdd},
 		{"Changes", testChanges},
+		{"ChangesOfRunsAndDrift", testChangesOfRunsAndDrift},
 		{"Sealed", testSealed},
 		{"Sessions", testSessions},
 		{"Drift", testDrift},
