@@ -10,6 +10,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
 )
@@ -29,16 +30,14 @@ func buildFakeDriver(t *testing.T, dir string) {
 // keeper and an admin client.
 func fakeCloudKeeper(t *testing.T, dir string, providers map[string]map[string]any, args ...string) (*proc, *client.Client) {
 	t.Helper()
-	data := filepath.Join(dir, ".keeper")
-	buildFakeDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir, args...)
-	c := adminClient(t, k, data)
+	k := spawn(t, keepertest.Options{Dir: dir, Plugins: []string{fakeCloudPkg}, Args: args})
+	c := k.Admin
 	for name, cfg := range providers {
 		if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: name, Driver: "fake", FQDNSuffix: name + ".test", Config: cfg}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return k, c
+	return k.Proc, c
 }
 
 // deploymentID reads the keeper deployment id from a keeper's SQLite
@@ -173,11 +172,8 @@ func TestLocalCloudTwoDeployments(t *testing.T) {
 	}
 	var ds [2]deployment
 	for i := range ds {
-		dir := t.TempDir()
-		ds[i].data = filepath.Join(dir, ".keeper")
-		buildLocalDriver(t, filepath.Join(ds[i].data, "plugins"))
-		k := serve(t, dir)
-		ds[i].c = adminClient(t, k, ds[i].data)
+		k := spawn(t, keepertest.Options{Plugins: []string{localDriver}})
+		ds[i].data, ds[i].c = k.Data, k.Admin
 		if _, err := ds[i].c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "two.test", Config: map[string]any{"state_dir": state}}); err != nil {
 			t.Fatal(err)
 		}

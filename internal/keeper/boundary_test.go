@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -82,8 +83,6 @@ func TestProjectAdminIsNotKeeperAdmin(t *testing.T) {
 	ctx := context.Background()
 	evil := newAttacker(t)
 	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildDriver(t, filepath.Join(data, "plugins"), "hcloud")
 	creds := filepath.Join(dir, "creds")
 	if err := os.MkdirAll(creds, 0o700); err != nil {
 		t.Fatal(err)
@@ -93,8 +92,8 @@ func TestProjectAdminIsNotKeeperAdmin(t *testing.T) {
 	cfg := "credentials:\n  files: [" + creds + "]\n  env: [HCLOUD_*]\n" +
 		"drivers:\n  hcloud:\n    endpoints: [" + evil.srv.URL + "]\n" +
 		"vault:\n  address: http://127.0.0.1:1\n  token_ref: env:SOULSTACK_TEST_NO_VAULT\n  project_prefix: secret/data/soulstack/{project}/\n"
-	k := serve(t, dir, "--config", keeperConfig(t, dir, cfg))
-	admin := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{Dir: dir, YAML: cfg, Plugins: []string{"cmd/soul-cloud-hcloud"}})
+	k, admin, data := s.Proc, s.Admin, s.Data
 	adminToken, err := os.ReadFile(filepath.Join(data, "admin.token"))
 	if err != nil {
 		t.Fatal(err)

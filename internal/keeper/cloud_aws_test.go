@@ -10,6 +10,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/drivers/aws/awsfake"
+	"github.com/soulstack/soulstack/internal/keepertest"
 )
 
 // TestAWSCloudEndToEnd: a keeper with the real soul-cloud-aws plugin,
@@ -29,15 +30,12 @@ func TestAWSCloudEndToEnd(t *testing.T) {
 	fake.SetPending(2)
 	fake.SetHidden(1)
 
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildDriver(t, filepath.Join(data, "plugins"), "aws")
-	credPath := filepath.Join(dir, "aws.json")
+	credPath := filepath.Join(t.TempDir(), "aws.json")
 	if err := os.WriteFile(credPath, []byte(`{"access_key_id": "AKIAE2ETEST000000001", "secret_access_key": "`+secret+`"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k := serve(t, dir, "--config", keeperConfig(t, dir, "drivers:\n  aws:\n    endpoints: ["+fake.URL+"]\n"))
-	c := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{YAML: "drivers:\n  aws:\n    endpoints: [" + fake.URL + "]\n", Plugins: []string{"cmd/soul-cloud-aws"}})
+	k, c := s.Proc, s.Admin
 	ctx := context.Background()
 	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "aws", Driver: "aws", Region: "eu-central-1", FQDNSuffix: "aws.test",
 		CredentialsRef: "file:" + credPath, Config: map[string]any{"endpoint": fake.URL, "poll_interval": "10ms", "max_backoff": "20ms"}}); err != nil {

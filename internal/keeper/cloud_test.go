@@ -12,6 +12,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/plugin"
 )
 
@@ -22,6 +23,9 @@ func requireLocalVMs(t *testing.T) {
 		t.Skip("local VMs need root on Linux (scripts/test runs as root in CI)")
 	}
 }
+
+// localDriver is the local cloud's plugin command.
+const localDriver = "cmd/soul-cloud-local"
 
 // buildLocalDriver builds soul-cloud-local into dir.
 func buildLocalDriver(t *testing.T, dir string) { buildDriver(t, dir, "local") }
@@ -40,11 +44,8 @@ func buildDriver(t testing.TB, dir, driver string) {
 // client, the keeper's data dir and the state dir.
 func localCloudKeeper(t *testing.T, suffix string) (c *client.Client, data, state string) {
 	t.Helper()
-	dir := t.TempDir()
-	data = filepath.Join(dir, ".keeper")
-	buildLocalDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	c = adminClient(t, k, data)
+	k := spawn(t, keepertest.Options{Plugins: []string{localDriver}})
+	c, data = k.Admin, k.Data
 	ctx := context.Background()
 	state = t.TempDir()
 	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: suffix, Config: map[string]any{"state_dir": state, "max_count": 3}}); err != nil {

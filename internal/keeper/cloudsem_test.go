@@ -11,6 +11,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
@@ -58,12 +59,9 @@ func stepStatus(r *client.Run) string {
 func TestLocalCloudChangesWhen(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildLocalDriver(t, filepath.Join(data, "plugins"))
 	url := testdb.FreshPostgres(t)
-	k := serve(t, dir, "--database-url", url)
-	c := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{Plugins: []string{localDriver}, Args: []string{"--database-url", url}})
+	c, data := s.Admin, s.Data
 	ctx := context.Background()
 	state := t.TempDir()
 	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "sem.test", Config: map[string]any{"state_dir": state}}); err != nil {

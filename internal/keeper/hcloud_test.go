@@ -11,6 +11,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/drivers/hcloud/hcloudfake"
+	"github.com/soulstack/soulstack/internal/keepertest"
 )
 
 // TestHcloudEndToEnd: a keeper with the real soul-cloud-hcloud plugin,
@@ -95,17 +96,14 @@ func hcloudKeeper(t *testing.T, token, cfg string) (*proc, *client.Client, *hclo
 	t.Helper()
 	fake := hcloudfake.New(token)
 	t.Cleanup(fake.Close)
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildDriver(t, filepath.Join(data, "plugins"), "hcloud")
-	tokenFile := filepath.Join(dir, "hcloud.token")
+	tokenFile := filepath.Join(t.TempDir(), "hcloud.token")
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The fake stands for Hetzner's API: a keeper admin allows it as the
 	// driver's endpoint.
-	k := serve(t, dir, "--config", keeperConfig(t, dir, "drivers:\n  hcloud:\n    endpoints: ["+fake.URL+"]\n"+cfg))
-	c := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{YAML: "drivers:\n  hcloud:\n    endpoints: [" + fake.URL + "]\n" + cfg, Plugins: []string{"cmd/soul-cloud-hcloud"}})
+	k, c := s.Proc, s.Admin
 	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "hetzner", Driver: "hcloud", Region: "fsn1", FQDNSuffix: "hc.test",
 		CredentialsRef: "file:" + tokenFile,
 		Config:         map[string]any{"endpoint": fake.URL, "poll_interval": "5ms", "retry_base": "5ms"}}); err != nil {

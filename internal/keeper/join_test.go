@@ -28,10 +28,10 @@ import (
 	gossh "golang.org/x/crypto/ssh"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/soulid"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
-	"github.com/soulstack/soulstack/internal/testdb"
 	"github.com/soulstack/soulstack/internal/testlog"
 )
 
@@ -58,7 +58,7 @@ func agentURL(t *testing.T, k *proc) string {
 // testCredentials lets a test keeper resolve the SSH keys and credential
 // files tests keep in their temporary directories, and any variable; the
 // keeper's own data dir (under the same root) stays out of reach.
-var testCredentials = "credentials:\n  files: [" + filepath.Clean(os.TempDir()) + "]\n  env: [\"*\"]\n"
+var testCredentials = keepertest.Credentials
 
 // keeperConfig writes a keeper.yml into dir: text, with testCredentials
 // unless text has a credentials section of its own.
@@ -180,13 +180,9 @@ func auditCount(t *testing.T, c *client.Client, action, needle string) int {
 func TestSelfOnboardLocalVM(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	buildLocalDriver(t, plugins)
 	soul := buildSoul(t, t.TempDir())
-	cfg := keeperConfig(t, dir, "agent_binary: "+soul+"\n")
-	k := serve(t, dir, "--config", cfg)
+	s := spawn(t, keepertest.Options{YAML: "agent_binary: " + soul + "\n", Plugins: []string{localDriver}})
+	k, data, plugins := s.Proc, s.Data, filepath.Join(s.Data, "plugins")
 	// A loopback keeper's agent listener (and bus) are on loopback alone;
 	// the VM below still joins, at its gateway.
 	logs := k.Drain()
@@ -434,16 +430,9 @@ type joinKeeper struct {
 
 func startJoinKeeper(t *testing.T, backend string, count int, extra string) *joinKeeper {
 	t.Helper()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	buildLocalDriver(t, plugins)
-	args := []string{"--config", keeperConfig(t, dir, extra)}
-	if backend == "postgres" {
-		args = append(args, "--database-url", testdb.FreshPostgres(t))
-	}
-	k := serve(t, dir, args...)
-	j := &joinKeeper{k: k, data: data, agent: agentURL(t, k), c: adminClient(t, k, data), state: t.TempDir(), tokens: map[string]string{}, vmIDs: map[string]string{}}
+	s := spawn(t, keepertest.Options{YAML: extra, Postgres: backend == "postgres", Plugins: []string{localDriver}})
+	data, plugins := s.Data, filepath.Join(s.Data, "plugins")
+	j := &joinKeeper{k: s.Proc, data: data, agent: agentURL(t, s.Proc), c: s.Admin, state: t.TempDir(), tokens: map[string]string{}, vmIDs: map[string]string{}}
 	j.pool, j.fp = keeperCA(t, data)
 	ctx := context.Background()
 	if _, err := j.c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "refuse.test", Config: map[string]any{"state_dir": j.state}}); err != nil {

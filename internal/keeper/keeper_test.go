@@ -3,10 +3,12 @@ package keeper_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -25,6 +27,15 @@ var bins = &keepertest.Binaries{}
 
 func TestMain(m *testing.M) {
 	bustest.RunAgentIfAsked() // an agent process of the agent transport's tests
+	flag.Parse()
+	// Most of these tests wait (on keepers, VMs, timers) far more than they
+	// compute: four at a time by default keeps two cores busy where two
+	// left them half idle. -parallel still says otherwise.
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet && runtime.GOMAXPROCS(0) < 4 {
+		_ = flag.Set("test.parallel", "4")
+	}
 	dir, err := os.MkdirTemp("", "keeper-bin-")
 	if err != nil {
 		panic(err)
@@ -43,6 +54,14 @@ func TestMain(m *testing.M) {
 
 // proc is a keeper process started by a test.
 type proc = keepertest.Proc
+
+// spawn starts a keeper process as o says (keepertest.Spawn), its plugins
+// from this test binary's bins.
+func spawn(t testing.TB, o keepertest.Options) *keepertest.Server {
+	t.Helper()
+	o.Bins = bins
+	return keepertest.Spawn(t, keeperBin, o)
+}
 
 // databaseArgs are the serve arguments of a backend: none for sqlite (the
 // data dir's file), a fresh database for postgres.

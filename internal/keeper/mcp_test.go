@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -47,11 +47,8 @@ type mcpKeeper struct {
 
 func startMCPKeeper(t *testing.T, allowWrites bool) *mcpKeeper {
 	t.Helper()
-	dir := t.TempDir()
-	cfg := writeConfig(t, dir, "mcp:\n  allow_writes: "+map[bool]string{true: "true", false: "false"}[allowWrites]+"\n")
-	k := serve(t, dir, "--config", cfg)
-	data := filepath.Join(dir, ".keeper")
-	admin := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{YAML: "mcp:\n  allow_writes: " + map[bool]string{true: "true", false: "false"}[allowWrites] + "\n"})
+	k, data, admin := s.Proc, s.Data, s.Admin
 	srv := sshtest.Start(t, sshtest.Options{})
 	addSoul(t, admin, "web-1.local.test", srv)
 	ctx := context.Background()

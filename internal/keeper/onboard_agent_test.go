@@ -13,6 +13,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/keeper"
+	"github.com/soulstack/soulstack/internal/keepertest"
 )
 
 // TestSeedsOverAgentWithoutSSH is the first seed's flow end to end with no
@@ -25,10 +26,6 @@ import (
 func TestSeedsOverAgentWithoutSSH(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	buildLocalDriver(t, plugins)
 	soul := buildSoul(t, t.TempDir())
 	noSSH := strings.Replace(keeper.DefaultCloudInit, "runcmd:\n  - /etc/soulstack/start-agent.sh",
 		// Once the soul has joined (the driver saw sshd answer before
@@ -42,8 +39,8 @@ func TestSeedsOverAgentWithoutSSH(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimRight(noSSH, "\n"), "\n") {
 		yml.WriteString("  " + line + "\n")
 	}
-	k := serve(t, dir, "--config", keeperConfig(t, dir, yml.String()))
-	c := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{YAML: yml.String(), Plugins: []string{localDriver}})
+	k, c, plugins := s.Proc, s.Admin, filepath.Join(s.Data, "plugins")
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("keeper log:\n%s", k.Drain())

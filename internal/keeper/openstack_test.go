@@ -12,6 +12,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/drivers/openstack/openstackfake"
+	"github.com/soulstack/soulstack/internal/keepertest"
 )
 
 // TestOpenStackEndToEnd: a keeper with the real soul-cloud-openstack
@@ -107,17 +108,13 @@ func openstackKeeper(t *testing.T) (*openstackfake.Fake, *proc, *client.Client) 
 		Networks: map[string]string{osNetwork: "private", osExternal: "public"}, HideNew: 1,
 	})
 	t.Cleanup(f.Close)
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	plugins := filepath.Join(data, "plugins")
-	buildDriver(t, plugins, "openstack")
 	creds := filepath.Join(t.TempDir(), "openstack.json")
 	if err := os.WriteFile(creds, []byte(`{"auth": {"auth_url": "`+f.URL+`", "username": "soulstack", "password": "`+osPassword+`",
 		"project_name": "web", "user_domain_name": "Default", "project_domain_name": "Default"}, "region_name": "RegionOne"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{Plugins: []string{"cmd/soul-cloud-openstack"}})
+	k, c := s.Proc, s.Admin
 	if _, err := c.ProviderCreate(context.Background(), client.ProviderCreate{Name: "openstack", Driver: "openstack", Region: "RegionOne", FQDNSuffix: "os.test",
 		CredentialsRef: "file:" + creds}); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/modules/moduletest"
 )
 
@@ -83,11 +84,8 @@ func TestPackagesPartialRerun(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
 	repo := pkgRepo(t)
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildLocalDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{Plugins: []string{localDriver}})
+	c, data := s.Admin, s.Data
 	ctx := context.Background()
 	state, err := os.MkdirTemp("/var/tmp", "soulstack-keeper-vms-")
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -34,8 +35,6 @@ func TestProjectQuotasAndSharing(t *testing.T) {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
-			data := filepath.Join(dir, ".keeper")
-			buildLocalDriver(t, filepath.Join(data, "plugins"))
 			// Every VM create is a webhook delivery of the creating project.
 			secretFile := filepath.Join(dir, "hook.secret")
 			if err := os.WriteFile(secretFile, []byte("quota-hook-secret"), 0o600); err != nil {
@@ -43,9 +42,9 @@ func TestProjectQuotasAndSharing(t *testing.T) {
 			}
 			hook := &receiver{secret: []byte("quota-hook-secret")}
 			hook.listen(t, "127.0.0.1:0")
-			cfg := keeperConfig(t, dir, "notifications:\n  - url: http://"+hook.srv.Addr+"/\n    events: [cloud.provisioned]\n    secret_ref: file:"+secretFile+"\n")
-			k := serve(t, dir, append([]string{"--config", cfg}, databaseArgs(t, backend)...)...)
-			admin := adminClient(t, k, data)
+			s := spawn(t, keepertest.Options{Dir: dir, Postgres: backend == "postgres", Plugins: []string{localDriver},
+				YAML: "notifications:\n  - url: http://" + hook.srv.Addr + "/\n    events: [cloud.provisioned]\n    secret_ref: file:" + secretFile + "\n"})
+			k, admin, data := s.Proc, s.Admin, s.Data
 			suffix := "quota-" + backend + ".test"
 			state := t.TempDir()
 			t.Cleanup(func() { destroyLocalVMs(t, filepath.Join(data, "plugins"), suffix, state) })

@@ -12,6 +12,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/plugin"
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/store/sqlite"
@@ -30,11 +31,9 @@ type cloudKeeper struct {
 
 func startCloudKeeper(t *testing.T, suffix string) *cloudKeeper {
 	t.Helper()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildLocalDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	ck := &cloudKeeper{k: k, data: data, admin: adminClient(t, k, data)}
+	k := spawn(t, keepertest.Options{Plugins: []string{localDriver}})
+	data := k.Data
+	ck := &cloudKeeper{k: k.Proc, data: data, admin: k.Admin}
 	state := t.TempDir()
 	cfg := map[string]any{"state_dir": state}
 	if _, err := ck.admin.ProviderCreate(context.Background(), client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: suffix, Config: cfg}); err != nil {

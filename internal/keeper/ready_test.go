@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/keepertest"
 )
 
 // readyScenario makes one local VM with userdata, then reads on it what the
@@ -48,11 +49,8 @@ func readyScenario(userdata string) string {
 func TestCloudSoulTargetedOnceReady(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildLocalDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{Plugins: []string{localDriver}})
+	c, data := s.Admin, s.Data
 	ctx := context.Background()
 	state := t.TempDir()
 	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "ready.test", Config: map[string]any{"state_dir": state}}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -86,11 +87,8 @@ func vmNet(t *testing.T, state, vmID string, args ...string) string {
 func TestSoulStatusFollowsContact(t *testing.T) {
 	requireLocalVMs(t)
 	t.Parallel()
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	buildLocalDriver(t, filepath.Join(data, "plugins"))
-	k := serve(t, dir)
-	c := adminClient(t, k, data)
+	s := spawn(t, keepertest.Options{Plugins: []string{localDriver}})
+	k, c, data := s.Proc, s.Admin, s.Data
 	ctx := context.Background()
 	state := t.TempDir()
 	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: "alive.test", Config: map[string]any{"state_dir": state, "max_count": 1}}); err != nil {
