@@ -1,8 +1,3 @@
-// This file's name sorts first on purpose: go test starts a package's
-// parallel tests in the order of its files, and the QEMU tests are the
-// package's longest (a TCG machine installs Docker for minutes, mostly
-// one busy core), so they start first and the rest run beside them.
-
 package keeper_test
 
 import (
