@@ -89,11 +89,23 @@ func waitRunFor(t *testing.T, c *client.Client, id string, d time.Duration) *cli
 // runScenario runs a scenario text and waits up to d for it to succeed.
 func runScenario(t *testing.T, c *client.Client, name, text string, input map[string]any, d time.Duration) *client.Run {
 	t.Helper()
+	return succeeded(t, c, name, startScenario(t, c, name, text, input), d)
+}
+
+// startScenario starts a run of a scenario text and returns its id.
+func startScenario(t *testing.T, c *client.Client, name, text string, input map[string]any) string {
+	t.Helper()
 	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: text, File: name, Input: input})
 	if err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}
-	final := waitRunFor(t, c, run.ID, d)
+	return run.ID
+}
+
+// succeeded waits up to d for run id (of scenario name) to succeed.
+func succeeded(t *testing.T, c *client.Client, name, id string, d time.Duration) *client.Run {
+	t.Helper()
+	final := waitRunFor(t, c, id, d)
 	if final.Phase != "Succeeded" {
 		t.Fatalf("%s = %s %+v\n%s", name, final.Phase, final.Error, describeSteps(final.Steps))
 	}
@@ -123,13 +135,19 @@ func stdoutOf(t *testing.T, tg client.RunTarget) string {
 // process, overlay, tap or bridge behind.
 func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 	qemutest.RequireImageBuild(t)
-	t.Parallel()
+	// The package's longest test (a TCG machine boots, joins and installs
+	// Docker for minutes, mostly on one busy core) starts its machine
+	// before it yields to the other tests, so that they run beside it
+	// rather than before it (go test releases parallel tests in no fixed
+	// order).
 	soul := buildSoul(t, t.TempDir())
 	c, _, state := qemuKeeper(t, "qemu.test", "agent_binary: "+soul+"\n")
 	ctx := context.Background()
-
 	start := time.Now()
-	final := runScenario(t, c, "qemu.yaml", readExample(t, "qemu.yaml"), map[string]any{"count": 1, "disk_gb": 6}, 20*time.Minute)
+	id := startScenario(t, c, "qemu.yaml", readExample(t, "qemu.yaml"), map[string]any{"count": 1, "disk_gb": 6})
+	t.Parallel()
+
+	final := succeeded(t, c, "qemu.yaml", id, 20*time.Minute)
 	t.Logf("examples/qemu.yaml Succeeded in %s", time.Since(start).Round(time.Second))
 	var out struct {
 		Hosts []struct {
@@ -248,7 +266,8 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 // done between its config and final stages, which the probe waits out.
 func TestQEMUWaitsForCloudInit(t *testing.T) {
 	qemutest.RequireImageBuild(t)
-	t.Parallel()
+	// The machine is started, and watched, before the test yields to the
+	// others (as TestQEMUSelfOnboardEndToEnd's).
 	const marker = "/var/tmp/cloud-init-finished"
 	yml := "cloud_init: |\n  #cloud-config\n  ssh_authorized_keys:\n    - {{ .AuthorizedKey }}\n  runcmd:\n    - sleep 40\n    - touch " + marker + "\n"
 	c, data, _ := qemuKeeper(t, "wait.qemu.test", yml)
@@ -297,6 +316,7 @@ func TestQEMUWaitsForCloudInit(t *testing.T) {
 			}
 		}
 	}()
+	t.Parallel()
 	final := waitRunFor(t, c, run.ID, 10*time.Minute)
 	t.Cleanup(func() {
 		if t.Failed() {
