@@ -248,9 +248,12 @@ func answer(w http.ResponseWriter, status int, v any) {
 	}
 }
 
+// next is a new uid (the deck-api's are UUIDs); prefix tells the kinds
+// apart in its third group.
 func (f *Fake) next(prefix string) string {
 	f.seq++
-	return fmt.Sprintf("%s-%04d-4b1d-8c2e-%012d", prefix, f.seq, f.seq)
+	kind := map[string]string{"inst": "4001", "op": "4002", "par": "4003"}[prefix]
+	return fmt.Sprintf("%08x-0000-%s-8000-%012x", f.seq, kind, f.seq)
 }
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
