@@ -343,9 +343,9 @@ func (s *session) vmOf(in deckapi.Instance) (driversdk.VM, error) {
 	}
 	t := tagsOf(in.Description)
 	vm := driversdk.VM{ID: in.UID, FQDN: in.DisplayName, PrimaryIP: addr, PrivateIP: addr,
-		Addresses: []driversdk.Address{{IP: addr, Kind: driversdk.AddressPrivate}},
+		Addresses:  []driversdk.Address{{IP: addr, Kind: driversdk.AddressPrivate}},
 		Attributes: map[string]any{"status": in.ExplainedStatus, "cpus": in.State.Params["vmCpu"], "memory_gb": in.State.Params["vmRam"], "image": in.State.Params["imageVm"]},
-		Tags: map[string]string{}}
+		Tags:       map[string]string{}}
 	for k, v := range t {
 		if tag, ok := tagKeys[k]; ok {
 			vm.Tags[tag] = v
