@@ -281,6 +281,9 @@ func (s *session) operate(ctx context.Context, uid, op string, values map[string
 func (s *session) wait(ctx context.Context, op, uid, opUID string) error {
 	for {
 		o, err := s.api.Operation(ctx, opUID)
+		if err != nil && ctx.Err() != nil {
+			return driversdk.Errorf(driversdk.CodeDriverTimeout, "the %s operation %s of instance %s had not finished by the call's deadline", op, opUID, uid)
+		}
 		if err != nil {
 			return apiError(op+" "+uid, err)
 		}
@@ -316,11 +319,16 @@ func stagesText(stages []deckapi.Stage) string {
 
 // waitRunning polls an instance until it runs with an address.
 func (s *session) waitRunning(ctx context.Context, uid string) (driversdk.VM, error) {
+	status := "not read yet"
 	for {
 		in, err := s.api.Instance(ctx, uid)
+		if err != nil && ctx.Err() != nil {
+			return driversdk.VM{}, driversdk.Errorf(CodeNotRunning, "instance %s was still %q at the call's deadline", uid, status)
+		}
 		if err != nil {
 			return driversdk.VM{}, apiError("read instance "+uid, err)
 		}
+		status = in.ExplainedStatus
 		st := strings.ToLower(in.ExplainedStatus)
 		if strings.Contains(st, "error") || strings.Contains(st, "fail") || strings.Contains(st, "не удалось") {
 			return driversdk.VM{}, driversdk.Errorf(CodeNotRunning, "instance %s is %q", uid, in.ExplainedStatus)

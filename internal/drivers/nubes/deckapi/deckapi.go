@@ -284,7 +284,7 @@ func (c *Client) call(ctx context.Context, method, p string, q url.Values, in, o
 	for i := 1; ; i++ {
 		loc, err := c.once(ctx, method, p, q, body, out)
 		var apiErr *Error
-		if err == nil || i >= attempts || !errors.As(err, &apiErr) || !apiErr.Retryable() {
+		if err == nil || ctx.Err() != nil || i >= attempts || !errors.As(err, &apiErr) || !apiErr.Retryable() {
 			return loc, err
 		}
 		wait := delay + rand.N(delay/2+1)
@@ -332,6 +332,11 @@ func (c *Client) once(ctx context.Context, method, p string, q url.Values, body 
 	}
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			// This attempt's deadline or the caller's: not the service's
+			// failure, and nothing to retry when it is the caller's.
+			return "", fmt.Errorf("deck-api %s %s: %w", method, p, cerr)
+		}
 		// Transport errors name the URL, never the header.
 		return "", &Error{Method: method, Path: p, Status: http.StatusBadGateway, Message: cut(err.Error())}
 	}
