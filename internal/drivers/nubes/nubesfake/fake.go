@@ -149,17 +149,26 @@ type stage struct {
 
 // New starts a fake on 127.0.0.1 that accepts token; Close stops it.
 func New(token string) *Fake {
+	f, err := Listen("127.0.0.1:0", token)
+	if err != nil {
+		panic(err)
+	}
+	return f
+}
+
+// Listen starts a fake on addr (host:port) that accepts token.
+func Listen(addr, token string) (*Fake, error) {
 	f := &Fake{token: token, expired: map[string]bool{}, instances: map[string]*instance{}, ops: map[string]*operation{},
 		PendingReads: 1, ProgressReads: 2, BootReads: 2, DeletedQuirk: true}
 	f.srv = httptest.NewUnstartedServer(f)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", addr)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
 	f.srv.Listener = l
 	f.srv.Start()
 	f.URL = f.srv.URL + Base
-	return f
+	return f, nil
 }
 
 // Close stops the fake.
