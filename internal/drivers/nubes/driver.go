@@ -296,7 +296,7 @@ func (s *session) wait(ctx context.Context, op, uid, opUID string) error {
 			}
 			return driversdk.Errorf(CodeOperationFailed, "the %s operation %s of instance %s failed: %s%s", op, opUID, uid, o.ErrorLog, stagesText(o.Stages))
 		}
-		if err := sleep(ctx, s.cfg.PollInterval); err != nil {
+		if err := deckapi.Sleep(ctx, s.cfg.PollInterval); err != nil {
 			return driversdk.Errorf(driversdk.CodeDriverTimeout, "the %s operation %s of instance %s had not finished by the call's deadline", op, opUID, uid)
 		}
 	}
@@ -336,7 +336,7 @@ func (s *session) waitRunning(ctx context.Context, uid string) (driversdk.VM, er
 		if st == "running" || st == "active" || st == "deployed" {
 			return s.vmOf(in)
 		}
-		if err := sleep(ctx, s.cfg.PollInterval); err != nil {
+		if err := deckapi.Sleep(ctx, s.cfg.PollInterval); err != nil {
 			return driversdk.VM{}, driversdk.Errorf(CodeNotRunning, "instance %s was still %q at the call's deadline", uid, in.ExplainedStatus)
 		}
 	}
@@ -563,15 +563,4 @@ func apiError(what string, err error) error {
 		return driversdk.Errorf(driversdk.CodeDriverTimeout, "%s: %v", what, err)
 	}
 	return driversdk.Errorf(CodeAPI, "%s: %v", what, err)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -376,6 +376,12 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 	if c.Sleep != nil {
 		return c.Sleep(ctx, d)
 	}
+	return Sleep(ctx, d)
+}
+
+// Sleep waits d, or until ctx ends (then it returns ctx's error): how a
+// deck-api client waits between attempts and between polls.
+func Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
