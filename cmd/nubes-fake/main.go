@@ -63,10 +63,12 @@ func run(listen, tokenFile, state string) error {
 			Profile:  json.RawMessage(`{"cpus": 1, "memory_mb": 512, "ssh_user": "root"}`)}
 		f.Machines = local
 	}
-	fmt.Println(f.URL)
-	fmt.Fprintf(os.Stderr, "nubes-fake: a FAKE of Nubes' deck-api at %s (token in %s); Ctrl-C stops it\n", f.URL, tokenFile)
+	// The signals are caught before the URL is printed: whoever waits for
+	// the URL may stop the fake at once.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	fmt.Println(f.URL)
+	fmt.Fprintf(os.Stderr, "nubes-fake: a FAKE of Nubes' deck-api at %s (token in %s); Ctrl-C stops it\n", f.URL, tokenFile)
 	<-ctx.Done()
 	if local != nil {
 		cleanup(local)
