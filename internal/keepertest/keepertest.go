@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -142,11 +141,9 @@ func AdminToken(tb testing.TB, c config.Config) string {
 // Build builds the keeper binary (cmd/keeper of this module) into dir and
 // returns its path: for a TestMain, once per test process.
 func Build(dir string) (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
 	bin := filepath.Join(dir, "keeper")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/keeper")
-	cmd.Dir = root
+	cmd.Dir = moduleRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the keeper: %w\n%s", err, out)
 	}
