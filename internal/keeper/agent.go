@@ -172,13 +172,8 @@ func (a *agentSide) advertised(driver string) string {
 
 // userdataVars are the agent's values for the cloud_init template.
 func (a *agentSide) userdataVars(driver string) map[string]any {
-	// A local VM's sshd keeps its host key in /etc/soulstack-local; its
-	// /etc/ssh shows the host's public keys, which are not the VM's.
-	hostKeyDir := "/etc/ssh"
-	if driver == localDriver {
-		hostKeyDir = "/etc/soulstack-local"
-	}
-	v := map[string]any{"CAFingerprint": "", "CAPEMBase64": "", "AgentURL": "", "AgentSHA256": "", "StateDir": "/var/lib/soulstack", "HostKeyDir": hostKeyDir}
+	// Every VM, a local one included, keeps its host keys in /etc/ssh.
+	v := map[string]any{"CAFingerprint": "", "CAPEMBase64": "", "AgentURL": "", "AgentSHA256": "", "StateDir": "/var/lib/soulstack", "HostKeyDir": "/etc/ssh"}
 	if a == nil {
 		return v
 	}

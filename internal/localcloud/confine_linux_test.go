@@ -2,6 +2,7 @@ package localcloud
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -59,11 +60,14 @@ func newHostSecrets(t *testing.T) hostSecrets {
 	return s
 }
 
+// hostSecretFile is a host secret's path and the SHA-256 of its content.
+type hostSecretFile struct{ path, sha256 string }
+
 // escapeScript is run in a VM as root, over SSH and from the userdata's
 // runcmd. Each attack prints "blocked NAME" or "ESCAPED NAME"; the
 // control prints "control ok host-ports" when a connection made the way
 // the attacks make theirs reaches a host_ports port.
-func escapeScript(secrets hostSecrets, checkout string, hostPID int, disk [2]uint32, hostKeys []string,
+func escapeScript(secrets hostSecrets, checkout string, hostPID int, disk [2]uint32, hostKeys []hostSecretFile,
 	closedPort, openPort int, hostAddrs []string) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/bash
@@ -101,8 +105,11 @@ try read-init-exe head -c 1 /proc/1/exe
 try host-root-keyring perl -e 'exit(syscall(%[6]d, 0, -4, 0) >= 0 ? 0 : 1)'
 try user-namespace unshare --user --map-root-user true
 `, shellQuote(checkout), disk[0], disk[1], hostPID, shellQuote(secrets.value), unix.SYS_KEYCTL)
+	// The VM has a host key of its own at the host's key's path: what
+	// must not be readable is the host's (its digest, not its content, is
+	// in the script).
 	for i, k := range hostKeys {
-		fmt.Fprintf(&b, "try read-host-ssh-key-%d cat %s\n", i, shellQuote(k))
+		fmt.Fprintf(&b, "try read-host-ssh-key-%d test \"$(sha256sum < %s | cut -d' ' -f1)\" = %s\n", i, shellQuote(k.path), k.sha256)
 	}
 	fmt.Fprintf(&b, "try connect-host-port-bridge timeout 5 bash -c \"exec 3<>/dev/tcp/$gw/%d\"\n", closedPort)
 	for i, a := range hostAddrs {
@@ -150,10 +157,12 @@ func TestVMCannotReachHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	disk := [2]uint32{unix.Major(st.Dev), unix.Minor(st.Dev)}
-	hostKeys, _ := filepath.Glob("/etc/ssh/ssh_host_*_key")
-	for _, f := range []string{"/var/lib/systemd/credential.secret", "/var/lib/systemd/random-seed", "/etc/ssl/private/ssl-cert-snakeoil.key"} {
-		if exists(f) {
-			hostKeys = append(hostKeys, f)
+	keyPaths, _ := filepath.Glob("/etc/ssh/ssh_host_*_key")
+	var hostKeys []hostSecretFile
+	for _, f := range append(keyPaths, "/var/lib/systemd/credential.secret", "/var/lib/systemd/random-seed", "/etc/ssl/private/ssl-cert-snakeoil.key") {
+		if b, err := os.ReadFile(f); err == nil {
+			sum := sha256.Sum256(b)
+			hostKeys = append(hostKeys, hostSecretFile{path: f, sha256: hex.EncodeToString(sum[:])})
 		}
 	}
 
@@ -337,7 +346,8 @@ func TestDriverOptions(t *testing.T) {
 
 // TestWriteUnderWhiteout: a file the driver writes into a directory the
 // view hides (the host has /etc/soulstack-local, say) lands in a new
-// directory that stays empty of the lower layer's entries.
+// directory that stays empty of the lower layer's entries, and one written
+// where the view hid a file replaces the whiteout.
 func TestWriteUnderWhiteout(t *testing.T) {
 	t.Parallel()
 	requireRoot(t)
@@ -351,10 +361,21 @@ func TestWriteUnderWhiteout(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(lower, "a", "secret"), []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := whiteout(upper, lower, "a"); err != nil {
+	if err := os.WriteFile(filepath.Join(lower, "key"), []byte("the host's"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := (layer{lower: lower, upper: upper}).write("a/new", []byte("y"), 0o644); err != nil {
+	for _, rel := range []string{"a", "key"} {
+		if err := whiteout(upper, lower, rel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := layer{lower: lower, upper: upper}
+	if err := l.write("a/new", []byte("y"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A file written where the view hid the lower's (the VM's own SSH
+	// host key at the host's key's path) replaces the whiteout.
+	if err := l.write("key", []byte("the VM's"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	b := make([]byte, 1)
@@ -375,5 +396,8 @@ func TestWriteUnderWhiteout(t *testing.T) {
 	ents, err := os.ReadDir(filepath.Join(merged, "a"))
 	if err != nil || len(ents) != 1 || ents[0].Name() != "new" {
 		t.Errorf("merged a/ = %v, %v; want only new", ents, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(merged, "key")); err != nil || string(b) != "the VM's" {
+		t.Errorf("merged key = %q, %v; want the file written over the whiteout", b, err)
 	}
 }

@@ -48,9 +48,11 @@
 //   - Limits: a cgroup with the profile's cpus (CFS quota) and memory_mb
 //     (memory limit, no swap), on cgroup v2 hosts and on v1 or hybrid ones;
 //     Resize rewrites them while the VM runs.
-//   - sshd: the root's own /usr/sbin/sshd with a config, an ed25519 host
-//     key (reported as the attribute ssh_host_key, for pinning) and
-//     authorized keys of the VM's own under /etc/soulstack-local. It
+//   - sshd: the root's own /usr/sbin/sshd with a config and authorized
+//     keys of the VM's own under /etc/soulstack-local and an ed25519 host
+//     key of its own in /etc/ssh, where a real VM keeps it (reported as the
+//     attribute ssh_host_key, for pinning; the host's keys, public halves
+//     too, are not in the VM). It
 //     trusts the request's AuthorizedKeys and the userdata's
 //     ssh_authorized_keys for ssh_user only (root by default), keys only,
 //     no passwords; ~/.ssh/authorized_keys files are not read.

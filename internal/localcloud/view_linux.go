@@ -37,13 +37,15 @@ var viewDirs = []string{"usr", "etc", "var", "bin", "sbin", "lib", "lib32", "lib
 var viewEmpty = []string{"root", "home", "tmp", "run", "proc", "sys", "dev", "srv", "opt", "mnt", "media", "boot"}
 
 // etcHidden are paths under /etc the VM does not see: the host's
-// password hashes and their backups, its SSH host keys, TLS private keys,
+// password hashes and their backups, its SSH host keys (public halves
+// too: a VM's /etc/ssh shows its own, written by prepare), TLS private keys,
 // old passwords, and Soul Stack's own config. shadow and gshadow are
 // replaced by copies without passwords (sanitizedShadow), not hidden, so
 // that useradd and sudo keep working.
 var etcHidden = []string{
 	"shadow-", "gshadow-", "security/opasswd",
 	"ssh/ssh_host_rsa_key", "ssh/ssh_host_ecdsa_key", "ssh/ssh_host_ed25519_key", "ssh/ssh_host_dsa_key",
+	"ssh/ssh_host_rsa_key.pub", "ssh/ssh_host_ecdsa_key.pub", "ssh/ssh_host_ed25519_key.pub", "ssh/ssh_host_dsa_key.pub",
 	"krb5.keytab", "ipsec.secrets", "ppp/chap-secrets", "ppp/pap-secrets", "docker/key.json",
 }
 

@@ -95,8 +95,11 @@ func prepare(st store, h *hostState, vm newVM) error {
 		{"etc/resolv.conf", resolvConf(), 0o644},
 		{"etc/machine-id", []byte(hex.EncodeToString(mid[:]) + "\n"), 0o444},
 		{"etc/soulstack-local/sshd_config", []byte(sshdConfig), 0o644},
-		{"etc/soulstack-local/ssh_host_ed25519_key", pem.EncodeToMemory(block), 0o600},
-		{"etc/soulstack-local/ssh_host_ed25519_key.pub", []byte(v.HostKey + "\n"), 0o644},
+		// The VM's own host key is where a real VM keeps it (the host's
+		// are hidden, prepareView), so that software reading /etc/ssh
+		// (soul join's --host-key-dir) reports the VM's.
+		{"etc/ssh/ssh_host_ed25519_key", pem.EncodeToMemory(block), 0o600},
+		{"etc/ssh/ssh_host_ed25519_key.pub", []byte(v.HostKey + "\n"), 0o644},
 		{"etc/soulstack-local/authorized_keys/" + v.Spec.SSHUser, []byte(strings.Join(keys, "\n") + "\n"), 0o644},
 		{strings.TrimPrefix(vmCloudInitShim, "/"), []byte(cloudInitShim), 0o755},
 		{"usr/sbin/policy-rc.d", []byte("#!/bin/sh\n# soulstack-local: package scripts start no services; start them yourself.\nexit 101\n"), 0o755},
@@ -142,7 +145,7 @@ func parsedKeys(text string) []string {
 const sshdConfig = `# Written by soulstack-local.
 Port 22
 ListenAddress 0.0.0.0
-HostKey /etc/soulstack-local/ssh_host_ed25519_key
+HostKey /etc/ssh/ssh_host_ed25519_key
 PidFile none
 AuthorizedKeysFile /etc/soulstack-local/authorized_keys/%u
 PubkeyAuthentication yes
@@ -202,6 +205,12 @@ func (l layer) write(rel string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	p := filepath.Join(l.upper, rel)
+	if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		// A whiteout (prepareView hid the lower's): the file replaces it.
+		if err := os.Remove(p); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(p, data, mode); err != nil {
 		return err
 	}

@@ -193,6 +193,11 @@ runcmd:
 			if got := e.run(t, vm, "root", "cat /sys/class/net/eth0/address"); got != vm.Attributes["mac"] {
 				t.Errorf("eth0 MAC in VM %d = %q, want the reported %v", i, got, vm.Attributes["mac"])
 			}
+			// /etc/ssh holds the VM's own host key (soul join reads it
+			// there), and only that one: none of the host's.
+			if got := e.run(t, vm, "root", "cat /etc/ssh/ssh_host_*_key.pub"); got != vm.Attributes["ssh_host_key"] {
+				t.Errorf("/etc/ssh of VM %d shows %q, want its own key %v alone", i, got, vm.Attributes["ssh_host_key"])
+			}
 		}
 		if h, _ := os.Hostname(); h == names[0] || h == names[1] {
 			t.Errorf("the host's hostname changed to %q", h)
