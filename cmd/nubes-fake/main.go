@@ -3,21 +3,25 @@
 // tried without a Nubes account. It is not Nubes: it models what the
 // public source of Nubes' Terraform provider shows of the API.
 //
-//	nubes-fake [-listen 127.0.0.1:8470] [-token-file nubes.token] [-local-state DIR]
+//	nubes-fake [-listen 127.0.0.1:8470] [-token-file nubes.token]
+//	           [-local-state DIR [-host-ports 8420,8421,4222] [-docker]]
 //
 // The token is read from -token-file, or made and written there (0600)
 // when the file does not exist. With -local-state (root on Linux), every
 // VM the fake creates is a real local VM (internal/localcloud) that runs
-// the userdata it was given and trusts its key; without it a VM is only
-// an address. It prints the API's URL, then serves until interrupted, and
-// destroys the local VMs it made when it stops.
+// the userdata it was given and trusts its key for its user login;
+// without it a VM is only an address. -host-ports are the keeper's
+// ports on loopback the VMs reach at their gateway (the API, the agent
+// listener and the bus, for self-onboarding); -docker lets them run
+// Docker (nesting: their root can reach the host). It prints the API's
+// URL, then serves until interrupted, and destroys the local VMs it made
+// when it stops.
 package main
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,7 +32,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/drivers/nubes/nubesfake"
 	"github.com/soulstack/soulstack/internal/localcloud"
 )
@@ -38,14 +41,16 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8470", "the address to serve on (loopback)")
 	tokenFile := flag.String("token-file", "nubes.token", "the token's file: read, or made when missing")
 	state := flag.String("local-state", "", "back each VM with a local VM kept in this directory (root on Linux)")
+	ports := flag.String("host-ports", "", "the keeper's loopback ports the local VMs reach at their gateway (comma-separated)")
+	docker := flag.Bool("docker", false, "let the local VMs run Docker (nesting: their root can reach the host)")
 	flag.Parse()
-	if err := run(*listen, *tokenFile, *state); err != nil {
+	if err := run(*listen, *tokenFile, *state, localcloud.ParsePorts(*ports), *docker); err != nil {
 		fmt.Fprintln(os.Stderr, "nubes-fake:", err)
 		os.Exit(1)
 	}
 }
 
-func run(listen, tokenFile, state string) error {
+func run(listen, tokenFile, state string, ports []uint16, docker bool) error {
 	token, err := readOrMakeToken(tokenFile)
 	if err != nil {
 		return err
@@ -57,10 +62,7 @@ func run(listen, tokenFile, state string) error {
 	defer f.Close()
 	var local *nubesfake.LocalMachines
 	if state != "" {
-		cfg, _ := json.Marshal(map[string]any{"state_dir": state})
-		local = &nubesfake.LocalMachines{Driver: localcloud.New(localcloud.Options{}),
-			Provider: driversdk.Provider{Name: "nubes-fake", FQDNSuffix: "nubes.test", Config: cfg, KeeperID: "nubes-fake"},
-			Profile:  json.RawMessage(`{"cpus": 1, "memory_mb": 512, "ssh_user": "root"}`)}
+		local = nubesfake.NewLocalMachines(state, ports, docker)
 		f.Machines = local
 	}
 	// The signals are caught before the URL is printed: whoever waits for
@@ -100,18 +102,7 @@ func readOrMakeToken(path string) (string, error) {
 func cleanup(m *nubesfake.LocalMachines) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	vms, err := m.Driver.List(ctx, driversdk.ListRequest{Provider: m.Provider})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nubes-fake: list the local VMs:", err)
-		return
-	}
-	var ids []string
-	for _, vm := range vms {
-		ids = append(ids, vm.ID)
-	}
-	if len(ids) > 0 {
-		if err := m.Driver.Destroy(ctx, driversdk.DestroyRequest{Provider: m.Provider, VMIDs: ids}); err != nil {
-			fmt.Fprintln(os.Stderr, "nubes-fake: destroy the local VMs:", err)
-		}
+	if err := m.DestroyAll(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "nubes-fake:", err)
 	}
 }

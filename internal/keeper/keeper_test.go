@@ -16,6 +16,7 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/keepertest"
+	"github.com/soulstack/soulstack/internal/localcloud"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
 
@@ -27,6 +28,7 @@ var bins = &keepertest.Binaries{}
 
 func TestMain(m *testing.M) {
 	bustest.RunAgentIfAsked() // an agent process of the agent transport's tests
+	localcloud.RunIfChild()   // a local VM behind the nubes fake (TestNubesSeedFlow)
 	flag.Parse()
 	// Most of these tests wait (on keepers, VMs, timers) far more than they
 	// compute: four at a time by default keeps two cores busy where two

@@ -354,6 +354,11 @@ func (s *session) vmOf(in deckapi.Instance) (driversdk.VM, error) {
 		Addresses:  []driversdk.Address{{IP: addr, Kind: driversdk.AddressPrivate}},
 		Attributes: map[string]any{"status": in.ExplainedStatus, "cpus": in.State.Params["vmCpu"], "memory_gb": in.State.Params["vmRam"], "image": in.State.Params["imageVm"]},
 		Tags:       map[string]string{}}
+	// The login the keeper's key was given to (the profile's user) is
+	// the one the keeper logs in as.
+	if u, _ := in.State.Params["userLogin"].(string); u != "" {
+		vm.Attributes["ssh_user"] = u
+	}
 	for k, v := range t {
 		if tag, ok := tagKeys[k]; ok {
 			vm.Tags[tag] = v

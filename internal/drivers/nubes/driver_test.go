@@ -54,7 +54,8 @@ func api(f *nubesfake.Fake) *deckapi.Client {
 
 // TestCreateCarriesTheProfile: each VM's create operation gets the
 // profile's values, its name, its userdata and the keeper's key; the VMs
-// come back running with their address and the keeper's tags, and a
+// come back running with their address, the keeper's tags and the
+// profile's user as the login the keeper uses (ssh_user), and a
 // repeated create of the same request adopts them.
 func TestCreateCarriesTheProfile(t *testing.T) {
 	f, d, p := setup(t, nil)
@@ -65,7 +66,8 @@ func TestCreateCarriesTheProfile(t *testing.T) {
 		t.Fatalf("create = %+v, %v", vms, err)
 	}
 	for i, vm := range vms {
-		if vm.FQDN != req.Names[i] || vm.PrimaryIP == "" || vm.Tags[driversdk.TagRequestID] != "req-1" || vm.Tags[driversdk.TagKeeper] != "keeper-a" || vm.Tags[driversdk.TagRunID] != "run-req-1" {
+		if vm.FQDN != req.Names[i] || vm.PrimaryIP == "" || vm.Tags[driversdk.TagRequestID] != "req-1" || vm.Tags[driversdk.TagKeeper] != "keeper-a" || vm.Tags[driversdk.TagRunID] != "run-req-1" ||
+			vm.Attributes["ssh_user"] != "debian" {
 			t.Fatalf("vm %d = %+v", i, vm)
 		}
 		in, err := api(f).Instance(ctx, vm.ID)

@@ -26,8 +26,9 @@ func TestMain(m *testing.M) {
 }
 
 // TestLocalMachines: with LocalMachines, a VM the fake creates is a real
-// local VM that ran the create's userdata and trusts its key (the test
-// logs in over SSH at the address the instance reports), and the delete
+// local VM that ran the create's userdata and trusts its key for its user
+// login (the test logs in over SSH as that user at the address the
+// instance reports), and the delete
 // destroys it.
 func TestLocalMachines(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -53,14 +54,14 @@ func TestLocalMachines(t *testing.T) {
 	})
 	f := nubesfake.New(token)
 	defer f.Close()
-	f.Machines = &nubesfake.LocalMachines{Driver: local, Provider: prov, Profile: json.RawMessage(`{"cpus": 1, "memory_mb": 128, "ssh_user": "root"}`)}
+	f.Machines = &nubesfake.LocalMachines{Driver: local, Provider: prov, Profile: json.RawMessage(`{"cpus": 1, "memory_mb": 128}`)}
 
 	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
 	spub, _ := gossh.NewPublicKey(pub)
 	block, _ := gossh.MarshalPrivateKey(priv, "")
 	c := client(f)
 	inst, o := create(t, c, "web-1.nubesfake.test", map[string]string{"vappUid": "v", "vmName": "web-1",
-		"cloudInit": "#!/bin/sh\necho booted > /var/tmp/nubesfake-userdata\n", "userPublicKey": string(gossh.MarshalAuthorizedKey(spub))})
+		"cloudInit": "#!/bin/sh\necho booted > /var/tmp/nubesfake-userdata\n", "userLogin": "deploy", "userPublicKey": string(gossh.MarshalAuthorizedKey(spub))})
 	if o.Successful == nil || !*o.Successful {
 		t.Fatalf("create = %+v", o)
 	}
@@ -75,7 +76,7 @@ func TestLocalMachines(t *testing.T) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	conn, err := sshx.Dial(dctx, sshx.Target{Address: addr, User: "root", PrivateKey: pem.EncodeToMemory(block),
+	conn, err := sshx.Dial(dctx, sshx.Target{Address: addr, User: "deploy", PrivateKey: pem.EncodeToMemory(block),
 		Retry: sshx.RetryPolicy{Attempts: 20, Interval: 500 * time.Millisecond}}, sshx.Options{})
 	if err != nil {
 		t.Fatalf("log in to the VM behind the fake at %s: %v", addr, err)
