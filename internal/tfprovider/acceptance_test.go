@@ -1,6 +1,9 @@
 package tfprovider_test
 
 import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,7 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/config"
+	"github.com/soulstack/soulstack/internal/drivers/nubes/nubesfake"
+	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/modules/moduletest"
 	"github.com/soulstack/soulstack/internal/scenario"
 	"github.com/soulstack/soulstack/internal/sshtest"
@@ -444,5 +452,107 @@ func TestExampleReadmeHCL(t *testing.T) {
 	}
 	if strings.Contains(layout, "file(") {
 		t.Errorf("the seed's layout snippet reads a file:\n%s", layout)
+	}
+}
+
+// TestExampleNubesWithTerraform applies examples/terraform/nubes (the
+// nubes provider and profile) and then the seed's layout on them, with a
+// real terraform, against a keeper running the real soul-cloud-nubes
+// plugin and the FAKE deck-api (nubesfake) whose VMs are local VMs: two
+// VMs are made through the deck-api, the packages run installs on them
+// over SSH as the profile's user, a second plan changes nothing, and
+// terraform destroy leaves no instance and no VM. The deck-api token is
+// in no terraform output or log.
+func TestExampleNubesWithTerraform(t *testing.T) {
+	t.Parallel()
+	terraformBin(t)
+	if os.Geteuid() != 0 {
+		t.Skip("the fake's local VMs need root (scripts/test runs as root in CI)")
+	}
+	raw := make([]byte, 16)
+	_, _ = rand.Read(raw)
+	token := "nubes-tf-token-" + hex.EncodeToString(raw)
+	f, err := nubesfake.Listen("127.0.0.1:0", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	state, err := os.MkdirTemp("/var/tmp", "soulstack-nubes-tf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	machines := nubesfake.NewLocalMachines(state, nil, false)
+	f.Machines = machines
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := machines.DestroyAll(ctx); err != nil {
+			t.Errorf("destroy the fake's VMs: %v", err)
+		}
+		os.RemoveAll(state)
+	})
+
+	dir := t.TempDir()
+	plugins := filepath.Join(dir, "plugins")
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(plugins, "soul-cloud-nubes"), "../../cmd/soul-cloud-nubes").CombinedOutput(); err != nil {
+		t.Fatalf("build soul-cloud-nubes: %v\n%s", err, out)
+	}
+	kp := keepertest.Start(t, func(c *config.Config) {
+		c.DataDir, c.PluginDir, c.Log.Level = filepath.Join(dir, ".keeper"), plugins, "debug"
+		c.Drivers = map[string]config.Driver{"nubes": {Endpoints: []string{f.URL}}}
+	})
+	k := &testKeeper{URL: kp.URL, Token: kp.Token, Dir: dir, Logs: kp.Logs, C: kp.Client}
+	if _, err := k.C.CredentialPut(context.Background(), "default", "nubes", token); err != nil {
+		t.Fatal(err)
+	}
+
+	e := newExample(t, k, map[string]any{
+		"cloud_provider": "nubes", "cloud_profile": "nubes-small", "vm_count": 2,
+		"install_packages": true, "base_packages": []string{"coreutils"},
+	})
+	registry, _ := json.Marshal(map[string]any{"keeper_endpoint": k.URL, "vapp_uid": "vapp-tf", "fqdn_suffix": "nubes.test",
+		"deck_api_endpoint": f.URL, "cpus": 1, "memory_gb": 1, "extra_config": map[string]string{"poll_interval": "100ms", "retry_base": "100ms"}})
+	if err := os.WriteFile(filepath.Join(e.work, "nubes", "test.auto.tfvars.json"), registry, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := e.run(0, "-chdir=nubes", "apply", "-auto-approve")
+	for _, want := range []string{`cloud_provider = "nubes"`, `cloud_profile = "nubes-small"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the registry's apply lacks %q:\n%s", want, out)
+		}
+	}
+	// What the keeper holds reads back as configured: nothing to change.
+	e.run(0, "-chdir=nubes", "plan", "-detailed-exitcode")
+
+	out = e.run(0, "apply", "-auto-approve")
+	if !strings.Contains(out, `packages_status = "ok"`) {
+		t.Errorf("apply output lacks packages_status ok:\n%s", out)
+	}
+	var hosts []string
+	if err := json.Unmarshal([]byte(e.outputs()["hosts"]), &hosts); err != nil || len(hosts) != 2 ||
+		!strings.HasSuffix(hosts[0], ".nubes.test") || !strings.HasSuffix(hosts[1], ".nubes.test") {
+		t.Fatalf("hosts = %v, %v", hosts, err)
+	}
+	if n := len(f.Instances()); n != 2 {
+		t.Fatalf("the fake holds %d instances, want 2", n)
+	}
+	for _, sid := range hosts {
+		so, err := k.C.SoulGet(context.Background(), sid)
+		if err != nil || so.Provider != "nubes" || so.Connection.User != "root" || so.Status != "active" {
+			t.Errorf("soul %s = %+v, %v", sid, so, err)
+		}
+	}
+	e.run(0, "plan", "-detailed-exitcode")
+
+	e.run(0, "destroy", "-auto-approve")
+	if left := f.Instances(); len(left) != 0 {
+		t.Fatalf("after terraform destroy the fake holds %v", left)
+	}
+	if vms, err := machines.Driver.List(context.Background(), driversdk.ListRequest{Provider: machines.Provider}); err != nil || len(vms) != 0 {
+		t.Fatalf("after terraform destroy the local VMs are %+v, %v", vms, err)
+	}
+	logs, _ := os.ReadFile(e.tfLog)
+	if strings.Contains(out+string(logs)+k.Logs.String(), token) {
+		t.Error("the deck-api token is in terraform's output or log, or the keeper's log")
 	}
 }

@@ -33,6 +33,8 @@ package nubes
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -206,13 +208,25 @@ func (s *session) byIndex(ctx context.Context, request string) (map[int]string, 
 	return out, nil
 }
 
+// vmName is VM i's display name, its FQDN: the name the keeper
+// predicted, or soulstack-<hash of the request id>-<i> with the
+// provider's FQDN suffix (a request id is no DNS label).
+func vmName(req driversdk.CreateRequest, suffix string, i int) string {
+	if len(req.Names) == req.Count && req.Names[i] != "" {
+		return strings.TrimSuffix(req.Names[i], ".")
+	}
+	sum := sha256.Sum256([]byte(req.RequestID))
+	name := fmt.Sprintf("soulstack-%s-%d", hex.EncodeToString(sum[:6]), i)
+	if suffix = strings.Trim(suffix, "."); suffix != "" {
+		name += "." + suffix
+	}
+	return name
+}
+
 // createVM orders VM i of req and runs its create to the end; it returns
 // the instance's uid once it exists, whatever happens after.
 func (s *session) createVM(ctx context.Context, req driversdk.CreateRequest, p Profile, i int) (string, error) {
-	name := fmt.Sprintf("%s-%d", req.RequestID, i)
-	if i < len(req.Names) {
-		name = req.Names[i]
-	}
+	name := vmName(req, s.prov.FQDNSuffix, i)
 	t := tags{"keeper": s.prov.KeeperID, "request": req.RequestID, "run": req.RunID, "index": strconv.Itoa(i)}
 	uid, err := s.api.CreateInstance(ctx, deckapi.ServiceVM, name, t.String())
 	if err != nil {

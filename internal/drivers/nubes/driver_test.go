@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,8 @@ func api(f *nubesfake.Fake) *deckapi.Client {
 // profile's values, its name, its userdata and the keeper's key; the VMs
 // come back running with their address, the keeper's tags and the
 // profile's user as the login the keeper uses (ssh_user), and a
-// repeated create of the same request adopts them.
+// repeated create of the same request adopts them. Without the keeper's
+// names, a VM's name is made from the request.
 func TestCreateCarriesTheProfile(t *testing.T) {
 	f, d, p := setup(t, nil)
 	ctx := context.Background()
@@ -86,6 +88,18 @@ func TestCreateCarriesTheProfile(t *testing.T) {
 	again, err := d.Create(ctx, req)
 	if err != nil || again[0].ID != vms[0].ID || again[1].ID != vms[1].ID || len(f.Instances()) != 2 {
 		t.Fatalf("a repeated create: %+v, %v (the fake holds %v)", again, err, f.Instances())
+	}
+
+	// Without the keeper's names (no self_onboard) a VM is named from the
+	// request, a DNS label, with the provider's FQDN suffix.
+	unnamed := request(p, "req_2", 1)
+	unnamed.Names, unnamed.Userdata = nil, nil
+	vms, err = d.Create(ctx, unnamed)
+	if err != nil || len(vms) != 1 || !regexp.MustCompile(`^soulstack-[0-9a-f]{12}-0\.nubes\.test$`).MatchString(vms[0].FQDN) {
+		t.Fatalf("an unnamed create = %+v, %v", vms, err)
+	}
+	if in, err := api(f).Instance(ctx, vms[0].ID); err != nil || in.State.Params["vmName"] != strings.SplitN(vms[0].FQDN, ".", 2)[0] {
+		t.Fatalf("the unnamed VM's vmName = %v, %v", in.State.Params["vmName"], err)
 	}
 }
 

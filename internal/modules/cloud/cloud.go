@@ -151,6 +151,12 @@ const auditNote = "An audit event cloud.provisioned is written for every state a
 	"Its payload has the state (action), the provider, the VMs known (vm_ids, sids, request_id), the run and the step and, for destroyed, " +
 	"the cascade counters; never plain tokens. If the audit write fails the step fails, whatever the outcome."
 
+// driversNote names the drivers a provider may use.
+const driversNote = "The provider's driver is a CloudDriver plugin, soul-cloud-<driver> in the keeper's plugin dir: " +
+	"local (Linux namespaces on the keeper's host, zero-config), qemu (QEMU/KVM VMs on the keeper's host), " +
+	"aws (EC2), openstack (Nova/Neutron), hcloud (Hetzner Cloud) and nubes (Nubes' deck-api, the vCloud-based cloud of the second seed); " +
+	"each driver's provider config and profile keys are in docs/drivers/<driver>.md (local: the README), and driversdk lets anyone write another."
+
 var providerParam = module.Param{Name: "provider", Type: module.TypeString, Required: true, Doc: "Name of the Cloud-Provider in the registry (driver, credentials and region)."}
 
 // Info returns the declaration of core.cloud.created.
@@ -201,6 +207,7 @@ func (*Created) Info() module.Info {
     count:    "${ input.spawn.count }"`,
 		Notes: []string{
 			keeperNote,
+			driversNote,
 			"Not idempotent by construction (always changed): a repeated step creates NEW VMs rather than reconciling. " +
 				"This is a real billing side effect: guard repeats in the scenario (`when:` / `changed_when:`), and never " +
 				"rely on the module. After a keeper crash an interrupted create is never repeated: the run fails with run.interrupted.",
