@@ -8,12 +8,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
+	"github.com/soulstack/soulstack/internal/drivers/nubes"
+	"github.com/soulstack/soulstack/internal/drivers/nubes/deckapi"
 	"github.com/soulstack/soulstack/internal/drivers/nubes/nubesfake"
 	"github.com/soulstack/soulstack/internal/keepertest"
 )
@@ -25,7 +28,10 @@ import (
 // they reported, which are the VMs' own), installs packages, Docker and
 // PostgreSQL on them, and the run's outputs carry each job's status;
 // destroy-local.yaml with provider nubes leaves no instance, no VM and no
-// live soul. A failing create stage and an expired token each fail with
+// live soul. A VM of the deployment that no soul holds is an orphan,
+// listed and destroyed through the plugin; another deployment's is
+// neither; a VM suspended and one deleted behind the keeper's back are
+// cloud drift. A failing create stage and an expired token each fail with
 // their dotted code and leave nothing behind. The deck-api token is in no
 // log, answer, event, audit row or database page in clear.
 func TestNubesSeedFlow(t *testing.T) {
@@ -194,6 +200,78 @@ steps:
 		if strings.TrimSpace(out.Stdout) != "shop" {
 			t.Errorf("database shop on %s: %q", tg.SID, out.Stdout)
 		}
+	}
+
+	// A VM the keeper's deployment made but never registered (a crash
+	// between the create and the registry write) is an orphan, found
+	// through the plugin's List and destroyed; another deployment's VM in
+	// the same account is neither.
+	dc := &deckapi.Client{BaseURL: f.URL, Token: func(context.Context) (string, error) { return next, nil }}
+	made, err := dc.Instance(ctx, prov.Hosts[0].VMID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployment := ""
+	for _, kv := range strings.Fields(made.Description) {
+		if v, ok := strings.CutPrefix(kv, "keeper="); ok {
+			deployment = v
+		}
+	}
+	if deployment == "" {
+		t.Fatalf("the instance's description %q names no deployment", made.Description)
+	}
+	drv := &nubes.Driver{Version: "test"}
+	provCfg, _ := json.Marshal(map[string]any{"endpoint": f.URL, "vapp_uid": "vapp-e2e", "poll_interval": "100ms"})
+	crashed := func(keeperID, request string) driversdk.VM {
+		t.Helper()
+		vms, err := drv.Create(ctx, driversdk.CreateRequest{RequestID: request, RunID: "run_" + request, Count: 1,
+			Provider: driversdk.Provider{Name: "nubes", FQDNSuffix: "nubes.test", Config: provCfg, Credentials: []byte(next), KeeperID: keeperID},
+			Profile:  json.RawMessage(`{"cpus": 1, "memory_gb": 1, "image": "Debian_13-20G"}`)})
+		if err != nil || len(vms) != 1 {
+			t.Fatalf("create %s's VM: %+v, %v", keeperID, vms, err)
+		}
+		return vms[0]
+	}
+	orphan, theirs := crashed(deployment, "req_crashed"), crashed("another-deployment", "req_theirs")
+	orphans, err := c.CloudOrphans(ctx, "nubes")
+	if err != nil || len(orphans.Items) != 1 || orphans.Items[0].VMID != orphan.ID || orphans.Items[0].RequestID != "req_crashed" {
+		t.Fatalf("orphans = %+v, %v; want %s alone", orphans, err, orphan.ID)
+	}
+	if _, err := c.CloudOrphansDestroy(ctx, client.OrphansDestroy{Provider: "nubes", VMIDs: []string{theirs.ID}}); err == nil {
+		t.Fatal("destroying another deployment's VM as an orphan was accepted")
+	}
+	if _, err := c.CloudOrphansDestroy(ctx, client.OrphansDestroy{Provider: "nubes", VMIDs: []string{orphan.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	if left := f.Instances(); len(left) != 3 || slices.Contains(left, orphan.ID) || !slices.Contains(left, theirs.ID) {
+		t.Fatalf("after the orphan's destroy the fake holds %v (orphan %s, theirs %s)", left, orphan.ID, theirs.ID)
+	}
+	if err := drv.Destroy(ctx, driversdk.DestroyRequest{VMIDs: []string{theirs.ID},
+		Provider: driversdk.Provider{Config: provCfg, Credentials: []byte(next), KeeperID: "another-deployment"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Cloud drift: one VM suspended and the other deleted behind the
+	// keeper's back (the driver with destroy: suspend, then delete) are
+	// a stopped soul and a missing one.
+	behind := func(mode, uid string) {
+		t.Helper()
+		cfg, _ := json.Marshal(map[string]any{"endpoint": f.URL, "vapp_uid": "vapp-e2e", "poll_interval": "100ms", "destroy": mode})
+		if err := drv.Destroy(ctx, driversdk.DestroyRequest{VMIDs: []string{uid},
+			Provider: driversdk.Provider{Config: cfg, Credentials: []byte(next), KeeperID: deployment}}); err != nil {
+			t.Fatalf("%s %s behind the keeper's back: %v", mode, uid, err)
+		}
+	}
+	behind("suspend", prov.Hosts[0].VMID)
+	behind("delete", prov.Hosts[1].VMID)
+	report, err := c.CloudDriftOf(ctx, "nubes")
+	if err != nil || len(report.Providers) != 1 {
+		t.Fatalf("cloud drift = %+v, %v", report, err)
+	}
+	cd := report.Providers[0]
+	if !cd.Listable || len(cd.Stopped) != 1 || cd.Stopped[0].SID != prov.Hosts[0].SID || cd.Stopped[0].State != "suspended" ||
+		len(cd.Missing) != 1 || cd.Missing[0].SID != prov.Hosts[1].SID || len(cd.Orphans) != 0 || len(cd.Resized) != 0 {
+		t.Fatalf("cloud drift of nubes = %+v", cd)
 	}
 
 	// Destroy: no instance in the fake, no VM behind it, no live soul.

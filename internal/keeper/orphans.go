@@ -173,7 +173,7 @@ func (c *cloudService) DestroyOrphans(ctx context.Context, provider string, vmID
 }
 
 // sizeKeys are the VM attributes that say a VM's size, across drivers.
-var sizeKeys = []string{"cpus", "memory_mb", "server_type", "instance_type", "flavor"}
+var sizeKeys = []string{"cpus", "memory_mb", "memory_gb", "server_type", "instance_type", "flavor"}
 
 // CloudDrift lists, per provider, the live souls whose VM is gone,
 // stopped or resized, and the orphans. With project set it answers of

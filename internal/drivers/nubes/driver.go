@@ -347,7 +347,7 @@ func (s *session) waitRunning(ctx context.Context, uid string) (driversdk.VM, er
 		if strings.Contains(st, "error") || strings.Contains(st, "fail") || strings.Contains(st, "не удалось") {
 			return driversdk.VM{}, driversdk.Errorf(CodeNotRunning, "instance %s is %q", uid, in.ExplainedStatus)
 		}
-		if st == "running" || st == "active" || st == "deployed" {
+		if running(in.ExplainedStatus) {
 			return s.vmOf(in)
 		}
 		if err := deckapi.Sleep(ctx, s.cfg.PollInterval); err != nil {
@@ -363,22 +363,40 @@ func (s *session) vmOf(in deckapi.Instance) (driversdk.VM, error) {
 		return driversdk.VM{}, &driversdk.Error{Code: CodeNoAddress, Field: "config.address_key",
 			Message: fmt.Sprintf("running instance %s has no address under state.params[%q] (its keys: %s)", in.UID, s.cfg.AddressKey, paramKeys(in))}
 	}
-	t := tagsOf(in.Description)
-	vm := driversdk.VM{ID: in.UID, FQDN: in.DisplayName, PrimaryIP: addr, PrivateIP: addr,
-		Addresses:  []driversdk.Address{{IP: addr, Kind: driversdk.AddressPrivate}},
-		Attributes: map[string]any{"status": in.ExplainedStatus, "cpus": in.State.Params["vmCpu"], "memory_gb": in.State.Params["vmRam"], "image": in.State.Params["imageVm"]},
-		Tags:       map[string]string{}}
-	// The login the keeper's key was given to (the profile's user) is
-	// the one the keeper logs in as.
+	vm := listed(in)
+	vm.PrimaryIP, vm.PrivateIP = addr, addr
+	vm.Addresses = []driversdk.Address{{IP: addr, Kind: driversdk.AddressPrivate}}
+	return vm, nil
+}
+
+// running reports whether an instance's explained status is one of a
+// running VM.
+func running(status string) bool {
+	st := strings.ToLower(status)
+	return st == "running" || st == "active" || st == "deployed"
+}
+
+// listed is an instance as a VM without its address: its attributes
+// (the API's status; state, running or the status, which cloud drift
+// reads; the size and image; the login the keeper's key was given to,
+// the profile's user, as ssh_user) and the keeper's tags.
+func listed(in deckapi.Instance) driversdk.VM {
+	state := "running"
+	if !running(in.ExplainedStatus) {
+		state = strings.ToLower(in.ExplainedStatus)
+	}
+	vm := driversdk.VM{ID: in.UID, FQDN: in.DisplayName, Tags: map[string]string{},
+		Attributes: map[string]any{"status": in.ExplainedStatus, "state": state,
+			"cpus": in.State.Params["vmCpu"], "memory_gb": in.State.Params["vmRam"], "image": in.State.Params["imageVm"]}}
 	if u, _ := in.State.Params["userLogin"].(string); u != "" {
 		vm.Attributes["ssh_user"] = u
 	}
-	for k, v := range t {
+	for k, v := range tagsOf(in.Description) {
 		if tag, ok := tagKeys[k]; ok {
 			vm.Tags[tag] = v
 		}
 	}
-	return vm, nil
+	return vm
 }
 
 func paramKeys(in deckapi.Instance) string {
@@ -555,12 +573,7 @@ func (d *Driver) List(ctx context.Context, req driversdk.ListRequest) ([]drivers
 		vm, err := s.vmOf(in)
 		if addr == "" || err != nil {
 			// Not running (yet, or any more): listed without an address.
-			vm = driversdk.VM{ID: in.UID, FQDN: in.DisplayName, Attributes: map[string]any{"status": in.ExplainedStatus}, Tags: map[string]string{}}
-			for k, v := range tagsOf(in.Description) {
-				if tag, ok := tagKeys[k]; ok {
-					vm.Tags[tag] = v
-				}
-			}
+			vm = listed(in)
 		}
 		out = append(out, vm)
 	}

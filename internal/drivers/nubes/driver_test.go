@@ -195,7 +195,7 @@ func TestDestroyResizeAndOwnership(t *testing.T) {
 		}
 	}
 	listed, err := ds.List(ctx, driversdk.ListRequest{Provider: ps, Tags: map[string]string{driversdk.TagRequestID: "req-q"}})
-	if err != nil || len(listed) != 1 || listed[0].Attributes["status"] != "suspended" {
+	if err != nil || len(listed) != 1 || listed[0].Attributes["status"] != "suspended" || listed[0].Attributes["state"] != "suspended" {
 		t.Fatalf("a suspended VM is listed: %+v, %v", listed, err)
 	}
 }
