@@ -1,7 +1,8 @@
 // Command soul is the Soul Stack host agent: `soul join` exchanges the
 // one-time bootstrap token for the soul's identity (a client certificate
 // from the keeper's CA), `soul run` keeps that identity renewed and serves
-// the agent transport, `soul version` prints the version.
+// the agent transport, `soul exec --stdio` serves the same executor over
+// an SSH session the keeper started, `soul version` prints the version.
 package main
 
 import (
@@ -31,7 +32,7 @@ func main() {
 
 func newRoot() *cobra.Command {
 	root := &cobra.Command{Use: "soul", Short: "The Soul Stack host agent", SilenceUsage: true, SilenceErrors: true}
-	root.AddCommand(newJoin(), newRun(), newVersion())
+	root.AddCommand(newJoin(), newRun(), newExec(), newVersion())
 	return root
 }
 

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -84,18 +83,13 @@ func Serve(ctx context.Context, cfg Config) error {
 			return nil
 		}
 	}
-	a := &agent{sid: cfg.SID, log: cfg.Logger, run: cfg.Exec, running: map[string]runningCmd{}}
-	if cfg.Spool != "" {
-		sp, err := newSpool(cfg.Spool)
-		if err != nil {
-			return err
-		}
-		sp.sweep(time.Now())
-		a.spool = sp
-	}
 	runCtx, stopRuns := context.WithCancel(ctx)
 	defer stopRuns()
-	a.ctx = runCtx
+	e, err := newExecutor(runCtx, cfg.Logger, cfg.Exec, cfg.Spool)
+	if err != nil {
+		return err
+	}
+	a := &agent{executor: e, sid: cfg.SID}
 	nc, err := connect(cfg)
 	if err != nil {
 		return fmt.Errorf("agent: connect to the bus: %w", err)
@@ -215,28 +209,14 @@ func (a *agent) beat(ctx context.Context, cfg Config) {
 }
 
 type agent struct {
+	*executor
 	sid string
-	log *slog.Logger
-	run func(ctx context.Context, req wire.ExecRequest) Outcome
 	nc  *nats.Conn
-	ctx context.Context // ends when Serve returns; commands run under it
-
-	spool *spool // nil: durable commands run as plain ones
-
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	running map[string]runningCmd // by request id
 }
 
-// runningCmd is a request's command that a cancel may kill: for a durable
-// one, only with an epoch of its run no older than one seen.
-type runningCmd struct {
-	cancel context.CancelFunc
-	run    string
-}
-
-// exec runs one command and sends its output parts and end to the
-// command's reply subject. A request without a usable id is ignored.
+// exec decodes one command and runs it (executor.exec), its output parts
+// and end sent to the command's reply subject. A request without a usable
+// id is ignored.
 func (a *agent) exec(m *nats.Msg) {
 	var req wire.ExecRequest
 	if err := json.Unmarshal(m.Data, &req); err != nil || !wire.ValidID(req.ID) {
@@ -248,55 +228,7 @@ func (a *agent) exec(m *nats.Msg) {
 	// tracing is on): one span per command, its outcome only.
 	_, span := tracing.Tracer().Start(tracing.Extract(a.ctx, m.Header.Get(wire.TraceHeader)), "agent.command",
 		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(tracing.SID.String(a.sid), attribute.Bool("soulstack.command.durable", req.Durable != nil)))
-	if req.Durable != nil && a.spool != nil {
-		a.execDurable(req, replyTo, span)
-		return
-	}
-	ctx, cancel := context.WithCancel(a.ctx)
-	a.mu.Lock()
-	a.running[req.ID] = runningCmd{cancel: cancel}
-	a.mu.Unlock()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		defer func() {
-			a.mu.Lock()
-			delete(a.running, req.ID)
-			a.mu.Unlock()
-			cancel()
-		}()
-		out := a.run(ctx, req)
-		span.SetAttributes(attribute.Int("process.exit.code", out.ExitCode))
-		span.End()
-		a.reply(replyTo, out.Stdout, out.Stderr, out.ExecEnd)
-	}()
-}
-
-// execDurable runs or attaches to a durable command (spool.durable); its
-// replies come from there.
-func (a *agent) execDurable(req wire.ExecRequest, replyTo string, span trace.Span) {
-	out, cancel, done := a.durable(req, replyTo)
-	if out != nil {
-		span.SetAttributes(attribute.Bool("soulstack.command.attached", true), attribute.Int("process.exit.code", out.ExitCode))
-		span.End()
-		a.reply(replyTo, out.Stdout, out.Stderr, out.ExecEnd)
-		return
-	}
-	a.mu.Lock()
-	a.running[req.ID] = runningCmd{cancel: cancel, run: req.Durable.Run}
-	a.mu.Unlock()
-	a.wg.Add(1)
-	go func() {
-		defer a.wg.Done()
-		select {
-		case <-done:
-		case <-a.ctx.Done():
-		}
-		span.End()
-		a.mu.Lock()
-		delete(a.running, req.ID)
-		a.mu.Unlock()
-	}()
+	a.executor.exec(req, func(o Outcome) { a.reply(replyTo, o.Stdout, o.Stderr, o.ExecEnd) }, span)
 }
 
 func (a *agent) cancel(m *nats.Msg) {
@@ -304,19 +236,7 @@ func (a *agent) cancel(m *nats.Msg) {
 	if json.Unmarshal(m.Data, &req) != nil {
 		return
 	}
-	a.mu.Lock()
-	c, ok := a.running[req.ID]
-	a.mu.Unlock()
-	if !ok {
-		return
-	}
-	if c.run != "" {
-		if seen, ok := a.spool.fence(c.run, req.Epoch); !ok || req.Run != c.run {
-			a.log.Warn("refused a cancel of an older execution of the run", "run", c.run, "epoch", req.Epoch, "seen", seen)
-			return
-		}
-	}
-	c.cancel()
+	a.executor.cancel(req)
 }
 
 // reply sends stdout and stderr in parts of at most wire.ChunkSize bytes,

@@ -39,7 +39,7 @@ type durableRun struct {
 	digest  string
 	done    chan struct{} // closed once it ended and its result is spooled
 	cancel  context.CancelFunc
-	replies []string // reply subjects of the requests waiting for it
+	replies []replyFunc // of the requests waiting for it, the starter's first
 }
 
 // meta is what the spool keeps of a command from its start.
@@ -129,10 +129,10 @@ func (s *spool) forget(ids []string) {
 // durable runs req (which has Durable) or attaches to it. An outcome it
 // can give at once (refused, or spooled by an earlier run) is returned;
 // otherwise the command runs (or already ran) in a goroutine that replies
-// to replyTo and every request that attached meanwhile, and durable
+// with reply and to every request that attached meanwhile, and durable
 // returns its cancel and a channel closed once it has ended.
-func (a *agent) durable(req wire.ExecRequest, replyTo string) (*Outcome, context.CancelFunc, <-chan struct{}) {
-	s, d := a.spool, req.Durable
+func (e *executor) durable(req wire.ExecRequest, reply replyFunc) (*Outcome, context.CancelFunc, <-chan struct{}) {
+	s, d := e.spool, req.Durable
 	refuse := func(code, msg string) (*Outcome, context.CancelFunc, <-chan struct{}) {
 		return &Outcome{ExecEnd: wire.ExecEnd{Code: code, Error: msg}}, nil, nil
 	}
@@ -150,7 +150,7 @@ func (a *agent) durable(req wire.ExecRequest, replyTo string) (*Outcome, context
 		if r.digest != d.Digest {
 			return refuse(wire.CodeDiverged, "the command under this id is not the one sent now")
 		}
-		r.replies = append(r.replies, replyTo)
+		r.replies = append(r.replies, reply)
 		return nil, r.cancel, r.done
 	}
 	s.mu.Unlock()
@@ -183,19 +183,19 @@ func (a *agent) durable(req wire.ExecRequest, replyTo string) (*Outcome, context
 		_ = os.RemoveAll(entry)
 		return refuse("agent.invalid_command", "agent spool: "+err.Error())
 	}
-	ctx, cancel := context.WithCancel(a.ctx)
-	r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: cancel, replies: []string{replyTo}}
+	ctx, cancel := context.WithCancel(e.ctx)
+	r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: cancel, replies: []replyFunc{reply}}
 	s.mu.Lock()
 	s.running[d.ID] = r
 	s.mu.Unlock()
-	a.wg.Add(1)
+	e.wg.Add(1)
 	go func() {
-		defer a.wg.Done()
+		defer e.wg.Done()
 		defer cancel()
-		out := a.run(ctx, req)
+		out := e.run(ctx, req)
 		if b, err := json.Marshal(out); err == nil {
 			if err := atomicfile.Write(filepath.Join(entry, "result.json"), b, 0o600); err != nil {
-				a.log.Warn("spool a command's result", "command", d.ID, "err", err)
+				e.log.Warn("spool a command's result", "command", d.ID, "err", err)
 			}
 		}
 		s.mu.Lock()
@@ -203,10 +203,10 @@ func (a *agent) durable(req wire.ExecRequest, replyTo string) (*Outcome, context
 		delete(s.running, d.ID)
 		s.mu.Unlock()
 		close(r.done)
-		for _, to := range replies {
+		for i, to := range replies {
 			o := out
-			o.Reattached = to != replyTo
-			a.reply(to, o.Stdout, o.Stderr, o.ExecEnd)
+			o.Reattached = i > 0
+			to(o)
 		}
 	}()
 	return nil, cancel, r.done

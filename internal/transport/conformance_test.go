@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,7 +54,32 @@ func transports(t *testing.T) map[string]transport.Conn {
 	bustest.StartAgents(t, bustest.AgentSpec{URLs: b.AgentURLs(), Identities: []bustest.Identity{id}, Heartbeat: 500 * time.Millisecond})
 	bustest.WaitFor(t, 15*time.Second, "the agent", func() bool { return b.Present(id.SID) })
 	ac, _ := b.Agent(id.SID)
-	return map[string]transport.Conn{"ssh": sc, "agent": ac}
+
+	// SSH with the soul binary as the connection's executor.
+	soul, sum := sshtest.BuildSoul(t)
+	xc, err := ssh.Dial(t.Context(), ssh.Target{Address: srv.Addr, Port: srv.Port, User: srv.User, PrivateKey: srv.ClientKey, Retry: ssh.RetryPolicy{Attempts: 3, Interval: 10 * time.Millisecond}},
+		ssh.Options{MaxOutput: maxOutput, Executor: &ssh.Executor{Binaries: map[string]ssh.ExecutorBinary{runtime.GOARCH: {Path: soul, SHA256: sum}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { xc.Close() })
+	return map[string]transport.Conn{"ssh": sc, "agent": ac, "ssh-executor": executorConn{t: t, c: xc}}
+}
+
+// executorConn is an SSH connection that must run its plain commands
+// through the executor: a command that went through the shell fails the
+// test.
+type executorConn struct {
+	t *testing.T
+	c *ssh.Client
+}
+
+func (x executorConn) Exec(ctx context.Context, cmd transport.Command) (transport.Result, error) {
+	res, err := x.c.Exec(ctx, cmd)
+	if st := x.c.ExecutorState(); cmd.Durable == nil && st != "executor" {
+		x.t.Errorf("a plain command did not go through the executor: %q", st)
+	}
+	return res, err
 }
 
 // TestConformance runs one set of commands over SSH and over the agent

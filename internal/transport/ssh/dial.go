@@ -80,6 +80,10 @@ type Options struct {
 	// for that long; 0 keeps connections until Pool.Close (a pool that
 	// lives for one run). A pool shared across runs sets it.
 	IdleTimeout time.Duration
+	// Executor, when set, is the soul binary each connection starts to
+	// run its plain commands (see Executor); nil runs every command
+	// through a shell.
+	Executor *Executor
 	// MaxIdle, for a Pool, caps the connections it keeps open with no
 	// command on them: past it, the least recently used idle ones are
 	// closed when a connection is added and at each sweep. 0 means no cap.
@@ -133,6 +137,7 @@ type Client struct {
 	lastUsed atomic.Int64 // opts.Now in unix nanoseconds when a command last held or released a slot
 
 	durable durableState
+	exe     executorState
 }
 
 func newClient(t Target, conn *gossh.Client, hostKey string, opts Options) *Client {

@@ -97,7 +97,9 @@ func (c *Client) exec(ctx context.Context, cmd Command) (Result, error) {
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
 	}
 	var res Result
-	if cmd.Durable != nil {
+	if x := c.executorFor(ctx, cmd); x != nil {
+		res, err = x.exec(ctx, cmd)
+	} else if cmd.Durable != nil {
 		if line, err = c.durableLine(marker, line, len(stdin) > 0, cmd.Durable); err != nil {
 			return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, err)
 		}

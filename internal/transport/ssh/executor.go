@@ -1,0 +1,425 @@
+package ssh
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	gossh "golang.org/x/crypto/ssh"
+
+	"github.com/soulstack/soulstack/internal/agent/wire"
+	"github.com/soulstack/soulstack/internal/transport"
+)
+
+// Executor is the soul binary the keeper runs over SSH (`soul exec
+// --stdio`) so that a connection's commands are messages to one process
+// instead of a session and a shell each: per architecture as Go names it
+// (amd64, arm64), its path on the keeper and the SHA-256 of its content.
+//
+// On the first command of a connection the client starts it with one
+// exec request: a short script picks the binary of the host's
+// architecture, checks its hash in
+//
+//	root:        /var/lib/soulstack/exec/soul-<sha256>
+//	other users: ${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/exec/soul-<sha256>
+//
+// (a directory only the user can read) and execs it; a missing or altered
+// binary is uploaded (to a temporary name, its hash checked, then renamed
+// over) and the start tried once more. Where it cannot run — another OS or
+// architecture, no binary for it, a noexec directory, a refused upload —
+// the connection falls back to the shell, per connection, and says why
+// (Client.ExecutorState). Plain commands go through the executor; durable
+// ones keep the shell supervisor, whose commands outlive the connection.
+type Executor struct {
+	Binaries map[string]ExecutorBinary
+}
+
+// ExecutorBinary is one architecture's soul binary.
+type ExecutorBinary struct {
+	Path   string
+	SHA256 string
+}
+
+var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// unameArch maps `uname -m` to Go's architecture names.
+var unameArch = map[string][]string{"amd64": {"x86_64"}, "arm64": {"aarch64", "arm64"}}
+
+// executorDir is the directory of the executor binaries on the soul.
+const executorDir = `if [ "$(id -u)" = 0 ]; then D=/var/lib/soulstack/exec; else D=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/exec; fi`
+
+// startScript starts the executor of the host's architecture, or says on
+// its first line of stdout what it lacks.
+func (x *Executor) startScript() string {
+	var b strings.Builder
+	b.WriteString("umask 077\n" + executorDir + "\n")
+	b.WriteString(`case "$(uname -s) $(uname -m)" in` + "\n")
+	archs := make([]string, 0, len(x.Binaries))
+	for a := range x.Binaries {
+		archs = append(archs, a)
+	}
+	sort.Strings(archs)
+	for _, a := range archs {
+		bin := x.Binaries[a]
+		if !sha256Hex.MatchString(bin.SHA256) {
+			continue
+		}
+		for _, m := range unameArch[a] {
+			fmt.Fprintf(&b, "'Linux %s') h=%s ;;\n", m, bin.SHA256)
+		}
+	}
+	b.WriteString(`*) echo "soulstack-exec unsupported $(uname -s) $(uname -m)"; exit 0 ;;
+esac
+f=$D/soul-$h
+if [ ! -x "$f" ] || [ "$(sha256sum <"$f" 2>/dev/null | cut -d' ' -f1)" != "$h" ]; then echo "soulstack-exec need $h"; exit 0; fi
+exec "$f" exec --stdio --spool "$D/spool"
+`)
+	return b.String()
+}
+
+// uploadScript writes its standard input to the executor binary of hash
+// h, checked before it takes the binary's name.
+func uploadScript(h string) string {
+	return "umask 077\n" + executorDir + "\n" + `mkdir -p "$D" && chmod 700 "$D" || exit 1
+t=$D/.soul-` + h + `.$$
+if cat >"$t" && chmod 700 "$t" && [ "$(sha256sum <"$t" | cut -d' ' -f1)" = ` + h + ` ]; then mv -f "$t" "$D/soul-` + h + `"; else rm -f "$t"; exit 1; fi
+`
+}
+
+// executorState is a client's executor: running, or why not.
+type executorState struct {
+	mu       sync.Mutex
+	conn     *stdioConn
+	fallback string // why the shell is used; empty: not tried yet or running
+	uploaded bool
+}
+
+// ExecutorState says how the client runs plain commands: "executor" once
+// `soul exec --stdio` runs on the connection, "shell: <why>" when it fell
+// back, "" before the first command or without an Executor.
+func (c *Client) ExecutorState() string {
+	c.exe.mu.Lock()
+	defer c.exe.mu.Unlock()
+	switch {
+	case c.exe.conn != nil && c.exe.conn.alive():
+		return "executor"
+	case c.exe.fallback != "":
+		return "shell: " + c.exe.fallback
+	}
+	return ""
+}
+
+// executorFor is the executor cmd goes through, nil for the shell:
+// durable commands keep the shell supervisor, whose commands outlive the
+// connection.
+func (c *Client) executorFor(ctx context.Context, cmd Command) *stdioConn {
+	if cmd.Durable != nil {
+		return nil
+	}
+	return c.executor(ctx)
+}
+
+func orNoMessage(s string) string {
+	if s == "" {
+		return "no message"
+	}
+	return s
+}
+
+// executor returns the connection's running executor, starting it on
+// first use; nil means the shell (no Executor, or it cannot run here).
+func (c *Client) executor(ctx context.Context) *stdioConn {
+	x := c.opts.Executor
+	if x == nil || len(x.Binaries) == 0 {
+		return nil
+	}
+	c.exe.mu.Lock()
+	defer c.exe.mu.Unlock()
+	if c.exe.conn != nil && c.exe.conn.alive() {
+		return c.exe.conn
+	}
+	if c.exe.fallback != "" || !c.alive() {
+		return nil
+	}
+	conn, err := c.startExecutor(ctx, x)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.exe.fallback = err.Error()
+			c.opts.Log.Debug("executor unavailable: commands run through the shell", "target", c.target.String(), "why", err)
+		}
+		return nil
+	}
+	c.exe.conn = conn
+	return conn
+}
+
+// startExecutor starts the executor, uploading its binary once when the
+// host lacks it.
+func (c *Client) startExecutor(ctx context.Context, x *Executor) (*stdioConn, error) {
+	for attempt := 0; ; attempt++ {
+		conn, need, err := c.tryExecutor(ctx, x)
+		if err != nil || need == "" {
+			return conn, err
+		}
+		if attempt > 0 || c.exe.uploaded {
+			return nil, errors.New("the uploaded binary does not start")
+		}
+		if err := c.uploadExecutor(ctx, x, need); err != nil {
+			return nil, err
+		}
+		c.exe.uploaded = true
+	}
+}
+
+// tryExecutor runs the start script: a running executor, or the hash of
+// the binary the host lacks, or why it cannot run.
+func (c *Client) tryExecutor(ctx context.Context, x *Executor) (*stdioConn, string, error) {
+	sess, err := c.newSession(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	stdin, err := sess.StdinPipe()
+	if err != nil {
+		sess.Close()
+		return nil, "", err
+	}
+	stdout, err := sess.StdoutPipe()
+	if err != nil {
+		sess.Close()
+		return nil, "", err
+	}
+	stderr := transport.NewCapture(4 << 10)
+	sess.Stderr = stderr
+	if err := sess.Start(x.startScript()); err != nil {
+		sess.Close()
+		return nil, "", fmt.Errorf("start the executor: %w", err)
+	}
+	r := bufio.NewReaderSize(stdout, 64<<10)
+	first := make(chan string, 1)
+	go func() {
+		line, _ := r.ReadString('\n')
+		first <- strings.TrimSpace(line)
+	}()
+	var line string
+	select {
+	case line = <-first:
+	case <-ctx.Done():
+		sess.Close()
+		return nil, "", context.Cause(ctx)
+	}
+	switch {
+	case strings.HasPrefix(line, wire.StdioHello+" "):
+		return newStdioConn(sess, stdin, r, c.opts.MaxOutput), "", nil
+	case strings.HasPrefix(line, "soulstack-exec need "):
+		sess.Close()
+		h := strings.TrimPrefix(line, "soulstack-exec need ")
+		if !sha256Hex.MatchString(h) {
+			return nil, "", fmt.Errorf("the host asked for %q", h)
+		}
+		return nil, h, nil
+	case strings.HasPrefix(line, "soulstack-exec unsupported "):
+		sess.Close()
+		return nil, "", fmt.Errorf("no executor binary for %s", strings.TrimPrefix(line, "soulstack-exec unsupported "))
+	}
+	_ = sess.Wait()
+	sess.Close()
+	msg, _ := stderr.Bytes()
+	return nil, "", fmt.Errorf("the executor did not start: %s", orNoMessage(firstLine(strings.TrimSpace(string(msg)))))
+}
+
+// uploadExecutor copies the binary of hash h to the host.
+func (c *Client) uploadExecutor(ctx context.Context, x *Executor, h string) error {
+	var bin ExecutorBinary
+	for _, b := range x.Binaries {
+		if b.SHA256 == h {
+			bin = b
+		}
+	}
+	if bin.Path == "" {
+		return fmt.Errorf("the host asked for a binary this keeper does not have (%s)", h)
+	}
+	f, err := os.Open(bin.Path)
+	if err != nil {
+		return fmt.Errorf("upload the executor: %w", err)
+	}
+	defer f.Close()
+	sess, err := c.newSession(ctx)
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	sess.Stdin = f
+	stderr := transport.NewCapture(4 << 10)
+	sess.Stderr = stderr
+	stop := context.AfterFunc(ctx, func() { sess.Close() })
+	defer stop()
+	if err := sess.Run(uploadScript(h)); err != nil {
+		msg, _ := stderr.Bytes()
+		return fmt.Errorf("upload the executor: refused (%s)", orNoMessage(firstLine(strings.TrimSpace(string(msg)))))
+	}
+	return nil
+}
+
+// stdioConn is a running executor: commands and cancels go to its
+// standard input as frames, their output and ends come back on its
+// standard output, matched by id.
+type stdioConn struct {
+	sess      *gossh.Session
+	maxOutput int
+
+	wmu sync.Mutex
+	w   io.WriteCloser
+
+	mu      sync.Mutex
+	pending map[string]*pendingCmd
+	dead    chan struct{}
+	err     error
+}
+
+// pendingCmd is a command sent and not ended yet.
+type pendingCmd struct {
+	stdout, stderr *transport.Capture
+	end            chan wire.ExecEnd
+}
+
+func newStdioConn(sess *gossh.Session, w io.WriteCloser, r *bufio.Reader, maxOutput int) *stdioConn {
+	x := &stdioConn{sess: sess, w: w, maxOutput: maxOutput, pending: map[string]*pendingCmd{}, dead: make(chan struct{})}
+	go x.read(r)
+	return x
+}
+
+func (x *stdioConn) alive() bool {
+	select {
+	case <-x.dead:
+		return false
+	default:
+		return true
+	}
+}
+
+// read dispatches the executor's frames until its output ends; then every
+// command waiting fails disconnected.
+func (x *stdioConn) read(r *bufio.Reader) {
+	max := wire.ChunkSize + 1<<10
+	var err error
+	for {
+		var kind byte
+		var id string
+		var body []byte
+		kind, id, body, err = wire.ReadFrame(r, max)
+		if err != nil {
+			break
+		}
+		x.mu.Lock()
+		p := x.pending[id]
+		if kind == wire.FrameEnd {
+			delete(x.pending, id)
+		}
+		x.mu.Unlock()
+		if p == nil {
+			continue // a command given up on (its context ended)
+		}
+		switch kind {
+		case wire.FrameStdout:
+			p.stdout.Write(body)
+		case wire.FrameStderr:
+			p.stderr.Write(body)
+		case wire.FrameEnd:
+			var end wire.ExecEnd
+			if json.Unmarshal(body, &end) != nil {
+				end = wire.ExecEnd{Code: "agent.bad_answer", Error: "the executor's end of a command is not JSON"}
+			}
+			p.end <- end
+		default:
+			err = fmt.Errorf("%w: kind %q from the executor", wire.ErrFrame, kind)
+		}
+		if err != nil {
+			break
+		}
+	}
+	x.mu.Lock()
+	x.err = err
+	close(x.dead)
+	x.pending = map[string]*pendingCmd{}
+	x.mu.Unlock()
+	x.sess.Close()
+}
+
+// send writes one frame.
+func (x *stdioConn) send(kind byte, id string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	x.wmu.Lock()
+	defer x.wmu.Unlock()
+	return wire.WriteFrame(x.w, kind, id, b)
+}
+
+// exec runs cmd through the executor (the semantics of Client.Exec).
+func (x *stdioConn) exec(ctx context.Context, cmd Command) (Result, error) {
+	var idb [12]byte
+	if _, err := rand.Read(idb[:]); err != nil {
+		return Result{}, err
+	}
+	id := hex.EncodeToString(idb[:])
+	// The executor cuts each stream at maxOutput and marks it; past the
+	// marker, this side cuts.
+	p := &pendingCmd{stdout: transport.NewCapture(x.maxOutput + wire.MarkerSlack), stderr: transport.NewCapture(x.maxOutput + wire.MarkerSlack), end: make(chan wire.ExecEnd, 1)}
+	x.mu.Lock()
+	if !x.alive() {
+		x.mu.Unlock()
+		return Result{}, fmt.Errorf("%w: the executor is gone", ErrDisconnected)
+	}
+	x.pending[id] = p
+	x.mu.Unlock()
+	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: x.maxOutput}
+	if err := x.send(wire.FrameExec, id, req); err != nil {
+		x.forget(id)
+		return Result{}, fmt.Errorf("%w: send to the executor: %v", ErrDisconnected, err)
+	}
+	outcome := func(end wire.ExecEnd) Result {
+		res := result(p.stdout, p.stderr)
+		res.ExitCode, res.Signal = end.ExitCode, end.Signal
+		res.StdoutTruncated = res.StdoutTruncated || end.StdoutTruncated
+		res.StderrTruncated = res.StderrTruncated || end.StderrTruncated
+		return res
+	}
+	select {
+	case end := <-p.end:
+		if end.Code != "" {
+			return outcome(end), fmt.Errorf("%w: %s", transport.ErrInvalidCommand, end.Error)
+		}
+		return outcome(end), nil
+	case <-x.dead:
+		return outcome(wire.ExecEnd{}), fmt.Errorf("%w: the executor's session ended", ErrDisconnected)
+	case <-ctx.Done():
+	}
+	// Kill it, and take the output it wrote until it was killed.
+	_ = x.send(wire.FrameCancel, id, wire.CancelRequest{ID: id})
+	select {
+	case end := <-p.end:
+		return outcome(end), context.Cause(ctx)
+	case <-x.dead:
+	case <-time.After(cancelGrace):
+		x.forget(id)
+	}
+	return outcome(wire.ExecEnd{}), context.Cause(ctx)
+}
+
+func (x *stdioConn) forget(id string) {
+	x.mu.Lock()
+	delete(x.pending, id)
+	x.mu.Unlock()
+}
