@@ -16,12 +16,21 @@ type SSH struct {
 	// MaxIdle caps the connections kept open with no command on them
 	// (default 1000); past it the least recently used are closed.
 	MaxIdle int `yaml:"max_idle"`
+	// Executor says how a connection runs its plain commands: "auto"
+	// (the default) through the soul binary the keeper serves
+	// (agent_binary), started on the host once per connection (soul exec
+	// --stdio) and uploaded once where it is missing, falling back to a
+	// shell per command where it cannot run; "off": a shell per command.
+	Executor string `yaml:"executor"`
 }
 
 func (s SSH) withDefaults() SSH {
 	orDefault(&s.IdleTimeout, 60*time.Second)
 	if s.MaxIdle == 0 {
 		s.MaxIdle = 1000
+	}
+	if s.Executor == "" {
+		s.Executor = "auto"
 	}
 	return s
 }
@@ -32,6 +41,9 @@ func (s SSH) validate() error {
 	}
 	if s.MaxIdle < 1 {
 		return fmt.Errorf("ssh.max_idle: %d must be at least 1 (default 1000)", s.MaxIdle)
+	}
+	if s.Executor != "auto" && s.Executor != "off" {
+		return fmt.Errorf("ssh.executor: %q is neither auto nor off", s.Executor)
 	}
 	return nil
 }

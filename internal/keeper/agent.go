@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"debug/elf"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/internal/base"
+	"github.com/soulstack/soulstack/internal/transport/ssh"
 
 	"github.com/soulstack/soulstack/internal/api"
 	"github.com/soulstack/soulstack/internal/config"
@@ -210,6 +212,28 @@ func (a *agentSide) serve(srv *http.Server, c config.Config, log *slog.Logger, e
 	}()
 	log.Info("agent listener", "addr", "https://"+a.ln.Addr().String(), "advertised_local", a.advertised(localDriver),
 		"ca_fingerprint", a.ca.Fingerprint(), "agent_binary", a.binary)
+}
+
+// executor is the soul binary SSH connections start to run their plain
+// commands (ssh.Executor): the one the agent listener serves, for the
+// architecture its ELF header names; nil when mode is off or there is
+// none.
+func (a *agentSide) executor(mode string, log *slog.Logger) *ssh.Executor {
+	if a == nil || a.binary == "" || mode == "off" {
+		return nil
+	}
+	f, err := elf.Open(a.binary)
+	if err != nil {
+		log.Warn("agent binary is not an ELF executable: SSH runs commands through a shell", "path", a.binary, "err", err)
+		return nil
+	}
+	defer f.Close()
+	arch := map[elf.Machine]string{elf.EM_X86_64: "amd64", elf.EM_AARCH64: "arm64"}[f.Machine]
+	if arch == "" {
+		log.Warn("agent binary of an architecture SSH does not run: commands go through a shell", "path", a.binary, "machine", f.Machine.String())
+		return nil
+	}
+	return &ssh.Executor{Binaries: map[string]ssh.ExecutorBinary{arch: {Path: a.binary, SHA256: a.binarySum}}}
 }
 
 // hostPorts are the ports local VMs must reach on the host for the

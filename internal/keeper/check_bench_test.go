@@ -18,8 +18,16 @@ import (
 // process's CPU time during the check. Every check must say that nothing
 // would change on the first two steps and that the third (a command
 // without a guard) is unknown on every host.
+//
+// Sub-benchmarks shell and executor: see BenchmarkRunFanout50.
 func BenchmarkCheckFanout50(b *testing.B) {
-	_, c, req, _ := fanoutFixture(b)
+	for _, mode := range []string{"shell", "executor"} {
+		b.Run(mode, func(b *testing.B) { checkFanout50(b, mode == "executor") })
+	}
+}
+
+func checkFanout50(b *testing.B, executor bool) {
+	_, c, req, _ := fanoutFixture(b, executor)
 	req.Key = fmt.Sprintf("check-warm-%d", time.Now().UnixNano())
 	if warm, _ := fanoutRun(b, c, req); checkFanout(warm, false) != nil {
 		b.Fatalf("warm-up run: %v", checkFanout(warm, false))

@@ -50,12 +50,23 @@ const fanoutHosts = 50
 // connecting to every soul); finish-ms/op, from the last step's end to
 // the run's end; other-ms/op, the rest of the wall time (the POST, the
 // checkpoints between steps, the event stream noticing the end).
+//
+// Two sub-benchmarks, side by side in one run: shell (ssh.executor: off, a
+// session and a shell per command) and executor (plain commands through
+// `soul exec --stdio`, one per connection; durable ones through the
+// shell supervisor).
 func BenchmarkRunFanout50(b *testing.B) {
+	for _, mode := range []string{"shell", "executor"} {
+		b.Run(mode, func(b *testing.B) { runFanout50(b, mode == "executor") })
+	}
+}
+
+func runFanout50(b *testing.B, executor bool) {
 	sshBin, err := osexec.LookPath("ssh")
 	if err != nil {
 		b.Fatal("no ssh client for the baseline: apt-get install openssh-client")
 	}
-	servers, c, req, keyFile := fanoutFixture(b)
+	servers, c, req, keyFile := fanoutFixture(b, executor)
 	openssh := func(s *sshtest.Server) error {
 		out, err := osexec.Command(sshBin, "-F", "/dev/null", "-i", keyFile,
 			"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
@@ -149,7 +160,11 @@ func BenchmarkRunFanout50(b *testing.B) {
 // a soul registered for each, and returns them with the request of
 // examples/fanout.yaml on them (its files under the benchmark's temporary
 // directory: the souls are this machine) and the client key's file.
-func fanoutFixture(b *testing.B) ([]*sshtest.Server, *client.Client, client.RunCreate, string) {
+//
+// With executor the keeper serves the soul binary and its SSH connections
+// run plain commands through it (ssh.executor: auto); without, through a
+// shell each (off).
+func fanoutFixture(b *testing.B, executor bool) ([]*sshtest.Server, *client.Client, client.RunCreate, string) {
 	b.Helper()
 	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "fanout.yaml"))
 	if err != nil {
@@ -165,7 +180,11 @@ func fanoutFixture(b *testing.B) ([]*sshtest.Server, *client.Client, client.RunC
 	if err := os.Mkdir(workDir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"))
+	soul := ""
+	if executor {
+		soul = bins.Path(b, "cmd/soul")
+	}
+	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"), soul)
 	hosts := make([]any, fanoutHosts)
 	for i, s := range servers {
 		sid := fmt.Sprintf("h%02d.bench.test", i+1)
@@ -183,12 +202,19 @@ func fanoutFixture(b *testing.B) ([]*sshtest.Server, *client.Client, client.RunC
 }
 
 // startFanoutKeeper runs a keeper in this process on a free loopback port
-// with its SQLite registry in dataDir, and returns an admin client. The
-// keeper stops when the benchmark ends; its warnings are shown if the
-// benchmark fails.
-func startFanoutKeeper(b *testing.B, dataDir string) *client.Client {
+// with its SQLite registry in dataDir, and returns an admin client. With
+// soul (a soul binary) its SSH connections run plain commands through it;
+// without, through a shell each. The keeper stops when the benchmark ends;
+// its warnings are shown if the benchmark fails.
+func startFanoutKeeper(b *testing.B, dataDir, soul string) *client.Client {
 	b.Helper()
-	return keepertest.Start(b, func(c *config.Config) { c.DataDir, c.Log.Level = dataDir, "warn" }).Client
+	return keepertest.Start(b, func(c *config.Config) {
+		c.DataDir, c.Log.Level = dataDir, "warn"
+		c.AgentBinary, c.SSH.Executor = soul, "auto"
+		if soul == "" {
+			c.SSH.Executor = "off"
+		}
+	}).Client
 }
 
 // fanoutRun submits a run, follows its events until it has finished and

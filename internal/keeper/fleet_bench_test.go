@@ -55,7 +55,7 @@ func BenchmarkRunFleet(b *testing.B) {
 	if err := os.Mkdir(workDir, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"))
+	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"), "")
 	ctx := b.Context()
 
 	// Register every soul: 4 clients in parallel, as an inventory import.

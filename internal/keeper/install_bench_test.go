@@ -123,7 +123,7 @@ func BenchmarkInstallIdempotent10(b *testing.B) {
 	if err := os.Mkdir(state, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	c := startFanoutKeeper(b, data)
+	c := startFanoutKeeper(b, data, "")
 	ctx := b.Context()
 	const suffix = "install-bench.test"
 	if _, err := c.ProviderCreate(ctx, client.ProviderCreate{Name: "local", Driver: "local", FQDNSuffix: suffix, Config: map[string]any{"state_dir": state, "allow_nesting": true}}); err != nil {

@@ -350,7 +350,7 @@ func (s *System) buildRuns(ctx context.Context) error {
 	// keeper (other keepers close theirs when idle). Each run re-checks a
 	// warm connection's host key before its first use (ssh.Scope).
 	s.SSH = ssh.NewPool(ssh.Options{Base: s.Named("ssh"), IdleTimeout: c.SSH.IdleTimeout.Std(), MaxIdle: c.SSH.MaxIdle,
-		Sleep: s.sleep})
+		Sleep: s.sleep, Executor: s.Agent.executor(c.SSH.Executor, s.Log)})
 	s.onClose(func() { s.SSH.Close() })
 	s.Changes.Subscribe(dropOnGone(s.SSH))
 	settings, err := newCloudSettings(c, s.Agent)
