@@ -16,14 +16,14 @@ import (
 // SSH session, the same one `soul run` serves over the bus.
 func newExec() *cobra.Command {
 	var stdio bool
-	var spool string
+	var spool, shellSpool string
 	cmd := &cobra.Command{
 		Use:   "exec --stdio",
 		Short: "Run the keeper's commands read from standard input (the keeper starts it over SSH)",
 		Long: "Serves the keeper's commands over standard input and output in the bus's protocol (framed), as the " +
 			"agent does over the bus: the keeper uploads this binary once per host and starts it once per SSH connection. " +
-			"Plain commands still running when standard input ends are killed; durable ones run to their end, their " +
-			"results kept in --spool.",
+			"Plain commands still running when standard input ends are killed; durable ones run on under supervisors of " +
+			"their own (this binary, `soul exec --supervise`), their outcomes kept in --spool for the next executor to attach to.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !stdio {
@@ -34,11 +34,12 @@ func newExec() *cobra.Command {
 			signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return agent.ServeStdio(ctx, os.Stdin, os.Stdout, agent.StdioConfig{Spool: spool})
+			return agent.ServeStdio(ctx, os.Stdin, os.Stdout, agent.StdioConfig{Spool: spool, ShellSpool: shellSpool})
 		},
 	}
 	cmd.Flags().BoolVar(&stdio, "stdio", false, "serve over standard input and output")
 	cmd.Flags().StringVar(&spool, "spool", "", "where durable commands' results are kept (empty: durable commands run as plain ones)")
+	cmd.Flags().StringVar(&shellSpool, "shell-spool", "", "the SSH shell supervisor's spool: commands found there are not started here")
 	return cmd
 }
 

@@ -18,12 +18,16 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/soulstack/soulstack/internal/agent"
 	"github.com/soulstack/soulstack/internal/soulid"
 	"github.com/soulstack/soulstack/internal/tracing"
 	"github.com/soulstack/soulstack/internal/version"
 )
 
 func main() {
+	// `soul exec --supervise <entry>`: the supervisor of one durable
+	// command, started by the executor (internal/agent).
+	agent.SuperviseIfAsked()
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "soul:", err)
 		os.Exit(1)

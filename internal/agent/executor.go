@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -22,6 +24,13 @@ type executor struct {
 	ctx context.Context // commands run under it
 
 	spool *spool // nil: durable commands run as plain ones
+	// supervisor is the binary (and arguments) that supervises a durable
+	// command (superviseArgs follow): this one. Nil when the executor runs
+	// a test's own Exec: durable commands then run in this process.
+	supervisor []string
+	// shellSpool is the SSH supervisor's spool of this user (ServeStdio):
+	// an id found there is not started here (wire.CodeElsewhere).
+	shellSpool string
 
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -44,10 +53,15 @@ func newExecutor(ctx context.Context, log *slog.Logger, run func(context.Context
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if run == nil {
-		run = Run
-	}
 	e := &executor{log: log, run: run, ctx: ctx, running: map[string]runningCmd{}}
+	if run == nil {
+		e.run = Run
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("agent: the supervisor binary: %w", err)
+		}
+		e.supervisor = []string{exe}
+	}
 	if spoolDir != "" {
 		sp, err := newSpool(spoolDir)
 		if err != nil {

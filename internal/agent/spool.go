@@ -40,6 +40,9 @@ type durableRun struct {
 	done    chan struct{} // closed once it ended and its result is spooled
 	cancel  context.CancelFunc
 	replies []replyFunc // of the requests waiting for it, the starter's first
+	// attached: no request of this process started it (it runs under an
+	// earlier executor's supervisor).
+	attached bool
 }
 
 // meta is what the spool keeps of a command from its start.
@@ -128,9 +131,10 @@ func (s *spool) forget(ids []string) {
 
 // durable runs req (which has Durable) or attaches to it. An outcome it
 // can give at once (refused, or spooled by an earlier run) is returned;
-// otherwise the command runs (or already ran) in a goroutine that replies
-// with reply and to every request that attached meanwhile, and durable
-// returns its cancel and a channel closed once it has ended.
+// otherwise the command runs (or already runs, under a supervisor an
+// earlier executor started) and a goroutine replies with reply and to
+// every request that attached meanwhile once it ended; durable returns
+// its cancel and a channel closed once it has ended.
 func (e *executor) durable(req wire.ExecRequest, reply replyFunc) (*Outcome, context.CancelFunc, <-chan struct{}) {
 	s, d := e.spool, req.Durable
 	refuse := func(code, msg string) (*Outcome, context.CancelFunc, <-chan struct{}) {
@@ -140,49 +144,88 @@ func (e *executor) durable(req wire.ExecRequest, reply replyFunc) (*Outcome, con
 		return refuse("agent.invalid_command", fmt.Sprintf("durable command id %q is not one the spool takes", d.ID))
 	}
 	s.forget(d.Forget)
+	e.forgetShell(d.Forget)
 	if seen, ok := s.fence(d.Run, d.Epoch); !ok {
 		return refuse(wire.CodeFenced, fmt.Sprintf("refused: the agent has seen epoch %d of run %s, this command is of epoch %d", seen, d.Run, d.Epoch))
 	}
 	entry := filepath.Join(s.dir, d.ID)
-	s.mu.Lock()
-	if r := s.running[d.ID]; r != nil {
-		defer s.mu.Unlock()
-		if r.digest != d.Digest {
+	elsewhere := func() bool {
+		_, err := os.Lstat(filepath.Join(e.shellSpool, d.ID+".meta"))
+		return e.shellSpool != "" && err == nil
+	}
+	if r, ok := s.attach(d, reply); r != nil || !ok {
+		if !ok {
 			return refuse(wire.CodeDiverged, "the command under this id is not the one sent now")
 		}
-		r.replies = append(r.replies, reply)
 		return nil, r.cancel, r.done
 	}
-	s.mu.Unlock()
 	if b, err := os.ReadFile(filepath.Join(entry, "meta.json")); err == nil {
 		var m meta
 		_ = json.Unmarshal(b, &m)
 		if m.Digest != d.Digest {
 			return refuse(wire.CodeDiverged, "the command under this id is not the one sent now")
 		}
-		b, err := os.ReadFile(filepath.Join(entry, "result.json"))
-		if err != nil {
-			why := "the agent restarted since it started"
-			if m.Boot != s.boot {
-				why = "the soul rebooted since it started"
+		if out, err := readResult(entry); err == nil {
+			out.Reattached = true
+			return &out, nil, nil
+		}
+		// Still running under the supervisor an earlier executor started.
+		if sup, ok := readSupervisorID(entry); ok && sup.alive() {
+			r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: sup.terminate, replies: []replyFunc{reply}, attached: true}
+			if other, ok := s.claim(d.ID, r, reply); other != nil || !ok {
+				if !ok {
+					return refuse(wire.CodeDiverged, "the command under this id is not the one sent now")
+				}
+				return nil, other.cancel, other.done
 			}
-			return refuse(wire.CodeLost, "the command started and was lost before it ended: "+why)
+			go e.finish(d.ID, r, awaitSupervisor(e.ctx, entry, sup))
+			return nil, r.cancel, r.done
 		}
-		var out Outcome
-		if err := json.Unmarshal(b, &out); err != nil {
-			return refuse(wire.CodeLost, "the command's spooled result cannot be read: "+err.Error())
+		why := "the agent restarted since it started"
+		if m.Boot != s.boot {
+			why = "the soul rebooted since it started"
 		}
-		out.Reattached = true
-		return &out, nil, nil
+		return refuse(wire.CodeLost, "the command started and was lost before it ended: "+why)
+	}
+	if elsewhere() {
+		return refuse(wire.CodeElsewhere, "an earlier execution sent the command through a shell: its spool is the shell supervisor's")
 	}
 	if err := os.Mkdir(entry, 0o700); err != nil {
 		return refuse("agent.invalid_command", "agent spool: "+err.Error())
+	}
+	// Claimed; the shell supervisor claims first and looks here next, so
+	// of two executions racing on both paths neither starts it twice.
+	if elsewhere() {
+		_ = os.RemoveAll(entry)
+		return refuse(wire.CodeElsewhere, "an earlier execution sent the command through a shell: its spool is the shell supervisor's")
 	}
 	mb, _ := json.Marshal(meta{Digest: d.Digest, Boot: s.boot, Run: d.Run, Epoch: d.Epoch})
 	if err := atomicfile.Write(filepath.Join(entry, "meta.json"), mb, 0o600); err != nil {
 		_ = os.RemoveAll(entry)
 		return refuse("agent.invalid_command", "agent spool: "+err.Error())
 	}
+	if e.supervisor != nil {
+		cmd, sup, err := e.startSupervisor(entry, req)
+		if err != nil {
+			_ = os.RemoveAll(entry)
+			return refuse("agent.invalid_command", "start the command's supervisor: "+err.Error())
+		}
+		r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: sup.terminate, replies: []replyFunc{reply}}
+		s.mu.Lock()
+		s.running[d.ID] = r
+		s.mu.Unlock()
+		go func() {
+			_ = cmd.Wait()
+			out, err := readResult(entry)
+			if err != nil {
+				out = Outcome{ExecEnd: wire.ExecEnd{Code: wire.CodeLost, Error: "the command's supervisor ended without its outcome"}}
+			}
+			e.finish(d.ID, r, out)
+		}()
+		return nil, r.cancel, r.done
+	}
+	// No supervisor (a test's own Exec): the command runs in this process
+	// and ends with it.
 	ctx, cancel := context.WithCancel(e.ctx)
 	r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: cancel, replies: []replyFunc{reply}}
 	s.mu.Lock()
@@ -194,20 +237,91 @@ func (e *executor) durable(req wire.ExecRequest, reply replyFunc) (*Outcome, con
 		defer cancel()
 		out := e.run(ctx, req)
 		if b, err := json.Marshal(out); err == nil {
-			if err := atomicfile.Write(filepath.Join(entry, "result.json"), b, 0o600); err != nil {
+			if err := atomicfile.Write(filepath.Join(entry, resultFile), b, 0o600); err != nil {
 				e.log.Warn("spool a command's result", "command", d.ID, "err", err)
 			}
 		}
-		s.mu.Lock()
-		replies := r.replies
-		delete(s.running, d.ID)
-		s.mu.Unlock()
-		close(r.done)
-		for i, to := range replies {
-			o := out
-			o.Reattached = i > 0
-			to(o)
-		}
+		e.finish(d.ID, r, out)
 	}()
 	return nil, cancel, r.done
+}
+
+// forgetShell removes the shell supervisor's spool entries of ids (the
+// keeper forgets a command whichever way it went), unless one's command
+// still runs there.
+func (e *executor) forgetShell(ids []string) {
+	if e.shellSpool == "" {
+		return
+	}
+	for _, id := range ids {
+		if !transport.ValidDurableID(id) {
+			continue
+		}
+		base := filepath.Join(e.shellSpool, id)
+		if b, err := os.ReadFile(base + ".rc"); err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), " end") {
+			continue // running, or not there
+		}
+		for _, ext := range []string{".meta", ".pid", ".out", ".err", ".rc", ".o", ".e"} {
+			_ = os.Remove(base + ext)
+		}
+	}
+}
+
+// attach adds reply to the command of d running in this process: nil when
+// none runs, false when the one running is another command.
+func (s *spool) attach(d *wire.Durable, reply replyFunc) (*durableRun, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.running[d.ID]
+	if r == nil {
+		return nil, true
+	}
+	if r.digest != d.Digest {
+		return nil, false
+	}
+	r.replies = append(r.replies, reply)
+	return r, true
+}
+
+// claim records r as the command of id unless another request of this
+// process got there first: that one is returned, reply added to it (false
+// when it is another command).
+func (s *spool) claim(id string, r *durableRun, reply replyFunc) (*durableRun, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if other := s.running[id]; other != nil {
+		if other.digest != r.digest {
+			return nil, false
+		}
+		other.replies = append(other.replies, reply)
+		return other, true
+	}
+	s.running[id] = r
+	return nil, true
+}
+
+// finish ends the command id of r with out: every request waiting for it
+// gets it (Reattached but for the one that started it).
+func (e *executor) finish(id string, r *durableRun, out Outcome) {
+	s := e.spool
+	s.mu.Lock()
+	replies := r.replies
+	delete(s.running, id)
+	s.mu.Unlock()
+	close(r.done)
+	for i, to := range replies {
+		o := out
+		o.Reattached = r.attached || i > 0
+		to(o)
+	}
+}
+
+// readSupervisorID reads the supervisor an entry records.
+func readSupervisorID(entry string) (supervisorID, bool) {
+	b, err := os.ReadFile(filepath.Join(entry, supervisorFile))
+	if err != nil {
+		return supervisorID{}, false
+	}
+	var sup supervisorID
+	return sup, json.Unmarshal(b, &sup) == nil
 }

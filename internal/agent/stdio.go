@@ -27,6 +27,11 @@ type StdioConfig struct {
 	Logger *slog.Logger
 	// Exec runs one command; nil means Run.
 	Exec func(ctx context.Context, req wire.ExecRequest) Outcome
+	// ShellSpool is the spool of the SSH transport's shell supervisor for
+	// this user: a durable command found there was sent through a shell
+	// by an earlier execution and is not started here; Forget removes its
+	// entries there too.
+	ShellSpool string
 }
 
 // ServeStdio is the executor the keeper starts over an SSH session
@@ -35,8 +40,8 @@ type StdioConfig struct {
 // stdio form) and writes each command's output parts and end to out, with
 // the semantics of the bus's agent. Commands run concurrently. When in
 // ends (the session is gone) or ctx does, the plain commands still running
-// are killed, and durable ones run to their end, their results spooled for
-// the next execution to attach to, before it returns.
+// are killed and it returns; durable ones go on under their supervisors,
+// their outcomes spooled for the next executor to attach to.
 func ServeStdio(ctx context.Context, in io.Reader, out io.Writer, cfg StdioConfig) error {
 	runCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
@@ -44,6 +49,7 @@ func ServeStdio(ctx context.Context, in io.Reader, out io.Writer, cfg StdioConfi
 	if err != nil {
 		return err
 	}
+	e.shellSpool = cfg.ShellSpool
 	w := &frameWriter{w: out}
 	if _, err := fmt.Fprintf(out, "%s %d\n", wire.StdioHello, os.Getpid()); err != nil {
 		return err
@@ -55,6 +61,11 @@ func ServeStdio(ctx context.Context, in io.Reader, out io.Writer, cfg StdioConfi
 	case <-ctx.Done():
 	}
 	e.cancelPlain()
+	if e.supervisor != nil {
+		// Durable commands run under supervisors of their own: they go
+		// on, and the next executor attaches to them.
+		stop()
+	}
 	e.wg.Wait()
 	if errors.Is(err, io.EOF) {
 		err = nil

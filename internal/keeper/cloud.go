@@ -52,7 +52,7 @@ write_files:
       "$soul" join --retry-for 3m --host-key-dir {{ .HostKeyDir }}
       if [ -d /run/systemd/system ]; then
         if [ "$soul" != /usr/bin/soul ]; then
-          printf '[Unit]\nDescription=Soul Stack agent\nAfter=network-online.target\n[Service]\nExecStart=%s run\nRestart=always\n[Install]\nWantedBy=multi-user.target\n' "$soul" > /etc/systemd/system/soul.service
+          printf '[Unit]\nDescription=Soul Stack agent\nAfter=network-online.target\n[Service]\nExecStart=%s run\nRestart=always\nKillMode=process\n[Install]\nWantedBy=multi-user.target\n' "$soul" > /etc/systemd/system/soul.service
           systemctl daemon-reload
         fi
         systemctl enable --now soul.service

@@ -11,13 +11,16 @@ import (
 )
 
 // BuildSoul builds this module's soul binary (cmd/soul, the executor the
-// SSH transport starts on souls) into a directory of tb's own and returns
-// its path and the SHA-256 of its content.
-func BuildSoul(tb testing.TB) (path, sum string) {
+// SSH transport starts on souls) into dir (a directory of tb's own when
+// empty) and returns its path and the SHA-256 of its content.
+func BuildSoul(tb testing.TB, dir string) (path, sum string) {
 	tb.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	path = filepath.Join(tb.TempDir(), "soul")
+	if dir == "" {
+		dir = tb.TempDir()
+	}
+	path = filepath.Join(dir, "soul")
 	cmd := exec.Command("go", "build", "-o", path, "./cmd/soul")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -56,9 +56,9 @@ func transports(t *testing.T) map[string]transport.Conn {
 	ac, _ := b.Agent(id.SID)
 
 	// SSH with the soul binary as the connection's executor.
-	soul, sum := sshtest.BuildSoul(t)
+	soul, sum := sshtest.BuildSoul(t, "")
 	xc, err := ssh.Dial(t.Context(), ssh.Target{Address: srv.Addr, Port: srv.Port, User: srv.User, PrivateKey: srv.ClientKey, Retry: ssh.RetryPolicy{Attempts: 3, Interval: 10 * time.Millisecond}},
-		ssh.Options{MaxOutput: maxOutput, Executor: &ssh.Executor{Binaries: map[string]ssh.ExecutorBinary{runtime.GOARCH: {Path: soul, SHA256: sum}}}})
+		ssh.Options{MaxOutput: maxOutput, Executor: &ssh.Executor{Dir: t.TempDir(), Binaries: map[string]ssh.ExecutorBinary{runtime.GOARCH: {Path: soul, SHA256: sum}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

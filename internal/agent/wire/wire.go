@@ -157,6 +157,10 @@ const (
 	CodeFenced   = "run.fenced"
 	CodeLost     = "run.command_lost"
 	CodeDiverged = "run.replay_diverged"
+	// CodeElsewhere: the id is in the SSH supervisor's spool on this host
+	// (an earlier execution sent it through a shell); the keeper sends it
+	// there to attach.
+	CodeElsewhere = "run.command_elsewhere"
 )
 
 // Reply parts: the header PartHeader of each reply message says what it

@@ -176,6 +176,8 @@ type AgentSpec struct {
 // StartAgents started it: it serves every identity of the spec until
 // SIGTERM and exits. Call it first in TestMain.
 func RunAgentIfAsked() {
+	// A durable command's supervisor is this binary again.
+	agent.SuperviseIfAsked()
 	path := os.Getenv(envAgent)
 	if path == "" {
 		return

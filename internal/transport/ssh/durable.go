@@ -41,6 +41,7 @@ import (
 //	<marker> lost <why>                started, and gone without an exit status
 //	<marker> diverged                  the id names another command
 //	<marker> nospool                   the spool cannot be written
+//	<marker> elsewhere                 the id is in the executor's spool (Executor)
 //
 // The spool holds, per command id, the files <id>.meta (digest, boot id,
 // the supervisor's PID), <id>.pid, <id>.out, <id>.err, <id>.rc ("<status>
@@ -55,9 +56,10 @@ import (
 // transport.SpoolTTL, swept by the first durable command of each connection.
 var supervisorScript = `mk=$1 S=$2 I=$3 R=$4 E=$5 G=$6 M=$7 F=$8 W=$9
 shift 9
-CHILD=$1 IN=$2
-shift 2
+X=$1 CHILD=$2 IN=$3
+shift 3
 [ -n "$S" ] || S=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool
+[ -n "$X" ] || ` + executorSpool + `
 umask 077
 [ -d "$S/runs" ] || mkdir -p "$S/runs" 2>/dev/null || { echo "$mk nospool" >&2; exit 125; }
 [ -z "$F" ] || (cd "$S" && for f in $F; do rm -rf -- "$f" "$f".*; done)
@@ -74,6 +76,7 @@ while :; do
 set -C
 if { true >"$D.meta"; } 2>/dev/null; then
 set +C
+if [ -e "$X/$I" ]; then rm -f "$D.meta"; [ "$T" = /dev/null ] || rm -f "$T"; echo "$mk elsewhere" >&2; exit 125; fi
 echo "$G $boot $$" >"$D.meta"
 mkfifo "$D.o" "$D.e" || { echo "$mk nospool" >&2; exit 125; }
 exec 3<"$T"
@@ -195,7 +198,7 @@ func (c *Client) durableLine(marker, line string, hasStdin bool, d *transport.Du
 	}
 	max := c.opts.MaxOutput
 	args := []string{"/bin/sh", "-c", supervisorScript, "sh", marker, c.spoolDir(), d.ID, d.Run, strconv.FormatInt(d.Epoch, 10), d.Digest,
-		strconv.Itoa(max), strings.Join(forget, " "), w, childScript, in, line}
+		strconv.Itoa(max), strings.Join(forget, " "), w, c.opts.Executor.spoolDir(), childScript, in, line}
 	out := "exec " + quoteArgs(args)
 	if len(out) > maxCommandLine {
 		return "", fmt.Errorf("%w: command line is %d bytes with its supervisor, over the %d a remote shell accepts", ErrInvalidCommand, len(out), maxCommandLine)
@@ -256,6 +259,8 @@ func (s *supervised) refused() error {
 		return fmt.Errorf("%w: %s", transport.ErrCommandLost, why)
 	case "diverged":
 		return transport.ErrDiverged
+	case "elsewhere":
+		return errElsewhere
 	case "nospool":
 		return fmt.Errorf("%w: the soul's command spool cannot be written (%s for root, ~/.local/state/soulstack/spool otherwise)", ErrInvalidCommand, rootSpool)
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,23 +19,63 @@ import (
 )
 
 // durableHost is a real sshd and a client whose spool is a directory of the
-// test's own.
+// test's own: with mode "executor" durable commands go through the soul
+// binary (its directory the test's own too), with "shell" through the
+// shell supervisor.
 type durableHost struct {
 	srv   *sshtest.Server
 	spool string
 	opts  ssh.Options
 }
 
-func newDurableHost(t *testing.T) *durableHost {
+// modes are the two ways a durable command takes.
+var modes = []string{"shell", "executor"}
+
+func newDurableHost(t *testing.T, mode string) *durableHost {
 	t.Helper()
 	h := &durableHost{srv: sshtest.Start(t, sshtest.Options{}), spool: t.TempDir()}
 	h.opts = ssh.Options{Spool: h.spool}
+	if mode == "executor" {
+		h.opts.Executor = soulExecutor(t)
+	}
 	return h
 }
 
+// soulExecutor is the soul binary (built once per test binary) as the
+// executor, in a directory of t's own on the host.
+func soulExecutor(t *testing.T) *ssh.Executor {
+	t.Helper()
+	soulOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "ssh-test-soul-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		soulDir = dir
+		soulPath, soulSum = sshtest.BuildSoul(t, dir)
+	})
+	if soulPath == "" {
+		t.Fatal("the soul binary did not build")
+	}
+	return &ssh.Executor{Dir: t.TempDir(), Binaries: map[string]ssh.ExecutorBinary{runtime.GOARCH: {Path: soulPath, SHA256: soulSum}}}
+}
+
+var (
+	soulOnce                   sync.Once
+	soulDir, soulPath, soulSum string
+)
+
 func (h *durableHost) connect(t *testing.T) *ssh.Client {
 	t.Helper()
-	return connect(t, h.srv, h.opts)
+	c := connect(t, h.srv, h.opts)
+	if h.opts.Executor != nil {
+		// Cleanups run last first: this one before connect's Close.
+		t.Cleanup(func() {
+			if st := c.ExecutorState(); st != "" && st != "executor" {
+				t.Errorf("the executor did not run: %s", st)
+			}
+		})
+	}
+	return c
 }
 
 func durable(id string, epoch int64, cmd ssh.Command) ssh.Command {
@@ -55,7 +97,15 @@ func lines(t *testing.T, path string) []string {
 // through the supervisor.
 func TestDurableSemantics(t *testing.T) {
 	t.Parallel()
-	h := newDurableHost(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testDurableSemantics(t, newDurableHost(t, mode))
+		})
+	}
+}
+
+func testDurableSemantics(t *testing.T, h *durableHost) {
 	c := h.connect(t)
 	for i, tt := range []struct {
 		cmd                ssh.Command
@@ -87,7 +137,15 @@ func TestDurableSemantics(t *testing.T) {
 // once.
 func TestDurableRunsOnce(t *testing.T) {
 	t.Parallel()
-	h := newDurableHost(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testDurableRunsOnce(t, newDurableHost(t, mode))
+		})
+	}
+}
+
+func testDurableRunsOnce(t *testing.T, h *durableHost) {
 	ledger := filepath.Join(t.TempDir(), "ledger")
 	cmd := durable("once", 1, ssh.Command{Script: "echo ran >> " + ledger + "; echo out; echo err >&2; exit 4"})
 	first := exec(t, h.connect(t), cmd)
@@ -108,7 +166,15 @@ func TestDurableRunsOnce(t *testing.T) {
 // of its id over a new connection attaches and returns its output.
 func TestDurableSurvivesACut(t *testing.T) {
 	t.Parallel()
-	h := newDurableHost(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testDurableSurvivesACut(t, newDurableHost(t, mode))
+		})
+	}
+}
+
+func testDurableSurvivesACut(t *testing.T, h *durableHost) {
 	dir := t.TempDir()
 	ledger, started := filepath.Join(dir, "ledger"), filepath.Join(dir, "started")
 	cmd := durable("cut", 1, ssh.Command{Script: "touch " + started + "; sleep 1.5; echo ran >> " + ledger + "; echo done"})
@@ -143,7 +209,15 @@ func TestDurableSurvivesACut(t *testing.T) {
 // cancelled otherwise kills it.
 func TestDurableDetachAndCancel(t *testing.T) {
 	t.Parallel()
-	h := newDurableHost(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testDurableDetachAndCancel(t, newDurableHost(t, mode))
+		})
+	}
+}
+
+func testDurableDetachAndCancel(t *testing.T, h *durableHost) {
 	c := h.connect(t)
 	dir := t.TempDir()
 	for _, detach := range []bool{true, false} {
@@ -177,7 +251,15 @@ func TestDurableDetachAndCancel(t *testing.T) {
 // one id is refused (run.replay_diverged).
 func TestDurableFencing(t *testing.T) {
 	t.Parallel()
-	h := newDurableHost(t)
+	for _, mode := range modes {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			testDurableFencing(t, newDurableHost(t, mode))
+		})
+	}
+}
+
+func testDurableFencing(t *testing.T, h *durableHost) {
 	c := h.connect(t)
 	dir := t.TempDir()
 	ledger, started := filepath.Join(dir, "ledger"), filepath.Join(dir, "started")
@@ -224,7 +306,7 @@ func TestDurableFencing(t *testing.T) {
 // of another boot with no exit status is a lost command.
 func TestDurableSpool(t *testing.T) {
 	t.Parallel()
-	h := newDurableHost(t)
+	h := newDurableHost(t, "shell")
 	h.opts.MaxOutput = 1000
 	c := h.connect(t)
 	res := exec(t, c, durable("big", 1, ssh.Command{Script: "head -c 100000 /dev/zero | tr '\\0' x"}))

@@ -97,14 +97,19 @@ func (c *Client) exec(ctx context.Context, cmd Command) (Result, error) {
 		return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, context.Cause(ctx))
 	}
 	var res Result
-	if x := c.executorFor(ctx, cmd); x != nil {
-		res, err = x.exec(ctx, cmd)
-	} else if cmd.Durable != nil {
-		if line, err = c.durableLine(marker, line, len(stdin) > 0, cmd.Durable); err != nil {
-			return Result{}, fmt.Errorf("ssh exec on %s: %w", c.target, err)
-		}
-		res, err = c.runDurable(ctx, marker, line, stdin, sudo, cmd.Durable)
-	} else {
+	x := c.executor(ctx)
+	switch {
+	case cmd.Durable != nil:
+		res, err = c.execDurable(ctx, cmd, x, func() (Result, error) {
+			dline, err := c.durableLine(marker, line, len(stdin) > 0, cmd.Durable)
+			if err != nil {
+				return Result{}, err
+			}
+			return c.runDurable(ctx, marker, dline, stdin, sudo, cmd.Durable)
+		})
+	case x != nil:
+		res, err = x.exec(ctx, cmd, nil)
+	default:
 		res, err = c.run(ctx, marker, line, stdin, sudo)
 	}
 	if err != nil {

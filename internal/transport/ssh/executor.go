@@ -36,13 +36,18 @@ import (
 //
 // (a directory only the user can read) and execs it; a missing or altered
 // binary is uploaded (to a temporary name, its hash checked, then renamed
-// over) and the start tried once more. Where it cannot run — another OS or
+// over; binaries of other versions uploaded more than a day before are
+// removed) and the start tried once more. Where it cannot run — another OS or
 // architecture, no binary for it, a noexec directory, a refused upload —
 // the connection falls back to the shell, per connection, and says why
 // (Client.ExecutorState). Plain commands go through the executor; durable
 // ones keep the shell supervisor, whose commands outlive the connection.
 type Executor struct {
 	Binaries map[string]ExecutorBinary
+	// Dir, when set, is the directory of the binaries on the souls
+	// instead of the user's default above; its spool subdirectory keeps
+	// the executor's durable commands.
+	Dir string
 }
 
 // ExecutorBinary is one architecture's soul binary.
@@ -59,11 +64,21 @@ var unameArch = map[string][]string{"amd64": {"x86_64"}, "arm64": {"aarch64", "a
 // executorDir is the directory of the executor binaries on the soul.
 const executorDir = `if [ "$(id -u)" = 0 ]; then D=/var/lib/soulstack/exec; else D=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/exec; fi`
 
+// executorSpool sets X to the executor's spool of durable commands.
+const executorSpool = `if [ "$(id -u)" = 0 ]; then X=/var/lib/soulstack/exec/spool; else X=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/exec/spool; fi`
+
+// errElsewhere: a durable command's id is in the other spool of the
+// soul (the executor's, or the shell supervisor's), where an earlier
+// execution sent it; it is sent there to attach.
+var errElsewhere = errors.New("the command is in the other spool")
+
 // startScript starts the executor of the host's architecture, or says on
-// its first line of stdout what it lacks.
-func (x *Executor) startScript() string {
+// its first line of stdout what it lacks. shellSpool is the shell
+// supervisor's spool ("" for the user's default): the executor starts no
+// command whose id is there.
+func (x *Executor) startScript(shellSpool string) string {
 	var b strings.Builder
-	b.WriteString("umask 077\n" + executorDir + "\n")
+	b.WriteString("umask 077\n" + x.dirLine() + "\nS=" + Quote(shellSpool) + "\n[ -n \"$S\" ] || S=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/spool\n")
 	b.WriteString(`case "$(uname -s) $(uname -m)" in` + "\n")
 	archs := make([]string, 0, len(x.Binaries))
 	for a := range x.Binaries {
@@ -83,17 +98,36 @@ func (x *Executor) startScript() string {
 esac
 f=$D/soul-$h
 if [ ! -x "$f" ] || [ "$(sha256sum <"$f" 2>/dev/null | cut -d' ' -f1)" != "$h" ]; then echo "soulstack-exec need $h"; exit 0; fi
-exec "$f" exec --stdio --spool "$D/spool"
+exec "$f" exec --stdio --spool "$D/spool" --shell-spool "$S"
 `)
 	return b.String()
 }
 
+// dirLine sets D to the executor's directory on the soul.
+func (x *Executor) dirLine() string {
+	if x.Dir != "" {
+		return "D=" + Quote(x.Dir)
+	}
+	return executorDir
+}
+
+// spoolDir is the executor's spool on the souls, "" for the user's
+// default.
+func (x *Executor) spoolDir() string {
+	if x == nil || x.Dir == "" {
+		return ""
+	}
+	return x.Dir + "/spool"
+}
+
 // uploadScript writes its standard input to the executor binary of hash
 // h, checked before it takes the binary's name.
-func uploadScript(h string) string {
-	return "umask 077\n" + executorDir + "\n" + `mkdir -p "$D" && chmod 700 "$D" || exit 1
+func (x *Executor) uploadScript(h string) string {
+	return "umask 077\n" + x.dirLine() + "\n" + `mkdir -p "$D" && chmod 700 "$D" || exit 1
 t=$D/.soul-` + h + `.$$
 if cat >"$t" && chmod 700 "$t" && [ "$(sha256sum <"$t" | cut -d' ' -f1)" = ` + h + ` ]; then mv -f "$t" "$D/soul-` + h + `"; else rm -f "$t"; exit 1; fi
+find "$D" -maxdepth 1 -name 'soul-*' ! -name 'soul-` + h + `' -mtime +0 -exec rm -f {} + 2>/dev/null
+exit 0
 `
 }
 
@@ -120,14 +154,27 @@ func (c *Client) ExecutorState() string {
 	return ""
 }
 
-// executorFor is the executor cmd goes through, nil for the shell:
-// durable commands keep the shell supervisor, whose commands outlive the
-// connection.
-func (c *Client) executorFor(ctx context.Context, cmd Command) *stdioConn {
-	if cmd.Durable != nil {
-		return nil
+// execDurable runs a durable command through the executor when the
+// connection has one, else through the shell supervisor; an id the
+// other spool holds (an earlier execution went the other way) is sent
+// there to attach. Where that way is closed now, the command is lost to
+// this execution rather than started twice.
+func (c *Client) execDurable(ctx context.Context, cmd Command, x *stdioConn, shell func() (Result, error)) (Result, error) {
+	if x == nil {
+		res, err := shell()
+		if !errors.Is(err, errElsewhere) {
+			return res, err
+		}
+		if x = c.executor(ctx); x == nil {
+			return res, fmt.Errorf("%w: an earlier execution started it through the soul's executor, which cannot run on this connection", transport.ErrCommandLost)
+		}
+		return x.exec(ctx, cmd, c.durable.forget.Take(""))
 	}
-	return c.executor(ctx)
+	res, err := x.exec(ctx, cmd, c.durable.forget.Take(""))
+	if errors.Is(err, errElsewhere) {
+		return shell()
+	}
+	return res, err
 }
 
 func orNoMessage(s string) string {
@@ -201,7 +248,7 @@ func (c *Client) tryExecutor(ctx context.Context, x *Executor) (*stdioConn, stri
 	}
 	stderr := transport.NewCapture(4 << 10)
 	sess.Stderr = stderr
-	if err := sess.Start(x.startScript()); err != nil {
+	if err := sess.Start(x.startScript(c.spoolDir())); err != nil {
 		sess.Close()
 		return nil, "", fmt.Errorf("start the executor: %w", err)
 	}
@@ -264,7 +311,7 @@ func (c *Client) uploadExecutor(ctx context.Context, x *Executor, h string) erro
 	sess.Stderr = stderr
 	stop := context.AfterFunc(ctx, func() { sess.Close() })
 	defer stop()
-	if err := sess.Run(uploadScript(h)); err != nil {
+	if err := sess.Run(x.uploadScript(h)); err != nil {
 		msg, _ := stderr.Bytes()
 		return fmt.Errorf("upload the executor: refused (%s)", orNoMessage(firstLine(strings.TrimSpace(string(msg)))))
 	}
@@ -367,8 +414,9 @@ func (x *stdioConn) send(kind byte, id string, v any) error {
 	return wire.WriteFrame(x.w, kind, id, b)
 }
 
-// exec runs cmd through the executor (the semantics of Client.Exec).
-func (x *stdioConn) exec(ctx context.Context, cmd Command) (Result, error) {
+// exec runs cmd through the executor (the semantics of Client.Exec);
+// a durable command carries forget, the spool entries to remove.
+func (x *stdioConn) exec(ctx context.Context, cmd Command, forget []string) (Result, error) {
 	var idb [12]byte
 	if _, err := rand.Read(idb[:]); err != nil {
 		return Result{}, err
@@ -385,6 +433,11 @@ func (x *stdioConn) exec(ctx context.Context, cmd Command) (Result, error) {
 	x.pending[id] = p
 	x.mu.Unlock()
 	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: x.maxOutput}
+	cancel := wire.CancelRequest{ID: id}
+	if d := cmd.Durable; d != nil {
+		req.Durable = &wire.Durable{ID: d.ID, Run: d.Run, Epoch: d.Epoch, Digest: d.Digest, Forget: forget}
+		cancel.Run, cancel.Epoch = d.Run, d.Epoch
+	}
 	if err := x.send(wire.FrameExec, id, req); err != nil {
 		x.forget(id)
 		return Result{}, fmt.Errorf("%w: send to the executor: %v", ErrDisconnected, err)
@@ -398,16 +451,20 @@ func (x *stdioConn) exec(ctx context.Context, cmd Command) (Result, error) {
 	}
 	select {
 	case end := <-p.end:
-		if end.Code != "" {
-			return outcome(end), fmt.Errorf("%w: %s", transport.ErrInvalidCommand, end.Error)
-		}
-		return outcome(end), nil
+		res := outcome(end)
+		res.Reattached = end.Reattached
+		return res, endError(end)
 	case <-x.dead:
 		return outcome(wire.ExecEnd{}), fmt.Errorf("%w: the executor's session ended", ErrDisconnected)
 	case <-ctx.Done():
 	}
+	if transport.Detached(ctx) && cmd.Durable != nil {
+		// The keeper lets go: the command goes on under its supervisor.
+		x.forget(id)
+		return outcome(wire.ExecEnd{}), context.Cause(ctx)
+	}
 	// Kill it, and take the output it wrote until it was killed.
-	_ = x.send(wire.FrameCancel, id, wire.CancelRequest{ID: id})
+	_ = x.send(wire.FrameCancel, id, cancel)
 	select {
 	case end := <-p.end:
 		return outcome(end), context.Cause(ctx)
@@ -422,4 +479,21 @@ func (x *stdioConn) forget(id string) {
 	x.mu.Lock()
 	delete(x.pending, id)
 	x.mu.Unlock()
+}
+
+// endError is the transport error of an executor's end of a command.
+func endError(end wire.ExecEnd) error {
+	switch end.Code {
+	case "":
+		return nil
+	case wire.CodeFenced:
+		return fmt.Errorf("%w: %s", transport.ErrFenced, end.Error)
+	case wire.CodeLost:
+		return fmt.Errorf("%w: %s", transport.ErrCommandLost, end.Error)
+	case wire.CodeDiverged:
+		return transport.ErrDiverged
+	case wire.CodeElsewhere:
+		return errElsewhere
+	}
+	return fmt.Errorf("%w: %s", transport.ErrInvalidCommand, end.Error)
 }

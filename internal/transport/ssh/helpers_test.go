@@ -3,6 +3,7 @@ package ssh_test
 import (
 	"context"
 	"net"
+	"os"
 	"os/user"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,14 @@ import (
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/transport/ssh"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if soulDir != "" {
+		os.RemoveAll(soulDir)
+	}
+	os.Exit(code)
+}
 
 // target returns a Target for s with a short retry policy.
 func target(s *sshtest.Server) ssh.Target {
