@@ -8,7 +8,9 @@ package agent
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -122,8 +124,9 @@ func (cfg Config) check() error {
 }
 
 // withDefaults fills the zero fields: no logging, the default heartbeat,
-// 1 s between reconnects, a jitter of one heartbeat (none when negative),
-// commands run by Run.
+// 1 s between reconnects, a jitter of one heartbeat (none when negative).
+// A nil Exec stays nil: the executor runs Run, durable commands under
+// supervisors.
 func (cfg Config) withDefaults() Config {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -139,9 +142,6 @@ func (cfg Config) withDefaults() Config {
 		cfg.Jitter = cfg.Heartbeat
 	case cfg.Jitter < 0:
 		cfg.Jitter = 0
-	}
-	if cfg.Exec == nil {
-		cfg.Exec = Run
 	}
 	return cfg
 }
@@ -181,7 +181,9 @@ func connect(cfg Config) (*nats.Conn, error) {
 // beat sends the soul's heartbeat every cfg.Heartbeat while connected,
 // and sweeps the spool every hour, until ctx ends.
 func (a *agent) beat(ctx context.Context, cfg Config) {
-	hb, _ := json.Marshal(wire.Heartbeat{SID: cfg.SID, IntervalMS: cfg.Heartbeat.Milliseconds(), Version: cfg.Version})
+	var inst [8]byte
+	_, _ = crand.Read(inst[:])
+	hb, _ := json.Marshal(wire.Heartbeat{SID: cfg.SID, IntervalMS: cfg.Heartbeat.Milliseconds(), Version: cfg.Version, Instance: hex.EncodeToString(inst[:])})
 	send := func() {
 		if a.nc.IsConnected() {
 			if err := a.nc.Publish(wire.HeartbeatSubject(cfg.SID), hb); err != nil {

@@ -200,7 +200,7 @@ func (e *executor) durable(req wire.ExecRequest, reply replyFunc) (*Outcome, con
 		return refuse(wire.CodeElsewhere, "an earlier execution sent the command through a shell: its spool is the shell supervisor's")
 	}
 	mb, _ := json.Marshal(meta{Digest: d.Digest, Boot: s.boot, Run: d.Run, Epoch: d.Epoch})
-	if err := atomicfile.Write(filepath.Join(entry, "meta.json"), mb, 0o600); err != nil {
+	if err := atomicfile.Replace(filepath.Join(entry, "meta.json"), mb, 0o600); err != nil {
 		_ = os.RemoveAll(entry)
 		return refuse("agent.invalid_command", "agent spool: "+err.Error())
 	}
@@ -237,7 +237,7 @@ func (e *executor) durable(req wire.ExecRequest, reply replyFunc) (*Outcome, con
 		defer cancel()
 		out := e.run(ctx, req)
 		if b, err := json.Marshal(out); err == nil {
-			if err := atomicfile.Write(filepath.Join(entry, resultFile), b, 0o600); err != nil {
+			if err := atomicfile.Replace(filepath.Join(entry, resultFile), b, 0o600); err != nil {
 				e.log.Warn("spool a command's result", "command", d.ID, "err", err)
 			}
 		}

@@ -71,7 +71,7 @@ func Supervise(dir string) int {
 		out = Run(ctx, req)
 	}
 	b, _ = json.Marshal(out)
-	if err := atomicfile.Write(filepath.Join(dir, resultFile), b, 0o600); err != nil {
+	if err := atomicfile.Replace(filepath.Join(dir, resultFile), b, 0o600); err != nil {
 		fmt.Fprintln(os.Stderr, "soul supervise:", err)
 		return 1
 	}
@@ -123,7 +123,7 @@ func (e *executor) startSupervisor(entry string, req wire.ExecRequest) (*exec.Cm
 	if err != nil {
 		return nil, supervisorID{}, err
 	}
-	if err := atomicfile.Write(filepath.Join(entry, requestFile), b, 0o600); err != nil {
+	if err := atomicfile.Replace(filepath.Join(entry, requestFile), b, 0o600); err != nil {
 		return nil, supervisorID{}, err
 	}
 	argv := append(append(append([]string(nil), e.supervisor...), superviseArgs...), entry)
@@ -134,7 +134,7 @@ func (e *executor) startSupervisor(entry string, req wire.ExecRequest) (*exec.Cm
 	}
 	id := supervisorID{PID: cmd.Process.Pid, Start: processStart(cmd.Process.Pid)}
 	b, _ = json.Marshal(id)
-	if err := atomicfile.Write(filepath.Join(entry, supervisorFile), b, 0o600); err != nil {
+	if err := atomicfile.Replace(filepath.Join(entry, supervisorFile), b, 0o600); err != nil {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 		return nil, supervisorID{}, err

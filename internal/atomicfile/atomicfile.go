@@ -12,7 +12,15 @@ import (
 // Write replaces path with data at mode: a temporary file in the same
 // directory, given the final mode before anything is written, synced,
 // then renamed into place.
-func Write(path string, data []byte, mode os.FileMode) error {
+func Write(path string, data []byte, mode os.FileMode) error { return write(path, data, mode, true) }
+
+// Replace is Write without the sync: a reader never sees a partial file
+// and a crash of the writing process loses nothing, but a crash of the
+// machine may (the agent's spool, whose entries a reboot makes void
+// anyway, and which pays an fsync's milliseconds per command otherwise).
+func Replace(path string, data []byte, mode os.FileMode) error { return write(path, data, mode, false) }
+
+func write(path string, data []byte, mode os.FileMode, sync bool) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -26,9 +34,11 @@ func Write(path string, data []byte, mode os.FileMode) error {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
+	if sync {
+		if err := tmp.Sync(); err != nil {
+			tmp.Close()
+			return fmt.Errorf("write %s: %w", path, err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

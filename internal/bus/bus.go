@@ -12,6 +12,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -163,7 +164,9 @@ func (s *Server) newEpoch() {
 
 type presence struct {
 	last time.Time
-	gone chan struct{} // closed when the soul is counted gone
+	gone chan struct{} // closed when the soul is counted gone, or its agent restarted
+	// instance is the agent process's (wire.Heartbeat.Instance).
+	instance string
 	// window starts the heartbeat interval whose heartbeats beats counts.
 	window time.Time
 	beats  int
@@ -452,6 +455,8 @@ func (s *Server) heartbeat(m *nats.Msg) {
 		s.cutOff(sid, fmt.Sprintf("a %d-byte heartbeat (at most %d)", len(m.Data), wire.MaxHeartbeatSize))
 		return
 	}
+	var hb wire.Heartbeat
+	_ = json.Unmarshal(m.Data, &hb)
 	now := s.now()
 	s.mu.Lock()
 	if until, paused := s.paused[sid]; paused && now.Before(until) {
@@ -459,11 +464,21 @@ func (s *Server) heartbeat(m *nats.Msg) {
 		return // what it sent before it was cut off
 	}
 	p, ok := s.present[sid]
+	restarted := ok && hb.Instance != "" && p.instance != "" && hb.Instance != p.instance
+	if restarted {
+		// Another agent process: the commands sent to the one before end
+		// disconnected here (and are reattached through this one).
+		close(p.gone)
+		p.gone = make(chan struct{})
+	}
 	if ok {
 		p.last = now
 	} else {
 		p = &presence{last: now, gone: make(chan struct{}), window: now}
 		s.present[sid] = p
+	}
+	if hb.Instance != "" {
+		p.instance = hb.Instance
 	}
 	if now.Sub(p.window) >= s.cfg.Heartbeat {
 		p.window, p.beats = now, 0
@@ -478,6 +493,9 @@ func (s *Server) heartbeat(m *nats.Msg) {
 	if !ok {
 		s.log.Info("bus: agent present", "sid", sid)
 		s.notify(sid, true)
+	}
+	if restarted {
+		s.log.Info("bus: agent restarted (a new instance's heartbeat): its commands in flight are reattached", "sid", sid)
 	}
 }
 

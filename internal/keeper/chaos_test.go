@@ -26,10 +26,12 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/bus/bustest"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/crashpoint"
 	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/notify"
+	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
@@ -869,4 +871,153 @@ func TestChaosKill9AfterRunFinish(t *testing.T) {
 	}
 	report(t, chaosRow{Fault: "keeper kill -9 after a run's end / a drift change, before what follows", Runs: 3,
 		Outcome: "drift recorded, 3 webhooks delivered", Keeper: "restarted 3 times; the queued follow-ups ran", Duration: time.Since(start)})
+}
+
+// TestChaosKill9AgentMidCommand kills the soul's agent (SIGKILL) ten times
+// at random points while runs execute on it, and starts it again (its
+// identity and spool kept, as systemd's Restart=always would). Every run
+// Succeeds and each command ran once: the commands went on under their
+// supervisors, and the agent that came back attached to them.
+func TestChaosKill9AgentMidCommand(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(chaosSeed(t), 16))
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	port := freePort(t)
+	cfg := keeperConfig(t, dir, fmt.Sprintf("nats:\n  listen: 127.0.0.1:%d\n  heartbeat: 300ms\n", port))
+	k := serve(t, dir, "--config", cfg)
+	c := adminClient(t, k, data)
+	const sid = "agentkill.local.test"
+	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(t)}}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := pki.LoadOrCreateCA(config.Config{DataDir: data}.TLSDir(), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := bustest.Issue(t, ca, sid, time.Hour, time.Now())
+	recordSerial(t, config.Config{DataDir: data}, sid, id.Serial)
+	spec := bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id},
+		Heartbeat: 300 * time.Millisecond, Jitter: -1, Spool: t.TempDir()}
+	agent := bustest.StartAgents(t, spec)
+	waitSoul(t, c, sid, func(s client.Soul) bool { return s.Status == "active" })
+
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.6"), "${ input.host }", sid)
+	var ids []string
+	tags := map[string]string{}
+	for kill := 0; kill < 10; kill++ {
+		for j := 0; j < 1+rng.IntN(2); j++ {
+			tag := fmt.Sprintf("a%02d-%d", kill, j)
+			run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": sid}})
+			if err != nil {
+				t.Fatalf("submit %s: %v", tag, err)
+			}
+			ids = append(ids, run.ID)
+			tags[run.ID] = tag
+		}
+		time.Sleep(time.Duration(200+rng.IntN(1000)) * time.Millisecond)
+		agent.Kill() // the agent process this test started
+		agent = bustest.StartAgents(t, spec)
+	}
+	final, outcome := settle(t, func() *client.Client { return c }, ids, 180*time.Second, "Succeeded")
+	checkLedger(t, ledgerPath, final, tags)
+	n := countReattached(t, c, ids)
+	report(t, chaosRow{Fault: "agent kill -9 x10 mid-command, soul over the agent", Runs: len(ids), Outcome: outcome,
+		Keeper: fmt.Sprintf("up; the agent came back each time; %d commands reattached through it", n), Duration: time.Since(start)})
+}
+
+// TestChaosKill9Executor kills the executor the keeper started over SSH
+// (soul exec --stdio, SIGKILL) five times while a run's command runs on the
+// host. The connection stays; the keeper starts another executor on it,
+// which attaches to the command (it went on under its supervisor). Every
+// run Succeeds and each command ran once.
+func TestChaosKill9Executor(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(chaosSeed(t), 17))
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	soul := buildSoul(t, t.TempDir())
+	k := serve(t, dir, "--config", keeperConfig(t, dir, "agent_binary: "+soul+"\n"))
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{})
+	const sid = "executor.local.test"
+	addSoul(t, c, sid, srv)
+	ledgerPath := filepath.Join(t.TempDir(), "ledger")
+	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "1"), "${ input.host }", sid)
+	var ids []string
+	tags := map[string]string{}
+	killed := 0
+	for kill := 0; kill < 5; kill++ {
+		tag := fmt.Sprintf("x%02d", kill)
+		run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: sc, Input: map[string]any{"tag": tag, "host": sid}})
+		if err != nil {
+			t.Fatalf("submit %s: %v", tag, err)
+		}
+		ids = append(ids, run.ID)
+		tags[run.ID] = tag
+		time.Sleep(time.Duration(300+rng.IntN(600)) * time.Millisecond)
+		for _, pid := range executorsOf(t, srv) {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil { // the executor of this test's sshd
+				killed++
+			}
+		}
+		waitFor(t, c, run.ID, "the run finishing", func(r *client.Run) bool { return client.Terminal(r.Phase) })
+	}
+	if killed == 0 {
+		t.Fatal("no executor ran on the test's sshd: the keeper did not start one")
+	}
+	final, outcome := settle(t, func() *client.Client { return c }, ids, 120*time.Second, "Succeeded")
+	checkLedger(t, ledgerPath, final, tags)
+	n := countReattached(t, c, ids)
+	report(t, chaosRow{Fault: "SSH executor (soul exec --stdio) kill -9 x5 mid-command", Runs: len(ids), Outcome: outcome,
+		Keeper: fmt.Sprintf("up; %d executors killed, another started on the connection each time; %d commands reattached", killed, n), Duration: time.Since(start)})
+}
+
+// executorsOf returns the PIDs of the executors (soul exec --stdio) that
+// srv's sshd started.
+func executorsOf(t *testing.T, srv *sshtest.Server) []int {
+	t.Helper()
+	sshd, err := srv.ConnectionPIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[int]bool{}
+	for _, p := range sshd {
+		ours[p] = true
+	}
+	var out []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(b), "exec\x00--stdio") {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		for p, i := pid, 0; p > 1 && i < 10; i++ {
+			if ours[p] {
+				out = append(out, pid)
+				break
+			}
+			p = parentOf(p)
+		}
+	}
+	return out
+}
+
+// parentOf is the parent PID of pid, 0 when it is gone.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }

@@ -206,4 +206,9 @@ type Heartbeat struct {
 	SID        string `json:"sid"`
 	IntervalMS int64  `json:"interval_ms"`
 	Version    string `json:"version,omitempty"`
+	// Instance is random per agent process: a heartbeat with another
+	// instance than the last says the agent restarted, so the keeper ends
+	// the commands it sent the one before (they are reattached through
+	// the new one) without waiting for missed heartbeats.
+	Instance string `json:"instance,omitempty"`
 }

@@ -1,0 +1,225 @@
+package agent_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/soulstack/soulstack/internal/agent"
+	"github.com/soulstack/soulstack/internal/agent/wire"
+)
+
+func TestMain(m *testing.M) {
+	agent.SuperviseIfAsked() // durable commands' supervisors are this binary
+	os.Exit(m.Run())
+}
+
+// stdioExecutor is ServeStdio on pipes, as the keeper sees it over SSH.
+type stdioExecutor struct {
+	w    io.WriteCloser
+	mu   sync.Mutex
+	ends map[string]chan result
+	done chan error
+}
+
+type result struct {
+	stdout, stderr string
+	end            wire.ExecEnd
+}
+
+func startStdio(tb testing.TB, spool string) *stdioExecutor {
+	tb.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	x := &stdioExecutor{w: inW, ends: map[string]chan result{}, done: make(chan error, 1)}
+	go func() {
+		x.done <- agent.ServeStdio(context.Background(), inR, outW, agent.StdioConfig{Spool: spool})
+		outW.Close()
+	}()
+	r := bufio.NewReader(outR)
+	hello, err := r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(hello, wire.StdioHello+" ") {
+		tb.Fatalf("hello = %q, %v", hello, err)
+	}
+	go func() {
+		parts := map[string]*result{}
+		for {
+			kind, id, body, err := wire.ReadFrame(r, 0)
+			if err != nil {
+				return
+			}
+			p := parts[id]
+			if p == nil {
+				p = &result{}
+				parts[id] = p
+			}
+			switch kind {
+			case wire.FrameStdout:
+				p.stdout += string(body)
+			case wire.FrameStderr:
+				p.stderr += string(body)
+			case wire.FrameEnd:
+				_ = json.Unmarshal(body, &p.end)
+				delete(parts, id)
+				x.mu.Lock()
+				ch := x.ends[id]
+				x.mu.Unlock()
+				ch <- *p
+			}
+		}
+	}()
+	tb.Cleanup(func() { inW.Close(); <-x.done })
+	return x
+}
+
+// send sends req and returns where its end arrives.
+func (x *stdioExecutor) send(tb testing.TB, req wire.ExecRequest) chan result {
+	tb.Helper()
+	ch := make(chan result, 1)
+	x.mu.Lock()
+	x.ends[req.ID] = ch
+	x.mu.Unlock()
+	b, _ := json.Marshal(req)
+	if err := wire.WriteFrame(x.w, wire.FrameExec, req.ID, b); err != nil {
+		tb.Fatal(err)
+	}
+	return ch
+}
+
+func (x *stdioExecutor) cancel(tb testing.TB, id string) {
+	tb.Helper()
+	b, _ := json.Marshal(wire.CancelRequest{ID: id})
+	if err := wire.WriteFrame(x.w, wire.FrameCancel, id, b); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func wait(tb testing.TB, ch chan result) result {
+	tb.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(30 * time.Second):
+		tb.Fatal("no end within 30 s")
+	}
+	return result{}
+}
+
+// TestServeStdio: commands sent as frames run concurrently and answer by
+// id (output, exit code); a cancel kills one; a durable command runs
+// under a supervisor of its own that outlives the executor: once its
+// input ends the executor returns, the command finishes, and another
+// executor on the same spool attaches to its outcome without running it
+// again; a frame that breaks the framing ends the executor with an error.
+func TestServeStdio(t *testing.T) {
+	t.Parallel()
+	spool := t.TempDir()
+	x := startStdio(t, spool)
+	slow := x.send(t, wire.ExecRequest{ID: "slow", Argv: []string{"sleep", "30"}})
+	a := x.send(t, wire.ExecRequest{ID: "a", Script: "echo out; echo err >&2; exit 3"})
+	b := x.send(t, wire.ExecRequest{ID: "b", Argv: []string{"cat"}, Stdin: []byte("in")})
+	if r := wait(t, a); r.stdout != "out\n" || r.stderr != "err\n" || r.end.ExitCode != 3 {
+		t.Fatalf("a = %+v", r)
+	}
+	if r := wait(t, b); r.stdout != "in" || r.end.ExitCode != 0 {
+		t.Fatalf("b = %+v", r)
+	}
+	x.cancel(t, "slow")
+	if r := wait(t, slow); !r.end.Cancelled || r.end.Signal != "KILL" {
+		t.Fatalf("the cancelled command = %+v", r.end)
+	}
+
+	dir := t.TempDir()
+	ledger, started := filepath.Join(dir, "ledger"), filepath.Join(dir, "started")
+	durable := wire.ExecRequest{ID: "d1", Script: fmt.Sprintf("touch %s; sleep 1; echo ran >> %s; echo done", started, ledger),
+		Durable: &wire.Durable{ID: "cmd-1", Run: "run_1", Epoch: 1, Digest: "dg"}}
+	x2 := startStdio(t, spool)
+	x2.send(t, durable)
+	for i := 0; ; i++ {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if i > 400 {
+			t.Fatal("the durable command never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Its executor's input ends (the SSH session is gone): it returns at
+	// once, the command goes on.
+	x2.w.Close()
+	select {
+	case err := <-x2.done:
+		if err != nil {
+			t.Fatalf("executor = %v", err)
+		}
+		x2.done <- nil // for the cleanup
+	case <-time.After(500 * time.Millisecond):
+		t.Fatal("the executor waited for its durable command")
+	}
+	durable.ID = "d2"
+	r := wait(t, x.send(t, durable))
+	if !r.end.Reattached || r.stdout != "done\n" || r.end.Code != "" {
+		t.Fatalf("attach from another executor = %+v", r)
+	}
+	if b, _ := os.ReadFile(ledger); string(b) != "ran\n" {
+		t.Fatalf("ledger = %q, want the command once", b)
+	}
+
+	// Garbage on the wire ends the executor with an error.
+	x3 := startStdio(t, "")
+	x3.w.Write([]byte{0, 0, 0, 1, 'x'})
+	if err := <-x3.done; err == nil {
+		t.Fatal("a broken frame did not end the executor")
+	}
+	x3.done <- nil
+}
+
+// TestSupervisorCancel: a cancel of a durable command reaches its
+// supervisor (SIGTERM), which kills the command's process group and
+// spools an outcome that says it was cancelled.
+func TestSupervisorCancel(t *testing.T) {
+	t.Parallel()
+	x := startStdio(t, t.TempDir())
+	ch := x.send(t, wire.ExecRequest{ID: "c", Argv: []string{"sleep", "30"}, Durable: &wire.Durable{ID: "cancel-me", Run: "run_c", Epoch: 1, Digest: "d"}})
+	time.Sleep(300 * time.Millisecond)
+	b, _ := json.Marshal(wire.CancelRequest{ID: "c", Run: "run_c", Epoch: 1})
+	if err := wire.WriteFrame(x.w, wire.FrameCancel, "c", b); err != nil {
+		t.Fatal(err)
+	}
+	r := wait(t, ch)
+	if !r.end.Cancelled || r.end.Signal != "KILL" {
+		t.Fatalf("cancelled durable command = %+v", r.end)
+	}
+}
+
+// BenchmarkStdio measures the executor's own cost per command on this
+// host, through ServeStdio on pipes (no SSH): a plain command (`true`, a
+// probe's fork and exec) and a durable one (its supervisor, this test
+// binary started again, then `true`).
+func BenchmarkStdio(b *testing.B) {
+	for _, durable := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "durable"}[durable]
+		b.Run(name, func(b *testing.B) {
+			x := startStdio(b, b.TempDir())
+			n := 0
+			for b.Loop() {
+				n++
+				req := wire.ExecRequest{ID: fmt.Sprint("r", n), Argv: []string{"true"}}
+				if durable {
+					req.Durable = &wire.Durable{ID: fmt.Sprint("cmd-", n), Run: "run_b", Epoch: 1, Digest: "d"}
+				}
+				if r := wait(b, x.send(b, req)); r.end.ExitCode != 0 || r.end.Code != "" {
+					b.Fatalf("%+v", r)
+				}
+			}
+		})
+	}
+}
