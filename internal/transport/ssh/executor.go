@@ -67,6 +67,10 @@ const executorDir = `if [ "$(id -u)" = 0 ]; then D=/var/lib/soulstack/exec; else
 // executorSpool sets X to the executor's spool of durable commands.
 const executorSpool = `if [ "$(id -u)" = 0 ]; then X=/var/lib/soulstack/exec/spool; else X=${XDG_STATE_HOME:-$HOME/.local/state}/soulstack/exec/spool; fi`
 
+// errStartInterrupted: the executor's start was cut short (its process
+// killed); the next command tries again.
+var errStartInterrupted = errors.New("the executor's start was interrupted")
+
 // errElsewhere: a durable command's id is in the other spool of the
 // soul (the executor's, or the shell supervisor's), where an earlier
 // execution sent it; it is sent there to attach.
@@ -201,7 +205,9 @@ func (c *Client) executor(ctx context.Context) *stdioConn {
 	}
 	conn, err := c.startExecutor(ctx, x)
 	if err != nil {
-		if ctx.Err() == nil {
+		// The shell for this command; for good only when the executor
+		// cannot run here.
+		if ctx.Err() == nil && !errors.Is(err, errStartInterrupted) && !errors.Is(err, ErrDisconnected) {
 			c.exe.fallback = err.Error()
 			c.opts.Log.Debug("executor unavailable: commands run through the shell", "target", c.target.String(), "why", err)
 		}
@@ -279,10 +285,16 @@ func (c *Client) tryExecutor(ctx context.Context, x *Executor) (*stdioConn, stri
 		sess.Close()
 		return nil, "", fmt.Errorf("no executor binary for %s", strings.TrimPrefix(line, "soulstack-exec unsupported "))
 	}
-	_ = sess.Wait()
+	werr := sess.Wait()
 	sess.Close()
 	msg, _ := stderr.Bytes()
-	return nil, "", fmt.Errorf("the executor did not start: %s", orNoMessage(firstLine(strings.TrimSpace(string(msg)))))
+	err = fmt.Errorf("the executor did not start: %s", orNoMessage(firstLine(strings.TrimSpace(string(msg)))))
+	var exit *gossh.ExitError
+	if errors.As(werr, &exit) && exit.Signal() != "" {
+		// Killed while it started: nothing says it cannot run here.
+		err = fmt.Errorf("%w (killed by SIG%s while it started)", errStartInterrupted, exit.Signal())
+	}
+	return nil, "", err
 }
 
 // uploadExecutor copies the binary of hash h to the host.

@@ -140,7 +140,13 @@ func TestExecutorKilledMidCommand(t *testing.T) {
 				_, err := c.Exec(context.Background(), cmd)
 				errc <- err
 			}()
-			waitExecutor(t, h.opts.Executor.Dir)
+			// Killed once it serves (a start killed midway is tried
+			// again by the next command, not this one).
+			for deadline := time.Now().Add(10 * time.Second); c.ExecutorState() != "executor"; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("no executor serves the connection: %q", c.ExecutorState())
+				}
+			}
 		}
 	}
 	res := exec(t, c, cmd)
