@@ -137,80 +137,119 @@ func (s *spool) forget(ids []string) {
 // its cancel and a channel closed once it has ended.
 func (e *executor) durable(req wire.ExecRequest, reply replyFunc) (*Outcome, context.CancelFunc, <-chan struct{}) {
 	s, d := e.spool, req.Durable
-	refuse := func(code, msg string) (*Outcome, context.CancelFunc, <-chan struct{}) {
-		return &Outcome{ExecEnd: wire.ExecEnd{Code: code, Error: msg}}, nil, nil
-	}
 	if !transport.ValidDurableID(d.ID) {
-		return refuse("agent.invalid_command", fmt.Sprintf("durable command id %q is not one the spool takes", d.ID))
+		return refused("agent.invalid_command", fmt.Sprintf("durable command id %q is not one the spool takes", d.ID))
 	}
 	s.forget(d.Forget)
 	e.forgetShell(d.Forget)
 	if seen, ok := s.fence(d.Run, d.Epoch); !ok {
-		return refuse(wire.CodeFenced, fmt.Sprintf("refused: the agent has seen epoch %d of run %s, this command is of epoch %d", seen, d.Run, d.Epoch))
+		return refused(wire.CodeFenced, fmt.Sprintf("refused: the agent has seen epoch %d of run %s, this command is of epoch %d", seen, d.Run, d.Epoch))
+	}
+	if r, ok := s.attach(d, reply); r != nil || !ok {
+		if !ok {
+			return refused(wire.CodeDiverged, errDivergedText)
+		}
+		return nil, r.cancel, r.done
 	}
 	entry := filepath.Join(s.dir, d.ID)
+	if b, err := os.ReadFile(filepath.Join(entry, "meta.json")); err == nil {
+		return e.attachSpooled(d, entry, b, reply)
+	}
+	if err := e.claimEntry(d, entry); err != nil {
+		return err.answer()
+	}
+	return e.start(req, entry, reply)
+}
+
+// errDivergedText is the refusal of another command under a known id.
+const errDivergedText = "the command under this id is not the one sent now"
+
+// refused is durable's answer for a command it does not run.
+func refused(code, msg string) (*Outcome, context.CancelFunc, <-chan struct{}) {
+	return &Outcome{ExecEnd: wire.ExecEnd{Code: code, Error: msg}}, nil, nil
+}
+
+// attachSpooled answers a command whose entry (its meta.json metaJSON)
+// an earlier executor made: from its spooled outcome, by waiting for the
+// supervisor still running it, or as lost.
+func (e *executor) attachSpooled(d *wire.Durable, entry string, metaJSON []byte, reply replyFunc) (*Outcome, context.CancelFunc, <-chan struct{}) {
+	s := e.spool
+	var m meta
+	_ = json.Unmarshal(metaJSON, &m)
+	if m.Digest != d.Digest {
+		return refused(wire.CodeDiverged, errDivergedText)
+	}
+	if out, err := readResult(entry); err == nil {
+		out.Reattached = true
+		return &out, nil, nil
+	}
+	// Still running under the supervisor an earlier executor started.
+	if sup, ok := readSupervisorID(entry); ok && sup.alive() {
+		r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: sup.terminate, replies: []replyFunc{reply}, attached: true}
+		if other, ok := s.claim(d.ID, r, reply); other != nil || !ok {
+			if !ok {
+				return refused(wire.CodeDiverged, errDivergedText)
+			}
+			return nil, other.cancel, other.done
+		}
+		go e.finish(d.ID, r, awaitSupervisor(e.ctx, entry, sup))
+		return nil, r.cancel, r.done
+	}
+	why := "the agent restarted since it started"
+	if m.Boot != s.boot {
+		why = "the soul rebooted since it started"
+	}
+	return refused(wire.CodeLost, "the command started and was lost before it ended: "+why)
+}
+
+// refusal is why claimEntry did not claim a command's entry.
+type refusal struct{ code, msg string }
+
+func (r *refusal) answer() (*Outcome, context.CancelFunc, <-chan struct{}) {
+	return refused(r.code, r.msg)
+}
+
+// claimEntry makes the spool entry of a command no execution sent here
+// before, with its meta.json, unless the shell supervisor's spool has the
+// id: the supervisor claims first and looks here next, and this side
+// looks there again once it claimed, so of two executions racing on both
+// paths neither starts it twice.
+func (e *executor) claimEntry(d *wire.Durable, entry string) *refusal {
 	elsewhere := func() bool {
 		_, err := os.Lstat(filepath.Join(e.shellSpool, d.ID+".meta"))
 		return e.shellSpool != "" && err == nil
 	}
-	if r, ok := s.attach(d, reply); r != nil || !ok {
-		if !ok {
-			return refuse(wire.CodeDiverged, "the command under this id is not the one sent now")
-		}
-		return nil, r.cancel, r.done
-	}
-	if b, err := os.ReadFile(filepath.Join(entry, "meta.json")); err == nil {
-		var m meta
-		_ = json.Unmarshal(b, &m)
-		if m.Digest != d.Digest {
-			return refuse(wire.CodeDiverged, "the command under this id is not the one sent now")
-		}
-		if out, err := readResult(entry); err == nil {
-			out.Reattached = true
-			return &out, nil, nil
-		}
-		// Still running under the supervisor an earlier executor started.
-		if sup, ok := readSupervisorID(entry); ok && sup.alive() {
-			r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: sup.terminate, replies: []replyFunc{reply}, attached: true}
-			if other, ok := s.claim(d.ID, r, reply); other != nil || !ok {
-				if !ok {
-					return refuse(wire.CodeDiverged, "the command under this id is not the one sent now")
-				}
-				return nil, other.cancel, other.done
-			}
-			go e.finish(d.ID, r, awaitSupervisor(e.ctx, entry, sup))
-			return nil, r.cancel, r.done
-		}
-		why := "the agent restarted since it started"
-		if m.Boot != s.boot {
-			why = "the soul rebooted since it started"
-		}
-		return refuse(wire.CodeLost, "the command started and was lost before it ended: "+why)
-	}
+	inShell := &refusal{wire.CodeElsewhere, "an earlier execution sent the command through a shell: its spool is the shell supervisor's"}
 	if elsewhere() {
-		return refuse(wire.CodeElsewhere, "an earlier execution sent the command through a shell: its spool is the shell supervisor's")
+		return inShell
 	}
 	if err := os.Mkdir(entry, 0o700); err != nil {
-		return refuse("agent.invalid_command", "agent spool: "+err.Error())
+		return &refusal{"agent.invalid_command", "agent spool: " + err.Error()}
 	}
-	// Claimed; the shell supervisor claims first and looks here next, so
-	// of two executions racing on both paths neither starts it twice.
 	if elsewhere() {
 		_ = os.RemoveAll(entry)
-		return refuse(wire.CodeElsewhere, "an earlier execution sent the command through a shell: its spool is the shell supervisor's")
+		return inShell
 	}
-	mb, _ := json.Marshal(meta{Digest: d.Digest, Boot: s.boot, Run: d.Run, Epoch: d.Epoch})
+	mb, _ := json.Marshal(meta{Digest: d.Digest, Boot: e.spool.boot, Run: d.Run, Epoch: d.Epoch})
 	if err := atomicfile.Replace(filepath.Join(entry, "meta.json"), mb, 0o600); err != nil {
 		_ = os.RemoveAll(entry)
-		return refuse("agent.invalid_command", "agent spool: "+err.Error())
+		return &refusal{"agent.invalid_command", "agent spool: " + err.Error()}
 	}
+	return nil
+}
+
+// start runs a claimed command: under a supervisor of its own, or, with
+// a test's own Exec (no supervisor), in this process, ending with it.
+func (e *executor) start(req wire.ExecRequest, entry string, reply replyFunc) (*Outcome, context.CancelFunc, <-chan struct{}) {
+	s, d := e.spool, req.Durable
+	r := &durableRun{digest: d.Digest, done: make(chan struct{}), replies: []replyFunc{reply}}
 	if e.supervisor != nil {
 		cmd, sup, err := e.startSupervisor(entry, req)
 		if err != nil {
 			_ = os.RemoveAll(entry)
-			return refuse("agent.invalid_command", "start the command's supervisor: "+err.Error())
+			return refused("agent.invalid_command", "start the command's supervisor: "+err.Error())
 		}
-		r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: sup.terminate, replies: []replyFunc{reply}}
+		r.cancel = sup.terminate
 		s.mu.Lock()
 		s.running[d.ID] = r
 		s.mu.Unlock()
@@ -224,10 +263,8 @@ func (e *executor) durable(req wire.ExecRequest, reply replyFunc) (*Outcome, con
 		}()
 		return nil, r.cancel, r.done
 	}
-	// No supervisor (a test's own Exec): the command runs in this process
-	// and ends with it.
 	ctx, cancel := context.WithCancel(e.ctx)
-	r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: cancel, replies: []replyFunc{reply}}
+	r.cancel = cancel
 	s.mu.Lock()
 	s.running[d.ID] = r
 	s.mu.Unlock()
