@@ -69,20 +69,11 @@ func prepare(st store, h *hostState, vm newVM) error {
 		v.IP, v.FQDN, short, h.gateway())
 	var mid [16]byte
 	_, _ = rand.Read(mid[:])
-
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	block, hostKey, err := newHostKey(v.FQDN)
 	if err != nil {
 		return err
 	}
-	block, err := ssh.MarshalPrivateKey(priv, "root@"+v.FQDN)
-	if err != nil {
-		return err
-	}
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		return err
-	}
-	v.HostKey = strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))
+	v.HostKey = hostKey
 
 	keys := append(append([]string(nil), vm.keys...), parsedKeys(vm.userdata)...)
 	files := []struct {
@@ -127,6 +118,24 @@ func prepare(st store, h *hostState, vm newVM) error {
 		}
 	}
 	return nil
+}
+
+// newHostKey makes a VM's ed25519 SSH host key: its private half as a
+// PEM block and its public half in authorized_keys form.
+func newHostKey(fqdn string) (*pem.Block, string, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, "", err
+	}
+	block, err := ssh.MarshalPrivateKey(priv, "root@"+fqdn)
+	if err != nil {
+		return nil, "", err
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		return nil, "", err
+	}
+	return block, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub))), nil
 }
 
 // parsedKeys returns the userdata's ssh_authorized_keys (the userdata was
