@@ -183,12 +183,12 @@ func (c *Client) Forget(ids []string) { c.durable.forget.Add("", ids) }
 func (c *Client) Via() string { return "ssh" }
 
 // durableLine is the command line of a durable command: the supervisor,
-// its arguments, and the command's own line as one word.
-func (c *Client) durableLine(marker, line string, hasStdin bool, d *transport.Durable) (string, error) {
+// its arguments (forget: the spool entries to remove), and the command's
+// own line as one word.
+func (c *Client) durableLine(marker, line string, hasStdin bool, d *transport.Durable, forget []string) (string, error) {
 	if !transport.ValidDurableID(d.ID) || !transport.ValidDurableID(d.Run) || strings.ContainsAny(d.Digest, " \t\n'\"\\") {
 		return "", fmt.Errorf("%w: durable command id %q, run %q or digest is not one the spool takes", ErrInvalidCommand, d.ID, d.Run)
 	}
-	forget := c.durable.forget.Take("")
 	w, in := "0", "0"
 	if !c.durable.swept.Swap(true) {
 		w = "1"

@@ -100,8 +100,8 @@ func (c *Client) exec(ctx context.Context, cmd Command) (Result, error) {
 	x := c.executor(ctx)
 	switch {
 	case cmd.Durable != nil:
-		res, err = c.execDurable(ctx, cmd, x, func() (Result, error) {
-			dline, err := c.durableLine(marker, line, len(stdin) > 0, cmd.Durable)
+		res, err = c.execDurable(ctx, cmd, x, func(forget []string) (Result, error) {
+			dline, err := c.durableLine(marker, line, len(stdin) > 0, cmd.Durable, forget)
 			if err != nil {
 				return Result{}, err
 			}

@@ -162,21 +162,23 @@ func (c *Client) ExecutorState() string {
 // connection has one, else through the shell supervisor; an id the
 // other spool holds (an earlier execution went the other way) is sent
 // there to attach. Where that way is closed now, the command is lost to
-// this execution rather than started twice.
-func (c *Client) execDurable(ctx context.Context, cmd Command, x *stdioConn, shell func() (Result, error)) (Result, error) {
+// this execution rather than started twice. The spool entries to forget
+// go with whichever way the command is sent first.
+func (c *Client) execDurable(ctx context.Context, cmd Command, x *stdioConn, shell func(forget []string) (Result, error)) (Result, error) {
+	forget := c.durable.forget.Take("")
 	if x == nil {
-		res, err := shell()
+		res, err := shell(forget)
 		if !errors.Is(err, errElsewhere) {
 			return res, err
 		}
 		if x = c.executor(ctx); x == nil {
 			return res, fmt.Errorf("%w: an earlier execution started it through the soul's executor, which cannot run on this connection", transport.ErrCommandLost)
 		}
-		return x.exec(ctx, cmd, c.durable.forget.Take(""))
+		return x.exec(ctx, cmd, nil)
 	}
-	res, err := x.exec(ctx, cmd, c.durable.forget.Take(""))
+	res, err := x.exec(ctx, cmd, forget)
 	if errors.Is(err, errElsewhere) {
-		return shell()
+		return shell(nil)
 	}
 	return res, err
 }
