@@ -50,27 +50,9 @@ func TestNubesSeedFlow(t *testing.T) {
 	for busPort == agentPort {
 		busPort = freePort(t)
 	}
-	f, err := nubesfake.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	state, err := os.MkdirTemp("/var/tmp", "soulstack-nubes-e2e-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The VMs reach the keeper's agent listener and bus, on loopback, at
 	// their gateway; they may run Docker.
-	machines := nubesfake.NewLocalMachines(state, []uint16{uint16(agentPort), uint16(busPort)}, true)
-	f.Machines = machines
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := machines.DestroyAll(ctx); err != nil {
-			t.Errorf("destroy the fake's VMs: %v", err)
-		}
-		os.RemoveAll(state)
-	})
+	f, machines := nubesfake.StartLocal(t, token, []uint16{uint16(agentPort), uint16(busPort)}, true)
 
 	s := spawn(t, keepertest.Options{Plugins: []string{"cmd/soul-cloud-nubes"}, YAML: fmt.Sprintf(`agent_binary: %s
 agent_listen: 127.0.0.1:%d

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/config"
@@ -472,25 +471,7 @@ func TestExampleNubesWithTerraform(t *testing.T) {
 	raw := make([]byte, 16)
 	_, _ = rand.Read(raw)
 	token := "nubes-tf-token-" + hex.EncodeToString(raw)
-	f, err := nubesfake.Listen("127.0.0.1:0", token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(f.Close)
-	state, err := os.MkdirTemp("/var/tmp", "soulstack-nubes-tf-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	machines := nubesfake.NewLocalMachines(state, nil, false)
-	f.Machines = machines
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if err := machines.DestroyAll(ctx); err != nil {
-			t.Errorf("destroy the fake's VMs: %v", err)
-		}
-		os.RemoveAll(state)
-	})
+	f, machines := nubesfake.StartLocal(t, token, nil, false)
 
 	dir := t.TempDir()
 	plugins := filepath.Join(dir, "plugins")
