@@ -31,7 +31,6 @@ import (
 	"github.com/soulstack/soulstack/internal/crashpoint"
 	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/notify"
-	"github.com/soulstack/soulstack/internal/pki"
 	"github.com/soulstack/soulstack/internal/sshtest"
 	"github.com/soulstack/soulstack/internal/testdb"
 )
@@ -889,19 +888,7 @@ func TestChaosKill9AgentMidCommand(t *testing.T) {
 	k := serve(t, dir, "--config", cfg)
 	c := adminClient(t, k, data)
 	const sid = "agentkill.local.test"
-	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(t)}}); err != nil {
-		t.Fatal(err)
-	}
-	ca, err := pki.LoadOrCreateCA(config.Config{DataDir: data}.TLSDir(), time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := bustest.Issue(t, ca, sid, time.Hour, time.Now())
-	recordSerial(t, config.Config{DataDir: data}, sid, id.Serial)
-	spec := bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id},
-		Heartbeat: 300 * time.Millisecond, Jitter: -1, Spool: t.TempDir()}
-	agent := bustest.StartAgents(t, spec)
-	waitSoul(t, c, sid, func(s client.Soul) bool { return s.Status == "active" })
+	agent, spec := agentSoul(t, c, config.Config{DataDir: data}, sid, port, 300*time.Millisecond)
 
 	ledgerPath := filepath.Join(t.TempDir(), "ledger")
 	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.6"), "${ input.host }", sid)

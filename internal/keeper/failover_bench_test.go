@@ -168,8 +168,9 @@ func writesInFlight(b *testing.B, n int) (rowsPerSec, walPerSec float64) {
 // agentSoul registers soul sid with an SSH port nothing answers on, issues
 // its identity from the keeper's CA (cfg's data dir) as a join would, and
 // runs its agent (a process, with a spool) on the keeper's bus at
-// 127.0.0.1:port until the soul is active.
-func agentSoul(tb testing.TB, c *client.Client, cfg config.Config, sid string, port int, heartbeat time.Duration) {
+// 127.0.0.1:port until the soul is active. It returns the agent process
+// and its spec, to start it again with the same identity and spool.
+func agentSoul(tb testing.TB, c *client.Client, cfg config.Config, sid string, port int, heartbeat time.Duration) (*bustest.Agents, bustest.AgentSpec) {
 	tb.Helper()
 	if _, err := c.SoulCreate(context.Background(), client.SoulCreate{SID: sid, Address: "127.0.0.1", Connection: client.Connection{Port: closedPort(tb)}}); err != nil {
 		tb.Fatal(err)
@@ -180,9 +181,11 @@ func agentSoul(tb testing.TB, c *client.Client, cfg config.Config, sid string, p
 	}
 	id := bustest.Issue(tb, ca, sid, time.Hour, time.Now())
 	recordSerial(tb, cfg, sid, id.Serial)
-	bustest.StartAgents(tb, bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id},
-		Heartbeat: heartbeat, Jitter: -1, Spool: tb.TempDir()})
+	spec := bustest.AgentSpec{URLs: []string{fmt.Sprintf("tls://127.0.0.1:%d", port)}, Identities: []bustest.Identity{id},
+		Heartbeat: heartbeat, Jitter: -1, Spool: tb.TempDir()}
+	agent := bustest.StartAgents(tb, spec)
 	waitSoul(tb, c, sid, func(s client.Soul) bool { return s.Status == "active" })
+	return agent, spec
 }
 
 // waitPath waits until path exists and returns its info.
