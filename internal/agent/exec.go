@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/soulstack/soulstack/internal/agent/wire"
+	"github.com/soulstack/soulstack/internal/probe"
 	"github.com/soulstack/soulstack/internal/transport"
 )
 
@@ -38,7 +39,13 @@ var errInvalid = errors.New("invalid command")
 // when ctx ends (or TimeoutMS passes); the output so far is returned with
 // Cancelled set. A program that cannot be found exits 127 and a directory
 // that cannot be entered exits 2, as through sshd's shell.
+//
+// A probe (req.Probe) is answered in this process when package probe can
+// answer it with this process's rights; otherwise its argv runs.
 func Run(ctx context.Context, req wire.ExecRequest) Outcome {
+	if out, ok := answerProbe(ctx, req); ok {
+		return out
+	}
 	argv, err := commandArgv(req)
 	if err != nil {
 		return Outcome{ExecEnd: wire.ExecEnd{Code: "agent.invalid_command", Error: err.Error()}}
@@ -112,6 +119,25 @@ func Run(ctx context.Context, req wire.ExecRequest) Outcome {
 type Outcome struct {
 	wire.ExecEnd
 	Stdout, Stderr []byte
+}
+
+// answerProbe answers a plain probe natively: as root, or as another
+// user when the probe does not need root.
+func answerProbe(ctx context.Context, req wire.ExecRequest) (Outcome, bool) {
+	if req.Probe == nil || req.Durable != nil || (req.Sudo && os.Geteuid() != 0) {
+		return Outcome{}, false
+	}
+	stdout, ok := probe.Answer(ctx, *req.Probe)
+	if !ok {
+		return Outcome{}, false
+	}
+	max := req.MaxOutput
+	if max <= 0 {
+		max = DefaultMaxOutput
+	}
+	c := transport.NewCapture(max)
+	c.Write(stdout)
+	return finish(wire.ExecEnd{}, c, transport.NewCapture(max)), true
 }
 
 func finish(e wire.ExecEnd, stdout, stderr *transport.Capture) Outcome {

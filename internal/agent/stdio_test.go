@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/soulstack/soulstack/internal/agent"
 	"github.com/soulstack/soulstack/internal/agent/wire"
+	"github.com/soulstack/soulstack/internal/probe"
 )
 
 func TestMain(m *testing.M) {
@@ -221,5 +223,39 @@ func BenchmarkStdio(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestProbeAnsweredInProcess: a probe is answered by the executor itself,
+// with what its script would print, without running the script (here an
+// argv that cannot run); a probe it cannot answer, and one that needs
+// root where the executor is not root, run their argv.
+func TestProbeAnsweredInProcess(t *testing.T) {
+	x := startStdio(t, "")
+	f := filepath.Join(t.TempDir(), "motd")
+	if err := os.WriteFile(f, []byte("hello\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, req := probe.Command(probe.KindFileStat, f)
+	argv, _ := probe.Command(probe.KindFileStat, f)
+	want, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	native := wait(t, x.send(t, wire.ExecRequest{ID: "p1", Argv: []string{"/nonexistent/shell"}, Probe: req}))
+	if native.end.ExitCode != 0 || native.stdout != string(want) {
+		t.Fatalf("probe answered %q (exit %d, %q), want the script's %q", native.stdout, native.end.ExitCode, native.stderr, want)
+	}
+	// A directory is the script's to answer (exit 3): the argv runs.
+	_, dirReq := probe.Command(probe.KindFileStat, filepath.Dir(f))
+	left := wait(t, x.send(t, wire.ExecRequest{ID: "p2", Argv: []string{"/nonexistent/shell"}, Probe: dirReq}))
+	if left.end.ExitCode != 127 {
+		t.Fatalf("a probe left to its argv: exit %d %q, want the argv's 127", left.end.ExitCode, left.stderr)
+	}
+	if os.Geteuid() != 0 {
+		root := wait(t, x.send(t, wire.ExecRequest{ID: "p3", Argv: []string{"/nonexistent/shell"}, Probe: req, Sudo: true}))
+		if root.end.ExitCode == 0 {
+			t.Fatalf("a probe that needs root was answered by an executor that is not root: %q", root.stdout)
+		}
 	}
 }

@@ -216,7 +216,7 @@ func (c *Conn) exec(ctx context.Context, cmd transport.Command) (transport.Resul
 // request that stops it; a command the bus cannot carry, or a context
 // already done, is an error.
 func (c *Conn) request(ctx context.Context, id string, cmd transport.Command) ([]byte, wire.CancelRequest, error) {
-	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: c.s.cfg.MaxOutput}
+	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: c.s.cfg.MaxOutput, Probe: cmd.Probe}
 	cancelReq := wire.CancelRequest{ID: id}
 	if d := cmd.Durable; d != nil {
 		req.Durable = &wire.Durable{ID: d.ID, Run: d.Run, Epoch: d.Epoch, Digest: d.Digest, Forget: c.s.forgets.Take(c.sid)}

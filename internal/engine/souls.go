@@ -460,7 +460,7 @@ var (
 func (t *soulTarget) SID() string { return t.sid }
 
 func (t *soulTarget) Exec(ctx context.Context, cmd module.Command) (module.ExecResult, error) {
-	tc := transport.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo}
+	tc := transport.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: t.sudo, Probe: cmd.Probe}
 	var res transport.Result
 	var err error
 	if t.durable != nil {

@@ -34,6 +34,7 @@ import (
 	"slices"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/probe"
 )
 
 // Module is one state of a module, for example core.pkg.installed.
@@ -241,6 +242,10 @@ type Command struct {
 	// plain exec. Every other command of an apply run is durable (it
 	// outlives the keeper and the connection and never runs twice).
 	ReadOnly bool
+	// Probe, on a read-only command built by package probe, is the
+	// question Argv's script answers: an executor on the soul may answer
+	// it in its own process instead of running Argv.
+	Probe *probe.Request
 }
 
 // ExecResult is the outcome of a command that ran.

@@ -11,6 +11,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/soulstack/soulstack/internal/probe"
 )
 
 // Command is one program run on a soul: Argv or Script, not both.
@@ -37,6 +39,10 @@ type Command struct {
 	// status by id, and answers a second Exec with the same id by
 	// reattaching to it, never by starting it again.
 	Durable *Durable
+	// Probe is the question a read-only command's Argv answers (package
+	// probe): a transport that reaches the soul's executor hands it over,
+	// and the executor answers it natively or runs Argv.
+	Probe *probe.Request
 }
 
 // Durable is what makes a command durable: its id, the run and lease

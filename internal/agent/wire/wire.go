@@ -22,6 +22,8 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/soulstack/soulstack/internal/probe"
 )
 
 // Subject prefixes.
@@ -141,6 +143,8 @@ type ExecRequest struct {
 	// the agent spools its result under Durable.ID and answers a request
 	// with an id it knows by attaching, never by starting it again.
 	Durable *Durable `json:"durable,omitempty"`
+	// Probe is the question Argv answers (transport.Command.Probe).
+	Probe *probe.Request `json:"probe,omitempty"`
 }
 
 // Durable is a durable command's identity (transport.Durable).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/probe"
 )
 
 // PresentID is the ID of the Present state.
@@ -131,14 +132,6 @@ func (*Present) ValidateParams(v module.Values) error {
 	return errors.Join(errs...)
 }
 
-// statScript reports a file's mode, owner, group, size and SHA-256 in one
-// round trip, or "absent".
-const statScript = `p=$1
-if [ ! -e "$p" ]; then echo absent; exit 0; fi
-if [ ! -f "$p" ]; then echo "not a regular file"; exit 3; fi
-stat -c '%a %U %G %s' -- "$p" || exit 4
-sha256sum -- "$p" | cut -d' ' -f1`
-
 // writeScript replaces the file atomically when write is 1: the content
 // (stdin) goes to a private temporary file next to it, which takes the old
 // file's mode and ownership (0644 for a new file) and then the requested
@@ -168,7 +161,7 @@ if [ "$write" = 1 ]; then
   trap - EXIT
 fi`
 
-// fileState is what statScript reports.
+// fileState is what probe.FileStatScript reports.
 type fileState struct {
 	exists             bool
 	mode, owner, group string
@@ -177,7 +170,8 @@ type fileState struct {
 }
 
 func stat(ctx context.Context, t module.Target, path string) (fileState, error) {
-	res, err := t.Exec(ctx, module.Command{Argv: []string{"/bin/sh", "-c", statScript, "sh", path}, ReadOnly: true})
+	argv, req := probe.Command(probe.KindFileStat, path)
+	res, err := t.Exec(ctx, module.Command{Argv: argv, Probe: req, ReadOnly: true})
 	if err != nil {
 		return fileState{}, err
 	}

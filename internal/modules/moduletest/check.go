@@ -124,6 +124,20 @@ func CheckThenApply(t *testing.T, v *VM, m module.Module, params map[string]any)
 	if after := v.processes(t); !slices.Equal(procs, after) {
 		t.Fatalf("check %s %v started or stopped processes:\nbefore %q\nafter  %q", m.Info().ID, params, procs, after)
 	}
+	if v.twin != nil {
+		p2, err := c.Check(ctx, module.RunInfo{}, raw, v.twin)
+		if err != nil {
+			t.Fatalf("check %s %v through the executor: %v", m.Info().ID, params, err)
+		}
+		if d := before.Diff(Snapshot(t, v.UpperDir())); len(d) > 0 {
+			t.Fatalf("check %s %v through the executor changed the VM's filesystem:\n%s", m.Info().ID, params, strings.Join(d, "\n"))
+		}
+		a, _ := json.Marshal(p)
+		b, _ := json.Marshal(p2)
+		if string(a) != string(b) {
+			t.Fatalf("check %s %v: through the shell\n%s\nthrough the executor\n%s", m.Info().ID, params, a, b)
+		}
+	}
 	res, err := m.Run(ctx, module.RunInfo{}, raw, v)
 	t.Logf("%s %v: check would_change=%v unknown=%q changes=%v; apply changed=%v err=%v", m.Info().ID, params, p.WouldChange, p.Unknown, p.Changes, res.Changed, err)
 	if p.Unknown == "" && err == nil && res.Changed != p.WouldChange {

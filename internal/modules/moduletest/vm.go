@@ -19,6 +19,7 @@ import (
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/localcloud"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/sshtest"
 	sshx "github.com/soulstack/soulstack/internal/transport/ssh"
 )
 
@@ -38,6 +39,9 @@ type VM struct {
 	// layer (see UpperDir).
 	StateDir string
 	client   *sshx.Client
+	target   sshx.Target
+	// twin is the same VM through the soul executor (WithExecutor).
+	twin *VM
 
 	mu   sync.Mutex
 	cmds []module.Command
@@ -138,15 +142,42 @@ func NewVMWith(t *testing.T, o VMOptions) *VM {
 		t.Fatalf("create a VM: %v (%d VMs)", err, len(vms))
 	}
 	hostKey, _ := vms[0].Attributes["ssh_host_key"].(string)
-	c, err := sshx.Dial(ctx, sshx.Target{
+	target := sshx.Target{
 		Address: vms[0].PrimaryIP, User: sshUser, PrivateKey: clientKey, HostKey: hostKey,
 		ConnectTimeout: 10 * time.Second,
-	}, sshx.Options{})
+	}
+	c, err := sshx.Dial(ctx, target, sshx.Options{})
 	if err != nil {
 		t.Fatalf("ssh to the VM: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &VM{VM: vms[0], ClientKey: clientKey, StateDir: dir, client: c}
+	return &VM{VM: vms[0], ClientKey: clientKey, StateDir: dir, client: c, target: target}
+}
+
+// WithExecutor makes CheckThenApply run every check a second time through
+// the soul executor (`soul exec --stdio` over SSH, which answers probes in
+// its own process), uploaded and started now, so that neither its upload
+// nor its process shows in a check's comparison; both checks must predict
+// the same.
+func (v *VM) WithExecutor(t *testing.T) {
+	t.Helper()
+	bin, sum := sshtest.BuildSoul(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := sshx.Dial(ctx, v.target, sshx.Options{Executor: &sshx.Executor{
+		Binaries: map[string]sshx.ExecutorBinary{runtime.GOARCH: {Path: bin, SHA256: sum}},
+	}})
+	if err != nil {
+		t.Fatalf("ssh to the VM: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if res, err := c.Exec(ctx, sshx.Command{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the executor: %v (exit %d)", err, res.ExitCode)
+	}
+	if st := c.ExecutorState(); st != "executor" {
+		t.Fatalf("the executor does not run on the VM: %s", st)
+	}
+	v.twin = &VM{VM: v.VM, ClientKey: v.ClientKey, StateDir: v.StateDir, client: c, target: v.target}
 }
 
 // request is the local provider (its state in dir) and the profile of o's
@@ -201,7 +232,7 @@ func (v *VM) Exec(ctx context.Context, cmd module.Command) (module.ExecResult, e
 	v.mu.Lock()
 	v.cmds = append(v.cmds, cmd)
 	v.mu.Unlock()
-	res, err := v.client.Exec(ctx, sshx.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: true})
+	res, err := v.client.Exec(ctx, sshx.Command{Argv: cmd.Argv, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: true, Probe: cmd.Probe})
 	return module.ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, err
 }
 

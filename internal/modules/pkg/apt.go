@@ -9,6 +9,7 @@ import (
 
 	"github.com/soulstack/soulstack/internal/module"
 	"github.com/soulstack/soulstack/internal/modules/command"
+	"github.com/soulstack/soulstack/internal/probe"
 )
 
 // apt is the manager of Debian and Ubuntu souls: dpkg-query to look,
@@ -20,27 +21,6 @@ var _ manager = apt{}
 // lockedExit is the exit status of the apt scripts when a lock holder
 // stopped them; aptCommon spells it out.
 const lockedExit = 75
-
-// aptQueryScript prints the age of the package lists and the dpkg records
-// of the packages given as arguments. Lines are tagged and tab-separated:
-//
-//	@lists <now> <newest mtime of the update stamp and the lists dir> <number of Packages files>
-//	@pkg <name> <arch> <status> <version>
-const aptQueryScript = `export LC_ALL=C
-if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
-	echo '@nomanager'
-	exit 0
-fi
-stamp=0
-for f in /var/lib/apt/periodic/update-success-stamp /var/lib/apt/lists; do
-	m=$(stat -c %Y "$f" 2>/dev/null) || continue
-	[ "$m" -gt "$stamp" ] && stamp=$m
-done
-n=$(ls /var/lib/apt/lists 2>/dev/null | grep -c '_Packages')
-printf '@lists\t%s\t%s\t%s\n' "$(date +%s)" "$stamp" "$n"
-dpkg-query -W -f='@pkg\t${Package}\t${Architecture}\t${Status}\t${Version}\n' -- "$@" 2>/dev/null
-exit 0
-`
 
 // aptCommon are the shell functions the change scripts share:
 //
@@ -219,11 +199,12 @@ func (apt) candidates(ctx context.Context, t module.Target, pkgs []spec) ([]stri
 }
 
 func (apt) query(ctx context.Context, t module.Target, pkgs []spec) (snapshot, error) {
-	args := []string{"/bin/sh", "-c", aptQueryScript, "sh"}
-	for _, s := range pkgs {
-		args = append(args, s.query())
+	patterns := make([]string, len(pkgs))
+	for i, s := range pkgs {
+		patterns[i] = s.query()
 	}
-	res, err := t.Exec(ctx, module.Command{Argv: args, ReadOnly: true})
+	argv, req := probe.Command(probe.KindAptQuery, patterns...)
+	res, err := t.Exec(ctx, module.Command{Argv: argv, Probe: req, ReadOnly: true})
 	if err != nil {
 		return snapshot{}, err
 	}

@@ -34,6 +34,10 @@ func TestCheckThenApplyInVM(t *testing.T) {
 	tg := moduletest.NewVMWith(t, moduletest.VMOptions{SSHUser: "root", Suffix: "check.test", Base: "debian-bookworm", Nesting: "docker"})
 	// Fresh package lists, as a VM that has run apt before has them.
 	tg.ShFor(t, "apt-get update -qq", 5*time.Minute)
+	// Every check runs twice, through the shell and through the soul
+	// executor, which answers the file and package probes natively: the
+	// predictions must be the same.
+	tg.WithExecutor(t)
 	dir := "/srv/check"
 
 	type step struct {

@@ -446,7 +446,7 @@ func (x *stdioConn) exec(ctx context.Context, cmd Command, forget []string) (Res
 	}
 	x.pending[id] = p
 	x.mu.Unlock()
-	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: x.maxOutput}
+	req := wire.ExecRequest{ID: id, Argv: cmd.Argv, Script: cmd.Script, Env: cmd.Env, Dir: cmd.Dir, Stdin: cmd.Stdin, Sudo: cmd.Sudo, MaxOutput: x.maxOutput, Probe: cmd.Probe}
 	cancel := wire.CancelRequest{ID: id}
 	if d := cmd.Durable; d != nil {
 		req.Durable = &wire.Durable{ID: d.ID, Run: d.Run, Epoch: d.Epoch, Digest: d.Digest, Forget: forget}
