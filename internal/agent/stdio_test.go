@@ -224,6 +224,39 @@ func BenchmarkStdio(b *testing.B) {
 			}
 		})
 	}
+	// A module's probes, answered natively and by their scripts: a file's
+	// state (this test binary, some MB to hash) and three packages.
+	self, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	small := filepath.Join(b.TempDir(), "motd")
+	if err := os.WriteFile(small, []byte("hello\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	probes := map[string][]string{
+		probe.KindFileStat + "-small":  {probe.KindFileStat, small},
+		probe.KindFileStat + "-binary": {probe.KindFileStat, self},
+		probe.KindAptQuery:             {probe.KindAptQuery, "bash", "coreutils", "no-such-package"},
+	}
+	for name, p := range probes {
+		for _, native := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%s/native=%v", name, native), func(b *testing.B) {
+				x := startStdio(b, "")
+				argv, req := probe.Command(p[0], p[1:]...)
+				if !native {
+					req = nil
+				}
+				n := 0
+				for b.Loop() {
+					n++
+					if r := wait(b, x.send(b, wire.ExecRequest{ID: fmt.Sprint("p", n), Argv: argv, Probe: req})); r.end.ExitCode != 0 || r.stdout == "" {
+						b.Fatalf("%+v", r)
+					}
+				}
+			})
+		}
+	}
 }
 
 // TestProbeAnsweredInProcess: a probe is answered by the executor itself,
@@ -236,8 +269,7 @@ func TestProbeAnsweredInProcess(t *testing.T) {
 	if err := os.WriteFile(f, []byte("hello\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	_, req := probe.Command(probe.KindFileStat, f)
-	argv, _ := probe.Command(probe.KindFileStat, f)
+	argv, req := probe.Command(probe.KindFileStat, f)
 	want, err := exec.Command(argv[0], argv[1:]...).Output()
 	if err != nil {
 		t.Fatal(err)

@@ -300,6 +300,8 @@ func TestQEMUWaitsForCloudInit(t *testing.T) {
   - name: first
     on: "${ steps.provision.output.hosts.map(h, h.sid) }"
     module: core.command.ran
+    # An emulated machine on a busy host may take minutes to boot.
+    connect: {retries: 150, delay: 4s}
     params: {cmd: "test -e ` + marker + ` && echo finished || echo not-finished"}
 `
 	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: scenario, File: "late.yaml"})
@@ -311,7 +313,7 @@ func TestQEMUWaitsForCloudInit(t *testing.T) {
 	early := make(chan string, 1)
 	go func() {
 		defer close(early)
-		for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		for deadline := time.Now().Add(14 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
 			list, err := c.SoulList(context.Background(), client.ListOptions{})
 			if err != nil || len(list.Items) != 1 || list.Items[0].Address == "" {
 				continue
@@ -334,7 +336,7 @@ func TestQEMUWaitsForCloudInit(t *testing.T) {
 		}
 	}()
 	t.Parallel()
-	final := waitRunFor(t, c, run.ID, 10*time.Minute)
+	final := waitRunFor(t, c, run.ID, 14*time.Minute)
 	t.Cleanup(func() {
 		if t.Failed() {
 			_ = c.RunEvents(context.Background(), run.ID, 0, func(e client.RunEvent) error {

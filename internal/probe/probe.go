@@ -15,7 +15,6 @@
 package probe
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -277,7 +276,7 @@ func (r Root) aptQuery(patterns []string) ([]byte, bool) {
 	if err != nil {
 		return nil, false
 	}
-	recs, ok := parseStatus(status)
+	recs, ok := parseStatus(status, func(rec record) bool { return rec.matches(patterns) })
 	if !ok {
 		return nil, false
 	}
@@ -302,9 +301,7 @@ func (r Root) aptQuery(patterns []string) ([]byte, bool) {
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "@lists\t%d\t%d\t%d\n", now().Unix(), stamp, n)
 	for _, rec := range recs {
-		if rec.matches(patterns) {
-			fmt.Fprintf(&out, "@pkg\t%s\t%s\t%s\t%s\n", rec.name, rec.arch, rec.status, rec.version)
-		}
+		fmt.Fprintf(&out, "@pkg\t%s\t%s\t%s\t%s\n", rec.name, rec.arch, rec.status, rec.version)
 	}
 	return out.Bytes(), true
 }
@@ -324,27 +321,35 @@ func (rec record) matches(patterns []string) bool {
 	return false
 }
 
-// parseStatus reads dpkg's status file, in dpkg-query's order (by name,
-// then architecture); ok is false for a stanza it does not understand.
-func parseStatus(b []byte) ([]record, bool) {
+// parseStatus reads dpkg's status file and returns the records keep
+// wants, in dpkg-query's order (by name, then architecture); ok is false
+// for a stanza it does not understand. It reads bytes, and keeps the
+// fields of the stanzas kept only: a Debian system's file is about a
+// megabyte.
+func parseStatus(b []byte, keep func(record) bool) ([]record, bool) {
 	var recs []record
-	var cur record
+	var name, arch, status, version []byte
 	flush := func() bool {
-		if cur == (record{}) {
+		if name == nil && arch == nil && status == nil && version == nil {
 			return true
 		}
-		if cur.name == "" || cur.status == "" || cur.arch == "" {
+		if len(name) == 0 || len(status) == 0 || len(arch) == 0 {
 			return false
 		}
-		recs = append(recs, cur)
-		cur = record{}
+		if r := (record{name: string(name), arch: string(arch), status: string(status), version: string(version)}); keep(r) {
+			recs = append(recs, r)
+		}
+		name, arch, status, version = nil, nil, nil, nil
 		return true
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
+	for len(b) > 0 {
+		var line []byte
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			line, b = b, nil
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
 			if !flush() {
 				return nil, false
 			}
@@ -353,23 +358,22 @@ func parseStatus(b []byte) ([]record, bool) {
 		if line[0] == ' ' || line[0] == '\t' {
 			continue // a continuation line
 		}
-		k, v, ok := strings.Cut(line, ":")
+		k, v, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
 			return nil, false
 		}
-		v = strings.TrimSpace(v)
-		switch k {
+		switch string(k) {
 		case "Package":
-			cur.name = v
+			name = bytes.TrimSpace(v)
 		case "Architecture":
-			cur.arch = v
+			arch = bytes.TrimSpace(v)
 		case "Status":
-			cur.status = v
+			status = bytes.TrimSpace(v)
 		case "Version":
-			cur.version = v
+			version = bytes.TrimSpace(v)
 		}
 	}
-	if sc.Err() != nil || !flush() {
+	if !flush() {
 		return nil, false
 	}
 	slices.SortStableFunc(recs, func(a, b record) int {

@@ -95,6 +95,24 @@ func (v *VM) processes(tb testing.TB) []string {
 	return keep
 }
 
+// settledProcesses lists the VM's processes once two listings a moment
+// apart agree: what the previous step left finishing (a package script's
+// last child, a session's shell) has ended, so that a check is not blamed
+// for it. After a few seconds it takes the last listing.
+func (v *VM) settledProcesses(tb testing.TB) []string {
+	tb.Helper()
+	last := v.processes(tb)
+	for range 20 {
+		time.Sleep(250 * time.Millisecond)
+		now := v.processes(tb)
+		if slices.Equal(now, last) {
+			return now
+		}
+		last = now
+	}
+	return last
+}
+
 // CheckThenApply runs module m's check path on the VM with params, proves
 // it read-only (the VM's writable layer byte-identical, no process
 // started or stopped), then runs the apply and proves the prediction
@@ -112,7 +130,7 @@ func CheckThenApply(t *testing.T, v *VM, m module.Module, params map[string]any)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	procs := v.processes(t)
+	procs := v.settledProcesses(t)
 	before := Snapshot(t, v.UpperDir())
 	p, err := c.Check(ctx, module.RunInfo{}, raw, v)
 	if err != nil {
