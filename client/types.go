@@ -133,6 +133,7 @@ type Soul struct {
 	CertSerial   string          `json:"cert_serial,omitempty" required:"false" doc:"Serial (hex) of the client certificate the soul holds since it joined; empty when it has none."`
 	CertNotAfter *time.Time      `json:"cert_not_after,omitempty" required:"false" doc:"When that certificate expires."`
 	JoinedAt     *time.Time      `json:"joined_at,omitempty" required:"false" doc:"When the soul joined (soul join); null if it never did."`
+	Executor     string          `json:"executor,omitempty" required:"false" doc:"How the keeper last ran commands on it: agent, ssh: executor (the soul binary over SSH), ssh: shell, or ssh: shell (why the executor cannot run there); empty before the first command."`
 }
 
 // SoulCreate is the body of POST /v1/souls: register an existing host.

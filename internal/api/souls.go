@@ -24,6 +24,7 @@ func soulWire(_ context.Context, so store.Soul) client.Soul {
 		SID: so.SID, Status: so.Status, Address: so.Address, Provider: so.Provider, VMID: so.VMID, PrimaryIP: so.PrimaryIP,
 		Attributes: so.Attributes, CreatedByAID: so.CreatedByAID, CreatedAt: so.CreatedAt, UpdatedAt: so.UpdatedAt,
 		Project: so.Project, LastSeenAt: so.LastSeenAt, LastError: so.LastError, CertSerial: so.CertSerial, CertNotAfter: so.CertNotAfter, JoinedAt: so.JoinedAt,
+		Executor:   so.Executor,
 		Connection: client.Connection{Transport: so.Connection.Transport, User: so.Connection.User, Port: so.Connection.Port, KeyRef: so.Connection.KeyRef, HostKey: so.Connection.HostKey},
 	}
 }

@@ -119,6 +119,10 @@ func (c *Conn) Forget(ids []string) { c.s.forgets.Add(c.sid, ids) }
 // the context's error. Errors wrap ErrUnreachable (no agent took the
 // command), ErrDisconnected (the agent went away meanwhile),
 // ErrInvalidCommand or ErrBus.
+// Executor says that commands run through the soul's agent
+// (transport.ExecutorReporter).
+func (c *Conn) Executor() string { return "agent" }
+
 func (c *Conn) Exec(ctx context.Context, cmd transport.Command) (transport.Result, error) {
 	// A span per command, whose trace context travels to the agent in the
 	// message header: where and how it ended, never its text.

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	_ "modernc.org/sqlite" // the driver the tamper command opens the keeper's database with
@@ -65,6 +66,7 @@ func TestScripts(t *testing.T) {
 		RequireUniqueNames:  true,
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exits":          cmdExits,
+			"eventually":     cmdEventually,
 			"capture":        cmdCapture,
 			"audit-tamper":   cmdAuditTamper,
 			"audit-truncate": cmdAuditTruncate,
@@ -132,6 +134,29 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if got != want {
 		ts.Fatalf("%s exited with %d, want %d", args[1], got, want)
+	}
+}
+
+// cmdEventually runs a program again, every 200 ms for at most 30 s, until
+// it succeeds with a stdout that matches a regular expression: for what the
+// keeper does after a command has returned (a remediation run started
+// once a check's drift is recorded). Its last stdout is the script's.
+func cmdEventually(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: eventually REGEXP program [args...]")
+	}
+	re, err := regexp.Compile(`(?m)` + args[0])
+	ts.Check(err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := ts.Exec(args[1], args[2:]...)
+		if err == nil && re.MatchString(ts.ReadFile("stdout")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s: no match for %q within 30 s (last: %v)", args[1], args[0], err)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -186,7 +186,10 @@ check runs and exits.`,
 }
 
 // waitDrift waits until the check run has finished and the keeper has
-// recorded what it found (its checked_at is the run's end).
+// recorded what it found (its checked_at is the run's end). A record of an
+// earlier check that ended in the same second carries the new run's id
+// from its start and the earlier end: the comparison is to the
+// millisecond, not the second.
 func waitDrift(ctx context.Context, c *client.Client, ch client.DriftCheckRun) error {
 	run, err := c.RunWait(ctx, ch.RunID)
 	if err != nil {
@@ -200,7 +203,7 @@ func waitDrift(ctx context.Context, c *client.Client, ch client.DriftCheckRun) e
 		}
 		if so != nil {
 			for _, sd := range so.Seeds {
-				if sd.SeedID == ch.SeedID && sd.RunID == ch.RunID && sd.CheckedAt != nil && run.FinishedAt != nil && !sd.CheckedAt.Before(run.FinishedAt.Truncate(time.Second)) {
+				if sd.SeedID == ch.SeedID && sd.RunID == ch.RunID && sd.CheckedAt != nil && run.FinishedAt != nil && !sd.CheckedAt.Before(run.FinishedAt.Truncate(time.Millisecond)) {
 					return nil
 				}
 				if sd.SeedID == ch.SeedID && sd.RunID != ch.RunID {

@@ -154,6 +154,7 @@ func soulRecord(s *client.Soul) record {
 		{"VM id", s.VMID},
 		{"Primary IP", s.PrimaryIP},
 		{"Transport", s.Connection.Transport},
+		{"Executor", s.Executor},
 		{"User", s.Connection.User},
 		{"Port", port(s.Connection.Port)},
 		{"Key ref", s.Connection.KeyRef},

@@ -478,6 +478,8 @@ type targetResult struct {
 	attempts int
 	took     time.Duration
 	reached  bool // a command ran on the soul
+	// executor is how the commands ran (transport.ExecutorReporter).
+	executor string
 	// A check run's prediction: why it is unknown, what would change, and
 	// whether the output is not the apply's.
 	unknown       string
@@ -714,7 +716,12 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		return fail(res, err)
 	}
 	if st, ok := target.(*soulTarget); ok {
-		defer func() { res.reached = st.ran.Load() }()
+		defer func() {
+			res.reached = st.ran.Load()
+			if x, ok := st.conn.(transport.ExecutorReporter); ok {
+				res.executor = x.Executor()
+			}
+		}()
 		res.target = st
 		if !r.check {
 			st.durable = &durableTarget{r: r, step: &stepRef{index: s.Index, name: s.Name}, sid: sid}
@@ -851,7 +858,7 @@ func (r *run) recordContacts(ctx context.Context, s *scenario.PlanStep, results 
 	for _, t := range results {
 		switch {
 		case t.reached:
-			contacts = append(contacts, Contact{SID: t.sid, Reached: true})
+			contacts = append(contacts, Contact{SID: t.sid, Reached: true, Executor: t.executor})
 		case t.status == client.TargetUnreachable:
 			contacts = append(contacts, Contact{SID: t.sid, Unreachable: true, Code: t.code, Error: r.secrets.MaskString(t.msg)})
 		}

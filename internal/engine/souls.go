@@ -348,6 +348,9 @@ type Contact struct {
 	Unreachable bool
 	Code        string
 	Error       string
+	// Executor is how commands ran on a soul reached
+	// (transport.ExecutorReporter), "" when not known.
+	Executor string
 }
 
 // Record writes a step's contacts to the registry: souls come alive
@@ -355,11 +358,18 @@ type Contact struct {
 // step cannot reach them, and an active soul's last_seen_at advances at
 // most once per run. One store call per step, none when there is nothing
 // new; the run's cached records follow, so that later steps' soul.status
-// sees the change.
+// sees the change. A soul's Executor is written when it differs from the
+// record's.
 func (s *Souls) Record(ctx context.Context, runID string, actor store.Actor, contacts []Contact) error {
 	p := store.SoulContactParams{RunID: runID, Actor: actor}
 	s.mu.Lock()
 	for _, c := range contacts {
+		if so, ok := s.souls[c.SID]; ok && c.Reached && c.Executor != "" && c.Executor != so.Executor {
+			if p.Executors == nil {
+				p.Executors = map[string]string{}
+			}
+			p.Executors[c.SID] = c.Executor
+		}
 		switch {
 		case c.Reached && !(s.seen[c.SID] && s.souls[c.SID].Status == store.SoulActive):
 			p.Reached = append(p.Reached, c.SID)
@@ -368,7 +378,7 @@ func (s *Souls) Record(ctx context.Context, runID string, actor store.Actor, con
 		}
 	}
 	s.mu.Unlock()
-	if len(p.Reached) == 0 && len(p.Unreachable) == 0 {
+	if len(p.Reached) == 0 && len(p.Unreachable) == 0 && len(p.Executors) == 0 {
 		return nil
 	}
 	var trs []store.SoulTransition
@@ -399,6 +409,13 @@ func (s *Souls) Record(ctx context.Context, runID string, actor store.Actor, con
 			s.souls[u.SID] = so
 		} else if ok && so.Status != store.SoulUnreachable {
 			stale = append(stale, u.SID)
+		}
+	}
+	if err == nil {
+		for sid, x := range p.Executors {
+			so := s.souls[sid]
+			so.Executor = x
+			s.souls[sid] = so
 		}
 	}
 	s.mu.Unlock()

@@ -3,6 +3,7 @@ package keeper_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
@@ -328,5 +330,36 @@ func TestSoulLastSeenOncePerRun(t *testing.T) {
 	}
 	if evs := soulEvents(t, c, sid); len(evs) != 0 {
 		t.Fatalf("contact with an active soul was audited: %+v", evs)
+	}
+}
+
+// TestSoulSaysHowItRunsCommands: a soul's record says how the keeper ran
+// its commands — through the executor over SSH, or through its agent —
+// once a command ran, and nothing before.
+func TestSoulSaysHowItRunsCommands(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	port := freePort(t)
+	soul := buildSoul(t, t.TempDir())
+	k := serve(t, dir, "--config", keeperConfig(t, dir, fmt.Sprintf("agent_binary: %s\nnats:\n  listen: 127.0.0.1:%d\n  heartbeat: 300ms\n", soul, port)))
+	c := adminClient(t, k, data)
+	ctx := context.Background()
+	srv := sshtest.Start(t, sshtest.Options{})
+	addSoul(t, c, "ssh.local.test", srv)
+	agentSoul(t, c, config.Config{DataDir: data}, "agent.local.test", port, 300*time.Millisecond)
+	for _, sid := range []string{"ssh.local.test", "agent.local.test"} {
+		if so, err := c.SoulGet(ctx, sid); err != nil || so.Executor != "" {
+			t.Fatalf("%s before any command: executor %q, %v", sid, so.Executor, err)
+		}
+	}
+	sc := "steps:\n  - name: hello\n    on: [ssh.local.test, agent.local.test]\n    module: core.command.ran\n    params: {cmd: echo hello}\n"
+	for range 2 {
+		runScenario(t, c, "hello.yaml", sc, nil, time.Minute)
+		for sid, want := range map[string]string{"ssh.local.test": "ssh: executor", "agent.local.test": "agent"} {
+			if so, err := c.SoulGet(ctx, sid); err != nil || so.Executor != want {
+				t.Fatalf("%s: executor %q, %v; want %q", sid, so.Executor, err, want)
+			}
+		}
 	}
 }

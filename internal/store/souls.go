@@ -54,6 +54,9 @@ type Soul struct {
 	JoinedAt     *time.Time
 	// Project is the project the soul belongs to: its runs alone reach it.
 	Project string
+	// Executor is how the keeper last ran commands on the soul: "agent",
+	// "ssh: executor" or "ssh: shell (<why>)"; empty before the first.
+	Executor string
 }
 
 // SoulListParams pages through souls by SID, keeping those that match
@@ -98,6 +101,9 @@ type SoulContactParams struct {
 	RunID string
 	// Actor is the run's creator.
 	Actor Actor
+	// Executors are the souls (by SID) whose way of running commands
+	// (Soul.Executor) this step found changed.
+	Executors map[string]string
 }
 
 // UnreachableSoul is a soul a step could not reach: the error's stable

@@ -101,6 +101,14 @@ type Conn interface {
 	Exec(ctx context.Context, cmd Command) (Result, error)
 }
 
+// ExecutorReporter is a Conn that says how it runs commands: "agent",
+// "ssh: executor" (soul exec --stdio over the connection), "ssh: shell"
+// or "ssh: shell (<why the executor cannot run>)"; empty while that is
+// not decided yet (no command ran).
+type ExecutorReporter interface {
+	Executor() string
+}
+
 // Peer is one soul as a Dialer reaches it.
 type Peer struct {
 	// SID names the soul in pins, audit events and errors.

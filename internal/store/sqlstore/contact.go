@@ -52,6 +52,11 @@ func (s *Store) SoulContact(ctx context.Context, p store.SoulContactParams) (_ [
 			out = append(out, *tr)
 		}
 	}
+	for sid, x := range p.Executors {
+		if _, err := s.db.ExecContext(ctx, s.q(`UPDATE souls SET executor = ? WHERE sid = ? AND executor <> ?`), x, sid, x); err != nil {
+			return out, fmt.Errorf("record how soul %q runs commands: %w", sid, err)
+		}
+	}
 	return out, nil
 }
 

@@ -278,7 +278,7 @@ func (s *Store) ProfileDelete(ctx context.Context, params store.DeleteParams) (e
 // what scanSoul reads.
 const (
 	soulCols       = `sid, status, address, provider, vm_id, primary_ip, attributes, connection, created_by_aid, created_at, updated_at`
-	soulSelectCols = soulCols + `, last_seen_at, last_error, cert_serial, cert_not_after, joined_at, project`
+	soulSelectCols = soulCols + `, last_seen_at, last_error, cert_serial, cert_not_after, joined_at, project, executor`
 )
 
 func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
@@ -287,7 +287,7 @@ func scanSoul(row interface{ Scan(...any) error }) (store.Soul, error) {
 	var provider, createdBy sql.NullString
 	var seen, notAfter, joined sql.NullTime
 	err := row.Scan(&s.SID, &s.Status, &s.Address, &provider, &s.VMID, &s.PrimaryIP, &attrs, &conn, &createdBy, &s.CreatedAt, &s.UpdatedAt, &seen, &s.LastError,
-		&s.CertSerial, &notAfter, &joined, &s.Project)
+		&s.CertSerial, &notAfter, &joined, &s.Project, &s.Executor)
 	if err != nil {
 		return s, err
 	}

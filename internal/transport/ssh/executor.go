@@ -158,6 +158,22 @@ func (c *Client) ExecutorState() string {
 	return ""
 }
 
+// Executor is ExecutorState as a soul's record says it
+// (transport.ExecutorReporter): "ssh: executor", "ssh: shell (<why>)",
+// "ssh: shell" without an Executor, "" before the first command.
+func (c *Client) Executor() string {
+	st := c.ExecutorState()
+	switch {
+	case st == "executor":
+		return "ssh: executor"
+	case strings.HasPrefix(st, "shell: "):
+		return "ssh: shell (" + strings.TrimPrefix(st, "shell: ") + ")"
+	case c.opts.Executor == nil || len(c.opts.Executor.Binaries) == 0:
+		return "ssh: shell"
+	}
+	return ""
+}
+
 // execDurable runs a durable command through the executor when the
 // connection has one, else through the shell supervisor; an id the
 // other spool holds (an earlier execution went the other way) is sent

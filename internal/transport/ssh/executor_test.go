@@ -35,8 +35,11 @@ func TestExecutorUpload(t *testing.T) {
 	}
 	bin := filepath.Join(x.Dir, "soul-"+sum)
 	c := connect(t, srv, ssh.Options{Executor: x})
-	if res := exec(t, c, ssh.Command{Argv: []string{"echo", "one"}}); string(res.Stdout) != "one\n" || c.ExecutorState() != "executor" {
-		t.Fatalf("first command = %q, executor %q", res.Stdout, c.ExecutorState())
+	if x := c.Executor(); x != "" {
+		t.Fatalf("before the first command the soul's record would say %q, want nothing yet", x)
+	}
+	if res := exec(t, c, ssh.Command{Argv: []string{"echo", "one"}}); string(res.Stdout) != "one\n" || c.ExecutorState() != "executor" || c.Executor() != "ssh: executor" {
+		t.Fatalf("first command = %q, executor %q (%q)", res.Stdout, c.ExecutorState(), c.Executor())
 	}
 	fi, err := os.Stat(bin)
 	if err != nil {
@@ -91,6 +94,12 @@ func TestExecutorFallback(t *testing.T) {
 	}
 	if st := c.ExecutorState(); !strings.HasPrefix(st, "shell: no executor binary for Linux ") {
 		t.Fatalf("executor state = %q", st)
+	}
+	if x := c.Executor(); !strings.HasPrefix(x, "ssh: shell (no executor binary for Linux ") || !strings.HasSuffix(x, ")") {
+		t.Fatalf("the soul's record would say %q", x)
+	}
+	if x := connect(t, srv, ssh.Options{}).Executor(); x != "ssh: shell" {
+		t.Fatalf("without an executor the soul's record would say %q", x)
 	}
 
 	if os.Geteuid() != 0 {
