@@ -134,6 +134,21 @@ func testSoulContact(t *testing.T, b testdb.Backend) {
 	if len(evs) != 3 || evs[2].Action != "soul.activated" || evs[2].ActorAID != "tok_other" {
 		t.Fatalf("contact audit = %+v", evs)
 	}
+
+	// How commands ran: recorded as given, no audit event, the soul's
+	// status and update time untouched.
+	before := mustStatus(t, s, "hand.example.com", store.SoulActive)
+	for _, x := range []string{"ssh: executor", "ssh: executor", "ssh: shell (no executor binary for Linux riscv64)"} {
+		if trs, err := s.SoulContact(ctx, store.SoulContactParams{Executors: map[string]string{"hand.example.com": x, "ghost.local.test": x}, RunID: "run_6", Actor: "tok_runner"}); err != nil || len(trs) != 0 {
+			t.Fatalf("executor %q: %+v, %v", x, trs, err)
+		}
+		if got := mustStatus(t, s, "hand.example.com", store.SoulActive); got.Executor != x || !got.UpdatedAt.Equal(before.UpdatedAt) {
+			t.Fatalf("executor recorded %q (updated %v), want %q (updated %v)", got.Executor, got.UpdatedAt, x, before.UpdatedAt)
+		}
+	}
+	if n := len(contactEvents(t, s)); n != 3 {
+		t.Fatalf("recording how commands ran wrote audit events: %d", n)
+	}
 	list, err := s.SoulList(ctx, store.ListParams{})
 	if err != nil || len(list) != 3 {
 		t.Fatalf("list = %+v, %v", list, err)
