@@ -16,11 +16,12 @@ import (
 
 // BenchmarkRunFanout50AgentsVsSSH runs the fan-out benchmark's idempotent
 // three-step job (examples/fanout.yaml) through one keeper on 50 SSH hosts
-// (real sshd each) and on 50 souls reached through their agents (2 agent
-// processes, each soul its own NATS connection on the embedded bus),
-// alternately, after an untimed warm-up of each. Reported per run: wall
-// time of each set, and the CPU time of this process (keeper, embedded
-// NATS server, client) per target.
+// (real sshd each; the keeper serves the soul binary, so each connection
+// runs the executor, soul exec --stdio) and on 50 souls reached through
+// their agents (2 agent processes, each soul its own NATS connection on
+// the embedded bus), alternately, after an untimed warm-up of each.
+// Reported per run: wall time of each set, their ratio, and the CPU time
+// of this process (keeper, embedded NATS server, client) per target.
 //
 //	go test -run '^$' -bench BenchmarkRunFanout50AgentsVsSSH -benchtime 5x ./internal/keeper/
 func BenchmarkRunFanout50AgentsVsSSH(b *testing.B) {
@@ -35,7 +36,7 @@ func BenchmarkRunFanout50AgentsVsSSH(b *testing.B) {
 		b.Fatal(err)
 	}
 	k := startAgentKeeperWith(b, config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(tmp, "keeper"), Log: config.Log{Level: "info"},
-		NATS: config.NATS{Listen: "127.0.0.1:0"}})
+		NATS: config.NATS{Listen: "127.0.0.1:0"}, AgentBinary: bins.Path(b, "cmd/soul")})
 	sshHosts := make([]any, fanoutHosts)
 	for i, s := range servers {
 		sid := fmt.Sprintf("h%02d.ssh.bench.test", i+1)
@@ -72,6 +73,9 @@ func BenchmarkRunFanout50AgentsVsSSH(b *testing.B) {
 		run, _ := fanoutRun(b, k.c, r)
 		check(run, "warm-up")
 	}
+	if so, err := k.c.SoulGet(b.Context(), sshHosts[0].(string)); err != nil || so.Executor != "ssh: executor" {
+		b.Fatalf("the SSH hosts do not run the executor: %q, %v", so.Executor, err)
+	}
 	var sshWall, agentWall, sshCPU, agentCPU time.Duration
 	b.ResetTimer()
 	for range b.N {
@@ -91,6 +95,7 @@ func BenchmarkRunFanout50AgentsVsSSH(b *testing.B) {
 	n := float64(b.N)
 	b.ReportMetric(float64(sshWall.Milliseconds())/n, "ssh-run-ms")
 	b.ReportMetric(float64(agentWall.Milliseconds())/n, "agent-run-ms")
+	b.ReportMetric(float64(sshWall)/float64(agentWall), "ssh/agent")
 	b.ReportMetric(float64(sshCPU.Microseconds())/n/fanoutHosts, "ssh-keeper-cpu-µs/target")
 	b.ReportMetric(float64(agentCPU.Microseconds())/n/fanoutHosts, "agent-keeper-cpu-µs/target")
 }
