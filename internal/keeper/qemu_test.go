@@ -301,7 +301,7 @@ func TestQEMUWaitsForCloudInit(t *testing.T) {
     on: "${ steps.provision.output.hosts.map(h, h.sid) }"
     module: core.command.ran
     # An emulated machine on a busy host may take minutes to boot.
-    connect: {retries: 150, delay: 4s}
+    connect: {retries: 100, delay: 6s}
     params: {cmd: "test -e ` + marker + ` && echo finished || echo not-finished"}
 `
 	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: scenario, File: "late.yaml"})
