@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -272,13 +273,15 @@ func (r Root) aptQuery(patterns []string) ([]byte, bool) {
 			}
 		}
 	}
-	status, err := os.ReadFile(r.path("var/lib/dpkg/status"))
-	if err != nil {
-		return nil, false
-	}
-	recs, ok := parseStatus(status, func(rec record) bool { return rec.matches(patterns) })
+	all, ok := statusRecords(r.path("var/lib/dpkg/status"))
 	if !ok {
 		return nil, false
+	}
+	var recs []record
+	for _, rec := range all {
+		if rec.matches(patterns) {
+			recs = append(recs, rec)
+		}
 	}
 	var stamp int64
 	for _, f := range []string{"var/lib/apt/periodic/update-success-stamp", "var/lib/apt/lists"} {
@@ -304,6 +307,59 @@ func (r Root) aptQuery(patterns []string) ([]byte, bool) {
 		fmt.Fprintf(&out, "@pkg\t%s\t%s\t%s\t%s\n", rec.name, rec.arch, rec.status, rec.version)
 	}
 	return out.Bytes(), true
+}
+
+// statusCache keeps the last status file read, by its identity: dpkg
+// replaces the file by a rename on every change (a new inode, size and
+// time), so an executor answering probe after probe parses it once per
+// change, not per probe.
+var statusCache struct {
+	sync.Mutex
+	path string
+	id   fileID
+	recs []record
+}
+
+// fileID is what tells one version of a file from another.
+type fileID struct {
+	dev, ino uint64
+	size     int64
+	mtime    int64
+}
+
+// statusRecords returns every record of the status file at path.
+func statusRecords(path string) ([]record, bool) {
+	id, ok := identify(path)
+	if !ok {
+		return nil, false
+	}
+	statusCache.Lock()
+	defer statusCache.Unlock()
+	if statusCache.path == path && statusCache.id == id {
+		return statusCache.recs, true
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	recs, ok := parseStatus(b, func(record) bool { return true })
+	// Cached only when the file did not change while it was read.
+	if after, same := identify(path); ok && same && after == id {
+		statusCache.path, statusCache.id, statusCache.recs = path, id, recs
+	}
+	return recs, ok
+}
+
+func identify(path string) (fileID, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileID{}, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fileID{}, false
+	}
+	return fileID{dev: uint64(st.Dev), ino: st.Ino, size: fi.Size(), mtime: fi.ModTime().UnixNano()}, true
 }
 
 // record is one stanza of dpkg's status file.

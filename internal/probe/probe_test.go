@@ -275,3 +275,25 @@ func TestAptQueryLeavesToTheScript(t *testing.T) {
 		t.Errorf("with no patterns: %q, want the lists line alone", got)
 	}
 }
+
+// TestAptQuerySeesDpkgChanges: dpkg replaces its status file on every
+// change; an answer after that reads the new file, not the one read before.
+func TestAptQuerySeesDpkgChanges(t *testing.T) {
+	r := fixtureRoot(t)
+	first, _ := r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{"baz"}})
+	if !strings.Contains(string(first), "\tbaz\tamd64\tinstall ok unpacked\t0.1\n") {
+		t.Fatalf("first answer %q", first)
+	}
+	status := filepath.Join(r.Dir, "var/lib/dpkg/status")
+	next := strings.Replace(statusFixture, "Status: install ok unpacked\nArchitecture: amd64\nVersion: 0.1", "Status: install ok installed\nArchitecture: amd64\nVersion: 0.2", 1)
+	if err := os.WriteFile(status+"-new", []byte(next), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(status+"-new", status); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{"baz"}})
+	if !strings.Contains(string(again), "\tbaz\tamd64\tinstall ok installed\t0.2\n") {
+		t.Fatalf("after dpkg's change: %q", again)
+	}
+}
