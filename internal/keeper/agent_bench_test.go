@@ -36,7 +36,7 @@ func BenchmarkRunFanout50AgentsVsSSH(b *testing.B) {
 		b.Fatal(err)
 	}
 	k := startAgentKeeperWith(b, config.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(tmp, "keeper"), Log: config.Log{Level: "info"},
-		NATS: config.NATS{Listen: "127.0.0.1:0"}, AgentBinary: bins.Path(b, "cmd/soul")})
+		NATS: config.NATS{Listen: "127.0.0.1:0"}, AgentBinary: bins.Path(b, "cmd/soul"), Credentials: config.Credentials{Files: []string{tmp}}})
 	sshHosts := make([]any, fanoutHosts)
 	for i, s := range servers {
 		sid := fmt.Sprintf("h%02d.ssh.bench.test", i+1)
