@@ -22,6 +22,15 @@ type SSH struct {
 	// --stdio) and uploaded once where it is missing, falling back to a
 	// shell per command where it cannot run; "off": a shell per command.
 	Executor string `yaml:"executor"`
+	// HostKeyRecheck is how long a warm connection's proof of its soul's
+	// pinned host key holds for later runs (a Go duration, at most 1h):
+	// the default 0 checks it (a TCP connect and key exchange with the
+	// soul's sshd) at each run's first use of the connection, so a host
+	// whose key changed is refused at the next run; a duration such as 1m
+	// checks at most that often per connection, and a key change is
+	// refused within it. A fan-out over many souls spends half its time on
+	// these checks (docs/performance.md).
+	HostKeyRecheck Duration `yaml:"host_key_recheck"`
 }
 
 func (s SSH) withDefaults() SSH {
@@ -44,6 +53,9 @@ func (s SSH) validate() error {
 	}
 	if s.Executor != "auto" && s.Executor != "off" {
 		return fmt.Errorf("ssh.executor: %q is neither auto nor off", s.Executor)
+	}
+	if s.HostKeyRecheck < 0 || s.HostKeyRecheck.Std() > time.Hour {
+		return fmt.Errorf("ssh.host_key_recheck: %s is not a duration from 0 (every run) to 1h, such as 1m", s.HostKeyRecheck)
 	}
 	return nil
 }

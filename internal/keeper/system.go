@@ -348,9 +348,10 @@ func (s *System) buildRuns(ctx context.Context) error {
 	// Connections outlive runs, closed when idle (ssh.idle_timeout), past
 	// ssh.max_idle, or when their soul is deleted or destroyed through this
 	// keeper (other keepers close theirs when idle). Each run re-checks a
-	// warm connection's host key before its first use (ssh.Scope).
+	// warm connection's host key before its first use (ssh.Scope), or at
+	// most every ssh.host_key_recheck.
 	s.SSH = ssh.NewPool(ssh.Options{Base: s.Named("ssh"), IdleTimeout: c.SSH.IdleTimeout.Std(), MaxIdle: c.SSH.MaxIdle,
-		Sleep: s.sleep, Executor: s.Agent.executor(c.SSH.Executor, s.Log)})
+		Sleep: s.sleep, Executor: s.Agent.executor(c.SSH.Executor, s.Log), HostKeyRecheck: c.SSH.HostKeyRecheck.Std()})
 	s.onClose(func() { s.SSH.Close() })
 	s.Changes.Subscribe(dropOnGone(s.SSH))
 	settings, err := newCloudSettings(c, s.Agent)

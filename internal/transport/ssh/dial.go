@@ -88,6 +88,11 @@ type Options struct {
 	// command on them: past it, the least recently used idle ones are
 	// closed when a connection is added and at each sweep. 0 means no cap.
 	MaxIdle int
+	// HostKeyRecheck, for a Pool's scopes, is how long the listener's
+	// proof of a pinned host key (the connection's handshake, a scope's
+	// check) vouches for a warm connection: a scope whose first use of it
+	// comes sooner skips the check. 0 checks at every scope's first use.
+	HostKeyRecheck time.Duration
 }
 
 // WithDefaults returns a copy of o with nil and zero fields set.
@@ -135,6 +140,9 @@ type Client struct {
 	busy     atomic.Int64 // commands holding a session slot
 	retired  atomic.Bool  // out of the pool: the last command to finish closes it
 	lastUsed atomic.Int64 // opts.Now in unix nanoseconds when a command last held or released a slot
+	// verified is opts.Now in unix nanoseconds when the listener last
+	// proved it holds the host key (the handshake, a scope's check).
+	verified atomic.Int64
 
 	durable durableState
 	exe     executorState
@@ -150,6 +158,7 @@ func newClient(t Target, conn *gossh.Client, hostKey string, opts Options) *Clie
 		done:    make(chan struct{}),
 	}
 	c.touch()
+	c.verified.Store(opts.Now().UnixNano())
 	// The watcher ends with the connection, which Close ends.
 	go func() {
 		conn.Wait()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	gossh "golang.org/x/crypto/ssh"
 )
@@ -26,7 +27,9 @@ import (
 // same and the Get dials afresh, failing as a cold run would. Later Gets of
 // the same target in the scope reuse the checked connection without a
 // check. A connection the scope dialed itself was verified by its own
-// handshake.
+// handshake. With Options.HostKeyRecheck, a pinned target's warm connection
+// proven within that time is not checked again: a key change is then
+// noticed within that time instead of at the next run.
 type Scope struct {
 	pool *Pool
 
@@ -90,12 +93,19 @@ func (s *Scope) first(ctx context.Context, t Target) (*Client, error) {
 		return c, err
 	}
 	pin := t.WithDefaults().HostKey
+	now := s.pool.opts.Now()
+	if r := s.pool.opts.HostKeyRecheck; r > 0 && pin != "" && now.Sub(time.Unix(0, c.verified.Load())) < r {
+		// Proven recently enough (the connection is the pool's under
+		// this pin's fingerprint, so the key proven is the pinned one).
+		return c, nil
+	}
 	want := pin
 	if want == "" {
 		want = c.HostKey() // verified when the connection was made
 	}
 	err = s.pool.CheckHostKey(ctx, t, want)
 	if err == nil {
+		c.verified.Store(now.UnixNano())
 		return c, nil
 	}
 	s.pool.retireClient(c)

@@ -320,3 +320,53 @@ func TestScopeRedialsAnUnpinnedTargetWhoseHostChangedKey(t *testing.T) {
 		t.Fatal("the stale warm connection is still open")
 	}
 }
+
+// TestScopeHostKeyRecheck: with Options.HostKeyRecheck, a scope whose first
+// use of a pinned warm connection comes within that time of the
+// listener's last proof of the key reuses it without a check (no dial);
+// once the time has passed the check runs again, and a host whose key
+// changed meanwhile is refused — at most that long after the change.
+func TestScopeHostKeyRecheck(t *testing.T) {
+	t.Parallel()
+	s := sshtest.Start(t, sshtest.Options{})
+	var dials dialCounter
+	clock := clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)) // moved by hand
+	pool := ssh.NewPool(ssh.Options{DialContext: dials.dial, IdleTimeout: time.Hour, HostKeyRecheck: time.Minute, Base: base.Base{Clock: clock}})
+	defer pool.Close()
+	first, err := pool.Scope().Get(t.Context(), pinned(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec(t, first, ssh.Command{Argv: []string{"true"}})
+	for i := range 3 {
+		clock.Advance(15 * time.Second)
+		c, err := pool.Scope().Get(t.Context(), pinned(s))
+		if err != nil || c != first {
+			t.Fatalf("scope %d within the recheck time: %v (same connection %v)", i, err, c == first)
+		}
+	}
+	if dials.count() != 1 {
+		t.Fatalf("%d dials within the recheck time, want 1 (the connection's own)", dials.count())
+	}
+
+	tg := pinned(s)
+	s.Stop()
+	sshtest.Start(t, sshtest.Options{Port: s.Port, ClientKey: s.ClientKey})
+	if isClosed(first) {
+		t.Fatal("the warm connection died with its listener; the test proves nothing")
+	}
+	clock.Advance(10 * time.Second) // 55 s after the handshake: still vouched for
+	if c, err := pool.Scope().Get(t.Context(), tg); err != nil || c != first {
+		t.Fatalf("within the recheck time: %v", err)
+	}
+	clock.Advance(10 * time.Second) // 65 s: checked, and refused
+	if _, err := pool.Scope().Get(t.Context(), tg); !errors.Is(err, ssh.ErrHostKeyMismatch) {
+		t.Fatalf("past the recheck time after the key changed: %v, want ssh.host_key_mismatch", err)
+	}
+	if dials.count() != 2 {
+		t.Fatalf("%d dials, want 2: the connection and one check past the recheck time", dials.count())
+	}
+	if !isClosed(first) {
+		t.Fatal("the refused warm connection is kept")
+	}
+}
