@@ -721,6 +721,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 			if x, ok := st.conn.(transport.ExecutorReporter); ok {
 				res.executor = x.Executor()
 			}
+			r.auditReplacedExecutor(ctx, st)
 		}()
 		res.target = st
 		if !r.check {
@@ -848,6 +849,25 @@ func (r *run) judge(ctx context.Context, s *scenario.PlanStep, vars expr.Vars, r
 		res.status = client.TargetChanged
 	}
 	return res
+}
+
+// auditReplacedExecutor audits soul.executor_replaced when the target's
+// connection found the executor binary on the soul altered (its content
+// not its name's hash) and replaced it with the keeper's.
+func (r *run) auditReplacedExecutor(ctx context.Context, st *soulTarget) {
+	x, ok := st.conn.(interface{ TakeReplacedExecutor() (string, bool) })
+	if !ok {
+		return
+	}
+	sum, ok := x.TakeReplacedExecutor()
+	if !ok {
+		return
+	}
+	err := r.souls.store.AuditRecord(context.WithoutCancel(ctx), store.AuditParams{Actor: store.ActorKeeper, Action: "soul.executor_replaced",
+		Object: "soul/" + st.sid, Project: r.project, Payload: map[string]any{"sid": st.sid, "sha256": sum, "run_id": r.id}})
+	if err != nil {
+		r.log.Error("audit a replaced executor binary", "sid", st.sid, "err", err)
+	}
 }
 
 // recordContacts records what the step's targets learned about reaching

@@ -19,15 +19,15 @@ import (
 // would change on the first two steps and that the third (a command
 // without a guard) is unknown on every host.
 //
-// Sub-benchmarks shell and executor: see BenchmarkRunFanout50.
+// Sub-benchmarks shell, executor and executor-recheck: see BenchmarkRunFanout50.
 func BenchmarkCheckFanout50(b *testing.B) {
-	for _, mode := range []string{"shell", "executor"} {
-		b.Run(mode, func(b *testing.B) { checkFanout50(b, mode == "executor") })
+	for _, mode := range fanoutModes {
+		b.Run(mode, func(b *testing.B) { checkFanout50(b, mode) })
 	}
 }
 
-func checkFanout50(b *testing.B, executor bool) {
-	_, c, req, _ := fanoutFixture(b, executor)
+func checkFanout50(b *testing.B, mode string) {
+	_, c, req, _ := fanoutFixture(b, mode)
 	req.Key = fmt.Sprintf("check-warm-%d", time.Now().UnixNano())
 	if warm, _ := fanoutRun(b, c, req); checkFanout(warm, false) != nil {
 		b.Fatalf("warm-up run: %v", checkFanout(warm, false))

@@ -51,22 +51,27 @@ const fanoutHosts = 50
 // the run's end; other-ms/op, the rest of the wall time (the POST, the
 // checkpoints between steps, the event stream noticing the end).
 //
-// Two sub-benchmarks, side by side in one run: shell (ssh.executor: off, a
-// session and a shell per command) and executor (plain commands through
-// `soul exec --stdio`, one per connection; durable ones through the
-// shell supervisor).
+// Three sub-benchmarks, side by side in one run: shell (ssh.executor: off,
+// a session and a shell per command), executor (commands through `soul
+// exec --stdio`, one per connection) and executor-recheck (the same with
+// ssh.host_key_recheck: 1m, so that a run reuses the warm connections
+// without proving each host key again).
 func BenchmarkRunFanout50(b *testing.B) {
-	for _, mode := range []string{"shell", "executor"} {
-		b.Run(mode, func(b *testing.B) { runFanout50(b, mode == "executor") })
+	for _, mode := range fanoutModes {
+		b.Run(mode, func(b *testing.B) { runFanout50(b, mode) })
 	}
 }
 
-func runFanout50(b *testing.B, executor bool) {
+// fanoutModes are the ways the fan-out benchmarks reach the hosts
+// (fanoutFixture).
+var fanoutModes = []string{"shell", "executor", "executor-recheck"}
+
+func runFanout50(b *testing.B, mode string) {
 	sshBin, err := osexec.LookPath("ssh")
 	if err != nil {
 		b.Fatal("no ssh client for the baseline: apt-get install openssh-client")
 	}
-	servers, c, req, keyFile := fanoutFixture(b, executor)
+	servers, c, req, keyFile := fanoutFixture(b, mode)
 	openssh := func(s *sshtest.Server) error {
 		out, err := osexec.Command(sshBin, "-F", "/dev/null", "-i", keyFile,
 			"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
@@ -161,10 +166,11 @@ func runFanout50(b *testing.B, executor bool) {
 // examples/fanout.yaml on them (its files under the benchmark's temporary
 // directory: the souls are this machine) and the client key's file.
 //
-// With executor the keeper serves the soul binary and its SSH connections
-// run plain commands through it (ssh.executor: auto); without, through a
-// shell each (off).
-func fanoutFixture(b *testing.B, executor bool) ([]*sshtest.Server, *client.Client, client.RunCreate, string) {
+// In mode executor the keeper serves the soul binary and its SSH
+// connections run commands through it (ssh.executor: auto); in shell,
+// through a shell each (off); executor-recheck is executor with
+// ssh.host_key_recheck: 1m.
+func fanoutFixture(b *testing.B, mode string) ([]*sshtest.Server, *client.Client, client.RunCreate, string) {
 	b.Helper()
 	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "fanout.yaml"))
 	if err != nil {
@@ -181,10 +187,14 @@ func fanoutFixture(b *testing.B, executor bool) ([]*sshtest.Server, *client.Clie
 		b.Fatal(err)
 	}
 	soul := ""
-	if executor {
+	if mode != "shell" {
 		soul = bins.Path(b, "cmd/soul")
 	}
-	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"), soul)
+	c := startFanoutKeeper(b, filepath.Join(tmp, "keeper"), soul, func(c *config.Config) {
+		if mode == "executor-recheck" {
+			c.SSH.HostKeyRecheck = config.Duration(time.Minute)
+		}
+	})
 	hosts := make([]any, fanoutHosts)
 	for i, s := range servers {
 		sid := fmt.Sprintf("h%02d.bench.test", i+1)
@@ -206,13 +216,16 @@ func fanoutFixture(b *testing.B, executor bool) ([]*sshtest.Server, *client.Clie
 // soul (a soul binary) its SSH connections run plain commands through it;
 // without, through a shell each. The keeper stops when the benchmark ends;
 // its warnings are shown if the benchmark fails.
-func startFanoutKeeper(b *testing.B, dataDir, soul string) *client.Client {
+func startFanoutKeeper(b *testing.B, dataDir, soul string, more ...func(*config.Config)) *client.Client {
 	b.Helper()
 	return keepertest.Start(b, func(c *config.Config) {
 		c.DataDir, c.Log.Level = dataDir, "warn"
 		c.AgentBinary, c.SSH.Executor = soul, "auto"
 		if soul == "" {
 			c.SSH.Executor = "off"
+		}
+		for _, f := range more {
+			f(c)
 		}
 	}).Client
 }

@@ -2,13 +2,17 @@ package keeper_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
+	osuser "os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -362,4 +366,141 @@ func TestSoulSaysHowItRunsCommands(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTamperedExecutorReplacedAndAudited: the executor binary on a soul is
+// replaced by someone on the host while the keeper is away; the next
+// executor start finds its content is not its name's hash, uploads the
+// keeper's binary over it, runs that, and audits soul.executor_replaced.
+// The soul logs in as an unprivileged user whose executor directory is the
+// test's own (sshd's SetEnv XDG_STATE_HOME), so no other test's executor
+// is touched.
+func TestTamperedExecutorReplacedAndAudited(t *testing.T) {
+	t.Parallel()
+	user := sshtest.NonRootUser(t)
+	u, err := osuser.Lookup(user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, err := os.MkdirTemp("/var/tmp", "soulstack-exec-state-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chmod(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, ".keeper")
+	soul := buildSoul(t, t.TempDir())
+	k := serve(t, dir, "--config", keeperConfig(t, dir, "agent_binary: "+soul+"\n"))
+	c := adminClient(t, k, data)
+	srv := sshtest.Start(t, sshtest.Options{User: user, Config: []string{"SetEnv XDG_STATE_HOME=" + state}})
+	const sid = "tampered.local.test"
+	addSoul(t, c, sid, srv)
+	sc := "steps:\n  - name: hello\n    on: " + sid + "\n    module: core.command.ran\n    params: {cmd: echo hello}\n"
+	runScenario(t, c, "hello.yaml", sc, nil, time.Minute)
+	bins, _ := filepath.Glob(filepath.Join(state, "soulstack", "exec", "soul-*"))
+	if len(bins) != 1 {
+		t.Fatalf("executor binaries in the user's directory: %v", bins)
+	}
+	if err := os.WriteFile(bins[0]+".evil", []byte("#!/bin/sh\necho tampered\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(bins[0]+".evil", uid, gid)
+	if err := os.Rename(bins[0]+".evil", bins[0]); err != nil {
+		t.Fatal(err)
+	}
+	// The running executor keeps its (good) binary open: end it, so that
+	// the next command starts the one on disk.
+	pids := executorsOf(t, srv)
+	if len(pids) == 0 {
+		t.Fatal("no executor runs on the soul's sshd")
+	}
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	out := runScenario(t, c, "hello.yaml", sc, nil, time.Minute)
+	if got := stdoutOf(t, out.Steps[0].Targets[0]); got != "hello\n" {
+		t.Fatalf("after tampering the command printed %q", got)
+	}
+	want := strings.TrimPrefix(filepath.Base(bins[0]), "soul-")
+	if b, _ := os.ReadFile(bins[0]); sha256Hex(b) != want {
+		t.Fatal("the tampered binary was not replaced")
+	}
+	evs, err := c.AuditList(context.Background(), client.AuditListOptions{ListOptions: client.ListOptions{Limit: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs.Items {
+		if e.Action == "soul.executor_replaced" {
+			n++
+			if e.Object != "soul/"+sid || !strings.Contains(string(e.Payload), want) {
+				t.Errorf("audit event %s %s %s", e.Action, e.Object, e.Payload)
+			}
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d soul.executor_replaced events, want 1", n)
+	}
+	if so, _ := c.SoulGet(context.Background(), sid); so.Executor != "ssh: executor" {
+		t.Fatalf("the soul's record says %q", so.Executor)
+	}
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// executorsOf returns the PIDs of the executors (soul exec --stdio) that
+// srv's sshd started.
+func executorsOf(t *testing.T, srv *sshtest.Server) []int {
+	t.Helper()
+	sshd, err := srv.ConnectionPIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := map[int]bool{}
+	for _, p := range sshd {
+		ours[p] = true
+	}
+	var out []int
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(b), "exec\x00--stdio") {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		for p, i := pid, 0; p > 1 && i < 10; i++ {
+			if ours[p] {
+				out = append(out, pid)
+				break
+			}
+			p = parentOf(p)
+		}
+	}
+	return out
+}
+
+// parentOf is the parent PID of pid, 0 when it is gone.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }

@@ -101,7 +101,8 @@ func (x *Executor) startScript(shellSpool string) string {
 	b.WriteString(`*) echo "soulstack-exec unsupported $(uname -s) $(uname -m)"; exit 0 ;;
 esac
 f=$D/soul-$h
-if [ ! -x "$f" ] || [ "$(sha256sum <"$f" 2>/dev/null | cut -d' ' -f1)" != "$h" ]; then echo "soulstack-exec need $h"; exit 0; fi
+if [ ! -e "$f" ]; then echo "soulstack-exec need $h"; exit 0; fi
+if [ ! -x "$f" ] || [ "$(sha256sum <"$f" 2>/dev/null | cut -d' ' -f1)" != "$h" ]; then echo "soulstack-exec altered $h"; exit 0; fi
 exec "$f" exec --stdio --spool "$D/spool" --shell-spool "$S"
 `)
 	return b.String()
@@ -140,7 +141,20 @@ type executorState struct {
 	mu       sync.Mutex
 	conn     *stdioConn
 	fallback string // why the shell is used; empty: not tried yet or running
-	uploaded bool
+	// replaced is the hash of a binary found altered on the host and
+	// replaced, until TakeReplacedExecutor takes it.
+	replaced string
+}
+
+// TakeReplacedExecutor returns, once, the hash of the executor binary this
+// client found altered on the host (its content no longer its name's
+// hash) and replaced by the keeper's: for the caller to audit.
+func (c *Client) TakeReplacedExecutor() (string, bool) {
+	c.exe.mu.Lock()
+	defer c.exe.mu.Unlock()
+	h := c.exe.replaced
+	c.exe.replaced = ""
+	return h, h != ""
 }
 
 // ExecutorState says how the client runs plain commands: "executor" once
@@ -239,42 +253,50 @@ func (c *Client) executor(ctx context.Context) *stdioConn {
 // host lacks it.
 func (c *Client) startExecutor(ctx context.Context, x *Executor) (*stdioConn, error) {
 	for attempt := 0; ; attempt++ {
-		conn, need, err := c.tryExecutor(ctx, x)
+		conn, need, altered, err := c.tryExecutor(ctx, x)
 		if err != nil || need == "" {
 			return conn, err
 		}
-		if attempt > 0 || c.exe.uploaded {
+		// One upload per start: a binary that does not start once
+		// uploaded sends the connection to the shell for good. A later
+		// start (the executor ended) checks the binary again, and
+		// replaces it again if it was altered meanwhile.
+		if attempt > 0 {
 			return nil, errors.New("the uploaded binary does not start")
 		}
 		if err := c.uploadExecutor(ctx, x, need); err != nil {
 			return nil, err
 		}
-		c.exe.uploaded = true
+		if altered {
+			c.exe.replaced = need
+			c.opts.Log.Warn("the executor binary on the host was altered: replaced", "target", c.target.String(), "sha256", need)
+		}
 	}
 }
 
 // tryExecutor runs the start script: a running executor, or the hash of
-// the binary the host lacks, or why it cannot run.
-func (c *Client) tryExecutor(ctx context.Context, x *Executor) (*stdioConn, string, error) {
+// the binary the host lacks (altered: it has one under that name whose
+// content is not it), or why it cannot run.
+func (c *Client) tryExecutor(ctx context.Context, x *Executor) (_ *stdioConn, need string, altered bool, _ error) {
 	sess, err := c.newSession(ctx)
 	if err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	stdin, err := sess.StdinPipe()
 	if err != nil {
 		sess.Close()
-		return nil, "", err
+		return nil, "", false, err
 	}
 	stdout, err := sess.StdoutPipe()
 	if err != nil {
 		sess.Close()
-		return nil, "", err
+		return nil, "", false, err
 	}
 	stderr := transport.NewCapture(4 << 10)
 	sess.Stderr = stderr
 	if err := sess.Start(x.startScript(c.spoolDir())); err != nil {
 		sess.Close()
-		return nil, "", fmt.Errorf("start the executor: %w", err)
+		return nil, "", false, fmt.Errorf("start the executor: %w", err)
 	}
 	r := bufio.NewReaderSize(stdout, 64<<10)
 	first := make(chan string, 1)
@@ -287,21 +309,22 @@ func (c *Client) tryExecutor(ctx context.Context, x *Executor) (*stdioConn, stri
 	case line = <-first:
 	case <-ctx.Done():
 		sess.Close()
-		return nil, "", context.Cause(ctx)
+		return nil, "", false, context.Cause(ctx)
 	}
 	switch {
 	case strings.HasPrefix(line, wire.StdioHello+" "):
-		return newStdioConn(sess, stdin, r, c.opts.MaxOutput), "", nil
-	case strings.HasPrefix(line, "soulstack-exec need "):
+		return newStdioConn(sess, stdin, r, c.opts.MaxOutput), "", false, nil
+	case strings.HasPrefix(line, "soulstack-exec need "), strings.HasPrefix(line, "soulstack-exec altered "):
 		sess.Close()
-		h := strings.TrimPrefix(line, "soulstack-exec need ")
+		alt := strings.HasPrefix(line, "soulstack-exec altered ")
+		h := strings.TrimPrefix(strings.TrimPrefix(line, "soulstack-exec need "), "soulstack-exec altered ")
 		if !sha256Hex.MatchString(h) {
-			return nil, "", fmt.Errorf("the host asked for %q", h)
+			return nil, "", false, fmt.Errorf("the host asked for %q", h)
 		}
-		return nil, h, nil
+		return nil, h, alt, nil
 	case strings.HasPrefix(line, "soulstack-exec unsupported "):
 		sess.Close()
-		return nil, "", fmt.Errorf("no executor binary for %s", strings.TrimPrefix(line, "soulstack-exec unsupported "))
+		return nil, "", false, fmt.Errorf("no executor binary for %s", strings.TrimPrefix(line, "soulstack-exec unsupported "))
 	}
 	werr := sess.Wait()
 	sess.Close()
@@ -312,7 +335,7 @@ func (c *Client) tryExecutor(ctx context.Context, x *Executor) (*stdioConn, stri
 		// Killed while it started: nothing says it cannot run here.
 		err = fmt.Errorf("%w (killed by SIG%s while it started)", errStartInterrupted, exit.Signal())
 	}
-	return nil, "", err
+	return nil, "", false, err
 }
 
 // uploadExecutor copies the binary of hash h to the host.

@@ -52,6 +52,9 @@ func TestExecutorUpload(t *testing.T) {
 		t.Errorf("the executor's directory mode is %v, want 0700", d.Mode().Perm())
 	}
 	inode := fi.Sys().(*syscall.Stat_t).Ino
+	if h, ok := c.TakeReplacedExecutor(); ok {
+		t.Fatalf("a first upload reported as the replacement of an altered binary (%s)", h)
+	}
 
 	c2 := connect(t, srv, ssh.Options{Executor: x})
 	exec(t, c2, ssh.Command{Argv: []string{"true"}})
@@ -74,6 +77,12 @@ func TestExecutorUpload(t *testing.T) {
 	b, _ := os.ReadFile(bin)
 	if h := sha256.Sum256(b); hex.EncodeToString(h[:]) != sum {
 		t.Fatal("the tampered binary was not replaced")
+	}
+	if h, ok := c3.TakeReplacedExecutor(); !ok || h != sum {
+		t.Fatalf("the replacement of the tampered binary is not reported for audit: %q, %v", h, ok)
+	}
+	if _, ok := c3.TakeReplacedExecutor(); ok {
+		t.Fatal("the replacement is reported twice")
 	}
 }
 
