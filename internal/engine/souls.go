@@ -226,9 +226,11 @@ func (s *Souls) AwaitsReady(sid string) bool {
 
 // AgentGrace is how long after its join a soul's agent is expected to
 // connect: the agent starts right after `soul join`, so a step on a soul
-// that joined this recently (its seeds, typically) waits for the agent,
-// for the rest of this window, before it falls back to SSH.
-const AgentGrace = 30 * time.Second
+// that joined this recently (its seeds, typically) and holds its
+// certificate waits for the agent, for the rest of this window, before it
+// falls back to SSH. Two minutes: a small VM on a busy host (an emulated
+// one measured 30 s and more) starts its agent well after its join.
+const AgentGrace = 2 * time.Minute
 
 // Target returns a soul as a module target, through the run's dialer: its
 // agent when one is connected (or connects within AgentGrace of its join),
@@ -260,7 +262,7 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 	}
 	peer := transport.Peer{SID: sid, Address: addr, Port: portOf(so), User: so.Connection.User, Key: s.keyOf(so),
 		HostKey: so.Connection.HostKey, Retry: retry, AwaitReady: s.AwaitsReady(sid), ReadyTimeout: s.readyTimeout, Via: via, HasAgent: so.CertSerial != ""}
-	if so.JoinedAt != nil {
+	if so.JoinedAt != nil && so.CertSerial != "" {
 		peer.AgentUntil = so.JoinedAt.Add(AgentGrace)
 	}
 	awaits := peer.AwaitReady

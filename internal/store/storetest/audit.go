@@ -328,7 +328,8 @@ func testAuditAttacks(t *testing.T, b testdb.Backend) {
 func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 	s := b.Open(t)
 	db := s.DB()
-	for _, q := range []string{ // 00032, the projects' credentials and SSH keys, 00031, the deliveries' project and retired project names, 00030, the person tokens' groups, 00029, run approvals, 00028, project isolation, 00027, projects, 00026, the tokens' people and login codes, 00025, the runs' trace context, 00024, keeper rows, epochs and command records, 00023, webhook deliveries, 00022, drift, 00021, run modes, 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
+	for _, q := range []string{ // 00033, the souls' executor, 00032, the projects' credentials and SSH keys, 00031, the deliveries' project and retired project names, 00030, the person tokens' groups, 00029, run approvals, 00028, project isolation, 00027, projects, 00026, the tokens' people and login codes, 00025, the runs' trace context, 00024, keeper rows, epochs and command records, 00023, webhook deliveries, 00022, drift, 00021, run modes, 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
+		`ALTER TABLE souls DROP COLUMN executor`, `DELETE FROM goose_db_version WHERE version_id = 33`,
 		`DROP TABLE secret_files`, `DROP TABLE project_ssh_keys`, `DROP TABLE credentials`, `DELETE FROM goose_db_version WHERE version_id = 32`,
 		`DROP TABLE retired_projects`, `DROP INDEX webhook_deliveries_project`, `ALTER TABLE webhook_deliveries DROP COLUMN project`, `DELETE FROM goose_db_version WHERE version_id = 31`,
 		`ALTER TABLE api_tokens DROP COLUMN person_groups`, `DELETE FROM goose_db_version WHERE version_id = 30`,
@@ -388,8 +389,8 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 		t.Fatal(err)
 	}
 	applied, err := b.Migrate(ctx, db)
-	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11, 16, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32}) {
-		t.Fatalf("migrate = %v, %v; want [6 8 10 11 16 19 20 21 22 23 24 25 26 27 28 29 30 31 32]", applied, err)
+	if err != nil || !slices.Equal(applied, []int64{6, 8, 10, 11, 16, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33}) {
+		t.Fatalf("migrate = %v, %v; want [6 8 10 11 16 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33]", applied, err)
 	}
 	head, err := s.AuditHead(ctx)
 	if err != nil || head.KeyedFrom != 4 {
