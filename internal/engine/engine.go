@@ -716,13 +716,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 		return fail(res, err)
 	}
 	if st, ok := target.(*soulTarget); ok {
-		defer func() {
-			res.reached = st.ran.Load()
-			if x, ok := st.conn.(transport.ExecutorReporter); ok {
-				res.executor = x.Executor()
-			}
-			r.auditReplacedExecutor(ctx, st)
-		}()
+		defer func() { r.contacted(ctx, st, &res) }()
 		res.target = st
 		if !r.check {
 			st.durable = &durableTarget{r: r, step: &stepRef{index: s.Index, name: s.Name}, sid: sid}
@@ -849,6 +843,16 @@ func (r *run) judge(ctx context.Context, s *scenario.PlanStep, vars expr.Vars, r
 		res.status = client.TargetChanged
 	}
 	return res
+}
+
+// contacted records on res what the target learned of its soul (a
+// command ran; how commands run there) and audits a replaced executor.
+func (r *run) contacted(ctx context.Context, st *soulTarget, res *targetResult) {
+	res.reached = st.ran.Load()
+	if x, ok := st.conn.(transport.ExecutorReporter); ok {
+		res.executor = x.Executor()
+	}
+	r.auditReplacedExecutor(ctx, st)
 }
 
 // auditReplacedExecutor audits soul.executor_replaced when the target's
