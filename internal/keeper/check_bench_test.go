@@ -27,10 +27,10 @@ func BenchmarkCheckFanout50(b *testing.B) {
 }
 
 func checkFanout50(b *testing.B, mode string) {
-	_, c, req, _ := fanoutFixture(b, mode)
+	_, c, req, _ := fanoutFixture(b, mode, fanoutHosts)
 	req.Key = fmt.Sprintf("check-warm-%d", time.Now().UnixNano())
-	if warm, _ := fanoutRun(b, c, req); checkFanout(warm, false) != nil {
-		b.Fatalf("warm-up run: %v", checkFanout(warm, false))
+	if warm, _ := fanoutRun(b, c, req); checkFanout(warm, false, fanoutHosts) != nil {
+		b.Fatalf("warm-up run: %v", checkFanout(warm, false, fanoutHosts))
 	}
 	var apply, check, cpu time.Duration
 	n := 0
@@ -41,7 +41,7 @@ func checkFanout50(b *testing.B, mode string) {
 		start := time.Now()
 		run, _ := fanoutRun(b, c, req)
 		apply += time.Since(start)
-		if err := checkFanout(run, true); err != nil {
+		if err := checkFanout(run, true, fanoutHosts); err != nil {
 			b.Fatalf("apply %d: %v", n, err)
 		}
 		req.Mode, req.Key = client.RunCheck, fmt.Sprintf("check-%d-%d", time.Now().UnixNano(), n)

@@ -58,7 +58,16 @@ const fanoutHosts = 50
 // without proving each host key again).
 func BenchmarkRunFanout50(b *testing.B) {
 	for _, mode := range fanoutModes {
-		b.Run(mode, func(b *testing.B) { runFanout50(b, mode) })
+		b.Run(mode, func(b *testing.B) { runFanout(b, mode, fanoutHosts) })
+	}
+}
+
+// BenchmarkRunFanout100 is BenchmarkRunFanout50 on 100 hosts.
+//
+//	go test ./internal/keeper -run '^$' -bench 'BenchmarkRunFanout100$' -benchtime 5x
+func BenchmarkRunFanout100(b *testing.B) {
+	for _, mode := range fanoutModes {
+		b.Run(mode, func(b *testing.B) { runFanout(b, mode, 100) })
 	}
 }
 
@@ -66,12 +75,13 @@ func BenchmarkRunFanout50(b *testing.B) {
 // (fanoutFixture).
 var fanoutModes = []string{"shell", "executor", "executor-recheck"}
 
-func runFanout50(b *testing.B, mode string) {
+// runFanout is the fan-out benchmark on hosts hosts, reached as mode says.
+func runFanout(b *testing.B, mode string, hosts int) {
 	sshBin, err := osexec.LookPath("ssh")
 	if err != nil {
 		b.Fatal("no ssh client for the baseline: apt-get install openssh-client")
 	}
-	servers, c, req, keyFile := fanoutFixture(b, mode)
+	servers, c, req, keyFile := fanoutFixture(b, mode, hosts)
 	openssh := func(s *sshtest.Server) error {
 		out, err := osexec.Command(sshBin, "-F", "/dev/null", "-i", keyFile,
 			"-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
@@ -89,7 +99,7 @@ func runFanout50(b *testing.B, mode string) {
 
 	req.Key = fmt.Sprintf("fanout-warm-%d", time.Now().UnixNano())
 	warm, _ := fanoutRun(b, c, req)
-	if err := checkFanout(warm, false); err != nil {
+	if err := checkFanout(warm, false, hosts); err != nil {
 		b.Fatalf("warm-up run: %v", err)
 	}
 
@@ -117,7 +127,7 @@ func runFanout50(b *testing.B, mode string) {
 		cpu += cpuTime(b) - cpu0
 
 		b.StopTimer()
-		if err := checkFanout(run, true); err != nil {
+		if err := checkFanout(run, true, hosts); err != nil {
 			b.Fatalf("run %d: %v", n, err)
 		}
 		bd, err := breakdown(run, evs)
@@ -144,7 +154,7 @@ func runFanout50(b *testing.B, mode string) {
 	f := float64(n)
 	for i, name := range []string{"guarded", "managed", "noop"} {
 		b.Logf("step %s: %.0f ms per run; a target's own time %.0f ms on average, %.0f ms at most",
-			name, float64(steps[i].Milliseconds())/f, float64(targetSum[i].Milliseconds())/f/fanoutHosts, float64(targetMax[i].Milliseconds()))
+			name, float64(steps[i].Milliseconds())/f, float64(targetSum[i].Milliseconds())/f/float64(hosts), float64(targetMax[i].Milliseconds()))
 	}
 	b.ReportMetric(wall.Seconds()/f, "run-s/op")
 	b.ReportMetric(base.Seconds()/f, "openssh-s/op")
@@ -161,7 +171,7 @@ func runFanout50(b *testing.B, mode string) {
 	b.ReportMetric(float64(events)/f, "events/op")
 }
 
-// fanoutFixture starts fanoutHosts real sshd, a keeper in this process with
+// fanoutFixture starts n real sshd, a keeper in this process with
 // a soul registered for each, and returns them with the request of
 // examples/fanout.yaml on them (its files under the benchmark's temporary
 // directory: the souls are this machine) and the client key's file.
@@ -170,13 +180,13 @@ func runFanout50(b *testing.B, mode string) {
 // connections run commands through it (ssh.executor: auto); in shell,
 // through a shell each (off); executor-recheck is executor with
 // ssh.host_key_recheck: 1m.
-func fanoutFixture(b *testing.B, mode string) ([]*sshtest.Server, *client.Client, client.RunCreate, string) {
+func fanoutFixture(b *testing.B, mode string, n int) ([]*sshtest.Server, *client.Client, client.RunCreate, string) {
 	b.Helper()
 	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "fanout.yaml"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	servers := sshtest.StartN(b, fanoutHosts, sshtest.Options{})
+	servers := sshtest.StartN(b, n, sshtest.Options{})
 	tmp := b.TempDir()
 	keyFile := filepath.Join(tmp, "id_ed25519")
 	if err := os.WriteFile(keyFile, servers[0].ClientKey, 0o600); err != nil {
@@ -195,7 +205,7 @@ func fanoutFixture(b *testing.B, mode string) ([]*sshtest.Server, *client.Client
 			c.SSH.HostKeyRecheck = config.Duration(time.Minute)
 		}
 	})
-	hosts := make([]any, fanoutHosts)
+	hosts := make([]any, n)
 	for i, s := range servers {
 		sid := fmt.Sprintf("h%02d.bench.test", i+1)
 		hosts[i] = sid
@@ -259,7 +269,7 @@ func fanoutRun(b *testing.B, c *client.Client, req client.RunCreate) (*client.Ru
 
 // checkFanout checks that the run succeeded on every soul; rerun also
 // requires the first two steps to have changed nothing.
-func checkFanout(run *client.Run, rerun bool) error {
+func checkFanout(run *client.Run, rerun bool, hosts int) error {
 	if run.Phase != "Succeeded" {
 		msg := ""
 		if run.Error != nil {
@@ -271,8 +281,8 @@ func checkFanout(run *client.Run, rerun bool) error {
 		return fmt.Errorf("%d steps, want 3", len(run.Steps))
 	}
 	for i, st := range run.Steps {
-		if len(st.Targets) != fanoutHosts {
-			return fmt.Errorf("step %s: %d targets, want %d", st.Name, len(st.Targets), fanoutHosts)
+		if len(st.Targets) != hosts {
+			return fmt.Errorf("step %s: %d targets, want %d", st.Name, len(st.Targets), hosts)
 		}
 		for _, t := range st.Targets {
 			switch {
