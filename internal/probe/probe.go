@@ -127,7 +127,7 @@ func (r Root) Answer(ctx context.Context, req Request) ([]byte, bool) {
 		if len(req.Args) != 1 {
 			return nil, false
 		}
-		return r.fileStat(req.Args[0])
+		return r.fileStat(ctx, req.Args[0])
 	case KindAptQuery:
 		return r.aptQuery(req.Args)
 	}
@@ -139,7 +139,7 @@ func (r Root) path(p string) string { return filepath.Join(r.Dir, p) }
 // fileStat is FileStatScript's answer for path p, for a regular file (or
 // a link to one) whose owner and group /etc/passwd and /etc/group name
 // and which this process can read; "absent" where `[ -e ]` is false.
-func (r Root) fileStat(p string) ([]byte, bool) {
+func (r Root) fileStat(ctx context.Context, p string) ([]byte, bool) {
 	if !strings.HasPrefix(p, "/") {
 		return nil, false // relative to the shell's directory
 	}
@@ -176,10 +176,25 @@ func (r Root) fileStat(p string) ([]byte, bool) {
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return nil, false
+	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
+		return nil, false // unreadable, or the caller gave up on a long hash
 	}
 	return fmt.Appendf(nil, "%o %s %s %d\n%s\n", permBits(li.Mode()), owner, group, li.Size(), hex.EncodeToString(h.Sum(nil))), true
+}
+
+// ctxReader ends a read loop once ctx has ended: hashing a large file
+// stops when the command is cancelled, as the script's sha256sum is
+// killed.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // permBits is stat's %a: the permission bits with set-user-ID, set-group-ID

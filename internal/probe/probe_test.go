@@ -297,3 +297,21 @@ func TestAptQuerySeesDpkgChanges(t *testing.T) {
 		t.Fatalf("after dpkg's change: %q", again)
 	}
 }
+
+// TestFileStatStopsWithItsContext: hashing gives up once the caller's
+// context ends, as the script's sha256sum is killed.
+func TestFileStatStopsWithItsContext(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(f, make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := Root{Dir: "/"}
+	cancel()
+	if out, ok := r.fileStat(ctx, f); ok {
+		t.Fatalf("answered %q after the context ended", out)
+	}
+	if _, ok := r.fileStat(context.Background(), f); !ok {
+		t.Fatal("not answered with a live context")
+	}
+}
