@@ -127,7 +127,7 @@ func answerProbe(ctx context.Context, req wire.ExecRequest) (Outcome, bool) {
 	if req.Probe == nil || req.Durable != nil || (req.Sudo && os.Geteuid() != 0) {
 		return Outcome{}, false
 	}
-	stdout, ok := probe.Answer(ctx, *req.Probe)
+	rep, ok := probe.Answer(ctx, *req.Probe)
 	if !ok {
 		return Outcome{}, false
 	}
@@ -136,8 +136,8 @@ func answerProbe(ctx context.Context, req wire.ExecRequest) (Outcome, bool) {
 		max = DefaultMaxOutput
 	}
 	c := transport.NewCapture(max)
-	c.Write(stdout)
-	return finish(wire.ExecEnd{}, c, transport.NewCapture(max)), true
+	c.Write(rep.Stdout)
+	return finish(wire.ExecEnd{ExitCode: rep.Exit}, c, transport.NewCapture(max)), true
 }
 
 func finish(e wire.ExecEnd, stdout, stderr *transport.Capture) Outcome {

@@ -46,7 +46,13 @@ const (
 	KindFileStat = "file.stat"
 	// KindAptQuery: dpkg package patterns; see AptQueryScript.
 	KindAptQuery = "apt.query"
+	// KindFileExists: one path; see FileExistsScript.
+	KindFileExists = "file.exists"
 )
+
+// FileExistsScript exits 0 when its path exists (following links), 1
+// when not: core.command's creates and removes guards.
+const FileExistsScript = `test -e "$1"`
 
 // FileStatScript reports a file's mode, owner, group, size and SHA-256
 // in one round trip ("<mode> <owner> <group> <size>\n<sha256>\n", the
@@ -86,7 +92,7 @@ dpkg-query -W -f='@pkg\t${Package}\t${Architecture}\t${Status}\t${Version}\n' --
 exit 0
 `
 
-var scripts = map[string]string{KindFileStat: FileStatScript, KindAptQuery: AptQueryScript}
+var scripts = map[string]string{KindFileStat: FileStatScript, KindAptQuery: AptQueryScript, KindFileExists: FileExistsScript}
 
 // Command is the argv that runs probe kind with args through the shell,
 // and the Request an executor may answer instead.
@@ -107,31 +113,46 @@ type Root struct {
 	Now func() time.Time
 }
 
+// Reply is a probe's answer: what its script would print and exit with.
+type Reply struct {
+	Stdout []byte
+	Exit   int
+}
+
 // Answer answers req natively on this host: the script's standard output
-// and ok, or ok false when it cannot give the script's answer for sure
+// and exit status and ok, or ok false when it cannot give the script's answer for sure
 // (an unknown kind, a name service it does not read, a dpkg database
 // with a pending journal, …), and then the caller runs the script. It
 // runs as the calling process's user: a probe that needs another user's
 // rights is the caller's to refuse.
-func Answer(ctx context.Context, req Request) ([]byte, bool) {
+func Answer(ctx context.Context, req Request) (Reply, bool) {
 	return Root{Dir: "/"}.Answer(ctx, req)
 }
 
 // Answer is Answer under r.
-func (r Root) Answer(ctx context.Context, req Request) ([]byte, bool) {
+func (r Root) Answer(ctx context.Context, req Request) (Reply, bool) {
 	if ctx.Err() != nil {
-		return nil, false
+		return Reply{}, false
 	}
+	var out []byte
+	ok := false
 	switch req.Kind {
 	case KindFileStat:
-		if len(req.Args) != 1 {
-			return nil, false
+		if len(req.Args) == 1 {
+			out, ok = r.fileStat(ctx, req.Args[0])
 		}
-		return r.fileStat(ctx, req.Args[0])
 	case KindAptQuery:
-		return r.aptQuery(req.Args)
+		out, ok = r.aptQuery(req.Args)
+	case KindFileExists:
+		if len(req.Args) == 1 && strings.HasPrefix(req.Args[0], "/") {
+			// test -e: any stat failure is "does not exist".
+			if _, err := os.Stat(r.path(req.Args[0])); err != nil {
+				return Reply{Exit: 1}, true
+			}
+			return Reply{}, true
+		}
 	}
-	return nil, false
+	return Reply{Stdout: out}, ok
 }
 
 func (r Root) path(p string) string { return filepath.Join(r.Dir, p) }

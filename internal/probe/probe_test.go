@@ -72,7 +72,7 @@ func TestFileStatAnswersAsTheScript(t *testing.T) {
 		left = append(left, stranger)
 	}
 	for _, p := range answered {
-		got, ok := Answer(context.Background(), Request{Kind: KindFileStat, Args: []string{p}})
+		got, ok := stdout(Answer(context.Background(), Request{Kind: KindFileStat, Args: []string{p}}))
 		want, code := script(t, KindFileStat, p)
 		if !ok {
 			t.Errorf("%s: not answered; the script says %q (exit %d)", p, want, code)
@@ -83,7 +83,7 @@ func TestFileStatAnswersAsTheScript(t *testing.T) {
 		}
 	}
 	for _, p := range left {
-		if got, ok := Answer(context.Background(), Request{Kind: KindFileStat, Args: []string{p}}); ok {
+		if got, ok := stdout(Answer(context.Background(), Request{Kind: KindFileStat, Args: []string{p}})); ok {
 			want, code := script(t, KindFileStat, p)
 			t.Errorf("%s: answered %q, want it left to the script (which says %q, exit %d)", p, got, want, code)
 		}
@@ -110,7 +110,7 @@ func TestAptQueryAnswersAsTheScript(t *testing.T) {
 	}
 	patterns := []string{"libc6", "bash:" + dpkgArch(t), "tzdata:" + dpkgArch(t), "no-such-package-here", "apache2", "coreutils", "dpkg"}
 	want, code := script(t, KindAptQuery, patterns...)
-	got, ok := Answer(context.Background(), Request{Kind: KindAptQuery, Args: patterns})
+	got, ok := stdout(Answer(context.Background(), Request{Kind: KindAptQuery, Args: patterns}))
 	if !ok || code != 0 {
 		t.Fatalf("answered %v; the script exits %d", ok, code)
 	}
@@ -213,7 +213,7 @@ func TestAptQueryAsDpkgQuery(t *testing.T) {
 	for _, patterns := range [][]string{{"foo", "bar", "baz", "qux"}, {"foo:i386", "bar:all", "nope"}, {"baz:i386"}, {"bar", "foo:amd64"}} {
 		args := append([]string{"--admindir=" + filepath.Join(r.Dir, "var/lib/dpkg"), "-W", "-f=@pkg\t${Package}\t${Architecture}\t${Status}\t${Version}\n", "--"}, patterns...)
 		out, _ := exec.Command("dpkg-query", args...).Output()
-		got, ok := r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: patterns})
+		got, ok := stdout(r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: patterns}))
 		if !ok {
 			t.Fatalf("%v: not answered", patterns)
 		}
@@ -230,7 +230,7 @@ func TestAptQueryAsDpkgQuery(t *testing.T) {
 // would, it does not answer.
 func TestAptQueryLeavesToTheScript(t *testing.T) {
 	r := fixtureRoot(t)
-	if _, ok := r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{"foo"}}); !ok {
+	if _, ok := stdout(r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{"foo"}})); !ok {
 		t.Fatal("the fixture itself is not answered")
 	}
 	cases := map[string]func(r *Root){
@@ -258,20 +258,20 @@ func TestAptQueryLeavesToTheScript(t *testing.T) {
 		if name == "a glob pattern" {
 			pattern = "fo*"
 		}
-		if got, ok := r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{pattern}}); ok {
+		if got, ok := stdout(r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{pattern}})); ok {
 			t.Errorf("%s: answered %q, want it left to the script", name, got)
 		}
 	}
-	if _, ok := r.Answer(context.Background(), Request{Kind: "no.such.kind"}); ok {
+	if _, ok := stdout(r.Answer(context.Background(), Request{Kind: "no.such.kind"})); ok {
 		t.Error("an unknown kind was answered")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, ok := r.Answer(ctx, Request{Kind: KindAptQuery, Args: []string{"foo"}}); ok {
+	if _, ok := stdout(r.Answer(ctx, Request{Kind: KindAptQuery, Args: []string{"foo"}})); ok {
 		t.Error("answered under a cancelled context")
 	}
 	r.Now = func() time.Time { return time.Unix(1700000000, 0) }
-	if got, _ := r.Answer(context.Background(), Request{Kind: KindAptQuery}); !strings.HasPrefix(string(got), "@lists\t1700000000\t") {
+	if got, _ := stdout(r.Answer(context.Background(), Request{Kind: KindAptQuery})); !strings.HasPrefix(string(got), "@lists\t1700000000\t") {
 		t.Errorf("with no patterns: %q, want the lists line alone", got)
 	}
 }
@@ -280,7 +280,7 @@ func TestAptQueryLeavesToTheScript(t *testing.T) {
 // change; an answer after that reads the new file, not the one read before.
 func TestAptQuerySeesDpkgChanges(t *testing.T) {
 	r := fixtureRoot(t)
-	first, _ := r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{"baz"}})
+	first, _ := stdout(r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{"baz"}}))
 	if !strings.Contains(string(first), "\tbaz\tamd64\tinstall ok unpacked\t0.1\n") {
 		t.Fatalf("first answer %q", first)
 	}
@@ -292,7 +292,7 @@ func TestAptQuerySeesDpkgChanges(t *testing.T) {
 	if err := os.Rename(status+"-new", status); err != nil {
 		t.Fatal(err)
 	}
-	again, _ := r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{"baz"}})
+	again, _ := stdout(r.Answer(context.Background(), Request{Kind: KindAptQuery, Args: []string{"baz"}}))
 	if !strings.Contains(string(again), "\tbaz\tamd64\tinstall ok installed\t0.2\n") {
 		t.Fatalf("after dpkg's change: %q", again)
 	}
@@ -313,5 +313,33 @@ func TestFileStatStopsWithItsContext(t *testing.T) {
 	}
 	if _, ok := r.fileStat(context.Background(), f); !ok {
 		t.Fatal("not answered with a live context")
+	}
+}
+
+// stdout is an answer's standard output.
+func stdout(rep Reply, ok bool) ([]byte, bool) { return rep.Stdout, ok }
+
+// TestFileExistsAnswersAsTheScript: the native answer's exit status is
+// test -e's for files, directories, links and missing paths; a relative
+// path is the script's (it is relative to the login directory).
+func TestFileExistsAnswersAsTheScript(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "f")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(dir, "gone"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{f, dir, dangling, filepath.Join(dir, "missing"), filepath.Join(f, "below")} {
+		rep, ok := Answer(context.Background(), Request{Kind: KindFileExists, Args: []string{p}})
+		out, code := script(t, KindFileExists, p)
+		if !ok || rep.Exit != code || string(rep.Stdout) != out {
+			t.Errorf("%s: answered exit %d %q (%v), the script exits %d %q", p, rep.Exit, rep.Stdout, ok, code, out)
+		}
+	}
+	if _, ok := Answer(context.Background(), Request{Kind: KindFileExists, Args: []string{"relative"}}); ok {
+		t.Error("a relative path was answered")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/module"
+	"github.com/soulstack/soulstack/internal/probe"
 )
 
 // RanID is the ID of the Ran state.
@@ -129,7 +130,7 @@ func skippedOutput() map[string]any {
 }
 
 // guarded reports whether a creates or removes guard skips the command:
-// one test(1) per guard given.
+// one probe (test -e, answered natively by an executor) per guard given.
 func guarded(ctx context.Context, p RanParams, t module.Target) (bool, error) {
 	for _, g := range []struct {
 		path     string
@@ -138,7 +139,8 @@ func guarded(ctx context.Context, p RanParams, t module.Target) (bool, error) {
 		if g.path == "" {
 			continue
 		}
-		res, err := t.Exec(ctx, module.Command{Argv: []string{"test", "-e", g.path}, ReadOnly: true})
+		argv, req := probe.Command(probe.KindFileExists, g.path)
+		res, err := t.Exec(ctx, module.Command{Argv: argv, Probe: req, ReadOnly: true})
 		if err != nil {
 			return false, err
 		}
