@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -194,18 +195,20 @@ func testAuditKeyed(t *testing.T, b testdb.Backend) {
 	}
 }
 
-// testAuditAttacks performs, on the database directly, what an attacker
-// with write access to it but not to the audit key or the checkpoint file
-// could do, and checks that verification names each.
-func testAuditAttacks(t *testing.T, b testdb.Backend) {
-	cases := []struct {
-		name   string
-		attack func(t *testing.T, s *sqlstore.Store, dir string)
-		want   [][3]string // kind, seq, message fragment
-		// passedBefore: the attack leaves a database that verification
-		// from the database alone (as before checkpoints) would pass.
-		passedBefore bool
-	}{
+// auditAttack is one attack on the audit log and the problems
+// verification must name after it.
+type auditAttack struct {
+	name   string
+	attack func(t *testing.T, s *sqlstore.Store, dir string)
+	want   [][3]string // kind, seq, message fragment
+	// passedBefore: the attack leaves a database that verification
+	// from the database alone (as before checkpoints) would pass.
+	passedBefore bool
+}
+
+// auditAttacks are testAuditAttacks' cases on backend b.
+func auditAttacks(b testdb.Backend) []auditAttack {
+	return []auditAttack{
 		{"none", func(*testing.T, *sqlstore.Store, string) {}, nil, true},
 		{"delete the last rows and fix up the head", func(t *testing.T, s *sqlstore.Store, _ string) {
 			for _, q := range []string{
@@ -287,7 +290,13 @@ func testAuditAttacks(t *testing.T, b testdb.Backend) {
 			}
 		}, [][3]string{{audit.ProblemCheckpointInvalid, "3", "not signed by this audit key"}}, true},
 	}
-	for _, tc := range cases {
+}
+
+// testAuditAttacks performs, on the database directly, what an attacker
+// with write access to it but not to the audit key or the checkpoint file
+// could do, and checks that verification names each.
+func testAuditAttacks(t *testing.T, b testdb.Backend) {
+	for _, tc := range auditAttacks(b) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s, cp, dir := keyedStore(t, b, 100)
@@ -322,12 +331,10 @@ func testAuditAttacks(t *testing.T, b testdb.Backend) {
 	}
 }
 
-// testAuditLegacyUpgrade: a database whose rows an older keeper wrote with
-// plain SHA-256 is migrated; its rows verify as legacy, the first keyed row
-// chains onto them, and a keyed row cannot be passed off as a legacy one.
-func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
-	s := b.Open(t)
-	db := s.DB()
+// downgradeToLegacy takes a migrated database back to the schema an
+// older keeper left: before migration 00006, and without the later ones.
+func downgradeToLegacy(t *testing.T, db *sql.DB) {
+	t.Helper()
 	for _, q := range []string{ // 00033, the souls' executor, 00032, the projects' credentials and SSH keys, 00031, the deliveries' project and retired project names, 00030, the person tokens' groups, 00029, run approvals, 00028, project isolation, 00027, projects, 00026, the tokens' people and login codes, 00025, the runs' trace context, 00024, keeper rows, epochs and command records, 00023, webhook deliveries, 00022, drift, 00021, run modes, 00020, web sessions, 00019, seeds' secret inputs, and 00016, the souls' list indexes: an older keeper had none
 		`ALTER TABLE souls DROP COLUMN executor`, `DELETE FROM goose_db_version WHERE version_id = 33`,
 		`DROP TABLE secret_files`, `DROP TABLE project_ssh_keys`, `DROP TABLE credentials`, `DELETE FROM goose_db_version WHERE version_id = 32`,
@@ -374,6 +381,15 @@ func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// testAuditLegacyUpgrade: a database whose rows an older keeper wrote with
+// plain SHA-256 is migrated; its rows verify as legacy, the first keyed row
+// chains onto them, and a keyed row cannot be passed off as a legacy one.
+func testAuditLegacyUpgrade(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	db := s.DB()
+	downgradeToLegacy(t, db)
 	prev := audit.GenesisHash
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for seq := int64(1); seq <= 3; seq++ {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/soulstack/soulstack/internal/audit"
 	"github.com/soulstack/soulstack/internal/store"
@@ -121,34 +122,27 @@ func testSoulContact(t *testing.T, b testdb.Backend) {
 		t.Fatalf("contact audit = %+v", evs)
 	}
 
+	recoverContact(t, s, seen)
+}
+
+// recoverContact: the unreachable vm-1 is reached again (by another run's
+// creator): active again, last_error cleared, audited, and listed so.
+func recoverContact(t *testing.T, s store.Store, seen time.Time) {
+	t.Helper()
 	// Back: active again, last_error cleared.
-	trs, err = s.SoulContact(ctx, store.SoulContactParams{Reached: []string{"vm-1.local.test"}, RunID: "run_5", Actor: "tok_other"})
+	trs, err := s.SoulContact(ctx, store.SoulContactParams{Reached: []string{"vm-1.local.test"}, RunID: "run_5", Actor: "tok_other"})
 	if err != nil || len(trs) != 1 || trs[0].From != store.SoulUnreachable || trs[0].To != store.SoulActive {
 		t.Fatalf("recovery transitions = %+v, %v", trs, err)
 	}
-	vm = mustStatus(t, s, "vm-1.local.test", store.SoulActive)
+	vm := mustStatus(t, s, "vm-1.local.test", store.SoulActive)
 	if vm.LastError != "" || !vm.LastSeenAt.After(seen) {
 		t.Fatalf("recovered soul: last_error %q, last_seen_at %v", vm.LastError, vm.LastSeenAt)
 	}
-	evs = contactEvents(t, s)
+	evs := contactEvents(t, s)
 	if len(evs) != 3 || evs[2].Action != "soul.activated" || evs[2].ActorAID != "tok_other" {
 		t.Fatalf("contact audit = %+v", evs)
 	}
 
-	// How commands ran: recorded as given, no audit event, the soul's
-	// status and update time untouched.
-	before := mustStatus(t, s, "hand.example.com", store.SoulActive)
-	for _, x := range []string{"ssh: executor", "ssh: executor", "ssh: shell (no executor binary for Linux riscv64)"} {
-		if trs, err := s.SoulContact(ctx, store.SoulContactParams{Executors: map[string]string{"hand.example.com": x, "ghost.local.test": x}, RunID: "run_6", Actor: "tok_runner"}); err != nil || len(trs) != 0 {
-			t.Fatalf("executor %q: %+v, %v", x, trs, err)
-		}
-		if got := mustStatus(t, s, "hand.example.com", store.SoulActive); got.Executor != x || !got.UpdatedAt.Equal(before.UpdatedAt) {
-			t.Fatalf("executor recorded %q (updated %v), want %q (updated %v)", got.Executor, got.UpdatedAt, x, before.UpdatedAt)
-		}
-	}
-	if n := len(contactEvents(t, s)); n != 3 {
-		t.Fatalf("recording how commands ran wrote audit events: %d", n)
-	}
 	list, err := s.SoulList(ctx, store.ListParams{})
 	if err != nil || len(list) != 3 {
 		t.Fatalf("list = %+v, %v", list, err)
@@ -157,6 +151,37 @@ func testSoulContact(t *testing.T, b testdb.Backend) {
 		if so.SID == "vm-1.local.test" && (so.LastSeenAt == nil || !so.LastSeenAt.Equal(*vm.LastSeenAt)) {
 			t.Fatalf("listed soul last_seen_at = %v, want %v", so.LastSeenAt, vm.LastSeenAt)
 		}
+	}
+}
+
+// testSoulExecutor: how a soul's commands ran (SoulContactParams.Executors)
+// is recorded as given, with no audit event, the soul's status and update
+// time untouched; an unknown soul is no error.
+func testSoulExecutor(t *testing.T, b testdb.Backend) {
+	s := b.Open(t)
+	so := store.Soul{SID: "hand.example.com", Address: "127.0.0.2", Connection: store.Connection{Transport: "ssh", User: "root", Port: 22}}
+	if _, err := s.SoulCreate(ctx, store.SoulCreateParams{Soul: so, Actor: "tok_admin"}); err != nil {
+		t.Fatal(err)
+	}
+	before := mustStatus(t, s, "hand.example.com", store.SoulActive)
+	events := func() int {
+		all, err := s.AuditList(ctx, store.AuditListParams{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(all)
+	}
+	audited := events()
+	for _, x := range []string{"ssh: executor", "ssh: executor", "ssh: shell (no executor binary for Linux riscv64)"} {
+		if trs, err := s.SoulContact(ctx, store.SoulContactParams{Executors: map[string]string{"hand.example.com": x, "ghost.local.test": x}, RunID: "run_6", Actor: "tok_runner"}); err != nil || len(trs) != 0 {
+			t.Fatalf("executor %q: %+v, %v", x, trs, err)
+		}
+		if got := mustStatus(t, s, "hand.example.com", store.SoulActive); got.Executor != x || !got.UpdatedAt.Equal(before.UpdatedAt) {
+			t.Fatalf("executor recorded %q (updated %v), want %q (updated %v)", got.Executor, got.UpdatedAt, x, before.UpdatedAt)
+		}
+	}
+	if n := events() - audited; n != 0 {
+		t.Fatalf("recording how commands ran wrote %d audit events", n)
 	}
 }
 

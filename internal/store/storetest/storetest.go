@@ -49,6 +49,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"RunListFilters", testRunListFilters},
 		{"SoulHostKey", testSoulHostKey},
 		{"SoulContact", testSoulContact},
+		{"SoulExecutor", testSoulExecutor},
 		{"SoulContactConcurrent", testSoulContactConcurrent},
 		{"CloudProvisionAndDestroy", testCloudProvisionAndDestroy},
 		{"CloudAuditFailure", testCloudAuditFailure},
