@@ -235,14 +235,9 @@ func TestChaosKill9Agent(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(chaosSeed(t), 15))
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	port := freePort(t)
-	cfg := keeperConfig(t, dir, fmt.Sprintf("nats:\n  listen: 127.0.0.1:%d\n  heartbeat: 300ms\n", port))
-	k := serve(t, dir, "--config", cfg)
-	c := adminClient(t, k, data)
 	const sid = "agent.local.test"
-	agentSoul(t, c, config.Config{DataDir: data}, sid, port, 300*time.Millisecond)
+	ac := startAgentChaos(t, sid)
+	dir, data, cfg, k, c := ac.dir, ac.data, ac.cfg, ac.k, ac.c
 	ledgerPath := filepath.Join(t.TempDir(), "ledger")
 	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.3"), "${ input.host }", sid)
 	ids, tags := killLoop(t, rng, 10, func() *client.Client { return c }, sc, sid, func() {
@@ -254,6 +249,29 @@ func TestChaosKill9Agent(t *testing.T) {
 	n := countReattached(t, c, ids)
 	keeper := fmt.Sprintf("restarted 10 times; the agent reconnected each time; %d commands reattached through it", n)
 	report(t, chaosRow{Fault: "keeper kill -9 x10, soul over the agent", Runs: len(ids), Outcome: outcome, Keeper: keeper, Duration: time.Since(start)})
+}
+
+// agentChaos is a keeper serving its embedded bus on a port of its own
+// (heartbeats every 300 ms) and one soul reached through its agent.
+type agentChaos struct {
+	dir, data, cfg string
+	k              *proc
+	c              *client.Client
+	agent          *bustest.Agents
+	spec           bustest.AgentSpec
+}
+
+// startAgentChaos starts an agentChaos whose soul is sid.
+func startAgentChaos(t *testing.T, sid string) agentChaos {
+	t.Helper()
+	ac := agentChaos{dir: t.TempDir()}
+	ac.data = filepath.Join(ac.dir, ".keeper")
+	port := freePort(t)
+	ac.cfg = keeperConfig(t, ac.dir, fmt.Sprintf("nats:\n  listen: 127.0.0.1:%d\n  heartbeat: 300ms\n", port))
+	ac.k = serve(t, ac.dir, "--config", ac.cfg)
+	ac.c = adminClient(t, ac.k, ac.data)
+	ac.agent, ac.spec = agentSoul(t, ac.c, config.Config{DataDir: ac.data}, sid, port, 300*time.Millisecond)
+	return ac
 }
 
 // killLoop kills the keeper (keeper()) with SIGKILL kills times: before
@@ -881,14 +899,9 @@ func TestChaosKill9AgentMidCommand(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(chaosSeed(t), 16))
-	dir := t.TempDir()
-	data := filepath.Join(dir, ".keeper")
-	port := freePort(t)
-	cfg := keeperConfig(t, dir, fmt.Sprintf("nats:\n  listen: 127.0.0.1:%d\n  heartbeat: 300ms\n", port))
-	k := serve(t, dir, "--config", cfg)
-	c := adminClient(t, k, data)
 	const sid = "agentkill.local.test"
-	agent, spec := agentSoul(t, c, config.Config{DataDir: data}, sid, port, 300*time.Millisecond)
+	ac := startAgentChaos(t, sid)
+	c, agent, spec := ac.c, ac.agent, ac.spec
 
 	ledgerPath := filepath.Join(t.TempDir(), "ledger")
 	sc := strings.ReplaceAll(fleetScenario(ledgerPath, "0.6"), "${ input.host }", sid)
