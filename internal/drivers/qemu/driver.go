@@ -497,14 +497,16 @@ type accelState struct {
 }
 
 // accel is the accelerator new VMs get: tcg or kvm as configured, or for
-// auto KVM when a probe guest boots under it (probed once per boot of the
-// host), else TCG.
+// auto KVM when a probe guest boots under it, else TCG. The answer is a
+// fact of the host's boot and QEMU binary, kept in the images dir, which
+// several state dirs may share: each of them does not probe again (where
+// KVM hangs, the probe costs its whole 20 s timeout).
 func (d *Driver) accel(ctx context.Context, cfg Config, binary string, img image) (string, error) {
 	if cfg.Accel == AccelTCG {
 		return AccelTCG, nil
 	}
 	bootID, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	path := filepath.Join(cfg.StateDir, "accel.json")
+	path := filepath.Join(cfg.imagesDir(), "accel.json")
 	var known accelState
 	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &known) == nil &&
 		known.BootID == strings.TrimSpace(string(bootID)) && known.Binary == binary {
@@ -525,7 +527,7 @@ func (d *Driver) accel(ctx context.Context, cfg Config, binary string, img image
 		}
 		ok, why := probeKVM(ctx, binary, kernel, cfg.StateDir)
 		known = accelState{BootID: strings.TrimSpace(string(bootID)), Binary: binary, KVM: ok, Why: why}
-		if kernel != "" {
+		if kernel != "" && os.MkdirAll(cfg.imagesDir(), 0o700) == nil {
 			b, _ := json.Marshal(known)
 			_ = localcloud.WriteFileAtomic(path, b)
 		}

@@ -28,8 +28,9 @@ import (
 //	vms/<id>/qmp.sock    its QEMU's QMP socket
 //	vms/<id>/qemu.pid    its QEMU's pid
 //	destroyed            IDs of destroyed VMs, one per line (bounded)
-//	images/              the images the driver builds (debian-bookworm)
-//	accel.json           the KVM probe's answer for this boot of the host
+//	images/              the images the driver builds (debian-bookworm),
+//	                     and accel.json, the KVM probe's answer for this
+//	                     boot of the host (unless images_dir is elsewhere)
 const (
 	vmsDir        = "vms"
 	maxTombstones = 10000
