@@ -14,6 +14,7 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/internal/drivers/qemu/qemutest"
+	"github.com/soulstack/soulstack/internal/keeper"
 	"github.com/soulstack/soulstack/internal/plugin"
 	sshx "github.com/soulstack/soulstack/internal/transport/ssh"
 )
@@ -136,6 +137,13 @@ func stdoutOf(t *testing.T, tg client.RunTarget) string {
 // on local VMs (internal/modules/standard). Then core.cloud.resized changes the memory with downtime (the
 // same size again is unchanged), and core.cloud.destroyed leaves no QEMU
 // process, overlay, tap or bridge behind.
+//
+// The same machine shows that a soul is first used only once cloud-init
+// has finished (ansible#44378): the userdata is the built-in one with a
+// runcmd that sleeps 40 s after the agent has started, sshd answers while
+// it sleeps (the test logs in as the keeper would and looks), and the
+// scenario's first step on the soul installs jq only after cloud-init 22.4
+// reports done, which happens between its config and final stages.
 func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 	qemutest.RequireImageBuild(t)
 	// The package's longest test (a TCG machine boots, joins and installs
@@ -144,14 +152,18 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 	// rather than before it (go test releases parallel tests in no fixed
 	// order).
 	soul := buildSoul(t, t.TempDir())
-	c, _, state := qemuKeeper(t, "qemu.test", "agent_binary: "+soul+"\n")
+	c, data, state := qemuKeeper(t, "qemu.test", "agent_binary: "+soul+"\n"+lateCloudInit(t))
 	ctx := context.Background()
 	start := time.Now()
 	id := startScenario(t, c, "qemu.yaml", readExample(t, "qemu.yaml"), map[string]any{"count": 1, "disk_gb": 6, "install_docker": false})
+	early := loginWhileCloudInitRuns(t, c, data)
 	t.Parallel()
 
 	final := succeeded(t, c, "qemu.yaml", id, 20*time.Minute)
 	t.Logf("examples/qemu.yaml Succeeded in %s", time.Since(start).Round(time.Second))
+	if got := <-early; got != "not-finished" {
+		t.Fatalf("the first SSH login found %q: the test's premise (sshd answers before cloud-init is done) does not hold", got)
+	}
 	var out struct {
 		Hosts []struct {
 			SID        string `json:"sid"`
@@ -165,7 +177,8 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 		t.Fatalf("provision output %s: %v", final.Steps[0].Targets[0].Output, err)
 	}
 	sid, vmID := out.Hosts[0].SID, out.Hosts[0].VMID
-	wantLines := []string{"init: systemd", "soul: active enabled", "jq: jq-1.6", "cloud-init: done", "schema: valid"}
+	wantLines := []string{"init: systemd", "soul: active enabled", "jq: jq-1.6", "cloud-init: done", "schema: valid",
+		"jq installed after cloud-init finished: yes"}
 	switch accel := out.Hosts[0].Attributes.Accel; accel {
 	case "kvm":
 		docker := fmt.Sprintf("steps:\n  - name: docker\n    on: %s\n    module: core.docker.installed\n    params: {source: distro, compose: false, verify: daemon}\n", sid)
@@ -202,7 +215,8 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
         echo "docker: $(systemctl is-active docker.service 2>/dev/null) $(docker info --format '{{.Driver}}' 2>/dev/null)"
         echo "cloud-init: $(cloud-init status | cut -d' ' -f2)"
         echo "schema: $(cloud-init schema --system >/dev/null 2>&1 && echo valid || echo invalid)"
-`, sid)
+        echo "jq installed after cloud-init finished: $(test %s -ot /var/lib/dpkg/info/jq.list && echo yes || echo no)"
+`, sid, cloudInitMarker)
 	got := stdoutOf(t, runScenario(t, c, "look.yaml", look, nil, 5*time.Minute).Steps[0].Targets[0])
 	t.Logf("on %s:\n%s", sid, got)
 	for _, want := range wantLines {
@@ -276,46 +290,43 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 	}
 }
 
-// TestQEMUWaitsForCloudInit: sshd in a real VM answers long before
-// cloud-init has finished (ansible#44378: the keeper's userdata, rendered
-// from keeper.yml's cloud_init, has a runcmd that sleeps), and the first
-// step on the soul still runs only after it has: cloud-init 22.4 reports
-// done between its config and final stages, which the probe waits out.
-func TestQEMUWaitsForCloudInit(t *testing.T) {
-	qemutest.RequireImageBuild(t)
-	// The machine is started, and watched, before the test yields to the
-	// others (as TestQEMUSelfOnboardEndToEnd's).
-	const marker = "/var/tmp/cloud-init-finished"
-	yml := "cloud_init: |\n  #cloud-config\n  ssh_authorized_keys:\n    - {{ .AuthorizedKey }}\n  runcmd:\n    - sleep 40\n    - touch " + marker + "\n"
-	c, data, _ := qemuKeeper(t, "wait.qemu.test", yml)
+// cloudInitMarker is the file the userdata's last runcmd writes.
+const cloudInitMarker = "/var/tmp/cloud-init-finished"
+
+// lateCloudInit is keeper.yml's cloud_init: the built-in userdata whose
+// runcmd sleeps 40 s after the agent has started and then writes
+// cloudInitMarker.
+func lateCloudInit(t *testing.T) string {
+	t.Helper()
+	const agent = "runcmd:\n  - /etc/soulstack/start-agent.sh\n"
+	late := strings.Replace(keeper.DefaultCloudInit, agent, agent+"  - sleep 40\n  - touch "+cloudInitMarker+"\n", 1)
+	if late == keeper.DefaultCloudInit {
+		t.Fatal("the default userdata has no runcmd starting the agent")
+	}
+	var yml strings.Builder
+	yml.WriteString("cloud_init: |\n")
+	for _, line := range strings.Split(strings.TrimRight(late, "\n"), "\n") {
+		yml.WriteString("  " + line + "\n")
+	}
+	return yml.String()
+}
+
+// loginWhileCloudInitRuns logs in to the keeper's one soul as the keeper
+// would (its key, the soul's pinned host key) as soon as it answers, and
+// sends whether cloudInitMarker was there then.
+func loginWhileCloudInitRuns(t *testing.T, c *client.Client, data string) <-chan string {
+	t.Helper()
 	key, err := os.ReadFile(filepath.Join(data, "ssh", "id_ed25519"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	scenario := `steps:
-  - name: provision
-    on: keeper
-    module: core.cloud.created
-    params: {provider: qemu, count: 1, generate_userdata: true, profile: {memory_mb: 768}}
-  - name: first
-    on: "${ steps.provision.output.hosts.map(h, h.sid) }"
-    module: core.command.ran
-    # An emulated machine on a busy host may take minutes to boot.
-    connect: {retries: 100, delay: 6s}
-    params: {cmd: "test -e ` + marker + ` && echo finished || echo not-finished"}
-`
-	run, _, err := c.RunCreate(context.Background(), client.RunCreate{Scenario: scenario, File: "late.yaml"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// While the run waits, log in as the keeper would and look: sshd
-	// answers while cloud-init is still running the userdata.
 	early := make(chan string, 1)
 	go func() {
 		defer close(early)
+		look := "test -e " + cloudInitMarker + " && echo finished || echo not-finished"
 		for deadline := time.Now().Add(14 * time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
 			list, err := c.SoulList(context.Background(), client.ListOptions{})
-			if err != nil || len(list.Items) != 1 || list.Items[0].Address == "" {
+			if err != nil || len(list.Items) != 1 || list.Items[0].Address == "" || list.Items[0].Connection.HostKey == "" {
 				continue
 			}
 			so := list.Items[0]
@@ -326,7 +337,7 @@ func TestQEMUWaitsForCloudInit(t *testing.T) {
 				cancel()
 				continue
 			}
-			res, err := conn.Exec(ctx, sshx.Command{Argv: []string{"sh", "-c", "test -e " + marker + " && echo finished || echo not-finished"}})
+			res, err := conn.Exec(ctx, sshx.Command{Argv: []string{"sh", "-c", look}})
 			conn.Close()
 			cancel()
 			if err == nil {
@@ -335,23 +346,5 @@ func TestQEMUWaitsForCloudInit(t *testing.T) {
 			}
 		}
 	}()
-	t.Parallel()
-	final := waitRunFor(t, c, run.ID, 14*time.Minute)
-	t.Cleanup(func() {
-		if t.Failed() {
-			_ = c.RunEvents(context.Background(), run.ID, 0, func(e client.RunEvent) error {
-				t.Logf("event %d %s %s", e.Seq, e.Kind, e.Data)
-				return nil
-			})
-		}
-	})
-	if final.Phase != "Succeeded" {
-		t.Fatalf("run = %s %+v\n%s", final.Phase, final.Error, describeSteps(final.Steps))
-	}
-	if got := <-early; got != "not-finished" {
-		t.Fatalf("the first SSH login found %q: the test's premise (sshd before cloud-init is done) does not hold", got)
-	}
-	if got := strings.TrimSpace(stdoutOf(t, final.Steps[1].Targets[0])); got != "finished" {
-		t.Fatalf("the first step found %q, want finished: it ran before cloud-init was done", got)
-	}
+	return early
 }
