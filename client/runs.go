@@ -29,9 +29,25 @@ func (c *Client) RunGet(ctx context.Context, id string) (*Run, error) {
 	return call[Run](ctx, c, http.MethodGet, "/v1/runs/"+esc(id), nil, nil)
 }
 
+// RunListOptions pick a page of runs: the page, and optionally only the
+// runs in one phase or whose scenario name contains a text (ignoring ASCII
+// case). The keeper filters before it pages.
+type RunListOptions struct {
+	ListOptions
+	Phase Phase
+	Name  string
+}
+
 // RunList returns a page of runs, newest first.
-func (c *Client) RunList(ctx context.Context, o ListOptions) (*RunList, error) {
-	return call[RunList](ctx, c, http.MethodGet, "/v1/runs", o.query(), nil)
+func (c *Client) RunList(ctx context.Context, o RunListOptions) (*RunList, error) {
+	q := o.query()
+	if o.Phase != "" {
+		q.Set("phase", string(o.Phase))
+	}
+	if o.Name != "" {
+		q.Set("name", o.Name)
+	}
+	return call[RunList](ctx, c, http.MethodGet, "/v1/runs", q, nil)
 }
 
 // RunCancel asks the keeper to cancel a run.

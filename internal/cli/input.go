@@ -93,16 +93,31 @@ func duration(flag, value string) (time.Duration, error) {
 	return d, nil
 }
 
+// maxPage is the most items the keeper returns in one page.
+const maxPage = 1000
+
 // listAll fetches every page of a list, following the next cursors.
 func listAll[T any](ctx context.Context, page func(context.Context, client.ListOptions) ([]T, string, error)) ([]T, error) {
+	return listUpTo(ctx, 0, page)
+}
+
+// listUpTo is listAll stopping at most items (0: all), asking the keeper
+// for no more than it needs.
+func listUpTo[T any](ctx context.Context, most int, page func(context.Context, client.ListOptions) ([]T, string, error)) ([]T, error) {
 	items := []T{}
 	var o client.ListOptions
 	for {
+		if most > 0 {
+			o.Limit = min(most-len(items), maxPage)
+		}
 		got, next, err := page(ctx, o)
 		if err != nil {
 			return nil, err
 		}
 		items = append(items, got...)
+		if most > 0 && len(items) >= most {
+			return items[:most], nil
+		}
 		if next == "" {
 			return items, nil
 		}

@@ -70,3 +70,61 @@ func TestListAll(t *testing.T) {
 		}
 	})
 }
+
+func TestListUpTo(t *testing.T) {
+	t.Parallel()
+	// serve has items 1..n and answers at most o.Limit of them (the
+	// keeper's default, 3 here, without one), recording what was asked.
+	serve := func(n int, asked *[]int) func(context.Context, client.ListOptions) ([]int, string, error) {
+		return func(_ context.Context, o client.ListOptions) ([]int, string, error) {
+			*asked = append(*asked, o.Limit)
+			limit := o.Limit
+			if limit == 0 {
+				limit = 3
+			}
+			after := 0
+			if o.After != "" {
+				after, _ = strconv.Atoi(o.After)
+			}
+			var items []int
+			for i := after + 1; i <= n && len(items) < limit; i++ {
+				items = append(items, i)
+			}
+			next := ""
+			if len(items) > 0 && items[len(items)-1] < n {
+				next = strconv.Itoa(items[len(items)-1])
+			}
+			return items, next, nil
+		}
+	}
+	tests := []struct {
+		name      string
+		n, most   int
+		want      []int
+		wantAsked []int
+	}{
+		{name: "all", n: 7, most: 0, want: []int{1, 2, 3, 4, 5, 6, 7}, wantAsked: []int{0, 0, 0}},
+		{name: "fewer than there are", n: 7, most: 2, want: []int{1, 2}, wantAsked: []int{2}},
+		{name: "more than there are", n: 2, most: 5, want: []int{1, 2}, wantAsked: []int{5}},
+		{name: "more than a page", n: 2500, most: 1500, wantAsked: []int{maxPage, 500}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var asked []int
+			got, err := listUpTo(context.Background(), tt.most, serve(tt.n, &asked))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.want != nil && !slices.Equal(got, tt.want) {
+				t.Errorf("listUpTo(%d) = %v, want %v", tt.most, got, tt.want)
+			}
+			if tt.want == nil && (len(got) != tt.most || got[0] != 1 || got[len(got)-1] != tt.most) {
+				t.Errorf("listUpTo(%d) = %d items from %d to %d", tt.most, len(got), got[0], got[len(got)-1])
+			}
+			if !slices.Equal(asked, tt.wantAsked) {
+				t.Errorf("listUpTo(%d) asked for pages of %v, want %v", tt.most, asked, tt.wantAsked)
+			}
+		})
+	}
+}

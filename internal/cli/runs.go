@@ -65,18 +65,47 @@ the audit log.`,
 	return cmd
 }
 
+// runPhases are the phases runs list --phase accepts.
+var runPhases = []client.Phase{client.PhasePending, client.PhaseAwaitingApproval, client.PhaseRunning,
+	client.PhaseSucceeded, client.PhaseFailed, client.PhaseCancelled, client.PhaseRejected}
+
 func (a *app) runsListCommand() *cobra.Command {
-	return &cobra.Command{
+	var limit int
+	var phase, name string
+	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, newest first",
-		Args:  cobra.NoArgs,
+		Long: `List runs, newest first: all of them, or the newest --limit, only those in
+one --phase, or those whose scenario name contains --name (ignoring case).
+The keeper filters; soulctl fetches only the pages it needs.`,
+		Example: `  soulctl runs list --phase Failed --limit 5
+  soulctl runs list --name spawn -o json`,
+		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
+			if limit < 0 {
+				return usageErrorf("--limit: must be 0 (all) or more")
+			}
+			var ph client.Phase
+			if phase != "" {
+				for _, known := range runPhases {
+					if strings.EqualFold(phase, string(known)) {
+						ph = known
+					}
+				}
+				if ph == "" {
+					names := make([]string, len(runPhases))
+					for i, known := range runPhases {
+						names[i] = string(known)
+					}
+					return usageErrorf("--phase: %q is not a run phase (%s)", phase, strings.Join(names, ", "))
+				}
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
-			items, err := listAll(cmd.Context(), func(ctx context.Context, o client.ListOptions) ([]client.Run, string, error) {
-				l, err := c.RunList(ctx, o)
+			items, err := listUpTo(cmd.Context(), limit, func(ctx context.Context, o client.ListOptions) ([]client.Run, string, error) {
+				l, err := c.RunList(ctx, client.RunListOptions{ListOptions: o, Phase: ph, Name: name})
 				if err != nil {
 					return nil, "", err
 				}
@@ -93,6 +122,10 @@ func (a *app) runsListCommand() *cobra.Command {
 			return p.print(client.RunList{Items: items}, t)
 		}),
 	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many runs, the newest (0: all)")
+	cmd.Flags().StringVar(&phase, "phase", "", "only runs in this phase (Pending, AwaitingApproval, Running, Succeeded, Failed, Cancelled, Rejected)")
+	cmd.Flags().StringVar(&name, "name", "", "only runs whose scenario name contains this text (ignoring case)")
+	return cmd
 }
 
 func (a *app) runsGetCommand() *cobra.Command {

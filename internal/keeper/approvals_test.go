@@ -115,7 +115,7 @@ func approvals(t *testing.T, dir string, args []string) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("the held step ran before anyone approved it")
 	}
-	if l, err := creator.RunList(ctx, client.ListOptions{}); err != nil || len(l.Items) != 1 || l.Items[0].Phase != client.PhaseAwaitingApproval {
+	if l, err := creator.RunList(ctx, client.RunListOptions{}); err != nil || len(l.Items) != 1 || l.Items[0].Phase != client.PhaseAwaitingApproval {
 		t.Fatalf("runs list: %+v, %v", l, err)
 	}
 	_, err := creator.RunApprove(ctx, r.ID, "looks fine to me")

@@ -444,7 +444,7 @@ func TestRunKeysReserved(t *testing.T) {
 		_, _, err := admin.RunCreate(ctx, client.RunCreate{Scenario: sc, Key: key, Mode: client.RunCheck})
 		wantProblem(t, err, http.StatusUnprocessableEntity, "run.key_reserved")
 	}
-	runs, err := admin.RunList(ctx, client.ListOptions{})
+	runs, err := admin.RunList(ctx, client.RunListOptions{})
 	if err != nil || len(runs.Items) != 0 {
 		t.Fatalf("a refused run was stored: %+v, %v", runs, err)
 	}

@@ -299,7 +299,7 @@ steps:
 	b, _ := json.Marshal(final)
 	seen = append(seen, string(b))
 	_ = c.RunEvents(ctx, run.ID, 0, func(e client.RunEvent) error { b, _ := json.Marshal(e); seen = append(seen, string(b)); return nil })
-	list, _ := c.RunList(ctx, client.ListOptions{})
+	list, _ := c.RunList(ctx, client.RunListOptions{})
 	b, _ = json.Marshal(list)
 	seen = append(seen, string(b))
 	audit, _ := c.AuditList(ctx, client.AuditListOptions{})

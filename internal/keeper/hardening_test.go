@@ -43,7 +43,7 @@ func TestRunCreateCELCrasherIs422(t *testing.T) {
 	if len(p.Errors) != len(want) || p.Errors[0] != want[0] || p.Errors[1] != want[1] {
 		t.Fatalf("problems = %+v\nwant %+v", p.Errors, want)
 	}
-	runs, err := c.RunList(ctx, client.ListOptions{})
+	runs, err := c.RunList(ctx, client.RunListOptions{})
 	if err != nil || len(runs.Items) != 0 {
 		t.Fatalf("the keeper after the crasher: runs %+v, %v", runs, err)
 	}

@@ -201,7 +201,7 @@ func projectIsolation(t *testing.T, k *proc, admin *client.Client) {
 				t.Fatalf("GET %s as b: %d %s", path, status, body)
 			}
 		}
-		runs, err := viewB.RunList(ctx, client.ListOptions{})
+		runs, err := viewB.RunList(ctx, client.RunListOptions{})
 		if err != nil || len(runs.Items) != 0 {
 			t.Fatalf("b's runs: %+v, %v", runs, err)
 		}

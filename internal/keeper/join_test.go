@@ -398,7 +398,7 @@ func waitKeyedRun(t *testing.T, c *client.Client, key string) *client.Run {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		list, err := c.RunList(context.Background(), client.ListOptions{Limit: 100})
+		list, err := c.RunList(context.Background(), client.RunListOptions{ListOptions: client.ListOptions{Limit: 100}})
 		if err != nil {
 			t.Fatal(err)
 		}

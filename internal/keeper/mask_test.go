@@ -59,7 +59,7 @@ func answers(t *testing.T, c *client.Client, runID string) map[string]string {
 	}
 	r, err := c.RunGet(ctx, runID)
 	enc("GET /v1/runs/"+runID, r, err)
-	l, err := c.RunList(ctx, client.ListOptions{})
+	l, err := c.RunList(ctx, client.RunListOptions{})
 	enc("GET /v1/runs", l, err)
 	var evs []client.RunEvent
 	err = c.RunEvents(ctx, runID, 0, func(e client.RunEvent) error { evs = append(evs, e); return nil })
@@ -139,7 +139,7 @@ steps:
 				t.Errorf("%s: %s lost the text Succeeded: %s", when, what, text)
 			}
 		}
-		l, err := c.RunList(ctx, client.ListOptions{})
+		l, err := c.RunList(ctx, client.RunListOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -515,7 +515,7 @@ func TestMCPWritesDisabled(t *testing.T) {
 	refused(t, callTool(ctx, t, s, "run_start", map[string]any{"scenario": mcpScenario, "input": map[string]any{"pin": canaryInput}}, nil), "mcp.writes_disabled")
 	refused(t, callTool(ctx, t, s, "run_cancel", map[string]any{"id": "run_x"}, nil), "mcp.writes_disabled")
 	refused(t, callTool(ctx, t, s, "run_approve", map[string]any{"id": "run_x", "reason": "ok"}, nil), "mcp.writes_disabled")
-	runs, err := mk.admin.RunList(ctx, client.ListOptions{})
+	runs, err := mk.admin.RunList(ctx, client.RunListOptions{})
 	if err != nil || len(runs.Items) != 0 {
 		t.Fatalf("runs after refused writes: %+v %v", runs, err)
 	}
@@ -594,7 +594,7 @@ func TestMCPSessionBoundToToken(t *testing.T) {
 	if err == nil && !res.IsError {
 		t.Fatalf("a revoked token's session started a run: %s", resultText(res))
 	}
-	runs, err := mk.admin.RunList(ctx, client.ListOptions{})
+	runs, err := mk.admin.RunList(ctx, client.RunListOptions{})
 	if err != nil || len(runs.Items) != 0 {
 		t.Fatalf("runs after the attacks: %+v %v", runs, err)
 	}

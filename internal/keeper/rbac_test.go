@@ -158,7 +158,7 @@ func TestOperatorCannotRunCloudSteps(t *testing.T) {
 	_, _, err = operator.RunCreate(ctx, client.RunCreate{Scenario: guarded})
 	wantProblem(t, err, 403, "auth.forbidden", "lacks permission cloud.create")
 	// Nothing was queued, nothing was made.
-	runs, err := ck.admin.RunList(ctx, client.ListOptions{})
+	runs, err := ck.admin.RunList(ctx, client.RunListOptions{})
 	if err != nil || len(runs.Items) != 0 {
 		t.Fatalf("runs after refusals = %+v, %v", runs, err)
 	}

@@ -215,7 +215,7 @@ func TestRunValidationAndUnreachable(t *testing.T) {
 	if !errors.As(err, &p) || p.Errors[0].Code != "scenario.unknown_soul" || p.Errors[0].Location != "u.yaml:2:5" {
 		t.Fatalf("unregistered target: %v", err)
 	}
-	runs, _ := c.RunList(ctx, client.ListOptions{})
+	runs, _ := c.RunList(ctx, client.RunListOptions{})
 	if len(runs.Items) != 0 {
 		t.Fatalf("invalid scenarios created runs: %+v", runs.Items)
 	}

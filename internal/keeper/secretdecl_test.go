@@ -148,7 +148,7 @@ steps:
 			seen = append(seen, string(b))
 			_ = cl.RunEvents(ctx, id, 0, func(e client.RunEvent) error { b, _ := json.Marshal(e); seen = append(seen, string(b)); return nil })
 		}
-		list, _ := cl.RunList(ctx, client.ListOptions{})
+		list, _ := cl.RunList(ctx, client.RunListOptions{})
 		b, _ := json.Marshal(list)
 		seen = append(seen, string(b))
 	}

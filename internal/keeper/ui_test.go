@@ -616,7 +616,7 @@ steps:
 	}
 	if probe, err := client.New(k.Addr, plain); err != nil {
 		t.Fatal(err)
-	} else if _, err := probe.RunList(ctx, client.ListOptions{}); err != nil {
+	} else if _, err := probe.RunList(ctx, client.RunListOptions{}); err != nil {
 		t.Fatalf("the token the UI showed does not work: %v", err)
 	}
 

@@ -143,7 +143,7 @@ func (s *Server) addRegistryTools() {
 		})
 	add(s, toolSpec{name: "runs_list", title: "List runs", description: "List runs, newest first: id, name, phase (Pending, Running, Succeeded, Failed, Cancelled), times and error. Paged: pass next as after."},
 		func(ctx context.Context, c call, in listInput) (*client.RunList, error) {
-			return c.c.RunList(ctx, list(in))
+			return c.c.RunList(ctx, client.RunListOptions{ListOptions: list(in)})
 		})
 	add(s, toolSpec{name: "run_get", title: "Get a run",
 		description: "Get a run with its steps and each target's status (ok, changed, failed, skipped, unreachable), error, attempts and duration, and the outputs by step (secrets masked). A step whose targets were all skipped is skipped.",

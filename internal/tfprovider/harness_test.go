@@ -56,7 +56,7 @@ func (k *testKeeper) runCount(t *testing.T) int {
 	t.Helper()
 	n, after := 0, ""
 	for {
-		page, err := k.C.RunList(context.Background(), client.ListOptions{Limit: 100, After: after})
+		page, err := k.C.RunList(context.Background(), client.RunListOptions{ListOptions: client.ListOptions{Limit: 100, After: after}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -302,7 +302,7 @@ func TestRuns(t *testing.T) {
 // with the outputs as input.
 func assertUndo(t *testing.T, k *testKeeper, id string) {
 	t.Helper()
-	page, err := k.C.RunList(context.Background(), client.ListOptions{Limit: 100})
+	page, err := k.C.RunList(context.Background(), client.RunListOptions{ListOptions: client.ListOptions{Limit: 100}})
 	if err != nil {
 		t.Fatal(err)
 	}
