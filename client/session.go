@@ -60,3 +60,16 @@ func (c *Client) OIDCCodeExchange(ctx context.Context, in OIDCCodeExchange) (*To
 func (c *Client) Logout(ctx context.Context) error {
 	return c.do(ctx, http.MethodPost, "/v1/auth/logout", nil, nil, nil)
 }
+
+// Version is a keeper's build: its version (a release, or a commit for a
+// development build), its release and the Go it was built with.
+type Version struct {
+	Version string `json:"version" doc:"The build's version: its release, or a commit (with +dirty) for a development build."`
+	Release string `json:"release" doc:"The release the source tree is."`
+	Go      string `json:"go" doc:"The Go toolchain the keeper was built with."`
+}
+
+// Version returns the keeper's version.
+func (c *Client) Version(ctx context.Context) (*Version, error) {
+	return call[Version](ctx, c, http.MethodGet, "/v1/version", nil, nil)
+}

@@ -573,7 +573,7 @@ func TestOpenAPIAndMetrics(t *testing.T) {
 		"/v1/souls": {"get", "post"}, "/v1/souls/{sid}": {"get", "delete"},
 		"/v1/tokens": {"get", "post"}, "/v1/tokens/{id}": {"delete"},
 		"/v1/audit": {"get"}, "/healthz": {"get"}, "/readyz": {"get"}, "/metrics": {"get"},
-		"/v1/whoami": {"get"}, "/v1/session": {"post", "delete"},
+		"/v1/whoami": {"get"}, "/v1/session": {"post", "delete"}, "/v1/version": {"get"},
 	} {
 		for _, m := range methods {
 			if _, ok := doc.Paths[path][m]; !ok {

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -10,7 +11,9 @@ import (
 	"github.com/danielgtaylor/huma/v2/adapters/humago"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/auth"
+	"github.com/soulstack/soulstack/internal/version"
 )
 
 // MetricsHandler serves the Prometheus metrics without checking a token:
@@ -41,6 +44,14 @@ func (s *Server) registerHealth() {
 			return nil, problem(http.StatusServiceUnavailable, "keeper.not_ready", "the database does not answer")
 		}
 		return &struct{ Body Health }{Body: Health{Status: "ok"}}, nil
+	})
+
+	register(s, huma.Operation{
+		OperationID: "version", Method: http.MethodGet, Path: "/v1/version", Tags: tags,
+		Summary:     "The keeper's version",
+		Description: "The keeper's build version, its release and the Go it was built with (soulctl version shows it beside its own).",
+	}, auth.Authenticated, false, func(context.Context, *struct{}) (*struct{ Body client.Version }, error) {
+		return &struct{ Body client.Version }{Body: client.Version{Version: version.String(), Release: version.Release, Go: runtime.Version()}}, nil
 	})
 
 	prom := s.MetricsHandler()

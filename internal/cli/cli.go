@@ -19,12 +19,14 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/version"
 )
 
 // Environment variables soulctl reads.
@@ -148,7 +150,10 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 --ca-fingerprint or ` + EnvCAFingerprint + `.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.String(),
 	}
+	// soulctl --version prints what soulctl version --client does.
+	root.SetVersionTemplate("soulctl {{.Version}} (" + runtime.Version() + ")\n")
 	asGroup(root)
 	fs := root.PersistentFlags()
 	fs.StringVar(&a.keeperURL, "keeper", "", "keeper URL (env "+EnvKeeper+", default "+client.DefaultURL+")")

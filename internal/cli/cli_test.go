@@ -95,6 +95,7 @@ func startKeeper(env *testscript.Env) error {
 		logFile.Close()
 	})
 	env.Setenv("SOULSTACK_KEEPER", k.URL)
+	env.Setenv("KEEPER_URL", k.URL)
 	env.Setenv("ADMIN_TOKEN", k.Token)
 	env.Setenv("KEEPER_DB", k.Config.SQLitePath())
 	return nil
