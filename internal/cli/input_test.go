@@ -10,30 +10,39 @@ import (
 	"github.com/soulstack/soulstack/client"
 )
 
+// pagesOf serves items 1..n, at most o.Limit of them a page (perPage
+// without one), with the last item's number as the cursor, and records
+// the limit each call asked for; stuck repeats its first cursor forever.
+func pagesOf(n, perPage int, stuck bool, asked *[]int) func(context.Context, client.ListOptions) ([]int, string, error) {
+	return func(_ context.Context, o client.ListOptions) ([]int, string, error) {
+		if asked != nil {
+			*asked = append(*asked, o.Limit)
+		}
+		limit := o.Limit
+		if limit == 0 {
+			limit = perPage
+		}
+		after := 0
+		if o.After != "" {
+			after, _ = strconv.Atoi(o.After)
+		}
+		if stuck && after > 0 {
+			return nil, o.After, nil
+		}
+		var items []int
+		for i := after + 1; i <= n && len(items) < limit; i++ {
+			items = append(items, i)
+		}
+		next := ""
+		if len(items) > 0 && items[len(items)-1] < n {
+			next = strconv.Itoa(items[len(items)-1])
+		}
+		return items, next, nil
+	}
+}
+
 func TestListAll(t *testing.T) {
 	t.Parallel()
-	// pages serves items 1..n, two at a time, with the last item's number
-	// as the cursor; stuck repeats its first cursor forever.
-	pages := func(n int, stuck bool) func(context.Context, client.ListOptions) ([]int, string, error) {
-		return func(_ context.Context, o client.ListOptions) ([]int, string, error) {
-			after := 0
-			if o.After != "" {
-				after, _ = strconv.Atoi(o.After)
-			}
-			if stuck && after > 0 {
-				return nil, o.After, nil
-			}
-			var items []int
-			for i := after + 1; i <= n && len(items) < 2; i++ {
-				items = append(items, i)
-			}
-			next := ""
-			if len(items) > 0 && items[len(items)-1] < n {
-				next = strconv.Itoa(items[len(items)-1])
-			}
-			return items, next, nil
-		}
-	}
 	tests := []struct {
 		name    string
 		n       int
@@ -49,7 +58,7 @@ func TestListAll(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := listAll(context.Background(), pages(tt.n, tt.stuck))
+			got, err := listAll(context.Background(), pagesOf(tt.n, 2, tt.stuck, nil))
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("listAll() error = %v, want error: %v", err, tt.wantErr)
 			}
@@ -73,30 +82,7 @@ func TestListAll(t *testing.T) {
 
 func TestListUpTo(t *testing.T) {
 	t.Parallel()
-	// serve has items 1..n and answers at most o.Limit of them (the
-	// keeper's default, 3 here, without one), recording what was asked.
-	serve := func(n int, asked *[]int) func(context.Context, client.ListOptions) ([]int, string, error) {
-		return func(_ context.Context, o client.ListOptions) ([]int, string, error) {
-			*asked = append(*asked, o.Limit)
-			limit := o.Limit
-			if limit == 0 {
-				limit = 3
-			}
-			after := 0
-			if o.After != "" {
-				after, _ = strconv.Atoi(o.After)
-			}
-			var items []int
-			for i := after + 1; i <= n && len(items) < limit; i++ {
-				items = append(items, i)
-			}
-			next := ""
-			if len(items) > 0 && items[len(items)-1] < n {
-				next = strconv.Itoa(items[len(items)-1])
-			}
-			return items, next, nil
-		}
-	}
+	// The keeper's page is 3 items here when no limit is asked for.
 	tests := []struct {
 		name      string
 		n, most   int
@@ -112,7 +98,7 @@ func TestListUpTo(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var asked []int
-			got, err := listUpTo(context.Background(), tt.most, serve(tt.n, &asked))
+			got, err := listUpTo(context.Background(), tt.most, pagesOf(tt.n, 3, false, &asked))
 			if err != nil {
 				t.Fatal(err)
 			}
