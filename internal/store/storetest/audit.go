@@ -211,84 +211,86 @@ func auditAttacks(b testdb.Backend) []auditAttack {
 	return []auditAttack{
 		{"none", func(*testing.T, *sqlstore.Store, string) {}, nil, true},
 		{"delete the last rows and fix up the head", func(t *testing.T, s *sqlstore.Store, _ string) {
-			for _, q := range []string{
-				`DELETE FROM audit_events WHERE seq > 4`,
-				`UPDATE audit_head SET seq = 4, hash = (SELECT hash FROM audit_events WHERE seq = 4) WHERE id = 1`,
-			} {
-				if _, err := s.DB().Exec(q); err != nil {
-					t.Fatal(err)
-				}
-			}
+			execAll(t, s, `DELETE FROM audit_events WHERE seq > 4`,
+				`UPDATE audit_head SET seq = 4, hash = (SELECT hash FROM audit_events WHERE seq = 4) WHERE id = 1`)
 		}, [][3]string{{audit.ProblemTruncated, "7", "the log ends at row 4"}}, true},
 		{"delete every row and reset the head", func(t *testing.T, s *sqlstore.Store, _ string) {
-			for _, q := range []string{
-				`DELETE FROM audit_events`,
-				`UPDATE audit_head SET seq = 0, hash = '` + audit.GenesisHash + `' WHERE id = 1`,
-			} {
-				if _, err := s.DB().Exec(q); err != nil {
-					t.Fatal(err)
-				}
-			}
+			execAll(t, s, `DELETE FROM audit_events`, `UPDATE audit_head SET seq = 0, hash = '`+audit.GenesisHash+`' WHERE id = 1`)
 		}, [][3]string{{audit.ProblemEmptied, "7", "the log has no rows"}}, true},
 		{"delete every row and the head row", func(t *testing.T, s *sqlstore.Store, _ string) {
-			for _, q := range []string{`DELETE FROM audit_events`, `DELETE FROM audit_head`} {
-				if _, err := s.DB().Exec(q); err != nil {
-					t.Fatal(err)
-				}
-			}
+			execAll(t, s, `DELETE FROM audit_events`, `DELETE FROM audit_head`)
 			if _, err := s.ProviderCreate(ctx, store.ProviderCreateParams{Provider: store.Provider{Name: "after", Driver: "local"}, Actor: "tok_test"}); err == nil || !strings.Contains(err.Error(), "head row is missing") {
 				t.Fatalf("mutation without a chain head: %v", err)
 			}
 		}, [][3]string{{audit.ProblemHeadMismatch, "0", "head row is missing"}, {audit.ProblemEmptied, "7", "the log has no rows"}}, false},
 		{"delete every row, head left", func(t *testing.T, s *sqlstore.Store, _ string) {
-			if _, err := s.DB().Exec(`DELETE FROM audit_events`); err != nil {
-				t.Fatal(err)
-			}
+			execAll(t, s, `DELETE FROM audit_events`)
 		}, [][3]string{{audit.ProblemEmptied, "7", "its head records row 7"}, {audit.ProblemEmptied, "7", "checkpoint of keeper keeper-test-1"}}, false},
 		{"recompute the chain with plain SHA-256", func(t *testing.T, s *sqlstore.Store, _ string) {
 			recomputeUnkeyed(t, b, s)
 		}, [][3]string{{audit.ProblemUnkeyed, "1", "rows 1..7 carry a plain SHA-256"}, {audit.ProblemCheckpointMismatch, "7", "the log was rewritten"}}, true},
 		{"recompute with SHA-256 and move the keyed boundary", func(t *testing.T, s *sqlstore.Store, _ string) {
 			recomputeUnkeyed(t, b, s)
-			if _, err := s.DB().Exec(`UPDATE audit_head SET keyed_from = 8 WHERE id = 1`); err != nil {
-				t.Fatal(err)
-			}
+			execAll(t, s, `UPDATE audit_head SET keyed_from = 8 WHERE id = 1`)
 		}, [][3]string{{audit.ProblemUnkeyed, "1", "rows 1..7"}, {audit.ProblemCheckpointMismatch, "7", ""}}, true},
 		{"recompute only the rows after the checkpoint", func(t *testing.T, s *sqlstore.Store, _ string) {
-			// Rows 8..9 are appended after the checkpoint at 7, then
-			// relabelled: recomputed with SHA-256 from row 8 on.
-			mustProvider(t, s, "late1")
-			mustProvider(t, s, "late2")
-			evs := allEvents(t, s)
-			prev := evs[6].Hash
-			for _, e := range evs[7:] {
-				e.PrevHash = prev
-				e.Hash = audit.LegacyHash(e)
-				if _, err := s.DB().Exec(sqlFor(b, `UPDATE audit_events SET prev_hash = ?, hash = ? WHERE seq = ?`), e.PrevHash, e.Hash, e.Seq); err != nil {
-					t.Fatal(err)
-				}
-				prev = e.Hash
-			}
-			if _, err := s.DB().Exec(sqlFor(b, `UPDATE audit_head SET hash = ? WHERE id = 1`), prev); err != nil {
-				t.Fatal(err)
-			}
+			relabelAfterCheckpoint(t, b, s)
 		}, [][3]string{{audit.ProblemUnkeyed, "8", "rows 8..9"}}, false},
 		{"tampered checkpoint file", func(t *testing.T, _ *sqlstore.Store, dir string) {
-			path := audit.CheckpointPath(dir, "keeper-test-1")
-			raw, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var ck audit.Checkpoint
-			if err := json.Unmarshal(raw, &ck); err != nil {
-				t.Fatal(err)
-			}
-			ck.Seq = 3 // pretend the log was shorter, to cover a later truncation
-			out, _ := json.Marshal(ck)
-			if err := os.WriteFile(path, out, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			shortenCheckpoint(t, dir)
 		}, [][3]string{{audit.ProblemCheckpointInvalid, "3", "not signed by this audit key"}}, true},
+	}
+}
+
+// execAll runs statements on the store's database, failing t on the first
+// error.
+func execAll(t *testing.T, s *sqlstore.Store, statements ...string) {
+	t.Helper()
+	for _, q := range statements {
+		if _, err := s.DB().Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// relabelAfterCheckpoint appends rows 8..9 after the checkpoint at 7, then
+// recomputes them (and the head) with plain SHA-256 from row 8 on.
+func relabelAfterCheckpoint(t *testing.T, b testdb.Backend, s *sqlstore.Store) {
+	t.Helper()
+	mustProvider(t, s, "late1")
+	mustProvider(t, s, "late2")
+	evs := allEvents(t, s)
+	prev := evs[6].Hash
+	for _, e := range evs[7:] {
+		e.PrevHash = prev
+		e.Hash = audit.LegacyHash(e)
+		if _, err := s.DB().Exec(sqlFor(b, `UPDATE audit_events SET prev_hash = ?, hash = ? WHERE seq = ?`), e.PrevHash, e.Hash, e.Seq); err != nil {
+			t.Fatal(err)
+		}
+		prev = e.Hash
+	}
+	if _, err := s.DB().Exec(sqlFor(b, `UPDATE audit_head SET hash = ? WHERE id = 1`), prev); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// shortenCheckpoint rewrites the keeper's checkpoint file to claim a
+// shorter log (to cover a later truncation), without the audit key.
+func shortenCheckpoint(t *testing.T, dir string) {
+	t.Helper()
+	path := audit.CheckpointPath(dir, "keeper-test-1")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ck audit.Checkpoint
+	if err := json.Unmarshal(raw, &ck); err != nil {
+		t.Fatal(err)
+	}
+	ck.Seq = 3
+	out, _ := json.Marshal(ck)
+	if err := os.WriteFile(path, out, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 
