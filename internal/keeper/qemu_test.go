@@ -201,6 +201,28 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 		t.Fatalf("seed run = %s %+v\n%s", seedRun.Phase, seedRun.Error, describeSteps(seedRun.Steps))
 	}
 
+	lookInVM(t, c, sid, wantLines)
+
+	resizeWithDowntime(t, c, vmID, sid)
+
+	destroy := fmt.Sprintf(`steps:
+  - name: destroy
+    on: keeper
+    module: core.cloud.destroyed
+    params: {provider: qemu, vm_ids: [%s], sids: [%s]}
+`, vmID, sid)
+	runScenario(t, c, "destroy.yaml", destroy, nil, 5*time.Minute)
+	qemutest.NothingLeft(t, state)
+	if so, err := c.SoulGet(ctx, sid); err != nil || so.Status != "destroyed" {
+		t.Errorf("soul after destroy = %+v, %v", so, err)
+	}
+}
+
+// lookInVM runs a look step on soul sid and requires each of wantLines
+// in what the VM says, a QEMU or KVM machine, and the seed run by the
+// soul agent, not sshd.
+func lookInVM(t *testing.T, c *client.Client, sid string, wantLines []string) {
+	t.Helper()
 	look := fmt.Sprintf(`steps:
   - name: look
     on: %s
@@ -232,7 +254,13 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 	if !strings.Contains(seedLine, " soul ") || strings.Contains(seedLine, "sshd") {
 		t.Errorf("the seed ran under %q, want the soul agent and no sshd", seedLine)
 	}
+}
 
+// resizeWithDowntime grows QEMU VM vmID (soul sid) to 1536 MB through
+// core.cloud.resized: the machine restarts (downtime) and the soul sees
+// the memory afterwards; the same size again changes nothing.
+func resizeWithDowntime(t *testing.T, c *client.Client, vmID, sid string) {
+	t.Helper()
 	resize := fmt.Sprintf(`steps:
   - name: grow
     on: keeper
@@ -277,17 +305,6 @@ func TestQEMUSelfOnboardEndToEnd(t *testing.T) {
 		t.Errorf("uptime %d s after a resize %s ago: the VM was not restarted", uptime, since.Round(time.Second))
 	}
 
-	destroy := fmt.Sprintf(`steps:
-  - name: destroy
-    on: keeper
-    module: core.cloud.destroyed
-    params: {provider: qemu, vm_ids: [%s], sids: [%s]}
-`, vmID, sid)
-	runScenario(t, c, "destroy.yaml", destroy, nil, 5*time.Minute)
-	qemutest.NothingLeft(t, state)
-	if so, err := c.SoulGet(ctx, sid); err != nil || so.Status != "destroyed" {
-		t.Errorf("soul after destroy = %+v, %v", so, err)
-	}
 }
 
 // cloudInitMarker is the file the userdata's last runcmd writes.
