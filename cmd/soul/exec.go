@@ -22,8 +22,8 @@ func newExec() *cobra.Command {
 		Short: "Run the keeper's commands read from standard input (the keeper starts it over SSH)",
 		Long: "Serves the keeper's commands over standard input and output in the bus's protocol (framed), as the " +
 			"agent does over the bus: the keeper uploads this binary once per host and starts it once per SSH connection. " +
-			"Plain commands still running when standard input ends are killed; durable ones run on under supervisors of " +
-			"their own (this binary, `soul exec --supervise`), their outcomes kept in --spool for the next executor to attach to.",
+			"Plain commands still running when standard input ends are killed; durable ones run on under the executor's " +
+			"supervisor (this binary, `soul exec --supervise -`), their outcomes kept in --spool for the next executor to attach to.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if !stdio {

@@ -25,8 +25,8 @@ import (
 )
 
 func main() {
-	// `soul exec --supervise <entry>`: the supervisor of one durable
-	// command, started by the executor (internal/agent).
+	// `soul exec --supervise -`: the supervisor of an executor's durable
+	// commands, started by the executor (internal/agent).
 	agent.SuperviseIfAsked()
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "soul:", err)

@@ -24,13 +24,16 @@ type executor struct {
 	ctx context.Context // commands run under it
 
 	spool *spool // nil: durable commands run as plain ones
-	// supervisor is the binary (and arguments) that supervises a durable
-	// command (superviseArgs follow): this one. Nil when the executor runs
+	// supervisor is the binary (and arguments) that supervises durable
+	// commands (superviseArgs follow): this one. Nil when the executor runs
 	// a test's own Exec: durable commands then run in this process.
 	supervisor []string
 	// shellSpool is the SSH supervisor's spool of this user (ServeStdio):
 	// an id found there is not started here (wire.CodeElsewhere).
 	shellSpool string
+
+	supMu sync.Mutex
+	sup   *supervisorProc // the durable commands' supervisor, once one ran
 
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -61,6 +64,7 @@ func newExecutor(ctx context.Context, log *slog.Logger, run func(context.Context
 			return nil, fmt.Errorf("agent: the supervisor binary: %w", err)
 		}
 		e.supervisor = []string{exe}
+		context.AfterFunc(ctx, e.releaseSupervisor)
 	}
 	if spoolDir != "" {
 		sp, err := newSpool(spoolDir)

@@ -185,14 +185,16 @@ func (e *executor) attachSpooled(d *wire.Durable, entry string, metaJSON []byte,
 	}
 	// Still running under the supervisor an earlier executor started.
 	if sup, ok := readSupervisorID(entry); ok && sup.alive() {
-		r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: sup.terminate, replies: []replyFunc{reply}, attached: true}
+		r := &durableRun{digest: d.Digest, done: make(chan struct{}), cancel: func() { sup.cancel(entry) }, replies: []replyFunc{reply}, attached: true}
 		if other, ok := s.claim(d.ID, r, reply); other != nil || !ok {
 			if !ok {
 				return refused(wire.CodeDiverged, errDivergedText)
 			}
 			return nil, other.cancel, other.done
 		}
-		go e.finish(d.ID, r, awaitSupervisor(e.ctx, entry, sup))
+		// (Not `go e.finish(…, awaitSupervisor(…))`: that waits here, in
+		// the reader of the executor's requests, until the command ends.)
+		go func() { e.finish(d.ID, r, awaitSupervisor(e.ctx, entry, sup)) }()
 		return nil, r.cancel, r.done
 	}
 	why := "the agent restarted since it started"
@@ -244,17 +246,20 @@ func (e *executor) start(req wire.ExecRequest, entry string, reply replyFunc) (*
 	s, d := e.spool, req.Durable
 	r := &durableRun{digest: d.Digest, done: make(chan struct{}), replies: []replyFunc{reply}}
 	if e.supervisor != nil {
-		cmd, sup, err := e.startSupervisor(entry, req)
+		sup, spooled, err := e.supervise(entry, req)
 		if err != nil {
 			_ = os.RemoveAll(entry)
 			return refused("agent.invalid_command", "start the command's supervisor: "+err.Error())
 		}
-		r.cancel = sup.terminate
+		r.cancel = func() { sup.id.cancel(entry) }
 		s.mu.Lock()
 		s.running[d.ID] = r
 		s.mu.Unlock()
 		go func() {
-			_ = cmd.Wait()
+			select {
+			case <-spooled:
+			case <-sup.exited:
+			}
 			out, err := readResult(entry)
 			if err != nil {
 				out = Outcome{ExecEnd: wire.ExecEnd{Code: wire.CodeLost, Error: "the command's supervisor ended without its outcome"}}

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -184,44 +187,180 @@ func TestServeStdio(t *testing.T) {
 	x3.done <- nil
 }
 
-// TestSupervisorCancel: a cancel of a durable command reaches its
-// supervisor (SIGTERM), which kills the command's process group and
-// spools an outcome that says it was cancelled.
+// TestSupervisorCancel: an executor's durable commands share one
+// supervisor; a cancel of one (a cancel file, then SIGUSR1) kills that
+// command's process group alone and spools an outcome that says it was
+// cancelled, whether it comes from the command's executor or from
+// another that attached to the command after the first went. The
+// supervisor exits once its executor has gone and its commands ended.
 func TestSupervisorCancel(t *testing.T) {
 	t.Parallel()
-	x := startStdio(t, t.TempDir())
-	ch := x.send(t, wire.ExecRequest{ID: "c", Argv: []string{"sleep", "30"}, Durable: &wire.Durable{ID: "cancel-me", Run: "run_c", Epoch: 1, Digest: "d"}})
-	time.Sleep(300 * time.Millisecond)
-	b, _ := json.Marshal(wire.CancelRequest{ID: "c", Run: "run_c", Epoch: 1})
-	if err := wire.WriteFrame(x.w, wire.FrameCancel, "c", b); err != nil {
-		t.Fatal(err)
+	spool := t.TempDir()
+	durable := func(id, cmdID, script string) wire.ExecRequest {
+		return wire.ExecRequest{ID: id, Script: script, Durable: &wire.Durable{ID: cmdID, Run: "run_c", Epoch: 1, Digest: "d-" + cmdID}}
 	}
-	r := wait(t, ch)
-	if !r.end.Cancelled || r.end.Signal != "KILL" {
+	cancel := func(x *stdioExecutor, id string) {
+		b, _ := json.Marshal(wire.CancelRequest{ID: id, Run: "run_c", Epoch: 1})
+		if err := wire.WriteFrame(x.w, wire.FrameCancel, id, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := startStdio(t, spool)
+	c := x.send(t, durable("c", "cancel-me", "sleep 30"))
+	keep := x.send(t, durable("k", "keep-me", "sleep 1; echo kept"))
+	later := durable("l", "cancel-later", "sleep 30")
+	x.send(t, later)
+	sup := supervisorOf(t, spool, "cancel-me")
+	for _, id := range []string{"keep-me", "cancel-later"} {
+		if other := supervisorOf(t, spool, id); other != sup {
+			t.Fatalf("%s runs under supervisor %d, cancel-me under %d: want one per executor", id, other, sup)
+		}
+	}
+	cancel(x, "c")
+	if r := wait(t, c); !r.end.Cancelled || r.end.Signal != "KILL" {
 		t.Fatalf("cancelled durable command = %+v", r.end)
 	}
+	if r := wait(t, keep); r.end.Cancelled || r.end.ExitCode != 0 || r.stdout != "kept\n" {
+		t.Fatalf("the command next to the cancelled one = %+v %q", r.end, r.stdout)
+	}
+
+	// Its executor goes; another attaches to the command left and
+	// cancels it.
+	x.w.Close()
+	if err := <-x.done; err != nil {
+		t.Fatalf("executor = %v", err)
+	}
+	x.done <- nil // for the cleanup
+	x2 := startStdio(t, spool)
+	later.ID = "l2"
+	ch := x2.send(t, later)
+	time.Sleep(200 * time.Millisecond) // the attach is made
+	cancel(x2, "l2")
+	if r := wait(t, ch); !r.end.Cancelled || r.end.Signal != "KILL" {
+		t.Fatalf("a command cancelled by the executor that attached to it = %+v", r.end)
+	}
+	for i := 0; processAlive(sup); i++ {
+		if i > 500 {
+			t.Fatalf("supervisor %d still runs after its executor went and its commands ended", sup)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSupervisorKilled: the supervisor killed (kill -9) while its
+// commands run: each is answered lost (run.command_lost), to its
+// executor and to another that sends it again, and none runs again.
+func TestSupervisorKilled(t *testing.T) {
+	t.Parallel()
+	spool, dir := t.TempDir(), t.TempDir()
+	x := startStdio(t, spool)
+	var reqs []wire.ExecRequest
+	var ends []chan result
+	for i := range 2 {
+		req := wire.ExecRequest{ID: fmt.Sprint("k", i), Script: fmt.Sprintf("echo ran >> %s/ledger%d; echo $$ > %[1]s/pid%[2]d; exec sleep 30", dir, i),
+			Durable: &wire.Durable{ID: fmt.Sprint("killed-", i), Run: "run_k", Epoch: 1, Digest: "d"}}
+		reqs, ends = append(reqs, req), append(ends, x.send(t, req))
+	}
+	for i := range 2 {
+		pid := pidIn(t, filepath.Join(dir, fmt.Sprint("pid", i)))
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // the command outlives its supervisor
+	}
+	if err := syscall.Kill(supervisorOf(t, spool, "killed-1"), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for i, ch := range ends {
+		if r := wait(t, ch); r.end.Code != wire.CodeLost {
+			t.Fatalf("command %d after its supervisor was killed = %+v, want %s", i, r.end, wire.CodeLost)
+		}
+	}
+	x2 := startStdio(t, spool)
+	for i, req := range reqs {
+		req.ID = fmt.Sprint("again", i)
+		if r := wait(t, x2.send(t, req)); r.end.Code != wire.CodeLost {
+			t.Fatalf("command %d sent again = %+v, want %s", i, r.end, wire.CodeLost)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, fmt.Sprint("ledger", i))); string(b) != "ran\n" {
+			t.Fatalf("ledger %d = %q, want the command once", i, b)
+		}
+	}
+}
+
+// pidIn waits for file to hold a PID and returns it.
+func pidIn(t *testing.T, file string) int {
+	t.Helper()
+	for i := 0; ; i++ {
+		b, _ := os.ReadFile(file)
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			return pid
+		}
+		if i > 500 {
+			t.Fatalf("no PID in %s", file)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// supervisorOf is the PID of the supervisor running durable command id,
+// once its entry records it.
+func supervisorOf(t testing.TB, spool, id string) int {
+	t.Helper()
+	for i := 0; ; i++ {
+		var sup struct{ PID int }
+		b, err := os.ReadFile(filepath.Join(spool, id, "supervisor.json"))
+		if err == nil && json.Unmarshal(b, &sup) == nil && sup.PID > 0 {
+			return sup.PID
+		}
+		if i > 500 {
+			t.Fatalf("no supervisor recorded for %s: %v", id, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// processAlive reports whether pid is a process that has not ended.
+func processAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return err == nil && !strings.Contains(string(b), ") Z ")
 }
 
 // BenchmarkStdio measures the executor's own cost per command on this
 // host, through ServeStdio on pipes (no SSH): a plain command (`true`, a
 // probe's fork and exec) and a durable one (its supervisor, this test
-// binary started again, then `true`).
+// binary, started with the first and kept, then `true`), back to back and
+// spaced as a run's steps come to a host (10 ms apart, untimed).
+// cpu-ms/op is this process's and its children's CPU per command: what
+// the host pays, whatever the latency.
 func BenchmarkStdio(b *testing.B) {
-	for _, durable := range []bool{false, true} {
-		name := map[bool]string{false: "plain", true: "durable"}[durable]
-		b.Run(name, func(b *testing.B) {
-			x := startStdio(b, b.TempDir())
+	for _, c := range []struct {
+		name    string
+		durable bool
+		gap     time.Duration
+	}{{"plain", false, 0}, {"durable", true, 0}, {"durable-spaced", true, 10 * time.Millisecond}} {
+		b.Run(c.name, func(b *testing.B) {
+			spool := b.TempDir()
+			x := startStdio(b, spool)
 			n := 0
+			cpu0 := cpuTime()
 			for b.Loop() {
 				n++
 				req := wire.ExecRequest{ID: fmt.Sprint("r", n), Argv: []string{"true"}}
-				if durable {
+				if c.durable {
 					req.Durable = &wire.Durable{ID: fmt.Sprint("cmd-", n), Run: "run_b", Epoch: 1, Digest: "d"}
 				}
 				if r := wait(b, x.send(b, req)); r.end.ExitCode != 0 || r.end.Code != "" {
 					b.Fatalf("%+v", r)
 				}
+				if c.gap > 0 {
+					b.StopTimer()
+					time.Sleep(c.gap)
+					b.StartTimer()
+				}
 			}
+			cpu := cpuTime() - cpu0
+			if c.durable {
+				cpu += processCPU(supervisorOf(b, spool, fmt.Sprint("cmd-", n)))
+			}
+			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(n), "cpu-ms/op")
 		})
 	}
 	// A module's probes, answered natively and by their scripts: a file's
@@ -290,4 +429,33 @@ func TestProbeAnsweredInProcess(t *testing.T) {
 			t.Fatalf("a probe that needs root was answered by an executor that is not root: %q", root.stdout)
 		}
 	}
+}
+
+// processCPU is the CPU process pid and its waited-for children have
+// used so far (fields 14-17 of /proc/<pid>/stat, in clock ticks); 0 once
+// it has been waited for (its CPU is then its parent's children's).
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	var ticks int64
+	for _, v := range f[11:15] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ
+}
+
+// cpuTime is the CPU this process and its waited-for children used.
+func cpuTime() time.Duration {
+	var self, kids syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	var d time.Duration
+	for _, r := range []syscall.Rusage{self, kids} {
+		d += time.Duration(r.Utime.Nano() + r.Stime.Nano())
+	}
+	return d
 }
