@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/fetch"
 	cdplog "github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -54,6 +56,7 @@ type browser struct {
 
 	mu        sync.Mutex
 	responses map[network.RequestID]string // API answers of this page load: request id -> URL
+	pending   map[network.RequestID]string // requests sent and not yet loaded or failed: id -> URL
 	seen      map[string][]string          // bodies of API answers collected so far, by URL
 	problems  []string                     // script exceptions, console errors, policy violations
 }
@@ -76,7 +79,7 @@ func newBrowser(t *testing.T, base, shots string) *browser {
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(func() { cancelCtx(); cancelAlloc() }) // stops the browser this test started
-	b := &browser{t: t, ctx: ctx, base: base, shot: shots, responses: map[network.RequestID]string{}, seen: map[string][]string{}}
+	b := &browser{t: t, ctx: ctx, base: base, shot: shots, responses: map[network.RequestID]string{}, pending: map[network.RequestID]string{}, seen: map[string][]string{}}
 	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{MaxTotalBufferSize: ptr(int64(64 << 20)), MaxResourceBufferSize: ptr(int64(8 << 20))}); err != nil {
 		t.Fatalf("start chromium: %v", err)
 	}
@@ -87,6 +90,12 @@ func newBrowser(t *testing.T, base, shots string) *browser {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		switch e := ev.(type) {
+		case *network.EventRequestWillBeSent:
+			b.pending[e.RequestID] = e.Request.Method + " " + e.Request.URL
+		case *network.EventLoadingFinished:
+			delete(b.pending, e.RequestID)
+		case *network.EventLoadingFailed:
+			delete(b.pending, e.RequestID)
 		case *network.EventResponseReceived:
 			if strings.Contains(e.Response.URL, "/v1/") {
 				b.responses[e.RequestID] = e.Response.URL
@@ -152,9 +161,77 @@ func (b *browser) open(route, sel string) {
 	if err == nil {
 		return
 	}
-	b.t.Logf("open %s: %v after 30 s; loading it again (page: %.300s)", route, err, b.mainHTML())
+	b.mu.Lock()
+	pending := slices.Sorted(maps.Values(b.pending))
+	b.mu.Unlock()
+	b.t.Logf("open %s: %v after 30 s; loading it again (page: %.300s; requests without an answer: %q)", route, err, b.mainHTML(), pending)
 	b.loads++
 	b.run(chromedp.Navigate(fmt.Sprintf("%s/ui/?load=%d%s", b.base, b.loads, route)), chromedp.WaitVisible(chromedp.CSS(sel)))
+}
+
+// held is the interception of the page's requests for one URL (the
+// browser's Fetch domain pauses them): every one is held until release,
+// which lets go all but the first (never answered) and those that follow.
+type held struct {
+	b      *browser
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	ids    []fetch.RequestID
+	open   bool // released: requests go on as they come
+}
+
+// hold holds the page's requests whose URL contains part.
+func (b *browser) hold(part string) *held {
+	b.t.Helper()
+	ctx, cancel := context.WithCancel(b.ctx)
+	h := &held{b: b, cancel: cancel}
+	err := chromedp.Listen(ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			h.mu.Lock()
+			h.ids = append(h.ids, e.RequestID)
+			goOn := h.open && len(h.ids) > 1
+			h.mu.Unlock()
+			if goOn {
+				go h.goOn(e.RequestID)
+			}
+		}
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if _, err := chromedp.Call(b.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*" + part + "*"}}}); err != nil {
+		b.t.Fatal(err)
+	}
+	return h
+}
+
+func (h *held) goOn(id fetch.RequestID) {
+	_, _ = chromedp.Call(h.b.ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: id})
+}
+
+// release lets every request held but the first go on, and those that
+// come later.
+func (h *held) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.open = true
+	for i, id := range h.ids {
+		if i > 0 {
+			go h.goOn(id)
+		}
+	}
+}
+
+// end stops the interception and returns how many requests it saw.
+func (h *held) end() int {
+	h.b.t.Helper()
+	if _, err := chromedp.Call(h.b.ctx, fetch.Disable, cdp.Empty{}); err != nil {
+		h.b.t.Fatal(err)
+	}
+	h.cancel()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.ids)
 }
 
 // wait waits until the CSS selector sel matches a visible element.
@@ -462,6 +539,19 @@ steps:
 		t.Fatalf("failed target shows %q", msg)
 	}
 	b.screenshot("run-failed")
+
+	// A GET the keeper never answers (held in the browser: the first
+	// request for the run) is asked again: the page says what it waits
+	// for, then shows the run.
+	held := b.hold("/v1/runs/" + failed.ID)
+	b.loads++
+	b.run(chromedp.Navigate(fmt.Sprintf("%s/ui/?load=%d#/runs/%s", b.base, b.loads, failed.ID)))
+	get(b, chromedp.Poll[bool](`((document.getElementById('loading') || {}).textContent || '').includes('GET /v1/runs/`+failed.ID+`: no answer within 10 s; asking the keeper again (attempt 2 of 3)')`))
+	held.release()
+	b.wait(`#run-phase[data-phase="Failed"]`)
+	if n := held.end(); n < 2 {
+		t.Fatalf("the page asked for the run %d times, want a second request after the first went unanswered", n)
+	}
 
 	// A check run: its mode, the plan with the file's diff, nothing made.
 	planned := filepath.Join(t.TempDir(), "planned.conf")

@@ -37,13 +37,42 @@ export class Problem extends Error {
   }
 }
 
+// A GET changes nothing, so one the keeper has not answered within
+// GET_TIMEOUT_MS, or whose connection broke (a keeper restarting), is
+// sent again, up to GET_ATTEMPTS times in all: a request lost on the way
+// does not leave a page waiting for ever. The function given to
+// whenWaiting is told before each new attempt.
+const GET_TIMEOUT_MS = 10000;
+const GET_ATTEMPTS = 3;
+let onWaiting = () => {};
+
+export function whenWaiting(fn) { onWaiting = fn; }
+
 // call sends one request and returns the decoded JSON answer (null for
 // 204). A 401 means the session is gone: the sign-in page is shown.
 export async function call(method, path, body) {
+  if (method !== 'GET') return send(method, path, body);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await send(method, path, body, AbortSignal.timeout(GET_TIMEOUT_MS));
+    } catch (e) {
+      const timedOut = e.name === 'TimeoutError';
+      if (!timedOut && !(e instanceof TypeError)) throw e; // an answer, not a lost request
+      const why = timedOut ? 'no answer within ' + GET_TIMEOUT_MS / 1000 + ' s' : 'the connection broke';
+      if (attempt >= GET_ATTEMPTS) {
+        throw new Error('The keeper did not answer GET ' + path + ' (' + why + ', ' + attempt + ' attempts).');
+      }
+      onWaiting({path, why, attempt: attempt + 1, of: GET_ATTEMPTS});
+      if (!timedOut) await new Promise(r => setTimeout(r, 500 * attempt));
+    }
+  }
+}
+
+async function send(method, path, body, signal) {
   const headers = {Accept: 'application/json', ...authHeaders()};
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const res = await fetch(path, {
-    method, headers, credentials: 'same-origin', cache: 'no-store', redirect: 'error',
+    method, headers, credentials: 'same-origin', cache: 'no-store', redirect: 'error', signal,
     body: body === undefined ? undefined : JSON.stringify(body),
   });
   if (res.status === 204) return null;

@@ -63,7 +63,7 @@ async function show() {
   }
   drawNav(p.path);
   const render = r.id && details[p.path] ? details[p.path] : p.render;
-  replace(main, h('p', {class: 'muted'}, 'Loading…'));
+  replace(main, h('p', {class: 'muted', id: 'loading'}, 'Loading…'));
   try {
     await render(main, {id: r.id, params: r.params, signal, navigate: (hash) => { location.hash = hash; }});
   } catch (e) {
@@ -108,6 +108,11 @@ document.getElementById('sign-out').addEventListener('click', async () => {
   show();
 });
 api.whenSignedOut(() => show());
+// While a page is still loading, it says what it waits for.
+api.whenWaiting(({path, why, attempt, of}) => {
+  const loading = document.getElementById('loading');
+  if (loading) loading.textContent = 'Loading… GET ' + path + ': ' + why + '; asking the keeper again (attempt ' + attempt + ' of ' + of + ').';
+});
 window.addEventListener('hashchange', show);
 
 (async () => {
