@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -42,21 +43,73 @@ const (
 // started with the default data directory.
 const AdminTokenFile = ".keeper/admin.token"
 
-// Exit codes.
+// Exit codes: one meaning each, the table soulctl --help prints
+// (exitCodes) and README's "soulctl exit codes".
 const (
 	ExitOK      = 0
-	ExitFailure = 1
-	ExitUsage   = 2
-	// ExitRunFailed: the run ended Failed or Cancelled. It shares its
-	// value with ExitUsage, as a usage error also means nothing ran.
-	ExitRunFailed = 2
+	ExitFailure = 1 // any failure not below
+	// ExitChanges (2): with --exit-code, changes are pending (run --check)
+	// or a soul or VM has drifted (drift, drift cloud): ExitChangesPending,
+	// ExitDrift.
 	// ExitWaitTimeout: the run had not finished when the wait ended; it
 	// goes on in the keeper.
 	ExitWaitTimeout = 3
-	// ExitInvalid: the keeper refused the scenario or its input (422);
-	// nothing ran.
+	// ExitInvalid: the keeper (or soulctl validate) refused the scenario
+	// or the input (400, 422); nothing changed.
 	ExitInvalid = 4
+	// ExitRunFailed: the run ended Failed or Cancelled.
+	ExitRunFailed = 5
+	// ExitNotFound: what the command names does not exist (404).
+	ExitNotFound = 6
+	// ExitUsage: soulctl was called wrongly (sysexits' EX_USAGE); nothing
+	// was sent.
+	ExitUsage = 64
+	// ExitUnreachable: the keeper could not be reached or its TLS
+	// certificate not trusted (EX_UNAVAILABLE).
+	ExitUnreachable = 69
+	// ExitAuth: no token, a token the keeper refuses, or one without the
+	// permission (401, 403; EX_NOPERM).
+	ExitAuth = 77
 )
+
+// exitCodes is the table of exit codes for soulctl --help.
+const exitCodes = `Exit codes:
+  0   success
+  1   a failure not listed below
+  2   with --exit-code: changes pending (run --check), drift found (drift, drift cloud)
+  3   the wait ended before the run did; it goes on in the keeper
+  4   the scenario or input is invalid (validate, or the keeper's 400/422); nothing changed
+  5   the run ended Failed or Cancelled
+  6   not found (404)
+  64  usage: soulctl was called wrongly; nothing was sent
+  69  the keeper cannot be reached, or its certificate is not trusted
+  77  no token, a token the keeper refuses, or one without the permission (401, 403)`
+
+// exitCodeOf is the exit code of a command's error that is neither an
+// exitError nor a usage error.
+func exitCodeOf(err error) int {
+	var p *client.Problem
+	var ue *url.Error
+	var ce *client.CertificateError
+	switch {
+	case errors.As(err, &ce):
+		return ExitUnreachable
+	case errors.As(err, &p):
+		switch p.Status {
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return ExitAuth
+		case http.StatusNotFound:
+			return ExitNotFound
+		case http.StatusBadRequest, http.StatusUnprocessableEntity:
+			return ExitInvalid
+		}
+	case errors.Is(err, context.Canceled):
+		return ExitFailure // interrupted
+	case errors.As(err, &ue):
+		return ExitUnreachable
+	}
+	return ExitFailure
+}
 
 // Env is what soulctl takes from its process: standard streams and
 // environment variables.
@@ -111,7 +164,7 @@ func Run(ctx context.Context, args []string, env Env) int {
 		return ExitUsage
 	}
 	a.reportError(err)
-	return ExitFailure
+	return exitCodeOf(err)
 }
 
 // app holds the global options and the streams of one soulctl execution.
@@ -147,7 +200,9 @@ this directory), the token is read from that file.
 An https:// keeper that uses its own CA (as it does off loopback unless
 given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 <data-dir>/tls/ca.crt), or by pinning the CA fingerprint it logs with
---ca-fingerprint or ` + EnvCAFingerprint + `.`,
+--ca-fingerprint or ` + EnvCAFingerprint + `.
+
+` + exitCodes,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version.String(),
@@ -247,6 +302,9 @@ func (a *app) resolveToken() (token, source string, err error) {
 		return t, "soulctl login", nil
 	}
 	if !a.localKeeper() {
+		if _, err := os.Stat(AdminTokenFile); err == nil {
+			fmt.Fprintf(a.env.Stderr, "notice: ./%s is not sent to %s: it is the token of the keeper whose data dir is ./.keeper, and that keeper's %s names another URL (or is missing)\n", AdminTokenFile, a.resolvedURL, KeeperURLFile)
+		}
 		return "", "", nil
 	}
 	b, err := os.ReadFile(AdminTokenFile)

@@ -269,7 +269,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{"bad expiry", []string{"token", "create", "t", "--role", "viewer", "--expires-in", "soon"}, cli.ExitUsage, `--expires-in: "soon" is not a duration`},
 		{"negative expiry", []string{"token", "create", "t", "--role", "viewer", "--expires-in", "-1h"}, cli.ExitUsage, "--expires-in: must be positive"},
 		{"bad keeper URL", []string{"--keeper", "ftp://x", "provider", "list"}, cli.ExitUsage, "--keeper: keeper URL"},
-		{"unreachable keeper", []string{"--keeper", "http://127.0.0.1:1", "--token", "t", "provider", "list"}, cli.ExitFailure, "error: cannot reach the keeper at http://127.0.0.1:1:"},
+		{"unreachable keeper", []string{"--keeper", "http://127.0.0.1:1", "--token", "t", "provider", "list"}, cli.ExitUnreachable, "error: cannot reach the keeper at http://127.0.0.1:1:"},
 		{"run without file", []string{"run"}, cli.ExitUsage, "soulctl run needs FILE"},
 		{"run missing file", []string{"run", "/nonexistent/s.yaml"}, cli.ExitUsage, "read scenario: open /nonexistent/s.yaml"},
 		{"run bad input", []string{"run", "s.yaml", "--input", "flag"}, cli.ExitUsage, `--input: want key=value, got "flag"`},

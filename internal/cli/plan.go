@@ -87,14 +87,14 @@ func orNone(s string) string {
 }
 
 // checkExit is soulctl run --check --exit-code's exit: 0 nothing would
-// change, 2 changes pending, 1 the check failed.
+// change, 2 changes pending, 5 the check run failed (as any run).
 func checkExit(r *client.Run) error {
 	if r.Phase != client.PhaseSucceeded {
 		msg := fmt.Sprintf("check run %s %s", r.ID, r.Phase)
 		if r.Error != nil {
 			msg += ": " + errorText(r.Error)
 		}
-		return &exitError{code: ExitFailure, msg: msg}
+		return &exitError{code: ExitRunFailed, msg: msg}
 	}
 	if r.Check != nil && r.Check.Pending() {
 		return &exitError{code: ExitChangesPending}

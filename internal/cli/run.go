@@ -126,7 +126,7 @@ func (a *app) runCommand() *cobra.Command {
 	fs.StringVar(&project, "project", "", "the project the run acts in: its souls, providers and profiles (a keeper-wide token's choice; default: the default project, or the token's own)")
 	fs.BoolVar(&check.check, "check", false, "check run: say what an apply would change, change nothing")
 	fs.BoolVar(&check.diff, "diff", false, "with --check: show files' changes as unified diffs")
-	fs.BoolVar(&check.exitCode, "exit-code", false, "with --check: exit 0 when nothing would change, 2 when changes are pending, 1 on error")
+	fs.BoolVar(&check.exitCode, "exit-code", false, "with --check: exit 0 when nothing would change, 2 when changes are pending, another code on error (soulctl --help)")
 	return cmd
 }
 

@@ -40,12 +40,12 @@ func TestTrustKeeperCA(t *testing.T) {
 		return code, stdout.String(), stderr.String()
 	}
 	code, _, stderr := soulctl(nil, "provider", "list")
-	if code != cli.ExitFailure || !strings.Contains(stderr, "does not trust") || !strings.Contains(stderr, "--ca-file") ||
+	if code != cli.ExitUnreachable || !strings.Contains(stderr, "does not trust") || !strings.Contains(stderr, "--ca-file") ||
 		!strings.Contains(stderr, "--ca-fingerprint") || !strings.Contains(stderr, "presented CA "+m[1]) {
 		t.Fatalf("soulctl without the CA: exit %d\n%s", code, stderr)
 	}
 	code, _, stderr = soulctl(nil, "--ca-fingerprint", "sha256:"+strings.Repeat("00", 32), "provider", "list")
-	if code != cli.ExitFailure || !strings.Contains(stderr, "pinned fingerprint") {
+	if code != cli.ExitUnreachable || !strings.Contains(stderr, "pinned fingerprint") {
 		t.Fatalf("soulctl with a wrong pin: exit %d\n%s", code, stderr)
 	}
 	if code, _, stderr = soulctl(nil, "--ca-fingerprint", "nonsense", "provider", "list"); code != cli.ExitUsage || !strings.Contains(stderr, "--ca-fingerprint") {

@@ -19,6 +19,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/soulstack/soulstack/client"
+	"github.com/soulstack/soulstack/internal/cli"
 	"github.com/soulstack/soulstack/internal/keepertest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
@@ -482,7 +483,7 @@ func TestMCPRefusesBadTokens(t *testing.T) {
 		}
 	}
 	// Over stdio the keeper's refusal stops soulctl mcp, which says the
-	// keeper's code and message and exits 1.
+	// keeper's code and message and exits cli.ExitAuth (77).
 	if s, err := connectStdio(ctx, t, mk.k, "sst_notatoken", nil); err == nil {
 		s.Close()
 		t.Error("soulctl mcp served with a wrong token")
@@ -494,8 +495,8 @@ func TestMCPRefusesBadTokens(t *testing.T) {
 	cmd.Stdin, cmd.Stderr = strings.NewReader(""), &stderr
 	err = cmd.Run()
 	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(stderr.String(), "auth.invalid_token: ") {
-		t.Fatalf("soulctl mcp with a wrong token: %v, stderr %q; want exit 1 with the keeper's auth.invalid_token", err, stderr.String())
+	if !errors.As(err, &exit) || exit.ExitCode() != cli.ExitAuth || !strings.Contains(stderr.String(), "auth.invalid_token: ") {
+		t.Fatalf("soulctl mcp with a wrong token: %v, stderr %q; want exit %d with the keeper's auth.invalid_token", err, stderr.String(), cli.ExitAuth)
 	}
 }
 
