@@ -30,12 +30,13 @@ func (c *Client) RunGet(ctx context.Context, id string) (*Run, error) {
 }
 
 // RunListOptions pick a page of runs: the page, and optionally only the
-// runs in one phase or whose scenario name contains a text (ignoring ASCII
-// case). The keeper filters before it pages.
+// runs in one phase, whose scenario name contains a text (ignoring ASCII
+// case) or created at or after Since. The keeper filters before it pages.
 type RunListOptions struct {
 	ListOptions
 	Phase Phase
 	Name  string
+	Since time.Time
 }
 
 // RunList returns a page of runs, newest first.
@@ -46,6 +47,9 @@ func (c *Client) RunList(ctx context.Context, o RunListOptions) (*RunList, error
 	}
 	if o.Name != "" {
 		q.Set("name", o.Name)
+	}
+	if !o.Since.IsZero() {
+		q.Set("since", o.Since.UTC().Format(time.RFC3339Nano))
 	}
 	return call[RunList](ctx, c, http.MethodGet, "/v1/runs", q, nil)
 }

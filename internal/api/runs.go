@@ -271,10 +271,11 @@ func (s *Server) registerRunList() {
 		OperationID: "run-list", Method: http.MethodGet, Path: "/v1/runs", Tags: runTags, Summary: "List runs, newest first",
 	}, auth.RunRead, false, func(ctx context.Context, in *struct {
 		ListInput
-		Phase string `query:"phase" enum:"Pending,Running,AwaitingApproval,Succeeded,Failed,Cancelled,Rejected" doc:"Only runs in this phase."`
-		Name  string `query:"name" maxLength:"200" doc:"Only runs whose scenario name contains this text (ignoring ASCII case)."`
+		Phase string    `query:"phase" enum:"Pending,Running,AwaitingApproval,Succeeded,Failed,Cancelled,Rejected" doc:"Only runs in this phase."`
+		Name  string    `query:"name" maxLength:"200" doc:"Only runs whose scenario name contains this text (ignoring ASCII case)."`
+		Since time.Time `query:"since" doc:"Only runs created at or after this time (RFC 3339)."`
 	}) (*struct{ Body client.RunList }, error) {
-		rs, err := s.runStore.RunList(ctx, store.RunListParams{ListParams: listScope(ctx, &in.ListInput), Phase: in.Phase, NameContains: in.Name})
+		rs, err := s.runStore.RunList(ctx, store.RunListParams{ListParams: listScope(ctx, &in.ListInput), Phase: in.Phase, NameContains: in.Name, CreatedSince: in.Since})
 		if err != nil {
 			return nil, err
 		}

@@ -71,7 +71,7 @@ var runPhases = []client.Phase{client.PhasePending, client.PhaseAwaitingApproval
 
 func (a *app) runsListCommand() *cobra.Command {
 	var limit int
-	var phase, name string
+	var phase, name, since string
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, newest first",
@@ -79,7 +79,7 @@ func (a *app) runsListCommand() *cobra.Command {
 one --phase, or those whose scenario name contains --name (ignoring case).
 The keeper filters; soulctl fetches only the pages it needs.`,
 		Example: `  soulctl runs list --phase Failed --limit 5
-  soulctl runs list --name spawn -o json`,
+  soulctl runs list --name spawn --since 24h -o json`,
 		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			if limit < 0 {
@@ -100,12 +100,16 @@ The keeper filters; soulctl fetches only the pages it needs.`,
 					return usageErrorf("--phase: %q is not a run phase (%s)", phase, strings.Join(names, ", "))
 				}
 			}
+			sinceT, err := parseSince(since, time.Now())
+			if err != nil {
+				return err
+			}
 			c, err := a.client()
 			if err != nil {
 				return err
 			}
 			items, err := listUpTo(cmd.Context(), limit, func(ctx context.Context, o client.ListOptions) ([]client.Run, string, error) {
-				l, err := c.RunList(ctx, client.RunListOptions{ListOptions: o, Phase: ph, Name: name})
+				l, err := c.RunList(ctx, client.RunListOptions{ListOptions: o, Phase: ph, Name: name, Since: sinceT})
 				if err != nil {
 					return nil, "", err
 				}
@@ -125,6 +129,7 @@ The keeper filters; soulctl fetches only the pages it needs.`,
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many runs, the newest (0: all)")
 	cmd.Flags().StringVar(&phase, "phase", "", "only runs in this phase (Pending, AwaitingApproval, Running, Succeeded, Failed, Cancelled, Rejected)")
 	cmd.Flags().StringVar(&name, "name", "", "only runs whose scenario name contains this text (ignoring case)")
+	cmd.Flags().StringVar(&since, "since", "", "only runs created since this long ago (24h, 90m) or this time (RFC 3339, 2026-12-01T00:00:00Z)")
 	return cmd
 }
 
@@ -363,4 +368,23 @@ func timePtr(t *time.Time) string {
 		return ""
 	}
 	return timestamp(*t)
+}
+
+// parseSince reads --since: a duration back from now (24h, 90m) or an
+// RFC 3339 time; the zero time when empty.
+func parseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, usageErrorf("--since: %q must be a positive duration", s)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	if err != nil {
+		return time.Time{}, usageErrorf("--since: %q is neither a duration (24h, 90m) nor an RFC 3339 time (2026-12-01T00:00:00Z)", s)
+	}
+	return t, nil
 }

@@ -213,6 +213,8 @@ type RunListParams struct {
 	// NameContains, when set, keeps the runs whose scenario name contains
 	// it (ignoring ASCII case, literally: % and _ are not wildcards).
 	NameContains string
+	// CreatedSince, when set, keeps the runs created at or after it.
+	CreatedSince time.Time
 }
 
 // RunStore persists runs, their steps, targets and events.

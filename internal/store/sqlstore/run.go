@@ -172,6 +172,9 @@ func (s *Store) RunList(ctx context.Context, p store.RunListParams) (_ []store.R
 	if p.NameContains != "" {
 		query, args = query+` AND LOWER(name) LIKE LOWER(?) ESCAPE '\'`, append(args, "%"+likeEscaper.Replace(p.NameContains)+"%")
 	}
+	if !p.CreatedSince.IsZero() {
+		query, args = query+` AND created_at >= ?`, append(args, p.CreatedSince.UTC())
+	}
 	if cond, a := inProject(p.Project, ""); cond != "" {
 		query, args = query+cond, append(args, a...)
 	}
