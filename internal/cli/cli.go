@@ -173,6 +173,7 @@ type app struct {
 	keeperURL     string
 	token         string
 	output        string
+	jq            string
 	caFile        string
 	caFingerprint string
 
@@ -213,7 +214,8 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 	fs := root.PersistentFlags()
 	fs.StringVar(&a.keeperURL, "keeper", "", "keeper URL (env "+EnvKeeper+", default "+client.DefaultURL+")")
 	fs.StringVar(&a.token, "token", "", "API token (env "+EnvToken+", else soulctl login's for this keeper, else ./"+AdminTokenFile+" when present)")
-	fs.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	fs.StringVarP(&a.output, "output", "o", "table", "output format: table, json, yaml, jsonpath=EXPR (RFC 9535), go-template=TEMPLATE")
+	fs.StringVar(&a.jq, "jq", "", "print what this jq expression makes of the JSON output (each string raw, anything else as JSON)")
 	fs.StringVar(&a.caFile, "ca-file", "", "PEM file of the CA to trust for an https:// keeper (env "+EnvCA+")")
 	fs.StringVar(&a.caFingerprint, "ca-fingerprint", "", "pin the keeper's CA by its SHA-256 fingerprint, sha256:… (env "+EnvCAFingerprint+")")
 	root.AddCommand(
@@ -244,7 +246,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 func (a *app) action(f func(cmd *cobra.Command, args []string, p *printer) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		a.running = true
-		p, err := newPrinter(cmd.OutOrStdout(), a.output)
+		p, err := newPrinter(cmd.OutOrStdout(), a.output, a.jq)
 		if err != nil {
 			return err
 		}
