@@ -238,6 +238,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.projectCommand(),
 		a.credentialCommand(),
 	)
+	a.addCompletions(root)
 	return root
 }
 
