@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -433,10 +434,35 @@ func asGroup(cmd *cobra.Command) {
 		}
 		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			// The closest first (cobra lists them in command order).
+			slices.SortStableFunc(s, func(x, y string) int { return editDistance(args[0], x) - editDistance(args[0], y) })
 			msg += "; did you mean " + strings.Join(s, " or ") + "?"
 		}
 		return usageErrorf("%s", msg)
 	}
+}
+
+// editDistance is the Levenshtein distance between a and b, ignoring
+// ASCII case.
+func editDistance(a, b string) int {
+	a, b = strings.ToLower(a), strings.ToLower(b)
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // exactArgs accepts exactly the named positional arguments.
