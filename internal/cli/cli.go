@@ -174,6 +174,8 @@ type app struct {
 	keeperURL     string
 	token         string
 	output        string
+	contextName   string         // --context
+	context       *keeperContext // the context in use (connection)
 	jq            string
 	caFile        string
 	caFingerprint string
@@ -194,10 +196,12 @@ func (a *app) rootCommand() *cobra.Command {
 providers, VM profiles, souls (managed hosts), API tokens, the audit log, the
 module catalog, and runs of scenarios.
 
-The keeper is found with --keeper or ` + EnvKeeper + ` (default ` + client.DefaultURL + `).
-The API token comes from --token or ` + EnvToken + `; when neither is given
-and ./` + AdminTokenFile + ` exists (the keeper was started with "keeper serve" in
-this directory), the token is read from that file.
+The keeper is found with --keeper, a context named with --context (or
+` + EnvContext + `), ` + EnvKeeper + `, the current context (soulctl context), in
+that order (default ` + client.DefaultURL + `). The API token comes from --token;
+` + EnvToken + ` (never sent to a context's keeper) or the context's token file;
+soulctl login's token for the keeper; and, for the keeper whose data dir is
+./.keeper (its keeper.url names it), ./` + AdminTokenFile + `.
 
 An https:// keeper that uses its own CA (as it does off loopback unless
 given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
@@ -217,6 +221,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 	fs.StringVar(&a.token, "token", "", "API token (env "+EnvToken+", else soulctl login's for this keeper, else ./"+AdminTokenFile+" when present)")
 	fs.StringVarP(&a.output, "output", "o", "table", "output format: table, json, yaml, jsonpath=EXPR (RFC 9535), go-template=TEMPLATE")
 	fs.StringVar(&a.jq, "jq", "", "print what this jq expression makes of the JSON output (each string raw, anything else as JSON)")
+	fs.StringVar(&a.contextName, "context", "", "use this context's keeper (env "+EnvContext+"; soulctl context)")
 	fs.StringVar(&a.caFile, "ca-file", "", "PEM file of the CA to trust for an https:// keeper (env "+EnvCA+")")
 	fs.StringVar(&a.caFingerprint, "ca-fingerprint", "", "pin the keeper's CA by its SHA-256 fingerprint, sha256:… (env "+EnvCAFingerprint+")")
 	root.AddCommand(
@@ -238,6 +243,7 @@ given a certificate) is trusted with --ca-file or ` + EnvCA + ` (its
 		a.whoamiCommand(),
 		a.projectCommand(),
 		a.credentialCommand(),
+		a.contextCommand(),
 	)
 	a.addCompletions(root)
 	return root
@@ -275,15 +281,33 @@ func (a *app) client() (*client.Client, error) {
 // connection resolves the keeper's URL (into a.resolvedURL), the token
 // and the trust options from the flags and the environment.
 func (a *app) connection() (string, client.Options, error) {
-	a.resolvedURL = firstNonEmpty(a.keeperURL, a.env.Getenv(EnvKeeper), client.DefaultURL)
+	kc, err := a.keeperContext()
+	if err != nil {
+		return "", client.Options{}, err
+	}
+	// A context gives the keeper unless --keeper does, or, for the
+	// current context (not one named with --context or SOULSTACK_CONTEXT),
+	// SOULSTACK_KEEPER.
+	a.context = nil
+	named := a.contextName != "" || a.env.Getenv(EnvContext) != ""
+	if kc != nil && a.keeperURL == "" && (named || a.env.Getenv(EnvKeeper) == "") {
+		a.context = kc
+	}
+	var ctxCA, ctxFingerprint string
+	if a.context != nil {
+		a.resolvedURL = a.context.Keeper
+		ctxCA, ctxFingerprint = a.context.CAFile, a.context.CAFingerprint
+	} else {
+		a.resolvedURL = firstNonEmpty(a.keeperURL, a.env.Getenv(EnvKeeper), client.DefaultURL)
+	}
 	token, source, err := a.resolveToken()
 	if err != nil {
 		return "", client.Options{}, err
 	}
 	a.tokenSource = source
 	opts := client.Options{
-		CAFile:        firstNonEmpty(a.caFile, a.env.Getenv(EnvCA)),
-		CAFingerprint: firstNonEmpty(a.caFingerprint, a.env.Getenv(EnvCAFingerprint)),
+		CAFile:        firstNonEmpty(a.caFile, a.env.Getenv(EnvCA), ctxCA),
+		CAFingerprint: firstNonEmpty(a.caFingerprint, a.env.Getenv(EnvCAFingerprint), ctxFingerprint),
 	}
 	if opts.CAFingerprint != "" {
 		if _, err := client.ParseFingerprint(opts.CAFingerprint); err != nil {
@@ -293,13 +317,23 @@ func (a *app) connection() (string, client.Options, error) {
 	return token, opts, nil
 }
 
-// resolveToken picks the API token: the flag, the environment, then the
-// admin token file of a keeper started in the working directory.
+// resolveToken picks the API token: the flag; the environment, unless
+// the keeper is a context's (the variable may be another keeper's), whose
+// token file comes then; soulctl login's for the keeper; then the admin
+// token file of a keeper started in the working directory.
 func (a *app) resolveToken() (token, source string, err error) {
 	if a.token != "" {
 		return a.token, "--token", nil
 	}
-	if t := a.env.Getenv(EnvToken); t != "" {
+	if a.context != nil {
+		if f := a.context.TokenFile; f != "" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				return "", "", fmt.Errorf("context %q: read its token file: %w", a.context.Name, err)
+			}
+			return strings.TrimSpace(string(b)), fmt.Sprintf("context %q (%s)", a.context.Name, f), nil
+		}
+	} else if t := a.env.Getenv(EnvToken); t != "" {
 		return t, EnvToken, nil
 	}
 	if t, ok := a.loggedInToken(a.resolvedURL); ok {

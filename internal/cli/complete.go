@@ -22,6 +22,7 @@ const (
 	namesOfTokens      = "tokens"
 	namesOfModules     = "modules"
 	namesOfCredentials = "credentials"
+	namesOfContexts    = "contexts" // soulctl's own, not the keeper's
 	files              = "files"
 )
 
@@ -43,7 +44,8 @@ var argNames = map[string][]string{
 	"token revoke":      {namesOfTokens},
 	"modules show":      {namesOfModules},
 	"credential delete": {namesOfCredentials},
-	"run":               {files},
+	"context use":       {namesOfContexts}, "context delete": {namesOfContexts},
+	"run": {files},
 }
 
 // flagNames is what a command's flags complete to.
@@ -107,6 +109,19 @@ func (a *app) completeArgs(kinds []string) cobra.CompletionFunc {
 func (a *app) completeNames(ctx context.Context, kind, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if kind == namesOfContexts {
+		c, _, err := a.readConfig()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveError
+		}
+		out := []cobra.Completion{}
+		for _, k := range c.Contexts {
+			if strings.HasPrefix(k.Name, prefix) {
+				out = append(out, k.Name)
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
 	}
 	ctx, cancel := context.WithTimeout(ctx, completionTimeout)
 	defer cancel()
