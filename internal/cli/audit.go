@@ -84,8 +84,9 @@ log (--limit is then the page size).`,
 
 func (a *app) auditVerifyCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "verify",
-		Short: "Verify the audit hash chain; exit 1 when it is broken",
+		Use:     "verify",
+		Short:   "Verify the audit hash chain; exit 1 when it is broken",
+		Example: `  soulctl audit verify`,
 		Long: `Ask the keeper to verify the whole audit log: every row's HMAC under the
 audit key and its link to the row before, the chain head, and the head
 against the keeper's signed checkpoints. Prints OK with the number of events

@@ -165,9 +165,10 @@ exists replaces it. The first context added becomes the current one.`,
 	_ = add.MarkFlagRequired("keeper")
 
 	use := &cobra.Command{
-		Use:   "use NAME",
-		Short: "Talk to this context's keeper from now on",
-		Args:  exactArgs("NAME"),
+		Use:     "use NAME",
+		Short:   "Talk to this context's keeper from now on",
+		Example: `  soulctl context use prod`,
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, path, err := a.readConfig()
 			if err != nil {
@@ -187,7 +188,9 @@ exists replaces it. The first context added becomes the current one.`,
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the contexts; * marks the current one",
-		Args:  cobra.NoArgs,
+		Example: `  soulctl context list
+  soulctl context list -o json`,
+		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, _, err := a.readConfig()
 			if err != nil {
@@ -205,9 +208,10 @@ exists replaces it. The first context added becomes the current one.`,
 		}),
 	}
 	del := &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Forget a context (the token files and soulctl login's tokens stay)",
-		Args:  exactArgs("NAME"),
+		Use:     "delete NAME",
+		Short:   "Forget a context (the token files and soulctl login's tokens stay)",
+		Example: `  soulctl context delete lab`,
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, path, err := a.readConfig()
 			if err != nil {

@@ -98,7 +98,9 @@ func (a *app) credentialListCommand(project *string) *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
 		Short: "List a project's credentials (names, never values)",
-		Args:  cobra.NoArgs,
+		Example: `  soulctl credential list
+  soulctl credential list --project team-a`,
+		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, project, err := a.projectClient(cmd.Context(), *project)
 			if err != nil {
@@ -119,9 +121,10 @@ func (a *app) credentialListCommand(project *string) *cobra.Command {
 
 func (a *app) credentialDeleteCommand(project *string) *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a credential (what names it no longer resolves)",
-		Args:  exactArgs("NAME"),
+		Use:     "delete NAME",
+		Short:   "Delete a credential (what names it no longer resolves)",
+		Example: `  soulctl credential delete deploy-key`,
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, project, err := a.projectClient(cmd.Context(), *project)
 			if err != nil {

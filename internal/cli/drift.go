@@ -225,8 +225,9 @@ func waitDrift(ctx context.Context, c *client.Client, ch client.DriftCheckRun) e
 func (a *app) driftAckCommand() *cobra.Command {
 	in := client.DriftAck{}
 	cmd := &cobra.Command{
-		Use:   "ack SID --until 7d --reason TEXT",
-		Short: "Acknowledge a soul's drift for a while (audited)",
+		Use:     "ack SID --until 7d --reason TEXT",
+		Short:   "Acknowledge a soul's drift for a while (audited)",
+		Example: `  soulctl drift ack web-1.example.com --until 7d --reason 'hotfix INC-42, redeploy Friday'`,
 		Long: `Acknowledge the drift of a soul's seeds (one with --seed): it is reported as
 acknowledged and raises no notification until its state changes or --until
 passes (a duration such as 12h or 7d, or a time in RFC 3339; at most 90 days).
@@ -260,6 +261,8 @@ func (a *app) driftCloudCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cloud [--provider NAME]",
 		Short: "Compare each provider's VMs with the souls the registry holds",
+		Example: `  soulctl drift cloud
+  soulctl drift cloud --provider hetzner --exit-code`,
 		Long: `Ask each provider's driver for its VMs and compare them with the souls the
 registry holds for them: a soul whose VM is gone (missing), not running
 (stopped) or of another size than it was registered with (resized), and VMs

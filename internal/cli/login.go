@@ -105,6 +105,8 @@ func (a *app) loginCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "login",
 		Short: "Sign in with the keeper's identity provider and keep the token",
+		Example: `  soulctl --keeper https://keeper.example.com:8420 login
+  soulctl login --no-browser --project team-a`,
 		Long: `Sign in with the keeper's OpenID Connect provider (keeper.yml oidc) in a
 browser. soulctl listens on a loopback port for the keeper's answer and
 exchanges the one-time code it gets, with the PKCE verifier only it holds,
@@ -206,8 +208,9 @@ func (a *app) login(ctx context.Context, c *client.Client, noBrowser bool, proje
 
 func (a *app) logoutCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "logout",
-		Short: "Revoke the token soulctl login kept for this keeper, and forget it",
+		Use:     "logout",
+		Short:   "Revoke the token soulctl login kept for this keeper, and forget it",
+		Example: `  soulctl logout`,
 		Long: `Revoke the token soulctl login kept for the keeper (--keeper or ` + EnvKeeper + `)
 at the keeper, which ends every session of it, and remove it from the
 credentials file. A token the keeper no longer accepts (expired, revoked
@@ -248,7 +251,9 @@ func (a *app) whoamiCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "whoami",
 		Short: "Show the token soulctl uses: its name, role, permissions and person",
-		Args:  cobra.NoArgs,
+		Example: `  soulctl whoami
+  soulctl whoami -o json`,
+		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {

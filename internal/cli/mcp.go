@@ -26,8 +26,9 @@ import (
 
 func (a *app) mcpCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "mcp",
-		Short: "Serve the keeper's MCP tools over stdio",
+		Use:     "mcp",
+		Short:   "Serve the keeper's MCP tools over stdio",
+		Example: `  soulctl mcp   # in an MCP client's config: {"command": "soulctl", "args": ["mcp"]}`,
 		Long: `Serve the keeper's MCP tools on stdin/stdout, for MCP clients that start their
 servers as a command. soulctl opens a session with the keeper's /mcp using the
 same keeper URL, token and CA settings as every other command, and forwards

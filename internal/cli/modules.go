@@ -21,9 +21,10 @@ func (a *app) modulesCommand() *cobra.Command {
 
 func (a *app) modulesListCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "list",
-		Short: "List the module states the keeper can run",
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Short:   "List the module states the keeper can run",
+		Example: `  soulctl modules list`,
+		Args:    cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -46,6 +47,8 @@ func (a *app) modulesShowCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show ID",
 		Short: "Show a module's catalog page",
+		Example: `  soulctl modules show core.pkg.installed
+  soulctl modules show core.cloud`,
 		Long: `Show a module's catalog page: requirements, the state with when it changes,
 the params and output tables, an example and notes. ID is namespace.module.state,
 for example core.command.ran, or namespace.module for the page of all its states,

@@ -68,9 +68,10 @@ parameters (image, size, network…) as a JSON object.`,
 
 func (a *app) profileListCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "list",
-		Short: "List profiles",
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Short:   "List profiles",
+		Example: `  soulctl profile list`,
+		Args:    cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -97,9 +98,10 @@ func (a *app) profileListCommand() *cobra.Command {
 
 func (a *app) profileGetCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show a profile",
-		Args:  exactArgs("NAME"),
+		Use:     "get NAME",
+		Short:   "Show a profile",
+		Example: `  soulctl profile get small -o yaml`,
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -116,10 +118,11 @@ func (a *app) profileGetCommand() *cobra.Command {
 
 func (a *app) profileDeleteCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a profile",
-		Long:  "Delete a profile. With -o json nothing is printed on success.",
-		Args:  exactArgs("NAME"),
+		Use:     "delete NAME",
+		Short:   "Delete a profile",
+		Example: `  soulctl profile delete small`,
+		Long:    "Delete a profile. With -o json nothing is printed on success.",
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {

@@ -12,9 +12,10 @@ import (
 func (a *app) projectCommand() *cobra.Command {
 	var in client.ProjectCreate
 	create := &cobra.Command{
-		Use:   "create NAME",
-		Short: "Create a project",
-		Args:  exactArgs("NAME"),
+		Use:     "create NAME",
+		Short:   "Create a project",
+		Example: `  soulctl project create team-a`,
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -30,9 +31,10 @@ func (a *app) projectCommand() *cobra.Command {
 	}
 	create.Flags().StringVar(&in.Description, "description", "", "what the project is for")
 	list := &cobra.Command{
-		Use:   "list",
-		Short: "List projects",
-		Args:  cobra.NoArgs,
+		Use:     "list",
+		Short:   "List projects",
+		Example: `  soulctl project list`,
+		Args:    cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -56,9 +58,10 @@ func (a *app) projectCommand() *cobra.Command {
 		}),
 	}
 	get := &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show a project",
-		Args:  exactArgs("NAME"),
+		Use:     "get NAME",
+		Short:   "Show a project",
+		Example: `  soulctl project get team-a`,
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -72,9 +75,10 @@ func (a *app) projectCommand() *cobra.Command {
 		}),
 	}
 	del := &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a project (never the default one)",
-		Args:  exactArgs("NAME"),
+		Use:     "delete NAME",
+		Short:   "Delete a project (never the default one)",
+		Example: `  soulctl project delete team-a`,
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -96,7 +100,9 @@ func (a *app) bindCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bind PROJECT (--group G | --person 'ISSUER SUBJECT') --role ROLE",
 		Short: "Give a group or a person a role in a project (what they get at an OIDC sign-in to it)",
-		Args:  exactArgs("PROJECT"),
+		Example: `  soulctl project bind team-a --group platform --role operator
+  soulctl project bind team-a --person 'https://idp.example.com 248289761001' --role viewer`,
+		Args: exactArgs("PROJECT"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -126,9 +132,10 @@ func (a *app) bindCommand() *cobra.Command {
 func (a *app) unbindCommand() *cobra.Command {
 	var group, person string
 	cmd := &cobra.Command{
-		Use:   "unbind PROJECT (--group G | --person 'ISSUER SUBJECT')",
-		Short: "Remove a role binding",
-		Args:  exactArgs("PROJECT"),
+		Use:     "unbind PROJECT (--group G | --person 'ISSUER SUBJECT')",
+		Short:   "Remove a role binding",
+		Example: `  soulctl project unbind team-a --group platform`,
+		Args:    exactArgs("PROJECT"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -153,9 +160,10 @@ func (a *app) unbindCommand() *cobra.Command {
 
 func (a *app) bindingsCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "bindings PROJECT",
-		Short: "List a project's role bindings",
-		Args:  exactArgs("PROJECT"),
+		Use:     "bindings PROJECT",
+		Short:   "List a project's role bindings",
+		Example: `  soulctl project bindings team-a`,
+		Args:    exactArgs("PROJECT"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -179,7 +187,9 @@ func (a *app) quotaCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "quota PROJECT [--vms N] [--vcpus N] [--memory-mb N] [--runs N]",
 		Short: "Set a project's quota (0 or left out: no limit)",
-		Args:  exactArgs("PROJECT"),
+		Example: `  soulctl project quota team-a --vms 20 --vcpus 40 --memory-mb 81920 --runs 5
+  soulctl project quota team-a`,
+		Args: exactArgs("PROJECT"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -206,9 +216,10 @@ func (a *app) shareCommands(kind string, share func(ctx context.Context, c *clie
 	unshare func(ctx context.Context, c *client.Client, name, project string) error) []*cobra.Command {
 	mk := func(verb, short string, do func(ctx context.Context, c *client.Client, name, project string) error, done string) *cobra.Command {
 		return &cobra.Command{
-			Use:   verb + " NAME PROJECT",
-			Short: short,
-			Args:  exactArgs("NAME", "PROJECT"),
+			Use:     verb + " NAME PROJECT",
+			Short:   short,
+			Example: "  soulctl " + kind + " " + verb + " shared-" + kind + " team-a",
+			Args:    exactArgs("NAME", "PROJECT"),
 			RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 				c, err := a.client()
 				if err != nil {

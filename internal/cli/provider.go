@@ -72,7 +72,9 @@ func (a *app) providerListCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
 		Short: "List providers",
-		Args:  cobra.NoArgs,
+		Example: `  soulctl provider list
+  soulctl provider list -o 'jsonpath=$.items[*].name'`,
+		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -99,9 +101,10 @@ func (a *app) providerListCommand() *cobra.Command {
 
 func (a *app) providerGetCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show a provider",
-		Args:  exactArgs("NAME"),
+		Use:     "get NAME",
+		Short:   "Show a provider",
+		Example: `  soulctl provider get hetzner -o json`,
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -118,10 +121,11 @@ func (a *app) providerGetCommand() *cobra.Command {
 
 func (a *app) providerDeleteCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a provider that no profile uses",
-		Long:  "Delete a provider. The keeper refuses (provider.in_use) while profiles use it. With -o json nothing is printed on success.",
-		Args:  exactArgs("NAME"),
+		Use:     "delete NAME",
+		Short:   "Delete a provider that no profile uses",
+		Example: `  soulctl provider delete hetzner`,
+		Long:    "Delete a provider. The keeper refuses (provider.in_use) while profiles use it. With -o json nothing is printed on success.",
+		Args:    exactArgs("NAME"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {

@@ -37,8 +37,9 @@ func (a *app) runsDecideCommand(approve bool) *cobra.Command {
 	}
 	var reason string
 	cmd := &cobra.Command{
-		Use:   verb + " ID --reason TEXT",
-		Short: short,
+		Use:     verb + " ID --reason TEXT",
+		Short:   short,
+		Example: "  soulctl runs " + verb + " run_0123456789abcdef --reason 'change ticket CHG-42'",
 		Long: short + `. A run waits (phase AwaitingApproval) when an approval
 policy holds one of its steps; another person than its creator, with
 run.approve in its project, decides. The reason is kept with the run and in
@@ -135,9 +136,10 @@ The keeper filters; soulctl fetches only the pages it needs.`,
 
 func (a *app) runsGetCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get ID",
-		Short: "Show a run with its steps, targets and outputs",
-		Args:  exactArgs("ID"),
+		Use:     "get ID",
+		Short:   "Show a run with its steps, targets and outputs",
+		Example: `  soulctl runs get run_0123456789abcdef -o json`,
+		Args:    exactArgs("ID"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -155,8 +157,9 @@ func (a *app) runsGetCommand() *cobra.Command {
 func (a *app) runsLogsCommand() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
-		Use:   "logs ID",
-		Short: "Print a run's events",
+		Use:     "logs ID",
+		Short:   "Print a run's events",
+		Example: `  soulctl runs logs run_0123456789abcdef --follow`,
 		Long: `Print a run's events, one plain line each: time, kind, step, SID and what
 happened. Without --follow it prints the events recorded so far; with --follow
 it goes on until the run has finished. With -o json each event is one line of
@@ -243,8 +246,9 @@ func (i *idleTimer) stop() { i.t.Stop() }
 func (a *app) runsWaitCommand() *cobra.Command {
 	var timeout string
 	cmd := &cobra.Command{
-		Use:   "wait ID",
-		Short: "Wait until a run has finished and print its recap",
+		Use:     "wait ID",
+		Short:   "Wait until a run has finished and print its recap",
+		Example: `  soulctl runs wait run_0123456789abcdef --timeout 30m`,
 		Long: `Wait until a run has finished and print its recap (with -o json, the run).
 Exit codes as for soulctl run: 0 when it Succeeded, 2 when it Failed or was
 Cancelled, 3 when --timeout passed first (the run goes on), 1 on other errors.`,
@@ -274,8 +278,9 @@ Cancelled, 3 when --timeout passed first (the run goes on), 1 on other errors.`,
 
 func (a *app) runsCancelCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a run",
+		Use:     "cancel ID",
+		Short:   "Cancel a run",
+		Example: `  soulctl runs cancel run_0123456789abcdef`,
 		Long: `Cancel a run: a Pending run is cancelled at once, a Running one stops at its
 next check, within seconds (soulctl runs wait ID waits for that).`,
 		Args: exactArgs("ID"),

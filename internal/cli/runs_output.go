@@ -14,6 +14,8 @@ func (a *app) runsOutputCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "output ID [STEP]",
 		Short: "Print a run's outputs (or one step's, or one target's) whole, as JSON",
+		Example: `  soulctl runs output run_0123456789abcdef
+  soulctl runs output run_0123456789abcdef provision > vms.json`,
 		Long: `Print the outputs of a run as a JSON object by step name, with STEP the
 output of that step only, and with STEP --soul SID that one target's output,
 masked as every keeper answer is. They come whole, as the run stored them

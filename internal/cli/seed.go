@@ -13,9 +13,10 @@ import (
 
 func (a *app) soulSeedsCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "seeds SID",
-		Short: "List a soul's seeds",
-		Args:  exactArgs("SID"),
+		Use:     "seeds SID",
+		Short:   "List a soul's seeds",
+		Example: `  soulctl soul seeds web-1.example.com`,
+		Args:    exactArgs("SID"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {

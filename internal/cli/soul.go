@@ -106,7 +106,9 @@ func (a *app) soulGetCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "get SID",
 		Short: "Show a soul",
-		Args:  exactArgs("SID"),
+		Example: `  soulctl soul get db-1.example.com
+  soulctl soul get db-1.example.com -o json`,
+		Args: exactArgs("SID"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -123,10 +125,11 @@ func (a *app) soulGetCommand() *cobra.Command {
 
 func (a *app) soulDeleteCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete SID",
-		Short: "Remove a soul from the registry",
-		Long:  "Remove a soul from the registry; the host itself is not touched. With -o json nothing is printed on success.",
-		Args:  exactArgs("SID"),
+		Use:     "delete SID",
+		Short:   "Remove a soul from the registry",
+		Example: `  soulctl soul delete db-1.example.com`,
+		Long:    "Remove a soul from the registry; the host itself is not touched. With -o json nothing is printed on success.",
+		Args:    exactArgs("SID"),
 		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {

@@ -90,7 +90,9 @@ func (a *app) tokenListCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "list",
 		Short: "List API tokens (never the tokens themselves)",
-		Args:  cobra.NoArgs,
+		Example: `  soulctl token list
+  soulctl token list -o json`,
+		Args: cobra.NoArgs,
 		RunE: a.action(func(cmd *cobra.Command, _ []string, p *printer) error {
 			c, err := a.client()
 			if err != nil {
@@ -138,8 +140,9 @@ func tokenStatus(t client.Token) string {
 
 func (a *app) tokenRevokeCommand() *cobra.Command {
 	return &cobra.Command{
-		Use:   "revoke ID",
-		Short: "Revoke an API token",
+		Use:     "revoke ID",
+		Short:   "Revoke an API token",
+		Example: `  soulctl token revoke tok_0123456789abcdef`,
 		Long: `Revoke an API token by its id (tok_…, see "soulctl token list"). It stops
 working at once. The last active admin token cannot be revoked. With -o json
 nothing is printed on success.`,

@@ -20,6 +20,8 @@ func (a *app) validateCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate FILE...",
 		Short: "Check scenarios without running them (for CI and pre-commit hooks)",
+		Example: `  soulctl validate examples/*.yaml
+  soulctl validate examples/hello.yaml --input host=db-1.example.com`,
 		Long: `Check each scenario file, with the input a run would get, exactly as the keeper
 checks a run before it accepts it — modules, params, expressions, step and input
 references (an undeclared ${ input.x } too), the input against the declared
