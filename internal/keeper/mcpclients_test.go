@@ -29,7 +29,7 @@ func nodeClients(t *testing.T) string {
 	if dir == "" {
 		t.Fatalf("%s is not set: run scripts/test, which installs testdata/mcpclients with npm, or run `npm install --prefix DIR` there and point %s at DIR", EnvNodeClients, EnvNodeClients)
 	}
-	for _, p := range []string{"node_modules/.bin/node", "node_modules/.bin/conformance", "node_modules/@modelcontextprotocol/sdk/package.json"} {
+	for _, p := range []string{"node_modules/.bin/node", "node_modules/.bin/conformance", "node_modules/@modelcontextprotocol/sdk/package.json", "node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Fatalf("%s=%s lacks %s: %v", EnvNodeClients, dir, p, err)
 		}
@@ -113,6 +113,27 @@ func TestMCPThirdPartyClients(t *testing.T) {
 	if c, ok := got.Calls["soul_get:error"]; !ok || !strings.HasPrefix(c.Text, "mcp.invalid_arguments: ") {
 		t.Errorf("a bad argument through the TypeScript SDK: %+v", got.Calls)
 	}
+
+	// The MCP Inspector's CLI lints every tool schema for portability
+	// (--strict): nothing, not even a warning.
+	t.Run("inspector-strict", func(t *testing.T) {
+		inspector := filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector", "clients", "cli", "build", "index.js")
+		cmd := exec.CommandContext(ctx, node, inspector, "--transport", "http", "--server-url", mk.k.Addr+"/mcp",
+			"--header", "Authorization: Bearer "+mk.viewer, "--method", "tools/list", "--strict")
+		cmd.Env = append(os.Environ(), "MCP_CATALOG_PATH="+filepath.Join(t.TempDir(), "mcp.json"))
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		if err != nil || strings.Contains(stderr.String(), "Warning") || strings.Contains(stderr.String(), "Error") || strings.Contains(stderr.String(), "portability") {
+			t.Fatalf("inspector --strict: %v\nstderr: %s", err, stderr.String())
+		}
+		var list struct {
+			Tools []struct{ Name string } `json:"tools"`
+		}
+		if err := json.Unmarshal(stdout.Bytes(), &list); err != nil || len(list.Tools) != len(mcpTools) {
+			t.Fatalf("inspector tools/list: %v, %d tools, want %d\n%.2000s", err, len(list.Tools), len(mcpTools), stdout.String())
+		}
+	})
 
 	proxy := authProxy(t, mk.k.Addr, mk.viewer)
 	conformance := filepath.Join(dir, "node_modules", ".bin", "conformance")

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/soulstack/soulstack/client"
 )
@@ -27,6 +30,9 @@ func TestSchemaFor(t *testing.T) {
 					Type        any      `json:"type"`
 					Description string   `json:"description"`
 					Enum        []string `json:"enum"`
+					AnyOf       []struct {
+						Type any `json:"type"`
+					} `json:"anyOf"`
 				} `json:"properties"`
 			} `json:"run"`
 		} `json:"properties"`
@@ -41,10 +47,17 @@ func TestSchemaFor(t *testing.T) {
 	if !strings.Contains(run["message"].Description, "Succeeded") {
 		t.Errorf("message description %q", run["message"].Description)
 	}
-	// Raw JSON is any JSON value, said as the list of types: {} would be
-	// encoded as the boolean schema true, which MCP clients refuse.
-	if types, _ := run["outputs"].Type.([]any); len(types) != len(anyJSON) {
-		t.Errorf("outputs (raw JSON) typed %v, want %v", run["outputs"].Type, anyJSON)
+	// Raw JSON is any JSON value, said as one anyOf branch per type: {}
+	// would be encoded as the boolean schema true, which MCP clients
+	// refuse, and a type array is not portable (TestSchemasPortable).
+	var types []string
+	for _, b := range run["outputs"].AnyOf {
+		if ty, ok := b.Type.(string); ok {
+			types = append(types, ty)
+		}
+	}
+	if run["outputs"].Type != nil || strings.Join(types, ",") != strings.Join(anyJSON, ",") {
+		t.Errorf("outputs (raw JSON): type %v, anyOf types %v; want anyOf branches typed %v", run["outputs"].Type, types, anyJSON)
 	}
 	if doc.AdditionalProperties != false {
 		t.Errorf("additionalProperties = %v, want false", doc.AdditionalProperties)
@@ -121,4 +134,82 @@ func TestInProcessPanic(t *testing.T) {
 	if resp.StatusCode != http.StatusInternalServerError {
 		t.Fatalf("status %d, want 500", resp.StatusCode)
 	}
+}
+
+// TestSchemasPortable: every tool's input and output schema is in the
+// subset every model provider takes (what the MCP Inspector's --strict
+// lints, run against a keeper in internal/keeper): one type per schema,
+// alternatives as anyOf, and no schema that constrains nothing.
+func TestSchemasPortable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := New(Config{})
+	ct, st := sdk.NewInMemoryTransports()
+	if _, err := s.srv.Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tools.Tools) < 10 {
+		t.Fatalf("%d tools listed", len(tools.Tools))
+	}
+	for _, tool := range tools.Tools {
+		for kind, schema := range map[string]any{"input": tool.InputSchema, "output": tool.OutputSchema} {
+			b, _ := json.Marshal(schema)
+			var doc any
+			if err := json.Unmarshal(b, &doc); err != nil {
+				t.Fatal(err)
+			}
+			for _, problem := range unportable(doc, "") {
+				t.Errorf("tool %s, %s schema: %s", tool.Name, kind, problem)
+			}
+		}
+	}
+}
+
+// unportable lists what in schema s (at path) a single-type dialect
+// cannot take.
+func unportable(s any, path string) []string {
+	m, ok := s.(map[string]any)
+	if !ok {
+		return []string{fmt.Sprintf("%s: %v is not a schema object", path, s)}
+	}
+	var out []string
+	if _, isList := m["type"].([]any); isList {
+		out = append(out, fmt.Sprintf("%s: type is a list %v", path, m["type"]))
+	}
+	constrains := false
+	for _, k := range []string{"type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "$ref", "properties", "items", "required", "additionalProperties", "minimum", "maximum", "pattern", "minLength", "maxLength", "minItems", "maxItems", "format"} {
+		if _, ok := m[k]; ok {
+			constrains = true
+		}
+	}
+	if !constrains {
+		out = append(out, fmt.Sprintf("%s: constrains nothing (%v)", path, m))
+	}
+	if props, ok := m["properties"].(map[string]any); ok {
+		for name, sub := range props {
+			out = append(out, unportable(sub, path+".properties."+name)...)
+		}
+	}
+	for _, k := range []string{"items", "additionalProperties"} {
+		if sub, ok := m[k].(map[string]any); ok {
+			out = append(out, unportable(sub, path+"."+k)...)
+		}
+	}
+	for _, k := range []string{"anyOf", "oneOf", "allOf"} {
+		if list, ok := m[k].([]any); ok {
+			for i, sub := range list {
+				out = append(out, unportable(sub, fmt.Sprintf("%s.%s[%d]", path, k, i))...)
+			}
+		}
+	}
+	return out
 }

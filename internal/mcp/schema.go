@@ -23,7 +23,48 @@ func schemaFor[T any]() *jsonschema.Schema {
 	}
 	annotate(reflect.TypeFor[T](), s, map[reflect.Type]bool{})
 	noTrueSchemas(s)
+	portable(s)
 	return s
+}
+
+// portable rewrites every schema of s that lists several types (a
+// nullable slice or pointer: ["null", "array"]; any JSON value: every
+// type) into anyOf branches of one type each: clients that map tool
+// schemas onto a single-type dialect (the OpenAPI subset of Gemini's
+// function declarations) refuse or truncate type arrays. A branch keeps
+// the keywords of the schema it came from (those of other types do not
+// apply to it); the description stays on the schema.
+func portable(s *jsonschema.Schema) {
+	if s == nil {
+		return
+	}
+	for _, sub := range s.Properties {
+		portable(sub)
+	}
+	for _, sub := range []*jsonschema.Schema{s.Items, s.AdditionalProperties} {
+		portable(sub)
+	}
+	for _, list := range [][]*jsonschema.Schema{s.AnyOf, s.OneOf, s.AllOf, s.PrefixItems} {
+		for _, sub := range list {
+			portable(sub)
+		}
+	}
+	if len(s.Types) == 0 {
+		return
+	}
+	types := s.Types
+	s.Types = nil
+	var branches []*jsonschema.Schema
+	for _, t := range types {
+		if t == "null" {
+			branches = append(branches, &jsonschema.Schema{Type: "null"})
+			continue
+		}
+		b := *s
+		b.Type, b.Title, b.Description, b.Default = t, "", "", nil
+		branches = append(branches, &b)
+	}
+	*s = jsonschema.Schema{Title: s.Title, Description: s.Description, Default: s.Default, AnyOf: branches}
 }
 
 // anyJSON is what a schema that admits any JSON value says: the types
