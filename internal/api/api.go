@@ -236,6 +236,8 @@ func newServer(cfg Config, agent bool) *Server {
 	hc.CreateHooks = nil // no $schema links in bodies
 	hc.Info.Description = "Registries (providers, profiles, souls, API tokens) and the hash-chained audit log. " +
 		"Errors are RFC 9457 problems with a stable dotted code."
+	hc.Info.Contact = &huma.Contact{Name: "Soul Stack"}
+	hc.Tags = apiTags
 	hc.Components.SecuritySchemes = map[string]*huma.SecurityScheme{
 		"bearer": {Type: "http", Scheme: "bearer", Description: "An API token: Authorization: Bearer sst_…"},
 		"session": {Type: "apiKey", In: "cookie", Name: SessionCookie, Description: "The web UI's session id (POST /v1/session; " +
@@ -527,4 +529,24 @@ func (s *Server) observe(ctx huma.Context, next func(huma.Context)) {
 		level = slog.LevelError
 	}
 	s.log.Log(ctx.Context(), level, "request", "method", op.Method, "path", ctx.URL().Path, "status", status, "duration", elapsed)
+}
+
+// apiTags are the groups of the API's operations, as the OpenAPI
+// document lists them.
+var apiTags = []*huma.Tag{
+	{Name: "runs", Description: "Runs of scenarios: start (apply or check), list, read, follow as an event stream, cancel, and their outputs."},
+	{Name: "approvals", Description: "Steps an approval policy holds: the policy, and approving or rejecting a held step."},
+	{Name: "souls", Description: "Souls, the managed hosts: register, read, delete, and their seeds (the scenarios each should carry)."},
+	{Name: "drift", Description: "Whether souls still carry their seeds, and whether the clouds still hold what the registry says: reports, checks, acknowledgements."},
+	{Name: "providers", Description: "Cloud providers: a driver with its account, region and configuration, shared with projects."},
+	{Name: "profiles", Description: "VM profiles: a provider's VM spec under a name, shared with projects."},
+	{Name: "cloud", Description: "What the clouds hold beyond the registry: VMs a keeper made that no soul owns (orphans)."},
+	{Name: "projects", Description: "Projects: their role bindings for people from the identity provider, quotas and secrets (credentials)."},
+	{Name: "tokens", Description: "API tokens: issue, list and revoke."},
+	{Name: "session", Description: "Sessions of the web UI and sign-in with the identity provider (OIDC), and who a token is."},
+	{Name: "audit", Description: "The hash-chained audit log: read and verify."},
+	{Name: "modules", Description: "The module catalog: every module state's parameters, output, example and notes."},
+	{Name: "notifications", Description: "Webhook notifications: what was sent and what is still to be delivered."},
+	{Name: "join", Description: "Self-onboarding: a VM exchanges its one-time bootstrap token for its identity."},
+	{Name: "health", Description: "Liveness, readiness and the keeper's version."},
 }

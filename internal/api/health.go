@@ -31,13 +31,16 @@ func (s *Server) registerHealth() {
 	tags := []string{"health"}
 	register(s, huma.Operation{
 		OperationID: "healthz", Method: http.MethodGet, Path: "/healthz", Tags: tags,
-		Summary: "Liveness: the process serves requests",
+		Summary:     "Liveness: the process serves requests",
+		Description: "Answers 200 {\"status\": \"ok\"} while the keeper's HTTP server runs, without a token and without asking the database: for a supervisor's liveness probe.",
 	}, "", true, func(context.Context, *struct{}) (*struct{ Body Health }, error) {
 		return &struct{ Body Health }{Body: Health{Status: "ok"}}, nil
 	})
 	register(s, huma.Operation{
 		OperationID: "readyz", Method: http.MethodGet, Path: "/readyz", Tags: tags,
 		Summary: "Readiness: the database answers", Errors: []int{http.StatusServiceUnavailable},
+		Description: "Answers 200 {\"status\": \"ok\"} when the keeper's database answered a ping (at most one a second), else 503 keeper.not_ready; " +
+			"no token needed: for a load balancer's readiness check.",
 	}, "", true, func(ctx context.Context, _ *struct{}) (*struct{ Body Health }, error) {
 		if err := s.readiness.check(ctx, s.now(), s.auditStore.Ping); err != nil {
 			s.log.Warn("not ready: database does not answer", "err", err)

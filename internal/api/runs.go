@@ -382,6 +382,7 @@ func (s *Server) registerRunEvents() {
 // described with the kind that carries it. It returns RunEvent's schema.
 func (s *Server) eventSchemas() *huma.Schema {
 	reg := s.api.OpenAPI().Components.Schemas
+	var kinds []string
 	for _, d := range []client.EventData{client.RunPhaseData{}, client.StepStartedData{}, client.TargetResultData{}, client.LogData{},
 		client.StepFinishedData{}, client.StepInterruptedData{}, client.CommandReattachedData{}, client.RunFinishedData{}} {
 		t := reflect.TypeOf(d)
@@ -389,8 +390,17 @@ func (s *Server) eventSchemas() *huma.Schema {
 		if sc := reg.Map()[t.Name()]; sc != nil {
 			sc.Description = fmt.Sprintf("The data of a run event of kind %s.", d.EventKind())
 		}
+		kinds = append(kinds, t.Name())
 	}
-	return reg.Schema(reflect.TypeOf(client.RunEvent{}), true, "RunEvent")
+	ref := reg.Schema(reflect.TypeOf(client.RunEvent{}), true, "RunEvent")
+	// RunEvent's data is one of them (or, for stream.denied, a problem).
+	if ev := reg.Map()["RunEvent"]; ev != nil && ev.Properties["data"] != nil && ev.Properties["data"].AnyOf == nil {
+		data := ev.Properties["data"]
+		for _, name := range append(kinds, "Problem") {
+			data.AnyOf = append(data.AnyOf, &huma.Schema{Ref: "#/components/schemas/" + name})
+		}
+	}
+	return ref
 }
 
 // StreamRecheck is how often an event stream checks its token again. A

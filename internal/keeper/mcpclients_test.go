@@ -29,7 +29,7 @@ func nodeClients(t *testing.T) string {
 	if dir == "" {
 		t.Fatalf("%s is not set: run scripts/test, which installs testdata/mcpclients with npm, or run `npm install --prefix DIR` there and point %s at DIR", EnvNodeClients, EnvNodeClients)
 	}
-	for _, p := range []string{"node_modules/.bin/node", "node_modules/.bin/conformance", "node_modules/@modelcontextprotocol/sdk/package.json", "node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js"} {
+	for _, p := range []string{"node_modules/.bin/node", "node_modules/.bin/conformance", "node_modules/.bin/spectral", "node_modules/@modelcontextprotocol/sdk/package.json", "node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Fatalf("%s=%s lacks %s: %v", EnvNodeClients, dir, p, err)
 		}
@@ -173,9 +173,11 @@ var mcpConformanceScenarios = []string{"server-initialize", "ping", "tools-list"
 // TestOpenAPILint: Redocly's linter (recommended rules) finds no error in
 // the keeper's /openapi.json: every operation declares its security
 // (public ones explicitly none), the document names its server. Its
-// warnings (no license: the project declares none; the run event data
-// types are documented for the event stream, not referenced by an
-// operation) are printed, not failed on.
+// warnings (no license: the project declares none; /healthz and /readyz
+// answer no 4xx) are printed, not failed on. Spectral's spectral:oas
+// rules find nothing at all: every tag defined and described, every
+// component referenced (the run event data from RunEvent's data), every
+// operation described.
 func TestOpenAPILint(t *testing.T) {
 	t.Parallel()
 	dir := nodeClients(t)
@@ -200,5 +202,18 @@ func TestOpenAPILint(t *testing.T) {
 	t.Logf("redocly lint:\n%s", out)
 	if err != nil || bytes.Contains(out, []byte(" error ")) {
 		t.Fatalf("redocly lint found errors in /openapi.json: %v", err)
+	}
+
+	// Spectral's spectral:oas rules, every severity down to hints: nothing.
+	ruleset := filepath.Join(t.TempDir(), ".spectral.yaml")
+	if err := os.WriteFile(ruleset, []byte("extends: [\"spectral:oas\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(filepath.Join(dir, "node_modules", ".bin", "spectral"), "lint", path, "--ruleset", ruleset, "--fail-severity", "hint")
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(dir, "node_modules", ".bin")+":"+os.Getenv("PATH"))
+	cmd.Dir = t.TempDir()
+	out, err = cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("No results")) {
+		t.Fatalf("spectral lint (spectral:oas) of /openapi.json: %v\n%s", err, out)
 	}
 }
