@@ -131,8 +131,8 @@ steps:
 	// ended and the drift they recorded (the seed with its own schedule
 	// may have been checked too), and nothing yet of what did not happen.
 	if metricValue(string(body), `soulstack_drift_changes_total{to="drifted"}`) < 2 ||
-		metricValue(string(body), `soulstack_runs_finished_total{phase="Succeeded"}`) < 2 ||
-		metricValue(string(body), `soulstack_runs_finished_total{phase="Failed"}`) != 0 ||
+		metricValue(string(body), `soulstack_runs_finished_total{mode="check",phase="Succeeded"}`) < 2 ||
+		metricValue(string(body), `soulstack_runs_finished_total{mode="check",phase="Failed"}`) != 0 ||
 		metricValue(string(body), `soulstack_souls_joined_total`) != 0 {
 		t.Fatalf("/metrics does not count the sweep's runs and drift:\n%s\n%s\n%s", grepLines(string(body), "soulstack_drift_changes"),
 			grepLines(string(body), "soulstack_runs_finished"), grepLines(string(body), "soulstack_souls_joined"))

@@ -18,7 +18,6 @@ import (
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
-// adminClient returns a client of the keeper k serving from dir's .keeper.
 // scrapeMetrics reads the keeper's /metrics at url with the admin token of
 // dataDir.
 func scrapeMetrics(t *testing.T, url, dataDir string) string {
@@ -41,6 +40,8 @@ func scrapeMetrics(t *testing.T, url, dataDir string) string {
 	return string(body)
 }
 
+// adminClient returns a client of the keeper k with the admin token of
+// dataDir.
 func adminClient(t *testing.T, k *proc, dataDir string) *client.Client {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(dataDir, "admin.token"))

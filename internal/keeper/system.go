@@ -101,8 +101,11 @@ type System struct {
 	Plugins *plugin.Host
 	SSH     *ssh.Pool
 	// Runs is the durable run queue with its engine.
-	Runs  *runner.Runner
-	Cloud *cloudService
+	Runs *runner.Runner
+	// runMetrics counts the runs' targets (built with the runner,
+	// registered with the API's metrics).
+	runMetrics *runner.Metrics
+	Cloud      *cloudService
 	// Access decides people's roles and authenticates tokens.
 	Access *access.Service
 	// Seeds runs souls' seeds; Drift checks that souls still carry them.
@@ -373,10 +376,15 @@ func (s *System) buildRuns(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.runMetrics = runner.NewMetrics()
+	for _, id := range module.IDs() {
+		s.runMetrics.Known(string(id))
+	}
 	s.Runs, err = runner.New(ctx, runner.Config{
 		Store: s.Store, DB: s.Store.DB(), Queue: s.Store.Queue(), Sealer: s.sealer, Secrets: s.Secrets, Exec: exec, Owner: s.OwnerID, Base: s.Base,
 		Lease:   runner.Lease{Heartbeat: c.Runs.Heartbeat.Std(), StaleAfter: c.Runs.StaleAfter.Std()},
 		Workers: c.Runs.Workers,
+		Metrics: s.runMetrics,
 		// The drift service is built after the runner and before it
 		// starts: drift checks finish through it.
 		Finished: s.runFinished,
@@ -486,7 +494,8 @@ func (s *System) buildAPI(ctx context.Context) error {
 	check := scenarioChecker(s.Store)
 	s.Access = access.New(s.Store, oidcCfg.AccessRoles(), s.Base)
 	s.API = api.New(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Base: s.Base, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
-		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access, Collectors: newChangeMetrics(s.Changes).collected,
+		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access,
+		Collectors:  append(append(newChangeMetrics(s.Changes).collected, stateMetrics{s.Store}), s.runMetrics.Collectors()...),
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
 		Approvals: approval.NewService(s.Store, s.approvals, c.Approvals.Policy), Seal: s.sealer.Seal,

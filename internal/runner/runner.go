@@ -226,6 +226,8 @@ type Config struct {
 	// Register adds the workers of other jobs the keepers queue
 	// (webhook deliveries) to the queue's workers; Enqueue inserts them.
 	Register func(*river.Workers)
+	// Metrics counts the targets' results; nil: none.
+	Metrics *Metrics
 }
 
 // Runner accepts runs and executes them from the queue.

@@ -387,6 +387,7 @@ type recorder struct {
 	bufEvents  []store.RunEvent
 	bufTargets []store.RunTarget
 	timer      *time.Timer
+	modules    map[int]string // each step's module, by index (for metrics)
 }
 
 func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.Set) (*recorder, error) {
@@ -404,6 +405,10 @@ func newRecorder(ctx context.Context, r *Runner, run store.Run, secrets *secret.
 	var err error
 	if rec.steps, rec.targets, err = r.cfg.Records.RunSteps(ctx, run.ID); err != nil {
 		return nil, err
+	}
+	rec.modules = map[int]string{}
+	for _, s := range rec.steps {
+		rec.modules[s.Index] = s.Module
 	}
 	rec.commands, err = r.cfg.Records.RunCommands(ctx, run.ID)
 	return rec, err
@@ -526,6 +531,9 @@ func (rec *recorder) write(ctx context.Context, what string, n int, batch func(c
 // stored done before its targets' results and events are.
 func (rec *recorder) Step(s store.RunStep) {
 	s.RunID = rec.run.ID
+	rec.mu.Lock()
+	rec.modules[s.Index] = s.Module
+	rec.mu.Unlock()
 	if s.Status == string(client.StepRunning) {
 		rec.r.setFlying(rec.run.ID, s.Name)
 	}
@@ -557,7 +565,9 @@ func (rec *recorder) Target(t store.RunTarget, output any) {
 	rec.mu.Lock()
 	rec.bufTargets = append(rec.bufTargets, t)
 	full := rec.bufferedLocked()
+	module := rec.modules[t.StepIndex]
 	rec.mu.Unlock()
+	rec.r.cfg.Metrics.target(module, t)
 	if full {
 		_ = rec.flushFull(context.WithoutCancel(rec.ctx))
 	}

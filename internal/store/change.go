@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Change is a committed change that other parts of the keeper react to:
@@ -46,13 +47,25 @@ type CertRenewed struct {
 	Serial    string
 }
 
+// RunCreated: a run was accepted (Pending), in Mode (apply or check).
+type RunCreated struct {
+	ID      string
+	Project string
+	Mode    string
+}
+
 // RunFinished: a run ended (Phase is terminal); ErrorCode is its error's
-// code when it did not succeed.
+// code when it did not succeed. CreatedAt, StartedAt (zero for a run
+// that never started) and FinishedAt time its wait and its work.
 type RunFinished struct {
-	ID        string
-	Project   string
-	Phase     string
-	ErrorCode string
+	ID         string
+	Project    string
+	Mode       string
+	Phase      string
+	ErrorCode  string
+	CreatedAt  time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
 }
 
 // CloudProvisioned: a create's VMs were registered as souls (SIDs) of
@@ -88,6 +101,7 @@ type DriftChanged struct {
 
 func (SoulGone) change()         {}
 func (CertRenewed) change()      {}
+func (RunCreated) change()       {}
 func (RunFinished) change()      {}
 func (CloudProvisioned) change() {}
 func (CloudDestroyed) change()   {}

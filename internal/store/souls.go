@@ -121,3 +121,14 @@ type SoulTransition struct {
 	To   string
 	At   time.Time
 }
+
+// Counts is what the registries hold at one moment, for metrics: runs not
+// finished by phase (Pending, Running, AwaitingApproval) and souls by
+// project and status.
+type Counts struct {
+	Runs  map[string]int
+	Souls map[SoulCountKey]int
+}
+
+// SoulCountKey groups souls for Counts.
+type SoulCountKey struct{ Project, Status string }

@@ -108,7 +108,7 @@ func (s *Store) RunCreate(ctx context.Context, p store.RunCreateParams) (_ store
 		// runs had the same input, a guess of a secret input included.
 		return record{action: "run.started", object: "run/" + r.ID, payload: map[string]any{
 			"id": r.ID, "key": r.Key, "name": r.Name, "mode": r.Mode, "timeout": r.Timeout.String(), "input": r.InputMasked,
-		}, project: r.Project}, nil
+		}, project: r.Project, changes: []store.Change{store.RunCreated{ID: r.ID, Project: r.Project, Mode: r.Mode}}}, nil
 	})
 	if errors.Is(err, store.ErrExists) && r.Key != "" {
 		// A concurrent request with the same key won the insert.
@@ -444,9 +444,15 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) (err err
 	// carries out what that token asked for. created_by never changes, so
 	// reading it before the transaction is safe.
 	actor := store.ActorKeeper
-	var creator, project string
-	if err := s.db.QueryRowContext(ctx, s.q(`SELECT created_by, project FROM runs WHERE id = ?`), p.ID).Scan(&creator, &project); err == nil && creator != "" {
+	var creator, project, mode string
+	var created time.Time
+	var started sql.NullTime
+	if err := s.db.QueryRowContext(ctx, s.q(`SELECT created_by, project, mode, created_at, started_at FROM runs WHERE id = ?`), p.ID).Scan(&creator, &project, &mode, &created, &started); err == nil && creator != "" {
 		actor = store.Actor(creator)
+	}
+	done := store.RunFinished{ID: p.ID, Project: project, Mode: mode, Phase: p.Phase, ErrorCode: p.ErrorCode, CreatedAt: created.UTC(), FinishedAt: now}
+	if started.Valid {
+		done.StartedAt = started.Time.UTC()
 	}
 	return s.mutate(ctx, actor, func(tx *sql.Tx) (record, error) {
 		q := `UPDATE runs SET phase = ?, error_code = ?, error_message = ?, outputs = ?, message = ?, finished_at = ?, started_at = COALESCE(started_at, ?) WHERE id = ? AND phase IN (?, ?)`
@@ -472,7 +478,7 @@ func (s *Store) RunFinish(ctx context.Context, p store.RunFinishParams) (err err
 			payload["error"] = map[string]any{"code": p.ErrorCode, "message": p.ErrorMsg}
 		}
 		return record{action: "run.finished", object: "run/" + p.ID, payload: payload, project: project,
-			changes: []store.Change{store.RunFinished{ID: p.ID, Project: project, Phase: p.Phase, ErrorCode: p.ErrorCode}}}, nil
+			changes: []store.Change{done}}, nil
 	})
 }
 

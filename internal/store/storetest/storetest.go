@@ -47,6 +47,7 @@ func Run(t *testing.T, b testdb.Backend) {
 		{"RunLifecycle", testRunLifecycle},
 		{"RunBatches", testRunBatches},
 		{"RunListFilters", testRunListFilters},
+		{"Counts", testCounts},
 		{"SoulHostKey", testSoulHostKey},
 		{"SoulContact", testSoulContact},
 		{"SoulExecutor", testSoulExecutor},
