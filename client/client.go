@@ -133,6 +133,28 @@ func (c *Client) doStatus(ctx context.Context, method, path string, q url.Values
 }
 
 // call sends a request and decodes the answer into a new T.
+// allPages reads a paged list whole: page after page of up to 1,000 items
+// (q's other parameters on each), following next until the last.
+func allPages[L, T any](ctx context.Context, c *Client, path string, q url.Values, page func(*L) ([]T, string)) ([]T, error) {
+	if q == nil {
+		q = url.Values{}
+	}
+	q.Set("limit", "1000")
+	items := []T{}
+	for {
+		l, err := call[L](ctx, c, http.MethodGet, path, q, nil)
+		if err != nil {
+			return nil, err
+		}
+		got, next := page(l)
+		items = append(items, got...)
+		if next == "" {
+			return items, nil
+		}
+		q.Set("after", next)
+	}
+}
+
 func call[T any](ctx context.Context, c *Client, method, path string, q url.Values, in any) (*T, error) {
 	var out T
 	if err := c.do(ctx, method, path, q, in, &out); err != nil {
@@ -235,13 +257,18 @@ func (c *Client) AuditList(ctx context.Context, o AuditListOptions) (*AuditList,
 	return call[AuditList](ctx, c, http.MethodGet, "/v1/audit", q, nil)
 }
 
-// CloudOrphans lists orphaned VMs of one provider (all when empty).
+// CloudOrphans lists orphaned VMs of one provider (all when empty), every
+// page of them.
 func (c *Client) CloudOrphans(ctx context.Context, provider string) (*OrphanList, error) {
 	q := url.Values{}
 	if provider != "" {
 		q.Set("provider", provider)
 	}
-	return call[OrphanList](ctx, c, http.MethodGet, "/v1/cloud/orphans", q, nil)
+	items, err := allPages(ctx, c, "/v1/cloud/orphans", q, func(l *OrphanList) ([]Orphan, string) { return l.Items, l.Next })
+	if err != nil {
+		return nil, err
+	}
+	return &OrphanList{Items: items}, nil
 }
 
 // CloudOrphansDestroy destroys orphaned VMs.
@@ -249,9 +276,13 @@ func (c *Client) CloudOrphansDestroy(ctx context.Context, in OrphansDestroy) (*O
 	return call[OrphanList](ctx, c, http.MethodPost, "/v1/cloud/orphans/destroy", nil, in)
 }
 
-// SeedList lists a soul's seeds.
+// SeedList lists a soul's seeds, every page of them.
 func (c *Client) SeedList(ctx context.Context, sid string) (*SeedList, error) {
-	return call[SeedList](ctx, c, http.MethodGet, "/v1/souls/"+esc(sid)+"/seeds", nil, nil)
+	items, err := allPages(ctx, c, "/v1/souls/"+esc(sid)+"/seeds", nil, func(l *SeedList) ([]Seed, string) { return l.Items, l.Next })
+	if err != nil {
+		return nil, err
+	}
+	return &SeedList{Items: items}, nil
 }
 
 // SeedApply runs one of a soul's seeds now, as its creator, under the

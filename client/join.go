@@ -66,4 +66,5 @@ type SeedCreate struct {
 // SeedList is the answer of GET /v1/souls/{sid}/seeds.
 type SeedList struct {
 	Items []Seed `json:"items"`
+	Next  string `json:"next"`
 }

@@ -78,9 +78,14 @@ func (Module) RevealsSecret() {}
 // Module.RevealsSecret).
 func (ModuleList) RevealsSecret() {}
 
-// ModuleList returns every module state the keeper knows, sorted by ID.
+// ModuleList returns every module state the keeper knows, sorted by ID
+// (every page of the catalog).
 func (c *Client) ModuleList(ctx context.Context) (*ModuleList, error) {
-	return call[ModuleList](ctx, c, http.MethodGet, "/v1/modules", nil, nil)
+	items, err := allPages(ctx, c, "/v1/modules", nil, func(l *ModuleList) ([]Module, string) { return l.Items, l.Next })
+	if err != nil {
+		return nil, err
+	}
+	return &ModuleList{Items: items}, nil
 }
 
 // ModuleGet returns one module state of the catalog by ID.

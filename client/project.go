@@ -80,6 +80,7 @@ type BindingPut struct {
 // BindingList is a project's bindings.
 type BindingList struct {
 	Items []Binding `json:"items"`
+	Next  string    `json:"next"`
 }
 
 // BindingPut binds a group or person to a role in project, replacing the
@@ -88,9 +89,13 @@ func (c *Client) BindingPut(ctx context.Context, project string, in BindingPut) 
 	return call[Binding](ctx, c, http.MethodPut, "/v1/projects/"+esc(project)+"/bindings", nil, in)
 }
 
-// BindingList lists project's bindings.
+// BindingList lists project's bindings, every page of them.
 func (c *Client) BindingList(ctx context.Context, project string) (*BindingList, error) {
-	return call[BindingList](ctx, c, http.MethodGet, "/v1/projects/"+esc(project)+"/bindings", nil, nil)
+	items, err := allPages(ctx, c, "/v1/projects/"+esc(project)+"/bindings", nil, func(l *BindingList) ([]Binding, string) { return l.Items, l.Next })
+	if err != nil {
+		return nil, err
+	}
+	return &BindingList{Items: items}, nil
 }
 
 // BindingDelete removes a binding.

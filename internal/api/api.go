@@ -9,6 +9,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strconv"
 	"time"
 
@@ -457,6 +458,17 @@ func page[T any](items []T, limit int, key func(T) string) ([]T, string) {
 	}
 	items = items[:limit]
 	return items, key(items[len(items)-1])
+}
+
+// pageOf pages a whole list that is sorted by key: the items after
+// in.After, at most in.Limit of them, and the cursor of the next page
+// ("" on the last). For lists the keeper holds whole (the catalog, a
+// project's bindings, a soul's seeds, the drivers' orphans).
+func pageOf[T any](items []T, in *ListInput, key func(T) string) ([]T, string) {
+	if in.After != "" {
+		items = items[sort.Search(len(items), func(i int) bool { return key(items[i]) > in.After }):]
+	}
+	return page(items, in.Limit, key)
 }
 
 // listPage runs a list route: it fetches one item more than asked to know

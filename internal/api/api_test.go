@@ -552,6 +552,45 @@ func TestPagination(t *testing.T) {
 		if err != nil || len(al.Items) != 4 || al.Next != "4" {
 			t.Fatalf("audit page = %d items, next %q, %v", len(al.Items), al.Next, err)
 		}
+
+		// Lists the keeper holds whole are paged the same way: the
+		// catalog, and a project's bindings; the client reads every page.
+		all, err := c.ModuleList(context.Background())
+		if err != nil || len(all.Items) < 10 {
+			t.Fatalf("modules = %d, %v", len(all.Items), err)
+		}
+		var ids []string
+		for after := ""; ; {
+			var l client.ModuleList
+			_, b := k.call("GET", "/v1/modules?limit=7&after="+after, k.admin, "")
+			if err := json.Unmarshal(b, &l); err != nil || len(l.Items) > 7 || len(ids) > len(all.Items) {
+				t.Fatalf("a page of modules: %v %d items\n%s", err, len(l.Items), b)
+			}
+			for _, m := range l.Items {
+				ids = append(ids, m.ID)
+			}
+			if l.Next == "" {
+				break
+			}
+			after = l.Next
+		}
+		for i, m := range all.Items {
+			if i >= len(ids) || ids[i] != m.ID {
+				t.Fatalf("modules paged by 7 = %v, want %d in catalog order", ids, len(all.Items))
+			}
+		}
+		for _, g := range []string{"ops", "dev", "audit"} {
+			k.expect("PUT", "/v1/projects/default/bindings", k.admin, `{"kind":"group","subject":"`+g+`","role":"viewer"}`, 200, "")
+		}
+		var first client.BindingList
+		_, b := k.call("GET", "/v1/projects/default/bindings?limit=2", k.admin, "")
+		if err := json.Unmarshal(b, &first); err != nil || len(first.Items) != 2 || first.Items[0].Subject != "audit" || first.Next == "" {
+			t.Fatalf("first page of bindings: %v\n%s", err, b)
+		}
+		bl, err := c.BindingList(context.Background(), "default")
+		if err != nil || len(bl.Items) != 3 || bl.Items[2].Subject != "ops" {
+			t.Fatalf("bindings = %+v, %v", bl, err)
+		}
 	})
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
 
@@ -69,6 +71,7 @@ func (s *Server) registerCloud() {
 		Errors:      []int{http.StatusNotFound, http.StatusBadGateway},
 	}, auth.ProviderRead, false, func(ctx context.Context, in *struct {
 		Provider string `query:"provider" doc:"Only this provider."`
+		ListInput
 	}) (*struct{ Body client.OrphanList }, error) {
 		if err := s.ownsProvider(ctx, in.Provider, "query.provider"); err != nil {
 			return nil, err
@@ -77,7 +80,10 @@ func (s *Server) registerCloud() {
 		if err != nil {
 			return nil, err
 		}
-		return &struct{ Body client.OrphanList }{Body: client.OrphanList{Items: items}}, nil
+		key := func(o client.Orphan) string { return o.Provider + "/" + o.VMID }
+		slices.SortFunc(items, func(a, b client.Orphan) int { return strings.Compare(key(a), key(b)) })
+		items, next := pageOf(items, &in.ListInput, key)
+		return &struct{ Body client.OrphanList }{Body: client.OrphanList{Items: items, Next: next}}, nil
 	})
 	register(s, huma.Operation{
 		OperationID: "cloud-orphans-destroy", Method: http.MethodPost, Path: "/v1/cloud/orphans/destroy", Tags: tags,

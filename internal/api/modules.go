@@ -63,9 +63,9 @@ func (s *Server) registerModules() {
 		OperationID: "module-list", Method: http.MethodGet, Path: "/v1/modules", Tags: tags,
 		Summary:     "List the module catalog, sorted by ID",
 		Description: "Every module state the keeper can run, with its params and output. Any valid token may read it.",
-	}, auth.Authenticated, false, func(context.Context, *struct{}) (*struct{ Body client.ModuleList }, error) {
-		all := module.All()
-		out := &struct{ Body client.ModuleList }{Body: client.ModuleList{Items: make([]client.Module, 0, len(all))}}
+	}, auth.Authenticated, false, func(_ context.Context, in *struct{ ListInput }) (*struct{ Body client.ModuleList }, error) {
+		all, next := pageOf(module.All(), &in.ListInput, func(m module.Module) string { return string(m.Info().ID) })
+		out := &struct{ Body client.ModuleList }{Body: client.ModuleList{Items: make([]client.Module, 0, len(all)), Next: next}}
 		for _, m := range all {
 			out.Body.Items = append(out.Body.Items, moduleWire(m.Info()))
 		}

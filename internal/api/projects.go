@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/danielgtaylor/huma/v2"
@@ -87,7 +88,10 @@ func (s *Server) registerBindings() {
 	register(s, huma.Operation{
 		OperationID: "binding-list", Method: http.MethodGet, Path: "/v1/projects/{name}/bindings", Tags: tags,
 		Summary: "List a project's role bindings", Errors: []int{http.StatusNotFound},
-	}, auth.TokenManage, false, func(ctx context.Context, in *nameInput) (*struct{ Body client.BindingList }, error) {
+	}, auth.TokenManage, false, func(ctx context.Context, in *struct {
+		Name string `path:"name" doc:"The project's name."`
+		ListInput
+	}) (*struct{ Body client.BindingList }, error) {
 		if err := inProject(ctx, in.Name); err != nil {
 			return nil, err
 		}
@@ -95,7 +99,9 @@ func (s *Server) registerBindings() {
 		if err != nil {
 			return nil, err
 		}
-		out := &struct{ Body client.BindingList }{Body: client.BindingList{Items: make([]client.Binding, 0, len(bs))}}
+		slices.SortFunc(bs, func(a, b store.Binding) int { return strings.Compare(bindingKey(a), bindingKey(b)) })
+		bs, next := pageOf(bs, &in.ListInput, bindingKey)
+		out := &struct{ Body client.BindingList }{Body: client.BindingList{Items: make([]client.Binding, 0, len(bs)), Next: next}}
 		for _, b := range bs {
 			out.Body.Items = append(out.Body.Items, bindingWire(b))
 		}
@@ -238,3 +244,6 @@ func (s *Server) inProject(ctx context.Context, name string) error {
 	_, err := s.projectStore.ProjectGet(ctx, name)
 	return err
 }
+
+// bindingKey orders and pages a project's bindings: by kind, then subject.
+func bindingKey(b store.Binding) string { return b.Kind + "\x00" + b.Subject }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -53,7 +54,10 @@ func (s *Server) registerSeeds() {
 	register(s, huma.Operation{
 		OperationID: "seed-list", Method: http.MethodGet, Path: "/v1/souls/{sid}/seeds", Tags: tags,
 		Summary: "List a soul's seeds", Errors: []int{http.StatusNotFound},
-	}, auth.SoulRead, false, func(ctx context.Context, in *sidInput) (*struct{ Body client.SeedList }, error) {
+	}, auth.SoulRead, false, func(ctx context.Context, in *struct {
+		SID string `path:"sid" doc:"The soul's id."`
+		ListInput
+	}) (*struct{ Body client.SeedList }, error) {
 		if _, err := s.soulOf(ctx, in.SID); err != nil {
 			return nil, err
 		}
@@ -61,7 +65,9 @@ func (s *Server) registerSeeds() {
 		if err != nil {
 			return nil, err
 		}
-		out := &struct{ Body client.SeedList }{Body: client.SeedList{Items: make([]client.Seed, 0, len(seeds))}}
+		slices.SortFunc(seeds, func(a, b store.SoulSeed) int { return cmp.Compare(a.ID, b.ID) })
+		seeds, next := pageOf(seeds, &in.ListInput, seedKey)
+		out := &struct{ Body client.SeedList }{Body: client.SeedList{Items: make([]client.Seed, 0, len(seeds)), Next: next}}
 		for _, sd := range seeds {
 			out.Body.Items = append(out.Body.Items, seedWire(sd))
 		}
@@ -211,3 +217,7 @@ func (s *Server) checkSeed(project, sid, text string, input map[string]any) (run
 	}
 	return runner.Checked{}, problem(http.StatusUnprocessableEntity, "seed.scenario_invalid", detail, problems...)
 }
+
+// seedKey pages a soul's seeds by id (zero-padded, so that the text
+// order is the numeric one).
+func seedKey(sd store.SoulSeed) string { return fmt.Sprintf("%020d", sd.ID) }

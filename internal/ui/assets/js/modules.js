@@ -8,7 +8,14 @@ function moduleLink(m) {
 }
 
 export async function modulesPage(main) {
-  const list = await api.call('GET', '/v1/modules');
+  // The whole catalog, page after page.
+  const list = {items: []};
+  for (let after = ''; ;) {
+    const page = await api.call('GET', '/v1/modules' + api.query({limit: 1000, after}));
+    list.items.push(...page.items);
+    if (!page.next) break;
+    after = page.next;
+  }
   const filter = h('input', {type: 'search', id: 'module-filter', placeholder: 'filter by id or summary…'});
   const body = h('div', {id: 'modules'});
   const draw = () => {
