@@ -7,10 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/soulstack/soulstack/internal/base"
@@ -248,7 +250,7 @@ func newServer(cfg Config, agent bool) *Server {
 	}
 	// Relative to wherever the keeper is reached.
 	hc.Servers = []*huma.Server{{URL: "/", Description: "This keeper"}}
-	hc.Transformers = append(hc.Transformers, frameworkErrors, s.maskTransformer)
+	hc.Transformers = append(hc.Transformers, frameworkErrors, location, s.maskTransformer)
 	if agent {
 		hc.OpenAPIPath, hc.DocsPath, hc.SchemasPath = "", "", ""
 	}
@@ -268,10 +270,39 @@ func newServer(cfg Config, agent bool) *Server {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if _, pattern := s.mux.Handler(r); pattern == "" {
+		if allow := s.allowed(r); len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			s.writeProblem(w, problem(http.StatusMethodNotAllowed, "route.method_not_allowed",
+				fmt.Sprintf("%s is not a method of %s; it takes %s", r.Method, r.URL.Path, strings.Join(allow, ", "))))
+			return
+		}
 		s.writeProblem(w, problem(http.StatusNotFound, "route.not_found", "no route "+r.Method+" "+r.URL.Path))
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// allowed lists the methods the path of r has a route for (r's own
+// having none): a 405's Allow.
+func (s *Server) allowed(r *http.Request) []string {
+	var out []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		other := *r
+		other.Method = m
+		if _, pattern := s.mux.Handler(&other); pattern != "" {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// location sets the Location of a 201 to where the new object is, when
+// its type says (client types' Path).
+func location(ctx huma.Context, status string, v any) (any, error) {
+	if l, ok := v.(interface{ Path() string }); ok && status == "201" {
+		ctx.SetHeader("Location", l.Path())
+	}
+	return v, nil
 }
 
 // OpenAPI returns the generated OpenAPI document.

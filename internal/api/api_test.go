@@ -678,3 +678,55 @@ func withStore(st store.Store, cfg api.Config) api.Config {
 	}
 	return cfg
 }
+
+// TestMethodNotAllowedAndLocation: a method a route lacks is 405
+// route.method_not_allowed with Allow (an unknown path stays 404), and
+// every create's 201 says in Location where the new object is — a path
+// that answers.
+func TestMethodNotAllowedAndLocation(t *testing.T) {
+	t.Parallel()
+	k := start(t, testdb.SQLite)
+	do := func(method, path, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, k.url+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+k.admin)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for _, c := range []struct{ method, path, allow string }{
+		{"PATCH", "/v1/providers/p1", "GET, HEAD, DELETE"},
+		{"PUT", "/v1/tokens", "GET, HEAD, POST"},
+		{"DELETE", "/v1/audit", "GET, HEAD"},
+	} {
+		resp := do(c.method, c.path, "")
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != c.allow {
+			t.Errorf("%s %s = %d, Allow %q; want 405, Allow %q", c.method, c.path, resp.StatusCode, resp.Header.Get("Allow"), c.allow)
+		}
+	}
+	k.expect("PATCH", "/v1/providers/p1", k.admin, "", 405, "route.method_not_allowed")
+	k.expect("PATCH", "/v1/nothing/here", k.admin, "", 404, "route.not_found")
+
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/providers", `{"name":"p1","driver":"local"}`, "/v1/providers/p1"},
+		{"/v1/profiles", `{"name":"small","provider":"p1","spec":{"cpus":1}}`, "/v1/profiles/small"},
+		{"/v1/souls", `{"sid":"web-1.example.com","address":"192.0.2.1","connection":{}}`, "/v1/souls/web-1.example.com"},
+		{"/v1/projects", `{"name":"team-a"}`, "/v1/projects/team-a"},
+		{"/v1/tokens", `{"name":"ci","role":"viewer"}`, "/v1/tokens/tok_"},
+	} {
+		resp := do("POST", c.path, c.body)
+		loc := resp.Header.Get("Location")
+		if resp.StatusCode != http.StatusCreated || !strings.HasPrefix(loc, c.want) {
+			t.Errorf("POST %s = %d, Location %q; want 201, Location %s…", c.path, resp.StatusCode, loc, c.want)
+			continue
+		}
+		if c.path != "/v1/tokens" { // a token is revoked there, not read
+			k.expect("GET", loc, k.admin, "", 200, "")
+		}
+	}
+}
