@@ -150,3 +150,11 @@ func (m stateMetrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// collectors are every metric of the keeper's parts, served at /metrics
+// beside the API's own.
+func (s *System) collectors() []prometheus.Collector {
+	out := append(newChangeMetrics(s.Changes).collected, stateMetrics{s.Store}, s.SSH.Collector(), s.Notifier.Metrics.Collector())
+	out = append(out, s.runMetrics.Collectors()...)
+	return append(out, s.Plugins.Collectors()...)
+}

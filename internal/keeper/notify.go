@@ -35,6 +35,11 @@ func (s *System) buildNotifier(c config.Config) {
 	n.Enqueue = func(ctx context.Context, args river.JobArgs, opts *river.InsertOpts) error {
 		return s.Runs.Enqueue(ctx, args, opts)
 	}
+	names := make([]string, len(n.Targets))
+	for i, t := range n.Targets {
+		names[i] = t.Name
+	}
+	n.Metrics = notify.NewMetrics(names...)
 	s.Notifier = n
 }
 

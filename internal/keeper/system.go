@@ -495,7 +495,7 @@ func (s *System) buildAPI(ctx context.Context) error {
 	s.Access = access.New(s.Store, oidcCfg.AccessRoles(), s.Base)
 	s.API = api.New(api.Config{Stores: api.StoresOf(s.Store), Secrets: s.Secrets, Base: s.Base, Version: version.String(), Runs: s.Runs, Check: check, Cloud: s.Cloud,
 		Seeds: s.Seeds, Drift: s.Drift, Access: s.Access,
-		Collectors:  append(append(newChangeMetrics(s.Changes).collected, stateMetrics{s.Store}), s.runMetrics.Collectors()...),
+		Collectors:  s.collectors(),
 		VerifyAudit: AuditVerifier(s.Store, s.auditKey, c.AuditCheckpointDir, s.checkpoints), UI: ui.Handler(),
 		AuthFailureBurst: c.HTTP.AuthFailureBurst, AuthFailureInterval: c.HTTP.AuthFailureInterval.Std(), Join: join, OIDC: oidcCfg,
 		Approvals: approval.NewService(s.Store, s.approvals, c.Approvals.Policy), Seal: s.sealer.Seal,

@@ -74,6 +74,8 @@ type Notifier struct {
 	// RetryBase is the first retry's delay, doubled on each retry up to
 	// five minutes; zero means one second.
 	RetryBase time.Duration
+	// Metrics counts the attempts; nil: none.
+	Metrics *Metrics
 	// Base is the notifier's logger and clock (nil: discarded, the real
 	// clock).
 	base.Base
@@ -201,15 +203,16 @@ func (w *worker) Work(ctx context.Context, job *river.Job[DeliveryArgs]) error {
 		return river.JobCancel(fmt.Errorf("notification %q is not configured", a.Notification))
 	}
 	code, err := n.send(ctx, n.Targets[i], a)
-	status := store.DeliveryDelivered
+	status, outcome := store.DeliveryDelivered, outcomeDelivered
 	msg := ""
 	if err != nil {
 		msg = err.Error()
-		status = store.DeliveryPending
+		status, outcome = store.DeliveryPending, outcomeRetried
 		if job.Attempt >= job.MaxAttempts {
-			status = store.DeliveryFailed
+			status, outcome = store.DeliveryFailed, outcomeFailed
 		}
 	}
+	n.Metrics.attempt(a.Notification, outcome)
 	if lerr := n.Store.DeliveryAttempt(context.WithoutCancel(ctx), a.ID, status, code, msg); lerr != nil {
 		n.log().Warn("log a webhook attempt", "delivery", a.ID, "err", lerr)
 	}

@@ -29,7 +29,8 @@ var _ driversdk.Driver = (*driver)(nil)
 // the caller's and now+timeout. The driver is told that deadline; the call
 // itself waits KillGrace longer before the process is taken for hung.
 // Cancelling ctx cancels the call at once.
-func (d *driver) do(ctx context.Context, method string, timeout time.Duration, fn func(ctx context.Context, p *proc) error) error {
+func (d *driver) do(ctx context.Context, method string, timeout time.Duration, fn func(ctx context.Context, p *proc) error) (err error) {
+	defer func(start time.Time) { d.h.metrics.observe(d.name, method, time.Since(start), err) }(time.Now())
 	p, err := d.h.acquire(ctx, d.name)
 	if err != nil {
 		return err

@@ -136,9 +136,10 @@ type Host struct {
 	cfg Config
 	log *slog.Logger
 
-	mu     sync.Mutex
-	slots  map[string]*slot
-	closed bool
+	mu      sync.Mutex
+	slots   map[string]*slot
+	closed  bool
+	metrics hostMetrics
 }
 
 // slot holds the one process of a driver; its mutex is held while the
@@ -156,9 +157,10 @@ func New(cfg Config) (*Host, error) {
 		return nil, err
 	}
 	return &Host{
-		cfg:   cfg,
-		log:   slog.New(cfg.Secrets.LogHandler(cfg.Log.Handler())).With("component", "plugin"),
-		slots: make(map[string]*slot),
+		cfg:     cfg,
+		log:     slog.New(cfg.Secrets.LogHandler(cfg.Log.Handler())).With("component", "plugin"),
+		slots:   make(map[string]*slot),
+		metrics: newHostMetrics(),
 	}, nil
 }
 

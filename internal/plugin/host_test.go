@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/logctx"
@@ -421,6 +424,43 @@ func TestCrashMidCallThenRestart(t *testing.T) {
 		t.Fatalf("PID after restart = %d (was %d)", got, pid)
 	}
 	waitLog(t, logs, func(r record) bool { return r.msg == "crashing on purpose" && r.level == slog.LevelError })
+	// The host's metrics count both calls by their result, and time them.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h.Collectors()...)
+	for series, want := range map[string]float64{
+		`soulstack_driver_calls_total{code="driver.crashed",driver="fake",method="Create"}`: 1,
+		`soulstack_driver_calls_total{code="ok",driver="fake",method="Capabilities"}`:       1,
+		`soulstack_driver_call_duration_seconds_count{driver="fake",method="Create"}`:       1,
+	} {
+		if got := gathered(t, reg, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}
+
+// gathered is the value of one series of reg, written as in the text
+// exposition (labels sorted); -1 when absent.
+func gathered(t *testing.T, reg *prometheus.Registry, series string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 func TestProcessDeadBetweenCallsIsRestarted(t *testing.T) {

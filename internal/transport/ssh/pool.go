@@ -37,6 +37,7 @@ type Pool struct {
 	stop    chan struct{} // closed by Close: ends the sweeper
 	entries map[connKey]*poolEntry
 	learned map[string]string // host:port -> host key learned on first use
+	stats   poolStats         // for Collector
 }
 
 type poolEntry struct {
@@ -203,6 +204,9 @@ func (p *Pool) get(ctx context.Context, t Target) (_ *Client, fresh bool, _ erro
 
 		c, err := dial(dctx, t, p.opts)
 		cancel(nil)
+		if ctx.Err() == nil {
+			p.dialed(err) // a dial its caller gave up on says nothing of the host
+		}
 		c, err = p.settle(key, e, t, c, err, ctx.Err() != nil)
 		if err == nil && p.opts.MaxIdle > 0 {
 			p.trimIdle()
