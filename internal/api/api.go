@@ -566,7 +566,13 @@ func (s *Server) observe(ctx huma.Context, next func(huma.Context)) {
 	span.End()
 	elapsed := time.Since(start)
 	s.metrics.requests.WithLabelValues(op.OperationID, op.Method, strconv.Itoa(status)).Inc()
-	s.metrics.duration.WithLabelValues(op.OperationID, op.Method).Observe(elapsed.Seconds())
+	obs := s.metrics.duration.WithLabelValues(op.OperationID, op.Method)
+	if sc := span.SpanContext(); sc.IsSampled() {
+		// The exemplar ties a slow bucket to a trace to look at.
+		obs.(prometheus.ExemplarObserver).ObserveWithExemplar(elapsed.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
+	} else {
+		obs.Observe(elapsed.Seconds())
+	}
 	level := slog.LevelDebug
 	if status >= 500 {
 		level = slog.LevelError

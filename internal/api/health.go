@@ -17,9 +17,11 @@ import (
 )
 
 // MetricsHandler serves the Prometheus metrics without checking a token:
-// the keeper mounts it on metrics_listen.
+// the keeper mounts it on metrics_listen. A scraper that asks for
+// OpenMetrics gets it, with each request latency's exemplar: the trace id
+// of a request that fell in the bucket, when tracing is on.
 func (s *Server) MetricsHandler() http.Handler {
-	return promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{})
+	return promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{EnableOpenMetrics: true})
 }
 
 // Health is the body of /healthz and /readyz.

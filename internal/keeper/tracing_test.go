@@ -135,6 +135,17 @@ steps:
 	if final := waitFor(t, c, run.ID, "the run", func(r *client.Run) bool { return client.Terminal(r.Phase) }); final.Phase != "Succeeded" {
 		t.Fatalf("run = %s %+v", final.Phase, final.Error)
 	}
+	raw, _ := os.ReadFile(filepath.Join(dir, ".keeper", "admin.token"))
+	req, _ := http.NewRequest(http.MethodGet, k.Addr+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(raw)))
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	om, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	omType := resp.Header.Get("Content-Type")
 	k.Interrupt(t) // flushes the exporter
 
 	rcv.mu.Lock()
@@ -194,6 +205,11 @@ steps:
 	}
 	if len(rcv.services) == 0 || rcv.services[0] != "soulstack-keeper" {
 		t.Errorf("service.name = %v", rcv.services)
+	}
+	// Asked for OpenMetrics, /metrics tied the POST's latency bucket to its
+	// trace with an exemplar (scraped before the keeper stopped).
+	if !strings.Contains(string(om), `# {trace_id="`+trace+`"}`) || !strings.Contains(omType, "openmetrics") {
+		t.Errorf("no exemplar of trace %s in OpenMetrics (%s):\n%s", trace, omType, grepLines(string(om), "run-create"))
 	}
 	counts := map[string]int{}
 	for n, ss := range byName {
