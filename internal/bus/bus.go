@@ -119,8 +119,9 @@ type Server struct {
 	nc      *nats.Conn
 	urls    []string
 
-	refused atomic.Int64
-	busy    atomic.Int64
+	refused    atomic.Int64
+	busy       atomic.Int64
+	heartbeats atomic.Int64 // received, for Collector
 
 	calloutQ  chan *nats.Msg
 	calloutWG sync.WaitGroup
@@ -451,6 +452,7 @@ func (s *Server) heartbeat(m *nats.Msg) {
 	if err != nil {
 		return
 	}
+	s.heartbeats.Add(1)
 	if len(m.Data) > wire.MaxHeartbeatSize {
 		s.cutOff(sid, fmt.Sprintf("a %d-byte heartbeat (at most %d)", len(m.Data), wire.MaxHeartbeatSize))
 		return

@@ -196,6 +196,13 @@ func TestAgentTransport(t *testing.T) {
 	if b, err := os.ReadFile(out); err != nil || string(b) != "42\n" {
 		t.Fatalf("the command's file holds %q, %v", b, err)
 	}
+	// The bus's metrics: the agent present, its heartbeats counted,
+	// nobody refused.
+	m := scrapeMetrics(t, k.url, k.cfg.DataDir)
+	if metricValue(m, "soulstack_bus_agents") != 1 || metricValue(m, "soulstack_bus_heartbeats_total") < 1 ||
+		metricValue(m, `soulstack_bus_connections_refused_total{reason="refused"}`) != 0 || metricValue(m, "soulstack_bus_callout_backlog") != 0 {
+		t.Errorf("the bus's metrics:\n%s", grepLines(m, "soulstack_bus_"))
+	}
 
 	a.Kill()
 	so := k.waitStatus(t, sid, "unreachable")

@@ -156,5 +156,8 @@ func (m stateMetrics) Collect(ch chan<- prometheus.Metric) {
 func (s *System) collectors() []prometheus.Collector {
 	out := append(newChangeMetrics(s.Changes).collected, stateMetrics{s.Store}, s.SSH.Collector(), s.Notifier.Metrics.Collector())
 	out = append(out, s.runMetrics.Collectors()...)
+	if s.Bus != nil {
+		out = append(out, s.Bus.Collector())
+	}
 	return append(out, s.Plugins.Collectors()...)
 }

@@ -154,6 +154,8 @@ var exportedFamilies = map[string]bool{
 	"soulstack_souls_drift": true, "soulstack_drift_changes_total": true,
 	"soulstack_souls_joined_total": true, "soulstack_http_requests_total": true, "soulstack_http_request_duration_seconds": true,
 	"soulstack_ssh_dials_total": true, "soulstack_ssh_connections": true,
+	"soulstack_bus_agents": true, "soulstack_bus_heartbeats_total": true, "soulstack_bus_connections_refused_total": true,
+	"soulstack_bus_callout_backlog": true,
 	// From the first call, delivery or VM on (labelled by driver,
 	// notification or provider):
 	"soulstack_driver_calls_total": false, "soulstack_driver_call_duration_seconds": false,
