@@ -2,6 +2,8 @@ package keeper_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -160,4 +162,53 @@ var exportedFamilies = map[string]bool{
 	// notification or provider):
 	"soulstack_driver_calls_total": false, "soulstack_driver_call_duration_seconds": false,
 	"soulstack_notification_attempts_total": false, "soulstack_cloud_vms_total": false,
+}
+
+// TestDashboard: every query of docs/monitoring/dashboard.json is
+// PromQL that Prometheus parses (promtool checks them as recording rules,
+// Grafana's $__rate_interval and $instance filled in) and names only
+// families the keeper exports.
+func TestDashboard(t *testing.T) {
+	t.Parallel()
+	tool := promtool(t)
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "monitoring", "dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatal(err)
+	}
+	var rules strings.Builder
+	rules.WriteString("groups:\n  - name: dashboard\n    rules:\n")
+	n := 0
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, q := range p.Targets {
+			expr := strings.NewReplacer("$__rate_interval", "5m", "$instance", ".*").Replace(q.Expr)
+			n++
+			fmt.Fprintf(&rules, "      - record: dashboard:query_%d\n        expr: %q\n", n, expr)
+			for _, name := range alertedMetrics(q.Expr) {
+				if _, ok := exportedFamilies[name]; !ok {
+					t.Errorf("panel %q queries %s, which the keeper does not export", p.Title, name)
+				}
+			}
+		}
+	}
+	file := filepath.Join(t.TempDir(), "dashboard-rules.yml")
+	if err := os.WriteFile(file, []byte(rules.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(tool, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules of the dashboard's %d queries: %v\n%s", n, err, out)
+	}
 }
