@@ -156,6 +156,7 @@ func (m stateMetrics) Collect(ch chan<- prometheus.Metric) {
 func (s *System) collectors() []prometheus.Collector {
 	out := append(newChangeMetrics(s.Changes).collected, stateMetrics{s.Store}, s.SSH.Collector(), s.Notifier.Metrics.Collector())
 	out = append(out, s.runMetrics.Collectors()...)
+	out = append(out, s.Store.Collectors()...)
 	if s.Bus != nil {
 		out = append(out, s.Bus.Collector())
 	}

@@ -85,6 +85,8 @@ steps:
 		`soulstack_ssh_dials_total{result="ok"}`:                                  1, // one warm connection for both runs
 		`soulstack_ssh_dials_total{result="ssh.unreachable"}`:                     0,
 		`soulstack_ssh_connections`:                                               1,
+		`soulstack_audit_events_total{action="run.started"}`:                      2,
+		`soulstack_audit_events_total{action="run.finished"}`:                     2,
 	} {
 		if got := metricValue(body, series); got != want {
 			name, _, _ := strings.Cut(series, "{")
@@ -95,6 +97,9 @@ steps:
 		if always && !strings.Contains(body, "# TYPE "+name+" ") {
 			t.Errorf("/metrics has no %s family", name)
 		}
+	}
+	if metricValue(body, "soulstack_audited_write_duration_seconds_count") < 5 {
+		t.Errorf("audited writes timed:\n%s", grepLines(body, "soulstack_audited_write_duration_seconds_count"))
 	}
 	if !strings.Contains(body, `soulstack_build_info{goversion="go`) {
 		t.Errorf("no soulstack_build_info:\n%s", grepLines(body, "build_info"))
@@ -157,7 +162,7 @@ var exportedFamilies = map[string]bool{
 	"soulstack_souls_joined_total": true, "soulstack_http_requests_total": true, "soulstack_http_request_duration_seconds": true,
 	"soulstack_ssh_dials_total": true, "soulstack_ssh_connections": true,
 	"soulstack_bus_agents": true, "soulstack_bus_heartbeats_total": true, "soulstack_bus_connections_refused_total": true,
-	"soulstack_bus_callout_backlog": true,
+	"soulstack_bus_callout_backlog": true, "soulstack_audited_write_duration_seconds": true, "soulstack_audit_events_total": true,
 	// From the first call, delivery or VM on (labelled by driver,
 	// notification or provider):
 	"soulstack_driver_calls_total": false, "soulstack_driver_call_duration_seconds": false,

@@ -70,6 +70,7 @@ type Store struct {
 	changes *store.Changes   // told of each committed change; nil: none
 	follow  func(ctx context.Context, tx *sql.Tx, e store.Audited) error
 	secrets *secret.Keeper // masked in audit payloads as well; nil: none
+	metrics *writeMetrics  // Collectors
 }
 
 var _ store.Store = (*Store)(nil)
@@ -132,7 +133,7 @@ var ErrNoAuditKey = errors.New("the store has no audit key: it cannot write audi
 
 // New returns a Store over db, whose schema is already migrated.
 func New(db *sql.DB, d Dialect, opts ...Option) *Store {
-	s := &Store{db: db, dialect: d, now: time.Now}
+	s := &Store{db: db, dialect: d, now: time.Now, metrics: newWriteMetrics()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -197,6 +198,7 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 	if s.chain == nil {
 		return ErrNoAuditKey
 	}
+	start := time.Now()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -241,6 +243,7 @@ func (s *Store) mutate(ctx context.Context, actor store.Actor, fn func(tx *sql.T
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit %s: %w", rec.action, err)
 	}
+	s.metrics.wrote(rec.action, start)
 	if s.added != nil {
 		s.added(newHead)
 	}
