@@ -257,18 +257,26 @@ func testChangesOfRunsAndDrift(t *testing.T, b testdb.Backend) {
 		t.Fatalf("a refused join published %s (joined %v)", got, joined)
 	}
 
-	// A run's end; a lease lost refuses it and publishes nothing.
+	// A run's creation and its end (timed: it never started); a lease
+	// lost refuses the end and publishes nothing.
 	if _, _, err := s.RunCreate(ctx, store.RunCreateParams{Run: newRun("run_c", "", "d"), Actor: "tok_a"}); err != nil {
 		t.Fatal(err)
+	}
+	if got, want := log.takeOthers(), "[{ID:run_c Project:default Mode:apply}]"; got != want {
+		t.Fatalf("a run's creation published %s, want %s", got, want)
 	}
 	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_c", Owner: "keeper-x", Phase: store.PhaseSucceeded}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("finish by a keeper that does not own the run: %v", err)
 	}
+	if got := log.takeOthers(); got != "[]" {
+		t.Fatalf("a refused end published %s", got)
+	}
 	if err := s.RunFinish(ctx, store.RunFinishParams{ID: "run_c", Phase: store.PhaseFailed, ErrorCode: "step.failed", ErrorMsg: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := log.takeOthers(), "[{ID:run_c Project:default Phase:Failed ErrorCode:step.failed}]"; got != want {
-		t.Fatalf("a run's end published %s, want %s", got, want)
+	if got := log.takeOthers(); !strings.HasPrefix(got, "[{ID:run_c Project:default Mode:apply Phase:Failed ErrorCode:step.failed CreatedAt:") ||
+		!strings.Contains(got, " StartedAt:0001-01-01 00:00:00 +0000 UTC FinishedAt:") {
+		t.Fatalf("a run's end published %s", got)
 	}
 
 	// A change of drift state publishes; the same state again does not.
