@@ -97,7 +97,7 @@ func newJoin() *cobra.Command {
 }
 
 func newRun() *cobra.Command {
-	var stateDir string
+	var stateDir, metricsListen string
 	var retry time.Duration
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -111,17 +111,25 @@ func newRun() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runAgent(ctx, id, log, retry)
+			var metrics *agent.Metrics
+			if metricsListen != "" {
+				metrics = agent.NewMetrics()
+				if _, err := serveMetrics(ctx, metricsListen, metrics, log); err != nil {
+					return fmt.Errorf("--metrics-listen: %w", err)
+				}
+			}
+			return runAgent(ctx, id, log, retry, metrics)
 		},
 	}
 	cmd.Flags().StringVar(&stateDir, "state-dir", soulid.DefaultStateDir, "where the identity is kept")
 	cmd.Flags().DurationVar(&retry, "renew-retry", time.Minute, "pause between failed renewals")
+	cmd.Flags().StringVar(&metricsListen, "metrics-listen", "", "serve the agent's Prometheus metrics at host:port/metrics (plain HTTP, no token: bind it to loopback or a monitoring network); off when empty")
 	return cmd
 }
 
 // runAgent runs the renewal loop and, when a bus transport is linked in,
 // its serving loop; it returns when ctx ends or either fails.
-func runAgent(ctx context.Context, id *soulid.Identity, log *slog.Logger, retry time.Duration) error {
+func runAgent(ctx context.Context, id *soulid.Identity, log *slog.Logger, retry time.Duration, metrics *agent.Metrics) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	st := id.State()
@@ -140,7 +148,7 @@ func runAgent(ctx context.Context, id *soulid.Identity, log *slog.Logger, retry 
 	}()
 	errc := make(chan error, 2)
 	go func() { errc <- id.RenewLoop(ctx, log, retry) }()
-	go func() { errc <- serveBus(ctx, id, log) }()
+	go func() { errc <- serveBus(ctx, id, log, metrics) }()
 	n := 2
 	var first error
 	for range n {

@@ -60,6 +60,8 @@ type Config struct {
 	// (the soul's state dir/spool); empty: an agent that runs durable
 	// commands as plain ones, without spool or fencing (tests of the bus).
 	Spool string
+	// Metrics counts the agent's commands and connection; nil: none.
+	Metrics *Metrics
 }
 
 // spoolSweepEvery is how often the agent removes expired spool entries.
@@ -91,6 +93,7 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	e.metrics = cfg.Metrics
 	a := &agent{executor: e, sid: cfg.SID}
 	nc, err := connect(cfg)
 	if err != nil {
@@ -165,10 +168,18 @@ func connect(cfg Config) (*nats.Conn, error) {
 		// rather than give up after two refusals in a row.
 		nats.IgnoreAuthErrorAbort(),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			cfg.Metrics.setConnected(false)
 			log.Warn("bus connection lost", "err", err)
 		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("bus connection back", "url", c.ConnectedUrlRedacted()) }),
-		nats.ConnectHandler(func(c *nats.Conn) { log.Info("connected to the bus", "url", c.ConnectedUrlRedacted()) }),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			cfg.Metrics.setConnected(true)
+			cfg.Metrics.reconnected()
+			log.Info("bus connection back", "url", c.ConnectedUrlRedacted())
+		}),
+		nats.ConnectHandler(func(c *nats.Conn) {
+			cfg.Metrics.setConnected(true)
+			log.Info("connected to the bus", "url", c.ConnectedUrlRedacted())
+		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			log.Warn("bus connection attempt failed", "err", err)
 		}),

@@ -35,6 +35,8 @@ type executor struct {
 	supMu sync.Mutex
 	sup   *supervisorProc // the durable commands' supervisor, once one ran
 
+	metrics *Metrics // nil: none
+
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	running map[string]runningCmd // by request id
@@ -80,6 +82,13 @@ func newExecutor(ctx context.Context, log *slog.Logger, run func(context.Context
 // exec runs req, or attaches to it when it is a durable command the spool
 // knows, and replies with its outcome; span ends with it.
 func (e *executor) exec(req wire.ExecRequest, reply replyFunc, span trace.Span) {
+	if e.metrics != nil {
+		start, answer := time.Now(), reply
+		reply = func(o Outcome) {
+			e.metrics.command(req, o, time.Since(start))
+			answer(o)
+		}
+	}
 	if req.Durable != nil && e.spool != nil {
 		e.execDurable(req, reply, span)
 		return

@@ -32,6 +32,8 @@ type StdioConfig struct {
 	// by an earlier execution and is not started here; Forget removes its
 	// entries there too.
 	ShellSpool string
+	// Metrics counts the commands; nil: none.
+	Metrics *Metrics
 }
 
 // ServeStdio is the executor the keeper starts over an SSH session
@@ -50,6 +52,7 @@ func ServeStdio(ctx context.Context, in io.Reader, out io.Writer, cfg StdioConfi
 		return err
 	}
 	e.shellSpool = cfg.ShellSpool
+	e.metrics = cfg.Metrics
 	w := &frameWriter{w: out}
 	if _, err := fmt.Fprintf(out, "%s %d\n", wire.StdioHello, os.Getpid()); err != nil {
 		return err

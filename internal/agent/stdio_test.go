@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	"github.com/soulstack/soulstack/internal/agent"
 	"github.com/soulstack/soulstack/internal/agent/wire"
 	"github.com/soulstack/soulstack/internal/probe"
@@ -40,13 +42,17 @@ type result struct {
 	end            wire.ExecEnd
 }
 
-func startStdio(tb testing.TB, spool string) *stdioExecutor {
+func startStdio(tb testing.TB, spool string, metrics ...*agent.Metrics) *stdioExecutor {
 	tb.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	x := &stdioExecutor{w: inW, ends: map[string]chan result{}, done: make(chan error, 1)}
 	go func() {
-		x.done <- agent.ServeStdio(context.Background(), inR, outW, agent.StdioConfig{Spool: spool})
+		cfg := agent.StdioConfig{Spool: spool}
+		if len(metrics) > 0 {
+			cfg.Metrics = metrics[0]
+		}
+		x.done <- agent.ServeStdio(context.Background(), inR, outW, cfg)
 		outW.Close()
 	}()
 	r := bufio.NewReader(outR)
@@ -458,4 +464,65 @@ func cpuTime() time.Duration {
 		d += time.Duration(r.Utime.Nano() + r.Stime.Nano())
 	}
 	return d
+}
+
+// TestMetricsCountCommands: the executor's metrics count each command
+// by kind (plain, durable, probe) and result (ok, nonzero, refused), and
+// time them.
+func TestMetricsCountCommands(t *testing.T) {
+	t.Parallel()
+	m := agent.NewMetrics()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m.Collectors()...)
+	x := startStdio(t, t.TempDir(), m)
+	f := filepath.Join(t.TempDir(), "motd")
+	if err := os.WriteFile(f, []byte("hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	argv, probeReq := probe.Command(probe.KindFileStat, f)
+	for _, req := range []wire.ExecRequest{
+		{ID: "a", Argv: []string{"true"}},
+		{ID: "b", Script: "exit 3"},
+		{ID: "c", Argv: []string{"true"}, Durable: &wire.Durable{ID: "m-1", Run: "run_m", Epoch: 1, Digest: "d"}},
+		{ID: "d", Argv: []string{"true"}, Durable: &wire.Durable{ID: "not a valid id", Run: "run_m", Epoch: 1, Digest: "d"}},
+		{ID: "e", Argv: argv, Probe: probeReq},
+	} {
+		wait(t, x.send(t, req))
+	}
+	for series, want := range map[string]float64{
+		`soulstack_agent_commands_total{kind="plain",result="ok"}`:        1,
+		`soulstack_agent_commands_total{kind="plain",result="nonzero"}`:   1,
+		`soulstack_agent_commands_total{kind="durable",result="ok"}`:      1,
+		`soulstack_agent_commands_total{kind="durable",result="refused"}`: 1,
+		`soulstack_agent_commands_total{kind="probe",result="ok"}`:        1,
+		`soulstack_agent_command_duration_seconds_count{kind="plain"}`:    2,
+	} {
+		if got := gathered(t, reg, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+}
+
+// gathered is the value of one series of reg as the text exposition
+// writes it (labels sorted); -1 when absent.
+func gathered(t *testing.T, reg *prometheus.Registry, series string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range fams {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range strings.Split(b.String(), "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			if f, err := strconv.ParseFloat(v, 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
