@@ -50,6 +50,10 @@ type Souls struct {
 	souls map[string]store.Soul
 	seen  map[string]bool // souls whose contact this run recorded
 	ready map[string]bool // cloud-made souls this run found ready
+	// keys are the SSH keys this run resolved, by project and reference
+	// (each step of a soul reaches it with the same key: resolving a file
+	// or a sealed credential again per step is work, not safety).
+	keys map[string][]byte
 
 	readyTimeout time.Duration
 }
@@ -320,6 +324,32 @@ func (s *Souls) Target(ctx context.Context, sid string, retry transport.RetryPol
 // keyOf returns how the SSH key of soul so is read: its key_ref, resolved
 // when a dialer needs it, or the keeper's own key.
 func (s *Souls) keyOf(so store.Soul) func(context.Context) ([]byte, error) {
+	resolve := s.resolveKey(so)
+	return func(ctx context.Context) ([]byte, error) {
+		id := so.Project + "\x00" + so.Connection.KeyRef
+		s.mu.Lock()
+		key, ok := s.keys[id]
+		s.mu.Unlock()
+		if ok {
+			return key, nil
+		}
+		key, err := resolve(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		if s.keys == nil {
+			s.keys = map[string][]byte{}
+		}
+		s.keys[id] = key
+		s.mu.Unlock()
+		return key, nil
+	}
+}
+
+// resolveKey reads the SSH key of so: its key_ref's secret, or the
+// keeper's key of its project.
+func (s *Souls) resolveKey(so store.Soul) func(context.Context) ([]byte, error) {
 	return func(ctx context.Context) ([]byte, error) {
 		if so.Connection.KeyRef == "" {
 			if s.projectKey == nil {
