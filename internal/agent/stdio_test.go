@@ -18,10 +18,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	"github.com/soulstack/soulstack/internal/agent"
 	"github.com/soulstack/soulstack/internal/agent/wire"
 	"github.com/soulstack/soulstack/internal/probe"
+	"github.com/soulstack/soulstack/internal/promtest"
 )
 
 func TestMain(m *testing.M) {
@@ -497,32 +497,8 @@ func TestMetricsCountCommands(t *testing.T) {
 		`soulstack_agent_commands_total{kind="probe",result="ok"}`:        1,
 		`soulstack_agent_command_duration_seconds_count{kind="plain"}`:    2,
 	} {
-		if got := gathered(t, reg, series); got != want {
+		if got := promtest.Gathered(t, reg, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
 		}
 	}
-}
-
-// gathered is the value of one series of reg as the text exposition
-// writes it (labels sorted); -1 when absent.
-func gathered(t *testing.T, reg *prometheus.Registry, series string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, f := range fams {
-		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, l := range strings.Split(b.String(), "\n") {
-		if v, ok := strings.CutPrefix(l, series+" "); ok {
-			if f, err := strconv.ParseFloat(v, 64); err == nil {
-				return f
-			}
-		}
-	}
-	return -1
 }

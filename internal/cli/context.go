@@ -48,20 +48,10 @@ func (c *soulctlConfig) find(name string) (*keeperContext, bool) {
 	return &c.Contexts[i], true
 }
 
-// configPath is where soulctl keeps its contexts.
+// configPath is where soulctl keeps its contexts: $SOULSTACK_CONFIG, else
+// ${XDG_CONFIG_HOME:-~/.config}/soulstack/config.yaml.
 func (a *app) configPath() (string, error) {
-	if p := a.env.Getenv(EnvConfig); p != "" {
-		return p, nil
-	}
-	dir := a.env.Getenv("XDG_CONFIG_HOME")
-	if dir == "" {
-		home := a.env.Getenv("HOME")
-		if home == "" {
-			return "", errors.New("no HOME: set " + EnvConfig + " to where soulctl keeps its contexts")
-		}
-		dir = filepath.Join(home, ".config")
-	}
-	return filepath.Join(dir, "soulstack", "config.yaml"), nil
+	return a.configFile(EnvConfig, "config.yaml", "soulctl keeps its contexts")
 }
 
 func (a *app) readConfig() (soulctlConfig, string, error) {

@@ -40,18 +40,25 @@ type credential struct {
 // credentialsPath is $SOULSTACK_CREDENTIALS, else
 // ${XDG_CONFIG_HOME:-~/.config}/soulstack/credentials.json.
 func (a *app) credentialsPath() (string, error) {
-	if p := a.env.Getenv(EnvCredentials); p != "" {
+	return a.configFile(EnvCredentials, "credentials.json", "soulctl login keeps its tokens")
+}
+
+// configFile is the file the environment variable override names, else
+// name in ${XDG_CONFIG_HOME:-~/.config}/soulstack; what says what it
+// holds, for the error without a HOME.
+func (a *app) configFile(override, name, what string) (string, error) {
+	if p := a.env.Getenv(override); p != "" {
 		return p, nil
 	}
 	dir := a.env.Getenv("XDG_CONFIG_HOME")
 	if dir == "" {
 		home := a.env.Getenv("HOME")
 		if home == "" {
-			return "", errors.New("no HOME: set " + EnvCredentials + " to where soulctl login keeps its tokens")
+			return "", errors.New("no HOME: set " + override + " to where " + what)
 		}
 		dir = filepath.Join(home, ".config")
 	}
-	return filepath.Join(dir, "soulstack", "credentials.json"), nil
+	return filepath.Join(dir, "soulstack", name), nil
 }
 
 func (a *app) readCredentials() (credentials, string, error) {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/soulstack/soulstack/client"
 	"github.com/soulstack/soulstack/internal/config"
 	"github.com/soulstack/soulstack/internal/keepertest"
+	"github.com/soulstack/soulstack/internal/promtest"
 	"github.com/soulstack/soulstack/internal/sshtest"
 )
 
@@ -159,17 +159,7 @@ steps:
 
 // metricValue is the value of one series in a Prometheus exposition, -1
 // when it is absent.
-func metricValue(exposition, series string) float64 {
-	for _, l := range strings.Split(exposition, "\n") {
-		if v, ok := strings.CutPrefix(l, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err == nil {
-				return f
-			}
-		}
-	}
-	return -1
-}
+func metricValue(exposition, series string) float64 { return promtest.Value(exposition, series) }
 
 func grepLines(s, sub string) string {
 	var out []string

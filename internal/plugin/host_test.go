@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,11 +16,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 	"github.com/soulstack/soulstack/driversdk"
 	"github.com/soulstack/soulstack/driversdk/drivertest"
 	"github.com/soulstack/soulstack/internal/logctx"
 	"github.com/soulstack/soulstack/internal/plugin"
+	"github.com/soulstack/soulstack/internal/promtest"
 	"github.com/soulstack/soulstack/internal/secret"
 )
 
@@ -432,35 +431,10 @@ func TestCrashMidCallThenRestart(t *testing.T) {
 		`soulstack_driver_calls_total{code="ok",driver="fake",method="Capabilities"}`:       1,
 		`soulstack_driver_call_duration_seconds_count{driver="fake",method="Create"}`:       1,
 	} {
-		if got := gathered(t, reg, series); got != want {
+		if got := promtest.Gathered(t, reg, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
 		}
 	}
-}
-
-// gathered is the value of one series of reg, written as in the text
-// exposition (labels sorted); -1 when absent.
-func gathered(t *testing.T, reg *prometheus.Registry, series string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, f := range fams {
-		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, l := range strings.Split(b.String(), "\n") {
-		if v, ok := strings.CutPrefix(l, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err == nil {
-				return f
-			}
-		}
-	}
-	return -1
 }
 
 func TestProcessDeadBetweenCallsIsRestarted(t *testing.T) {
