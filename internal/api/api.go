@@ -354,6 +354,13 @@ func register[I, O any](s *Server, op huma.Operation, perm auth.Permission, publ
 		op.Middlewares = append(op.Middlewares, s.authorize(perm))
 		op.Errors = append(op.Errors, http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests)
 	}
+	// The operation's answers of its usual status counted from zero: a
+	// rate of them is defined before its first request.
+	status := op.DefaultStatus
+	if status == 0 {
+		status = http.StatusOK
+	}
+	s.metrics.requests.WithLabelValues(op.OperationID, op.Method, strconv.Itoa(status))
 	huma.Register(s.api, op, func(ctx context.Context, in *I) (*O, error) {
 		out, err := h(ctx, in)
 		if err != nil {

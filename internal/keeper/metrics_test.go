@@ -65,28 +65,29 @@ steps:
 	}
 	body := scrapeMetrics(t, k.Addr, data)
 	for series, want := range map[string]float64{
-		`soulstack_runs_created_total{mode="apply"}`:                              1,
-		`soulstack_runs_created_total{mode="check"}`:                              1,
-		`soulstack_runs_finished_total{mode="apply",phase="Succeeded"}`:           1,
-		`soulstack_runs_finished_total{mode="check",phase="Succeeded"}`:           1,
-		`soulstack_runs_finished_total{mode="apply",phase="Failed"}`:              0,
-		`soulstack_run_duration_seconds_count{mode="apply",phase="Succeeded"}`:    1,
-		`soulstack_run_queue_wait_seconds_count{mode="check"}`:                    1,
-		`soulstack_run_targets_total{module="core.command.ran",status="changed"}`: 1,
-		`soulstack_run_targets_total{module="core.command.ran",status="failed"}`:  0,
-		`soulstack_run_targets_total{module="core.command.ran",status="unknown"}`: 1, // a command without a guard, checked
-		`soulstack_run_targets_total{module="core.file.present",status="ok"}`:     0,
-		`soulstack_run_target_duration_seconds_count{module="core.command.ran"}`:  2, // the apply and the check
-		`soulstack_runs{phase="Pending"}`:                                         0,
-		`soulstack_runs{phase="Running"}`:                                         0,
-		`soulstack_souls{project="default",status="active"}`:                      1,
-		`soulstack_souls{project="default",status="unreachable"}`:                 0,
-		`soulstack_registry_up`:                                                   1,
-		`soulstack_ssh_dials_total{result="ok"}`:                                  1, // one warm connection for both runs
-		`soulstack_ssh_dials_total{result="ssh.unreachable"}`:                     0,
-		`soulstack_ssh_connections`:                                               1,
-		`soulstack_audit_events_total{action="run.started"}`:                      2,
-		`soulstack_audit_events_total{action="run.finished"}`:                     2,
+		`soulstack_runs_created_total{mode="apply"}`:                                              1,
+		`soulstack_runs_created_total{mode="check"}`:                                              1,
+		`soulstack_runs_finished_total{mode="apply",phase="Succeeded"}`:                           1,
+		`soulstack_runs_finished_total{mode="check",phase="Succeeded"}`:                           1,
+		`soulstack_runs_finished_total{mode="apply",phase="Failed"}`:                              0,
+		`soulstack_run_duration_seconds_count{mode="apply",phase="Succeeded"}`:                    1,
+		`soulstack_run_queue_wait_seconds_count{mode="check"}`:                                    1,
+		`soulstack_run_targets_total{module="core.command.ran",status="changed"}`:                 1,
+		`soulstack_run_targets_total{module="core.command.ran",status="failed"}`:                  0,
+		`soulstack_run_targets_total{module="core.command.ran",status="unknown"}`:                 1, // a command without a guard, checked
+		`soulstack_run_targets_total{module="core.file.present",status="ok"}`:                     0,
+		`soulstack_run_target_duration_seconds_count{module="core.command.ran"}`:                  2, // the apply and the check
+		`soulstack_runs{phase="Pending"}`:                                                         0,
+		`soulstack_runs{phase="Running"}`:                                                         0,
+		`soulstack_souls{project="default",status="active"}`:                                      1,
+		`soulstack_souls{project="default",status="unreachable"}`:                                 0,
+		`soulstack_registry_up`:                                                                   1,
+		`soulstack_ssh_dials_total{result="ok"}`:                                                  1, // one warm connection for both runs
+		`soulstack_ssh_dials_total{result="ssh.unreachable"}`:                                     0,
+		`soulstack_ssh_connections`:                                                               1,
+		`soulstack_audit_events_total{action="run.started"}`:                                      2,
+		`soulstack_audit_events_total{action="run.finished"}`:                                     2,
+		`soulstack_http_requests_total{method="DELETE",operation="provider-delete",status="204"}`: 0, // from zero, before any request
 	} {
 		if got := metricValue(body, series); got != want {
 			name, _, _ := strings.Cut(series, "{")
