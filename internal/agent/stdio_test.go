@@ -212,10 +212,16 @@ func TestSupervisorCancel(t *testing.T) {
 		}
 	}
 	x := startStdio(t, spool)
-	c := x.send(t, durable("c", "cancel-me", "sleep 30"))
+	marks := t.TempDir()
+	c := x.send(t, durable("c", "cancel-me", "touch "+marks+"/c; sleep 30"))
 	keep := x.send(t, durable("k", "keep-me", "sleep 1; echo kept"))
-	later := durable("l", "cancel-later", "sleep 30")
+	later := durable("l", "cancel-later", "touch "+marks+"/l; sleep 30")
 	x.send(t, later)
+	// Cancelled while they run (a cancel that comes first keeps a command
+	// from starting at all).
+	for _, m := range []string{"c", "l"} {
+		waitFile(t, filepath.Join(marks, m))
+	}
 	sup := supervisorOf(t, spool, "cancel-me")
 	for _, id := range []string{"keep-me", "cancel-later"} {
 		if other := supervisorOf(t, spool, id); other != sup {
@@ -301,6 +307,20 @@ func pidIn(t *testing.T, file string) int {
 		}
 		if i > 500 {
 			t.Fatalf("no PID in %s", file)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitFile waits until file exists.
+func waitFile(t *testing.T, file string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if _, err := os.Stat(file); err == nil {
+			return
+		}
+		if i > 500 {
+			t.Fatalf("%s never appeared", file)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -98,8 +98,9 @@ func Supervise(in io.Reader, out io.Writer) int {
 type supervision struct {
 	wg      sync.WaitGroup
 	mu      sync.Mutex
-	out     io.Writer                     // under mu
-	running map[string]context.CancelFunc // by entry
+	running map[string]context.CancelFunc // by entry, under mu
+	outMu   sync.Mutex
+	out     io.Writer // under outMu
 }
 
 // start runs the command of entry in the background: cancelled at once
@@ -115,12 +116,16 @@ func (sv *supervision) start(ctx context.Context, entry string) {
 	sv.wg.Go(func() {
 		defer cancel()
 		err := superviseEntry(ctx, entry)
-		sv.mu.Lock()
-		defer sv.mu.Unlock()
-		delete(sv.running, entry)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "soul supervise:", err) // the executor finds no outcome
 		}
+		sv.mu.Lock()
+		delete(sv.running, entry)
+		sv.mu.Unlock()
+		// Its own lock: the reader of entries (start) never waits on
+		// this write.
+		sv.outMu.Lock()
+		defer sv.outMu.Unlock()
 		fmt.Fprintln(sv.out, entry)
 	})
 }
@@ -256,16 +261,24 @@ func (e *executor) startSupervisor() (*supervisorProc, error) {
 // hand gives the supervisor entry; the channel is closed once its outcome
 // is spooled. An error means the supervisor did not take it (it had
 // ended, or was let go).
+// The caller holds the executor's supMu, as release's do. The write is
+// made without p.mu: the reader of the supervisor's lines takes p.mu,
+// and must go on draining them while a write waits for the supervisor
+// to read (else a full pipe each way would hold both).
 func (p *supervisorProc) hand(entry string) (<-chan struct{}, error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stdin == nil {
+	stdin := p.stdin
+	if stdin == nil {
+		p.mu.Unlock()
 		return nil, os.ErrClosed
 	}
 	ch := make(chan struct{})
 	p.waiting[entry] = ch
-	if _, err := io.WriteString(p.stdin, entry+"\n"); err != nil {
+	p.mu.Unlock()
+	if _, err := io.WriteString(stdin, entry+"\n"); err != nil {
+		p.mu.Lock()
 		delete(p.waiting, entry)
+		p.mu.Unlock()
 		return nil, err
 	}
 	return ch, nil
