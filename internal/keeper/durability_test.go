@@ -243,7 +243,7 @@ func TestRunTimeoutAndCancel(t *testing.T) {
 	}
 	final = waitFor(t, c, run.ID, "the cancel", func(r *client.Run) bool { return client.Terminal(r.Phase) })
 	if final.Phase != "Cancelled" || final.Error.Code != "run.cancelled" || final.Steps[0].Targets[0].Error.Code != "run.cancelled" {
-		t.Fatalf("cancelled run = %s %+v", final.Phase, final.Error)
+		t.Fatalf("cancelled run = %s %+v, target %+v", final.Phase, final.Error, final.Steps[0].Targets[0])
 	}
 	_, err = c.RunCancel(ctx, run.ID)
 	if p, ok := err.(*client.Problem); !ok || p.Code != "run.finished" {
