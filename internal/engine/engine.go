@@ -713,7 +713,7 @@ func (r *run) target(ctx context.Context, s *scenario.PlanStep, sid string, vars
 	target, err := r.reach(ctx, s, sid)
 	if err != nil {
 		res.attempts = 1
-		return fail(res, err)
+		return fail(res, stopped(ctx, err))
 	}
 	if st, ok := target.(*soulTarget); ok {
 		defer func() { r.contacted(ctx, st, &res) }()
@@ -804,14 +804,22 @@ func (r *run) attempt(ctx context.Context, s *scenario.PlanStep, sid string, raw
 		case <-r.e.clock().After(s.RetryDelay):
 		}
 	}
-	if err != nil && ctx.Err() != nil {
-		code := "run.cancelled"
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			code = "run.timeout"
-		}
-		err = &module.Error{Code: code, Message: "stopped: " + context.Cause(ctx).Error(), Err: err}
+	return out, attempts, stopped(ctx, err)
+}
+
+// stopped is err as the target's failure: when ctx has ended (the run's
+// timeout or its cancel, whose cause may be neither context error), the
+// run's reason rather than what the interrupted connection or command
+// said.
+func stopped(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil {
+		return err
 	}
-	return out, attempts, err
+	code := "run.cancelled"
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		code = "run.timeout"
+	}
+	return &module.Error{Code: code, Message: "stopped: " + context.Cause(ctx).Error(), Err: err}
 }
 
 // judge decides the target's status from the module's result and error
