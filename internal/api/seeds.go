@@ -50,30 +50,8 @@ func orNone(names []string) []string {
 }
 
 func (s *Server) registerSeeds() {
+	s.registerSeedList()
 	tags := []string{"souls"}
-	register(s, huma.Operation{
-		OperationID: "seed-list", Method: http.MethodGet, Path: "/v1/souls/{sid}/seeds", Tags: tags,
-		Summary: "List a soul's seeds", Errors: []int{http.StatusNotFound},
-	}, auth.SoulRead, false, func(ctx context.Context, in *struct {
-		SID string `path:"sid" doc:"The soul's id."`
-		ListInput
-	}) (*struct{ Body client.SeedList }, error) {
-		if _, err := s.soulOf(ctx, in.SID); err != nil {
-			return nil, err
-		}
-		seeds, err := s.soulStore.Seeds(ctx, in.SID)
-		if err != nil {
-			return nil, err
-		}
-		slices.SortFunc(seeds, func(a, b store.SoulSeed) int { return cmp.Compare(a.ID, b.ID) })
-		seeds, next := pageOf(seeds, &in.ListInput, seedKey)
-		out := &struct{ Body client.SeedList }{Body: client.SeedList{Items: make([]client.Seed, 0, len(seeds)), Next: next}}
-		for _, sd := range seeds {
-			out.Body.Items = append(out.Body.Items, seedWire(sd))
-		}
-		return out, nil
-	})
-
 	register(s, huma.Operation{
 		OperationID: "seed-add", Method: http.MethodPost, Path: "/v1/souls/{sid}/seeds", Tags: tags,
 		Summary: "Add a seed to a soul",
@@ -221,3 +199,30 @@ func (s *Server) checkSeed(project, sid, text string, input map[string]any) (run
 // seedKey pages a soul's seeds by id (zero-padded, so that the text
 // order is the numeric one).
 func seedKey(sd store.SoulSeed) string { return fmt.Sprintf("%020d", sd.ID) }
+
+// registerSeedList registers GET /v1/souls/{sid}/seeds.
+func (s *Server) registerSeedList() {
+	tags := []string{"souls"}
+	register(s, huma.Operation{
+		OperationID: "seed-list", Method: http.MethodGet, Path: "/v1/souls/{sid}/seeds", Tags: tags,
+		Summary: "List a soul's seeds", Errors: []int{http.StatusNotFound},
+	}, auth.SoulRead, false, func(ctx context.Context, in *struct {
+		SID string `path:"sid" doc:"The soul's id."`
+		ListInput
+	}) (*struct{ Body client.SeedList }, error) {
+		if _, err := s.soulOf(ctx, in.SID); err != nil {
+			return nil, err
+		}
+		seeds, err := s.soulStore.Seeds(ctx, in.SID)
+		if err != nil {
+			return nil, err
+		}
+		slices.SortFunc(seeds, func(a, b store.SoulSeed) int { return cmp.Compare(a.ID, b.ID) })
+		seeds, next := pageOf(seeds, &in.ListInput, seedKey)
+		out := &struct{ Body client.SeedList }{Body: client.SeedList{Items: make([]client.Seed, 0, len(seeds)), Next: next}}
+		for _, sd := range seeds {
+			out.Body.Items = append(out.Body.Items, seedWire(sd))
+		}
+		return out, nil
+	})
+}

@@ -112,7 +112,19 @@ func (a *app) keeperContext() (*keeperContext, error) {
 	return k, nil
 }
 
+// contextCommand is soulctl context: add, use, list and delete.
 func (a *app) contextCommand() *cobra.Command {
+	cmd := group("context", "Remember keepers under names and switch between them", a.contextAdd(), a.contextUse(), a.contextList(), a.contextDelete())
+	cmd.Long = `Named contexts, kept in ${XDG_CONFIG_HOME:-~/.config}/soulstack/config.yaml
+(mode 0600; ` + EnvConfig + ` overrides): each a keeper's URL, how to trust it and
+where its token is. A command uses --context NAME, else ` + EnvContext + `, else
+the current context (soulctl context use). --keeper, --token, --ca-file and
+--ca-fingerprint, and their environment variables, still win over a context's.`
+	return cmd
+}
+
+// contextAdd is soulctl context add.
+func (a *app) contextAdd() *cobra.Command {
 	var k keeperContext
 	add := &cobra.Command{
 		Use:   "add NAME --keeper URL",
@@ -153,7 +165,11 @@ exists replaces it. The first context added becomes the current one.`,
 	fs.StringVar(&k.CAFingerprint, "ca-fingerprint", "", "pin the keeper's CA by its SHA-256 fingerprint, sha256:…")
 	fs.StringVar(&k.TokenFile, "token-file", "", "a file holding the API token to send (else soulctl login's for this keeper)")
 	_ = add.MarkFlagRequired("keeper")
+	return add
+}
 
+// contextUse is soulctl context use.
+func (a *app) contextUse() *cobra.Command {
 	use := &cobra.Command{
 		Use:     "use NAME",
 		Short:   "Talk to this context's keeper from now on",
@@ -175,6 +191,11 @@ exists replaces it. The first context added becomes the current one.`,
 			return p.print(k, text(fmt.Sprintf("Using context %q: %s.\n", k.Name, k.Keeper)))
 		}),
 	}
+	return use
+}
+
+// contextList is soulctl context list.
+func (a *app) contextList() *cobra.Command {
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the contexts; * marks the current one",
@@ -197,6 +218,11 @@ exists replaces it. The first context added becomes the current one.`,
 			return p.print(c, t)
 		}),
 	}
+	return list
+}
+
+// contextDelete is soulctl context delete.
+func (a *app) contextDelete() *cobra.Command {
 	del := &cobra.Command{
 		Use:     "delete NAME",
 		Short:   "Forget a context (the token files and soulctl login's tokens stay)",
@@ -220,13 +246,7 @@ exists replaces it. The first context added becomes the current one.`,
 			return p.print(nil, text(fmt.Sprintf("Context %q forgotten.\n", args[0])))
 		}),
 	}
-	cmd := group("context", "Remember keepers under names and switch between them", add, use, list, del)
-	cmd.Long = `Named contexts, kept in ${XDG_CONFIG_HOME:-~/.config}/soulstack/config.yaml
-(mode 0600; ` + EnvConfig + ` overrides): each a keeper's URL, how to trust it and
-where its token is. A command uses --context NAME, else ` + EnvContext + `, else
-the current context (soulctl context use). --keeper, --token, --ca-file and
---ca-fingerprint, and their environment variables, still win over a context's.`
-	return cmd
+	return del
 }
 
 // checkContext refuses a context soulctl could not use.

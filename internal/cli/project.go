@@ -10,26 +10,6 @@ import (
 )
 
 func (a *app) projectCommand() *cobra.Command {
-	var in client.ProjectCreate
-	create := &cobra.Command{
-		Use:     "create NAME",
-		Short:   "Create a project",
-		Example: `  soulctl project create team-a`,
-		Args:    exactArgs("NAME"),
-		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
-			c, err := a.client()
-			if err != nil {
-				return err
-			}
-			in.Name = args[0]
-			pr, err := c.ProjectCreate(cmd.Context(), in)
-			if err != nil {
-				return err
-			}
-			return p.print(pr, projectRecord(pr))
-		}),
-	}
-	create.Flags().StringVar(&in.Description, "description", "", "what the project is for")
 	list := &cobra.Command{
 		Use:     "list",
 		Short:   "List projects",
@@ -90,7 +70,7 @@ func (a *app) projectCommand() *cobra.Command {
 			return p.print(nil, text(fmt.Sprintf("project %q deleted\n", args[0])))
 		}),
 	}
-	return group("project", "Create and inspect projects, their role bindings and quotas", create, list, get, del,
+	return group("project", "Create and inspect projects, their role bindings and quotas", a.projectCreate(), list, get, del,
 		a.bindCommand(), a.unbindCommand(), a.bindingsCommand(), a.quotaCommand())
 }
 
@@ -248,4 +228,29 @@ func projectRecord(p *client.Project) record {
 	return record{{"Name", p.Name}, {"Description", p.Description},
 		{"Quota VMs", limit(p.Quota.VMs)}, {"Quota vCPUs", limit(p.Quota.VCPUs)}, {"Quota memory MB", limit(p.Quota.MemoryMB)}, {"Quota runs", limit(p.Quota.Runs)},
 		{"Created", timestamp(p.CreatedAt)}, {"Created by", p.CreatedBy}}
+}
+
+// projectCreate is soulctl project create.
+func (a *app) projectCreate() *cobra.Command {
+	var in client.ProjectCreate
+	create := &cobra.Command{
+		Use:     "create NAME",
+		Short:   "Create a project",
+		Example: `  soulctl project create team-a`,
+		Args:    exactArgs("NAME"),
+		RunE: a.action(func(cmd *cobra.Command, args []string, p *printer) error {
+			c, err := a.client()
+			if err != nil {
+				return err
+			}
+			in.Name = args[0]
+			pr, err := c.ProjectCreate(cmd.Context(), in)
+			if err != nil {
+				return err
+			}
+			return p.print(pr, projectRecord(pr))
+		}),
+	}
+	create.Flags().StringVar(&in.Description, "description", "", "what the project is for")
+	return create
 }
